@@ -1,0 +1,66 @@
+/**
+ * The admin endpoint, on its own port because every S3 path (`/metrics` included) is a bucket
+ * name: /healthz (the process serves), /readyz (the store or backend answers), /metrics
+ * (Prometheus text format from the gateway's own registry).
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { once } from 'node:events';
+import type { Registry } from 'prom-client';
+
+export interface AdminOptions {
+  readonly host: string;
+  readonly port: number;
+  readonly registry: Registry;
+  readonly ready: () => Promise<boolean>;
+}
+
+export interface AdminServer {
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+function json(status: number, body: unknown): [number, Record<string, string>, string] {
+  return [status, { 'content-type': 'application/json' }, JSON.stringify(body)];
+}
+
+export async function startAdminServer(options: AdminOptions): Promise<AdminServer> {
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    const respond = ([status, headers, body]: [number, Record<string, string>, string]): void => {
+      res.writeHead(status, { ...headers, 'content-length': String(Buffer.byteLength(body)) });
+      res.end(req.method === 'HEAD' ? undefined : body);
+    };
+    if (req.method !== 'GET' && req.method !== 'HEAD') return respond(json(405, { error: 'method not allowed' }));
+    switch (path) {
+      case '/healthz':
+        return respond(json(200, { status: 'ok' }));
+      case '/readyz':
+        options.ready().then(
+          (ok) => respond(json(ok ? 200 : 503, { status: ok ? 'ready' : 'backend unreachable' })),
+          () => respond(json(503, { status: 'backend unreachable' })),
+        );
+        return;
+      case '/metrics':
+        options.registry.metrics().then(
+          (text) => respond([200, { 'content-type': options.registry.contentType }, text]),
+          (error: Error) => respond(json(500, { error: error.message })),
+        );
+        return;
+      default:
+        return respond(json(404, { error: 'not found', paths: ['/healthz', '/readyz', '/metrics'] }));
+    }
+  });
+  server.listen(options.port, options.host);
+  await once(server, 'listening');
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return {
+    url: `http://${host}:${address.port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

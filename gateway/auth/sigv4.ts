@@ -1,0 +1,321 @@
+/**
+ * SigV4 verification of client requests, Authorization header and presigned query alike.
+ *
+ * The canonical request, string to sign and HMAC chain are computed by @smithy/signature-v4:
+ * the verifier rebuilds the request exactly as the client signed it (the headers it listed in
+ * SignedHeaders, the canonical path, the query without X-Amz-Signature), asks smithy to sign or
+ * presign it with the client's own date, scope and secret, and compares the two signatures in
+ * constant time. Rules follow
+ * https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-authenticating-requests.html.
+ */
+import { timingSafeEqual } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import { SignatureV4 } from '@smithy/signature-v4';
+import type { HttpRequest, QueryParameterBag } from '@smithy/types';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { NodeSha256 } from '../../storage-worker/node-sha256.js';
+import type { ClientCredential } from '../config.js';
+
+/** Requests dated more than 15 minutes from the gateway clock are rejected (as S3 does). */
+export const MAX_CLOCK_SKEW_MS = 15 * 60 * 1000;
+/** Presigned URLs live at most 7 days. */
+export const MAX_PRESIGNED_EXPIRES_S = 604_800;
+
+const ALGORITHM = 'AWS4-HMAC-SHA256';
+export const UNSIGNED_PAYLOAD = 'UNSIGNED-PAYLOAD';
+export const STREAMING_SIGNED = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD';
+export const STREAMING_SIGNED_TRAILER = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER';
+export const STREAMING_UNSIGNED_TRAILER = 'STREAMING-UNSIGNED-PAYLOAD-TRAILER';
+export const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+
+export interface SignedRequestInfo {
+  readonly method: string;
+  readonly headers: IncomingHttpHeaders;
+  readonly canonicalPath: string;
+  readonly query: readonly (readonly [string, string])[];
+}
+
+export interface AuthResult {
+  readonly credential: ClientCredential;
+  readonly mode: 'header' | 'presigned';
+  /** The request signature: the seed of aws-chunked chunk signatures. */
+  readonly signature: string;
+  readonly signingDate: Date;
+  /** `YYYYMMDD/region/s3/aws4_request`. */
+  readonly scope: string;
+  readonly region: string;
+  readonly service: string;
+  /** The declared payload hash: hex SHA-256, UNSIGNED-PAYLOAD, or a STREAMING-* value. */
+  readonly payloadHash: string;
+  /** Signs strings with the client's key for this scope (chunk and trailer signatures). */
+  signString(stringToSign: string): Promise<string>;
+}
+
+export interface VerifierOptions {
+  readonly credentials: readonly ClientCredential[];
+  readonly region: string;
+  /** Injected clock (ms since the epoch) so tests control time. */
+  readonly now?: () => number;
+}
+
+function first(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.join(',') : value;
+}
+
+/** Parses `YYYYMMDDTHHMMSSZ`. */
+function parseAmzDate(text: string | undefined, what: string): Date {
+  const m = text === undefined ? null : /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/.exec(text);
+  if (!m) throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', `${what} must be an ISO 8601 basic date such as 20260101T000000Z`);
+  const [, y, mo, d, h, mi, s] = m.map(Number) as [number, number, number, number, number, number, number];
+  const date = new Date(Date.UTC(y, mo - 1, d, h, mi, s));
+  if (Number.isNaN(date.getTime()) || date.getUTCDate() !== d || date.getUTCMonth() !== mo - 1) {
+    throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', `${what} is not a calendar date`);
+  }
+  return date;
+}
+
+interface ParsedCredential {
+  readonly accessKeyId: string;
+  readonly date: string;
+  readonly region: string;
+  readonly service: string;
+}
+
+function parseCredential(text: string | undefined): ParsedCredential {
+  const parts = text?.split('/') ?? [];
+  if (parts.length !== 5 || parts[4] !== 'aws4_request' || parts.some((p) => p === '')) {
+    throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'Credential must be <access-key>/<YYYYMMDD>/<region>/s3/aws4_request');
+  }
+  const [accessKeyId, date, region, service] = parts as [string, string, string, string, string];
+  return { accessKeyId, date, region, service };
+}
+
+function parseSignedHeaders(text: string | undefined): string[] {
+  if (text === undefined || text === '') throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'SignedHeaders is missing');
+  const names = text.split(';');
+  if (names.some((n) => n === '' || n !== n.toLowerCase())) throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'SignedHeaders must be lowercase names separated by ;');
+  if (!names.includes('host')) throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'SignedHeaders must include host');
+  return names;
+}
+
+/** `AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=...` */
+function parseAuthorization(header: string): { credential: string; signedHeaders: string; signature: string } {
+  const space = header.indexOf(' ');
+  const algorithm = space === -1 ? header : header.slice(0, space);
+  if (algorithm !== ALGORITHM) throw new ObjectCacheError('OC_ERR_AUTH_ALGORITHM', `Unsupported authorization algorithm ${JSON.stringify(algorithm)}; use ${ALGORITHM}`);
+  const fields = new Map<string, string>();
+  for (const part of header.slice(space + 1).split(',')) {
+    const eq = part.indexOf('=');
+    if (eq === -1) throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'The Authorization header is malformed');
+    fields.set(part.slice(0, eq).trim(), part.slice(eq + 1).trim());
+  }
+  const credential = fields.get('Credential');
+  const signedHeaders = fields.get('SignedHeaders');
+  const signature = fields.get('Signature');
+  if (credential === undefined || signedHeaders === undefined || signature === undefined) {
+    throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'The Authorization header needs Credential, SignedHeaders and Signature');
+  }
+  return { credential, signedHeaders, signature };
+}
+
+function sameSignature(expected: string, actual: string): boolean {
+  const a = Buffer.from(expected, 'utf8');
+  const b = Buffer.from(actual, 'utf8');
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+function isPayloadHash(value: string): boolean {
+  return (
+    /^[0-9a-f]{64}$/.test(value) ||
+    value === UNSIGNED_PAYLOAD ||
+    value === STREAMING_SIGNED ||
+    value === STREAMING_SIGNED_TRAILER ||
+    value === STREAMING_UNSIGNED_TRAILER
+  );
+}
+
+function queryBag(pairs: readonly (readonly [string, string])[], skip: (name: string) => boolean): QueryParameterBag {
+  const bag: Record<string, string | string[]> = {};
+  for (const [name, value] of pairs) {
+    if (skip(name)) continue;
+    const existing = bag[name];
+    if (existing === undefined) bag[name] = value;
+    else if (Array.isArray(existing)) existing.push(value);
+    else bag[name] = [existing, value];
+  }
+  return bag;
+}
+
+export class SigV4Verifier {
+  readonly #credentials: Map<string, ClientCredential>;
+  readonly #signers = new Map<string, SignatureV4>();
+  readonly #region: string;
+  readonly #now: () => number;
+
+  constructor(options: VerifierOptions) {
+    this.#credentials = new Map(options.credentials.map((c) => [c.accessKeyId, c]));
+    this.#region = options.region;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** True when the request carries any SigV4 material (header or query). */
+  static isSigned(info: SignedRequestInfo): boolean {
+    return info.headers.authorization !== undefined || info.query.some(([k]) => k === 'X-Amz-Signature' || k === 'X-Amz-Credential');
+  }
+
+  async verify(info: SignedRequestInfo): Promise<AuthResult> {
+    const authorization = first(info.headers.authorization);
+    const presigned = info.query.some(([k]) => k === 'X-Amz-Signature' || k === 'X-Amz-Credential' || k === 'X-Amz-Algorithm');
+    if (authorization !== undefined && presigned) {
+      throw new ObjectCacheError('OC_ERR_AUTH_MULTIPLE', 'Only one authentication mechanism is allowed: the Authorization header or the X-Amz-* query parameters');
+    }
+    if (authorization !== undefined) return this.#verifyHeader(info, authorization);
+    if (presigned) return this.#verifyPresigned(info);
+    throw new ObjectCacheError('OC_ERR_AUTH_MISSING', 'Anonymous requests are not allowed; sign the request with SigV4');
+  }
+
+  #signer(credential: ClientCredential): SignatureV4 {
+    let signer = this.#signers.get(credential.accessKeyId);
+    if (!signer) {
+      signer = new SignatureV4({
+        credentials: { accessKeyId: credential.accessKeyId, secretAccessKey: credential.secretAccessKey },
+        region: this.#region,
+        service: 's3',
+        sha256: NodeSha256,
+        uriEscapePath: false,
+        applyChecksum: false,
+      });
+      this.#signers.set(credential.accessKeyId, signer);
+    }
+    return signer;
+  }
+
+  #lookup(parsed: ParsedCredential, signingDate: Date): ClientCredential {
+    const credential = this.#credentials.get(parsed.accessKeyId);
+    if (!credential) throw new ObjectCacheError('OC_ERR_AUTH_UNKNOWN_KEY', 'The access key id you provided does not exist in our records');
+    const shortDate = signingDate.toISOString().slice(0, 10).replace(/-/g, '');
+    if (parsed.date !== shortDate) throw new ObjectCacheError('OC_ERR_AUTH_SCOPE', `The credential scope date ${parsed.date} does not match the request date ${shortDate}`);
+    if (parsed.service !== 's3') throw new ObjectCacheError('OC_ERR_AUTH_SCOPE', `The credential scope service must be s3, got ${parsed.service}`);
+    if (parsed.region !== this.#region) {
+      throw new ObjectCacheError('OC_ERR_AUTH_SCOPE', `The credential scope region ${parsed.region} is wrong; expecting ${this.#region}`, { details: { Region: this.#region } });
+    }
+    return credential;
+  }
+
+  #headersFor(info: SignedRequestInfo, signed: readonly string[]): Record<string, string> {
+    const headers: Record<string, string> = {};
+    for (const name of signed) {
+      const value = first(info.headers[name]);
+      if (value === undefined) throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', `The signed header ${name} is missing from the request`);
+      headers[name] = value;
+    }
+    return headers;
+  }
+
+  #result(credential: ClientCredential, mode: AuthResult['mode'], signature: string, signingDate: Date, parsed: ParsedCredential, payloadHash: string): AuthResult {
+    const signer = this.#signer(credential);
+    const scope = `${parsed.date}/${parsed.region}/${parsed.service}/aws4_request`;
+    return {
+      credential,
+      mode,
+      signature,
+      signingDate,
+      scope,
+      region: parsed.region,
+      service: parsed.service,
+      payloadHash,
+      signString: (stringToSign) => signer.sign(stringToSign, { signingDate, signingRegion: parsed.region, signingService: parsed.service }),
+    };
+  }
+
+  async #verifyHeader(info: SignedRequestInfo, authorization: string): Promise<AuthResult> {
+    const fields = parseAuthorization(authorization);
+    const parsed = parseCredential(fields.credential);
+    const signedHeaders = parseSignedHeaders(fields.signedHeaders);
+    const signingDate = parseAmzDate(first(info.headers['x-amz-date']), 'The x-amz-date header');
+    if (Math.abs(this.#now() - signingDate.getTime()) > MAX_CLOCK_SKEW_MS) {
+      throw new ObjectCacheError('OC_ERR_AUTH_CLOCK_SKEW', 'The difference between the request time and the server time is too large');
+    }
+    const credential = this.#lookup(parsed, signingDate);
+    const payloadHash = first(info.headers['x-amz-content-sha256']);
+    if (payloadHash === undefined) throw new ObjectCacheError('OC_ERR_REQUEST_MISSING_CONTENT_SHA256', 'Missing required header for this request: x-amz-content-sha256');
+    if (!isPayloadHash(payloadHash)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-content-sha256 must be a hex SHA-256, UNSIGNED-PAYLOAD or a supported STREAMING-* value');
+
+    const headers = this.#headersFor(info, signedHeaders);
+    const unsignable = new Set<string>();
+    if (!signedHeaders.includes('x-amz-content-sha256')) {
+      headers['x-amz-content-sha256'] = payloadHash;
+      unsignable.add('x-amz-content-sha256');
+    }
+    const request: HttpRequest = {
+      method: info.method,
+      protocol: 'http:',
+      hostname: headers['host'] ?? '',
+      path: info.canonicalPath,
+      query: queryBag(info.query, () => false),
+      headers,
+    };
+    const signed = await this.#signer(credential).sign(request, {
+      signingDate,
+      signableHeaders: new Set(signedHeaders),
+      unsignableHeaders: unsignable,
+      signingRegion: parsed.region,
+      signingService: parsed.service,
+    });
+    const expected = /Signature=([0-9a-f]+)/.exec(String(signed.headers['authorization']))?.[1] ?? '';
+    if (!sameSignature(expected, fields.signature)) {
+      throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
+    }
+    return this.#result(credential, 'header', fields.signature, signingDate, parsed, payloadHash);
+  }
+
+  async #verifyPresigned(info: SignedRequestInfo): Promise<AuthResult> {
+    const q = (name: string): string | undefined => info.query.find(([k]) => k === name)?.[1];
+    const algorithm = q('X-Amz-Algorithm');
+    if (algorithm !== ALGORITHM) throw new ObjectCacheError('OC_ERR_AUTH_ALGORITHM', `X-Amz-Algorithm must be ${ALGORITHM}`);
+    const signature = q('X-Amz-Signature');
+    if (signature === undefined) throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'X-Amz-Signature is missing');
+    const parsed = parseCredential(q('X-Amz-Credential'));
+    const signedHeaders = parseSignedHeaders(q('X-Amz-SignedHeaders'));
+    const signingDate = parseAmzDate(q('X-Amz-Date'), 'X-Amz-Date');
+    const expiresText = q('X-Amz-Expires') ?? '';
+    const expires = /^\d{1,6}$/.test(expiresText) ? Number(expiresText) : NaN;
+    if (!(expires >= 1 && expires <= MAX_PRESIGNED_EXPIRES_S)) {
+      throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', `X-Amz-Expires must be an integer from 1 to ${MAX_PRESIGNED_EXPIRES_S}`);
+    }
+    const now = this.#now();
+    if (signingDate.getTime() - now > MAX_CLOCK_SKEW_MS) throw new ObjectCacheError('OC_ERR_AUTH_NOT_YET_VALID', 'Request is not valid yet');
+    if (now > signingDate.getTime() + expires * 1000) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
+    const credential = this.#lookup(parsed, signingDate);
+
+    const headers = this.#headersFor(info, signedHeaders);
+    const unsignable = new Set<string>();
+    if (headers['x-amz-content-sha256'] === undefined) {
+      // Presigned requests sign UNSIGNED-PAYLOAD as the payload hash.
+      headers['x-amz-content-sha256'] = UNSIGNED_PAYLOAD;
+      unsignable.add('x-amz-content-sha256');
+    }
+    const request: HttpRequest = {
+      method: info.method,
+      protocol: 'http:',
+      hostname: headers['host'] ?? '',
+      path: info.canonicalPath,
+      query: queryBag(info.query, (name) => name === 'X-Amz-Signature'),
+      headers,
+    };
+    const presigned = await this.#signer(credential).presign(request, {
+      signingDate,
+      expiresIn: expires,
+      signableHeaders: new Set(signedHeaders),
+      unsignableHeaders: unsignable,
+      unhoistableHeaders: new Set(Object.keys(headers)),
+      signingRegion: parsed.region,
+      signingService: parsed.service,
+    });
+    const expected = String(presigned.query?.['X-Amz-Signature'] ?? '');
+    if (!sameSignature(expected, signature)) {
+      throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
+    }
+    return this.#result(credential, 'presigned', signature, signingDate, parsed, headers['x-amz-content-sha256'] ?? UNSIGNED_PAYLOAD);
+  }
+}

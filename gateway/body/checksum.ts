@@ -1,0 +1,81 @@
+/**
+ * Incremental checksums for S3 flexible checksums (x-amz-checksum-*) and Content-MD5.
+ * https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html
+ */
+import { createHash, type Hash } from 'node:crypto';
+import { crc32 } from 'node:zlib';
+import { crc32c } from '@node-rs/crc32';
+import { ObjectCacheError } from '../../schemas/errors.js';
+
+export type ChecksumAlgorithm = 'crc32' | 'crc32c' | 'sha1' | 'sha256';
+
+export const CHECKSUM_ALGORITHMS: readonly ChecksumAlgorithm[] = ['crc32', 'crc32c', 'sha1', 'sha256'];
+
+/** Digest length in bytes, to validate the base64 a client sent. */
+const DIGEST_BYTES: Record<ChecksumAlgorithm, number> = { crc32: 4, crc32c: 4, sha1: 20, sha256: 32 };
+
+export interface IncrementalChecksum {
+  update(data: Uint8Array): void;
+  /** Base64 of the big-endian digest, as S3 encodes x-amz-checksum-* values. */
+  digestBase64(): string;
+}
+
+class CrcChecksum implements IncrementalChecksum {
+  #value = 0;
+  readonly #fn: (data: Uint8Array, initial: number) => number;
+  constructor(fn: (data: Uint8Array, initial: number) => number) {
+    this.#fn = fn;
+  }
+  update(data: Uint8Array): void {
+    this.#value = this.#fn(data, this.#value);
+  }
+  digestBase64(): string {
+    const out = Buffer.alloc(4);
+    out.writeUInt32BE(this.#value >>> 0);
+    return out.toString('base64');
+  }
+}
+
+class HashChecksum implements IncrementalChecksum {
+  readonly #hash: Hash;
+  constructor(algorithm: string) {
+    this.#hash = createHash(algorithm);
+  }
+  update(data: Uint8Array): void {
+    this.#hash.update(data);
+  }
+  digestBase64(): string {
+    return this.#hash.digest('base64');
+  }
+}
+
+export function createChecksum(algorithm: ChecksumAlgorithm | 'md5'): IncrementalChecksum {
+  switch (algorithm) {
+    case 'crc32':
+      return new CrcChecksum((data, initial) => crc32(data, initial));
+    case 'crc32c':
+      return new CrcChecksum((data, initial) => crc32c(Buffer.from(data.buffer, data.byteOffset, data.byteLength), initial));
+    case 'sha1':
+      return new HashChecksum('sha1');
+    case 'sha256':
+      return new HashChecksum('sha256');
+    case 'md5':
+      return new HashChecksum('md5');
+  }
+}
+
+/** Maps `x-amz-checksum-crc32` (or `CRC32`) to its algorithm; unknown ones are a clear 400. */
+export function checksumAlgorithmOf(name: string): ChecksumAlgorithm {
+  const lower = name.toLowerCase().replace(/^x-amz-checksum-/, '');
+  if ((CHECKSUM_ALGORITHMS as readonly string[]).includes(lower)) return lower as ChecksumAlgorithm;
+  throw new ObjectCacheError('OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM', `The checksum algorithm ${JSON.stringify(name)} is not supported; use CRC32, CRC32C, SHA1 or SHA256`);
+}
+
+/** Validates that `value` is base64 of the algorithm's digest length. */
+export function assertChecksumValue(algorithm: ChecksumAlgorithm | 'md5', value: string, header: string): void {
+  const bytes = algorithm === 'md5' ? 16 : DIGEST_BYTES[algorithm];
+  const decoded = /^[A-Za-z0-9+/]+={0,2}$/.test(value) ? Buffer.from(value, 'base64') : Buffer.alloc(0);
+  if (decoded.length !== bytes || decoded.toString('base64') !== value) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_DIGEST', `${header} must be the base64 of a ${bytes}-byte digest`);
+  }
+}

@@ -1,0 +1,235 @@
+/**
+ * Gateway configuration: one table of settings, read once at the edge (flags, then
+ * `OBJECTCACHE_*` environment variables, then defaults), validated at start-up so a bad value
+ * fails fast with a message that names the setting. Nothing below the CLI reads process.env.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+
+export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
+
+export interface SettingSpec {
+  readonly flag: string;
+  readonly env: string;
+  readonly kind: SettingKind;
+  /** Default as the user would type it; undefined means "unset". */
+  readonly default: string | undefined;
+  readonly description: string;
+  readonly values?: readonly string[];
+  readonly min?: number;
+  readonly max?: number;
+  /** Secrets are never echoed in errors or logs. */
+  readonly secret?: boolean;
+  /** Settings only read from the environment (credentials), never from flags. */
+  readonly envOnly?: boolean;
+}
+
+/** Every `objectcache serve` setting. README.md's settings table is generated from this list. */
+export const SERVE_SETTINGS = {
+  host: { flag: 'host', env: 'OBJECTCACHE_HOST', kind: 'string', default: '127.0.0.1', description: 'Address the S3 endpoint listens on.' },
+  port: { flag: 'port', env: 'OBJECTCACHE_PORT', kind: 'integer', default: '9080', min: 0, max: 65535, description: 'Port of the S3 endpoint (0 picks a free port).' },
+  metricsHost: { flag: 'metrics-host', env: 'OBJECTCACHE_METRICS_HOST', kind: 'string', default: '127.0.0.1', description: 'Address of the admin endpoint (/healthz, /readyz, /metrics).' },
+  metricsPort: { flag: 'metrics-port', env: 'OBJECTCACHE_METRICS_PORT', kind: 'integer', default: '9081', min: 0, max: 65535, description: 'Port of the admin endpoint (0 picks a free port).' },
+  dataDir: { flag: 'data-dir', env: 'OBJECTCACHE_DATA_DIR', kind: 'path', default: './data', description: 'Directory of the embedded store (used when no --s3-endpoint is given).' },
+  s3Endpoint: { flag: 's3-endpoint', env: 'OBJECTCACHE_S3_ENDPOINT', kind: 'url', default: undefined, description: 'Base URL of the S3 backend (MinIO, Ceph RGW, S3). Unset: serve the embedded store.' },
+  s3Region: { flag: 's3-region', env: 'OBJECTCACHE_S3_REGION', kind: 'string', default: 'us-east-1', description: 'Region the gateway signs backend requests for.' },
+  region: { flag: 'region', env: 'OBJECTCACHE_REGION', kind: 'string', default: 'us-east-1', description: 'Region clients must sign for (the SigV4 credential scope).' },
+  credentials: { flag: 'credentials', env: 'OBJECTCACHE_CREDENTIALS', kind: 'path', default: undefined, description: 'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?}].' },
+  accessKey: { flag: 'access-key', env: 'OBJECTCACHE_ACCESS_KEY', kind: 'string', default: 'objectcache', envOnly: true, description: 'Client access key id (environment only).' },
+  secretKey: { flag: 'secret-key', env: 'OBJECTCACHE_SECRET_KEY', kind: 'string', default: 'objectcache-secret', envOnly: true, secret: true, description: 'Client secret key (environment only; the default is for local trials).' },
+  backendAccessKey: { flag: 'backend-access-key', env: 'OBJECTCACHE_BACKEND_ACCESS_KEY', kind: 'string', default: undefined, envOnly: true, description: 'Access key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
+  backendSecretKey: { flag: 'backend-secret-key', env: 'OBJECTCACHE_BACKEND_SECRET_KEY', kind: 'string', default: undefined, envOnly: true, secret: true, description: 'Secret key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
+  backendConnections: { flag: 'backend-connections', env: 'OBJECTCACHE_BACKEND_CONNECTIONS', kind: 'integer', default: '64', min: 1, max: 4096, description: 'Keep-alive connections to the S3 backend.' },
+  backendTimeoutMs: { flag: 'backend-timeout-ms', env: 'OBJECTCACHE_BACKEND_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'Time the backend may take to connect, to send headers, and between body bytes.' },
+  maxObjectBytes: { flag: 'max-object-bytes', env: 'OBJECTCACHE_MAX_OBJECT_BYTES', kind: 'integer', default: String(5 * 1024 ** 3), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Largest single PUT or part accepted (S3 allows 5 GiB).' },
+  maxHeaderBytes: { flag: 'max-header-bytes', env: 'OBJECTCACHE_MAX_HEADER_BYTES', kind: 'integer', default: String(64 * 1024), min: 8 * 1024, max: 1024 * 1024, description: 'Largest request header section accepted.' },
+  logLevel: { flag: 'log-level', env: 'OBJECTCACHE_LOG_LEVEL', kind: 'enum', default: 'info', values: ['debug', 'info', 'warn', 'error', 'silent'], description: 'Least severe log level written (one JSON line per request at info).' },
+} as const satisfies Record<string, SettingSpec>;
+
+export type SettingName = keyof typeof SERVE_SETTINGS;
+
+export interface ClientCredential {
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  /** Tenant for scheduling and metrics; defaults to the access key id. */
+  readonly tenant: string;
+}
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+
+export interface GatewayConfig {
+  readonly host: string;
+  readonly port: number;
+  readonly metricsHost: string;
+  readonly metricsPort: number;
+  readonly region: string;
+  readonly clientCredentials: readonly ClientCredential[];
+  readonly backend: BackendConfig;
+  readonly maxObjectBytes: number;
+  readonly maxHeaderBytes: number;
+  readonly logLevel: LogLevel;
+}
+
+export type BackendConfig =
+  | { readonly kind: 'local'; readonly dataDir: string }
+  | {
+      readonly kind: 's3';
+      readonly endpoint: URL;
+      readonly region: string;
+      readonly accessKeyId: string;
+      readonly secretAccessKey: string;
+      readonly connections: number;
+      readonly timeoutMs: number;
+    };
+
+/** A configuration error names the setting (flag and environment variable) that is wrong. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  readonly setting: string;
+  constructor(setting: string, message: string) {
+    super(message);
+    this.setting = setting;
+  }
+}
+
+function label(spec: SettingSpec): string {
+  return spec.envOnly ? spec.env : `--${spec.flag} / ${spec.env}`;
+}
+
+type RawSettings = Partial<Record<SettingName, string>>;
+
+function readRaw(argv: readonly string[], env: NodeJS.ProcessEnv): RawSettings {
+  const options: Record<string, { type: 'string' }> = {};
+  for (const spec of Object.values(SERVE_SETTINGS) as SettingSpec[]) {
+    if (!spec.envOnly) options[spec.flag] = { type: 'string' };
+  }
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }));
+  } catch (error) {
+    throw new ConfigError('argv', (error as Error).message);
+  }
+  const raw: RawSettings = {};
+  for (const [name, spec] of Object.entries(SERVE_SETTINGS) as [SettingName, SettingSpec][]) {
+    const fromFlag = spec.envOnly ? undefined : values[spec.flag];
+    const fromEnv = env[spec.env];
+    const value = typeof fromFlag === 'string' ? fromFlag : fromEnv !== undefined && fromEnv !== '' ? fromEnv : spec.default;
+    if (value !== undefined) raw[name] = value;
+  }
+  return raw;
+}
+
+function integer(name: SettingName, raw: RawSettings): number {
+  const spec: SettingSpec = SERVE_SETTINGS[name];
+  const text = raw[name];
+  if (text === undefined) throw new ConfigError(spec.flag, `${label(spec)} is required`);
+  if (!/^\d+$/.test(text.trim())) throw new ConfigError(spec.flag, `${label(spec)} must be a whole number, got ${JSON.stringify(text)}`);
+  const value = Number(text.trim());
+  if (!Number.isSafeInteger(value) || (spec.min !== undefined && value < spec.min) || (spec.max !== undefined && value > spec.max)) {
+    throw new ConfigError(spec.flag, `${label(spec)} must be between ${spec.min} and ${spec.max}, got ${text}`);
+  }
+  return value;
+}
+
+function nonEmpty(name: SettingName, raw: RawSettings): string {
+  const spec: SettingSpec = SERVE_SETTINGS[name];
+  const value = raw[name];
+  if (value === undefined || value.trim() === '') throw new ConfigError(spec.flag, `${label(spec)} is required`);
+  return value;
+}
+
+function readCredentialFile(path: string): ClientCredential[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (error) {
+    throw new ConfigError('credentials', `--credentials ${path}: ${(error as Error).message}`);
+  }
+  if (!Array.isArray(parsed)) throw new ConfigError('credentials', `--credentials ${path}: expected a JSON array of {"accessKeyId","secretAccessKey"}`);
+  return parsed.map((entry: unknown, index) => {
+    const item = entry as Record<string, unknown> | null;
+    const accessKeyId = item?.['accessKeyId'];
+    const secretAccessKey = item?.['secretAccessKey'];
+    const tenant = item?.['tenant'];
+    if (typeof accessKeyId !== 'string' || !/^[A-Za-z0-9._~+=-]{3,128}$/.test(accessKeyId)) {
+      throw new ConfigError('credentials', `--credentials ${path}: entry ${index} needs an accessKeyId of 3-128 URL-safe characters`);
+    }
+    if (typeof secretAccessKey !== 'string' || secretAccessKey.length < 8) {
+      throw new ConfigError('credentials', `--credentials ${path}: entry ${index} needs a secretAccessKey of at least 8 characters`);
+    }
+    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) {
+      throw new ConfigError('credentials', `--credentials ${path}: entry ${index} has a tenant that is not a non-empty string`);
+    }
+    return { accessKeyId, secretAccessKey, tenant: typeof tenant === 'string' ? tenant : accessKeyId };
+  });
+}
+
+/** Builds and validates the serve configuration from argv (after `serve`) and the environment. */
+export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv): GatewayConfig {
+  const raw = readRaw(argv, env);
+
+  const logLevel = nonEmpty('logLevel', raw);
+  if (!SERVE_SETTINGS.logLevel.values.includes(logLevel as LogLevel)) {
+    throw new ConfigError('log-level', `--log-level / OBJECTCACHE_LOG_LEVEL must be one of ${SERVE_SETTINGS.logLevel.values.join(', ')}, got ${logLevel}`);
+  }
+
+  const credentials: ClientCredential[] = [];
+  const accessKeyId = nonEmpty('accessKey', raw);
+  const secretAccessKey = nonEmpty('secretKey', raw);
+  if (secretAccessKey.length < 8) throw new ConfigError('secret-key', 'OBJECTCACHE_SECRET_KEY must be at least 8 characters');
+  credentials.push({ accessKeyId, secretAccessKey, tenant: accessKeyId });
+  if (raw.credentials !== undefined) credentials.push(...readCredentialFile(raw.credentials));
+  const seen = new Set<string>();
+  for (const credential of credentials) {
+    if (seen.has(credential.accessKeyId)) throw new ConfigError('credentials', `access key ${credential.accessKeyId} is configured twice`);
+    seen.add(credential.accessKeyId);
+  }
+
+  let backend: BackendConfig;
+  if (raw.s3Endpoint !== undefined) {
+    let endpoint: URL;
+    try {
+      endpoint = new URL(raw.s3Endpoint);
+    } catch {
+      throw new ConfigError('s3-endpoint', `--s3-endpoint / OBJECTCACHE_S3_ENDPOINT is not a URL: ${raw.s3Endpoint}`);
+    }
+    if ((endpoint.protocol !== 'http:' && endpoint.protocol !== 'https:') || endpoint.search !== '' || endpoint.hash !== '' || (endpoint.pathname !== '/' && endpoint.pathname !== '')) {
+      throw new ConfigError('s3-endpoint', `--s3-endpoint must be an http(s) origin such as http://127.0.0.1:9000, got ${raw.s3Endpoint}`);
+    }
+    backend = {
+      kind: 's3',
+      endpoint,
+      region: nonEmpty('s3Region', raw),
+      accessKeyId: nonEmpty('backendAccessKey', raw),
+      secretAccessKey: nonEmpty('backendSecretKey', raw),
+      connections: integer('backendConnections', raw),
+      timeoutMs: integer('backendTimeoutMs', raw),
+    };
+  } else {
+    backend = { kind: 'local', dataDir: nonEmpty('dataDir', raw) };
+  }
+
+  return {
+    host: nonEmpty('host', raw),
+    port: integer('port', raw),
+    metricsHost: nonEmpty('metricsHost', raw),
+    metricsPort: integer('metricsPort', raw),
+    region: nonEmpty('region', raw),
+    clientCredentials: credentials,
+    backend,
+    maxObjectBytes: integer('maxObjectBytes', raw),
+    maxHeaderBytes: integer('maxHeaderBytes', raw),
+    logLevel: logLevel as LogLevel,
+  };
+}
+
+/** `--help` text for `objectcache serve`, from the same table. */
+export function serveHelp(): string {
+  const lines = ['Usage: objectcache serve [options]', '', 'Runs the S3-compatible gateway. Every option can also be set by its environment variable.', ''];
+  for (const spec of Object.values(SERVE_SETTINGS) as SettingSpec[]) {
+    const name = spec.envOnly ? `  ${spec.env}` : `  --${spec.flag} <value>  (${spec.env})`;
+    const fallback = spec.default === undefined ? 'unset' : spec.secret ? '(see README)' : spec.default;
+    lines.push(name, `      ${spec.description} Default: ${fallback}.`);
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,29 @@
+/**
+ * What a request handler gets: the parsed target, the verified identity, and the gateway's
+ * settings. Built once per request by the server.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AuthResult } from './auth/sigv4.js';
+import type { GatewayConfig } from './config.js';
+import type { Logger } from './logger.js';
+import type { S3Target } from './s3/request.js';
+
+export interface RequestContext {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly requestId: string;
+  readonly target: S3Target;
+  readonly auth: AuthResult;
+  readonly config: GatewayConfig;
+  readonly logger: Logger;
+  /** Aborted when the client goes away before the response is complete. */
+  readonly signal: AbortSignal;
+  /** The operation name for logs and metrics (GetObject, PutObject, ...). */
+  operation: string;
+}
+
+/** A header as one string (repeated headers joined with commas), or undefined. */
+export function headerOf(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value.join(',') : value;
+}

@@ -1,0 +1,173 @@
+/**
+ * Bucket operations of the embedded store: ListBuckets, CreateBucket, HeadBucket, DeleteBucket,
+ * GetBucketLocation, ListObjects (v1 and v2) and DeleteObjects.
+ * https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html
+ */
+import { escapeUri } from '@smithy/util-uri-escape';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import type { LocalStore, ObjectMeta } from '../../storage-worker/local-store/local-store.js';
+import { uploadBody } from '../body/upload-body.js';
+import type { RequestContext } from '../context.js';
+import { assertBucketName, queryValue } from '../s3/request.js';
+import { sendEmpty, sendXml } from '../s3/respond.js';
+import { buildXml, parseXmlBody, xmlList, xmlText } from '../s3/xml.js';
+
+const OWNER = { ID: 'objectcache', DisplayName: 'objectcache' };
+/** S3 returns at most 1000 keys per list page and accepts at most 1000 keys per DeleteObjects. */
+export const MAX_KEYS = 1000;
+const MAX_XML_BODY_BYTES = 2 * 1024 * 1024;
+
+/** Reads a small, verified request body (XML documents). */
+export async function readSmallBody(ctx: RequestContext): Promise<string> {
+  const body = uploadBody(ctx.req, ctx.auth, { maxBytes: MAX_XML_BODY_BYTES });
+  const parts: Buffer[] = [];
+  for await (const chunk of body.stream) parts.push(chunk as Buffer);
+  return Buffer.concat(parts).toString('utf8');
+}
+
+export function listBuckets(ctx: RequestContext, store: LocalStore): void {
+  const buckets = store.listBuckets().map((b) => ({ Name: b.name, CreationDate: new Date(b.created).toISOString() }));
+  sendXml(ctx.res, 200, buildXml('ListAllMyBucketsResult', { Owner: OWNER, Buckets: { Bucket: buckets } }));
+}
+
+export async function createBucket(ctx: RequestContext, store: LocalStore): Promise<void> {
+  assertBucketName(ctx.target.bucket);
+  const length = Number(ctx.req.headers['content-length'] ?? 0);
+  if (length > 0 || ctx.auth.payloadHash.startsWith('STREAMING-')) {
+    const xml = await readSmallBody(ctx);
+    if (xml.trim() !== '') {
+      const config = parseXmlBody(xml, 'CreateBucketConfiguration');
+      const constraint = xmlText(config, 'LocationConstraint');
+      if (constraint !== undefined && constraint !== '' && constraint !== ctx.config.region) {
+        throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The LocationConstraint ${constraint} is not this gateway's region ${ctx.config.region}`, { details: { LocationConstraint: constraint } });
+      }
+    }
+  }
+  await store.createBucket(ctx.target.bucket);
+  sendEmpty(ctx.res, 200, { location: `/${ctx.target.bucket}` });
+}
+
+export function headBucket(ctx: RequestContext, store: LocalStore): void {
+  if (!store.hasBucket(ctx.target.bucket)) {
+    throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: ctx.target.bucket } });
+  }
+  sendEmpty(ctx.res, 200, { 'x-amz-bucket-region': ctx.config.region });
+}
+
+export async function deleteBucket(ctx: RequestContext, store: LocalStore): Promise<void> {
+  await store.deleteBucket(ctx.target.bucket);
+  sendEmpty(ctx.res, 204);
+}
+
+export function getBucketLocation(ctx: RequestContext, store: LocalStore): void {
+  headBucketExists(ctx, store);
+  // us-east-1 is reported as an empty LocationConstraint (S3 API reference, GetBucketLocation).
+  const region = ctx.config.region === 'us-east-1' ? '' : ctx.config.region;
+  sendXml(ctx.res, 200, buildXml('LocationConstraint', { '#text': region }));
+}
+
+function headBucketExists(ctx: RequestContext, store: LocalStore): void {
+  if (!store.hasBucket(ctx.target.bucket)) {
+    throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: ctx.target.bucket } });
+  }
+}
+
+function parseMaxKeys(ctx: RequestContext): number {
+  const text = queryValue(ctx.target, 'max-keys');
+  if (text === undefined) return MAX_KEYS;
+  if (!/^\d{1,9}$/.test(text)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'max-keys must be a non-negative integer', { details: { ArgumentName: 'max-keys', ArgumentValue: text } });
+  return Math.min(Number(text), MAX_KEYS);
+}
+
+function encodingOf(ctx: RequestContext): (value: string) => string {
+  const type = queryValue(ctx.target, 'encoding-type');
+  if (type === undefined) return (v) => v;
+  if (type !== 'url') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'encoding-type must be url', { details: { ArgumentName: 'encoding-type', ArgumentValue: type } });
+  return (v) => escapeUri(v);
+}
+
+function contentsOf(items: readonly ObjectMeta[], encode: (v: string) => string, withOwner: boolean): Record<string, unknown>[] {
+  return items.map((meta) => ({
+    Key: encode(meta.key),
+    LastModified: new Date(meta.lastModified).toISOString(),
+    ETag: `"${meta.etag}"`,
+    Size: meta.size,
+    ...(withOwner ? { Owner: OWNER } : {}),
+    StorageClass: 'STANDARD',
+  }));
+}
+
+/** Continuation tokens are opaque to clients: base64url of the last key or prefix returned. */
+function decodeToken(token: string): string {
+  const decoded = Buffer.from(token, 'base64url').toString('utf8');
+  if (token === '' || Buffer.from(decoded, 'utf8').toString('base64url') !== token) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'The continuation token provided is incorrect', { details: { ArgumentName: 'continuation-token' } });
+  }
+  return decoded;
+}
+
+export function listObjects(ctx: RequestContext, store: LocalStore): void {
+  const v2 = queryValue(ctx.target, 'list-type') === '2';
+  const prefix = queryValue(ctx.target, 'prefix') ?? '';
+  const delimiter = queryValue(ctx.target, 'delimiter') ?? '';
+  const maxKeys = parseMaxKeys(ctx);
+  const encode = encodingOf(ctx);
+  const encodingType = queryValue(ctx.target, 'encoding-type');
+  const bucket = ctx.target.bucket;
+  headBucketExists(ctx, store);
+
+  if (v2) {
+    const token = queryValue(ctx.target, 'continuation-token');
+    const startAfter = queryValue(ctx.target, 'start-after');
+    const after = token !== undefined ? decodeToken(token) : startAfter;
+    const page = store.list(bucket, { prefix, delimiter, after, maxKeys });
+    const body: Record<string, unknown> = { Name: bucket, Prefix: encode(prefix) };
+    if (delimiter !== '') body['Delimiter'] = encode(delimiter);
+    body['MaxKeys'] = maxKeys;
+    if (encodingType !== undefined) body['EncodingType'] = encodingType;
+    body['KeyCount'] = page.contents.length + page.commonPrefixes.length;
+    body['IsTruncated'] = page.isTruncated;
+    if (token !== undefined) body['ContinuationToken'] = token;
+    if (page.isTruncated && page.next !== undefined) body['NextContinuationToken'] = Buffer.from(page.next, 'utf8').toString('base64url');
+    if (startAfter !== undefined) body['StartAfter'] = encode(startAfter);
+    body['Contents'] = contentsOf(page.contents, encode, queryValue(ctx.target, 'fetch-owner') === 'true');
+    body['CommonPrefixes'] = page.commonPrefixes.map((p) => ({ Prefix: encode(p) }));
+    sendXml(ctx.res, 200, buildXml('ListBucketResult', body));
+    return;
+  }
+
+  const marker = queryValue(ctx.target, 'marker') ?? '';
+  const page = store.list(bucket, { prefix, delimiter, after: marker === '' ? undefined : marker, maxKeys });
+  const body: Record<string, unknown> = { Name: bucket, Prefix: encode(prefix), Marker: encode(marker), MaxKeys: maxKeys };
+  if (delimiter !== '') body['Delimiter'] = encode(delimiter);
+  if (encodingType !== undefined) body['EncodingType'] = encodingType;
+  body['IsTruncated'] = page.isTruncated;
+  if (page.isTruncated && page.next !== undefined) body['NextMarker'] = encode(page.next);
+  body['Contents'] = contentsOf(page.contents, encode, true);
+  body['CommonPrefixes'] = page.commonPrefixes.map((p) => ({ Prefix: encode(p) }));
+  sendXml(ctx.res, 200, buildXml('ListBucketResult', body));
+}
+
+export async function deleteObjects(ctx: RequestContext, store: LocalStore): Promise<void> {
+  headBucketExists(ctx, store);
+  const document = parseXmlBody(await readSmallBody(ctx), 'Delete');
+  const objects = xmlList(document, 'Object');
+  if (objects.length === 0 || objects.length > MAX_KEYS) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', `DeleteObjects takes 1 to ${MAX_KEYS} <Object> elements, got ${objects.length}`);
+  }
+  const quiet = xmlText(document, 'Quiet')?.trim() === 'true';
+  const deleted: Record<string, unknown>[] = [];
+  const errors: Record<string, unknown>[] = [];
+  for (const object of objects) {
+    const key = xmlText(object, 'Key');
+    if (key === undefined || key === '') throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'Every <Object> needs a non-empty <Key>');
+    try {
+      await store.deleteObject(ctx.target.bucket, key);
+      if (!quiet) deleted.push({ Key: key });
+    } catch (error) {
+      const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'Delete failed', { cause: error });
+      errors.push({ Key: key, Code: e.s3Code, Message: e.message });
+    }
+  }
+  sendXml(ctx.res, 200, buildXml('DeleteResult', { Deleted: deleted, Error: errors }));
+}

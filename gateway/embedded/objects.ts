@@ -1,0 +1,165 @@
+/**
+ * Object operations of the embedded store: GetObject and HeadObject (range, conditional
+ * requests, response-* overrides), PutObject and DeleteObject.
+ * https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
+ */
+import type { IncomingMessage } from 'node:http';
+import { pipeline } from 'node:stream/promises';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import type { LocalStore, ObjectAttributes, ObjectMeta } from '../../storage-worker/local-store/local-store.js';
+import { uploadBody } from '../body/upload-body.js';
+import { headerOf, type RequestContext } from '../context.js';
+import { parseRange } from '../s3/range.js';
+import { queryValue } from '../s3/request.js';
+import { sendEmpty } from '../s3/respond.js';
+
+const STORED_HEADERS = ['cache-control', 'content-disposition', 'content-encoding', 'content-language', 'expires'] as const;
+
+/** Response-header overrides a signed GET may ask for (`response-content-type=...`). */
+const OVERRIDES: Record<string, string> = {
+  'response-content-type': 'content-type',
+  'response-content-language': 'content-language',
+  'response-expires': 'expires',
+  'response-cache-control': 'cache-control',
+  'response-content-disposition': 'content-disposition',
+  'response-content-encoding': 'content-encoding',
+};
+
+/** Representation headers and user metadata of an upload (PUT or CreateMultipartUpload). */
+export function objectAttributes(req: IncomingMessage): ObjectAttributes {
+  const headers: Record<string, string> = {};
+  for (const name of STORED_HEADERS) {
+    let value = headerOf(req, name);
+    if (name === 'content-encoding' && value !== undefined) {
+      value = value.split(',').map((s) => s.trim()).filter((s) => s !== '' && s.toLowerCase() !== 'aws-chunked').join(', ');
+    }
+    if (value !== undefined && value !== '') headers[name] = value;
+  }
+  const userMeta: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (name.startsWith('x-amz-meta-') && value !== undefined) userMeta[name.slice('x-amz-meta-'.length)] = Array.isArray(value) ? value.join(',') : value;
+  }
+  return { contentType: headerOf(req, 'content-type') ?? 'binary/octet-stream', headers, userMeta };
+}
+
+function quoted(etag: string): string {
+  return `"${etag}"`;
+}
+
+function etagMatches(condition: string, etag: string): boolean {
+  return condition.split(',').some((part) => {
+    const value = part.trim().replace(/^W\//, '');
+    return value === '*' || value === quoted(etag) || value === etag;
+  });
+}
+
+function parseHttpDate(text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const time = Date.parse(text);
+  return Number.isNaN(time) ? undefined : time;
+}
+
+/**
+ * RFC 9110 section 13.2.2 evaluation order: If-Match, If-Unmodified-Since, If-None-Match,
+ * If-Modified-Since. Returns 304 when the client's copy is current.
+ */
+function checkConditions(req: IncomingMessage, meta: ObjectMeta): 304 | undefined {
+  const lastModified = Math.floor(meta.lastModified / 1000) * 1000;
+  const ifMatch = headerOf(req, 'if-match');
+  const failed = (): ObjectCacheError => new ObjectCacheError('OC_ERR_STORE_PRECONDITION_FAILED', 'At least one of the pre-conditions you specified did not hold', { details: { Condition: ifMatch !== undefined ? 'If-Match' : 'If-Unmodified-Since' } });
+  if (ifMatch !== undefined) {
+    if (!etagMatches(ifMatch, meta.etag)) throw failed();
+  } else {
+    const since = parseHttpDate(headerOf(req, 'if-unmodified-since'));
+    if (since !== undefined && lastModified > since) throw failed();
+  }
+  const ifNoneMatch = headerOf(req, 'if-none-match');
+  if (ifNoneMatch !== undefined) {
+    if (etagMatches(ifNoneMatch, meta.etag)) return 304;
+  } else {
+    const since = parseHttpDate(headerOf(req, 'if-modified-since'));
+    if (since !== undefined && lastModified <= since) return 304;
+  }
+  return undefined;
+}
+
+function objectHeaders(ctx: RequestContext, meta: ObjectMeta): Record<string, string> {
+  const headers: Record<string, string> = {
+    'last-modified': new Date(meta.lastModified).toUTCString(),
+    etag: quoted(meta.etag),
+    'content-type': meta.contentType,
+    'accept-ranges': 'bytes',
+  };
+  for (const [name, value] of Object.entries(meta.headers)) headers[name] = value;
+  for (const [name, value] of Object.entries(meta.userMeta)) headers[`x-amz-meta-${name}`] = value;
+  for (const [param, header] of Object.entries(OVERRIDES)) {
+    const value = queryValue(ctx.target, param);
+    if (value !== undefined) headers[header] = value;
+  }
+  return headers;
+}
+
+export async function getObject(ctx: RequestContext, store: LocalStore): Promise<void> {
+  const { bucket, key } = ctx.target;
+  const head = ctx.req.method === 'HEAD';
+  const { meta, handle } = await store.openObject(bucket, key);
+  let streaming = false;
+  try {
+    const headers = objectHeaders(ctx, meta);
+    if (checkConditions(ctx.req, meta) === 304) {
+      delete headers['content-type'];
+      ctx.res.writeHead(304, headers);
+      ctx.res.end();
+      return;
+    }
+    const range = parseRange(headerOf(ctx.req, 'range'), meta.size);
+    const start = range?.start ?? 0;
+    const end = range?.end ?? meta.size - 1;
+    const length = end - start + 1;
+    headers['content-length'] = String(length);
+    if (range) headers['content-range'] = `bytes ${start}-${end}/${meta.size}`;
+    if (!range && meta.checksum && headerOf(ctx.req, 'x-amz-checksum-mode')?.toUpperCase() === 'ENABLED') {
+      headers[`x-amz-checksum-${meta.checksum.algorithm}`] = meta.checksum.value;
+    }
+    ctx.res.writeHead(range ? 206 : 200, headers);
+    if (head || length === 0) {
+      ctx.res.end();
+      return;
+    }
+    streaming = true;
+    // autoClose: the stream owns the handle from here and closes it on end, error or abort.
+    await pipeline(handle.createReadStream({ start, end, autoClose: true, highWaterMark: 256 * 1024 }), ctx.res);
+  } finally {
+    if (!streaming) await handle.close();
+  }
+}
+
+export async function putObject(ctx: RequestContext, store: LocalStore): Promise<void> {
+  const { bucket, key } = ctx.target;
+  if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', 'CopyObject is not implemented by the embedded store');
+  }
+  if (key === '') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', 'The object key must not be empty');
+  if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+  const ifNoneMatch = headerOf(ctx.req, 'if-none-match');
+  if (ifNoneMatch !== undefined && ifNoneMatch.trim() !== '*') {
+    throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', 'Only If-None-Match: * is supported on PUT');
+  }
+  const body = uploadBody(ctx.req, ctx.auth, { maxBytes: ctx.config.maxObjectBytes });
+  const meta = await store.putObject(bucket, key, body.stream, {
+    ...objectAttributes(ctx.req),
+    ifNoneMatch: ifNoneMatch !== undefined,
+    checksum: () => {
+      const value = body.checksumValue();
+      return body.checksum && value !== undefined ? { algorithm: body.checksum.algorithm, value } : undefined;
+    },
+  });
+  const headers: Record<string, string> = { etag: quoted(meta.etag) };
+  if (meta.checksum) headers[`x-amz-checksum-${meta.checksum.algorithm}`] = meta.checksum.value;
+  sendEmpty(ctx.res, 200, headers);
+}
+
+export async function deleteObject(ctx: RequestContext, store: LocalStore): Promise<void> {
+  await store.deleteObject(ctx.target.bucket, ctx.target.key);
+  sendEmpty(ctx.res, 204);
+}

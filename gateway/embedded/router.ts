@@ -1,0 +1,76 @@
+/**
+ * Maps an authenticated path-style request to an embedded-store operation. Sub-resources the
+ * store does not implement (?acl, ?tagging, ?versioning, ...) are a clear 501 NotImplemented,
+ * never silently treated as the plain operation.
+ */
+import { ObjectCacheError } from '../../schemas/errors.js';
+import type { LocalStore } from '../../storage-worker/local-store/local-store.js';
+import type { RequestContext } from '../context.js';
+import { s3Operation, type S3Operation } from '../s3/operation.js';
+import { assertBucketName } from '../s3/request.js';
+import { createBucket, deleteBucket, deleteObjects, getBucketLocation, headBucket, listBuckets, listObjects } from './buckets.js';
+import { abortMultipartUpload, completeMultipartUpload, createMultipartUpload, listMultipartUploads, listParts, uploadPart } from './multipart.js';
+import { deleteObject, getObject, putObject } from './objects.js';
+
+type Handler = (ctx: RequestContext, store: LocalStore) => void | Promise<void>;
+
+/** Query parameters that are arguments, not sub-resources. */
+const ARGUMENTS = new Set([
+  'x-id', 'prefix', 'delimiter', 'max-keys', 'marker', 'list-type', 'continuation-token', 'start-after', 'fetch-owner', 'encoding-type',
+  'allow-unordered', 'uploadId', 'partNumber', 'part-number-marker', 'max-parts', 'max-uploads', 'key-marker', 'upload-id-marker',
+  'response-content-type', 'response-content-language', 'response-expires', 'response-cache-control', 'response-content-disposition', 'response-content-encoding',
+  'uploads', 'delete', 'location',
+]);
+
+function unsupportedSubresource(ctx: RequestContext): string | undefined {
+  return ctx.target.query.map(([name]) => name).find((name) => !ARGUMENTS.has(name) && !name.startsWith('X-Amz-'));
+}
+
+const HANDLERS: Record<S3Operation, Handler> = {
+  ListBuckets: listBuckets,
+  CreateBucket: createBucket,
+  HeadBucket: headBucket,
+  DeleteBucket: deleteBucket,
+  GetBucketLocation: getBucketLocation,
+  ListMultipartUploads: listMultipartUploads,
+  ListObjects: listObjects,
+  ListObjectsV2: listObjects,
+  DeleteObjects: deleteObjects,
+  ListParts: listParts,
+  GetObject: getObject,
+  HeadObject: getObject,
+  UploadPart: uploadPart,
+  PutObject: putObject,
+  AbortMultipartUpload: abortMultipartUpload,
+  DeleteObject: deleteObject,
+  CreateMultipartUpload: createMultipartUpload,
+  CompleteMultipartUpload: completeMultipartUpload,
+};
+
+/** Serves one request from the embedded store. */
+export async function serveEmbedded(ctx: RequestContext, store: LocalStore): Promise<void> {
+  const subresource = unsupportedSubresource(ctx);
+  if (subresource !== undefined) {
+    ctx.operation = 'Unsupported';
+    throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', `The ?${subresource} sub-resource is not implemented by the embedded store`);
+  }
+  if (ctx.target.bucket !== '' && ctx.req.method !== 'PUT') {
+    // Existing buckets were validated when created; a bad name here simply does not exist.
+    try {
+      assertBucketName(ctx.target.bucket);
+    } catch {
+      throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: ctx.target.bucket } });
+    }
+  }
+  if (ctx.target.bucket !== '' && ctx.target.key !== '' && ctx.req.method === 'PUT') assertBucketName(ctx.target.bucket);
+  const method = ctx.req.method ?? 'GET';
+  const operation = s3Operation(method, ctx.target);
+  if (operation === undefined) {
+    const { bucket, key } = ctx.target;
+    throw new ObjectCacheError('OC_ERR_REQUEST_METHOD_NOT_ALLOWED', `The ${method} method is not allowed against this resource`, {
+      details: { Method: method, ResourceType: key !== '' ? 'OBJECT' : bucket !== '' ? 'BUCKET' : 'SERVICE' },
+    });
+  }
+  ctx.operation = operation;
+  await HANDLERS[operation](ctx, store);
+}

@@ -1,0 +1,50 @@
+/**
+ * Names the S3 operation of a path-style request from its method, target and sub-resources,
+ * the way the S3 API reference names them. Used to route the embedded store and to label logs
+ * and metrics of passthrough requests; `undefined` means no operation this gateway knows.
+ */
+import { hasQuery, type S3Target } from './request.js';
+
+export type S3Operation =
+  | 'ListBuckets' | 'CreateBucket' | 'HeadBucket' | 'DeleteBucket' | 'GetBucketLocation' | 'ListMultipartUploads'
+  | 'ListObjects' | 'ListObjectsV2' | 'DeleteObjects' | 'ListParts' | 'GetObject' | 'HeadObject' | 'UploadPart'
+  | 'PutObject' | 'AbortMultipartUpload' | 'DeleteObject' | 'CreateMultipartUpload' | 'CompleteMultipartUpload';
+
+export function s3Operation(method: string, target: S3Target): S3Operation | undefined {
+  const { bucket, key } = target;
+  const q = (name: string): boolean => hasQuery(target, name);
+  if (bucket === '') return method === 'GET' ? 'ListBuckets' : undefined;
+  if (key === '') {
+    switch (method) {
+      case 'PUT':
+        return 'CreateBucket';
+      case 'HEAD':
+        return 'HeadBucket';
+      case 'DELETE':
+        return 'DeleteBucket';
+      case 'GET':
+        if (q('location')) return 'GetBucketLocation';
+        if (q('uploads')) return 'ListMultipartUploads';
+        return q('list-type') ? 'ListObjectsV2' : 'ListObjects';
+      case 'POST':
+        return q('delete') ? 'DeleteObjects' : undefined;
+      default:
+        return undefined;
+    }
+  }
+  switch (method) {
+    case 'GET':
+      return q('uploadId') ? 'ListParts' : 'GetObject';
+    case 'HEAD':
+      return 'HeadObject';
+    case 'PUT':
+      return q('uploadId') || q('partNumber') ? 'UploadPart' : 'PutObject';
+    case 'DELETE':
+      return q('uploadId') ? 'AbortMultipartUpload' : 'DeleteObject';
+    case 'POST':
+      if (q('uploads')) return 'CreateMultipartUpload';
+      return q('uploadId') ? 'CompleteMultipartUpload' : undefined;
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,138 @@
+/**
+ * Path-style S3 request parsing: `/{bucket}/{key}?{query}`.
+ *
+ * The key is percent-decoded to bytes and then decoded as strict UTF-8, the way S3 names
+ * objects. The canonical path used for SigV4 is re-encoded from the decoded path with the S3
+ * rules (every byte but the RFC 3986 unreserved set and '/' escaped), as Amazon S3 and MinIO do,
+ * so clients that escape slightly differently still verify.
+ */
+import { escapeUriPath } from '@smithy/util-uri-escape';
+import { ObjectCacheError } from '../../schemas/errors.js';
+
+/** S3 object keys are at most 1024 bytes of UTF-8. */
+export const MAX_KEY_BYTES = 1024;
+
+export interface S3Target {
+  /** Empty for service-level requests (ListBuckets). */
+  readonly bucket: string;
+  /** Empty for bucket-level requests. */
+  readonly key: string;
+  /** The decoded path, `/bucket/key`. */
+  readonly path: string;
+  /** The SigV4 canonical URI and the path sent to the backend. */
+  readonly canonicalPath: string;
+  /** Query parameters in order of appearance, decoded (`+` is a space, as in Go's url.ParseQuery). */
+  readonly query: readonly (readonly [string, string])[];
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+function percentDecode(raw: string, what: string): string {
+  const bytes: number[] = [];
+  for (let i = 0; i < raw.length; i++) {
+    const ch = raw.charCodeAt(i);
+    if (ch === 0x25 /* % */) {
+      const hex = raw.slice(i + 1, i + 3);
+      if (!/^[0-9A-Fa-f]{2}$/.test(hex)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The ${what} has a malformed percent escape`);
+      bytes.push(parseInt(hex, 16));
+      i += 2;
+    } else if (ch < 0x80) {
+      bytes.push(ch);
+    } else {
+      // Raw non-ASCII in the request line: take the code point's UTF-8 bytes.
+      const cp = raw.codePointAt(i) ?? ch;
+      for (const b of Buffer.from(String.fromCodePoint(cp), 'utf8')) bytes.push(b);
+      if (cp > 0xffff) i++;
+    }
+  }
+  try {
+    return utf8.decode(Uint8Array.from(bytes));
+  } catch {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The ${what} is not valid UTF-8`);
+  }
+}
+
+/** Percent-decoding for query components (`+` is a space). */
+function decodeQueryComponent(raw: string): string {
+  return percentDecode(raw.replace(/\+/g, ' '), 'query string');
+}
+
+export function parseQuery(rawQuery: string): [string, string][] {
+  if (rawQuery === '') return [];
+  const pairs: [string, string][] = [];
+  for (const part of rawQuery.split('&')) {
+    if (part === '') continue;
+    const eq = part.indexOf('=');
+    const name = eq === -1 ? part : part.slice(0, eq);
+    const value = eq === -1 ? '' : part.slice(eq + 1);
+    try {
+      pairs.push([decodeQueryComponent(name), decodeQueryComponent(value)]);
+    } catch {
+      throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The query parameter ${JSON.stringify(name)} is not valid percent-encoded UTF-8`);
+    }
+  }
+  return pairs;
+}
+
+/** Parses the request target of an HTTP request (`req.url`). */
+export function parseTarget(url: string): S3Target {
+  if (!url.startsWith('/')) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'The request target must be an absolute path');
+  const q = url.indexOf('?');
+  const rawPath = q === -1 ? url : url.slice(0, q);
+  const rawQuery = q === -1 ? '' : url.slice(q + 1);
+  const path = percentDecode(rawPath, 'object key');
+  if (path.includes('\0')) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', 'The object key contains a NUL character');
+
+  const slash = path.indexOf('/', 1);
+  const bucket = slash === -1 ? path.slice(1) : path.slice(1, slash);
+  const key = slash === -1 ? '' : path.slice(slash + 1);
+  if (Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The object key is longer than ${MAX_KEY_BYTES} bytes`, { details: { BucketName: bucket } });
+  }
+  return { bucket, key, path, canonicalPath: escapeUriPath(path), query: parseQuery(rawQuery) };
+}
+
+/** First value of a query parameter, or undefined. */
+export function queryValue(target: Pick<S3Target, 'query'>, name: string): string | undefined {
+  for (const [k, v] of target.query) if (k === name) return v;
+  return undefined;
+}
+
+export function hasQuery(target: Pick<S3Target, 'query'>, name: string): boolean {
+  return target.query.some(([k]) => k === name);
+}
+
+/**
+ * S3 bucket naming rules (general purpose buckets): 3-63 characters of lowercase letters,
+ * digits, dots and hyphens, starting and ending with a letter or digit, no `..`, not an IP
+ * address. These names are also safe directory names for the embedded store.
+ */
+export function assertBucketName(bucket: string): void {
+  const ok =
+    /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket) &&
+    !bucket.includes('..') &&
+    !bucket.includes('.-') &&
+    !bucket.includes('-.') &&
+    !/^\d+\.\d+\.\d+\.\d+$/.test(bucket);
+  if (!ok) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_BUCKET_NAME', `The bucket name ${JSON.stringify(bucket)} is not valid`, { details: { BucketName: bucket } });
+}
+
+/** Query parameters of presigned SigV4 authentication (compared case-insensitively). */
+const PRESIGN_PARAMS = new Set(['x-amz-algorithm', 'x-amz-credential', 'x-amz-date', 'x-amz-expires', 'x-amz-signedheaders', 'x-amz-signature', 'x-amz-security-token', 'x-amz-content-sha256']);
+
+/**
+ * After a presigned request is verified, its authentication parameters are spent and its other
+ * `x-amz-*` query parameters are headers that the presigner hoisted into the URL (S3 treats them
+ * as headers). Returns the target without either, and the hoisted headers to apply.
+ */
+export function unhoistPresigned(target: S3Target): { target: S3Target; headers: Record<string, string> } {
+  const headers: Record<string, string> = {};
+  const query: [string, string][] = [];
+  for (const [name, value] of target.query) {
+    const lower = name.toLowerCase();
+    if (PRESIGN_PARAMS.has(lower)) continue;
+    if (lower.startsWith('x-amz-')) headers[lower] = value;
+    else query.push([name, value]);
+  }
+  return { target: { ...target, query }, headers };
+}

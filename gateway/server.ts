@@ -1,0 +1,176 @@
+/**
+ * The gateway: the S3 front door (request id, SigV4, S3 XML errors, one log line per request)
+ * in front of either the embedded store or an S3 backend, plus the admin endpoint.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { once } from 'node:events';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { LocalStore } from '../storage-worker/local-store/local-store.js';
+import { S3Backend, type BackendStats } from '../storage-worker/s3-backend.js';
+import { startAdminServer, type AdminServer } from './admin.js';
+import { SigV4Verifier } from './auth/sigv4.js';
+import type { GatewayConfig } from './config.js';
+import type { RequestContext } from './context.js';
+import { serveEmbedded } from './embedded/router.js';
+import { createLogger, type Logger } from './logger.js';
+import { createMetrics, type GatewayMetrics } from './metrics.js';
+import { servePassthrough } from './passthrough.js';
+import { parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
+import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
+import { errorXml } from './s3/xml.js';
+
+export interface GatewayDependencies {
+  readonly logger?: Logger;
+  /** Clock for SigV4 (ms since the epoch); tests move it. */
+  readonly now?: () => number;
+}
+
+export interface Gateway {
+  /** `http://host:port` of the S3 endpoint. */
+  readonly url: string;
+  readonly port: number;
+  /** `http://host:port` of the admin endpoint (/healthz, /readyz, /metrics). */
+  readonly adminUrl: string;
+  readonly metrics: GatewayMetrics;
+  /** Backend request counters; undefined on the embedded store. */
+  backendStats(): BackendStats | undefined;
+  close(): Promise<void>;
+}
+
+/** The most an early error response will read and discard of an unread request body. */
+const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
+const CLOSE_GRACE_MS = 5_000;
+
+const AUTH_CODES = new Set<string>([
+  'OC_ERR_AUTH_MISSING', 'OC_ERR_AUTH_MALFORMED', 'OC_ERR_AUTH_ALGORITHM', 'OC_ERR_AUTH_MULTIPLE', 'OC_ERR_AUTH_UNKNOWN_KEY', 'OC_ERR_AUTH_SIGNATURE',
+  'OC_ERR_AUTH_CLOCK_SKEW', 'OC_ERR_AUTH_EXPIRED', 'OC_ERR_AUTH_NOT_YET_VALID', 'OC_ERR_AUTH_EXPIRES_RANGE', 'OC_ERR_AUTH_SCOPE', 'OC_ERR_AUTH_FORBIDDEN_HEADER',
+  'OC_ERR_REQUEST_MISSING_CONTENT_SHA256',
+]);
+
+function urlOf(address: AddressInfo): string {
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `http://${host}:${address.port}`;
+}
+
+/** Starts the gateway; resolves once both ports listen. */
+export async function startGateway(config: GatewayConfig, deps: GatewayDependencies = {}): Promise<Gateway> {
+  const logger = deps.logger ?? createLogger(config.logLevel);
+  const store = config.backend.kind === 'local' ? await LocalStore.open(config.backend.dataDir) : undefined;
+  const backend = config.backend.kind === 's3' ? new S3Backend(config.backend) : undefined;
+  const metrics = createMetrics(() => backend?.stats());
+  const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, ...(deps.now ? { now: deps.now } : {}) });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const started = process.hrtime.bigint();
+    const requestId = newRequestId();
+    res.setHeader('x-amz-request-id', requestId);
+    res.setHeader('server', 'ObjectCache');
+    const abort = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    let target: S3Target | undefined;
+    let ctx: RequestContext | undefined;
+    let failure: ObjectCacheError | undefined;
+    res.once('close', () => {
+      const operation = ctx?.operation ?? 'Unauthenticated';
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      const status = res.writableFinished ? res.statusCode : 499;
+      metrics.requests.inc({ operation, status: String(status) });
+      metrics.requestDuration.observe({ operation }, seconds);
+      logger.info('request', {
+        requestId,
+        method: req.method,
+        path: target?.path ?? req.url,
+        operation,
+        status,
+        ms: Math.round(seconds * 1e4) / 10,
+        accessKey: ctx?.auth.credential.accessKeyId,
+        ...(failure ? { code: failure.code } : {}),
+        ...(status === 499 ? { aborted: true } : {}),
+      });
+    });
+
+    try {
+      for (const name of Object.keys(req.headers)) {
+        if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
+      }
+      target = parseTarget(req.url ?? '/');
+      const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.canonicalPath, query: target.query });
+      if (auth.mode === 'presigned') {
+        const unhoisted = unhoistPresigned(target);
+        target = unhoisted.target;
+        for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
+      }
+      ctx = { req, res, requestId, target, auth, config, logger, signal: abort.signal, operation: 'Unknown' };
+      if (store) await serveEmbedded(ctx, store);
+      else if (backend) await servePassthrough(ctx, backend);
+    } catch (error) {
+      if (abort.signal.aborted) return; // The client is gone: nothing to answer.
+      failure = toObjectCacheError(error);
+      if (AUTH_CODES.has(failure.code)) metrics.authFailures.inc({ code: failure.code });
+      if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || failure.status === 503) {
+        logger.error('request failed', { requestId, error: failure });
+      }
+      sendError(res, failure, requestId, target?.path ?? req.url ?? '/', DRAIN_LIMIT_BYTES);
+    }
+  }
+
+  const server: Server = createServer({ maxHeaderSize: config.maxHeaderBytes, requestTimeout: 0, headersTimeout: 60_000, keepAliveTimeout: 65_000 }, (req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      logger.error('unhandled request failure', { error });
+      res.destroy();
+    });
+  });
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
+    if (error.code === 'HPE_HEADER_OVERFLOW' && socket.writable) {
+      const xml = errorXml({ code: 'RequestHeaderSectionTooLarge', message: `Your request's headers exceed the maximum of ${config.maxHeaderBytes} bytes`, resource: '/', requestId: newRequestId() });
+      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\ncontent-length: ${Buffer.byteLength(xml)}\r\nconnection: close\r\n\r\n${xml}`);
+      return;
+    }
+    socket.destroy();
+  });
+
+  let admin: AdminServer | undefined;
+  try {
+    server.listen(config.port, config.host);
+    await once(server, 'listening');
+    admin = await startAdminServer({
+      host: config.metricsHost,
+      port: config.metricsPort,
+      registry: metrics.registry,
+      ready: async () => (backend ? backend.reachable(2_000) : store !== undefined),
+    });
+  } catch (error) {
+    server.close();
+    await store?.close();
+    await backend?.close();
+    throw error;
+  }
+  const address = server.address() as AddressInfo;
+  logger.info('gateway listening', { url: urlOf(address), admin: admin.url, backend: config.backend.kind === 's3' ? config.backend.endpoint.origin : `local:${store?.dataDir}` });
+
+  let closing: Promise<void> | undefined;
+  const adminServer = admin;
+  return {
+    url: urlOf(address),
+    port: address.port,
+    adminUrl: adminServer.url,
+    metrics,
+    backendStats: () => backend?.stats(),
+    close() {
+      closing ??= (async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
+        const timer = setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS);
+        await closed;
+        clearTimeout(timer);
+        await adminServer.close();
+        await backend?.close();
+        await store?.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,108 @@
+/**
+ * The one error registry of ObjectCache.
+ *
+ * Every failure a user can see has a stable `OC_ERR_*` code, the HTTP status it is answered with
+ * before streaming starts, and the S3 error code put in the XML body (so S3 clients map it the way
+ * they map Amazon S3's own errors). Codes are part of the wire contract: the ERROR frame and the
+ * client library carry them, tests assert them, README.md lists them. Messages are for people and
+ * may change; codes may not.
+ */
+
+export interface ErrorSpec {
+  /** HTTP status used when the error is answered before any response byte was sent. */
+  readonly status: number;
+  /** S3 error code for the XML body (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html). */
+  readonly s3Code: string;
+  /** One line for the error table in README.md. */
+  readonly description: string;
+}
+
+export const ERRORS = {
+  // --- authentication and authorisation (DESIGN.md section 11) ---
+  OC_ERR_AUTH_MISSING: { status: 403, s3Code: 'AccessDenied', description: 'The request carries no SigV4 signature (anonymous access is not allowed).' },
+  OC_ERR_AUTH_MALFORMED: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The Authorization header or the presigned query parameters cannot be parsed.' },
+  OC_ERR_AUTH_ALGORITHM: { status: 400, s3Code: 'InvalidArgument', description: 'Only AWS4-HMAC-SHA256 (SigV4) is supported.' },
+  OC_ERR_AUTH_MULTIPLE: { status: 400, s3Code: 'InvalidArgument', description: 'Header and query-string authentication were both used; only one is allowed.' },
+  OC_ERR_AUTH_UNKNOWN_KEY: { status: 403, s3Code: 'InvalidAccessKeyId', description: 'The access key id is not one of the configured client credentials.' },
+  OC_ERR_AUTH_SIGNATURE: { status: 403, s3Code: 'SignatureDoesNotMatch', description: 'The computed signature does not match the one the client sent.' },
+  OC_ERR_AUTH_CLOCK_SKEW: { status: 403, s3Code: 'RequestTimeTooSkewed', description: 'The request time differs from the gateway clock by more than 15 minutes.' },
+  OC_ERR_AUTH_EXPIRED: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL has expired.' },
+  OC_ERR_AUTH_NOT_YET_VALID: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL is dated in the future.' },
+  OC_ERR_AUTH_EXPIRES_RANGE: { status: 400, s3Code: 'AuthorizationQueryParametersError', description: 'X-Amz-Expires must be an integer from 1 to 604800 seconds.' },
+  OC_ERR_AUTH_SCOPE: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The credential scope names the wrong date, region or service.' },
+  OC_ERR_AUTH_FORBIDDEN_HEADER: { status: 403, s3Code: 'AccessDenied', description: 'The request carries a header reserved for the object store (X-Minio-Internal-*).' },
+
+  // --- request shape ---
+  OC_ERR_REQUEST_CONTENT_SHA256: { status: 400, s3Code: 'XAmzContentSHA256Mismatch', description: 'The body does not match x-amz-content-sha256.' },
+  OC_ERR_REQUEST_MISSING_CONTENT_SHA256: { status: 400, s3Code: 'InvalidRequest', description: 'A header-signed request must carry x-amz-content-sha256.' },
+  OC_ERR_REQUEST_BAD_DIGEST: { status: 400, s3Code: 'BadDigest', description: 'The body does not match Content-MD5 or the x-amz-checksum-* value.' },
+  OC_ERR_REQUEST_INVALID_DIGEST: { status: 400, s3Code: 'InvalidDigest', description: 'Content-MD5 or an x-amz-checksum-* header is not valid base64 of the right length.' },
+  OC_ERR_REQUEST_CHUNKED_ENCODING: { status: 400, s3Code: 'IncompleteBody', description: 'The aws-chunked body is malformed, truncated or longer than declared.' },
+  OC_ERR_REQUEST_CHUNK_SIGNATURE: { status: 403, s3Code: 'SignatureDoesNotMatch', description: 'A chunk signature of a STREAMING-AWS4-HMAC-SHA256-PAYLOAD body does not match.' },
+  OC_ERR_REQUEST_INCOMPLETE_BODY: { status: 400, s3Code: 'IncompleteBody', description: 'The body ended before Content-Length bytes arrived.' },
+  OC_ERR_REQUEST_MISSING_LENGTH: { status: 411, s3Code: 'MissingContentLength', description: 'An upload must declare its length (Content-Length or x-amz-decoded-content-length).' },
+  OC_ERR_REQUEST_TOO_LARGE: { status: 400, s3Code: 'EntityTooLarge', description: 'The body is larger than the configured maximum object size.' },
+  OC_ERR_REQUEST_INVALID_BUCKET_NAME: { status: 400, s3Code: 'InvalidBucketName', description: 'The bucket name does not follow the S3 naming rules.' },
+  OC_ERR_REQUEST_INVALID_KEY: { status: 400, s3Code: 'InvalidArgument', description: 'The object key is empty, too long (over 1024 bytes), or contains NUL or invalid UTF-8.' },
+  OC_ERR_REQUEST_INVALID_ARGUMENT: { status: 400, s3Code: 'InvalidArgument', description: 'A query parameter or header has an invalid value (the message names it).' },
+  OC_ERR_REQUEST_MALFORMED_XML: { status: 400, s3Code: 'MalformedXML', description: 'The XML request body is not well formed or does not follow the S3 schema.' },
+  OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM: { status: 400, s3Code: 'InvalidRequest', description: 'The checksum algorithm is not supported (supported: CRC32, CRC32C, SHA1, SHA256).' },
+  OC_ERR_REQUEST_NOT_IMPLEMENTED: { status: 501, s3Code: 'NotImplemented', description: 'The S3 operation is not implemented by the embedded store.' },
+  OC_ERR_REQUEST_METHOD_NOT_ALLOWED: { status: 405, s3Code: 'MethodNotAllowed', description: 'The HTTP method is not allowed on this resource.' },
+  OC_ERR_REQUEST_HEADER_TOO_LARGE: { status: 400, s3Code: 'RequestHeaderSectionTooLarge', description: 'The request headers exceed the configured limit.' },
+
+  // --- store semantics (both backends) ---
+  OC_ERR_STORE_NO_SUCH_BUCKET: { status: 404, s3Code: 'NoSuchBucket', description: 'The bucket does not exist.' },
+  OC_ERR_STORE_NO_SUCH_KEY: { status: 404, s3Code: 'NoSuchKey', description: 'The object does not exist.' },
+  OC_ERR_STORE_NO_SUCH_UPLOAD: { status: 404, s3Code: 'NoSuchUpload', description: 'The multipart upload does not exist (never created, completed or aborted).' },
+  OC_ERR_STORE_BUCKET_EXISTS: { status: 409, s3Code: 'BucketAlreadyOwnedByYou', description: 'The bucket already exists.' },
+  OC_ERR_STORE_BUCKET_NOT_EMPTY: { status: 409, s3Code: 'BucketNotEmpty', description: 'The bucket still holds objects or uploads.' },
+  OC_ERR_STORE_INVALID_RANGE: { status: 416, s3Code: 'InvalidRange', description: 'The requested range is not satisfiable for the object size.' },
+  OC_ERR_STORE_PRECONDITION_FAILED: { status: 412, s3Code: 'PreconditionFailed', description: 'An If-Match / If-Unmodified-Since (or If-None-Match on PUT) condition failed.' },
+  OC_ERR_STORE_INVALID_PART: { status: 400, s3Code: 'InvalidPart', description: 'A part named in CompleteMultipartUpload is missing or its ETag differs.' },
+  OC_ERR_STORE_INVALID_PART_ORDER: { status: 400, s3Code: 'InvalidPartOrder', description: 'CompleteMultipartUpload lists parts out of ascending order.' },
+  OC_ERR_STORE_ENTITY_TOO_SMALL: { status: 400, s3Code: 'EntityTooSmall', description: 'A part other than the last is smaller than 5 MiB.' },
+  OC_ERR_STORE_IO: { status: 500, s3Code: 'InternalError', description: 'The embedded store failed to read or write its data directory.' },
+
+  // --- the S3 backend behind the gateway ---
+  OC_ERR_BACKEND_UNAVAILABLE: { status: 503, s3Code: 'ServiceUnavailable', description: 'The object store behind the gateway cannot be reached.' },
+  OC_ERR_BACKEND_TIMEOUT: { status: 503, s3Code: 'ServiceUnavailable', description: 'The object store did not answer within the backend timeout.' },
+  OC_ERR_BACKEND_PROTOCOL: { status: 502, s3Code: 'InternalError', description: 'The object store answered with something that is not valid S3.' },
+
+  // --- the gateway itself ---
+  OC_ERR_INTERNAL: { status: 500, s3Code: 'InternalError', description: 'An unexpected gateway failure (logged with the request id).' },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export interface ObjectCacheErrorOptions {
+  readonly cause?: unknown;
+  /** Extra elements for the S3 XML body (BucketName, Key, ...). */
+  readonly details?: Readonly<Record<string, string | number>>;
+  /** Whether retrying the same request may succeed (backend outages, throttling). */
+  readonly retryable?: boolean;
+}
+
+/** The one error class of ObjectCache. Recognise it by `code`, never by message. */
+export class ObjectCacheError extends Error {
+  override readonly name = 'ObjectCacheError';
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly s3Code: string;
+  readonly details: Readonly<Record<string, string | number>>;
+  readonly retryable: boolean;
+
+  constructor(code: ErrorCode, message: string, options: ObjectCacheErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    const spec: ErrorSpec = ERRORS[code];
+    this.code = code;
+    this.status = spec.status;
+    this.s3Code = spec.s3Code;
+    this.details = options.details ?? {};
+    this.retryable = options.retryable ?? spec.status === 503;
+  }
+}
+
+export function isObjectCacheError(value: unknown): value is ObjectCacheError {
+  return value instanceof ObjectCacheError;
+}

@@ -1,0 +1,468 @@
+/**
+ * The embedded store: the S3 subset ObjectCache needs, on a local data directory, so a fresh
+ * checkout serves with no other program (DESIGN.md sections 6 and 12).
+ *
+ * Layout under the data directory:
+ *   .lock                                  pid of the gateway that owns the directory
+ *   .tmp/                                  staged writes (emptied at start-up)
+ *   buckets/<bucket>/bucket.json           creation time
+ *   buckets/<bucket>/objects/<hh>/<sha256> one object file (see object-file.ts)
+ *   buckets/<bucket>/uploads/<id>/         upload.json and part-<n> files of a multipart upload
+ *
+ * File names come from validated bucket names, SHA-256 of keys, and upload ids the store made
+ * itself, so no key (`..`, absolute paths, NUL, encoded separators) can name a path outside the
+ * directory, and every key, `a//b` and `a/` included, has its own file. Keys are listed from an
+ * in-memory index rebuilt from the object footers at start-up. One gateway owns a directory.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { constants as fsConstants, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdir, open, readdir, readFile, rm, writeFile, type FileHandle } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import type { Readable } from 'node:stream';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { KeyIndex, type ListOptions, type ListPage } from './key-index.js';
+import { commitStagedSync, discardStaged, parentOf, readFooter, stageFile, syncDirectory, type ObjectMeta, type StagedFile } from './object-file.js';
+
+export type { ObjectMeta } from './object-file.js';
+
+/** S3: every part but the last must be at least 5 MiB. */
+export const MIN_PART_BYTES = 5 * 1024 * 1024;
+export const MAX_PART_NUMBER = 10_000;
+
+export interface ObjectAttributes {
+  readonly contentType: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly userMeta: Readonly<Record<string, string>>;
+}
+
+export interface PutOptions extends ObjectAttributes {
+  /** Read after the body has been consumed and verified (trailer checksums arrive last). */
+  readonly checksum?: () => { algorithm: string; value: string } | undefined;
+  /** If-None-Match: * on PUT: fail instead of overwriting. */
+  readonly ifNoneMatch?: boolean;
+}
+
+export interface OpenObject {
+  readonly meta: ObjectMeta;
+  readonly handle: FileHandle;
+}
+
+interface PartInfo {
+  readonly partNumber: number;
+  readonly size: number;
+  readonly etag: string;
+  readonly md5: string;
+  readonly lastModified: number;
+}
+
+interface UploadInfo {
+  readonly uploadId: string;
+  readonly bucket: string;
+  readonly key: string;
+  readonly initiated: number;
+  readonly attributes: ObjectAttributes;
+  readonly parts: Map<number, PartInfo>;
+}
+
+interface BucketState {
+  readonly name: string;
+  readonly created: number;
+  readonly index: KeyIndex<ObjectMeta>;
+  readonly uploads: Map<string, UploadInfo>;
+}
+
+const UPLOAD_ID = /^[0-9a-f]{32}$/;
+
+/** The file that holds `key` in `bucket`, relative to the data directory. Pure, for workers too. */
+export function objectRelativePath(bucket: string, key: string): string {
+  const digest = createHash('sha256').update(key, 'utf8').digest('hex');
+  return join('buckets', bucket, 'objects', digest.slice(0, 2), digest);
+}
+
+function isNotFound(error: unknown): boolean {
+  return (error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
+}
+
+function noSuchBucket(bucket: string): ObjectCacheError {
+  return new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+}
+
+function noSuchKey(bucket: string, key: string): ObjectCacheError {
+  return new ObjectCacheError('OC_ERR_STORE_NO_SUCH_KEY', 'The specified key does not exist.', { details: { BucketName: bucket, Key: key } });
+}
+
+function noSuchUpload(uploadId: string): ObjectCacheError {
+  return new ObjectCacheError('OC_ERR_STORE_NO_SUCH_UPLOAD', 'The specified multipart upload does not exist.', { details: { UploadId: uploadId } });
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export class LocalStore {
+  readonly dataDir: string;
+  readonly #buckets = new Map<string, BucketState>();
+  readonly #tempDir: string;
+  #closed = false;
+
+  private constructor(dataDir: string) {
+    this.dataDir = dataDir;
+    this.#tempDir = join(dataDir, '.tmp');
+  }
+
+  /** Opens (creating if needed) the data directory, takes its lock and rebuilds the index. */
+  static async open(dataDir: string): Promise<LocalStore> {
+    const store = new LocalStore(resolve(dataDir));
+    await mkdir(join(store.dataDir, 'buckets'), { recursive: true });
+    store.#lock();
+    try {
+      await rm(store.#tempDir, { recursive: true, force: true });
+      await mkdir(store.#tempDir, { recursive: true });
+      await store.#load();
+    } catch (error) {
+      store.#unlock();
+      throw error;
+    }
+    return store;
+  }
+
+  #lock(): void {
+    const lockPath = join(this.dataDir, '.lock');
+    try {
+      writeFileSync(lockPath, String(process.pid), { flag: 'wx' });
+      return;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    const owner = Number(readFileSync(lockPath, 'utf8').trim());
+    if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && processAlive(owner)) {
+      throw new ObjectCacheError('OC_ERR_STORE_IO', `The data directory ${this.dataDir} is in use by process ${owner}`);
+    }
+    writeFileSync(lockPath, String(process.pid));
+  }
+
+  #unlock(): void {
+    try {
+      unlinkSync(join(this.dataDir, '.lock'));
+    } catch {
+      // Already gone: nothing to release.
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#unlock();
+  }
+
+  async #load(): Promise<void> {
+    const root = join(this.dataDir, 'buckets');
+    for (const name of await readdir(root)) {
+      let created = Date.now();
+      try {
+        created = (JSON.parse(await readFile(join(root, name, 'bucket.json'), 'utf8')) as { created: number }).created;
+      } catch (error) {
+        if (!isNotFound(error)) throw error;
+        continue; // A bucket directory whose creation never committed.
+      }
+      const state: BucketState = { name, created, index: new KeyIndex(), uploads: new Map() };
+      this.#buckets.set(name, state);
+      const objects = join(root, name, 'objects');
+      for (const shard of await readdir(objects).catch(() => [] as string[])) {
+        for (const file of await readdir(join(objects, shard))) {
+          const fh = await open(join(objects, shard, file), 'r');
+          try {
+            const meta = await readFooter(fh);
+            state.index.set(meta.key, meta);
+          } finally {
+            await fh.close();
+          }
+        }
+      }
+      const uploads = join(root, name, 'uploads');
+      for (const uploadId of await readdir(uploads).catch(() => [] as string[])) {
+        if (!UPLOAD_ID.test(uploadId)) continue;
+        const dir = join(uploads, uploadId);
+        let info: Omit<UploadInfo, 'parts'>;
+        try {
+          info = JSON.parse(await readFile(join(dir, 'upload.json'), 'utf8')) as Omit<UploadInfo, 'parts'>;
+        } catch {
+          await rm(dir, { recursive: true, force: true });
+          continue;
+        }
+        const parts = new Map<number, PartInfo>();
+        for (const file of await readdir(dir)) {
+          const m = /^part-(\d+)$/.exec(file);
+          if (!m) continue;
+          const fh = await open(join(dir, file), 'r');
+          try {
+            const meta = await readFooter(fh);
+            const partNumber = Number(m[1]);
+            parts.set(partNumber, { partNumber, size: meta.size, etag: meta.etag, md5: meta.etag, lastModified: meta.lastModified });
+          } finally {
+            await fh.close();
+          }
+        }
+        state.uploads.set(uploadId, { ...info, parts });
+      }
+    }
+  }
+
+  #bucket(name: string): BucketState {
+    const state = this.#buckets.get(name);
+    if (!state) throw noSuchBucket(name);
+    return state;
+  }
+
+  #path(bucket: string, key: string): string {
+    return join(this.dataDir, objectRelativePath(bucket, key));
+  }
+
+  #uploadDir(bucket: string, uploadId: string): string {
+    return join(this.dataDir, 'buckets', bucket, 'uploads', uploadId);
+  }
+
+  // ---- buckets ----
+
+  listBuckets(): { name: string; created: number }[] {
+    return [...this.#buckets.values()].map((b) => ({ name: b.name, created: b.created })).sort((a, b) => (a.name < b.name ? -1 : 1));
+  }
+
+  hasBucket(name: string): boolean {
+    return this.#buckets.has(name);
+  }
+
+  async createBucket(name: string): Promise<void> {
+    if (this.#buckets.has(name)) {
+      throw new ObjectCacheError('OC_ERR_STORE_BUCKET_EXISTS', 'Your previous request to create the named bucket succeeded and you already own it.', { details: { BucketName: name } });
+    }
+    const dir = join(this.dataDir, 'buckets', name);
+    await mkdir(join(dir, 'objects'), { recursive: true });
+    await mkdir(join(dir, 'uploads'), { recursive: true });
+    const created = Date.now();
+    await writeFile(join(dir, 'bucket.json.tmp'), JSON.stringify({ created }));
+    if (this.#buckets.has(name)) throw new ObjectCacheError('OC_ERR_STORE_BUCKET_EXISTS', 'The bucket already exists', { details: { BucketName: name } });
+    commitStagedSync({ tempPath: join(dir, 'bucket.json.tmp'), size: 0, md5Hex: '', md5: Buffer.alloc(0) }, join(dir, 'bucket.json'));
+    this.#buckets.set(name, { name, created, index: new KeyIndex(), uploads: new Map() });
+    await syncDirectory(dir);
+  }
+
+  async deleteBucket(name: string): Promise<void> {
+    const state = this.#bucket(name);
+    if (state.index.size > 0 || state.uploads.size > 0) {
+      throw new ObjectCacheError('OC_ERR_STORE_BUCKET_NOT_EMPTY', 'The bucket you tried to delete is not empty', { details: { BucketName: name } });
+    }
+    this.#buckets.delete(name);
+    unlinkSync(join(this.dataDir, 'buckets', name, 'bucket.json'));
+    await rm(join(this.dataDir, 'buckets', name), { recursive: true, force: true });
+  }
+
+  // ---- objects ----
+
+  /** Streams `body` into a new object; resolves after the object is durable and visible. */
+  async putObject(bucket: string, key: string, body: Readable, options: PutOptions): Promise<ObjectMeta> {
+    this.#bucket(bucket);
+    if (options.ifNoneMatch && this.#bucket(bucket).index.get(key)) throw this.#preconditionFailed();
+    let meta: ObjectMeta | undefined;
+    const staged = await stageFile(this.#tempDir, body, ({ size, md5Hex }) => {
+      const checksum = options.checksum?.();
+      meta = {
+        key,
+        size,
+        etag: md5Hex,
+        lastModified: Date.now(),
+        contentType: options.contentType,
+        headers: options.headers,
+        userMeta: options.userMeta,
+        ...(checksum ? { checksum } : {}),
+      };
+      return meta;
+    });
+    return this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, options.ifNoneMatch ?? false);
+  }
+
+  #preconditionFailed(): ObjectCacheError {
+    return new ObjectCacheError('OC_ERR_STORE_PRECONDITION_FAILED', 'At least one of the pre-conditions you specified did not hold');
+  }
+
+  async #commitObject(bucket: string, key: string, staged: StagedFile, meta: ObjectMeta, ifNoneMatch: boolean): Promise<ObjectMeta> {
+    const state = this.#buckets.get(bucket);
+    if (!state) {
+      await discardStaged(staged);
+      throw noSuchBucket(bucket);
+    }
+    if (ifNoneMatch && state.index.get(key)) {
+      await discardStaged(staged);
+      throw this.#preconditionFailed();
+    }
+    const finalPath = this.#path(bucket, key);
+    try {
+      await mkdir(parentOf(finalPath), { recursive: true });
+      if (!this.#buckets.has(bucket)) throw noSuchBucket(bucket);
+      commitStagedSync(staged, finalPath);
+      state.index.set(key, meta);
+    } catch (error) {
+      await discardStaged(staged);
+      throw error;
+    }
+    await syncDirectory(parentOf(finalPath));
+    return meta;
+  }
+
+  /** Opens an object for reading; the caller closes `handle`. */
+  async openObject(bucket: string, key: string): Promise<OpenObject> {
+    this.#bucket(bucket);
+    let handle: FileHandle;
+    try {
+      handle = await open(this.#path(bucket, key), fsConstants.O_RDONLY);
+    } catch (error) {
+      if (isNotFound(error)) throw noSuchKey(bucket, key);
+      throw new ObjectCacheError('OC_ERR_STORE_IO', 'Cannot open the object file', { cause: error });
+    }
+    try {
+      const meta = await readFooter(handle);
+      if (meta.key !== key) throw new ObjectCacheError('OC_ERR_STORE_IO', 'The object file belongs to another key');
+      return { meta, handle };
+    } catch (error) {
+      await handle.close();
+      throw error;
+    }
+  }
+
+  headObject(bucket: string, key: string): ObjectMeta {
+    const meta = this.#bucket(bucket).index.get(key);
+    if (!meta) throw noSuchKey(bucket, key);
+    return meta;
+  }
+
+  /** Deletes an object; deleting a missing key succeeds, as in S3. */
+  async deleteObject(bucket: string, key: string): Promise<void> {
+    const state = this.#bucket(bucket);
+    const path = this.#path(bucket, key);
+    try {
+      unlinkSync(path);
+    } catch (error) {
+      if (!isNotFound(error)) throw new ObjectCacheError('OC_ERR_STORE_IO', 'Cannot delete the object file', { cause: error });
+    }
+    state.index.delete(key);
+  }
+
+  list(bucket: string, options: ListOptions): ListPage<ObjectMeta> {
+    return this.#bucket(bucket).index.list(options);
+  }
+
+  // ---- multipart uploads ----
+
+  async createUpload(bucket: string, key: string, attributes: ObjectAttributes): Promise<string> {
+    const state = this.#bucket(bucket);
+    const uploadId = randomBytes(16).toString('hex');
+    const dir = this.#uploadDir(bucket, uploadId);
+    await mkdir(dir, { recursive: true });
+    const info = { uploadId, bucket, key, initiated: Date.now(), attributes };
+    await writeFile(join(dir, 'upload.json'), JSON.stringify(info));
+    state.uploads.set(uploadId, { ...info, parts: new Map() });
+    return uploadId;
+  }
+
+  #upload(bucket: string, key: string, uploadId: string): UploadInfo {
+    const state = this.#bucket(bucket);
+    const info = UPLOAD_ID.test(uploadId) ? state.uploads.get(uploadId) : undefined;
+    if (!info || info.key !== key) throw noSuchUpload(uploadId);
+    return info;
+  }
+
+  async putPart(bucket: string, key: string, uploadId: string, partNumber: number, body: Readable): Promise<PartInfo> {
+    this.#upload(bucket, key, uploadId);
+    let part: PartInfo | undefined;
+    const staged = await stageFile(this.#tempDir, body, ({ size, md5Hex }) => {
+      part = { partNumber, size, etag: md5Hex, md5: md5Hex, lastModified: Date.now() };
+      return { key: String(partNumber), size, etag: md5Hex, lastModified: part.lastModified, contentType: '', headers: {}, userMeta: {} };
+    });
+    const info = this.#buckets.get(bucket)?.uploads.get(uploadId);
+    if (!info) {
+      await discardStaged(staged);
+      throw noSuchUpload(uploadId);
+    }
+    commitStagedSync(staged, join(this.#uploadDir(bucket, uploadId), `part-${partNumber}`));
+    info.parts.set(partNumber, part as unknown as PartInfo);
+    await syncDirectory(this.#uploadDir(bucket, uploadId));
+    return part as unknown as PartInfo;
+  }
+
+  listParts(bucket: string, key: string, uploadId: string): { info: UploadInfo; parts: PartInfo[] } {
+    const info = this.#upload(bucket, key, uploadId);
+    return { info, parts: [...info.parts.values()].sort((a, b) => a.partNumber - b.partNumber) };
+  }
+
+  listUploads(bucket: string, prefix: string): UploadInfo[] {
+    return [...this.#bucket(bucket).uploads.values()].filter((u) => u.key.startsWith(prefix)).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.initiated - b.initiated));
+  }
+
+  async completeUpload(bucket: string, key: string, uploadId: string, requested: readonly { partNumber: number; etag: string }[]): Promise<ObjectMeta> {
+    const info = this.#upload(bucket, key, uploadId);
+    if (requested.length === 0) throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'CompleteMultipartUpload must list at least one part');
+    const chosen: PartInfo[] = [];
+    let previous = 0;
+    for (const { partNumber, etag } of requested) {
+      if (partNumber <= previous) throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART_ORDER', 'The list of parts was not in ascending order', { details: { UploadId: uploadId } });
+      previous = partNumber;
+      const part = info.parts.get(partNumber);
+      if (!part || part.etag !== etag.replace(/^"|"$/g, '')) {
+        throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Part ${partNumber} could not be found or its ETag does not match`, { details: { UploadId: uploadId, PartNumber: partNumber } });
+      }
+      chosen.push(part);
+    }
+    chosen.forEach((part, i) => {
+      if (i < chosen.length - 1 && part.size < MIN_PART_BYTES) {
+        throw new ObjectCacheError('OC_ERR_STORE_ENTITY_TOO_SMALL', `Part ${part.partNumber} is smaller than the 5 MiB minimum`, { details: { PartNumber: part.partNumber } });
+      }
+    });
+    const dir = this.#uploadDir(bucket, uploadId);
+    async function* concatenate(): AsyncGenerator<Uint8Array> {
+      for (const part of chosen) {
+        const fh = await open(join(dir, `part-${part.partNumber}`), 'r');
+        try {
+          const buffer = Buffer.allocUnsafe(1024 * 1024);
+          let position = 0;
+          while (position < part.size) {
+            const { bytesRead } = await fh.read(buffer, 0, Math.min(buffer.length, part.size - position), position);
+            if (bytesRead === 0) throw new ObjectCacheError('OC_ERR_STORE_IO', `Part ${part.partNumber} is shorter than recorded`);
+            position += bytesRead;
+            yield Buffer.from(buffer.subarray(0, bytesRead));
+          }
+        } finally {
+          await fh.close();
+        }
+      }
+    }
+    const etagDigest = createHash('md5');
+    for (const part of chosen) etagDigest.update(Buffer.from(part.md5, 'hex'));
+    const etag = `${etagDigest.digest('hex')}-${chosen.length}`;
+    let meta: ObjectMeta | undefined;
+    const staged = await stageFile(this.#tempDir, concatenate(), ({ size }) => {
+      meta = { key, size, etag, lastModified: Date.now(), ...info.attributes };
+      return meta;
+    });
+    // The upload may have been aborted or completed concurrently while the parts were copied.
+    if (this.#buckets.get(bucket)?.uploads.get(uploadId) !== info) {
+      await discardStaged(staged);
+      throw noSuchUpload(uploadId);
+    }
+    info.parts.clear();
+    this.#bucket(bucket).uploads.delete(uploadId);
+    const committed = await this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, false);
+    await rm(dir, { recursive: true, force: true });
+    return committed;
+  }
+
+  async abortUpload(bucket: string, key: string, uploadId: string): Promise<void> {
+    this.#upload(bucket, key, uploadId);
+    this.#bucket(bucket).uploads.delete(uploadId);
+    await rm(this.#uploadDir(bucket, uploadId), { recursive: true, force: true });
+  }
+}

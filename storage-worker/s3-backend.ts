@@ -1,0 +1,160 @@
+/**
+ * The `s3` backend: requests to MinIO (or any S3) over a keep-alive undici pool, re-signed with
+ * the gateway's own backend credentials through @smithy/signature-v4. Upstream failures are
+ * mapped in one place (as fastify-reply-from does): unreachable is 503, too slow is 503 with
+ * OC_ERR_BACKEND_TIMEOUT, always with `{ cause }`.
+ */
+import type { Readable } from 'node:stream';
+import { SignatureV4 } from '@smithy/signature-v4';
+import type { QueryParameterBag } from '@smithy/types';
+import { escapeUri } from '@smithy/util-uri-escape';
+import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { NodeSha256 } from './node-sha256.js';
+
+export const EMPTY_PAYLOAD_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+
+export interface S3BackendOptions {
+  readonly endpoint: URL;
+  readonly region: string;
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  readonly connections: number;
+  readonly timeoutMs: number;
+}
+
+export interface BackendRequest {
+  readonly method: string;
+  /** Already S3-encoded path, `/bucket/key`. */
+  readonly path: string;
+  readonly query?: readonly (readonly [string, string])[];
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly body?: Readable | Buffer;
+  /** Hex SHA-256 of the body, or UNSIGNED-PAYLOAD; defaults to the empty body's hash. */
+  readonly payloadHash?: string;
+  readonly signal?: AbortSignal;
+}
+
+export interface BackendStats {
+  /** Requests sent since start. */
+  readonly requests: number;
+  /** Requests whose response has not finished. */
+  readonly inflight: number;
+  readonly errors: number;
+}
+
+function queryString(pairs: readonly (readonly [string, string])[]): string {
+  return pairs.map(([k, v]) => `${escapeUri(k)}=${escapeUri(v)}`).join('&');
+}
+
+function queryBag(pairs: readonly (readonly [string, string])[]): QueryParameterBag {
+  const bag: Record<string, string | string[]> = {};
+  for (const [k, v] of pairs) {
+    const existing = bag[k];
+    if (existing === undefined) bag[k] = v;
+    else if (Array.isArray(existing)) existing.push(v);
+    else bag[k] = [existing, v];
+  }
+  return bag;
+}
+
+/** The one place where transport failures become gateway errors. */
+export function mapBackendError(error: unknown, signal?: AbortSignal): unknown {
+  if (signal?.aborted) return error; // The client went away; nobody is listening.
+  if (error instanceof ObjectCacheError) return error;
+  if (error instanceof undiciErrors.HeadersTimeoutError || error instanceof undiciErrors.BodyTimeoutError || error instanceof undiciErrors.ConnectTimeoutError) {
+    return new ObjectCacheError('OC_ERR_BACKEND_TIMEOUT', 'The object store did not answer in time', { cause: error, retryable: true });
+  }
+  return new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', 'The object store behind the gateway is unavailable', { cause: error, retryable: true });
+}
+
+export class S3Backend {
+  readonly endpoint: URL;
+  readonly #pool: Pool;
+  readonly #signer: SignatureV4;
+  readonly #timeoutMs: number;
+  #requests = 0;
+  #inflight = 0;
+  #errors = 0;
+
+  constructor(options: S3BackendOptions) {
+    this.endpoint = options.endpoint;
+    this.#timeoutMs = options.timeoutMs;
+    this.#pool = new Pool(options.endpoint.origin, {
+      connections: options.connections,
+      connect: { timeout: options.timeoutMs },
+      headersTimeout: options.timeoutMs,
+      bodyTimeout: options.timeoutMs,
+      keepAliveTimeout: 30_000,
+    });
+    this.#signer = new SignatureV4({
+      credentials: { accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey },
+      region: options.region,
+      service: 's3',
+      sha256: NodeSha256,
+      uriEscapePath: false,
+      applyChecksum: true,
+    });
+  }
+
+  stats(): BackendStats {
+    return { requests: this.#requests, inflight: this.#inflight, errors: this.#errors };
+  }
+
+  /** Signs and sends one request; the caller consumes or dumps the response body. */
+  async request(request: BackendRequest): Promise<Dispatcher.ResponseData> {
+    const query = request.query ?? [];
+    const signed = await this.#signer.sign({
+      method: request.method,
+      protocol: this.endpoint.protocol,
+      hostname: this.endpoint.hostname,
+      ...(this.endpoint.port === '' ? {} : { port: Number(this.endpoint.port) }),
+      path: request.path,
+      query: queryBag(query),
+      headers: { ...request.headers, host: this.endpoint.host, 'x-amz-content-sha256': request.payloadHash ?? EMPTY_PAYLOAD_SHA256 },
+    });
+    const qs = queryString(query);
+    this.#requests++;
+    this.#inflight++;
+    let settled = false;
+    const done = (): void => {
+      if (!settled) {
+        settled = true;
+        this.#inflight--;
+      }
+    };
+    try {
+      const response = await this.#pool.request({
+        method: request.method as Dispatcher.HttpMethod,
+        path: qs === '' ? request.path : `${request.path}?${qs}`,
+        headers: signed.headers,
+        body: request.body ?? null,
+        signal: request.signal ?? null,
+        headersTimeout: this.#timeoutMs,
+        bodyTimeout: this.#timeoutMs,
+      });
+      response.body.once('close', done);
+      response.body.once('error', () => this.#errors++);
+      return response;
+    } catch (error) {
+      done();
+      if (!request.signal?.aborted) this.#errors++;
+      throw mapBackendError(error, request.signal);
+    }
+  }
+
+  /** True when the endpoint answers HTTP at all (any status): used by /readyz. */
+  async reachable(timeoutMs: number): Promise<boolean> {
+    try {
+      const response = await this.#pool.request({ method: 'HEAD', path: '/', headersTimeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) });
+      await response.body.dump();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.close();
+  }
+}

@@ -1,0 +1,115 @@
+/**
+ * A real MinIO server for tests and benchmarks: built once per version by
+ * scripts/install-minio.sh, started on a free loopback port with a temporary data directory.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+
+export interface MinioInfo {
+  readonly endpoint: string;
+  readonly accessKey: string;
+  readonly secretKey: string;
+  readonly binary: string;
+}
+
+export interface MinioServer extends MinioInfo {
+  readonly port: number;
+  readonly dataDir: string;
+  readonly process: ChildProcess;
+  /** Stops the server (SIGTERM, then SIGKILL) and keeps the data directory. */
+  stop(): Promise<void>;
+  /** Stops the server and removes the data directory. */
+  destroy(): Promise<void>;
+}
+
+/** Builds MinIO if this version is not built yet; returns the binary's path. */
+export function installMinio(): string {
+  const out = execFileSync('bash', [join(ROOT, 'scripts/install-minio.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 25 * 60 * 1000 });
+  const binary = out.trim().split('\n').at(-1);
+  if (!binary) throw new Error('install-minio.sh printed no binary path');
+  return binary;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+async function waitHealthy(endpoint: string, child: ChildProcess, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`minio exited with code ${child.exitCode} before it was ready`);
+    try {
+      const res = await fetch(`${endpoint}/minio/health/ready`, { signal: AbortSignal.timeout(1000) });
+      if (res.ok) return;
+    } catch {
+      // Not listening yet.
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`minio at ${endpoint} was not ready within ${timeoutMs} ms`);
+}
+
+export interface StartMinioOptions {
+  readonly binary: string;
+  readonly port?: number;
+  readonly dataDir?: string;
+}
+
+export async function startMinio(options: StartMinioOptions): Promise<MinioServer> {
+  const port = options.port ?? (await freePort());
+  const consolePort = await freePort();
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'objectcache-minio-'));
+  const accessKey = 'minio-test-admin';
+  const secretKey = 'minio-test-secret-key';
+  const child = spawn(options.binary, ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet'], {
+    env: { ...process.env, MINIO_ROOT_USER: accessKey, MINIO_ROOT_PASSWORD: secretKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', CI: 'true' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-4000);
+  });
+  const endpoint = `http://127.0.0.1:${port}`;
+  try {
+    await waitHealthy(endpoint, child, 60_000);
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw new Error(`${(error as Error).message}\n${stderr}`);
+  }
+  const stop = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    child.kill('SIGCONT');
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  };
+  return {
+    endpoint,
+    port,
+    dataDir,
+    accessKey,
+    secretKey,
+    binary: options.binary,
+    process: child,
+    stop,
+    destroy: async () => {
+      await stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
