@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { NodeSha256 } from '../storage-worker/node-sha256.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
-import { startMinio, type MinioServer } from './helpers/minio.js';
+import { startMinio, type MinioServer } from '../bench/minio.js';
 
 const shared = inject('minio');
 

@@ -3,7 +3,7 @@
  * Integration tests never skip for want of MinIO: if it cannot be built, the run fails.
  */
 import type { TestProject } from 'vitest/node';
-import { installMinio, startMinio, type MinioInfo } from './helpers/minio.js';
+import { installMinio, startMinio, type MinioInfo } from '../bench/minio.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {

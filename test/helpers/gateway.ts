@@ -10,7 +10,7 @@ import { Client as MinioClient } from 'minio';
 import { loadServeConfig } from '../../gateway/config.js';
 import { createLogger } from '../../gateway/logger.js';
 import { startGateway, type Gateway } from '../../gateway/server.js';
-import type { MinioInfo } from './minio.js';
+import type { MinioInfo } from '../../bench/minio.js';
 
 export const CLIENT_KEY = 'test-client';
 export const CLIENT_SECRET = 'test-client-secret';

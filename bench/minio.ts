@@ -3,13 +3,22 @@
  * scripts/install-minio.sh, started on a free loopback port with a temporary data directory.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+/** The repository root (this file runs from bench/ under vitest and from dist/bench/ when built). */
+export function repoRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, 'scripts', 'install-minio.sh'))) {
+    const parent = dirname(dir);
+    if (parent === dir) throw new Error('cannot find the repository root (scripts/install-minio.sh)');
+    dir = parent;
+  }
+  return dir;
+}
 
 export interface MinioInfo {
   readonly endpoint: string;
@@ -30,7 +39,7 @@ export interface MinioServer extends MinioInfo {
 
 /** Builds MinIO if this version is not built yet; returns the binary's path. */
 export function installMinio(): string {
-  const out = execFileSync('bash', [join(ROOT, 'scripts/install-minio.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 25 * 60 * 1000 });
+  const out = execFileSync('bash', [join(repoRoot(), 'scripts/install-minio.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 25 * 60 * 1000 });
   const binary = out.trim().split('\n').at(-1);
   if (!binary) throw new Error('install-minio.sh printed no binary path');
   return binary;

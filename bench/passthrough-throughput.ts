@@ -1,0 +1,206 @@
+/**
+ * Passthrough GET throughput: 1 MiB objects at 16 concurrent requests, MinIO direct vs through
+ * the gateway (a separate `objectcache serve` process in front of the same MinIO), in one run,
+ * alternating rounds so both see the same machine. Prints the ratio (target >= 0.9) and writes
+ * JSON to bench/results/.
+ *
+ *   npm run bench:passthrough [-- --seconds 8 --rounds 3 --concurrency 16 --objects 64 --size 1048576]
+ *   (--profile-gateway DIR writes a V8 CPU profile of the gateway process)
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { SignatureV4 } from '@smithy/signature-v4';
+import { Pool } from 'undici';
+import { NodeSha256 } from '../storage-worker/node-sha256.js';
+import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
+
+const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+
+interface Target {
+  readonly name: string;
+  readonly endpoint: URL;
+  readonly signer: SignatureV4;
+  readonly pool: Pool;
+}
+
+async function signedRequest(target: Target, method: string, path: string, body?: Buffer): Promise<{ status: number; bytes: number }> {
+  const headers: Record<string, string> = { host: target.endpoint.host, 'x-amz-content-sha256': body ? 'UNSIGNED-PAYLOAD' : EMPTY_SHA256 };
+  if (body) headers['content-length'] = String(body.length);
+  const signed = await target.signer.sign({ method, protocol: 'http:', hostname: target.endpoint.hostname, port: Number(target.endpoint.port), path, query: {}, headers });
+  const res = await target.pool.request({ method: method as 'GET', path, headers: signed.headers, body: body ?? null });
+  let bytes = 0;
+  for await (const chunk of res.body) bytes += (chunk as Buffer).length;
+  return { status: res.statusCode, bytes };
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+function processCpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+    const ticksPerSecond = 100; // USER_HZ on Linux
+    return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
+  } catch {
+    return NaN;
+  }
+}
+
+interface Measurement {
+  bytes: number;
+  requests: number;
+  seconds: number;
+  /** CPU seconds per GiB delivered, per process. */
+  cpuPerGiB: Record<string, number>;
+}
+
+async function measure(target: Target, keys: readonly string[], concurrency: number, seconds: number, pids: Record<string, number> = {}): Promise<Measurement> {
+  const cpuBefore = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, processCpuSeconds(pid)]));
+  const selfBefore = process.cpuUsage();
+  const deadline = performance.now() + seconds * 1000;
+  const started = performance.now();
+  let bytes = 0;
+  let requests = 0;
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (performance.now() < deadline) {
+      const key = keys[next++ % keys.length] as string;
+      const res = await signedRequest(target, 'GET', key);
+      if (res.status !== 200) throw new Error(`${target.name} GET ${key} answered ${res.status}`);
+      bytes += res.bytes;
+      requests++;
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const gib = bytes / 1024 ** 3;
+  const self = process.cpuUsage(selfBefore);
+  const cpuPerGiB: Record<string, number> = { client: (self.user + self.system) / 1e6 / gib };
+  for (const [name, pid] of Object.entries(pids)) cpuPerGiB[name] = (processCpuSeconds(pid) - (cpuBefore[name] ?? 0)) / gib;
+  return { bytes, requests, seconds: (performance.now() - started) / 1000, cpuPerGiB };
+}
+
+async function startGatewayProcess(minioEndpoint: string, accessKey: string, secretKey: string, nodeArgs: readonly string[]): Promise<{ child: ChildProcess; url: string }> {
+  const port = await freePort();
+  const metricsPort = await freePort();
+  const child = spawn(process.execPath, [...nodeArgs, join(repoRoot(), 'dist/gateway/cli.js'), 'serve', '--port', String(port), '--metrics-port', String(metricsPort), '--s3-endpoint', minioEndpoint, '--log-level', 'warn'], {
+    env: { ...process.env, OBJECTCACHE_ACCESS_KEY: 'bench-client', OBJECTCACHE_SECRET_KEY: 'bench-client-secret', OBJECTCACHE_BACKEND_ACCESS_KEY: accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: secretKey },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).ok) return { child, url };
+    } catch {
+      // not yet listening
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill();
+  throw new Error('the gateway did not start');
+}
+
+async function startRelay(targetPort: number): Promise<{ child: ChildProcess; url: string }> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [join(repoRoot(), 'dist/bench/tcp-relay.js'), String(port), String(targetPort)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  await new Promise<void>((resolve, reject) => {
+    child.once('message', () => resolve());
+    child.once('exit', (code) => reject(new Error(`tcp-relay exited with ${code}`)));
+  });
+  return { child, url: `http://127.0.0.1:${port}` };
+}
+
+function target(name: string, endpoint: string, accessKeyId: string, secretAccessKey: string, connections: number): Target {
+  return {
+    name,
+    endpoint: new URL(endpoint),
+    signer: new SignatureV4({ credentials: { accessKeyId, secretAccessKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false }),
+    pool: new Pool(endpoint, { connections }),
+  };
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      seconds: { type: 'string', default: '8' },
+      rounds: { type: 'string', default: '3' },
+      concurrency: { type: 'string', default: '16' },
+      objects: { type: 'string', default: '64' },
+      size: { type: 'string', default: String(1024 * 1024) },
+      'profile-gateway': { type: 'string' },
+    },
+  });
+  const seconds = Number(values.seconds);
+  const rounds = Number(values.rounds);
+  const concurrency = Number(values.concurrency);
+  const objectCount = Number(values.objects);
+  const size = Number(values.size);
+  const settings = { seconds, rounds, concurrency, objects: objectCount, objectBytes: size };
+  console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
+
+  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-minio-')) });
+  const profileDir = values['profile-gateway'];
+  const gateway = await startGatewayProcess(minio.endpoint, minio.accessKey, minio.secretKey, profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []);
+  const relay = await startRelay(minio.port);
+  const direct = target('minio-direct', minio.endpoint, minio.accessKey, minio.secretKey, concurrency);
+  const viaRelay = target('tcp-relay', relay.url, minio.accessKey, minio.secretKey, concurrency);
+  const viaGateway = target('gateway', gateway.url, 'bench-client', 'bench-client-secret', concurrency);
+  try {
+    const bucket = '/passthrough-bench';
+    await signedRequest(direct, 'PUT', bucket);
+    const keys: string[] = [];
+    for (let i = 0; i < objectCount; i++) {
+      const key = `${bucket}/object-${i}`;
+      const res = await signedRequest(direct, 'PUT', key, randomBytes(size));
+      if (res.status !== 200) throw new Error(`seeding ${key} answered ${res.status}`);
+      keys.push(key);
+    }
+    // Warm both paths (connections, MinIO caches, JIT).
+    await measure(direct, keys, concurrency, 1);
+    await measure(viaGateway, keys, concurrency, 1);
+    await measure(viaRelay, keys, concurrency, 1);
+
+    const pids = { minio: minio.process.pid as number, gateway: gateway.child.pid as number, relay: relay.child.pid as number };
+    const results: { round: number; target: string; mibPerSec: number; requestsPerSec: number; cpuSecondsPerGiB: Record<string, number> }[] = [];
+    for (let round = 1; round <= rounds; round++) {
+      for (const t of round % 2 === 1 ? [direct, viaRelay, viaGateway] : [viaGateway, viaRelay, direct]) {
+        const m = await measure(t, keys, concurrency, seconds, pids);
+        const mibPerSec = m.bytes / 1024 / 1024 / m.seconds;
+        results.push({ round, target: t.name, mibPerSec, requestsPerSec: m.requests / m.seconds, cpuSecondsPerGiB: m.cpuPerGiB });
+        const cpu = Object.entries(m.cpuPerGiB).map(([name, v]) => `${name} ${v.toFixed(2)}`).join(', ');
+        console.log(`round ${round} ${t.name.padEnd(12)} ${mibPerSec.toFixed(1)} MiB/s  ${(m.requests / m.seconds).toFixed(0)} req/s  CPU s/GiB: ${cpu}`);
+      }
+    }
+    const mean = (name: string): number => {
+      const rows = results.filter((r) => r.target === name);
+      return rows.reduce((s, r) => s + r.mibPerSec, 0) / rows.length;
+    };
+    const ratio = mean('gateway') / mean('minio-direct');
+    const relayRatio = mean('tcp-relay') / mean('minio-direct');
+    console.log(`control: a zero-logic TCP relay reaches ${mean('tcp-relay').toFixed(1)} MiB/s, ratio relay/direct = ${relayRatio.toFixed(3)}`);
+    const gatewayCpu = results.filter((r) => r.target === 'gateway').map((r) => r.cpuSecondsPerGiB['gateway'] ?? NaN);
+    const gatewayCpuPerGiB = gatewayCpu.reduce((a, b) => a + b, 0) / gatewayCpu.length;
+    console.log(`gateway CPU: ${gatewayCpuPerGiB.toFixed(2)} s per GiB proxied, i.e. one core proxies ~${(1024 / gatewayCpuPerGiB).toFixed(0)} MiB/s`);
+    console.log(`mean: minio-direct ${mean('minio-direct').toFixed(1)} MiB/s, gateway ${mean('gateway').toFixed(1)} MiB/s, ratio gateway/direct = ${ratio.toFixed(3)} (target >= 0.9)`);
+    const outDir = join(repoRoot(), 'bench', 'results');
+    mkdirSync(outDir, { recursive: true });
+    const report = { benchmark: 'passthrough-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, results, meanMiBps: { direct: mean('minio-direct'), relay: mean('tcp-relay'), gateway: mean('gateway') }, ratio, relayRatio, gatewayCpuSecondsPerGiB: gatewayCpuPerGiB };
+    writeFileSync(join(outDir, 'passthrough-latest.json'), `${JSON.stringify(report, null, 2)}\n`);
+  } finally {
+    await direct.pool.close();
+    await viaRelay.pool.close();
+    relay.child.kill();
+    await viaGateway.pool.close();
+    const exited = new Promise((r) => gateway.child.once('exit', r));
+    gateway.child.kill('SIGTERM');
+    await exited;
+    await minio.stop();
+    rmSync(minio.dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
