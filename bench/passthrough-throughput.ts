@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { Pool } from 'undici';
-import { NodeSha256 } from '../storage-worker/node-sha256.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
 import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
 
 const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';

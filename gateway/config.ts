@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import type { S3BackendOptions } from '../storage-worker/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
 
@@ -72,15 +73,7 @@ export interface GatewayConfig {
 
 export type BackendConfig =
   | { readonly kind: 'local'; readonly dataDir: string }
-  | {
-      readonly kind: 's3';
-      readonly endpoint: URL;
-      readonly region: string;
-      readonly accessKeyId: string;
-      readonly secretAccessKey: string;
-      readonly connections: number;
-      readonly timeoutMs: number;
-    };
+  | ({ readonly kind: 's3' } & S3BackendOptions);
 
 /** A configuration error names the setting (flag and environment variable) that is wrong. */
 export class ConfigError extends Error {

@@ -6,11 +6,10 @@
  */
 import type { Readable } from 'node:stream';
 import { SignatureV4 } from '@smithy/signature-v4';
-import type { QueryParameterBag } from '@smithy/types';
 import { escapeUri } from '@smithy/util-uri-escape';
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { NodeSha256 } from './node-sha256.js';
+import { NodeSha256, toQueryBag } from './sigv4-support.js';
 
 export const EMPTY_PAYLOAD_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
 
@@ -45,17 +44,6 @@ export interface BackendStats {
 
 function queryString(pairs: readonly (readonly [string, string])[]): string {
   return pairs.map(([k, v]) => `${escapeUri(k)}=${escapeUri(v)}`).join('&');
-}
-
-function queryBag(pairs: readonly (readonly [string, string])[]): QueryParameterBag {
-  const bag: Record<string, string | string[]> = {};
-  for (const [k, v] of pairs) {
-    const existing = bag[k];
-    if (existing === undefined) bag[k] = v;
-    else if (Array.isArray(existing)) existing.push(v);
-    else bag[k] = [existing, v];
-  }
-  return bag;
 }
 
 /** The one place where transport failures become gateway errors. */
@@ -110,7 +98,7 @@ export class S3Backend {
       hostname: this.endpoint.hostname,
       ...(this.endpoint.port === '' ? {} : { port: Number(this.endpoint.port) }),
       path: request.path,
-      query: queryBag(query),
+      query: toQueryBag(query),
       headers: { ...request.headers, host: this.endpoint.host, 'x-amz-content-sha256': request.payloadHash ?? EMPTY_PAYLOAD_SHA256 },
     });
     const qs = queryString(query);

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException, type S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { SignatureV4 } from '@smithy/signature-v4';
-import { NodeSha256 } from '../storage-worker/node-sha256.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { startMinio, type MinioServer } from '../bench/minio.js';
 

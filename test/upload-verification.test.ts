@@ -10,7 +10,7 @@ import { crc32 } from 'node:zlib';
 import { CreateBucketCommand, HeadObjectCommand, S3ServiceException, type S3Client } from '@aws-sdk/client-s3';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { NodeSha256 } from '../storage-worker/node-sha256.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
 const minio = inject('minio');

@@ -11,9 +11,9 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { SignatureV4 } from '@smithy/signature-v4';
-import type { HttpRequest, QueryParameterBag } from '@smithy/types';
+import type { HttpRequest } from '@smithy/types';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { NodeSha256 } from '../../storage-worker/node-sha256.js';
+import { NodeSha256, toQueryBag } from '../../storage-worker/sigv4-support.js';
 import type { ClientCredential } from '../config.js';
 
 /** Requests dated more than 15 minutes from the gateway clock are rejected (as S3 does). */
@@ -134,18 +134,6 @@ function isPayloadHash(value: string): boolean {
   );
 }
 
-function queryBag(pairs: readonly (readonly [string, string])[], skip: (name: string) => boolean): QueryParameterBag {
-  const bag: Record<string, string | string[]> = {};
-  for (const [name, value] of pairs) {
-    if (skip(name)) continue;
-    const existing = bag[name];
-    if (existing === undefined) bag[name] = value;
-    else if (Array.isArray(existing)) existing.push(value);
-    else bag[name] = [existing, value];
-  }
-  return bag;
-}
-
 export class SigV4Verifier {
   readonly #credentials: Map<string, ClientCredential>;
   readonly #signers = new Map<string, SignatureV4>();
@@ -202,14 +190,32 @@ export class SigV4Verifier {
     return credential;
   }
 
-  #headersFor(info: SignedRequestInfo, signed: readonly string[]): Record<string, string> {
+  /**
+   * The request as the client signed it: only the headers it listed, the canonical path, the
+   * query (without X-Amz-Signature for presigned URLs), and x-amz-content-sha256 for smithy's
+   * payload hash, kept out of the canonical headers when the client did not sign it.
+   */
+  #rebuild(info: SignedRequestInfo, signed: readonly string[], payloadHash: string, presigned: boolean): { request: HttpRequest; unsignable: Set<string> } {
     const headers: Record<string, string> = {};
     for (const name of signed) {
       const value = first(info.headers[name]);
       if (value === undefined) throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', `The signed header ${name} is missing from the request`);
       headers[name] = value;
     }
-    return headers;
+    const unsignable = new Set<string>();
+    if (!signed.includes('x-amz-content-sha256')) {
+      headers['x-amz-content-sha256'] = payloadHash;
+      unsignable.add('x-amz-content-sha256');
+    }
+    const request: HttpRequest = {
+      method: info.method,
+      protocol: 'http:',
+      hostname: headers['host'] ?? '',
+      path: info.canonicalPath,
+      query: toQueryBag(info.query, (name) => presigned && name === 'X-Amz-Signature'),
+      headers,
+    };
+    return { request, unsignable };
   }
 
   #result(credential: ClientCredential, mode: AuthResult['mode'], signature: string, signingDate: Date, parsed: ParsedCredential, payloadHash: string): AuthResult {
@@ -241,20 +247,7 @@ export class SigV4Verifier {
     if (payloadHash === undefined) throw new ObjectCacheError('OC_ERR_REQUEST_MISSING_CONTENT_SHA256', 'Missing required header for this request: x-amz-content-sha256');
     if (!isPayloadHash(payloadHash)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-content-sha256 must be a hex SHA-256, UNSIGNED-PAYLOAD or a supported STREAMING-* value');
 
-    const headers = this.#headersFor(info, signedHeaders);
-    const unsignable = new Set<string>();
-    if (!signedHeaders.includes('x-amz-content-sha256')) {
-      headers['x-amz-content-sha256'] = payloadHash;
-      unsignable.add('x-amz-content-sha256');
-    }
-    const request: HttpRequest = {
-      method: info.method,
-      protocol: 'http:',
-      hostname: headers['host'] ?? '',
-      path: info.canonicalPath,
-      query: queryBag(info.query, () => false),
-      headers,
-    };
+    const { request, unsignable } = this.#rebuild(info, signedHeaders, payloadHash, false);
     const signed = await this.#signer(credential).sign(request, {
       signingDate,
       signableHeaders: new Set(signedHeaders),
@@ -288,27 +281,14 @@ export class SigV4Verifier {
     if (now > signingDate.getTime() + expires * 1000) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
     const credential = this.#lookup(parsed, signingDate);
 
-    const headers = this.#headersFor(info, signedHeaders);
-    const unsignable = new Set<string>();
-    if (headers['x-amz-content-sha256'] === undefined) {
-      // Presigned requests sign UNSIGNED-PAYLOAD as the payload hash.
-      headers['x-amz-content-sha256'] = UNSIGNED_PAYLOAD;
-      unsignable.add('x-amz-content-sha256');
-    }
-    const request: HttpRequest = {
-      method: info.method,
-      protocol: 'http:',
-      hostname: headers['host'] ?? '',
-      path: info.canonicalPath,
-      query: queryBag(info.query, (name) => name === 'X-Amz-Signature'),
-      headers,
-    };
+    // Presigned requests sign UNSIGNED-PAYLOAD as the payload hash (unless the client signed the header).
+    const { request, unsignable } = this.#rebuild(info, signedHeaders, UNSIGNED_PAYLOAD, true);
     const presigned = await this.#signer(credential).presign(request, {
       signingDate,
       expiresIn: expires,
       signableHeaders: new Set(signedHeaders),
       unsignableHeaders: unsignable,
-      unhoistableHeaders: new Set(Object.keys(headers)),
+      unhoistableHeaders: new Set(Object.keys(request.headers)),
       signingRegion: parsed.region,
       signingService: parsed.service,
     });
@@ -316,6 +296,6 @@ export class SigV4Verifier {
     if (!sameSignature(expected, signature)) {
       throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
     }
-    return this.#result(credential, 'presigned', signature, signingDate, parsed, headers['x-amz-content-sha256'] ?? UNSIGNED_PAYLOAD);
+    return this.#result(credential, 'presigned', signature, signingDate, parsed, request.headers['x-amz-content-sha256'] ?? UNSIGNED_PAYLOAD);
   }
 }

@@ -1,0 +1,53 @@
+/**
+ * Configuration: defaults, precedence (flag over environment), extra client keys from
+ * --credentials, and that a key from that file really authenticates through the gateway.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ListBucketsCommand } from '@aws-sdk/client-s3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ConfigError, loadServeConfig } from '../gateway/config.js';
+import { sdkClient, startTestGateway } from './helpers/gateway.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'objectcache-config-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('loadServeConfig', () => {
+  it('uses the documented defaults and serves the embedded store without a backend', () => {
+    const config = loadServeConfig([], {});
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.port).toBe(9080);
+    expect(config.metricsPort).toBe(9081);
+    expect(config.backend).toEqual({ kind: 'local', dataDir: './data' });
+    expect(config.clientCredentials.map((c) => c.accessKeyId)).toEqual(['objectcache']);
+  });
+
+  it('lets a flag win over its environment variable', () => {
+    const config = loadServeConfig(['--port', '7000'], { OBJECTCACHE_PORT: '8000', OBJECTCACHE_METRICS_PORT: '8001' });
+    expect(config.port).toBe(7000);
+    expect(config.metricsPort).toBe(8001);
+  });
+
+  it('reads extra client keys (with tenants) from --credentials and rejects duplicates', () => {
+    const file = join(dir, 'creds.json');
+    writeFileSync(file, JSON.stringify([{ accessKeyId: 'team-a', secretAccessKey: 'team-a-secret', tenant: 'tenant-a' }, { accessKeyId: 'team-b', secretAccessKey: 'team-b-secret' }]));
+    const config = loadServeConfig(['--credentials', file], {});
+    expect(config.clientCredentials.map((c) => [c.accessKeyId, c.tenant])).toEqual([['objectcache', 'objectcache'], ['team-a', 'tenant-a'], ['team-b', 'team-b']]);
+    writeFileSync(file, JSON.stringify([{ accessKeyId: 'objectcache', secretAccessKey: 'another-secret' }]));
+    expect(() => loadServeConfig(['--credentials', file], {})).toThrow(ConfigError);
+  });
+
+  it('authenticates a key from the credentials file through the gateway', async () => {
+    const file = join(dir, 'gateway-creds.json');
+    writeFileSync(file, JSON.stringify([{ accessKeyId: 'fleet-7', secretAccessKey: 'fleet-7-secret' }]));
+    const gw = await startTestGateway({ backend: 'local', args: ['--credentials', file] });
+    try {
+      const client = sdkClient(gw.url, { accessKeyId: 'fleet-7', secretAccessKey: 'fleet-7-secret' });
+      expect((await client.send(new ListBucketsCommand({}))).$metadata.httpStatusCode).toBe(200);
+      client.destroy();
+    } finally {
+      await gw.close();
+    }
+  });
+});
