@@ -5,6 +5,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import type { DescriptorLimits } from '../schemas/descriptor.js';
+import { defaultWorkerCount } from '../storage-worker/reader-pool.js';
 import type { S3BackendOptions } from '../storage-worker/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
@@ -44,6 +46,19 @@ export const SERVE_SETTINGS = {
   backendTimeoutMs: { flag: 'backend-timeout-ms', env: 'OBJECTCACHE_BACKEND_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'Time the backend may take to connect, to send headers, and between body bytes.' },
   maxObjectBytes: { flag: 'max-object-bytes', env: 'OBJECTCACHE_MAX_OBJECT_BYTES', kind: 'integer', default: String(5 * 1024 ** 3), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Largest single PUT or part accepted (S3 allows 5 GiB).' },
   maxHeaderBytes: { flag: 'max-header-bytes', env: 'OBJECTCACHE_MAX_HEADER_BYTES', kind: 'integer', default: String(64 * 1024), min: 8 * 1024, max: 1024 * 1024, description: 'Largest request header section accepted.' },
+  workers: { flag: 'workers', env: 'OBJECTCACHE_WORKERS', kind: 'integer', default: 'auto', min: 1, max: 64, description: 'Read worker threads (auto: the number of cores, at most 4).' },
+  workerQueue: { flag: 'worker-queue', env: 'OBJECTCACHE_WORKER_QUEUE', kind: 'integer', default: '256', min: 1, max: 100_000, description: 'Read tasks that may wait for a worker; beyond it layerwise GETs get 503 SlowDown.' },
+  readConcurrency: { flag: 'read-concurrency', env: 'OBJECTCACHE_READ_CONCURRENCY', kind: 'integer', default: '16', min: 1, max: 1024, description: 'Range reads one read task keeps in flight.' },
+  readBytes: { flag: 'read-bytes', env: 'OBJECTCACHE_READ_BYTES', kind: 'integer', default: String(1024 * 1024), min: 4096, max: 1024 ** 3, description: 'Target size of one range read: later layer groups grow until a read reaches it.' },
+  taskBytes: { flag: 'task-bytes', env: 'OBJECTCACHE_TASK_BYTES', kind: 'integer', default: String(8 * 1024 * 1024), min: 4096, max: 1024 ** 3, description: 'Target bytes of one worker task (a layer group of a run of chunks).' },
+  readAheadBytes: { flag: 'read-ahead-bytes', env: 'OBJECTCACHE_READ_AHEAD_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes one layerwise GET may have read but not yet sent.' },
+  maxBufferedBytes: { flag: 'max-buffered-bytes', env: 'OBJECTCACHE_MAX_BUFFERED_BYTES', kind: 'integer', default: String(512 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes all layerwise GETs together may have read but not yet sent.' },
+  threshold: { flag: 'threshold', env: 'OBJECTCACHE_THRESHOLD', kind: 'integer', default: String(32 * 1024 * 1024), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Mode threshold: requests of fewer bytes (N x layers x S) are served chunkwise, others layerwise.' },
+  maxDescriptorKeys: { flag: 'max-descriptor-keys', env: 'OBJECTCACHE_MAX_DESCRIPTOR_KEYS', kind: 'integer', default: '8192', min: 1, max: 1_000_000, description: 'Most chunk keys one descriptor may name.' },
+  maxLayers: { flag: 'max-layers', env: 'OBJECTCACHE_MAX_LAYERS', kind: 'integer', default: '512', min: 1, max: 65_535, description: 'Most layers a descriptor may declare.' },
+  maxLayerBytes: { flag: 'max-layer-bytes', env: 'OBJECTCACHE_MAX_LAYER_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 1, max: 1024 ** 3, description: 'Largest per-layer slice S a descriptor may declare.' },
+  maxRequestBytes: { flag: 'max-request-bytes', env: 'OBJECTCACHE_MAX_REQUEST_BYTES', kind: 'integer', default: String(64 * 1024 ** 3), min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Largest total payload (N x layers x S) of one layerwise GET.' },
+  maxDescriptorBytes: { flag: 'max-descriptor-bytes', env: 'OBJECTCACHE_MAX_DESCRIPTOR_BYTES', kind: 'integer', default: String(4 * 1024 * 1024), min: 1024, max: 256 * 1024 * 1024, description: 'Largest descriptor body of POST /{bucket}?objectcache.' },
   logLevel: { flag: 'log-level', env: 'OBJECTCACHE_LOG_LEVEL', kind: 'enum', default: 'info', values: ['debug', 'info', 'warn', 'error', 'silent'], description: 'Least severe log level written (one JSON line per request at info).' },
 } as const satisfies Record<string, SettingSpec>;
 
@@ -58,6 +73,20 @@ export interface ClientCredential {
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
+/** Settings of the layerwise GET: workers, read plan, read-ahead, mode threshold, descriptor limits. */
+export interface LayerwiseConfig {
+  readonly workers: number;
+  readonly workerQueue: number;
+  readonly readConcurrency: number;
+  readonly readBytes: number;
+  readonly taskBytes: number;
+  readonly readAheadBytes: number;
+  readonly maxBufferedBytes: number;
+  readonly threshold: number;
+  readonly maxDescriptorBytes: number;
+  readonly limits: DescriptorLimits;
+}
+
 export interface GatewayConfig {
   readonly host: string;
   readonly port: number;
@@ -69,6 +98,7 @@ export interface GatewayConfig {
   readonly maxObjectBytes: number;
   readonly maxHeaderBytes: number;
   readonly logLevel: LogLevel;
+  readonly layerwise: LayerwiseConfig;
 }
 
 export type BackendConfig =
@@ -213,6 +243,23 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     maxObjectBytes: integer('maxObjectBytes', raw),
     maxHeaderBytes: integer('maxHeaderBytes', raw),
     logLevel: logLevel as LogLevel,
+    layerwise: {
+      workers: raw.workers === 'auto' ? defaultWorkerCount() : integer('workers', raw),
+      workerQueue: integer('workerQueue', raw),
+      readConcurrency: integer('readConcurrency', raw),
+      readBytes: integer('readBytes', raw),
+      taskBytes: integer('taskBytes', raw),
+      readAheadBytes: integer('readAheadBytes', raw),
+      maxBufferedBytes: integer('maxBufferedBytes', raw),
+      threshold: integer('threshold', raw),
+      maxDescriptorBytes: integer('maxDescriptorBytes', raw),
+      limits: {
+        maxKeys: integer('maxDescriptorKeys', raw),
+        maxLayers: integer('maxLayers', raw),
+        maxLayerBytes: integer('maxLayerBytes', raw),
+        maxTotalBytes: integer('maxRequestBytes', raw),
+      },
+    },
   };
 }
 

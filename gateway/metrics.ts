@@ -10,6 +10,7 @@ export interface GatewayMetrics {
   readonly requests: Counter<'operation' | 'status'>;
   readonly requestDuration: Histogram<'operation'>;
   readonly authFailures: Counter<'code'>;
+  readonly layerwiseReads: Counter;
 }
 
 export function createMetrics(backendStats: () => BackendStats | undefined): GatewayMetrics {
@@ -25,6 +26,7 @@ export function createMetrics(backendStats: () => BackendStats | undefined): Gat
     registers,
   });
   const authFailures = new Counter({ name: 'objectcache_auth_failures_total', help: 'Requests rejected by authentication before reaching the backend, by error code.', labelNames: ['code'] as const, registers });
+  const layerwiseReads = new Counter({ name: 'objectcache_layerwise_backend_reads_total', help: 'Range reads issued by layerwise and chunkwise GETs.', registers });
   new Counter({
     name: 'objectcache_backend_requests_total',
     help: 'Requests sent to the S3 backend.',
@@ -51,5 +53,5 @@ export function createMetrics(backendStats: () => BackendStats | undefined): Gat
       this.set(backendStats()?.inflight ?? 0);
     },
   });
-  return { registry, requests, requestDuration, authFailures };
+  return { registry, requests, requestDuration, authFailures, layerwiseReads };
 }

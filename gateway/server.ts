@@ -15,7 +15,12 @@ import type { RequestContext } from './context.js';
 import { serveEmbedded } from './embedded/router.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
+import { ByteBudget } from './layerwise/byte-budget.js';
+import { objectCacheOperation, readDescriptor } from './layerwise/descriptor-request.js';
+import { backendExists, localExists, servePrefixLookup } from './layerwise/lookup.js';
+import { serveLayerwise } from './layerwise/serve-layerwise.js';
 import { servePassthrough } from './passthrough.js';
+import { ReaderPool, type ReaderPoolStats } from '../storage-worker/reader-pool.js';
 import { parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
@@ -35,6 +40,10 @@ export interface Gateway {
   readonly metrics: GatewayMetrics;
   /** Backend request counters; undefined on the embedded store. */
   backendStats(): BackendStats | undefined;
+  /** Read-worker pool counters. */
+  poolStats(): ReaderPoolStats;
+  /** Bytes read by layerwise GETs and not yet sent. */
+  bufferedBytes(): number;
   close(): Promise<void>;
 }
 
@@ -59,6 +68,16 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const store = config.backend.kind === 'local' ? await LocalStore.open(config.backend.dataDir) : undefined;
   const backend = config.backend.kind === 's3' ? new S3Backend(config.backend) : undefined;
   const metrics = createMetrics(() => backend?.stats());
+  const lw = config.layerwise;
+  const pool = new ReaderPool({
+    backend: config.backend.kind === 'local' ? { kind: 'local', dataDir: store?.dataDir ?? config.backend.dataDir } : { ...config.backend, endpoint: config.backend.endpoint.origin },
+    workers: lw.workers,
+    maxQueue: lw.workerQueue,
+    readConcurrency: lw.readConcurrency,
+    tasksPerWorker: 4,
+  });
+  const budget = new ByteBudget(lw.maxBufferedBytes);
+  const exists = store ? localExists(store) : backendExists(backend as S3Backend);
   const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, ...(deps.now ? { now: deps.now } : {}) });
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -104,7 +123,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
       }
       ctx = { req, res, requestId, target, auth, config, logger, signal: abort.signal, operation: 'Unknown' };
-      if (store) await serveEmbedded(ctx, store);
+      const special = objectCacheOperation(ctx);
+      if (special === 'LayerwiseGet') {
+        ctx.operation = 'LayerwiseGet';
+        await serveLayerwise(ctx, await readDescriptor(ctx, lw), { pool, config: lw, budget, onReads: (n) => metrics.layerwiseReads.inc(n) });
+      } else if (special === 'PrefixLookup') await servePrefixLookup(ctx, lw, exists);
+      else if (store) await serveEmbedded(ctx, store);
       else if (backend) await servePassthrough(ctx, backend);
     } catch (error) {
       if (abort.signal.aborted) return; // The client is gone: nothing to answer.
@@ -144,6 +168,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     });
   } catch (error) {
     server.close();
+    await pool.close();
     await store?.close();
     await backend?.close();
     throw error;
@@ -159,6 +184,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     adminUrl: adminServer.url,
     metrics,
     backendStats: () => backend?.stats(),
+    poolStats: () => pool.stats(),
+    bufferedBytes: () => budget.used,
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -167,6 +194,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         await closed;
         clearTimeout(timer);
         await adminServer.close();
+        await pool.close();
         await backend?.close();
         await store?.close();
       })();

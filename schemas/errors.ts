@@ -69,6 +69,25 @@ export const ERRORS = {
   OC_ERR_BACKEND_TIMEOUT: { status: 503, s3Code: 'ServiceUnavailable', description: 'The object store did not answer within the backend timeout.' },
   OC_ERR_BACKEND_PROTOCOL: { status: 502, s3Code: 'InternalError', description: 'The object store answered with something that is not valid S3.' },
 
+  // --- descriptors and the layerwise GET (DESIGN.md sections 4-7) ---
+  OC_ERR_DESCRIPTOR_ENCODING: { status: 400, s3Code: 'InvalidArgument', description: 'The descriptor is not base64 (header form) or not JSON.' },
+  OC_ERR_DESCRIPTOR_INVALID: { status: 400, s3Code: 'InvalidArgument', description: 'One or more descriptor fields are wrong; the message names each of them.' },
+  OC_ERR_DESCRIPTOR_LIMIT: { status: 400, s3Code: 'InvalidArgument', description: 'The descriptor exceeds a configured limit (keys, layers, layer bytes, total bytes).' },
+  OC_ERR_DESCRIPTOR_UNSIGNED: { status: 403, s3Code: 'AccessDenied', description: 'The descriptor is not covered by the signature (sign the header, or send a hashed POST body).' },
+  OC_ERR_DESCRIPTOR_KEY_MISMATCH: { status: 400, s3Code: 'InvalidArgument', description: 'The GET path does not name the descriptor\'s last chunk key.' },
+  OC_ERR_CHUNK_MISSING: { status: 404, s3Code: 'NoSuchKey', description: 'A chunk named by the descriptor does not exist (the message names it).' },
+  OC_ERR_CHUNK_SIZE: { status: 400, s3Code: 'InvalidArgument', description: 'A chunk object is not layers x layerBytes bytes long (the message names it).' },
+  OC_ERR_BACKEND_RANGE: { status: 502, s3Code: 'InternalError', description: 'A range read came back with the wrong status, Content-Range or length.' },
+  OC_ERR_POOL_BUSY: { status: 503, s3Code: 'SlowDown', description: 'The read-worker queue is full; retry after the Retry-After delay.' },
+  OC_ERR_POOL_WORKER: { status: 500, s3Code: 'InternalError', description: 'A read worker failed while executing a task; only its own request fails.' },
+
+  // --- the client library (never sent by the gateway; status 0) ---
+  OC_ERR_CLIENT_PROTOCOL: { status: 0, s3Code: '-', description: 'The response is not a valid ObjectCache stream (preamble, frame order, sizes).' },
+  OC_ERR_CLIENT_CRC: { status: 0, s3Code: '-', description: 'A delivered payload does not match its CRC32C.' },
+  OC_ERR_CLIENT_INCOMPLETE: { status: 0, s3Code: '-', description: 'The stream ended before its END frame.' },
+  OC_ERR_CLIENT_TARGET: { status: 0, s3Code: '-', description: 'The target buffer is too small for the delivered layers.' },
+  OC_ERR_CLIENT_USAGE: { status: 0, s3Code: '-', description: 'A client call or CLI option is invalid (the message names it).' },
+
   // --- the gateway itself ---
   OC_ERR_INTERNAL: { status: 500, s3Code: 'InternalError', description: 'An unexpected gateway failure (logged with the request id).' },
 } as const satisfies Record<string, ErrorSpec>;

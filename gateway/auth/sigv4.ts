@@ -47,6 +47,8 @@ export interface AuthResult {
   readonly service: string;
   /** The declared payload hash: hex SHA-256, UNSIGNED-PAYLOAD, or a STREAMING-* value. */
   readonly payloadHash: string;
+  /** Lowercase names of the headers the signature covers. */
+  readonly signedHeaders: readonly string[];
   /** Signs strings with the client's key for this scope (chunk and trailer signatures). */
   signString(stringToSign: string): Promise<string>;
 }
@@ -218,7 +220,7 @@ export class SigV4Verifier {
     return { request, unsignable };
   }
 
-  #result(credential: ClientCredential, mode: AuthResult['mode'], signature: string, signingDate: Date, parsed: ParsedCredential, payloadHash: string): AuthResult {
+  #result(credential: ClientCredential, mode: AuthResult['mode'], signature: string, signingDate: Date, parsed: ParsedCredential, payloadHash: string, signedHeaders: readonly string[]): AuthResult {
     const signer = this.#signer(credential);
     const scope = `${parsed.date}/${parsed.region}/${parsed.service}/aws4_request`;
     return {
@@ -230,6 +232,7 @@ export class SigV4Verifier {
       region: parsed.region,
       service: parsed.service,
       payloadHash,
+      signedHeaders,
       signString: (stringToSign) => signer.sign(stringToSign, { signingDate, signingRegion: parsed.region, signingService: parsed.service }),
     };
   }
@@ -259,7 +262,7 @@ export class SigV4Verifier {
     if (!sameSignature(expected, fields.signature)) {
       throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
     }
-    return this.#result(credential, 'header', fields.signature, signingDate, parsed, payloadHash);
+    return this.#result(credential, 'header', fields.signature, signingDate, parsed, payloadHash, signedHeaders);
   }
 
   async #verifyPresigned(info: SignedRequestInfo): Promise<AuthResult> {
@@ -296,6 +299,6 @@ export class SigV4Verifier {
     if (!sameSignature(expected, signature)) {
       throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
     }
-    return this.#result(credential, 'presigned', signature, signingDate, parsed, request.headers['x-amz-content-sha256'] ?? UNSIGNED_PAYLOAD);
+    return this.#result(credential, 'presigned', signature, signingDate, parsed, request.headers['x-amz-content-sha256'] ?? UNSIGNED_PAYLOAD, signedHeaders);
   }
 }

@@ -54,7 +54,8 @@ export function sendError(res: ServerResponse, error: ObjectCacheError, requestI
   }
   if (res.destroyed || res.req.socket.destroyed) return;
   drainRequest(res.req, drainLimit);
-  const headers: Record<string, string> = {};
+  // The stable ObjectCache code, for clients that want more than the S3 code.
+  const headers: Record<string, string> = { 'x-objectcache-error-code': error.code };
   if (error.code === 'OC_ERR_STORE_INVALID_RANGE' && error.details['ObjectSize'] !== undefined) headers['content-range'] = `bytes */${error.details['ObjectSize']}`;
   if (error.retryable) headers['retry-after'] = '1';
   const details = { ...error.details };

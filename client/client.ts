@@ -1,0 +1,250 @@
+/**
+ * The ObjectCache client a serving node uses: store a prefix's chunks, look up how much of a
+ * prefix is cached in one round trip, and fetch the KV layer by layer into a target buffer with a
+ * ready callback per layer (or as an async iterator).
+ *
+ * The augmented GET goes through @aws-sdk/client-s3 (`transport: 'get'`: a build-step middleware
+ * adds the descriptor header before the request is signed) or, for descriptors too large for a
+ * header, as the signed JSON body of `POST /{bucket}?objectcache` (`transport: 'post'`).
+ */
+import { createHash } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { SignatureV4 } from '@smithy/signature-v4';
+import { escapeUriPath } from '@smithy/util-uri-escape';
+import { Pool } from 'undici';
+import { encodeDescriptorHeader, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
+import type { DescriptorInput } from '../schemas/descriptor-schema.js';
+import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
+import type { EndSummary } from '../schemas/frames.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { FrameDecoder } from './frame-decoder.js';
+
+export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
+/** Descriptors whose header would exceed this many bytes go as a POST body with transport 'auto'. */
+export const MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024;
+
+export interface ObjectCacheClientOptions {
+  /** Gateway URL, e.g. http://127.0.0.1:9080 */
+  readonly endpoint: string;
+  readonly bucket: string;
+  readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
+  readonly region?: string;
+}
+
+export type Transport = 'auto' | 'get' | 'post';
+
+export interface FetchOptions {
+  /** Where the layers go; allocated when absent. Layer l lands at (l - layerStart) * layerStride. */
+  readonly target?: Uint8Array;
+  /** Defaults to the descriptor's target.layerStride, else chunks x layerBytes (packed). */
+  readonly layerStride?: number;
+  readonly onLayerReady?: (layer: number, view: Uint8Array) => void;
+  readonly transport?: Transport;
+  readonly signal?: AbortSignal;
+}
+
+export interface FetchResult {
+  readonly target: Uint8Array;
+  readonly layerStride: number;
+  readonly summary: EndSummary;
+  /** Milliseconds from the request to each layer's ready notification. */
+  readonly timeline: readonly { readonly layer: number; readonly ms: number }[];
+  readonly transport: 'get' | 'post';
+}
+
+/** Adds the signed descriptor header to one GetObjectCommand (for callers using their own S3Client). */
+export function withDescriptor(command: GetObjectCommand, descriptor: DescriptorInput): GetObjectCommand {
+  const encoded = encodeDescriptorHeader(descriptor);
+  command.middlewareStack.add(
+    (next) => async (args) => {
+      const request = args.request as { headers?: Record<string, string> };
+      if (request.headers) request.headers[DESCRIPTOR_HEADER] = encoded;
+      return next(args);
+    },
+    { step: 'build', name: 'objectcacheDescriptorHeader' },
+  );
+  return command;
+}
+
+function errorFromXml(status: number, xml: string, headerCode: string | undefined): ObjectCacheError {
+  const s3Code = /<Code>([^<]*)<\/Code>/.exec(xml)?.[1] ?? 'Unknown';
+  const message = /<Message>([^<]*)<\/Message>/.exec(xml)?.[1] ?? `the gateway answered ${status}`;
+  const code = headerCode !== undefined && headerCode in ERRORS ? (headerCode as ErrorCode) : codeForS3(s3Code, status);
+  return new ObjectCacheError(code, message, { details: { S3Code: s3Code, Status: status } });
+}
+
+function codeForS3(s3Code: string, status: number): ErrorCode {
+  const match = (Object.entries(ERRORS) as [ErrorCode, { status: number; s3Code: string }][]).find(([, spec]) => spec.s3Code === s3Code && spec.status === status);
+  return match ? match[0] : status === 503 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_INTERNAL';
+}
+
+export class ObjectCacheClient {
+  readonly s3: S3Client;
+  readonly bucket: string;
+  readonly #endpoint: URL;
+  readonly #signer: SignatureV4;
+  readonly #pool: Pool;
+
+  constructor(options: ObjectCacheClientOptions) {
+    this.bucket = options.bucket;
+    this.#endpoint = new URL(options.endpoint);
+    const region = options.region ?? 'us-east-1';
+    this.s3 = new S3Client({ endpoint: options.endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 2 });
+    this.#signer = new SignatureV4({ credentials: options.credentials, region, service: 's3', sha256: NodeSha256, uriEscapePath: false });
+    this.#pool = new Pool(this.#endpoint.origin, { connections: 8 });
+  }
+
+  /** Creates the bucket unless it exists. */
+  async ensureBucket(): Promise<void> {
+    try {
+      await this.s3.send(new CreateBucketCommand({ Bucket: this.bucket }));
+    } catch (error) {
+      const name = (error as S3ServiceException).name;
+      if (name !== 'BucketAlreadyOwnedByYou' && name !== 'BucketAlreadyExists') throw error;
+    }
+  }
+
+  /** Writes chunk objects (each already in its stored layout), `concurrency` at a time. */
+  async putChunks(keys: readonly string[], objects: readonly Uint8Array[], concurrency = 8): Promise<void> {
+    if (keys.length !== objects.length) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks needs one object per key');
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < keys.length) {
+        const i = next++;
+        await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: objects[i] as Uint8Array, ContentType: 'application/octet-stream' }));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, keys.length) }, lane));
+  }
+
+  async #signedPost(query: string, body: Buffer, signal?: AbortSignal): Promise<{ statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }> {
+    const path = escapeUriPath(`/${this.bucket}`);
+    const signed = await this.#signer.sign({
+      method: 'POST',
+      protocol: this.#endpoint.protocol,
+      hostname: this.#endpoint.hostname,
+      ...(this.#endpoint.port ? { port: Number(this.#endpoint.port) } : {}),
+      path,
+      query: { [query]: '' },
+      headers: {
+        host: this.#endpoint.host,
+        'content-type': 'application/json',
+        'content-length': String(body.length),
+        'x-amz-content-sha256': createHash('sha256').update(body).digest('hex'),
+      },
+    });
+    const response = await this.#pool.request({ method: 'POST', path: `${path}?${query}=`, headers: signed.headers, body, signal: signal ?? null });
+    return { statusCode: response.statusCode, headers: response.headers, body: response.body };
+  }
+
+  async #failure(response: { statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }): Promise<ObjectCacheError> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of response.body) chunks.push(chunk as Buffer);
+    const header = response.headers['x-objectcache-error-code'];
+    return errorFromXml(response.statusCode, Buffer.concat(chunks).toString('utf8'), typeof header === 'string' ? header : undefined);
+  }
+
+  /** How many leading chunks of `keys` the store holds (one round trip). */
+  async lookup(keys: readonly string[], keyPrefix = ''): Promise<number> {
+    const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify({ keys, keyPrefix })));
+    if (response.statusCode !== 200) throw await this.#failure(response);
+    let text = '';
+    for await (const chunk of response.body) text += (chunk as Buffer).toString('utf8');
+    return (JSON.parse(text) as { matched: number }).matched;
+  }
+
+  async #open(input: DescriptorInput, transport: 'get' | 'post', signal?: AbortSignal): Promise<Readable> {
+    if (transport === 'post') {
+      const response = await this.#signedPost('objectcache', Buffer.from(JSON.stringify(input)), signal);
+      if (response.statusCode !== 200) throw await this.#failure(response);
+      return response.body;
+    }
+    const key = (input.keyPrefix ?? '') + (input.keys.at(-1) ?? '');
+    try {
+      const output = await this.s3.send(withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input), signal ? { abortSignal: signal } : {});
+      return output.Body as Readable;
+    } catch (error) {
+      if (error instanceof S3ServiceException) {
+        const headerCode = (error.$response?.headers as Record<string, string> | undefined)?.['x-objectcache-error-code'];
+        const code = headerCode !== undefined && headerCode in ERRORS ? (headerCode as ErrorCode) : codeForS3(error.name, error.$metadata.httpStatusCode ?? 0);
+        throw new ObjectCacheError(code, error.message, { cause: error, details: { S3Code: error.name, Status: error.$metadata.httpStatusCode ?? 0 } });
+      }
+      throw error;
+    }
+  }
+
+  /** Fetches the prefix's KV: every layer lands in the target, each announced when ready. */
+  async fetch(input: DescriptorInput, options: FetchOptions = {}): Promise<FetchResult> {
+    const descriptor: Descriptor = parseDescriptor(input, { maxKeys: Number.MAX_SAFE_INTEGER, maxLayers: Number.MAX_SAFE_INTEGER, maxLayerBytes: Number.MAX_SAFE_INTEGER, maxTotalBytes: Number.MAX_SAFE_INTEGER });
+    const layers = descriptor.layerEnd - descriptor.layerStart;
+    const layerStride = options.layerStride ?? descriptor.target?.layerStride ?? descriptor.layerPayloadBytes;
+    const target = options.target ?? new Uint8Array((layers - 1) * layerStride + descriptor.layerPayloadBytes);
+    const transport = options.transport === 'get' || options.transport === 'post' ? options.transport : encodeDescriptorHeader(input).length > MAX_HEADER_DESCRIPTOR_BYTES ? 'post' : 'get';
+    const started = performance.now();
+    const timeline: { layer: number; ms: number }[] = [];
+    const decoder = new FrameDecoder({
+      layerStart: descriptor.layerStart,
+      layerEnd: descriptor.layerEnd,
+      chunks: descriptor.chunks,
+      layerBytes: descriptor.layerBytes,
+      target,
+      layerStride,
+      onLayerReady: (layer, view) => {
+        timeline.push({ layer, ms: performance.now() - started });
+        options.onLayerReady?.(layer, view);
+      },
+    });
+    const body = await this.#open(input, transport, options.signal);
+    try {
+      for await (const chunk of body) decoder.push(chunk as Uint8Array);
+    } catch (error) {
+      body.destroy();
+      throw error;
+    }
+    return { target, layerStride, summary: decoder.finish(), timeline, transport };
+  }
+
+  /** The same fetch as an async iterator of ready layers. */
+  async *layers(input: DescriptorInput, options: Omit<FetchOptions, 'onLayerReady'> = {}): AsyncGenerator<{ layer: number; view: Uint8Array }> {
+    const ready: { layer: number; view: Uint8Array }[] = [];
+    let notify: (() => void) | undefined;
+    let finished = false;
+    let failure: unknown;
+    const run = this.fetch(input, {
+      ...options,
+      onLayerReady: (layer, view) => {
+        ready.push({ layer, view });
+        notify?.();
+      },
+    }).then(
+      () => {
+        finished = true;
+        notify?.();
+      },
+      (error: unknown) => {
+        failure = error;
+        finished = true;
+        notify?.();
+      },
+    );
+    while (!finished || ready.length > 0) {
+      const next = ready.shift();
+      if (next) {
+        yield next;
+        continue;
+      }
+      await new Promise<void>((resolve) => {
+        notify = resolve;
+      });
+      notify = undefined;
+    }
+    await run;
+    if (failure !== undefined) throw failure;
+  }
+
+  async close(): Promise<void> {
+    this.s3.destroy();
+    await this.#pool.close();
+  }
+}

@@ -1,0 +1,51 @@
+/**
+ * Where a layerwise GET's descriptor comes from (DESIGN.md section 4): the
+ * `x-objectcache-descriptor` header of `GET /{bucket}/{key}`, or the JSON body of
+ * `POST /{bucket}?objectcache` for descriptors too large for a header. Either way the descriptor
+ * must be covered by the request signature, since it decides which objects are read.
+ */
+import { decodeDescriptorHeader, decodeDescriptorJson, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { uploadBody } from '../body/upload-body.js';
+import type { LayerwiseConfig } from '../config.js';
+import { headerOf, type RequestContext } from '../context.js';
+import { hasQuery } from '../s3/request.js';
+
+export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
+
+/** Is this request a layerwise GET (either form) or a prefix lookup? */
+export function objectCacheOperation(ctx: Pick<RequestContext, 'req' | 'target'>): 'LayerwiseGet' | 'PrefixLookup' | undefined {
+  const { req, target } = ctx;
+  if (req.method === 'GET' && target.key !== '' && req.headers[DESCRIPTOR_HEADER] !== undefined) return 'LayerwiseGet';
+  if (req.method === 'POST' && target.bucket !== '' && target.key === '') {
+    if (hasQuery(target, 'objectcache')) return 'LayerwiseGet';
+    if (hasQuery(target, 'objectcache-lookup')) return 'PrefixLookup';
+  }
+  return undefined;
+}
+
+/** Reads a small, signed JSON body (descriptor or lookup request). */
+export async function readSignedJsonBody(ctx: RequestContext, maxBytes: number): Promise<unknown> {
+  if (!/^[0-9a-f]{64}$/.test(ctx.auth.payloadHash) && !ctx.auth.payloadHash.startsWith('STREAMING-AWS4-HMAC-SHA256-PAYLOAD')) {
+    throw new ObjectCacheError('OC_ERR_DESCRIPTOR_UNSIGNED', 'The body must be covered by the signature: send x-amz-content-sha256 with its SHA-256 (not UNSIGNED-PAYLOAD)');
+  }
+  const body = uploadBody(ctx.req, ctx.auth, { maxBytes });
+  const parts: Buffer[] = [];
+  for await (const chunk of body.stream) parts.push(chunk as Buffer);
+  return decodeDescriptorJson(Buffer.concat(parts).toString('utf8'));
+}
+
+export async function readDescriptor(ctx: RequestContext, config: LayerwiseConfig): Promise<Descriptor> {
+  if (ctx.req.method === 'GET') {
+    if (!ctx.auth.signedHeaders.includes(DESCRIPTOR_HEADER)) {
+      throw new ObjectCacheError('OC_ERR_DESCRIPTOR_UNSIGNED', `The ${DESCRIPTOR_HEADER} header must be one of the signed headers`);
+    }
+    const descriptor = parseDescriptor(decodeDescriptorHeader(headerOf(ctx.req, DESCRIPTOR_HEADER) ?? ''), config.limits);
+    const last = descriptor.keys.at(-1);
+    if (last !== ctx.target.key) {
+      throw new ObjectCacheError('OC_ERR_DESCRIPTOR_KEY_MISMATCH', `The request path names ${JSON.stringify(ctx.target.key)}, but the descriptor's last chunk is ${JSON.stringify(last)}`, { details: { Key: ctx.target.key } });
+    }
+    return descriptor;
+  }
+  return parseDescriptor(await readSignedJsonBody(ctx, config.maxDescriptorBytes), config.limits);
+}

@@ -1,0 +1,243 @@
+/**
+ * The layerwise GET (DESIGN.md sections 5-7): one streamed response that delivers the matched
+ * prefix's KV layer by layer (LAYER frames) or chunk by chunk (CHUNK frames), assembled by the
+ * read workers from range reads of every chunk.
+ *
+ * Flow: plan the layer groups and worker tasks; dispatch tasks in order within the request's and
+ * the gateway's read-ahead budgets; wait for the first group before answering, so a missing or
+ * short chunk (every chunk is touched by the first group) is an ordinary S3 XML error; then
+ * stream the frames in order, an ERROR frame if a later read fails, and the END summary. A client
+ * that goes away cancels the queued and running tasks and returns the budget.
+ */
+import type { Descriptor } from '../../schemas/descriptor.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
+import type { ReadResult } from '../../storage-worker/protocol.js';
+import { planChunkwise, planLayerwise, type PlannedTask, type ReadPlan } from '../../storage-worker/read-plan.js';
+import type { ReaderPool } from '../../storage-worker/reader-pool.js';
+import type { LayerwiseConfig } from '../config.js';
+import type { RequestContext } from '../context.js';
+import { ByteBudget } from './byte-budget.js';
+import { FrameWriter } from './frame-writer.js';
+
+export type DeliveryMode = 'layerwise' | 'chunkwise';
+
+/** Paper equation 2: chunkwise below the threshold Θ, layerwise at or above it, unless asked. */
+export function chooseMode(descriptor: Descriptor, threshold: number): DeliveryMode {
+  if (descriptor.mode === 'layerwise' || descriptor.mode === 'chunkwise') return descriptor.mode;
+  return descriptor.totalBytes < threshold ? 'chunkwise' : 'layerwise';
+}
+
+export interface LayerwiseDeps {
+  readonly pool: ReaderPool;
+  readonly config: LayerwiseConfig;
+  /** Shared by every layerwise GET of the gateway. */
+  readonly budget: ByteBudget;
+  readonly onReads?: (reads: number) => void;
+}
+
+interface Dispatched {
+  readonly task: PlannedTask;
+  readonly bytes: number;
+  readonly result: Promise<ReadResult>;
+}
+
+function toError(result: ReadResult & { ok: false }): ObjectCacheError {
+  const details: Record<string, string | number> = {};
+  if (result.key !== undefined) details['Key'] = result.key;
+  if (result.chunk !== undefined) details['ChunkIndex'] = result.chunk;
+  const message = result.chunk !== undefined ? `chunk ${result.chunk}: ${result.message}` : result.message;
+  return new ObjectCacheError(result.code, message, { details, retryable: result.retryable });
+}
+
+export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps): Promise<void> {
+  const started = performance.now();
+  const { config, pool } = deps;
+  const mode = chooseMode(descriptor, config.threshold);
+  const planInput = {
+    layout: descriptor.layout,
+    layerStart: descriptor.layerStart,
+    layerEnd: descriptor.layerEnd,
+    layerBytes: descriptor.layerBytes,
+    chunks: descriptor.chunks,
+    readBytes: config.readBytes,
+    taskBytes: config.taskBytes,
+  };
+  const plan: ReadPlan = mode === 'layerwise' ? planLayerwise(planInput) : planChunkwise(planInput);
+  const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
+  ctx.operation = mode === 'layerwise' ? 'LayerwiseGet' : 'ChunkwiseGet';
+
+  if (pool.saturated()) throw new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
+
+  // Cancels queued and running tasks when the client goes away or the stream fails.
+  const cancel = new AbortController();
+  const onClientGone = (): void => cancel.abort();
+  ctx.signal.addEventListener('abort', onClientGone, { once: true });
+  const window = new ByteBudget(config.readAheadBytes);
+  const dispatched: Dispatched[] = [];
+  const held = new Set<Dispatched>();
+  let backendReads = 0;
+
+  const releaseTask = (entry: Dispatched): void => {
+    if (!held.delete(entry)) return;
+    window.release(entry.bytes);
+    deps.budget.release(entry.bytes);
+  };
+
+  // The consumer waits here for the producer to dispatch the next task (or for cancellation).
+  let wake: (() => void) | undefined;
+  cancel.signal.addEventListener('abort', () => wake?.(), { once: true });
+
+  // The producer: dispatch tasks in order as the budgets allow.
+  const producer = (async () => {
+    for (const task of plan.tasks) {
+      const bytes = (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
+      await window.acquire(bytes, cancel.signal);
+      try {
+        await deps.budget.acquire(bytes, cancel.signal);
+      } catch (error) {
+        window.release(bytes);
+        throw error;
+      }
+      const entry: Dispatched = {
+        task,
+        bytes,
+        result: pool.run(
+          {
+            bucket: ctx.target.bucket,
+            keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
+            chunkOffset: task.chunkStart,
+            layout: descriptor.layout,
+            layers: descriptor.layers,
+            layerBytes: descriptor.layerBytes,
+            first: task.first,
+            end: task.end,
+            order,
+          },
+          cancel.signal,
+        ),
+      };
+      held.add(entry);
+      dispatched.push(entry);
+      wake?.();
+    }
+  })();
+  producer.catch(() => {}); // Failures surface through `cancel`; the consumer decides what the client sees.
+
+  const nextDispatched = async (index: number): Promise<Dispatched> => {
+    while (dispatched.length <= index) {
+      if (cancel.signal.aborted) throw cancel.signal.reason ?? new Error('cancelled');
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      wake = undefined;
+    }
+    return dispatched[index] as Dispatched;
+  };
+
+  /** Results of the tasks of one group (or of the next chunk run), in order. */
+  const awaitTasks = async (from: number, to: number): Promise<{ entry: Dispatched; buffer: ArrayBuffer }[]> => {
+    const out: { entry: Dispatched; buffer: ArrayBuffer }[] = [];
+    for (let i = from; i < to; i++) {
+      const entry = await nextDispatched(i);
+      const result = await entry.result;
+      if (!result.ok) throw toError(result);
+      backendReads += result.reads;
+      deps.onReads?.(result.reads);
+      out.push({ entry, buffer: result.buffer });
+    }
+    return out;
+  };
+
+  // Units of delivery: the tasks of one layer group (layerwise) or of one task (chunkwise).
+  const units: [number, number][] = [];
+  for (let i = 0; i < plan.tasks.length; ) {
+    let j = i + 1;
+    if (mode === 'layerwise') while (j < plan.tasks.length && plan.tasks[j]?.group === plan.tasks[i]?.group) j++;
+    units.push([i, j]);
+    i = j;
+  }
+
+  const writer = new FrameWriter(ctx.res);
+  let payloadBytes = 0;
+  let firstFrameMs = 0;
+  try {
+    let unitIndex = 0;
+    let ready = await awaitTasks(...(units[0] as [number, number]));
+    // Everything before this point is answered as S3 XML; from here on the stream has begun.
+    ctx.res.writeHead(200, {
+      'content-type': STREAM_CONTENT_TYPE,
+      'cache-control': 'no-store',
+      'x-objectcache-mode': mode,
+      'x-objectcache-chunks': String(descriptor.chunks),
+      'x-objectcache-layers': `${descriptor.layerStart}-${descriptor.layerEnd}`,
+      'x-objectcache-payload-bytes': String(descriptor.totalBytes),
+      'x-objectcache-plan-reads': String(plan.reads),
+    });
+    await writer.preamble();
+    try {
+      for (;;) {
+        const unit = units[unitIndex] as [number, number];
+        const first = ready[0]?.entry.task as PlannedTask;
+        if (mode === 'layerwise') {
+          for (let layer = first.first; layer < first.end; layer++) {
+            const pieces = ready.map(({ entry, buffer }) => {
+              const chunks = entry.task.chunkEnd - entry.task.chunkStart;
+              const bytes = chunks * descriptor.layerBytes;
+              return new Uint8Array(buffer, (layer - entry.task.first) * bytes, bytes);
+            });
+            await writer.frame(FrameType.LAYER, layer, pieces);
+            if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
+            payloadBytes += descriptor.layerPayloadBytes;
+          }
+        } else {
+          for (const { entry, buffer } of ready) {
+            const perChunk = (entry.task.end - entry.task.first) * descriptor.layerBytes;
+            for (let c = entry.task.chunkStart; c < entry.task.chunkEnd; c++) {
+              await writer.frame(FrameType.CHUNK, c, [new Uint8Array(buffer, (c - entry.task.chunkStart) * perChunk, perChunk)]);
+              if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
+              payloadBytes += perChunk;
+            }
+          }
+        }
+        for (const { entry } of ready) releaseTask(entry);
+        if (ctx.signal.aborted) return;
+        unitIndex++;
+        if (unitIndex >= units.length || unit[1] >= plan.tasks.length) break;
+        ready = await awaitTasks(...(units[unitIndex] as [number, number]));
+      }
+      const summary: EndSummary = {
+        mode,
+        layers: [descriptor.layerStart, descriptor.layerEnd],
+        chunks: descriptor.chunks,
+        bytes: payloadBytes,
+        backendReads,
+        plan: plan.groups,
+        rateBytesPerSec: null,
+        verified: false,
+        timings: { firstFrameMs: Math.round(firstFrameMs * 10) / 10, totalMs: Math.round((performance.now() - started) * 10) / 10 },
+      };
+      await writer.json(FrameType.END, summary);
+      ctx.res.end();
+    } catch (error) {
+      if (ctx.signal.aborted) return;
+      // After headers: the ERROR frame is the answer, then the stream ends (STYLE.md, rule 6).
+      const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
+      const payload: ErrorPayload = {
+        code: e.code,
+        message: e.message,
+        ...(e.details['ChunkIndex'] !== undefined ? { chunk: Number(e.details['ChunkIndex']) } : {}),
+        ...(e.details['Key'] !== undefined ? { key: String(e.details['Key']) } : {}),
+      };
+      ctx.logger.warn('layerwise stream failed after headers', { requestId: ctx.requestId, error: e });
+      await writer.json(FrameType.ERROR, payload);
+      ctx.res.end();
+    }
+  } finally {
+    cancel.abort();
+    ctx.signal.removeEventListener('abort', onClientGone);
+    await producer.catch(() => {});
+    // Wait for cancelled tasks to come back before returning their bytes to the budget.
+    await Promise.all(dispatched.map((entry) => entry.result.then(() => releaseTask(entry))));
+  }
+}

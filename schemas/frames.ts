@@ -1,0 +1,96 @@
+/**
+ * The framed response stream of a layerwise GET (DESIGN.md section 5; written specification in
+ * schemas/wire-format.md). All integers little-endian.
+ *
+ *   stream   := preamble frame* END-or-ERROR
+ *   preamble := "OCKV" (4 bytes) | version u16 = 1 | reserved u16 = 0          (8 bytes)
+ *   frame    := type u8 | flags u8 = 0 | reserved u16 = 0 | index u32 |
+ *               length u64 | crc32c u32 (of the payload) | reserved u32 = 0    (24 bytes)
+ *               payload (length bytes)
+ */
+
+export const STREAM_MAGIC = 'OCKV';
+export const STREAM_VERSION = 1;
+export const PREAMBLE_BYTES = 8;
+export const FRAME_HEADER_BYTES = 24;
+/** Media type of the response body. */
+export const STREAM_CONTENT_TYPE = 'application/vnd.objectcache.stream.v1';
+
+export const FrameType = {
+  /** One delivered layer: the matched chunks' slices of that layer in prefix order; index = layer. */
+  LAYER: 1,
+  /** One chunk's delivered layers in layer order (chunkwise delivery); index = chunk (prefix position). */
+  CHUNK: 2,
+  /** A failure after streaming began; payload is UTF-8 JSON {code, message, ...}; the stream ends. */
+  ERROR: 3,
+  /** The summary; payload is UTF-8 JSON; the stream ends. */
+  END: 4,
+} as const;
+export type FrameType = (typeof FrameType)[keyof typeof FrameType];
+
+export interface FrameHeader {
+  readonly type: FrameType;
+  readonly index: number;
+  readonly length: number;
+  readonly crc32c: number;
+}
+
+export function encodePreamble(): Buffer {
+  const out = Buffer.alloc(PREAMBLE_BYTES);
+  out.write(STREAM_MAGIC, 0, 'latin1');
+  out.writeUInt16LE(STREAM_VERSION, 4);
+  return out;
+}
+
+export function encodeFrameHeader(header: FrameHeader): Buffer {
+  const out = Buffer.alloc(FRAME_HEADER_BYTES);
+  out.writeUInt8(header.type, 0);
+  out.writeUInt32LE(header.index, 4);
+  out.writeBigUInt64LE(BigInt(header.length), 8);
+  out.writeUInt32LE(header.crc32c >>> 0, 16);
+  return out;
+}
+
+/** Decodes a frame header; returns a reason string when the bytes are not a valid header. */
+export function decodeFrameHeader(bytes: Uint8Array): FrameHeader | string {
+  const view = Buffer.from(bytes.buffer, bytes.byteOffset, FRAME_HEADER_BYTES);
+  const type = view.readUInt8(0);
+  if (type < FrameType.LAYER || type > FrameType.END) return `unknown frame type ${type}`;
+  if (view.readUInt8(1) !== 0 || view.readUInt16LE(2) !== 0 || view.readUInt32LE(20) !== 0) return 'reserved frame header bytes are not zero';
+  const length = view.readBigUInt64LE(8);
+  if (length > BigInt(Number.MAX_SAFE_INTEGER)) return 'frame length exceeds 2^53';
+  return { type: type as FrameType, index: view.readUInt32LE(4), length: Number(length), crc32c: view.readUInt32LE(16) };
+}
+
+/** Checks the 8-byte preamble; returns a reason string when it is wrong. */
+export function checkPreamble(bytes: Uint8Array): string | undefined {
+  const view = Buffer.from(bytes.buffer, bytes.byteOffset, PREAMBLE_BYTES);
+  if (view.toString('latin1', 0, 4) !== STREAM_MAGIC) return 'the response does not start with the OCKV preamble';
+  const version = view.readUInt16LE(4);
+  if (version !== STREAM_VERSION) return `unsupported stream version ${version}`;
+  return undefined;
+}
+
+/** The END frame's JSON payload. */
+export interface EndSummary {
+  readonly mode: 'layerwise' | 'chunkwise';
+  readonly layers: readonly [number, number];
+  readonly chunks: number;
+  /** Payload bytes delivered (frames excluded). */
+  readonly bytes: number;
+  readonly backendReads: number;
+  /** Layer groups of the read plan, as [first, end) pairs. */
+  readonly plan: readonly (readonly [number, number])[];
+  readonly rateBytesPerSec: number | null;
+  readonly verified: boolean;
+  readonly timings: { readonly firstFrameMs: number; readonly totalMs: number };
+}
+
+/** The ERROR frame's JSON payload. */
+export interface ErrorPayload {
+  readonly code: string;
+  readonly message: string;
+  readonly chunk?: number;
+  readonly key?: string;
+  readonly layer?: number;
+}

@@ -1,0 +1,68 @@
+/**
+ * The contract between the gateway's main thread and the read workers (piscina). Nothing is
+ * thrown across the boundary: a worker answers every task with a ReadResult; class identity does
+ * not survive postMessage, so errors travel as codes.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { ErrorCode } from '../schemas/errors.js';
+import type { Layout } from '../schemas/layouts.js';
+
+export type WorkerBackend =
+  | { readonly kind: 'local'; readonly dataDir: string }
+  | {
+      readonly kind: 's3';
+      readonly endpoint: string;
+      readonly region: string;
+      readonly accessKeyId: string;
+      readonly secretAccessKey: string;
+      readonly connections: number;
+      readonly timeoutMs: number;
+    };
+
+/** `workerData` of every read worker. */
+export interface WorkerInit {
+  readonly backend: WorkerBackend;
+  /** Range reads one task keeps in flight. */
+  readonly readConcurrency: number;
+}
+
+/** Where the delivered bytes go inside the task's buffer. */
+export type TaskOrder = 'layer-major' | 'chunk-major';
+
+/**
+ * Read layers [first, end) of a run of consecutive chunks into one buffer.
+ * layer-major: for each layer, each chunk's slice (the layer payload's piece for these chunks).
+ * chunk-major: for each chunk, each layer's slice (whole CHUNK frame payloads).
+ * Every slice is in KV_L2TD form (K part, then V part) whatever the stored layout.
+ */
+export interface ReadTask {
+  readonly bucket: string;
+  readonly keys: readonly string[];
+  /** Prefix position of keys[0], for error messages. */
+  readonly chunkOffset: number;
+  readonly layout: Layout;
+  readonly layers: number;
+  readonly layerBytes: number;
+  readonly first: number;
+  readonly end: number;
+  readonly order: TaskOrder;
+  /** The main thread posts any message here to cancel the task. */
+  readonly abort: MessagePort;
+}
+
+export type ReadResult =
+  | {
+      readonly ok: true;
+      readonly buffer: ArrayBuffer;
+      /** Backend range reads this task issued. */
+      readonly reads: number;
+      readonly readMs: number;
+    }
+  | {
+      readonly ok: false;
+      readonly code: ErrorCode;
+      readonly message: string;
+      readonly retryable: boolean;
+      readonly chunk?: number;
+      readonly key?: string;
+    };

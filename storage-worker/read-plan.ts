@@ -1,0 +1,80 @@
+/**
+ * The read plan of a layerwise GET (DESIGN.md section 6). One range read per chunk per layer
+ * (the paper's N * L reads) is the enemy for small slices, but consecutive layers of a chunk are
+ * contiguous bytes, so one read can cover a group of layers. The first group is one layer, since
+ * layer 0 gates the client's first compute; later groups double until a read reaches the efficient
+ * transfer size (1-2 MiB in the paper's appendix E). Pure: a function of its inputs.
+ */
+import type { Layout } from '../schemas/layouts.js';
+
+export interface PlanInput {
+  readonly layout: Layout;
+  readonly layerStart: number;
+  readonly layerEnd: number;
+  readonly layerBytes: number;
+  readonly chunks: number;
+  /** Target bytes per range read. */
+  readonly readBytes: number;
+  /** Target bytes per worker task (a task covers a run of chunks for one group). */
+  readonly taskBytes: number;
+}
+
+export interface PlannedTask {
+  readonly group: number;
+  readonly first: number;
+  readonly end: number;
+  readonly chunkStart: number;
+  readonly chunkEnd: number;
+}
+
+export interface ReadPlan {
+  /** Layer groups as [first, end). */
+  readonly groups: readonly (readonly [number, number])[];
+  readonly tasks: readonly PlannedTask[];
+  /** Range reads the plan issues (KV_2LTD needs two per chunk per group). */
+  readonly reads: number;
+}
+
+/** Bytes of one layer within one range read: the whole slice, or half of it for KV_2LTD. */
+function rangeBytesPerLayer(layout: Layout, layerBytes: number): number {
+  return layout === 'KV_2LTD' ? layerBytes / 2 : layerBytes;
+}
+
+export function planLayerGroups(input: Pick<PlanInput, 'layout' | 'layerStart' | 'layerEnd' | 'layerBytes' | 'readBytes'>): [number, number][] {
+  const cap = Math.max(1, Math.floor(input.readBytes / rangeBytesPerLayer(input.layout, input.layerBytes)));
+  const groups: [number, number][] = [];
+  let size = 1;
+  for (let first = input.layerStart; first < input.layerEnd; ) {
+    const end = Math.min(input.layerEnd, first + Math.min(size, cap));
+    groups.push([first, end]);
+    first = end;
+    size *= 2;
+  }
+  return groups;
+}
+
+export function planLayerwise(input: PlanInput): ReadPlan {
+  const groups = planLayerGroups(input);
+  const tasks: PlannedTask[] = [];
+  groups.forEach(([first, end], group) => {
+    const perChunk = (end - first) * input.layerBytes;
+    const chunksPerTask = Math.max(1, Math.floor(input.taskBytes / perChunk));
+    for (let chunkStart = 0; chunkStart < input.chunks; chunkStart += chunksPerTask) {
+      tasks.push({ group, first, end, chunkStart, chunkEnd: Math.min(input.chunks, chunkStart + chunksPerTask) });
+    }
+  });
+  const rangesPerChunk = input.layout === 'KV_2LTD' ? 2 : 1;
+  return { groups, tasks, reads: groups.length * input.chunks * rangesPerChunk };
+}
+
+/** Chunkwise: every chunk read once (its delivered layers), in prefix order, in task-sized runs. */
+export function planChunkwise(input: PlanInput): ReadPlan {
+  const perChunk = (input.layerEnd - input.layerStart) * input.layerBytes;
+  const chunksPerTask = Math.max(1, Math.floor(input.taskBytes / perChunk));
+  const tasks: PlannedTask[] = [];
+  for (let chunkStart = 0; chunkStart < input.chunks; chunkStart += chunksPerTask) {
+    tasks.push({ group: 0, first: input.layerStart, end: input.layerEnd, chunkStart, chunkEnd: Math.min(input.chunks, chunkStart + chunksPerTask) });
+  }
+  const rangesPerChunk = input.layout === 'KV_2LTD' ? 2 : 1;
+  return { groups: [[input.layerStart, input.layerEnd]], tasks, reads: input.chunks * rangesPerChunk };
+}

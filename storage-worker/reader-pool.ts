@@ -1,0 +1,100 @@
+/**
+ * The main thread's side of the read workers: a piscina pool with a bounded queue. Tasks are
+ * cancelled cooperatively through a MessagePort (the worker aborts its backend reads and answers),
+ * so a client that goes away never costs a worker thread; a worker that dies fails only its own
+ * tasks, and piscina replaces it.
+ */
+import { availableParallelism } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { MessageChannel } from 'node:worker_threads';
+import { Piscina } from 'piscina';
+import type { ReadResult, ReadTask, WorkerBackend, WorkerInit } from './protocol.js';
+
+export interface ReaderPoolOptions {
+  readonly backend: WorkerBackend;
+  readonly workers: number;
+  /** Tasks waiting for a worker before new ones are refused (503 SlowDown). */
+  readonly maxQueue: number;
+  /** Range reads one task keeps in flight. */
+  readonly readConcurrency: number;
+  /** Tasks one worker runs at once (they wait on I/O, not CPU). */
+  readonly tasksPerWorker: number;
+}
+
+export interface ReaderPoolStats {
+  readonly workers: number;
+  readonly queued: number;
+  readonly running: number;
+  readonly completed: number;
+  readonly utilization: number;
+}
+
+export function defaultWorkerCount(): number {
+  return Math.max(1, Math.min(4, availableParallelism()));
+}
+
+/** The compiled worker: next to this module in dist/, or dist/ when running from TypeScript sources (tests). */
+function workerFilename(): string {
+  const here = fileURLToPath(import.meta.url);
+  if (here.endsWith('.ts')) return join(dirname(dirname(here)), 'dist', 'storage-worker', 'read-worker.js');
+  return join(dirname(here), 'read-worker.js');
+}
+
+export class ReaderPool {
+  readonly #pool: Piscina;
+  #running = 0;
+  #queued = 0;
+
+  constructor(options: ReaderPoolOptions) {
+    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency };
+    this.#pool = new Piscina({
+      filename: workerFilename(),
+      minThreads: options.workers,
+      maxThreads: options.workers,
+      maxQueue: options.maxQueue,
+      concurrentTasksPerWorker: options.tasksPerWorker,
+      idleTimeout: 60_000,
+      // Workers keep keep-alive sockets and timers alive between tasks: no Atomics.wait.
+      atomics: 'disabled',
+      workerData,
+    });
+  }
+
+  stats(): ReaderPoolStats {
+    return { workers: this.#pool.threads.length, queued: this.#pool.queueSize, running: this.#running, completed: this.#pool.completed, utilization: this.#pool.utilization };
+  }
+
+  /** True when a new task would be refused. */
+  saturated(): boolean {
+    return this.#pool.queueSize >= this.#pool.options.maxQueue;
+  }
+
+  /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
+  async run(task: Omit<ReadTask, 'abort'>, signal: AbortSignal): Promise<ReadResult> {
+    if (this.saturated()) {
+      return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
+    }
+    const { port1, port2 } = new MessageChannel();
+    const onAbort = (): void => port1.postMessage('abort');
+    signal.addEventListener('abort', onAbort, { once: true });
+    this.#queued++;
+    try {
+      this.#running++;
+      return (await this.#pool.run({ ...task, abort: port2 }, { transferList: [port2] })) as ReadResult;
+    } catch (error) {
+      const message = (error as Error).message;
+      if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
+      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true };
+    } finally {
+      this.#running--;
+      this.#queued--;
+      signal.removeEventListener('abort', onAbort);
+      port1.close();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.close({ force: true });
+  }
+}

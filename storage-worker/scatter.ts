@@ -1,0 +1,93 @@
+/**
+ * Where the bytes of one range read land in a task buffer. A range of a chunk covers layers
+ * [first, end) (or, for KV_2LTD, the K or the V halves of those layers); its bytes are split into
+ * per-layer pieces that go to different places of the task buffer. Pure.
+ */
+import { layerRanges, type ByteRange, type Layout } from '../schemas/layouts.js';
+import type { TaskOrder } from './protocol.js';
+
+export interface RangeTarget extends ByteRange {
+  /** Destinations in the order the range's bytes arrive; their lengths add up to `length`. */
+  readonly views: Uint8Array[];
+}
+
+export interface TaskGeometry {
+  readonly layout: Layout;
+  readonly layers: number;
+  readonly layerBytes: number;
+  readonly first: number;
+  readonly end: number;
+  readonly chunks: number;
+  readonly order: TaskOrder;
+}
+
+export function taskBufferBytes(g: TaskGeometry): number {
+  return (g.end - g.first) * g.chunks * g.layerBytes;
+}
+
+/** Offset of (layer, chunk)'s slice in the task buffer. */
+function sliceOffset(g: TaskGeometry, layer: number, chunk: number): number {
+  const groupLayers = g.end - g.first;
+  const l = layer - g.first;
+  return g.order === 'layer-major' ? (l * g.chunks + chunk) * g.layerBytes : (chunk * groupLayers + l) * g.layerBytes;
+}
+
+/** The ranges to read for chunk `chunk` (index within the task) and where each byte goes. */
+export function rangeTargets(g: TaskGeometry, buffer: ArrayBuffer, chunk: number): RangeTarget[] {
+  const ranges = layerRanges(g.layout, g.layers, g.layerBytes, g.first, g.end);
+  const half = g.layerBytes / 2;
+  return ranges.map((range, part) => {
+    const views: Uint8Array[] = [];
+    for (let layer = g.first; layer < g.end; layer++) {
+      const at = sliceOffset(g, layer, chunk);
+      if (g.layout === 'KV_2LTD') views.push(new Uint8Array(buffer, at + part * half, half));
+      else views.push(new Uint8Array(buffer, at, g.layerBytes));
+    }
+    // Consecutive destinations that touch can be one view (fewer copies and syscalls).
+    return { ...range, views: coalesce(views) };
+  });
+}
+
+function coalesce(views: Uint8Array[]): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  for (const view of views) {
+    const last = out.at(-1);
+    if (last && last.buffer === view.buffer && last.byteOffset + last.byteLength === view.byteOffset) {
+      out[out.length - 1] = new Uint8Array(last.buffer, last.byteOffset, last.byteLength + view.byteLength);
+    } else {
+      out.push(view);
+    }
+  }
+  return out;
+}
+
+/** Copies `chunk` into the views starting at byte `position` of the concatenated views. */
+export class ScatterCursor {
+  readonly #views: Uint8Array[];
+  #index = 0;
+  #offset = 0;
+  written = 0;
+
+  constructor(views: Uint8Array[]) {
+    this.#views = views;
+  }
+
+  /** Returns false when `chunk` does not fit (the source sent more than the range). */
+  write(chunk: Uint8Array): boolean {
+    let from = 0;
+    while (from < chunk.byteLength) {
+      const view = this.#views[this.#index];
+      if (!view) return false;
+      const n = Math.min(view.byteLength - this.#offset, chunk.byteLength - from);
+      view.set(chunk.subarray(from, from + n), this.#offset);
+      from += n;
+      this.#offset += n;
+      this.written += n;
+      if (this.#offset === view.byteLength) {
+        this.#index++;
+        this.#offset = 0;
+      }
+    }
+    return true;
+  }
+}
