@@ -127,13 +127,14 @@ export class S3RangeReader implements RangeReader {
       throw new ReadError('OC_ERR_BACKEND_RANGE', `the object store answered ${statusCode} for chunk ${key}`);
     }
     const range = parseContentRange(headers['content-range']);
+    // The object size first: a short object also truncates the range the store answers with.
+    if (range && range[2] !== objectBytes) {
+      await body.dump();
+      throw sizeError(key, range[2], objectBytes);
+    }
     if (!range || range[0] !== target.offset || range[1] !== last) {
       await body.dump();
       throw new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: expected Content-Range bytes ${target.offset}-${last}, got ${String(headers['content-range'])}`);
-    }
-    if (range[2] !== objectBytes) {
-      await body.dump();
-      throw sizeError(key, range[2], objectBytes);
     }
     const cursor = new ScatterCursor(target.views);
     try {

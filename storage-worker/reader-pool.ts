@@ -43,10 +43,12 @@ function workerFilename(): string {
 
 export class ReaderPool {
   readonly #pool: Piscina;
+  readonly #options: ReaderPoolOptions;
   #running = 0;
-  #queued = 0;
+  #roomWaiters: (() => void)[] = [];
 
   constructor(options: ReaderPoolOptions) {
+    this.#options = options;
     const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency };
     this.#pool = new Piscina({
       filename: workerFilename(),
@@ -67,7 +69,23 @@ export class ReaderPool {
 
   /** True when a new task would be refused. */
   saturated(): boolean {
-    return this.#pool.queueSize >= this.#pool.options.maxQueue;
+    return this.#pool.queueSize >= this.#options.maxQueue;
+  }
+
+  /** Tasks one request should keep dispatched: enough to keep every worker busy, no more. */
+  get tasksPerRequest(): number {
+    return this.#options.workers * this.#options.tasksPerWorker * 2;
+  }
+
+  /** Resolves when the queue has room for another task (or at once if it has). */
+  async room(signal?: AbortSignal): Promise<void> {
+    while (this.saturated()) {
+      if (signal?.aborted) throw signal.reason;
+      await new Promise<void>((resolve) => {
+        this.#roomWaiters.push(resolve);
+        signal?.addEventListener('abort', () => resolve(), { once: true });
+      });
+    }
   }
 
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
@@ -78,7 +96,6 @@ export class ReaderPool {
     const { port1, port2 } = new MessageChannel();
     const onAbort = (): void => port1.postMessage('abort');
     signal.addEventListener('abort', onAbort, { once: true });
-    this.#queued++;
     try {
       this.#running++;
       return (await this.#pool.run({ ...task, abort: port2 }, { transferList: [port2] })) as ReadResult;
@@ -88,9 +105,11 @@ export class ReaderPool {
       return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true };
     } finally {
       this.#running--;
-      this.#queued--;
       signal.removeEventListener('abort', onAbort);
       port1.close();
+      const waiters = this.#roomWaiters;
+      this.#roomWaiters = [];
+      for (const wake of waiters) wake();
     }
   }
 

@@ -88,10 +88,14 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
   let wake: (() => void) | undefined;
   cancel.signal.addEventListener('abort', () => wake?.(), { once: true });
 
-  // The producer: dispatch tasks in order as the budgets allow.
+  // The producer: dispatch tasks in order as the budgets allow, keeping at most
+  // `tasksPerRequest` of this request's tasks in the pool and waiting for queue room.
+  const slots = new ByteBudget(pool.tasksPerRequest);
   const producer = (async () => {
     for (const task of plan.tasks) {
       const bytes = (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
+      await slots.acquire(1, cancel.signal);
+      await pool.room(cancel.signal);
       await window.acquire(bytes, cancel.signal);
       try {
         await deps.budget.acquire(bytes, cancel.signal);
@@ -115,7 +119,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
             order,
           },
           cancel.signal,
-        ),
+        ).finally(() => slots.release(1)),
       };
       held.add(entry);
       dispatched.push(entry);
