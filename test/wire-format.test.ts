@@ -1,0 +1,145 @@
+/**
+ * The written wire format is the contract: its worked example is what the encoder produces, the
+ * JSON Schema file is the schema the gateway validates with, the frame decoder rejects every
+ * malformed stream with a stable code, and a Python reader written from the document alone reads
+ * real gateway streams byte-exact.
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { crc32c } from '@node-rs/crc32';
+import { SignatureV4 } from '@smithy/signature-v4';
+import { Pool } from 'undici';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ObjectCacheClient } from '../client/client.js';
+import { FrameDecoder } from '../client/frame-decoder.js';
+import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { encodeFrameHeader, encodePreamble, FrameType } from '../schemas/frames.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
+
+const doc = readFileSync(new URL('../schemas/wire-format.md', import.meta.url), 'utf8');
+const l0 = Buffer.from([0x00, 0x01, 0x02, 0x03, 0x10, 0x11, 0x12, 0x13]);
+const l1 = Buffer.from([0x04, 0x05, 0x06, 0x07, 0x14, 0x15, 0x16, 0x17]);
+
+function exampleStream(): Buffer {
+  const end = Buffer.from(JSON.stringify({ mode: 'layerwise', layers: [0, 2], chunks: 2, bytes: 16, backendReads: 4, plan: [[0, 1], [1, 2]], rateBytesPerSec: null, verified: false, timings: { firstFrameMs: 1.2, totalMs: 1.9 } }));
+  return Buffer.concat([
+    encodePreamble(),
+    encodeFrameHeader({ type: FrameType.LAYER, index: 0, length: 8, crc32c: crc32c(l0) }),
+    l0,
+    encodeFrameHeader({ type: FrameType.LAYER, index: 1, length: 8, crc32c: crc32c(l1) }),
+    l1,
+    encodeFrameHeader({ type: FrameType.END, index: 0, length: end.length, crc32c: crc32c(end) }),
+    end,
+  ]);
+}
+
+describe('the written wire format', () => {
+  it('shows exactly the bytes the encoder produces in its worked example', () => {
+    const block = doc.split('<!-- wire-example:start -->')[1]?.split('<!-- wire-example:end -->')[0] ?? '';
+    const lines = block.split('\n').filter((l) => /^[0-9a-f]{2}( |$)/.test(l) || l.startsWith('{'));
+    const bytes = Buffer.concat(lines.map((line) => (line.startsWith('{') ? Buffer.from(line) : Buffer.from((line.match(/^((?:[0-9a-f]{2} ?)+)/)?.[1] ?? '').trim().split(' ').join(''), 'hex'))));
+    expect(bytes.toString('hex')).toBe(exampleStream().toString('hex'));
+  });
+
+  it('keeps descriptor.schema.json equal to the schema the gateway validates with', () => {
+    const file = JSON.parse(readFileSync(new URL('../schemas/descriptor.schema.json', import.meta.url), 'utf8')) as unknown;
+    expect(file).toEqual(JSON.parse(JSON.stringify(DESCRIPTOR_SCHEMA)));
+  });
+});
+
+describe('FrameDecoder', () => {
+  const geometry = { layerStart: 0, layerEnd: 2, chunks: 2, layerBytes: 4, layerStride: 8 };
+  const decode = (bytes: Buffer, split = 3): unknown => {
+    const decoder = new FrameDecoder({ ...geometry, target: new Uint8Array(16) });
+    try {
+      for (let i = 0; i < bytes.length; i += split) decoder.push(bytes.subarray(i, i + split));
+      return decoder.finish();
+    } catch (error) {
+      return error;
+    }
+  };
+  const codeOf = (value: unknown): string => (value instanceof ObjectCacheError ? value.code : 'OK');
+
+  it('decodes the worked example at any split', () => {
+    for (const split of [1, 2, 7, 24, 1000]) {
+      const ready: number[] = [];
+      const target = new Uint8Array(16);
+      const decoder = new FrameDecoder({ ...geometry, target, onLayerReady: (l) => ready.push(l) });
+      const bytes = exampleStream();
+      for (let i = 0; i < bytes.length; i += split) decoder.push(bytes.subarray(i, i + split));
+      expect(decoder.finish().bytes).toBe(16);
+      expect(ready).toEqual([0, 1]);
+      expect(Buffer.from(target).equals(Buffer.concat([l0, l1]))).toBe(true);
+    }
+  });
+
+  it('rejects corruption, truncation, disorder and gateway errors with stable codes', () => {
+    const good = exampleStream();
+    const flipped = Buffer.from(good);
+    flipped[8 + 24 + 2] ^= 1;
+    expect(codeOf(decode(flipped))).toBe('OC_ERR_CLIENT_CRC');
+    expect(codeOf(decode(good.subarray(0, good.length - 5)))).toBe('OC_ERR_CLIENT_INCOMPLETE');
+    expect(codeOf(decode(Buffer.concat([Buffer.from('HTTP'), good.subarray(4)])))).toBe('OC_ERR_CLIENT_PROTOCOL');
+    const disordered = Buffer.concat([encodePreamble(), encodeFrameHeader({ type: FrameType.LAYER, index: 1, length: 8, crc32c: crc32c(l1) }), l1]);
+    expect(codeOf(decode(disordered))).toBe('OC_ERR_CLIENT_PROTOCOL');
+    const wrongSize = Buffer.concat([encodePreamble(), encodeFrameHeader({ type: FrameType.LAYER, index: 0, length: 4, crc32c: crc32c(l0.subarray(0, 4)) }), l0.subarray(0, 4)]);
+    expect(codeOf(decode(wrongSize))).toBe('OC_ERR_CLIENT_PROTOCOL');
+    const unknownType = Buffer.from(good);
+    unknownType[8] = 9;
+    expect(codeOf(decode(unknownType))).toBe('OC_ERR_CLIENT_PROTOCOL');
+    const errorJson = Buffer.from(JSON.stringify({ code: 'OC_ERR_CHUNK_MISSING', message: 'chunk 1 is gone', chunk: 1, key: 'k/1' }));
+    const failed = decode(Buffer.concat([encodePreamble(), encodeFrameHeader({ type: FrameType.LAYER, index: 0, length: 8, crc32c: crc32c(l0) }), l0, encodeFrameHeader({ type: FrameType.ERROR, index: 0, length: errorJson.length, crc32c: crc32c(errorJson) }), errorJson]));
+    expect(codeOf(failed)).toBe('OC_ERR_CHUNK_MISSING');
+    expect((failed as ObjectCacheError).details).toMatchObject({ ChunkIndex: 1, Key: 'k/1' });
+    expect(codeOf(decode(Buffer.concat([good, Buffer.from([0])])))).toBe('OC_ERR_CLIENT_PROTOCOL');
+  });
+
+  it('refuses a target buffer too small for the delivery', () => {
+    expect(() => new FrameDecoder({ ...geometry, target: new Uint8Array(15) })).toThrow(ObjectCacheError);
+  });
+});
+
+describe('a Python reader written from the document', () => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let pool: Pool;
+  const dir = mkdtempSync(join(tmpdir(), 'objectcache-pyreader-'));
+
+  beforeAll(async () => {
+    gw = await startTestGateway({ backend: 's3', minio: inject('minio') });
+    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('py'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+    pool = new Pool(gw.url);
+  });
+
+  afterAll(async () => {
+    await pool?.close();
+    await client?.close();
+    await gw?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('reads layerwise and chunkwise streams of KV_2LTD objects byte-exact', async () => {
+    const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: 64, layout: 'KV_2LTD' });
+    const url = new URL(gw.url);
+    const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+    for (const mode of ['layerwise', 'chunkwise'] as const) {
+      const body = Buffer.from(JSON.stringify(descriptorOf(prefix, { mode, layerRange: [1, 4] })));
+      const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${client.bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+      const res = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body });
+      expect(res.statusCode).toBe(200);
+      const stream = join(dir, `${mode}.bin`);
+      writeFileSync(stream, Buffer.from(await res.body.arrayBuffer()));
+      const out = join(dir, `${mode}.out`);
+      const printed = execFileSync('python3', [new URL('../schemas/examples/read_stream.py', import.meta.url).pathname, stream, '3', '64', '1', '4', out], { encoding: 'utf8' });
+      expect((JSON.parse(printed) as { mode: string }).mode).toBe(mode);
+      expect(readFileSync(out).equals(Buffer.from(reference(prefix, 1, 4)))).toBe(true);
+    }
+  });
+});
