@@ -3,14 +3,23 @@
  * `objectcache`: the command line. Reads argv and the environment here, at the edge, and hands
  * validated configuration to the commands.
  */
+import { runFetch } from '../client/cli/fetch.js';
+import { runSeed } from '../client/cli/seed.js';
+import { ObjectCacheError } from '../schemas/errors.js';
 import { ConfigError, loadServeConfig, serveHelp } from './config.js';
 import { createLogger } from './logger.js';
 import { startGateway } from './server.js';
+
+// The AWS SDK warns on every run that its releases after January 2027 will need Node 22; that
+// says nothing about this command, and the SDK has a switch for it.
+process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
 
 const USAGE = `Usage: objectcache <command> [options]
 
 Commands:
   serve     Run the S3-compatible gateway (embedded store, or --s3-endpoint URL)
+  seed      Write synthetic KV chunks of a model preset and print their descriptor
+  fetch     Fetch a descriptor's KV layer by layer and print the ready timeline
 
 Run "objectcache <command> --help" for the options of a command.`;
 
@@ -41,6 +50,10 @@ async function main(argv: string[]): Promise<number> {
   switch (command) {
     case 'serve':
       return serve(rest);
+    case 'seed':
+      return runSeed(rest, process.env, process.stdout, process.stderr);
+    case 'fetch':
+      return runFetch(rest, process.env, process.stdin, process.stdout);
     case undefined:
     case '--help':
     case '-h':
@@ -60,6 +73,11 @@ main(process.argv.slice(2)).then(
   (error: unknown) => {
     if (error instanceof ConfigError) {
       process.stderr.write(`objectcache: invalid setting: ${error.message}\n`);
+      process.exitCode = 2;
+      return;
+    }
+    if (error instanceof ObjectCacheError && error.code === 'OC_ERR_CLIENT_USAGE') {
+      process.stderr.write(`objectcache: ${error.message} (see --help)\n`);
       process.exitCode = 2;
       return;
     }

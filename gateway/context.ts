@@ -18,6 +18,8 @@ export interface RequestContext {
   readonly logger: Logger;
   /** Aborted when the client goes away before the response is complete. */
   readonly signal: AbortSignal;
+  /** performance.now() when the request arrived. */
+  readonly startedAt: number;
   /** The operation name for logs and metrics (GetObject, PutObject, ...). */
   operation: string;
 }

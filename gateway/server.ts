@@ -82,6 +82,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = process.hrtime.bigint();
+    const startedAt = performance.now();
     const requestId = newRequestId();
     res.setHeader('x-amz-request-id', requestId);
     res.setHeader('server', 'ObjectCache');
@@ -122,7 +123,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         target = unhoisted.target;
         for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
       }
-      ctx = { req, res, requestId, target, auth, config, logger, signal: abort.signal, operation: 'Unknown' };
+      ctx = { req, res, requestId, target, auth, config, logger, signal: abort.signal, startedAt, operation: 'Unknown' };
       const special = objectCacheOperation(ctx);
       if (special === 'LayerwiseGet') {
         ctx.operation = 'LayerwiseGet';

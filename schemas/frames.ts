@@ -83,7 +83,8 @@ export interface EndSummary {
   readonly plan: readonly (readonly [number, number])[];
   readonly rateBytesPerSec: number | null;
   readonly verified: boolean;
-  readonly timings: { readonly firstFrameMs: number; readonly totalMs: number };
+  /** Milliseconds from the request's arrival: first layer group read, first frame sent, END. */
+  readonly timings: { readonly firstReadMs: number; readonly firstFrameMs: number; readonly totalMs: number };
 }
 
 /** The ERROR frame's JSON payload. */

@@ -48,6 +48,11 @@ export interface ReadTask {
   readonly order: TaskOrder;
   /** The main thread posts any message here to cancel the task. */
   readonly abort: MessagePort;
+  /**
+   * A recycled buffer of at least the task's size, transferred in; every byte of the task's
+   * part is overwritten, so it needs no clearing. Absent: the worker allocates one.
+   */
+  readonly buffer?: ArrayBuffer;
 }
 
 export type ReadResult =

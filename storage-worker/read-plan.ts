@@ -17,6 +17,16 @@ export interface PlanInput {
   readonly readBytes: number;
   /** Target bytes per worker task (a task covers a run of chunks for one group). */
   readonly taskBytes: number;
+  /**
+   * Most bytes one layer group may span across all chunks (a group is sent only once all of
+   * it has been read, so two groups must fit in the request's read-ahead to overlap).
+   */
+  readonly maxGroupBytes: number;
+  /**
+   * Tasks the first group is split into (at most one per chunk): the first layer gates the
+   * client's first compute, so it is spread over every worker slot.
+   */
+  readonly firstGroupTasks?: number;
 }
 
 export interface PlannedTask {
@@ -40,8 +50,10 @@ function rangeBytesPerLayer(layout: Layout, layerBytes: number): number {
   return layout === 'KV_2LTD' ? layerBytes / 2 : layerBytes;
 }
 
-export function planLayerGroups(input: Pick<PlanInput, 'layout' | 'layerStart' | 'layerEnd' | 'layerBytes' | 'readBytes'>): [number, number][] {
-  const cap = Math.max(1, Math.floor(input.readBytes / rangeBytesPerLayer(input.layout, input.layerBytes)));
+export function planLayerGroups(input: Pick<PlanInput, 'layout' | 'layerStart' | 'layerEnd' | 'layerBytes' | 'readBytes' | 'chunks' | 'maxGroupBytes'>): [number, number][] {
+  const byRead = Math.floor(input.readBytes / rangeBytesPerLayer(input.layout, input.layerBytes));
+  const byGroup = Math.floor(input.maxGroupBytes / (input.chunks * input.layerBytes));
+  const cap = Math.max(1, Math.min(byRead, byGroup));
   const groups: [number, number][] = [];
   let size = 1;
   for (let first = input.layerStart; first < input.layerEnd; ) {
@@ -58,7 +70,8 @@ export function planLayerwise(input: PlanInput): ReadPlan {
   const tasks: PlannedTask[] = [];
   groups.forEach(([first, end], group) => {
     const perChunk = (end - first) * input.layerBytes;
-    const chunksPerTask = Math.max(1, Math.floor(input.taskBytes / perChunk));
+    let chunksPerTask = Math.max(1, Math.floor(input.taskBytes / perChunk));
+    if (group === 0 && input.firstGroupTasks !== undefined) chunksPerTask = Math.min(chunksPerTask, Math.max(1, Math.ceil(input.chunks / input.firstGroupTasks)));
     for (let chunkStart = 0; chunkStart < input.chunks; chunkStart += chunksPerTask) {
       tasks.push({ group, first, end, chunkStart, chunkEnd: Math.min(input.chunks, chunkStart + chunksPerTask) });
     }

@@ -3,6 +3,7 @@
  * concurrent range reads through its own backend connection pool, writes every slice straight
  * into its place in one buffer, and hands the buffer back by transfer, without a copy.
  */
+import { setMaxListeners } from 'node:events';
 import { workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { ReadResult, ReadTask, WorkerInit } from './protocol.js';
@@ -20,7 +21,8 @@ function readerFor(): RangeReader {
 async function execute(task: ReadTask, signal: AbortSignal): Promise<ReadResult & { ok: true }> {
   const started = performance.now();
   const geometry = { layout: task.layout, layers: task.layers, layerBytes: task.layerBytes, first: task.first, end: task.end, chunks: task.keys.length, order: task.order };
-  const buffer = new ArrayBuffer(taskBufferBytes(geometry));
+  const needed = taskBufferBytes(geometry);
+  const buffer = task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed);
   const objectBytes = task.layers * task.layerBytes;
   const jobs: (() => Promise<void>)[] = [];
   task.keys.forEach((key, chunk) => {
@@ -55,6 +57,7 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<ReadResult 
 
 export default async function runReadTask(task: ReadTask): Promise<unknown> {
   const controller = new AbortController();
+  setMaxListeners(0, controller.signal); // every concurrent range read listens to it
   task.abort.once('message', () => controller.abort());
   try {
     const result = await execute(task, controller.signal);

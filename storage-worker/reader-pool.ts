@@ -41,8 +41,14 @@ function workerFilename(): string {
   return join(dirname(here), 'read-worker.js');
 }
 
+/** Recycled task buffers kept at most (bytes); beyond it returned buffers are left to the GC. */
+const MAX_POOLED_BYTES = 256 * 1024 * 1024;
+
 export class ReaderPool {
   readonly #pool: Piscina;
+  /** Task buffers by size, handed back after their bytes were sent (no allocation, no zeroing). */
+  readonly #free = new Map<number, ArrayBuffer[]>();
+  #pooledBytes = 0;
   readonly #options: ReaderPoolOptions;
   #running = 0;
   #roomWaiters: (() => void)[] = [];
@@ -88,8 +94,29 @@ export class ReaderPool {
     }
   }
 
+  /** Returns a task's buffer once nothing refers to its bytes any more. */
+  recycle(buffer: ArrayBuffer): void {
+    if (buffer.byteLength === 0 || this.#pooledBytes + buffer.byteLength > MAX_POOLED_BYTES) return;
+    const list = this.#free.get(buffer.byteLength) ?? [];
+    list.push(buffer);
+    this.#free.set(buffer.byteLength, list);
+    this.#pooledBytes += buffer.byteLength;
+  }
+
+  #take(bytes: number): ArrayBuffer | undefined {
+    const list = this.#free.get(bytes);
+    const buffer = list?.pop();
+    if (buffer) this.#pooledBytes -= buffer.byteLength;
+    return buffer;
+  }
+
+  /** Bytes of recycled buffers waiting for reuse. */
+  get pooledBytes(): number {
+    return this.#pooledBytes;
+  }
+
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
-  async run(task: Omit<ReadTask, 'abort'>, signal: AbortSignal): Promise<ReadResult> {
+  async run(task: Omit<ReadTask, 'abort' | 'buffer'>, signal: AbortSignal): Promise<ReadResult> {
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
     }
@@ -98,7 +125,10 @@ export class ReaderPool {
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       this.#running++;
-      return (await this.#pool.run({ ...task, abort: port2 }, { transferList: [port2] })) as ReadResult;
+      const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
+      const buffer = this.#take(bytes);
+      const transferList = buffer ? [port2, buffer] : [port2];
+      return (await this.#pool.run({ ...task, abort: port2, ...(buffer ? { buffer } : {}) }, { transferList })) as ReadResult;
     } catch (error) {
       const message = (error as Error).message;
       if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };

@@ -28,6 +28,8 @@ export class ByteBudget {
   }
 
   acquire(bytes: number, signal?: AbortSignal): Promise<void> {
+    // An 'abort' listener added after the fact never fires: refuse at once.
+    if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.#waiters.length === 0 && this.#fits(bytes)) {
       this.#used += bytes;
       return Promise.resolve();

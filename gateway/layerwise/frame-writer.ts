@@ -4,7 +4,6 @@
  * without concatenation; the CRC32C covers them in order. After a write that fills the socket
  * buffer, the writer waits for 'drain' (or for the client to go away).
  */
-import { once } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { crc32c } from '@node-rs/crc32';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
@@ -18,17 +17,30 @@ export class FrameWriter {
     this.#res = res;
   }
 
+  /** After a write that filled the socket buffer: wait for 'drain', or for the client to go away. */
   async #flush(wroteAll: boolean): Promise<void> {
     if (wroteAll || this.#res.destroyed) return;
-    const closed = once(this.#res, 'close');
-    await Promise.race([once(this.#res, 'drain'), closed]);
+    const res = this.#res;
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        res.off('drain', done);
+        res.off('close', done);
+        resolve();
+      };
+      res.on('drain', done);
+      res.on('close', done);
+    });
   }
 
   async preamble(): Promise<void> {
     await this.#flush(this.#res.write(encodePreamble()));
   }
 
-  async frame(type: FrameType, index: number, pieces: readonly Uint8Array[]): Promise<void> {
+  /**
+   * Writes one frame. `onFlushed` runs once the socket has taken every byte of it (and of the
+   * frames before it), so their buffers may be reused.
+   */
+  async frame(type: FrameType, index: number, pieces: readonly Uint8Array[], onFlushed?: () => void): Promise<void> {
     let crc = 0;
     let length = 0;
     for (const piece of pieces) {
@@ -37,7 +49,9 @@ export class FrameWriter {
     }
     this.#res.cork();
     let ok = this.#res.write(encodeFrameHeader({ type, index, length, crc32c: crc }));
-    for (const piece of pieces) ok = this.#res.write(piece) && ok;
+    pieces.forEach((piece, i) => {
+      ok = (i === pieces.length - 1 && onFlushed ? this.#res.write(piece, () => onFlushed()) : this.#res.write(piece)) && ok;
+    });
     this.#res.uncork();
     this.payloadBytes += length;
     await this.#flush(ok);

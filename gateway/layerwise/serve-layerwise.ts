@@ -9,6 +9,7 @@
  * stream the frames in order, an ERROR frame if a later read fails, and the END summary. A client
  * that goes away cancels the queued and running tasks and returns the budget.
  */
+import { setMaxListeners } from 'node:events';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
@@ -51,7 +52,7 @@ function toError(result: ReadResult & { ok: false }): ObjectCacheError {
 }
 
 export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps): Promise<void> {
-  const started = performance.now();
+  const started = ctx.startedAt;
   const { config, pool } = deps;
   const mode = chooseMode(descriptor, config.threshold);
   const planInput = {
@@ -62,6 +63,8 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
     chunks: descriptor.chunks,
     readBytes: config.readBytes,
     taskBytes: config.taskBytes,
+    maxGroupBytes: Math.floor(config.readAheadBytes / 2),
+    firstGroupTasks: pool.tasksPerRequest,
   };
   const plan: ReadPlan = mode === 'layerwise' ? planLayerwise(planInput) : planChunkwise(planInput);
   const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
@@ -69,33 +72,45 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
 
   if (pool.saturated()) throw new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
 
+  // Units of delivery: the tasks of one layer group (layerwise) or of one task (chunkwise). A
+  // unit is sent only when all of it has been read, so budgets are taken a whole unit at a time:
+  // a unit larger than a budget is admitted alone, and can never wait on itself.
+  const units: [number, number][] = [];
+  for (let i = 0; i < plan.tasks.length; ) {
+    let j = i + 1;
+    if (mode === 'layerwise') while (j < plan.tasks.length && plan.tasks[j]?.group === plan.tasks[i]?.group) j++;
+    units.push([i, j]);
+    i = j;
+  }
+  const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
+  const unitBytes = units.map(([from, to]) => plan.tasks.slice(from, to).reduce((sum, task) => sum + taskBytes(task), 0));
+
   // Cancels queued and running tasks when the client goes away or the stream fails.
   const cancel = new AbortController();
+  setMaxListeners(0, cancel.signal); // one listener per task in flight
   const onClientGone = (): void => cancel.abort();
   ctx.signal.addEventListener('abort', onClientGone, { once: true });
   const window = new ByteBudget(config.readAheadBytes);
   const dispatched: Dispatched[] = [];
-  const held = new Set<Dispatched>();
+  const held = new Set<number>();
   let backendReads = 0;
 
-  const releaseTask = (entry: Dispatched): void => {
-    if (!held.delete(entry)) return;
-    window.release(entry.bytes);
-    deps.budget.release(entry.bytes);
+  const releaseUnit = (unit: number): void => {
+    if (!held.delete(unit)) return;
+    window.release(unitBytes[unit] as number);
+    deps.budget.release(unitBytes[unit] as number);
   };
 
   // The consumer waits here for the producer to dispatch the next task (or for cancellation).
   let wake: (() => void) | undefined;
   cancel.signal.addEventListener('abort', () => wake?.(), { once: true });
 
-  // The producer: dispatch tasks in order as the budgets allow, keeping at most
-  // `tasksPerRequest` of this request's tasks in the pool and waiting for queue room.
+  // The producer: takes the budgets for one unit, then dispatches its tasks in order, keeping at
+  // most `tasksPerRequest` of this request's tasks in the pool and waiting for queue room.
   const slots = new ByteBudget(pool.tasksPerRequest);
   const producer = (async () => {
-    for (const task of plan.tasks) {
-      const bytes = (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
-      await slots.acquire(1, cancel.signal);
-      await pool.room(cancel.signal);
+    for (const [unit, [from, to]] of units.entries()) {
+      const bytes = unitBytes[unit] as number;
       await window.acquire(bytes, cancel.signal);
       try {
         await deps.budget.acquire(bytes, cancel.signal);
@@ -103,27 +118,35 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
         window.release(bytes);
         throw error;
       }
-      const entry: Dispatched = {
-        task,
-        bytes,
-        result: pool.run(
-          {
-            bucket: ctx.target.bucket,
-            keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
-            chunkOffset: task.chunkStart,
-            layout: descriptor.layout,
-            layers: descriptor.layers,
-            layerBytes: descriptor.layerBytes,
-            first: task.first,
-            end: task.end,
-            order,
-          },
-          cancel.signal,
-        ).finally(() => slots.release(1)),
-      };
-      held.add(entry);
-      dispatched.push(entry);
-      wake?.();
+      held.add(unit);
+      for (const task of plan.tasks.slice(from, to)) {
+        await slots.acquire(1, cancel.signal);
+        await pool.room(cancel.signal);
+        const entry: Dispatched = {
+          task,
+          bytes: taskBytes(task),
+          result: pool
+            .run(
+              {
+                bucket: ctx.target.bucket,
+                keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
+                chunkOffset: task.chunkStart,
+                layout: descriptor.layout,
+                layers: descriptor.layers,
+                layerBytes: descriptor.layerBytes,
+                first: task.first,
+                end: task.end,
+                order,
+              },
+              cancel.signal,
+            )
+            .finally(() => slots.release(1)),
+        };
+        dispatched.push(entry);
+        wake?.();
+      }
+      // Read-ahead starts once the first group is in: until then every read serves layer 0.
+      if (unit === 0 && mode === 'layerwise') await Promise.all(dispatched.map((entry) => entry.result));
     }
   })();
   producer.catch(() => {}); // Failures surface through `cancel`; the consumer decides what the client sees.
@@ -153,14 +176,6 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
     return out;
   };
 
-  // Units of delivery: the tasks of one layer group (layerwise) or of one task (chunkwise).
-  const units: [number, number][] = [];
-  for (let i = 0; i < plan.tasks.length; ) {
-    let j = i + 1;
-    if (mode === 'layerwise') while (j < plan.tasks.length && plan.tasks[j]?.group === plan.tasks[i]?.group) j++;
-    units.push([i, j]);
-    i = j;
-  }
 
   const writer = new FrameWriter(ctx.res);
   let payloadBytes = 0;
@@ -168,6 +183,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
   try {
     let unitIndex = 0;
     let ready = await awaitTasks(...(units[0] as [number, number]));
+    const firstReadMs = performance.now() - started;
     // Everything before this point is answered as S3 XML; from here on the stream has begun.
     ctx.res.writeHead(200, {
       'content-type': STREAM_CONTENT_TYPE,
@@ -183,6 +199,9 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
       for (;;) {
         const unit = units[unitIndex] as [number, number];
         const first = ready[0]?.entry.task as PlannedTask;
+        // Once the socket has taken the unit's last frame, its buffers go back to the pool.
+        const buffers = ready.map(({ buffer }) => buffer);
+        const recycle = (): void => buffers.forEach((buffer) => pool.recycle(buffer));
         if (mode === 'layerwise') {
           for (let layer = first.first; layer < first.end; layer++) {
             const pieces = ready.map(({ entry, buffer }) => {
@@ -190,21 +209,22 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
               const bytes = chunks * descriptor.layerBytes;
               return new Uint8Array(buffer, (layer - entry.task.first) * bytes, bytes);
             });
-            await writer.frame(FrameType.LAYER, layer, pieces);
+            await writer.frame(FrameType.LAYER, layer, pieces, layer === first.end - 1 ? recycle : undefined);
             if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
             payloadBytes += descriptor.layerPayloadBytes;
           }
         } else {
-          for (const { entry, buffer } of ready) {
+          for (const [t, { entry, buffer }] of ready.entries()) {
             const perChunk = (entry.task.end - entry.task.first) * descriptor.layerBytes;
             for (let c = entry.task.chunkStart; c < entry.task.chunkEnd; c++) {
-              await writer.frame(FrameType.CHUNK, c, [new Uint8Array(buffer, (c - entry.task.chunkStart) * perChunk, perChunk)]);
+              const last = t === ready.length - 1 && c === entry.task.chunkEnd - 1;
+              await writer.frame(FrameType.CHUNK, c, [new Uint8Array(buffer, (c - entry.task.chunkStart) * perChunk, perChunk)], last ? recycle : undefined);
               if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
               payloadBytes += perChunk;
             }
           }
         }
-        for (const { entry } of ready) releaseTask(entry);
+        releaseUnit(unitIndex);
         if (ctx.signal.aborted) return;
         unitIndex++;
         if (unitIndex >= units.length || unit[1] >= plan.tasks.length) break;
@@ -219,7 +239,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
         plan: plan.groups,
         rateBytesPerSec: null,
         verified: false,
-        timings: { firstFrameMs: Math.round(firstFrameMs * 10) / 10, totalMs: Math.round((performance.now() - started) * 10) / 10 },
+        timings: { firstReadMs: Math.round(firstReadMs * 10) / 10, firstFrameMs: Math.round(firstFrameMs * 10) / 10, totalMs: Math.round((performance.now() - started) * 10) / 10 },
       };
       await writer.json(FrameType.END, summary);
       ctx.res.end();
@@ -241,7 +261,8 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
     cancel.abort();
     ctx.signal.removeEventListener('abort', onClientGone);
     await producer.catch(() => {});
-    // Wait for cancelled tasks to come back before returning their bytes to the budget.
-    await Promise.all(dispatched.map((entry) => entry.result.then(() => releaseTask(entry))));
+    // Wait for cancelled tasks to come back before returning their bytes to the budgets.
+    await Promise.all(dispatched.map((entry) => entry.result));
+    for (const unit of [...held]) releaseUnit(unit);
   }
 }

@@ -1,0 +1,214 @@
+/**
+ * Layerwise GET benchmark (issue: layerwise aggregated GET). Llama-3.1-8B layout, G in
+ * {16, 64, 256}, 4K and 16K contexts at 87.5% hit, against one MinIO, in one run:
+ *
+ *   OC-LW  the gateway's layerwise GET (a separate `objectcache serve` process, POST form)
+ *   S3-LW  the client's own per-layer range GETs straight to MinIO (N per layer, 32 in flight)
+ *   S3-CW  the client GETs whole chunk objects straight from MinIO (32 in flight)
+ *
+ * Reports delivered GB/s, backend reads per request and time to layer 0 (the median of the
+ * repetitions), and writes bench/results/layerwise-latest.json.
+ *
+ *   npm run bench:layerwise [-- --quick] [-- --reps 3 --contexts 4096,16384 --granularities 16,64,256]
+ *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
+ *   a V8 CPU profile of the gateway process)
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { SignatureV4 } from '@smithy/signature-v4';
+import { Pool } from 'undici';
+import { ObjectCacheClient } from '../client/client.js';
+import { syntheticChunk } from '../client/kv-layout.js';
+import type { DescriptorInput } from '../schemas/descriptor-schema.js';
+import { PRESETS } from '../schemas/layouts.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
+
+const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
+const HIT = 0.875;
+const CONCURRENCY = 32;
+
+interface Direct {
+  readonly endpoint: URL;
+  readonly signer: SignatureV4;
+  readonly pool: Pool;
+}
+
+async function directGet(d: Direct, path: string, range?: [number, number]): Promise<Buffer> {
+  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': EMPTY_SHA256 };
+  if (range) headers['range'] = `bytes=${range[0]}-${range[1]}`;
+  const signed = await d.signer.sign({ method: 'GET', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
+  const res = await d.pool.request({ method: 'GET', path, headers: signed.headers });
+  const body = Buffer.from(await res.body.arrayBuffer());
+  if (res.statusCode !== (range ? 206 : 200)) throw new Error(`GET ${path} answered ${res.statusCode}`);
+  return body;
+}
+
+async function directPut(d: Direct, path: string, body?: Uint8Array): Promise<void> {
+  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0) };
+  const signed = await d.signer.sign({ method: 'PUT', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
+  const res = await d.pool.request({ method: 'PUT', path, headers: signed.headers, body: body ?? null });
+  await res.body.dump();
+  if (res.statusCode !== 200) throw new Error(`PUT ${path} answered ${res.statusCode}`);
+}
+
+async function inParallel<T>(count: number, limit: number, job: (i: number) => Promise<T>): Promise<T[]> {
+  const out: T[] = new Array(count);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, count) }, async () => {
+      while (next < count) {
+        const i = next++;
+        out[i] = await job(i);
+      }
+    }),
+  );
+  return out;
+}
+
+interface Sample {
+  readonly seconds: number;
+  readonly firstLayerMs: number;
+  readonly reads: number;
+  /** Gateway-side: when the first layer group had been read (OC-LW only). */
+  readonly serverFirstReadMs?: number;
+}
+
+/** S3-LW: per layer, N range GETs (the paper's Table A3 loop, done by the client). */
+async function s3Layerwise(d: Direct, bucket: string, keys: readonly string[], S: number, L: number): Promise<Sample> {
+  const started = performance.now();
+  let firstLayerMs = 0;
+  const target = Buffer.allocUnsafe(keys.length * S);
+  for (let l = 0; l < L; l++) {
+    await inParallel(keys.length, CONCURRENCY, async (c) => {
+      (await directGet(d, `/${bucket}/${keys[c]}`, [l * S, (l + 1) * S - 1])).copy(target, c * S);
+    });
+    if (l === 0) firstLayerMs = performance.now() - started;
+  }
+  return { seconds: (performance.now() - started) / 1000, firstLayerMs, reads: keys.length * L };
+}
+
+/** S3-CW: every whole chunk object; layer 0 is usable only when all have arrived. */
+async function s3Chunkwise(d: Direct, bucket: string, keys: readonly string[]): Promise<Sample> {
+  const started = performance.now();
+  await inParallel(keys.length, CONCURRENCY, async (c) => directGet(d, `/${bucket}/${keys[c]}`));
+  const seconds = (performance.now() - started) / 1000;
+  return { seconds, firstLayerMs: seconds * 1000, reads: keys.length };
+}
+
+async function ocLayerwise(client: ObjectCacheClient, descriptor: DescriptorInput, target: Uint8Array): Promise<Sample> {
+  const started = performance.now();
+  const result = await client.fetch(descriptor, { transport: 'post', target });
+  return { seconds: (performance.now() - started) / 1000, firstLayerMs: result.timeline[0]?.ms ?? 0, reads: result.summary.backendReads, serverFirstReadMs: result.summary.timings.firstReadMs };
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] as number;
+}
+
+async function startGateway(minio: { endpoint: string; accessKey: string; secretKey: string }, extra: readonly string[], nodeArgs: readonly string[]): Promise<{ child: ChildProcess; url: string }> {
+  const port = await freePort();
+  const metricsPort = await freePort();
+  const child = spawn(process.execPath, [...nodeArgs, join(repoRoot(), 'dist/gateway/cli.js'), 'serve', '--port', String(port), '--metrics-port', String(metricsPort), '--s3-endpoint', minio.endpoint, '--log-level', 'warn', ...extra], {
+    env: { ...process.env, OBJECTCACHE_ACCESS_KEY: 'bench-client', OBJECTCACHE_SECRET_KEY: 'bench-client-secret', OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).ok) return { child, url: `http://127.0.0.1:${port}` };
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill();
+  throw new Error('the gateway did not start');
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false },
+      reps: { type: 'string' },
+      contexts: { type: 'string' },
+      granularities: { type: 'string', default: '16,64,256' },
+      'gateway-args': { type: 'string', default: '' },
+      'profile-gateway': { type: 'string' },
+      'gateway-node-args': { type: 'string', default: '' },
+    },
+  });
+  const quick = values.quick ?? false;
+  const reps = Number(values.reps ?? (quick ? 1 : 3));
+  const contexts = (values.contexts ?? (quick ? '4096' : '4096,16384')).split(',').map(Number);
+  const granularities = (values.granularities ?? '16,64,256').split(',').map(Number);
+  const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((s) => s !== '');
+  const settings = { reps, contexts, granularities, hitRate: HIT, model: PRESET.modelId, clientConcurrency: CONCURRENCY, gatewayArgs };
+  console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
+
+  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')) });
+  const profileDir = values['profile-gateway'];
+  const nodeArgs = (values['gateway-node-args'] ?? '').split(' ').filter((a) => a !== '');
+  const gateway = await startGateway(minio, gatewayArgs, [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])]);
+  const direct: Direct = {
+    endpoint: new URL(minio.endpoint),
+    signer: new SignatureV4({ credentials: { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false }),
+    pool: new Pool(minio.endpoint, { connections: CONCURRENCY }),
+  };
+  const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'layerwise-bench', credentials: { accessKeyId: 'bench-client', secretAccessKey: 'bench-client-secret' } });
+  const rows: Record<string, unknown>[] = [];
+  try {
+    await directPut(direct, '/layerwise-bench');
+    for (const context of contexts) {
+      for (const G of granularities) {
+        const N = Math.floor((context * HIT) / G);
+        const S = G * PRESET.bytesPerTokenPerLayer;
+        const L = PRESET.layers;
+        const keys = Array.from({ length: N }, (_, c) => `kv/ctx${context}-g${G}/${String(c).padStart(5, '0')}`);
+        const seedStart = performance.now();
+        await inParallel(N, 8, async (c) => directPut(direct, `/layerwise-bench/${keys[c]}`, syntheticChunk(G, c, L * S)));
+        const payload = N * L * S;
+        process.stdout.write(`\n${context / 1024}K G=${G}: N=${N} chunks, S=${S / 1024} KiB, ${(payload / 1024 ** 2).toFixed(0)} MiB (seeded in ${((performance.now() - seedStart) / 1000).toFixed(1)} s)\n`);
+        const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: G, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
+        const target = new Uint8Array(payload);
+        const samples: Record<string, Sample[]> = { 'OC-LW': [], 'S3-LW': [], 'S3-CW': [] };
+        await ocLayerwise(client, descriptor, target); // warm-up
+        for (let r = 0; r < reps; r++) {
+          samples['OC-LW']?.push(await ocLayerwise(client, descriptor, target));
+          samples['S3-LW']?.push(await s3Layerwise(direct, 'layerwise-bench', keys, S, L));
+          samples['S3-CW']?.push(await s3Chunkwise(direct, 'layerwise-bench', keys));
+        }
+        for (const [method, list] of Object.entries(samples)) {
+          const seconds = median(list.map((s) => s.seconds));
+          const serverFirst = list[0]?.serverFirstReadMs;
+          const row = { context, G, N, S, method, gbPerSec: payload / seconds / 1e9, seconds, firstLayerMs: median(list.map((s) => s.firstLayerMs)), backendReads: list[0]?.reads ?? 0, ...(serverFirst !== undefined ? { serverFirstReadMs: median(list.map((s) => s.serverFirstReadMs ?? 0)) } : {}) };
+          rows.push(row);
+          const extra = row.serverFirstReadMs !== undefined ? `  (gateway read layer 0 by ${row.serverFirstReadMs.toFixed(0)} ms)` : '';
+          console.log(`  ${method.padEnd(6)} ${row.gbPerSec.toFixed(3)} GB/s  ${(seconds * 1000).toFixed(0).padStart(6)} ms  layer 0 at ${row.firstLayerMs.toFixed(0).padStart(5)} ms  backend reads ${row.backendReads}${extra}`);
+        }
+        const get = (m: string): number => (rows.find((r) => r['context'] === context && r['G'] === G && r['method'] === m)?.['gbPerSec'] as number) ?? NaN;
+        console.log(`  OC-LW / S3-LW = ${(get('OC-LW') / get('S3-LW')).toFixed(2)}x   OC-LW / S3-CW = ${(get('OC-LW') / get('S3-CW')).toFixed(2)}x`);
+      }
+    }
+    const outDir = join(repoRoot(), 'bench', 'results');
+    mkdirSync(outDir, { recursive: true });
+    writeFileSync(join(outDir, 'layerwise-latest.json'), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
+  } finally {
+    await client.close();
+    await direct.pool.close();
+    const exited = new Promise((r) => gateway.child.once('exit', r));
+    gateway.child.kill('SIGTERM');
+    await exited;
+    await minio.stop();
+    rmSync(minio.dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
