@@ -102,7 +102,10 @@ async function s3Chunkwise(d: Direct, bucket: string, keys: readonly string[]): 
 
 async function ocLayerwise(client: ObjectCacheClient, descriptor: DescriptorInput, target: Uint8Array): Promise<Sample> {
   const started = performance.now();
+  const cpu = process.cpuUsage();
   const result = await client.fetch(descriptor, { transport: 'post', target });
+  const used = process.cpuUsage(cpu);
+  if (process.env['OBJECTCACHE_BENCH_DEBUG']) console.log(`    client CPU ${((used.user + used.system) / 1000).toFixed(0)} ms of ${(performance.now() - started).toFixed(0)} ms wall`);
   return { seconds: (performance.now() - started) / 1000, firstLayerMs: result.timeline[0]?.ms ?? 0, reads: result.summary.backendReads, serverFirstReadMs: result.summary.timings.firstReadMs };
 }
 

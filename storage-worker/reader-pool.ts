@@ -30,8 +30,9 @@ export interface ReaderPoolStats {
   readonly utilization: number;
 }
 
+/** One core is left to the main thread (CRC and socket writes); 1 to 4 read workers. */
 export function defaultWorkerCount(): number {
-  return Math.max(1, Math.min(4, availableParallelism()));
+  return Math.max(1, Math.min(4, availableParallelism() - 1));
 }
 
 /** The compiled worker: next to this module in dist/, or dist/ when running from TypeScript sources (tests). */

@@ -9,6 +9,10 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CreateBucketCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { readFileSync } from 'node:fs';
+import { inject } from 'vitest';
+import { syntheticChunk } from '../client/kv-layout.js';
+import { startTestGateway } from './helpers/gateway.js';
 import { describe, expect, it } from 'vitest';
 import { SERVE_SETTINGS } from '../gateway/config.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient } from './helpers/gateway.js';
@@ -89,6 +93,48 @@ describe('objectcache CLI', () => {
     } finally {
       child.kill('SIGKILL');
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('seeds a preset prefix and fetches it back layer-major and byte-exact (seed | fetch)', async () => {
+    const gw = await startTestGateway({ backend: 's3', minio: inject('minio') });
+    const dir = mkdtempSync(join(tmpdir(), 'objectcache-cli-kv-'));
+    try {
+      const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET };
+      const runAsync = (args: string[], input?: string): Promise<{ code: number | null; stdout: string; stderr: string }> =>
+        new Promise((resolve) => {
+          const child = spawn(process.execPath, [CLI, ...args], { env: { PATH: process.env['PATH'], ...env } });
+          let stdout = '';
+          let stderr = '';
+          child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+          child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+          child.on('close', (code) => resolve({ code, stdout, stderr }));
+          child.stdin.end(input ?? '');
+        });
+      const seeded = await runAsync(['seed', '--endpoint', gw.url, '--bucket', 'cli-kv', '--preset', 'llama-3.2-1b', '--tokens', '100', '--chunk-tokens', '16', '--layout', 'KV_2LTD', '--seed', '7']);
+      expect(seeded.code, seeded.stderr).toBe(0);
+      const descriptor = JSON.parse(seeded.stdout) as { keys: string[]; layers: number; layerBytes: number; layout: string };
+      expect(descriptor.keys).toHaveLength(6); // 100 tokens: 6 full chunks of 16
+      expect([descriptor.layers, descriptor.layerBytes, descriptor.layout]).toEqual([16, 16 * 2048, 'KV_2LTD']);
+      const out = join(dir, 'kv.bin');
+      const fetched = await runAsync(['fetch', '--endpoint', gw.url, '--bucket', 'cli-kv', '--descriptor', '-', '--out', out, '--transport', 'get'], seeded.stdout);
+      expect(fetched.code, fetched.stderr).toBe(0);
+      expect(fetched.stdout.split('\n').filter((l) => /^\d+\t/.test(l))).toHaveLength(16);
+      expect(fetched.stdout).toMatch(/delivered 3\.0 MiB .* mode chunkwise/);
+      const bytes = readFileSync(out);
+      const S = descriptor.layerBytes;
+      for (let l = 0; l < 16; l++) {
+        for (let c = 0; c < 6; c++) {
+          const expected = syntheticChunk(7, c, 16 * S).subarray(l * S, (l + 1) * S);
+          expect(Buffer.compare(bytes.subarray((l * 6 + c) * S, (l * 6 + c + 1) * S), expected)).toBe(0);
+        }
+      }
+      const usage = await runAsync(['fetch', '--endpoint', gw.url]);
+      expect(usage.code).toBe(2);
+      expect(usage.stderr).toContain('--bucket');
+    } finally {
+      await gw.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
