@@ -7,6 +7,7 @@ import { runFetch } from '../client/cli/fetch.js';
 import { runSeed } from '../client/cli/seed.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { ConfigError, loadServeConfig, serveHelp } from './config.js';
+import { runPlan } from './scheduler/plan-command.js';
 import { createLogger } from './logger.js';
 import { startGateway } from './server.js';
 
@@ -20,6 +21,7 @@ Commands:
   serve     Run the S3-compatible gateway (embedded store, or --s3-endpoint URL)
   seed      Write synthetic KV chunks of a model preset and print their descriptor
   fetch     Fetch a descriptor's KV layer by layer and print the ready timeline
+  plan      Show the bandwidth the scheduler would grant a list of requests
 
 Run "objectcache <command> --help" for the options of a command.`;
 
@@ -54,6 +56,8 @@ async function main(argv: string[]): Promise<number> {
       return runSeed(rest, process.env, process.stdout, process.stderr);
     case 'fetch':
       return runFetch(rest, process.env, process.stdin, process.stdout);
+    case 'plan':
+      return runPlan(rest, process.stdin, process.stdout);
     case undefined:
     case '--help':
     case '-h':

@@ -6,6 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { DescriptorLimits } from '../schemas/descriptor.js';
+import { POLICIES, type Policy } from './scheduler/allocate.js';
+import { parseRate } from './scheduler/rate.js';
 import { defaultWorkerCount } from '../storage-worker/reader-pool.js';
 import type { S3BackendOptions } from '../storage-worker/s3-backend.js';
 
@@ -59,6 +61,10 @@ export const SERVE_SETTINGS = {
   maxLayerBytes: { flag: 'max-layer-bytes', env: 'OBJECTCACHE_MAX_LAYER_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 1, max: 1024 ** 3, description: 'Largest per-layer slice S a descriptor may declare.' },
   maxRequestBytes: { flag: 'max-request-bytes', env: 'OBJECTCACHE_MAX_REQUEST_BYTES', kind: 'integer', default: String(64 * 1024 ** 3), min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Largest total payload (N x layers x S) of one layerwise GET.' },
   maxDescriptorBytes: { flag: 'max-descriptor-bytes', env: 'OBJECTCACHE_MAX_DESCRIPTOR_BYTES', kind: 'integer', default: String(4 * 1024 * 1024), min: 1024, max: 256 * 1024 * 1024, description: 'Largest descriptor body of POST /{bucket}?objectcache.' },
+  cap: { flag: 'cap', env: 'OBJECTCACHE_CAP', kind: 'string', default: 'unlimited', description: 'Egress shared by layerwise GETs, e.g. 10Gbps, 800MB/s, 1GiB/s; unlimited: no scheduling or pacing.' },
+  policy: { flag: 'policy', env: 'OBJECTCACHE_POLICY', kind: 'enum', default: 'cal-stall-opt', values: ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'], description: 'Bandwidth allocation policy among concurrent layerwise GETs.' },
+  margin: { flag: 'margin', env: 'OBJECTCACHE_MARGIN', kind: 'string', default: '5%', description: 'Calibrated Stall-opt margin delta added to each zero-stall rate: a rate, or a percentage of --cap.' },
+  epochMs: { flag: 'epoch-ms', env: 'OBJECTCACHE_EPOCH_MS', kind: 'integer', default: '50', min: 1, max: 60_000, description: 'Scheduling epoch: pending layerwise GETs are admitted in batches at epoch boundaries.' },
   logLevel: { flag: 'log-level', env: 'OBJECTCACHE_LOG_LEVEL', kind: 'enum', default: 'info', values: ['debug', 'info', 'warn', 'error', 'silent'], description: 'Least severe log level written (one JSON line per request at info).' },
 } as const satisfies Record<string, SettingSpec>;
 
@@ -99,6 +105,15 @@ export interface GatewayConfig {
   readonly maxHeaderBytes: number;
   readonly logLevel: LogLevel;
   readonly layerwise: LayerwiseConfig;
+  /** Undefined when --cap is unlimited. */
+  readonly scheduler: SchedulerConfig | undefined;
+}
+
+export interface SchedulerConfig {
+  readonly capBytesPerSec: number;
+  readonly policy: Policy;
+  readonly marginBytesPerSec: number;
+  readonly epochMs: number;
 }
 
 export type BackendConfig =
@@ -232,7 +247,23 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     backend = { kind: 'local', dataDir: nonEmpty('dataDir', raw) };
   }
 
+  const policyText = nonEmpty('policy', raw);
+  if (!(POLICIES as readonly string[]).includes(policyText)) throw new ConfigError('policy', `--policy / OBJECTCACHE_POLICY must be one of ${POLICIES.join(', ')}, got ${policyText}`);
+  let scheduler: SchedulerConfig | undefined;
+  const capText = nonEmpty('cap', raw);
+  if (capText.trim().toLowerCase() !== 'unlimited') {
+    const cap = parseRate(capText);
+    if (typeof cap === 'string' || cap <= 0) throw new ConfigError('cap', `--cap / OBJECTCACHE_CAP: ${typeof cap === 'string' ? cap : 'must be positive'}`);
+    const policy = policyText;
+    const marginText = nonEmpty('margin', raw).trim();
+    const percent = /^(\d+(?:\.\d+)?)%$/.exec(marginText);
+    const margin = percent ? (cap * Number(percent[1])) / 100 : parseRate(marginText);
+    if (typeof margin === 'string') throw new ConfigError('margin', `--margin / OBJECTCACHE_MARGIN: ${margin}`);
+    scheduler = { capBytesPerSec: cap, policy: policy as Policy, marginBytesPerSec: margin, epochMs: integer('epochMs', raw) };
+  }
+
   return {
+    scheduler,
     host: nonEmpty('host', raw),
     port: integer('port', raw),
     metricsHost: nonEmpty('metricsHost', raw),

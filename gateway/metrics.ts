@@ -1,19 +1,40 @@
 /**
  * The gateway's Prometheus metrics, made into an injected Registry (never the global one):
- * one instance per gateway, created at start-up, served on the admin port.
+ * one instance per gateway, created at start-up, served on the admin port. Point-in-time values
+ * (pool, buffers, scheduler shares) are read in collect(), not refreshed by timers.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { ReaderPoolStats } from '../storage-worker/reader-pool.js';
 import type { BackendStats } from '../storage-worker/s3-backend.js';
+import type { SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
+
+/** What serve-layerwise reports while it runs. */
+export interface LayerwiseObserver {
+  mode(mode: 'layerwise' | 'chunkwise'): void;
+  delivered(tenant: string, bytes: number): void;
+  layerReady(secondsSinceRequest: number): void;
+  admissionWait(seconds: number): void;
+  taskDone(reads: number, readSeconds: number): void;
+  taskFailed(code: string): void;
+}
 
 export interface GatewayMetrics {
   readonly registry: Registry;
   readonly requests: Counter<'operation' | 'status'>;
   readonly requestDuration: Histogram<'operation'>;
   readonly authFailures: Counter<'code'>;
-  readonly layerwiseReads: Counter;
+  readonly layerwise: LayerwiseObserver;
 }
 
-export function createMetrics(backendStats: () => BackendStats | undefined): GatewayMetrics {
+export interface MetricSources {
+  readonly backend: () => BackendStats | undefined;
+  readonly pool: () => ReaderPoolStats;
+  readonly bufferedBytes: () => number;
+  readonly scheduler: () => SchedulerSnapshot | undefined;
+  readonly activeLayerwise: () => number;
+}
+
+export function createMetrics(sources: MetricSources): GatewayMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'objectcache_process_' });
   const registers = [registry];
@@ -26,32 +47,93 @@ export function createMetrics(backendStats: () => BackendStats | undefined): Gat
     registers,
   });
   const authFailures = new Counter({ name: 'objectcache_auth_failures_total', help: 'Requests rejected by authentication before reaching the backend, by error code.', labelNames: ['code'] as const, registers });
-  const layerwiseReads = new Counter({ name: 'objectcache_layerwise_backend_reads_total', help: 'Range reads issued by layerwise and chunkwise GETs.', registers });
+
+  // --- backend ---
   new Counter({
     name: 'objectcache_backend_requests_total',
-    help: 'Requests sent to the S3 backend.',
+    help: 'Passthrough and lookup requests sent to the S3 backend by the main thread.',
     registers,
     collect() {
-      const stats = backendStats();
+      const stats = sources.backend();
       if (stats) this.reset(), this.inc(stats.requests);
     },
   });
   new Counter({
     name: 'objectcache_backend_errors_total',
-    help: 'Backend requests that failed in transport (unreachable, timeout, reset).',
+    help: 'Main-thread backend requests that failed in transport (unreachable, timeout, reset).',
     registers,
     collect() {
-      const stats = backendStats();
+      const stats = sources.backend();
       if (stats) this.reset(), this.inc(stats.errors);
     },
   });
   new Gauge({
     name: 'objectcache_backend_inflight_requests',
-    help: 'Backend requests whose response has not finished.',
+    help: 'Main-thread backend requests whose response has not finished.',
     registers,
     collect() {
-      this.set(backendStats()?.inflight ?? 0);
+      this.set(sources.backend()?.inflight ?? 0);
     },
   });
-  return { registry, requests, requestDuration, authFailures, layerwiseReads };
+  const backendReads = new Counter({ name: 'objectcache_backend_reads_total', help: 'Range reads issued by layerwise and chunkwise GETs.', registers });
+  const backendReadErrors = new Counter({ name: 'objectcache_backend_read_errors_total', help: 'Read tasks that failed, by error code.', labelNames: ['code'] as const, registers });
+  const taskSeconds = new Histogram({ name: 'objectcache_backend_read_task_seconds', help: 'Time a read task took for its range reads (one layer group of a run of chunks).', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], registers });
+
+  // --- worker pool and buffers ---
+  new Gauge({ name: 'objectcache_worker_pool_utilization_ratio', help: 'Share of the read workers\u2019 capacity in use (piscina utilization).', registers, collect() { this.set(sources.pool().utilization); } });
+  new Gauge({ name: 'objectcache_worker_pool_queued_tasks', help: 'Read tasks waiting for a worker.', registers, collect() { this.set(sources.pool().queued); } });
+  new Gauge({ name: 'objectcache_worker_pool_running_tasks', help: 'Read tasks running in the workers.', registers, collect() { this.set(sources.pool().running); } });
+  new Gauge({ name: 'objectcache_buffered_bytes', help: 'Bytes read by layerwise GETs and not yet sent.', registers, collect() { this.set(sources.bufferedBytes()); } });
+
+  // --- layerwise GETs and the scheduler ---
+  const modes = new Counter({ name: 'objectcache_mode_decisions_total', help: 'Layerwise GETs by the delivery mode chosen.', labelNames: ['mode'] as const, registers });
+  const delivered = new Counter({ name: 'objectcache_delivered_bytes_total', help: 'KV payload bytes delivered by layerwise and chunkwise GETs, by tenant.', labelNames: ['tenant'] as const, registers });
+  const layerReady = new Histogram({ name: 'objectcache_layer_ready_seconds', help: 'Time from a layerwise GET\u2019s arrival to each layer frame being sent.', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers });
+  const admissionWait = new Histogram({ name: 'objectcache_scheduler_admission_wait_seconds', help: 'Time a layerwise GET waited for its epoch admission.', buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers });
+  new Gauge({ name: 'objectcache_layerwise_active_requests', help: 'Layerwise and chunkwise GETs being served.', registers, collect() { this.set(sources.activeLayerwise()); } });
+  new Gauge({ name: 'objectcache_scheduler_queued_requests', help: 'Layerwise GETs waiting for an epoch admission.', registers, collect() { this.set(sources.scheduler()?.pending ?? 0); } });
+  new Gauge({ name: 'objectcache_scheduler_cap_bytes_per_second', help: 'The bandwidth cap B shared by layerwise GETs (0 when unlimited).', registers, collect() { this.set(sources.scheduler()?.capBytesPerSec ?? 0); } });
+  new Gauge({ name: 'objectcache_scheduler_cap_in_use_bytes_per_second', help: 'Sum of the rates granted to layerwise GETs in flight.', registers, collect() { this.set(sources.scheduler()?.capInUseBytesPerSec ?? 0); } });
+  new Counter({
+    name: 'objectcache_scheduler_epochs_total',
+    help: 'Scheduling epochs that have passed.',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(sources.scheduler()?.epoch ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_granted_rate_bytes_per_second',
+    help: 'Rate granted to the layerwise GETs in flight, summed by tenant.',
+    labelNames: ['tenant'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const a of sources.scheduler()?.active ?? []) this.inc({ tenant: a.tenant }, a.rateBytesPerSec);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_predicted_stall_seconds',
+    help: 'Predicted stall per layer at the granted rate (paper eq. 4), summed over the tenant\u2019s GETs in flight.',
+    labelNames: ['tenant'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const a of sources.scheduler()?.active ?? []) this.inc({ tenant: a.tenant }, a.predictedStallMsPerLayer / 1000);
+    },
+  });
+
+  const layerwise: LayerwiseObserver = {
+    mode: (mode) => modes.inc({ mode }),
+    delivered: (tenant, bytes) => delivered.inc({ tenant }, bytes),
+    layerReady: (seconds) => layerReady.observe(seconds),
+    admissionWait: (seconds) => admissionWait.observe(seconds),
+    taskDone: (reads, seconds) => {
+      backendReads.inc(reads);
+      taskSeconds.observe(seconds);
+    },
+    taskFailed: (code) => backendReadErrors.inc({ code }),
+  };
+  return { registry, requests, requestDuration, authFailures, layerwise };
 }

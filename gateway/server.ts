@@ -19,6 +19,7 @@ import { ByteBudget } from './layerwise/byte-budget.js';
 import { objectCacheOperation, readDescriptor } from './layerwise/descriptor-request.js';
 import { backendExists, localExists, servePrefixLookup } from './layerwise/lookup.js';
 import { serveLayerwise } from './layerwise/serve-layerwise.js';
+import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 import { servePassthrough } from './passthrough.js';
 import { ReaderPool, type ReaderPoolStats } from '../storage-worker/reader-pool.js';
 import { parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
@@ -44,6 +45,8 @@ export interface Gateway {
   poolStats(): ReaderPoolStats;
   /** Bytes read by layerwise GETs and not yet sent. */
   bufferedBytes(): number;
+  /** The bandwidth scheduler's state; undefined when --cap is unlimited. */
+  schedulerSnapshot(): SchedulerSnapshot | undefined;
   close(): Promise<void>;
 }
 
@@ -67,7 +70,6 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const logger = deps.logger ?? createLogger(config.logLevel);
   const store = config.backend.kind === 'local' ? await LocalStore.open(config.backend.dataDir) : undefined;
   const backend = config.backend.kind === 's3' ? new S3Backend(config.backend) : undefined;
-  const metrics = createMetrics(() => backend?.stats());
   const lw = config.layerwise;
   const pool = new ReaderPool({
     backend: config.backend.kind === 'local' ? { kind: 'local', dataDir: store?.dataDir ?? config.backend.dataDir } : { ...config.backend, endpoint: config.backend.endpoint.origin },
@@ -77,6 +79,15 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     tasksPerWorker: 4,
   });
   const budget = new ByteBudget(lw.maxBufferedBytes);
+  const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;
+  const active = { layerwise: 0 };
+  const metrics = createMetrics({
+    backend: () => backend?.stats(),
+    pool: () => pool.stats(),
+    bufferedBytes: () => budget.used,
+    scheduler: () => scheduler?.snapshot(),
+    activeLayerwise: () => active.layerwise,
+  });
   const exists = store ? localExists(store) : backendExists(backend as S3Backend);
   const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, ...(deps.now ? { now: deps.now } : {}) });
 
@@ -127,7 +138,13 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       const special = objectCacheOperation(ctx);
       if (special === 'LayerwiseGet') {
         ctx.operation = 'LayerwiseGet';
-        await serveLayerwise(ctx, await readDescriptor(ctx, lw), { pool, config: lw, budget, onReads: (n) => metrics.layerwiseReads.inc(n) });
+        const descriptor = await readDescriptor(ctx, lw);
+        active.layerwise++;
+        try {
+          await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, observer: metrics.layerwise });
+        } finally {
+          active.layerwise--;
+        }
       } else if (special === 'PrefixLookup') await servePrefixLookup(ctx, lw, exists);
       else if (store) await serveEmbedded(ctx, store);
       else if (backend) await servePassthrough(ctx, backend);
@@ -187,6 +204,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     backendStats: () => backend?.stats(),
     poolStats: () => pool.stats(),
     bufferedBytes: () => budget.used,
+    schedulerSnapshot: () => scheduler?.snapshot(),
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -195,6 +213,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         await closed;
         clearTimeout(timer);
         await adminServer.close();
+        scheduler?.close();
         await pool.close();
         await backend?.close();
         await store?.close();

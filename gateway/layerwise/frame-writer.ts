@@ -7,14 +7,20 @@
 import type { ServerResponse } from 'node:http';
 import { crc32c } from '@node-rs/crc32';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
+import { PACE_SLICE_BYTES, type Pacer } from '../scheduler/pacer.js';
 
 export class FrameWriter {
   readonly #res: ServerResponse;
+  /** Paces payload bytes at the request's granted rate, when it has one. */
+  pacer: Pacer | undefined;
+  /** Called with the payload bytes of each slice written (delivered-bytes metrics). */
+  readonly #onBytes: ((bytes: number) => void) | undefined;
   /** Payload bytes written (frame headers excluded). */
   payloadBytes = 0;
 
-  constructor(res: ServerResponse) {
+  constructor(res: ServerResponse, onBytes?: (bytes: number) => void) {
     this.#res = res;
+    this.#onBytes = onBytes;
   }
 
   /** After a write that filled the socket buffer: wait for 'drain', or for the client to go away. */
@@ -47,14 +53,32 @@ export class FrameWriter {
       crc = crc32c(Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength), crc);
       length += piece.byteLength;
     }
-    this.#res.cork();
-    let ok = this.#res.write(encodeFrameHeader({ type, index, length, crc32c: crc }));
-    pieces.forEach((piece, i) => {
-      ok = (i === pieces.length - 1 && onFlushed ? this.#res.write(piece, () => onFlushed()) : this.#res.write(piece)) && ok;
-    });
-    this.#res.uncork();
-    this.payloadBytes += length;
-    await this.#flush(ok);
+    if (!this.pacer || type === FrameType.ERROR || type === FrameType.END) {
+      this.#res.cork();
+      let ok = this.#res.write(encodeFrameHeader({ type, index, length, crc32c: crc }));
+      pieces.forEach((piece, i) => {
+        ok = (i === pieces.length - 1 && onFlushed ? this.#res.write(piece, () => onFlushed()) : this.#res.write(piece)) && ok;
+      });
+      this.#res.uncork();
+      this.payloadBytes += length;
+      this.#onBytes?.(length);
+      await this.#flush(ok);
+      return;
+    }
+    // Paced: the header, then the payload in slices, each sent when the pacer allows.
+    await this.#flush(this.#res.write(encodeFrameHeader({ type, index, length, crc32c: crc })));
+    for (const [i, piece] of pieces.entries()) {
+      for (let at = 0; at < piece.byteLength; at += PACE_SLICE_BYTES) {
+        const slice = piece.subarray(at, Math.min(piece.byteLength, at + PACE_SLICE_BYTES));
+        await this.pacer.take(slice.byteLength);
+        if (this.#res.destroyed) return;
+        const last = i === pieces.length - 1 && at + PACE_SLICE_BYTES >= piece.byteLength;
+        const ok = last && onFlushed ? this.#res.write(slice, () => onFlushed()) : this.#res.write(slice);
+        this.payloadBytes += slice.byteLength;
+        this.#onBytes?.(slice.byteLength);
+        await this.#flush(ok);
+      }
+    }
   }
 
   async json(type: typeof FrameType.ERROR | typeof FrameType.END, value: unknown): Promise<void> {

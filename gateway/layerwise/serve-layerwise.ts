@@ -17,6 +17,9 @@ import type { ReadResult } from '../../storage-worker/protocol.js';
 import { planChunkwise, planLayerwise, type PlannedTask, type ReadPlan } from '../../storage-worker/read-plan.js';
 import type { ReaderPool } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseConfig } from '../config.js';
+import type { LayerwiseObserver } from '../metrics.js';
+import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
+import { Pacer } from '../scheduler/pacer.js';
 import type { RequestContext } from '../context.js';
 import { ByteBudget } from './byte-budget.js';
 import { FrameWriter } from './frame-writer.js';
@@ -34,7 +37,9 @@ export interface LayerwiseDeps {
   readonly config: LayerwiseConfig;
   /** Shared by every layerwise GET of the gateway. */
   readonly budget: ByteBudget;
-  readonly onReads?: (reads: number) => void;
+  /** Shares the egress among layerwise (not chunkwise) GETs; absent when the cap is unlimited. */
+  readonly scheduler?: EpochScheduler | undefined;
+  readonly observer?: LayerwiseObserver;
 }
 
 interface Dispatched {
@@ -71,6 +76,34 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
   ctx.operation = mode === 'layerwise' ? 'LayerwiseGet' : 'ChunkwiseGet';
 
   if (pool.saturated()) throw new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
+  deps.observer?.mode(mode);
+  const tenant = descriptor.tenant ?? ctx.auth.credential.tenant;
+
+  // Layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.
+  let grant: Grant | undefined;
+  if (deps.scheduler && mode === 'layerwise') {
+    grant = await deps.scheduler.admit({ id: ctx.requestId, tenant, bytesPerLayer: descriptor.layerPayloadBytes, computeMsPerLayer: descriptor.computeMsPerLayer }, ctx.signal);
+    deps.observer?.admissionWait(grant.waitedMs / 1000);
+  }
+  try {
+    await stream(ctx, descriptor, deps, { mode, plan, order, tenant, grant, started });
+  } finally {
+    if (grant) deps.scheduler?.release(ctx.requestId);
+  }
+}
+
+interface StreamPlan {
+  readonly mode: DeliveryMode;
+  readonly plan: ReadPlan;
+  readonly order: 'layer-major' | 'chunk-major';
+  readonly tenant: string;
+  readonly grant: Grant | undefined;
+  readonly started: number;
+}
+
+async function stream(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps, s: StreamPlan): Promise<void> {
+  const { config, pool } = deps;
+  const { mode, plan, order, started } = s;
 
   // Units of delivery: the tasks of one layer group (layerwise) or of one task (chunkwise). A
   // unit is sent only when all of it has been read, so budgets are taken a whole unit at a time:
@@ -168,16 +201,20 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
     for (let i = from; i < to; i++) {
       const entry = await nextDispatched(i);
       const result = await entry.result;
-      if (!result.ok) throw toError(result);
+      if (!result.ok) {
+        deps.observer?.taskFailed(result.code);
+        throw toError(result);
+      }
       backendReads += result.reads;
-      deps.onReads?.(result.reads);
+      deps.observer?.taskDone(result.reads, result.readMs / 1000);
       out.push({ entry, buffer: result.buffer });
     }
     return out;
   };
 
 
-  const writer = new FrameWriter(ctx.res);
+  const writer = new FrameWriter(ctx.res, (bytes) => deps.observer?.delivered(s.tenant, bytes));
+  if (s.grant) writer.pacer = new Pacer(s.grant.rateBytesPerSec);
   let payloadBytes = 0;
   let firstFrameMs = 0;
   try {
@@ -193,6 +230,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
       'x-objectcache-layers': `${descriptor.layerStart}-${descriptor.layerEnd}`,
       'x-objectcache-payload-bytes': String(descriptor.totalBytes),
       'x-objectcache-plan-reads': String(plan.reads),
+      ...(s.grant ? { 'x-objectcache-rate': String(Math.floor(s.grant.rateBytesPerSec)) } : {}),
     });
     await writer.preamble();
     try {
@@ -211,6 +249,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
             });
             await writer.frame(FrameType.LAYER, layer, pieces, layer === first.end - 1 ? recycle : undefined);
             if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
+            deps.observer?.layerReady((performance.now() - started) / 1000);
             payloadBytes += descriptor.layerPayloadBytes;
           }
         } else {
@@ -237,7 +276,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
         bytes: payloadBytes,
         backendReads,
         plan: plan.groups,
-        rateBytesPerSec: null,
+        rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
         verified: false,
         timings: { firstReadMs: Math.round(firstReadMs * 10) / 10, firstFrameMs: Math.round(firstFrameMs * 10) / 10, totalMs: Math.round((performance.now() - started) * 10) / 10 },
       };
