@@ -134,6 +134,7 @@ async function startGateway(minio: { endpoint: string; accessKey: string; secret
 }
 
 async function main(): Promise<void> {
+  process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
   const { values } = parseArgs({
     options: {
       quick: { type: 'boolean', default: false },
