@@ -13,8 +13,7 @@
  *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
  *   a V8 CPU profile of the gateway process)
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -25,7 +24,8 @@ import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
-import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
+import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
+import { installMinio, repoRoot, startMinio } from './minio.js';
 
 const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
@@ -114,25 +114,6 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)] as number;
 }
 
-async function startGateway(minio: { endpoint: string; accessKey: string; secretKey: string }, extra: readonly string[], nodeArgs: readonly string[]): Promise<{ child: ChildProcess; url: string }> {
-  const port = await freePort();
-  const metricsPort = await freePort();
-  const child = spawn(process.execPath, [...nodeArgs, join(repoRoot(), 'dist/gateway/cli.js'), 'serve', '--port', String(port), '--metrics-port', String(metricsPort), '--s3-endpoint', minio.endpoint, '--log-level', 'warn', ...extra], {
-    env: { ...process.env, OBJECTCACHE_ACCESS_KEY: 'bench-client', OBJECTCACHE_SECRET_KEY: 'bench-client-secret', OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  for (let i = 0; i < 100; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).ok) return { child, url: `http://127.0.0.1:${port}` };
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill();
-  throw new Error('the gateway did not start');
-}
-
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
   const { values } = parseArgs({
@@ -157,13 +138,13 @@ async function main(): Promise<void> {
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')) });
   const profileDir = values['profile-gateway'];
   const nodeArgs = (values['gateway-node-args'] ?? '').split(' ').filter((a) => a !== '');
-  const gateway = await startGateway(minio, gatewayArgs, [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])]);
+  const gateway = await startGatewayProcess({ minio, args: gatewayArgs, nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])] });
   const direct: Direct = {
     endpoint: new URL(minio.endpoint),
     signer: new SignatureV4({ credentials: { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false }),
     pool: new Pool(minio.endpoint, { connections: CONCURRENCY }),
   };
-  const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'layerwise-bench', credentials: { accessKeyId: 'bench-client', secretAccessKey: 'bench-client-secret' } });
+  const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'layerwise-bench', credentials: BENCH_CLIENT });
   const rows: Record<string, unknown>[] = [];
   try {
     await directPut(direct, '/layerwise-bench');
@@ -204,11 +185,8 @@ async function main(): Promise<void> {
   } finally {
     await client.close();
     await direct.pool.close();
-    const exited = new Promise((r) => gateway.child.once('exit', r));
-    gateway.child.kill('SIGTERM');
-    await exited;
-    await minio.stop();
-    rmSync(minio.dataDir, { recursive: true, force: true });
+    await gateway.stop();
+    await minio.destroy();
   }
 }
 

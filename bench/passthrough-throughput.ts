@@ -9,13 +9,14 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { Pool } from 'undici';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
 
 const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
@@ -81,26 +82,6 @@ async function measure(target: Target, keys: readonly string[], concurrency: num
   return { bytes, requests, seconds: (performance.now() - started) / 1000, cpuPerGiB };
 }
 
-async function startGatewayProcess(minioEndpoint: string, accessKey: string, secretKey: string, nodeArgs: readonly string[]): Promise<{ child: ChildProcess; url: string }> {
-  const port = await freePort();
-  const metricsPort = await freePort();
-  const child = spawn(process.execPath, [...nodeArgs, join(repoRoot(), 'dist/gateway/cli.js'), 'serve', '--port', String(port), '--metrics-port', String(metricsPort), '--s3-endpoint', minioEndpoint, '--log-level', 'warn'], {
-    env: { ...process.env, OBJECTCACHE_ACCESS_KEY: 'bench-client', OBJECTCACHE_SECRET_KEY: 'bench-client-secret', OBJECTCACHE_BACKEND_ACCESS_KEY: accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: secretKey },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 100; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).ok) return { child, url };
-    } catch {
-      // not yet listening
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill();
-  throw new Error('the gateway did not start');
-}
-
 async function startRelay(targetPort: number): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
   const child = spawn(process.execPath, [join(repoRoot(), 'dist/bench/tcp-relay.js'), String(port), String(targetPort)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
@@ -141,11 +122,11 @@ async function main(): Promise<void> {
 
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-minio-')) });
   const profileDir = values['profile-gateway'];
-  const gateway = await startGatewayProcess(minio.endpoint, minio.accessKey, minio.secretKey, profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []);
+  const gateway = await startGatewayProcess({ minio, nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [] });
   const relay = await startRelay(minio.port);
   const direct = target('minio-direct', minio.endpoint, minio.accessKey, minio.secretKey, concurrency);
   const viaRelay = target('tcp-relay', relay.url, minio.accessKey, minio.secretKey, concurrency);
-  const viaGateway = target('gateway', gateway.url, 'bench-client', 'bench-client-secret', concurrency);
+  const viaGateway = target('gateway', gateway.url, BENCH_CLIENT.accessKeyId, BENCH_CLIENT.secretAccessKey, concurrency);
   try {
     const bucket = '/passthrough-bench';
     await signedRequest(direct, 'PUT', bucket);
@@ -192,11 +173,8 @@ async function main(): Promise<void> {
     await viaRelay.pool.close();
     relay.child.kill();
     await viaGateway.pool.close();
-    const exited = new Promise((r) => gateway.child.once('exit', r));
-    gateway.child.kill('SIGTERM');
-    await exited;
-    await minio.stop();
-    rmSync(minio.dataDir, { recursive: true, force: true });
+    await gateway.stop();
+    await minio.destroy();
   }
 }
 

@@ -14,8 +14,7 @@
  *
  *   npm run bench:scheduler [-- --scale 0.01 --workloads A,B,C --reps 1]
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -26,7 +25,8 @@ import { syntheticChunk } from '../client/kv-layout.js';
 import { POLICIES } from '../gateway/scheduler/allocate.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
-import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
+import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
+import { installMinio, repoRoot, startMinio } from './minio.js';
 
 interface TableRow {
   readonly context: number;
@@ -53,31 +53,6 @@ interface RequestSpec {
 const CHUNK_TOKENS = 16;
 /** Target slice (one layer of one chunk) of the scaled workloads. */
 const SLICE_BYTES = 64 * 1024;
-
-async function startGateway(minio: { endpoint: string; accessKey: string; secretKey: string }, args: readonly string[]): Promise<{ child: ChildProcess; url: string }> {
-  const port = await freePort();
-  const metricsPort = await freePort();
-  const child = spawn(process.execPath, [join(repoRoot(), 'dist/gateway/cli.js'), 'serve', '--port', String(port), '--metrics-port', String(metricsPort), '--s3-endpoint', minio.endpoint, '--log-level', 'warn', '--threshold', '0', ...args], {
-    env: { ...process.env, OBJECTCACHE_ACCESS_KEY: 'bench-client', OBJECTCACHE_SECRET_KEY: 'bench-client-secret', OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  for (let i = 0; i < 100; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).ok) return { child, url: `http://127.0.0.1:${port}` };
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill();
-  throw new Error('the gateway did not start');
-}
-
-async function stopGateway(gateway: { child: ChildProcess }): Promise<void> {
-  const exited = new Promise((r) => gateway.child.once('exit', r));
-  gateway.child.kill('SIGTERM');
-  await exited;
-}
 
 /** Fetches one request's KV while a simulated GPU computes layer by layer; resolves with TTFT (ms). */
 async function simulatedPrefill(client: ObjectCacheClient, spec: RequestSpec, layers: number, start: number): Promise<{ ttftMs: number; rate: number | null }> {
@@ -156,8 +131,8 @@ async function main(): Promise<void> {
       const runs: Record<string, { ttft: number[]; rates: (number | null)[] }> = {};
       for (const policy of ['unthrottled', ...POLICIES]) {
         const args = policy === 'unthrottled' ? [] : ['--cap', String(Math.floor(capBytes)), '--policy', policy, '--margin', String(Math.floor(marginBytes)), '--epoch-ms', '20'];
-        const gateway = await startGateway(minio, args);
-        const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'scheduler-bench', credentials: { accessKeyId: 'bench-client', secretAccessKey: 'bench-client-secret' } });
+        const gateway = await startGatewayProcess({ minio, args: ['--threshold', '0', ...args] });
+        const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'scheduler-bench', credentials: BENCH_CLIENT });
         try {
           const ttft = requests.map(() => 0);
           let rates: (number | null)[] = [];
@@ -172,7 +147,7 @@ async function main(): Promise<void> {
           runs[policy] = { ttft, rates };
         } finally {
           await client.close();
-          await stopGateway(gateway);
+          await gateway.stop();
         }
       }
       const base = runs['unthrottled']?.ttft ?? [];
@@ -194,8 +169,7 @@ async function main(): Promise<void> {
     writeFileSync(join(outDir, 'scheduler-latest.json'), `${JSON.stringify({ benchmark: 'scheduler-workloads', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, results }, null, 2)}\n`);
   } finally {
     await pool.close();
-    await minio.stop();
-    rmSync(minio.dataDir, { recursive: true, force: true });
+    await minio.destroy();
   }
 }
 

@@ -89,8 +89,12 @@ export class ReaderPool {
     while (this.saturated()) {
       if (signal?.aborted) throw signal.reason;
       await new Promise<void>((resolve) => {
-        this.#roomWaiters.push(resolve);
-        signal?.addEventListener('abort', () => resolve(), { once: true });
+        const done = (): void => {
+          signal?.removeEventListener('abort', done);
+          resolve();
+        };
+        this.#roomWaiters.push(done);
+        signal?.addEventListener('abort', done, { once: true });
       });
     }
   }

@@ -81,13 +81,15 @@ describe('paced layerwise delivery (embedded store)', () => {
     expect(text).toMatch(/objectcache_scheduler_cap_in_use_bytes_per_second 40000000/);
     expect(text).toMatch(/objectcache_scheduler_predicted_stall_seconds\{tenant="metered"\}/);
     expect(text).toMatch(/objectcache_layerwise_active_requests 1/);
+    const after = await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text();
+    // Series that exist once bytes have flowed: checked after the request completed.
+    for (const name of ['objectcache_delivered_bytes_total{tenant="metered"}', 'objectcache_layer_ready_seconds_bucket', 'objectcache_mode_decisions_total{mode="layerwise"}']) {
+      expect(after, name).toContain(name);
+    }
     for (const name of [
       'objectcache_scheduler_epochs_total',
       'objectcache_scheduler_admission_wait_seconds_bucket',
       'objectcache_scheduler_queued_requests',
-      'objectcache_mode_decisions_total{mode="layerwise"}',
-      'objectcache_delivered_bytes_total{tenant="metered"}',
-      'objectcache_layer_ready_seconds_bucket',
       'objectcache_backend_reads_total',
       'objectcache_backend_read_task_seconds_bucket',
       'objectcache_worker_pool_utilization_ratio',
@@ -98,7 +100,6 @@ describe('paced layerwise delivery (embedded store)', () => {
     ]) {
       expect(text, name).toContain(name);
     }
-    const after = await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text();
     expect(after).toMatch(/objectcache_scheduler_cap_in_use_bytes_per_second 0/);
   });
 });

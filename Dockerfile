@@ -1,0 +1,26 @@
+# ObjectCache gateway image: builds the TypeScript, then runs `objectcache serve` as a non-root user.
+FROM node:20.19-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY gateway ./gateway
+COPY storage-worker ./storage-worker
+COPY client ./client
+COPY schemas ./schemas
+COPY bench ./bench
+RUN npx tsc -p tsconfig.json && npm prune --omit=dev
+
+FROM node:20.19-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY --from=build /app/package.json ./package.json
+COPY schemas/descriptor.schema.json schemas/wire-format.md ./schemas/
+USER node
+EXPOSE 9080 9081
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:9081/readyz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+ENTRYPOINT ["node", "dist/gateway/cli.js"]
+CMD ["serve", "--host", "0.0.0.0", "--metrics-host", "0.0.0.0"]

@@ -1,0 +1,61 @@
+/**
+ * Runs `objectcache serve` as its own process for a benchmark (as it runs in production, so the
+ * load generator and the gateway do not share an event loop), in front of a MinIO.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { freePort, repoRoot } from './minio.js';
+
+export const BENCH_CLIENT = { accessKeyId: 'bench-client', secretAccessKey: 'bench-client-secret' } as const;
+
+export interface GatewayProcess {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly adminUrl: string;
+  stop(): Promise<void>;
+}
+
+export interface GatewayProcessOptions {
+  readonly minio: { readonly endpoint: string; readonly accessKey: string; readonly secretKey: string };
+  /** `objectcache serve` settings. */
+  readonly args?: readonly string[];
+  /** Node.js flags (--cpu-prof ...). */
+  readonly nodeArgs?: readonly string[];
+}
+
+export async function startGatewayProcess(options: GatewayProcessOptions): Promise<GatewayProcess> {
+  const port = await freePort();
+  const metricsPort = await freePort();
+  const child = spawn(
+    process.execPath,
+    [...(options.nodeArgs ?? []), join(repoRoot(), 'dist/gateway/cli.js'), 'serve', '--port', String(port), '--metrics-port', String(metricsPort), '--s3-endpoint', options.minio.endpoint, '--log-level', 'warn', ...(options.args ?? [])],
+    {
+      env: {
+        ...process.env,
+        OBJECTCACHE_ACCESS_KEY: BENCH_CLIENT.accessKeyId,
+        OBJECTCACHE_SECRET_KEY: BENCH_CLIENT.secretAccessKey,
+        OBJECTCACHE_BACKEND_ACCESS_KEY: options.minio.accessKey,
+        OBJECTCACHE_BACKEND_SECRET_KEY: options.minio.secretKey,
+      },
+      stdio: ['ignore', 'inherit', 'inherit'],
+    },
+  );
+  const adminUrl = `http://127.0.0.1:${metricsPort}`;
+  const stop = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    await exited;
+  };
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`${adminUrl}/healthz`)).ok) return { child, url: `http://127.0.0.1:${port}`, adminUrl, stop };
+    } catch {
+      // not listening yet
+    }
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await stop();
+  throw new Error('the gateway did not start');
+}

@@ -1,0 +1,115 @@
+/**
+ * The compose deployment, checked structurally (no container engine runs here): services, pinned
+ * images, ports, health checks, start order, volumes, the Dockerfile, and that the Prometheus
+ * configuration and the Grafana dashboard parse and name only metrics the gateway really exports.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { ObjectCacheClient } from '../client/client.js';
+import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, seedPrefix } from './helpers/kv.js';
+
+const root = new URL('../', import.meta.url);
+const read = (path: string): string => readFileSync(new URL(path, root), 'utf8');
+
+interface Service {
+  image?: string;
+  build?: string;
+  ports?: string[];
+  volumes?: string[];
+  healthcheck?: { test: string[] };
+  depends_on?: Record<string, { condition: string }>;
+  command?: string[];
+  environment?: Record<string, string>;
+}
+
+const compose = parse(read('compose.yaml')) as { services: Record<string, Service>; volumes: Record<string, unknown> };
+const dashboard = JSON.parse(read('deploy/grafana/dashboards/objectcache.json')) as { panels: { title: string; targets: { expr: string }[] }[] };
+const prometheus = parse(read('deploy/prometheus/prometheus.yml')) as { scrape_configs: { job_name: string; metrics_path: string; static_configs: { targets: string[] }[] }[] };
+
+describe('compose.yaml', () => {
+  it('runs MinIO, a one-shot bucket creation, the gateway, Prometheus and Grafana', () => {
+    expect(Object.keys(compose.services).sort()).toEqual(['create-bucket', 'gateway', 'grafana', 'minio', 'prometheus']);
+  });
+
+  it('pins every image to a version', () => {
+    for (const [name, service] of Object.entries(compose.services)) {
+      if (service.build) continue;
+      expect(service.image, name).toMatch(/^[\w./-]+:[\w.-]+$/);
+      expect(service.image, name).not.toMatch(/:latest$/);
+    }
+  });
+
+  it('builds the gateway from the Dockerfile, publishes its ports and checks its health', () => {
+    const gateway = compose.services['gateway'] as Service;
+    expect(gateway.build).toBe('.');
+    expect(gateway.ports).toEqual(expect.arrayContaining(['9080:9080', '9081:9081']));
+    expect(gateway.healthcheck?.test.join(' ')).toContain('/readyz');
+    expect(gateway.command).toEqual(expect.arrayContaining(['--s3-endpoint', 'http://minio:9000', '--host', '0.0.0.0', '--metrics-host', '0.0.0.0']));
+    expect(gateway.depends_on).toEqual({ minio: { condition: 'service_healthy' }, 'create-bucket': { condition: 'service_completed_successfully' } });
+    expect(Object.keys(gateway.environment ?? {})).toEqual(expect.arrayContaining(['OBJECTCACHE_ACCESS_KEY', 'OBJECTCACHE_SECRET_KEY', 'OBJECTCACHE_BACKEND_ACCESS_KEY', 'OBJECTCACHE_BACKEND_SECRET_KEY']));
+    const dockerfile = read('Dockerfile');
+    expect(dockerfile).toMatch(/^EXPOSE 9080 9081$/m);
+    expect(dockerfile).toMatch(/^HEALTHCHECK /m);
+    expect(dockerfile).toMatch(/^USER node$/m);
+    expect(dockerfile).toContain('dist/gateway/cli.js');
+  });
+
+  it('starts services in order, with health checks and declared volumes', () => {
+    expect(compose.services['minio']?.healthcheck).toBeDefined();
+    expect(compose.services['create-bucket']?.depends_on).toEqual({ minio: { condition: 'service_healthy' } });
+    expect(compose.services['prometheus']?.depends_on).toEqual({ gateway: { condition: 'service_healthy' } });
+    expect(compose.services['grafana']?.depends_on).toEqual({ prometheus: { condition: 'service_healthy' } });
+    for (const [name, service] of Object.entries(compose.services)) {
+      for (const volume of service.volumes ?? []) {
+        const source = volume.split(':')[0] as string;
+        if (source.startsWith('./')) expect(existsSync(fileURLToPath(new URL(source, root))), `${name}: ${source}`).toBe(true);
+        else expect(Object.keys(compose.volumes), `${name}: ${source}`).toContain(source);
+      }
+    }
+  });
+
+  it('points Prometheus at the gateway admin port and Grafana at Prometheus', () => {
+    const job = prometheus.scrape_configs.find((j) => j.job_name === 'objectcache-gateway');
+    expect(job?.metrics_path).toBe('/metrics');
+    expect(job?.static_configs[0]?.targets).toEqual(['gateway:9081']);
+    const datasource = parse(read('deploy/grafana/provisioning/datasources/prometheus.yml')) as { datasources: { url: string; uid: string }[] };
+    expect(datasource.datasources[0]?.url).toBe('http://prometheus:9090');
+    const provider = parse(read('deploy/grafana/provisioning/dashboards/objectcache.yml')) as { providers: { options: { path: string } }[] };
+    expect(provider.providers[0]?.options.path).toBe('/var/lib/grafana/dashboards');
+    expect(compose.services['grafana']?.volumes).toEqual(expect.arrayContaining(['./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro']));
+  });
+});
+
+describe('the Grafana dashboard', () => {
+  let gw: TestGateway;
+  let exported = '';
+
+  beforeAll(async () => {
+    gw = await startTestGateway({ backend: 'local', args: ['--cap', '1GB/s', '--threshold', '0'] });
+    const client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('dash'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+    const prefix = await seedPrefix(client, { chunks: 2, layers: 2, layerBytes: 1024, layout: 'KV_L2TD' });
+    await client.fetch(descriptorOf(prefix, { tenant: 'dashboard' }));
+    await client.close();
+    exported = await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text();
+  });
+
+  afterAll(async () => {
+    await gw?.close();
+  });
+
+  it('shows bandwidth shares, predicted stall and layer latency', () => {
+    const titles = dashboard.panels.map((p) => p.title.toLowerCase()).join(' | ');
+    for (const topic of ['bandwidth shares', 'predicted stall', 'layer-ready latency']) expect(titles).toContain(topic);
+  });
+
+  it('queries only metrics the gateway exports', () => {
+    const names = new Set<string>();
+    for (const panel of dashboard.panels) for (const target of panel.targets) for (const m of target.expr.matchAll(/objectcache_[a-z_]+/g)) names.add(m[0]);
+    expect(names.size).toBeGreaterThan(8);
+    for (const name of names) expect(exported, name).toMatch(new RegExp(`^# TYPE ${name.replace(/_(bucket|sum|count)$/, '')} `, 'm'));
+  });
+});
