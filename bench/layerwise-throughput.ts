@@ -17,58 +17,17 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SignatureV4 } from '@smithy/signature-v4';
-import { Pool } from 'undici';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { directGet, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 
-const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
 const HIT = 0.875;
 const CONCURRENCY = 32;
-
-interface Direct {
-  readonly endpoint: URL;
-  readonly signer: SignatureV4;
-  readonly pool: Pool;
-}
-
-async function directGet(d: Direct, path: string, range?: [number, number]): Promise<Buffer> {
-  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': EMPTY_SHA256 };
-  if (range) headers['range'] = `bytes=${range[0]}-${range[1]}`;
-  const signed = await d.signer.sign({ method: 'GET', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
-  const res = await d.pool.request({ method: 'GET', path, headers: signed.headers });
-  const body = Buffer.from(await res.body.arrayBuffer());
-  if (res.statusCode !== (range ? 206 : 200)) throw new Error(`GET ${path} answered ${res.statusCode}`);
-  return body;
-}
-
-async function directPut(d: Direct, path: string, body?: Uint8Array): Promise<void> {
-  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0) };
-  const signed = await d.signer.sign({ method: 'PUT', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
-  const res = await d.pool.request({ method: 'PUT', path, headers: signed.headers, body: body ?? null });
-  await res.body.dump();
-  if (res.statusCode !== 200) throw new Error(`PUT ${path} answered ${res.statusCode}`);
-}
-
-async function inParallel<T>(count: number, limit: number, job: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array(count);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, count) }, async () => {
-      while (next < count) {
-        const i = next++;
-        out[i] = await job(i);
-      }
-    }),
-  );
-  return out;
-}
 
 interface Sample {
   readonly seconds: number;
@@ -79,7 +38,7 @@ interface Sample {
 }
 
 /** S3-LW: per layer, N range GETs (the paper's Table A3 loop, done by the client). */
-async function s3Layerwise(d: Direct, bucket: string, keys: readonly string[], S: number, L: number): Promise<Sample> {
+async function s3Layerwise(d: DirectS3, bucket: string, keys: readonly string[], S: number, L: number): Promise<Sample> {
   const started = performance.now();
   let firstLayerMs = 0;
   const target = Buffer.allocUnsafe(keys.length * S);
@@ -93,7 +52,7 @@ async function s3Layerwise(d: Direct, bucket: string, keys: readonly string[], S
 }
 
 /** S3-CW: every whole chunk object; layer 0 is usable only when all have arrived. */
-async function s3Chunkwise(d: Direct, bucket: string, keys: readonly string[]): Promise<Sample> {
+async function s3Chunkwise(d: DirectS3, bucket: string, keys: readonly string[]): Promise<Sample> {
   const started = performance.now();
   await inParallel(keys.length, CONCURRENCY, async (c) => directGet(d, `/${bucket}/${keys[c]}`));
   const seconds = (performance.now() - started) / 1000;
@@ -139,11 +98,7 @@ async function main(): Promise<void> {
   const profileDir = values['profile-gateway'];
   const nodeArgs = (values['gateway-node-args'] ?? '').split(' ').filter((a) => a !== '');
   const gateway = await startGatewayProcess({ minio, args: gatewayArgs, nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])] });
-  const direct: Direct = {
-    endpoint: new URL(minio.endpoint),
-    signer: new SignatureV4({ credentials: { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false }),
-    pool: new Pool(minio.endpoint, { connections: CONCURRENCY }),
-  };
+  const direct = directS3(minio, CONCURRENCY);
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'layerwise-bench', credentials: BENCH_CLIENT });
   const rows: Record<string, unknown>[] = [];
   try {

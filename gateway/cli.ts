@@ -8,6 +8,7 @@ import { runSeed } from '../client/cli/seed.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { ConfigError, loadServeConfig, serveHelp } from './config.js';
 import { runPlan } from './scheduler/plan-command.js';
+import { BENCH_HELP, parseBenchArgs, runTtftBench } from '../bench/ttft-matrix.js';
 import { createLogger } from './logger.js';
 import { startGateway } from './server.js';
 
@@ -22,6 +23,7 @@ Commands:
   seed      Write synthetic KV chunks of a model preset and print their descriptor
   fetch     Fetch a descriptor's KV layer by layer and print the ready timeline
   plan      Show the bandwidth the scheduler would grant a list of requests
+  bench     Run the TTFT benchmark against a MinIO it starts (--quick: a few minutes)
 
 Run "objectcache <command> --help" for the options of a command.`;
 
@@ -58,6 +60,12 @@ async function main(argv: string[]): Promise<number> {
       return runFetch(rest, process.env, process.stdin, process.stdout);
     case 'plan':
       return runPlan(rest, process.stdin, process.stdout);
+    case 'bench':
+      if (rest.includes('--help') || rest.includes('-h')) {
+        process.stdout.write(`${BENCH_HELP}\n`);
+        return 0;
+      }
+      return runTtftBench(parseBenchArgs(rest), process.stdout, process.stderr);
     case undefined:
     case '--help':
     case '-h':
