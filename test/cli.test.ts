@@ -28,7 +28,12 @@ describe('objectcache CLI', () => {
   it('prints usage and every serve setting with --help', () => {
     const top = run(['--help']);
     expect(top.status).toBe(0);
-    expect(top.stdout).toContain('serve');
+    for (const command of ['serve', 'seed', 'fetch', 'plan', 'bench']) expect(top.stdout).toContain(`  ${command} `);
+    for (const command of ['seed', 'fetch', 'plan', 'bench']) {
+      const help = run([command, '--help']);
+      expect(help.status, command).toBe(0);
+      expect(help.stdout).toContain(`Usage: objectcache ${command}`);
+    }
     const help = run(['serve', '--help']);
     expect(help.status).toBe(0);
     for (const spec of Object.values(SERVE_SETTINGS)) expect(help.stdout).toContain(spec.env);

@@ -30,10 +30,10 @@ function niceStep(range: number): number {
 }
 
 export function groupedBarSvg(chart: BarChart): string {
-  const width = Math.max(640, 90 + chart.groups.length * (chart.series.length * 14 + 26));
+  const width = Math.max(640, 160 + chart.groups.length * (chart.series.length * 14 + 26));
   const height = 380;
   const left = 70;
-  const right = 20;
+  const right = 90; // room for the last rotated group label
   const top = 40;
   const bottom = 90;
   const values = chart.series.flatMap((s) => s.values.filter((v): v is number => v !== null && Number.isFinite(v)));
