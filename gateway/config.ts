@@ -61,6 +61,7 @@ export const SERVE_SETTINGS = {
   maxLayerBytes: { flag: 'max-layer-bytes', env: 'OBJECTCACHE_MAX_LAYER_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 1, max: 1024 ** 3, description: 'Largest per-layer slice S a descriptor may declare.' },
   maxRequestBytes: { flag: 'max-request-bytes', env: 'OBJECTCACHE_MAX_REQUEST_BYTES', kind: 'integer', default: String(64 * 1024 ** 3), min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Largest total payload (N x layers x S) of one layerwise GET.' },
   maxDescriptorBytes: { flag: 'max-descriptor-bytes', env: 'OBJECTCACHE_MAX_DESCRIPTOR_BYTES', kind: 'integer', default: String(4 * 1024 * 1024), min: 1024, max: 256 * 1024 * 1024, description: 'Largest descriptor body of POST /{bucket}?objectcache.' },
+  maxLayerwiseRequests: { flag: 'max-layerwise-requests', env: 'OBJECTCACHE_MAX_LAYERWISE_REQUESTS', kind: 'integer', default: '64', min: 1, max: 100_000, description: 'Layerwise GETs served at once; beyond it (or with all of --max-buffered-bytes held) new ones get 503 SlowDown.' },
   cap: { flag: 'cap', env: 'OBJECTCACHE_CAP', kind: 'string', default: 'unlimited', description: 'Egress shared by layerwise GETs, e.g. 10Gbps, 800MB/s, 1GiB/s; unlimited: no scheduling or pacing.' },
   policy: { flag: 'policy', env: 'OBJECTCACHE_POLICY', kind: 'enum', default: 'cal-stall-opt', values: ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'], description: 'Bandwidth allocation policy among concurrent layerwise GETs.' },
   margin: { flag: 'margin', env: 'OBJECTCACHE_MARGIN', kind: 'string', default: '5%', description: 'Calibrated Stall-opt margin delta added to each zero-stall rate: a rate, or a percentage of --cap.' },
@@ -90,6 +91,7 @@ export interface LayerwiseConfig {
   readonly maxBufferedBytes: number;
   readonly threshold: number;
   readonly maxDescriptorBytes: number;
+  readonly maxLayerwiseRequests: number;
   readonly limits: DescriptorLimits;
 }
 
@@ -284,6 +286,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       maxBufferedBytes: integer('maxBufferedBytes', raw),
       threshold: integer('threshold', raw),
       maxDescriptorBytes: integer('maxDescriptorBytes', raw),
+      maxLayerwiseRequests: integer('maxLayerwiseRequests', raw),
       limits: {
         maxKeys: integer('maxDescriptorKeys', raw),
         maxLayers: integer('maxLayers', raw),

@@ -139,6 +139,13 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       if (special === 'LayerwiseGet') {
         ctx.operation = 'LayerwiseGet';
         const descriptor = await readDescriptor(ctx, lw);
+        // Admission control: refuse early and cheaply rather than degrade every request in flight.
+        if (active.layerwise >= lw.maxLayerwiseRequests) {
+          throw new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', `The gateway is serving its limit of ${lw.maxLayerwiseRequests} layerwise GETs; retry shortly`, { retryable: true });
+        }
+        if (budget.used >= budget.capacity) {
+          throw new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
+        }
         active.layerwise++;
         try {
           await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, observer: metrics.layerwise });

@@ -1,0 +1,62 @@
+/**
+ * Admission control: beyond --max-layerwise-requests the gateway answers 503 SlowDown with
+ * Retry-After at once, instead of slowing every request down, and admits again when a slot frees.
+ */
+import { createHash } from 'node:crypto';
+import { SignatureV4 } from '@smithy/signature-v4';
+import { Pool } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ObjectCacheClient } from '../client/client.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, seedPrefix, type SeededPrefix } from './helpers/kv.js';
+
+describe('admission control', () => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let prefix: SeededPrefix;
+
+  beforeAll(async () => {
+    // Paced at 4 MB/s, a 4 MiB request holds its slot for about a second.
+    gw = await startTestGateway({ backend: 'local', args: ['--max-layerwise-requests', '1', '--cap', '4MB/s', '--threshold', '0', '--epoch-ms', '10'] });
+    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('admit'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+    prefix = await seedPrefix(client, { chunks: 4, layers: 8, layerBytes: 128 * 1024, layout: 'KV_L2TD' });
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await gw?.close();
+  });
+
+  it('answers 503 SlowDown with Retry-After while the limit is reached, then admits again', async () => {
+    const first = client.fetch(descriptorOf(prefix));
+    const deadline = Date.now() + 5000;
+    while (!/objectcache_layerwise_active_requests 1/.test(await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text())) {
+      if (Date.now() > deadline) throw new Error('the first request never became active');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    // POST: the AWS SDK would retry a SlowDown by itself (as S3 clients should).
+    const refused = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ObjectCacheError);
+    expect((refused as ObjectCacheError).code).toBe('OC_ERR_ADMISSION_LIMIT');
+    expect((refused as ObjectCacheError).details['Status']).toBe(503);
+
+    // The raw answer: S3's SlowDown, with Retry-After.
+    const url = new URL(gw.url);
+    const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
+    const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+    const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${client.bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+    const pool = new Pool(gw.url);
+    const raw = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body });
+    expect(raw.statusCode).toBe(503);
+    expect(raw.headers['retry-after']).toBe('1');
+    expect(await raw.body.text()).toContain('<Code>SlowDown</Code>');
+    await pool.close();
+
+    await first;
+    const after = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }));
+    expect(after.summary.layers).toEqual([0, 1]);
+  });
+});
