@@ -18,7 +18,10 @@ import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
 import type { EndSummary } from '../schemas/frames.js';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
+import type { Layout } from '../schemas/layouts.js';
 import { FrameDecoder } from './frame-decoder.js';
+import { toCanonical } from './kv-layout.js';
 
 export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
 /** Descriptors whose header would exceed this many bytes go as a POST body with transport 'auto'. */
@@ -33,6 +36,12 @@ export interface ObjectCacheClientOptions {
 }
 
 export type Transport = 'auto' | 'get' | 'post';
+
+export interface PutChunksOptions {
+  readonly concurrency?: number;
+  /** The stored layout of the objects; when given, per-layer checksums are recorded. */
+  readonly layout?: { readonly layout: Layout; readonly layers: number; readonly layerBytes: number };
+}
 
 export interface FetchOptions {
   /** Where the layers go; allocated when absent. Layer l lands at (l - layerStart) * layerStride. */
@@ -105,14 +114,26 @@ export class ObjectCacheClient {
     }
   }
 
-  /** Writes chunk objects (each already in its stored layout), `concurrency` at a time. */
-  async putChunks(keys: readonly string[], objects: readonly Uint8Array[], concurrency = 8): Promise<void> {
+  /**
+   * Writes chunk objects (each already in its stored layout), `concurrency` at a time. Given the
+   * layout, it records each layer's CRC32C in the object's metadata, so the gateway verifies every
+   * slice it serves (up to 256 layers; beyond that S3's metadata size does not allow it).
+   */
+  async putChunks(keys: readonly string[], objects: readonly Uint8Array[], options: PutChunksOptions = {}): Promise<void> {
     if (keys.length !== objects.length) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks needs one object per key');
+    const concurrency = options.concurrency ?? 8;
+    const geometry = options.layout;
     let next = 0;
     const lane = async (): Promise<void> => {
       while (next < keys.length) {
         const i = next++;
-        await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: objects[i] as Uint8Array, ContentType: 'application/octet-stream' }));
+        const object = objects[i] as Uint8Array;
+        const metadata: Record<string, string> = {};
+        if (geometry && geometry.layers <= MAX_CHECKSUMMED_LAYERS) {
+          if (object.byteLength !== geometry.layers * geometry.layerBytes) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `chunk ${i} has ${object.byteLength} bytes, not layers x layerBytes`);
+          metadata[LAYER_CRC_META] = encodeLayerCrcs(layerCrcs(toCanonical(object, geometry.layout, geometry.layers, geometry.layerBytes), geometry.layers, geometry.layerBytes));
+        }
+        await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata }));
       }
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, keys.length) }, lane));

@@ -3,7 +3,7 @@
  * GET into a target buffer with per-layer ready notifications.
  */
 export { ObjectCacheClient, withDescriptor, DESCRIPTOR_HEADER, MAX_HEADER_DESCRIPTOR_BYTES } from './client.js';
-export type { ObjectCacheClientOptions, FetchOptions, FetchResult, Transport } from './client.js';
+export type { ObjectCacheClientOptions, FetchOptions, FetchResult, PutChunksOptions, Transport } from './client.js';
 export { FrameDecoder } from './frame-decoder.js';
 export type { DecoderOptions, DecoderGeometry } from './frame-decoder.js';
 export { chunkHashes, chunkKeys, keyPrefixFor, layoutFingerprint } from './keys.js';

@@ -62,6 +62,8 @@ export type ReadResult =
       /** Backend range reads this task issued. */
       readonly reads: number;
       readonly readMs: number;
+      /** Every slice was checked against the CRC32C recorded in its chunk's metadata. */
+      readonly verified: boolean;
     }
   | {
       readonly ok: false;
@@ -70,4 +72,5 @@ export type ReadResult =
       readonly retryable: boolean;
       readonly chunk?: number;
       readonly key?: string;
+      readonly layer?: number;
     };

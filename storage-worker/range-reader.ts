@@ -8,6 +8,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import type { ErrorCode } from '../schemas/errors.js';
+import { LAYER_CRC_META } from '../schemas/integrity.js';
 import { readFooter } from './local-store/object-file.js';
 import { objectRelativePath } from './local-store/local-store.js';
 import { S3Backend, mapBackendError } from './s3-backend.js';
@@ -34,8 +35,14 @@ export interface RangeRead {
   readonly signal: AbortSignal;
 }
 
+/** What a read learned about its object besides the bytes. */
+export interface RangeReadInfo {
+  /** The recorded per-layer CRC32C metadata (schemas/integrity.ts), if the object has it. */
+  readonly layerCrcs: string | undefined;
+}
+
 export interface RangeReader {
-  read(request: RangeRead): Promise<void>;
+  read(request: RangeRead): Promise<RangeReadInfo>;
   close(): Promise<void>;
 }
 
@@ -49,7 +56,7 @@ export class LocalRangeReader implements RangeReader {
     this.#dataDir = dataDir;
   }
 
-  async read({ bucket, key, target, objectBytes }: RangeRead): Promise<void> {
+  async read({ bucket, key, target, objectBytes }: RangeRead): Promise<RangeReadInfo> {
     let fh;
     try {
       fh = await open(join(this.#dataDir, objectRelativePath(bucket, key)), 'r');
@@ -82,6 +89,7 @@ export class LocalRangeReader implements RangeReader {
         }
         views = rest;
       }
+      return { layerCrcs: meta.userMeta[LAYER_CRC_META] };
     } finally {
       await fh.close();
     }
@@ -102,7 +110,7 @@ export class S3RangeReader implements RangeReader {
     this.#backend = backend;
   }
 
-  async read({ bucket, key, target, objectBytes, signal }: RangeRead): Promise<void> {
+  async read({ bucket, key, target, objectBytes, signal }: RangeRead): Promise<RangeReadInfo> {
     const last = target.offset + target.length - 1;
     let response;
     try {
@@ -148,6 +156,8 @@ export class S3RangeReader implements RangeReader {
       throw new ReadError(mapped.code ?? 'OC_ERR_BACKEND_UNAVAILABLE', `reading chunk ${key}: ${mapped.message}`, true);
     }
     if (cursor.written !== target.length) throw new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: the range read returned ${cursor.written} of ${target.length} bytes`);
+    const crcs = headers[`x-amz-meta-${LAYER_CRC_META}`];
+    return { layerCrcs: typeof crcs === 'string' ? crcs : undefined };
   }
 
   async close(): Promise<void> {

@@ -8,7 +8,9 @@ import { workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { ReadResult, ReadTask, WorkerInit } from './protocol.js';
 import { createRangeReader, ReadError, type RangeReader } from './range-reader.js';
-import { rangeTargets, taskBufferBytes } from './scatter.js';
+import { crc32c } from '@node-rs/crc32';
+import { decodeLayerCrcs } from '../schemas/integrity.js';
+import { rangeTargets, sliceOffset, taskBufferBytes } from './scatter.js';
 
 const init = workerData as WorkerInit;
 let reader: RangeReader | undefined;
@@ -24,12 +26,15 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<ReadResult 
   const needed = taskBufferBytes(geometry);
   const buffer = task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed);
   const objectBytes = task.layers * task.layerBytes;
+  /** Each chunk's recorded per-layer checksums, as its first read reports them. */
+  const recorded = new Array<string | undefined>(task.keys.length);
   const jobs: (() => Promise<void>)[] = [];
   task.keys.forEach((key, chunk) => {
     for (const target of rangeTargets(geometry, buffer, chunk)) {
       jobs.push(async () => {
         try {
-          await readerFor().read({ bucket: task.bucket, key, target, objectBytes, signal });
+          const info = await readerFor().read({ bucket: task.bucket, key, target, objectBytes, signal });
+          recorded[chunk] ??= info.layerCrcs;
         } catch (error) {
           if (error instanceof ReadError) Object.assign(error, { chunk: task.chunkOffset + chunk, key });
           throw error;
@@ -52,7 +57,23 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<ReadResult 
   await Promise.all(Array.from({ length: Math.min(init.readConcurrency, jobs.length) }, lane));
   if (failure !== undefined) throw failure;
   if (signal.aborted) throw new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
-  return { ok: true, buffer, reads: jobs.length, readMs: performance.now() - started };
+  // End-to-end integrity: every slice against the CRC32C recorded when the chunk was stored.
+  let verified = true;
+  task.keys.forEach((key, chunk) => {
+    const crcs = decodeLayerCrcs(recorded[chunk], task.layers);
+    if (!crcs) {
+      verified = false;
+      return;
+    }
+    for (let layer = task.first; layer < task.end; layer++) {
+      const at = sliceOffset(geometry, layer, chunk);
+      const actual = crc32c(Buffer.from(buffer, at, task.layerBytes)) >>> 0;
+      if (actual !== crcs[layer]) {
+        throw Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), { chunk: task.chunkOffset + chunk, key, layer });
+      }
+    }
+  });
+  return { ok: true, buffer, reads: jobs.length, readMs: performance.now() - started, verified };
 }
 
 export default async function runReadTask(task: ReadTask): Promise<unknown> {
@@ -65,7 +86,7 @@ export default async function runReadTask(task: ReadTask): Promise<unknown> {
     const movable = { [Piscina.transferableSymbol]: [result.buffer], [Piscina.valueSymbol]: result };
     return Piscina.move(movable as unknown as Parameters<typeof Piscina.move>[0]);
   } catch (error) {
-    const e = error as Partial<ReadError> & { chunk?: number; key?: string; message?: string };
+    const e = error as Partial<ReadError> & { chunk?: number; key?: string; layer?: number; message?: string };
     const failed: ReadResult = {
       ok: false,
       code: e instanceof ReadError && e.code ? e.code : 'OC_ERR_POOL_WORKER',
@@ -73,6 +94,7 @@ export default async function runReadTask(task: ReadTask): Promise<unknown> {
       retryable: e?.retryable ?? false,
       ...(e.chunk !== undefined ? { chunk: e.chunk } : {}),
       ...(e.key !== undefined ? { key: e.key } : {}),
+      ...(e.layer !== undefined ? { layer: e.layer } : {}),
     };
     return failed;
   } finally {

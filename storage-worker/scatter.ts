@@ -26,7 +26,7 @@ export function taskBufferBytes(g: TaskGeometry): number {
 }
 
 /** Offset of (layer, chunk)'s slice in the task buffer. */
-function sliceOffset(g: TaskGeometry, layer: number, chunk: number): number {
+export function sliceOffset(g: TaskGeometry, layer: number, chunk: number): number {
   const groupLayers = g.end - g.first;
   const l = layer - g.first;
   return g.order === 'layer-major' ? (l * g.chunks + chunk) * g.layerBytes : (chunk * groupLayers + l) * g.layerBytes;

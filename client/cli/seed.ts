@@ -85,7 +85,7 @@ export async function runSeed(argv: readonly string[], env: NodeJS.ProcessEnv, s
     for (let at = 0; at < hashes.length; at += batch) {
       const keys = hashes.slice(at, at + batch).map((h) => keyPrefix + h);
       const objects = keys.map((_, i) => toStoredLayout(syntheticChunk(seed, at + i, objectBytes), layout as Layout, preset.layers, layerBytes));
-      await client.putChunks(keys, objects, concurrency);
+      await client.putChunks(keys, objects, { concurrency, layout: { layout: layout as Layout, layers: preset.layers, layerBytes } });
       stderr.write(`\rseed: ${Math.min(at + batch, hashes.length)}/${hashes.length} chunks`);
     }
     const seconds = (performance.now() - started) / 1000;

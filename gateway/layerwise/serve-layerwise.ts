@@ -52,6 +52,7 @@ function toError(result: ReadResult & { ok: false }): ObjectCacheError {
   const details: Record<string, string | number> = {};
   if (result.key !== undefined) details['Key'] = result.key;
   if (result.chunk !== undefined) details['ChunkIndex'] = result.chunk;
+  if (result.layer !== undefined) details['Layer'] = result.layer;
   const message = result.chunk !== undefined ? `chunk ${result.chunk}: ${result.message}` : result.message;
   return new ObjectCacheError(result.code, message, { details, retryable: result.retryable });
 }
@@ -127,6 +128,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
   const dispatched: Dispatched[] = [];
   const held = new Set<number>();
   let backendReads = 0;
+  let verified = true;
 
   const releaseUnit = (unit: number): void => {
     if (!held.delete(unit)) return;
@@ -206,6 +208,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
         throw toError(result);
       }
       backendReads += result.reads;
+      verified &&= result.verified;
       deps.observer?.taskDone(result.reads, result.readMs / 1000);
       out.push({ entry, buffer: result.buffer });
     }
@@ -277,7 +280,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
         backendReads,
         plan: plan.groups,
         rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
-        verified: false,
+        verified,
         timings: { firstReadMs: Math.round(firstReadMs * 10) / 10, firstFrameMs: Math.round(firstFrameMs * 10) / 10, totalMs: Math.round((performance.now() - started) * 10) / 10 },
       };
       await writer.json(FrameType.END, summary);
@@ -291,6 +294,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
         message: e.message,
         ...(e.details['ChunkIndex'] !== undefined ? { chunk: Number(e.details['ChunkIndex']) } : {}),
         ...(e.details['Key'] !== undefined ? { key: String(e.details['Key']) } : {}),
+        ...(e.details['Layer'] !== undefined ? { layer: Number(e.details['Layer']) } : {}),
       };
       ctx.logger.warn('layerwise stream failed after headers', { requestId: ctx.requestId, error: e });
       await writer.json(FrameType.ERROR, payload);

@@ -1,0 +1,90 @@
+/**
+ * End-to-end integrity: chunks stored by the client library carry per-layer CRC32C values; the
+ * gateway checks every slice it reads. A flipped byte in a stored chunk is caught, named by chunk
+ * and layer (an S3 error before streaming, an ERROR frame after); chunks without checksums are
+ * served and the END frame says they were not verified. Both backends.
+ */
+import { open } from 'node:fs/promises';
+import { join } from 'node:path';
+import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ObjectCacheClient } from '../client/client.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { objectRelativePath } from '../storage-worker/local-store/local-store.js';
+import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
+
+const minio = inject('minio');
+const S = 4096;
+
+describe.each<BackendKind>(['local', 's3'])('end-to-end integrity (%s backend)', (backend) => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+
+  /** Flips one byte of `key`'s stored object at `offset`, keeping its metadata. */
+  async function corrupt(key: string, offset: number): Promise<void> {
+    if (backend === 'local') {
+      const fh = await open(join(gw.dataDir as string, objectRelativePath(client.bucket, key)), 'r+');
+      const byte = Buffer.alloc(1);
+      await fh.read(byte, 0, 1, offset);
+      byte[0] = (byte[0] as number) ^ 0x55;
+      await fh.write(byte, 0, 1, offset);
+      await fh.close();
+      return;
+    }
+    const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+    const got = await direct.send(new GetObjectCommand({ Bucket: client.bucket, Key: key }));
+    const bytes = Buffer.from(await (got.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
+    bytes[offset] = (bytes[offset] as number) ^ 0x55;
+    await direct.send(new PutObjectCommand({ Bucket: client.bucket, Key: key, Body: bytes, Metadata: got.Metadata ?? {} }));
+    direct.destroy();
+  }
+
+  beforeAll(async () => {
+    // One layer per read group, so layer 2 is read after the stream has begun.
+    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', String(S), '--threshold', '0'] });
+    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('crc'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await gw?.close();
+  });
+
+  it('verifies every slice of checksummed chunks, in both modes and layouts', async () => {
+    for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
+      const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout });
+      for (const mode of ['layerwise', 'chunkwise'] as const) {
+        const result = await client.fetch(descriptorOf(prefix, { mode }));
+        expect(result.summary.verified).toBe(true);
+        expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+      }
+    }
+  });
+
+  it('serves chunks without checksums and says they were not verified', async () => {
+    const prefix = await seedPrefix(client, { chunks: 2, layers: 3, layerBytes: S, layout: 'KV_L2TD', checksums: false });
+    const result = await client.fetch(descriptorOf(prefix));
+    expect(result.summary.verified).toBe(false);
+    expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+  });
+
+  it('catches a flipped byte during streaming with an ERROR frame naming chunk and layer', async () => {
+    const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
+    await corrupt(prefix.keys[1] as string, 2 * S + 17);
+    const failure = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' }).catch((e: unknown) => e);
+    expect(failure).toBeInstanceOf(ObjectCacheError);
+    expect((failure as ObjectCacheError).code).toBe('OC_ERR_CHUNK_CORRUPT');
+    expect((failure as ObjectCacheError).details).toMatchObject({ ChunkIndex: 1, Layer: 2, Key: prefix.keys[1] });
+  });
+
+  it('catches a flipped byte in the first layer before streaming, as a 502 S3 error', async () => {
+    const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout: 'KV_2LTD' });
+    await corrupt(prefix.keys[2] as string, 3); // K half of layer 0 in the KV_2LTD object
+    const failure = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' }).catch((e: unknown) => e);
+    expect((failure as ObjectCacheError).code).toBe('OC_ERR_CHUNK_CORRUPT');
+    expect((failure as ObjectCacheError).details['Status']).toBe(502);
+    expect((failure as ObjectCacheError).message).toContain(prefix.keys[2]);
+  });
+});
