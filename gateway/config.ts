@@ -61,6 +61,7 @@ export const SERVE_SETTINGS = {
   maxLayerBytes: { flag: 'max-layer-bytes', env: 'OBJECTCACHE_MAX_LAYER_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 1, max: 1024 ** 3, description: 'Largest per-layer slice S a descriptor may declare.' },
   maxRequestBytes: { flag: 'max-request-bytes', env: 'OBJECTCACHE_MAX_REQUEST_BYTES', kind: 'integer', default: String(64 * 1024 ** 3), min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Largest total payload (N x layers x S) of one layerwise GET.' },
   maxDescriptorBytes: { flag: 'max-descriptor-bytes', env: 'OBJECTCACHE_MAX_DESCRIPTOR_BYTES', kind: 'integer', default: String(4 * 1024 * 1024), min: 1024, max: 256 * 1024 * 1024, description: 'Largest descriptor body of POST /{bucket}?objectcache.' },
+  clientStallTimeoutMs: { flag: 'client-stall-timeout-ms', env: 'OBJECTCACHE_CLIENT_STALL_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'A layerwise GET whose client takes no data for this long is ended and its buffers released.' },
   maxLayerwiseRequests: { flag: 'max-layerwise-requests', env: 'OBJECTCACHE_MAX_LAYERWISE_REQUESTS', kind: 'integer', default: '64', min: 1, max: 100_000, description: 'Layerwise GETs served at once; beyond it (or with all of --max-buffered-bytes held) new ones get 503 SlowDown.' },
   cap: { flag: 'cap', env: 'OBJECTCACHE_CAP', kind: 'string', default: 'unlimited', description: 'Egress shared by layerwise GETs, e.g. 10Gbps, 800MB/s, 1GiB/s; unlimited: no scheduling or pacing.' },
   policy: { flag: 'policy', env: 'OBJECTCACHE_POLICY', kind: 'enum', default: 'cal-stall-opt', values: ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'], description: 'Bandwidth allocation policy among concurrent layerwise GETs.' },
@@ -92,6 +93,7 @@ export interface LayerwiseConfig {
   readonly threshold: number;
   readonly maxDescriptorBytes: number;
   readonly maxLayerwiseRequests: number;
+  readonly clientStallTimeoutMs: number;
   readonly limits: DescriptorLimits;
 }
 
@@ -287,6 +289,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       threshold: integer('threshold', raw),
       maxDescriptorBytes: integer('maxDescriptorBytes', raw),
       maxLayerwiseRequests: integer('maxLayerwiseRequests', raw),
+      clientStallTimeoutMs: integer('clientStallTimeoutMs', raw),
       limits: {
         maxKeys: integer('maxDescriptorKeys', raw),
         maxLayers: integer('maxLayers', raw),

@@ -45,6 +45,8 @@ export interface Gateway {
   poolStats(): ReaderPoolStats;
   /** Bytes read by layerwise GETs and not yet sent. */
   bufferedBytes(): number;
+  /** The read-worker pool (diagnostics and fault tests). */
+  readonly readerPool: ReaderPool;
   /** The bandwidth scheduler's state; undefined when --cap is unlimited. */
   schedulerSnapshot(): SchedulerSnapshot | undefined;
   close(): Promise<void>;
@@ -210,6 +212,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     metrics,
     backendStats: () => backend?.stats(),
     poolStats: () => pool.stats(),
+    readerPool: pool,
     bufferedBytes: () => budget.used,
     schedulerSnapshot: () => scheduler?.snapshot(),
     close() {

@@ -79,6 +79,7 @@ export const ERRORS = {
   OC_ERR_CHUNK_SIZE: { status: 400, s3Code: 'InvalidArgument', description: 'A chunk object is not layers x layerBytes bytes long (the message names it).' },
   OC_ERR_CHUNK_CORRUPT: { status: 502, s3Code: 'InternalError', description: 'A slice read from a chunk does not match the CRC32C recorded when it was stored (the message names chunk and layer).' },
   OC_ERR_BACKEND_RANGE: { status: 502, s3Code: 'InternalError', description: 'A range read came back with the wrong status, Content-Range or length.' },
+  OC_ERR_CLIENT_STALLED: { status: 408, s3Code: 'RequestTimeout', description: 'The client stopped reading the stream for longer than --client-stall-timeout-ms; the stream was ended to release its buffers.' },
   OC_ERR_POOL_BUSY: { status: 503, s3Code: 'SlowDown', description: 'The read-worker queue is full; retry after the Retry-After delay.' },
   OC_ERR_ADMISSION_LIMIT: { status: 503, s3Code: 'SlowDown', description: 'The gateway is at its limit of concurrent layerwise GETs or buffered bytes; retry after the Retry-After delay.' },
   OC_ERR_POOL_WORKER: { status: 500, s3Code: 'InternalError', description: 'A read worker failed while executing a task; only its own request fails.' },

@@ -74,6 +74,11 @@ export class ReaderPool {
     return { workers: this.#pool.threads.length, queued: this.#pool.queueSize, running: this.#running, completed: this.#pool.completed, utilization: this.#pool.utilization };
   }
 
+  /** The worker threads (diagnostics; the fault tests terminate one mid-task). */
+  get threads(): readonly import('node:worker_threads').Worker[] {
+    return this.#pool.threads;
+  }
+
   /** True when a new task would be refused. */
   saturated(): boolean {
     return this.#pool.queueSize >= this.#options.maxQueue;

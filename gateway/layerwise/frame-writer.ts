@@ -6,6 +6,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { crc32c } from '@node-rs/crc32';
+import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
 import { PACE_SLICE_BYTES, type Pacer } from '../scheduler/pacer.js';
 
@@ -18,21 +19,34 @@ export class FrameWriter {
   /** Payload bytes written (frame headers excluded). */
   payloadBytes = 0;
 
-  constructor(res: ServerResponse, onBytes?: (bytes: number) => void) {
+  readonly #stallTimeoutMs: number;
+
+  constructor(res: ServerResponse, onBytes?: (bytes: number) => void, stallTimeoutMs = 30_000) {
     this.#res = res;
     this.#onBytes = onBytes;
+    this.#stallTimeoutMs = stallTimeoutMs;
   }
 
   /** After a write that filled the socket buffer: wait for 'drain', or for the client to go away. */
   async #flush(wroteAll: boolean): Promise<void> {
     if (wroteAll || this.#res.destroyed) return;
     const res = this.#res;
-    await new Promise<void>((resolve) => {
+    // A client that takes nothing for the stall timeout is cut off: its buffers go back to the
+    // pool instead of waiting on a reader that may never come back (DESIGN.md section 11).
+    await new Promise<void>((resolve, reject) => {
       const done = (): void => {
+        clearTimeout(timer);
         res.off('drain', done);
         res.off('close', done);
         resolve();
       };
+      const timer = setTimeout(() => {
+        res.off('drain', done);
+        res.off('close', done);
+        const error = new ObjectCacheError('OC_ERR_CLIENT_STALLED', `The client took no data for ${this.#stallTimeoutMs} ms`);
+        res.destroy(); // the caller gets the error; nothing else should see an 'error' event
+        reject(error);
+      }, this.#stallTimeoutMs);
       res.on('drain', done);
       res.on('close', done);
     });

@@ -216,7 +216,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
   };
 
 
-  const writer = new FrameWriter(ctx.res, (bytes) => deps.observer?.delivered(s.tenant, bytes));
+  const writer = new FrameWriter(ctx.res, (bytes) => deps.observer?.delivered(s.tenant, bytes), config.clientStallTimeoutMs);
   if (s.grant) writer.pacer = new Pacer(s.grant.rateBytesPerSec);
   let payloadBytes = 0;
   let firstFrameMs = 0;

@@ -1,0 +1,212 @@
+/**
+ * Faults during layerwise GETs, with a real MinIO of the test's own and the real gateway: MinIO
+ * paused (SIGSTOP) and resumed, MinIO killed and restarted mid-stream, a read worker dying inside a
+ * task, and slow readers next to a normal one. The affected request fails cleanly (an S3 error or
+ * an ERROR frame) within the configured timeout, the others are unaffected, buffers and worker
+ * tasks are released, and the gateway serves normally afterwards without a restart.
+ */
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ObjectCacheClient } from '../client/client.js';
+import { FrameDecoder } from '../client/frame-decoder.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { startMinio, type MinioServer } from '../bench/minio.js';
+import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
+
+const shared = inject('minio');
+const TIMEOUT_MS = 1500;
+
+async function waitFor(predicate: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('backend faults mid-stream', () => {
+  let minio: MinioServer;
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let prefix: SeededPrefix;
+
+  const idle = (): boolean => {
+    const stats = gw.gateway.poolStats();
+    return stats.running === 0 && stats.queued === 0 && gw.gateway.bufferedBytes() === 0;
+  };
+
+  beforeAll(async () => {
+    minio = await startMinio({ binary: shared.binary });
+    // Small reads and a small read-ahead: the stream needs MinIO all along.
+    gw = await startTestGateway({ backend: 's3', minio, args: ['--backend-timeout-ms', String(TIMEOUT_MS), '--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0'] });
+    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('faults'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+    prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 64 * 1024, layout: 'KV_L2TD' }); // 16 MiB, 32 groups
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await gw?.close();
+    await minio?.destroy();
+  });
+
+  it('ends a stream with an ERROR frame within the backend timeout while MinIO is paused, and serves once it resumes', async () => {
+    const started = performance.now();
+    let pausedAt = 0;
+    const failure = await client
+      .fetch(descriptorOf(prefix), {
+        transport: 'post',
+        onLayerReady: (layer) => {
+          if (layer === 0) {
+            minio.process.kill('SIGSTOP');
+            pausedAt = performance.now();
+          }
+        },
+      })
+      .catch((e: unknown) => e);
+    const failedAfter = performance.now() - pausedAt;
+    minio.process.kill('SIGCONT');
+    expect(failure).toBeInstanceOf(ObjectCacheError);
+    expect(['OC_ERR_BACKEND_TIMEOUT', 'OC_ERR_BACKEND_UNAVAILABLE']).toContain((failure as ObjectCacheError).code);
+    expect(failedAfter).toBeLessThan(TIMEOUT_MS * 3 + 1000);
+    console.log(`paused MinIO: the stream failed ${failedAfter.toFixed(0)} ms after the pause (timeout ${TIMEOUT_MS} ms), ${((performance.now() - started) / 1000).toFixed(2)} s in all`);
+    await waitFor(idle);
+    const again = await client.fetch(descriptorOf(prefix));
+    expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+  });
+
+  it('answers 503 before streaming while MinIO is paused', async () => {
+    minio.process.kill('SIGSTOP');
+    try {
+      const started = performance.now();
+      const failure = await client.fetch(descriptorOf(prefix, { layerRange: [0, 2] }), { transport: 'post' }).catch((e: unknown) => e);
+      expect((failure as ObjectCacheError).details['Status']).toBe(503);
+      expect(performance.now() - started).toBeLessThan(TIMEOUT_MS * 3 + 1000);
+    } finally {
+      minio.process.kill('SIGCONT');
+    }
+    await waitFor(idle);
+  });
+
+  it('ends a stream cleanly when MinIO is killed mid-stream, and serves again after it restarts', async () => {
+    let killed: Promise<void> | undefined;
+    const failure = await client
+      .fetch(descriptorOf(prefix), {
+        transport: 'post',
+        onLayerReady: (layer) => {
+          if (layer === 0) killed = minio.stop();
+        },
+      })
+      .catch((e: unknown) => e);
+    await killed;
+    expect(failure).toBeInstanceOf(ObjectCacheError);
+    expect(['OC_ERR_BACKEND_UNAVAILABLE', 'OC_ERR_BACKEND_TIMEOUT']).toContain((failure as ObjectCacheError).code);
+    await waitFor(idle);
+    minio = await startMinio({ binary: shared.binary, port: minio.port, dataDir: minio.dataDir });
+    const again = await client.fetch(descriptorOf(prefix));
+    expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+  });
+});
+
+describe('a read worker dying inside a task', () => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let prefix: SeededPrefix;
+
+  beforeAll(async () => {
+    gw = await startTestGateway({ backend: 's3', minio: shared, args: ['--workers', '2', '--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0'] });
+    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('crash'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+    prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 64 * 1024, layout: 'KV_L2TD' });
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await gw?.close();
+  });
+
+  it('fails only the request whose task died; the pool replaces the worker and serves on', async () => {
+    let terminated = false;
+    const doomed = client
+      .fetch(descriptorOf(prefix), {
+        transport: 'post',
+        onLayerReady: (layer) => {
+          if (layer === 1 && !terminated) {
+            terminated = true;
+            for (const worker of gw.gateway.readerPool.threads) void worker.terminate();
+          }
+        },
+      })
+      .catch((e: unknown) => e);
+    const failure = await doomed;
+    expect(terminated).toBe(true);
+    expect(failure).toBeInstanceOf(ObjectCacheError);
+    expect((failure as ObjectCacheError).code).toBe('OC_ERR_POOL_WORKER');
+    await waitFor(() => gw.gateway.poolStats().running === 0 && gw.gateway.bufferedBytes() === 0);
+    const again = await client.fetch(descriptorOf(prefix));
+    expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+  });
+});
+
+describe('slow readers', () => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let prefix: SeededPrefix;
+
+  beforeAll(async () => {
+    gw = await startTestGateway({ backend: 'local', args: ['--client-stall-timeout-ms', '1000', '--threshold', '0', '--read-bytes', '65536'] });
+    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('slow'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+    // 48 MiB: more than a loopback connection's socket buffers hold (about 36 MiB here), so a
+    // client that reads slowly really stalls the gateway's writes.
+    prefix = await seedPrefix(client, { chunks: 12, layers: 32, layerBytes: 128 * 1024, layout: 'KV_L2TD' });
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await gw?.close();
+  });
+
+  it('serves a normal client next to twenty clients reading at 10 KiB/s, and holds no buffers for them', async () => {
+    const { Pool } = await import('undici');
+    const { SignatureV4 } = await import('@smithy/signature-v4');
+    const { NodeSha256 } = await import('../storage-worker/sigv4-support.js');
+    const { createHash } = await import('node:crypto');
+    const url = new URL(gw.url);
+    const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+    const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
+    const pool = new Pool(gw.url, { connections: 25 });
+    const slowReader = async (): Promise<string> => {
+      const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${client.bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+      const res = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body, highWaterMark: 1024 });
+      const decoder = new FrameDecoder({ layerStart: 0, layerEnd: 32, chunks: 12, layerBytes: 128 * 1024, target: new Uint8Array(32 * 12 * 128 * 1024), layerStride: 12 * 128 * 1024 });
+      try {
+        for await (const chunk of res.body) {
+          decoder.push(chunk as Buffer);
+          await new Promise((r) => setTimeout(r, ((chunk as Buffer).length / 10240) * 1000)); // 10 KiB/s
+        }
+        decoder.finish();
+        return 'completed';
+      } catch (error) {
+        return (error as { code?: string }).code ?? 'cut off';
+      }
+    };
+    const slow = Array.from({ length: 20 }, slowReader);
+    await new Promise((r) => setTimeout(r, 300));
+    const started = performance.now();
+    const normal = await client.fetch(descriptorOf(prefix));
+    console.log(`a normal client fetched 48 MiB in ${(performance.now() - started).toFixed(0)} ms next to 20 slow readers`);
+    expect(Buffer.from(normal.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    // Every slow stream ends (loopback socket buffers here absorb tens of MiB per connection, so
+    // the gateway may finish writing them) and the gateway's own buffers are released.
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const metrics = await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text();
+      if (/objectcache_layerwise_active_requests 0/.test(metrics) && gw.gateway.bufferedBytes() === 0 && gw.gateway.poolStats().running === 0) break;
+      if (Date.now() > deadline) throw new Error(`slow streams still held: ${/objectcache_layerwise_active_requests \d+/.exec(metrics)?.[0]}, buffered ${gw.gateway.bufferedBytes()}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await pool.destroy();
+    await Promise.allSettled(slow);
+  }, 60_000);
+});
