@@ -56,6 +56,8 @@ export interface AuthResult {
 export interface VerifierOptions {
   readonly credentials: readonly ClientCredential[];
   readonly region: string;
+  /** The credential scope's service (always s3 for the gateway; the AWS test suite uses "service"). */
+  readonly service?: string;
   /** Injected clock (ms since the epoch) so tests control time. */
   readonly now?: () => number;
 }
@@ -140,11 +142,13 @@ export class SigV4Verifier {
   readonly #credentials: Map<string, ClientCredential>;
   readonly #signers = new Map<string, SignatureV4>();
   readonly #region: string;
+  readonly #service: string;
   readonly #now: () => number;
 
   constructor(options: VerifierOptions) {
     this.#credentials = new Map(options.credentials.map((c) => [c.accessKeyId, c]));
     this.#region = options.region;
+    this.#service = options.service ?? 's3';
     this.#now = options.now ?? Date.now;
   }
 
@@ -170,7 +174,7 @@ export class SigV4Verifier {
       signer = new SignatureV4({
         credentials: { accessKeyId: credential.accessKeyId, secretAccessKey: credential.secretAccessKey },
         region: this.#region,
-        service: 's3',
+        service: this.#service,
         sha256: NodeSha256,
         uriEscapePath: false,
         applyChecksum: false,
@@ -185,7 +189,7 @@ export class SigV4Verifier {
     if (!credential) throw new ObjectCacheError('OC_ERR_AUTH_UNKNOWN_KEY', 'The access key id you provided does not exist in our records');
     const shortDate = signingDate.toISOString().slice(0, 10).replace(/-/g, '');
     if (parsed.date !== shortDate) throw new ObjectCacheError('OC_ERR_AUTH_SCOPE', `The credential scope date ${parsed.date} does not match the request date ${shortDate}`);
-    if (parsed.service !== 's3') throw new ObjectCacheError('OC_ERR_AUTH_SCOPE', `The credential scope service must be s3, got ${parsed.service}`);
+    if (parsed.service !== this.#service) throw new ObjectCacheError('OC_ERR_AUTH_SCOPE', `The credential scope service must be ${this.#service}, got ${parsed.service}`);
     if (parsed.region !== this.#region) {
       throw new ObjectCacheError('OC_ERR_AUTH_SCOPE', `The credential scope region ${parsed.region} is wrong; expecting ${this.#region}`, { details: { Region: this.#region } });
     }
