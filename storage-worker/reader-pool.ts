@@ -7,7 +7,7 @@
 import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MessageChannel } from 'node:worker_threads';
+import { MessageChannel, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { ReadResult, ReadTask, WorkerBackend, WorkerInit } from './protocol.js';
 
@@ -75,7 +75,7 @@ export class ReaderPool {
   }
 
   /** The worker threads (diagnostics; the fault tests terminate one mid-task). */
-  get threads(): readonly import('node:worker_threads').Worker[] {
+  get threads(): readonly Worker[] {
     return this.#pool.threads;
   }
 

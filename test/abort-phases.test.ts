@@ -1,0 +1,125 @@
+/**
+ * Clients aborting at every phase of a layerwise GET: while the descriptor body is still being
+ * uploaded, while waiting for the epoch admission, before the first layer group has been read,
+ * and mid-stream. After each the gateway holds no worker tasks, no buffered bytes and no granted
+ * rate, and serves the next request normally.
+ */
+import { createHash } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { SignatureV4 } from '@smithy/signature-v4';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ObjectCacheClient } from '../client/client.js';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
+
+const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+
+describe('clients aborting at every phase', () => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let prefix: SeededPrefix;
+
+  const released = async (): Promise<void> => {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const pool = gw.gateway.poolStats();
+      const scheduler = gw.gateway.schedulerSnapshot();
+      if (pool.running === 0 && pool.queued === 0 && gw.gateway.bufferedBytes() === 0 && scheduler?.active.length === 0 && scheduler.pending === 0) return;
+      if (Date.now() > deadline) throw new Error(`not released: ${JSON.stringify({ pool, buffered: gw.gateway.bufferedBytes(), scheduler })}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
+
+  const servesNormally = async (): Promise<void> => {
+    const result = await client.fetch(descriptorOf(prefix, { layerRange: [0, 2] }));
+    expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix, 0, 2)))).toBe(true);
+  };
+
+  /** Opens a signed POST ?objectcache, lets `act` decide when to give up on it. */
+  async function rawPost(body: Buffer, act: (req: ReturnType<typeof httpRequest>) => void): Promise<void> {
+    const url = new URL(gw.url);
+    const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${client.bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+    await new Promise<void>((resolve) => {
+      const req = httpRequest({ host: url.hostname, port: url.port, method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers });
+      req.on('error', () => resolve());
+      req.on('close', () => resolve());
+      act(req);
+    });
+  }
+
+  beforeAll(async () => {
+    // A long epoch, so a request can be caught waiting for its admission; paced at 20 MB/s.
+    gw = await startTestGateway({ backend: 'local', args: ['--cap', '20MB/s', '--epoch-ms', '400', '--threshold', '0', '--read-bytes', '65536'] });
+    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('abort'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    await client.ensureBucket();
+    prefix = await seedPrefix(client, { chunks: 8, layers: 16, layerBytes: 64 * 1024, layout: 'KV_L2TD' }); // 8 MiB
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await gw?.close();
+  });
+
+  it('while the descriptor body is still uploading', async () => {
+    const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
+    await rawPost(body, (req) => {
+      req.write(body.subarray(0, 20));
+      setTimeout(() => req.destroy(), 100);
+    });
+    await released();
+    await servesNormally();
+  });
+
+  it('while waiting for the epoch admission', async () => {
+    const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
+    let abortedWhilePending = false;
+    await rawPost(body, (req) => {
+      req.end(body);
+      const poll = setInterval(() => {
+        if ((gw.gateway.schedulerSnapshot()?.pending ?? 0) > 0) {
+          clearInterval(poll);
+          abortedWhilePending = true;
+          req.destroy();
+        }
+      }, 2);
+      req.on('close', () => clearInterval(poll));
+    });
+    expect(abortedWhilePending).toBe(true);
+    await released();
+    await servesNormally();
+  });
+
+  it('right after admission, while the first layer group is read', async () => {
+    const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
+    let abortedWhileAdmitted = false;
+    await rawPost(body, (req) => {
+      req.end(body);
+      const poll = setInterval(() => {
+        if ((gw.gateway.schedulerSnapshot()?.active.length ?? 0) > 0) {
+          clearInterval(poll);
+          abortedWhileAdmitted = true;
+          req.destroy();
+        }
+      }, 1);
+      req.on('close', () => clearInterval(poll));
+    });
+    // The whole 8 MiB load takes about 0.4 s at the paced 20 MB/s, so the abort lands in flight.
+    expect(abortedWhileAdmitted).toBe(true);
+    await released();
+    await servesNormally();
+  });
+
+  it('mid-stream, after some layers were delivered', async () => {
+    const controller = new AbortController();
+    const failed = await client
+      .fetch(descriptorOf(prefix), { transport: 'post', signal: controller.signal, onLayerReady: (layer) => layer === 3 && controller.abort() })
+      .then(
+        () => false,
+        () => true,
+      );
+    expect(failed).toBe(true);
+    await released();
+    await servesNormally();
+  });
+});
