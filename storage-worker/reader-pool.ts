@@ -51,7 +51,8 @@ export class ReaderPool {
   readonly #free = new Map<number, ArrayBuffer[]>();
   #pooledBytes = 0;
   readonly #options: ReaderPoolOptions;
-  #running = 0;
+  /** Tasks handed to piscina and not yet answered (queued or running). */
+  #inflight = 0;
   #roomWaiters: (() => void)[] = [];
 
   constructor(options: ReaderPoolOptions) {
@@ -71,7 +72,7 @@ export class ReaderPool {
   }
 
   stats(): ReaderPoolStats {
-    return { workers: this.#pool.threads.length, queued: this.#pool.queueSize, running: this.#running, completed: this.#pool.completed, utilization: this.#pool.utilization };
+    return { workers: this.#pool.threads.length, queued: this.#pool.queueSize, running: Math.max(0, this.#inflight - this.#pool.queueSize), completed: this.#pool.completed, utilization: this.#pool.utilization };
   }
 
   /** The worker threads (diagnostics; the fault tests terminate one mid-task). */
@@ -134,7 +135,7 @@ export class ReaderPool {
     const onAbort = (): void => port1.postMessage('abort');
     signal.addEventListener('abort', onAbort, { once: true });
     try {
-      this.#running++;
+      this.#inflight++;
       const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
       const buffer = this.#take(bytes);
       const transferList = buffer ? [port2, buffer] : [port2];
@@ -144,7 +145,7 @@ export class ReaderPool {
       if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
       return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true };
     } finally {
-      this.#running--;
+      this.#inflight--;
       signal.removeEventListener('abort', onAbort);
       port1.close();
       const waiters = this.#roomWaiters;

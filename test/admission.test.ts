@@ -59,4 +59,33 @@ describe('admission control', () => {
     const after = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }));
     expect(after.summary.layers).toEqual([0, 1]);
   });
+
+});
+
+describe('admission control on buffered bytes', () => {
+  it('answers 503 SlowDown while every buffered byte is held, then admits again', async () => {
+    // 4 KiB of read-ahead in total: one paced request holds all of it while it is sent.
+    const gw = await startTestGateway({ backend: 'local', args: ['--max-buffered-bytes', '4096', '--cap', '4MB/s', '--threshold', '0', '--epoch-ms', '10'] });
+    const client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('admitb'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    try {
+      await client.ensureBucket();
+      const prefix = await seedPrefix(client, { chunks: 4, layers: 8, layerBytes: 128 * 1024, layout: 'KV_L2TD' });
+      const first = client.fetch(descriptorOf(prefix));
+      const deadline = Date.now() + 5000;
+      while (gw.gateway.bufferedBytes() < 4096) {
+        if (Date.now() > deadline) throw new Error('the first request never held the buffer budget');
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      const refused = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' }).catch((e: unknown) => e);
+      expect((refused as ObjectCacheError).code).toBe('OC_ERR_ADMISSION_LIMIT');
+      expect((refused as ObjectCacheError).details['Status']).toBe(503);
+      await first;
+      expect(gw.gateway.bufferedBytes()).toBe(0);
+      const after = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' });
+      expect(after.summary.layers).toEqual([0, 1]);
+    } finally {
+      await client.close();
+      await gw.close();
+    }
+  });
 });

@@ -63,6 +63,6 @@ describe('AWS SigV4 test suite', () => {
 
   it('has the suite it says it has', () => {
     expect(suite.vectors.length).toBeGreaterThanOrEqual(19);
-    expect(ObjectCacheError).toBeDefined();
+    expect(new Set(suite.vectors.map((v) => v.name)).size).toBe(suite.vectors.length);
   });
 });

@@ -152,11 +152,6 @@ export class SigV4Verifier {
     this.#now = options.now ?? Date.now;
   }
 
-  /** True when the request carries any SigV4 material (header or query). */
-  static isSigned(info: SignedRequestInfo): boolean {
-    return info.headers.authorization !== undefined || info.query.some(([k]) => k === 'X-Amz-Signature' || k === 'X-Amz-Credential');
-  }
-
   async verify(info: SignedRequestInfo): Promise<AuthResult> {
     const authorization = first(info.headers.authorization);
     const presigned = info.query.some(([k]) => k === 'X-Amz-Signature' || k === 'X-Amz-Credential' || k === 'X-Amz-Algorithm');

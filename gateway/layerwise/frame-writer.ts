@@ -16,8 +16,6 @@ export class FrameWriter {
   pacer: Pacer | undefined;
   /** Called with the payload bytes of each slice written (delivered-bytes metrics). */
   readonly #onBytes: ((bytes: number) => void) | undefined;
-  /** Payload bytes written (frame headers excluded). */
-  payloadBytes = 0;
 
   readonly #stallTimeoutMs: number;
 
@@ -74,7 +72,6 @@ export class FrameWriter {
         ok = (i === pieces.length - 1 && onFlushed ? this.#res.write(piece, () => onFlushed()) : this.#res.write(piece)) && ok;
       });
       this.#res.uncork();
-      this.payloadBytes += length;
       this.#onBytes?.(length);
       await this.#flush(ok);
       return;
@@ -88,7 +85,6 @@ export class FrameWriter {
         if (this.#res.destroyed) return;
         const last = i === pieces.length - 1 && at + PACE_SLICE_BYTES >= piece.byteLength;
         const ok = last && onFlushed ? this.#res.write(slice, () => onFlushed()) : this.#res.write(slice);
-        this.payloadBytes += slice.byteLength;
         this.#onBytes?.(slice.byteLength);
         await this.#flush(ok);
       }

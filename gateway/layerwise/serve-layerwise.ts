@@ -44,7 +44,6 @@ export interface LayerwiseDeps {
 
 interface Dispatched {
   readonly task: PlannedTask;
-  readonly bytes: number;
   readonly result: Promise<ReadResult>;
 }
 
@@ -159,7 +158,6 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
         await pool.room(cancel.signal);
         const entry: Dispatched = {
           task,
-          bytes: taskBytes(task),
           result: pool
             .run(
               {
