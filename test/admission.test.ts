@@ -59,7 +59,6 @@ describe('admission control', () => {
     const after = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }));
     expect(after.summary.layers).toEqual([0, 1]);
   });
-
 });
 
 describe('admission control on buffered bytes', () => {
