@@ -2,7 +2,6 @@
  * A benchmark client that talks to MinIO directly (the S3-CW and S3-LW baselines and seeding):
  * SigV4-signed GET and PUT over an undici pool, plus a bounded-concurrency helper.
  */
-import { readFileSync } from 'node:fs';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { Pool } from 'undici';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
@@ -54,16 +53,4 @@ export async function inParallel<T>(count: number, limit: number, job: (i: numbe
     }),
   );
   return out;
-}
-
-/** CPU seconds (user + system) and peak resident bytes of a process, from /proc (Linux). */
-export function processUsage(pid: number): { cpuSeconds: number; peakRssBytes: number } {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    const hwm = /VmHWM:\s+(\d+) kB/.exec(status)?.[1];
-    return { cpuSeconds: (Number(fields[11]) + Number(fields[12])) / 100, peakRssBytes: hwm ? Number(hwm) * 1024 : NaN };
-  } catch {
-    return { cpuSeconds: NaN, peakRssBytes: NaN };
-  }
 }

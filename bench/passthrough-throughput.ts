@@ -9,13 +9,14 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { Pool } from 'undici';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { processUsage } from './process-usage.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
 
@@ -38,17 +39,6 @@ async function signedRequest(target: Target, method: string, path: string, body?
   return { status: res.statusCode, bytes };
 }
 
-/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
-function processCpuSeconds(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-    const ticksPerSecond = 100; // USER_HZ on Linux
-    return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
-  } catch {
-    return NaN;
-  }
-}
-
 interface Measurement {
   bytes: number;
   requests: number;
@@ -58,7 +48,7 @@ interface Measurement {
 }
 
 async function measure(target: Target, keys: readonly string[], concurrency: number, seconds: number, pids: Record<string, number> = {}): Promise<Measurement> {
-  const cpuBefore = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, processCpuSeconds(pid)]));
+  const cpuBefore = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, processUsage(pid).cpuSeconds]));
   const selfBefore = process.cpuUsage();
   const deadline = performance.now() + seconds * 1000;
   const started = performance.now();
@@ -78,7 +68,7 @@ async function measure(target: Target, keys: readonly string[], concurrency: num
   const gib = bytes / 1024 ** 3;
   const self = process.cpuUsage(selfBefore);
   const cpuPerGiB: Record<string, number> = { client: (self.user + self.system) / 1e6 / gib };
-  for (const [name, pid] of Object.entries(pids)) cpuPerGiB[name] = (processCpuSeconds(pid) - (cpuBefore[name] ?? 0)) / gib;
+  for (const [name, pid] of Object.entries(pids)) cpuPerGiB[name] = (processUsage(pid).cpuSeconds - (cpuBefore[name] ?? 0)) / gib;
   return { bytes, requests, seconds: (performance.now() - started) / 1000, cpuPerGiB };
 }
 

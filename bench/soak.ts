@@ -7,14 +7,14 @@
  *   npm run bench:soak [-- --minutes 10 --clients 16]
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { ObjectCacheClient } from '../client/client.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
-import { processUsage } from './direct-s3.js';
+import { processUsage } from './process-usage.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 
@@ -32,15 +32,6 @@ function openFds(pid: number): { fds: number; sockets: number } {
     return { fds: entries.length, sockets };
   } catch {
     return { fds: NaN, sockets: NaN };
-  }
-}
-
-function currentRss(pid: number): number {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? NaN) * 1024;
-  } catch {
-    return NaN;
   }
 }
 
@@ -70,7 +61,7 @@ async function main(): Promise<void> {
       const metrics = await (await fetch(`${gateway.adminUrl}/metrics`)).text();
       const metric = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(metrics)?.[1] ?? NaN);
       const { fds, sockets } = openFds(pid);
-      samples.push({ t: Math.round((Date.now() - (end - minutes * 60_000)) / 1000), rssMiB: currentRss(pid) / 1024 ** 2, fds, sockets, buffered: metric('objectcache_buffered_bytes'), queued: metric('objectcache_worker_pool_queued_tasks'), running: metric('objectcache_worker_pool_running_tasks') });
+      samples.push({ t: Math.round((Date.now() - (end - minutes * 60_000)) / 1000), rssMiB: processUsage(pid).rssBytes / 1024 ** 2, fds, sockets, buffered: metric('objectcache_buffered_bytes'), queued: metric('objectcache_worker_pool_queued_tasks'), running: metric('objectcache_worker_pool_running_tasks') });
     } catch (error) {
       errorSamples.push(`sampler: ${(error as Error).message}`);
     }
