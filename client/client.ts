@@ -13,7 +13,9 @@ import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client, S3Se
 import { SignatureV4 } from '@smithy/signature-v4';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { Pool } from 'undici';
-import { encodeDescriptorHeader, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
+import { DESCRIPTOR_HEADER, encodeDescriptorHeader, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
+
+export { DESCRIPTOR_HEADER };
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
 import type { EndSummary } from '../schemas/frames.js';
@@ -23,7 +25,6 @@ import type { Layout } from '../schemas/layouts.js';
 import { FrameDecoder } from './frame-decoder.js';
 import { toCanonical } from './kv-layout.js';
 
-export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
 /** Descriptors whose header would exceed this many bytes go as a POST body with transport 'auto'. */
 export const MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024;
 
@@ -226,14 +227,20 @@ export class ObjectCacheClient {
     return { target, layerStride, summary: decoder.finish(), timeline, transport };
   }
 
-  /** The same fetch as an async iterator of ready layers. */
+  /** The same fetch as an async iterator of ready layers; leaving the loop early cancels it. */
   async *layers(input: DescriptorInput, options: Omit<FetchOptions, 'onLayerReady'> = {}): AsyncGenerator<{ layer: number; view: Uint8Array }> {
+    const controller = new AbortController();
+    const outer = options.signal;
+    const forward = (): void => controller.abort(outer?.reason);
+    if (outer?.aborted) forward();
+    outer?.addEventListener('abort', forward, { once: true });
     const ready: { layer: number; view: Uint8Array }[] = [];
     let notify: (() => void) | undefined;
     let finished = false;
     let failure: unknown;
     const run = this.fetch(input, {
       ...options,
+      signal: controller.signal,
       onLayerReady: (layer, view) => {
         ready.push({ layer, view });
         notify?.();
@@ -249,19 +256,26 @@ export class ObjectCacheClient {
         notify?.();
       },
     );
-    while (!finished || ready.length > 0) {
-      const next = ready.shift();
-      if (next) {
-        yield next;
-        continue;
+    try {
+      while (!finished || ready.length > 0) {
+        const next = ready.shift();
+        if (next) {
+          yield next;
+          continue;
+        }
+        await new Promise<void>((resolve) => {
+          notify = resolve;
+        });
+        notify = undefined;
       }
-      await new Promise<void>((resolve) => {
-        notify = resolve;
-      });
-      notify = undefined;
+      await run;
+      if (failure !== undefined) throw failure;
+    } finally {
+      // The caller broke out early (or the fetch ended): stop the download either way.
+      if (!finished) controller.abort();
+      outer?.removeEventListener('abort', forward);
+      await run;
     }
-    await run;
-    if (failure !== undefined) throw failure;
   }
 
   async close(): Promise<void> {

@@ -18,6 +18,9 @@ export interface LayerwiseObserver {
   taskFailed(code: string): void;
 }
 
+/** Distinct tenant label values kept for delivered-bytes counters. */
+export const MAX_TENANT_LABELS = 256;
+
 export interface GatewayMetrics {
   readonly registry: Registry;
   readonly requests: Counter<'operation' | 'status'>;
@@ -124,9 +127,18 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     },
   });
 
+  // Tenants come from descriptors; the label set is bounded so no client can grow the registry
+  // without limit. Tenants beyond the first MAX_TENANT_LABELS are counted as "other".
+  const tenants = new Set<string>();
+  const tenantLabel = (tenant: string): string => {
+    if (tenants.has(tenant)) return tenant;
+    if (tenants.size >= MAX_TENANT_LABELS) return 'other';
+    tenants.add(tenant);
+    return tenant;
+  };
   const layerwise: LayerwiseObserver = {
     mode: (mode) => modes.inc({ mode }),
-    delivered: (tenant, bytes) => delivered.inc({ tenant }, bytes),
+    delivered: (tenant, bytes) => delivered.inc({ tenant: tenantLabel(tenant) }, bytes),
     layerReady: (seconds) => layerReady.observe(seconds),
     admissionWait: (seconds) => admissionWait.observe(seconds),
     taskDone: (reads, seconds) => {

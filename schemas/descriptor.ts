@@ -165,6 +165,9 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
   };
 }
 
+/** The request header that carries a descriptor on GET. */
+export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
+
 /** Decodes the `x-objectcache-descriptor` header: base64 (or base64url) of UTF-8 JSON. */
 export function decodeDescriptorHeader(value: string): unknown {
   const text = value.trim();

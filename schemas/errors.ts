@@ -124,7 +124,3 @@ export class ObjectCacheError extends Error {
     this.retryable = options.retryable ?? spec.status === 503;
   }
 }
-
-export function isObjectCacheError(value: unknown): value is ObjectCacheError {
-  return value instanceof ObjectCacheError;
-}

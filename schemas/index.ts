@@ -2,13 +2,13 @@
  * The wire contract shared by the gateway, the workers and clients: errors, the descriptor, the
  * layouts and presets, and the stream frames (specified in wire-format.md).
  */
-export { ERRORS, ObjectCacheError, isObjectCacheError } from './errors.js';
+export { ERRORS, ObjectCacheError } from './errors.js';
 export type { ErrorCode, ErrorSpec, ObjectCacheErrorOptions } from './errors.js';
 export { DESCRIPTOR_SCHEMA } from './descriptor-schema.js';
 export type { DescriptorInput } from './descriptor-schema.js';
-export { DEFAULT_DESCRIPTOR_LIMITS, decodeDescriptorHeader, decodeDescriptorJson, encodeDescriptorHeader, parseDescriptor } from './descriptor.js';
+export { DEFAULT_DESCRIPTOR_LIMITS, DESCRIPTOR_HEADER, decodeDescriptorHeader, decodeDescriptorJson, encodeDescriptorHeader, parseDescriptor } from './descriptor.js';
 export type { Delivery, Descriptor, DescriptorLimits, RequestedMode } from './descriptor.js';
-export { LAYOUTS, PRESETS, chunkObjectBytes, layerRanges, presetNamed } from './layouts.js';
+export { LAYOUTS, PRESETS, layerRanges, presetNamed } from './layouts.js';
 export type { ByteRange, Layout, ModelPreset } from './layouts.js';
 export { FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES, STREAM_CONTENT_TYPE, STREAM_MAGIC, STREAM_VERSION, checkPreamble, decodeFrameHeader, encodeFrameHeader, encodePreamble } from './frames.js';
 export type { EndSummary, ErrorPayload, FrameHeader } from './frames.js';

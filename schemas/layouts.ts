@@ -37,11 +37,6 @@ export function layerRanges(layout: Layout, layers: number, layerBytes: number, 
   return [{ offset: first * layerBytes, length: (end - first) * layerBytes }];
 }
 
-/** Object size of a chunk: L * S in every layout. */
-export function chunkObjectBytes(layers: number, layerBytes: number): number {
-  return layers * layerBytes;
-}
-
 export interface ModelPreset {
   readonly name: string;
   /** The model id the fingerprint names (Hugging Face id). */

@@ -117,17 +117,15 @@ export class ReaderPool {
   #take(bytes: number): ArrayBuffer | undefined {
     const list = this.#free.get(bytes);
     const buffer = list?.pop();
+    if (list?.length === 0) this.#free.delete(bytes);
     if (buffer) this.#pooledBytes -= buffer.byteLength;
     return buffer;
   }
 
-  /** Bytes of recycled buffers waiting for reuse. */
-  get pooledBytes(): number {
-    return this.#pooledBytes;
-  }
-
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
   async run(task: Omit<ReadTask, 'abort' | 'buffer'>, signal: AbortSignal): Promise<ReadResult> {
+    // An 'abort' listener added after the fact never fires: a cancelled request starts nothing.
+    if (signal.aborted) return { ok: false, code: 'OC_ERR_INTERNAL', message: 'the request was cancelled', retryable: false };
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
     }

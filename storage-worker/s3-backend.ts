@@ -122,7 +122,9 @@ export class S3Backend {
         bodyTimeout: this.#timeoutMs,
       });
       response.body.once('close', done);
-      response.body.once('error', () => this.#errors++);
+      response.body.once('error', () => {
+        if (!request.signal?.aborted) this.#errors++;
+      });
       return response;
     } catch (error) {
       done();

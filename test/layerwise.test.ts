@@ -105,6 +105,21 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
     expect(seen).toEqual([0, 1, 2, 3, 4]);
   });
 
+  it('cancels the download when the caller leaves the iterator early', async () => {
+    const prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 64 * 1024, layout: 'KV_L2TD' });
+    for await (const { layer } of client.layers(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' })) {
+      expect(layer).toBe(0);
+      break;
+    }
+    const deadline = Date.now() + 10_000;
+    while (gw.gateway.poolStats().running > 0 || gw.gateway.bufferedBytes() > 0) {
+      if (Date.now() > deadline) throw new Error('the abandoned stream still holds tasks or buffers');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const again = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }));
+    expect(again.summary.layers).toEqual([0, 1]);
+  });
+
   it('ends with a summary of the plan, reads, bytes and timings', async () => {
     const prefix = await seedPrefix(client, { chunks: 4, layers: 4, layerBytes: 8192, layout: 'KV_L2TD' });
     const result = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));

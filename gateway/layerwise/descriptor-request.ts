@@ -4,14 +4,12 @@
  * `POST /{bucket}?objectcache` for descriptors too large for a header. Either way the descriptor
  * must be covered by the request signature, since it decides which objects are read.
  */
-import { decodeDescriptorHeader, decodeDescriptorJson, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
+import { DESCRIPTOR_HEADER, decodeDescriptorHeader, decodeDescriptorJson, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { uploadBody } from '../body/upload-body.js';
 import type { LayerwiseConfig } from '../config.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { hasQuery } from '../s3/request.js';
-
-export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
 
 /** Is this request a layerwise GET (either form) or a prefix lookup? */
 export function objectCacheOperation(ctx: Pick<RequestContext, 'req' | 'target'>): 'LayerwiseGet' | 'PrefixLookup' | undefined {

@@ -14,7 +14,8 @@ import { readSignedJsonBody } from './descriptor-request.js';
 
 const WINDOW = 32;
 
-export type ExistsCheck = (bucket: string, keys: readonly string[], signal: AbortSignal) => Promise<boolean[]>;
+/** Which of `keys` exist; `first` is true for the first window of a lookup (check the bucket then). */
+export type ExistsCheck = (bucket: string, keys: readonly string[], signal: AbortSignal, first: boolean) => Promise<boolean[]>;
 
 export function localExists(store: LocalStore): ExistsCheck {
   return async (bucket, keys) => {
@@ -36,9 +37,8 @@ export function backendExists(backend: S3Backend): ExistsCheck {
     await res.body.dump();
     return res.statusCode;
   };
-  return async (bucket, keys, signal) => {
-    const bucketStatus = await head(`/${bucket}`, signal);
-    if (bucketStatus === 404) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+  return async (bucket, keys, signal, first) => {
+    if (first && (await head(`/${bucket}`, signal)) === 404) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
     return Promise.all(
       keys.map(async (key) => {
         const status = await head(`/${bucket}/${key}`, signal);
@@ -63,7 +63,7 @@ export async function servePrefixLookup(ctx: RequestContext, config: LayerwiseCo
   let matched = 0;
   for (let at = 0; at < full.length; at += WINDOW) {
     const window = full.slice(at, at + WINDOW);
-    const found = await exists(ctx.target.bucket, window, ctx.signal);
+    const found = await exists(ctx.target.bucket, window, ctx.signal, at === 0);
     const miss = found.indexOf(false);
     if (miss !== -1) {
       matched = at + miss;

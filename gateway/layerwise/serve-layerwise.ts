@@ -182,7 +182,8 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
       if (unit === 0 && mode === 'layerwise') await Promise.all(dispatched.map((entry) => entry.result));
     }
   })();
-  producer.catch(() => {}); // Failures surface through `cancel`; the consumer decides what the client sees.
+  // A producer failure cancels the request, so the consumer stops waiting and answers.
+  producer.catch((error: unknown) => cancel.abort(error));
 
   const nextDispatched = async (index: number): Promise<Dispatched> => {
     while (dispatched.length <= index) {
@@ -236,7 +237,6 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
     await writer.preamble();
     try {
       for (;;) {
-        const unit = units[unitIndex] as [number, number];
         const first = ready[0]?.entry.task as PlannedTask;
         // Once the socket has taken the unit's last frame, its buffers go back to the pool.
         const buffers = ready.map(({ buffer }) => buffer);
@@ -267,7 +267,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
         releaseUnit(unitIndex);
         if (ctx.signal.aborted) return;
         unitIndex++;
-        if (unitIndex >= units.length || unit[1] >= plan.tasks.length) break;
+        if (unitIndex >= units.length) break;
         ready = await awaitTasks(...(units[unitIndex] as [number, number]));
       }
       const summary: EndSummary = {

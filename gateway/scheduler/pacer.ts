@@ -23,23 +23,14 @@ export class Pacer {
   }
 
   /** Waits until `bytes` may be sent at the granted rate. */
-  async take(bytes: number, signal?: AbortSignal): Promise<void> {
+  async take(bytes: number): Promise<void> {
     if (!Number.isFinite(this.rateBytesPerSec)) return;
     const now = this.#clock.now();
     const start = Math.max(now, this.#next);
     this.#next = start + (bytes / this.rateBytesPerSec) * 1000;
     const wait = start - now;
     if (wait < 1) return;
-    await new Promise<void>((resolve) => {
-      const handle = this.#clock.setTimeout(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      }, wait);
-      const onAbort = (): void => {
-        this.#clock.clearTimeout(handle);
-        resolve();
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
+    // The writer checks after each slice whether the client is still there.
+    await new Promise<void>((resolve) => this.#clock.setTimeout(resolve, wait));
   }
 }
