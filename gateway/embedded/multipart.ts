@@ -39,7 +39,7 @@ export async function uploadPart(ctx: RequestContext, store: LocalStore): Promis
   if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', 'UploadPartCopy is not implemented by the embedded store');
   const partNumber = partNumberOf(queryValue(ctx.target, 'partNumber'));
   const uploadId = uploadIdOf(ctx);
-  store.listParts(bucket, key, uploadId); // NoSuchUpload before reading the body
+  store.assertUpload(bucket, key, uploadId); // NoSuchUpload before reading the body
   const body = uploadBody(ctx.req, ctx.auth, { maxBytes: ctx.config.maxObjectBytes });
   const part = await store.putPart(bucket, key, uploadId, partNumber, body.stream);
   const headers: Record<string, string> = { etag: `"${part.etag}"` };
@@ -51,7 +51,7 @@ export async function uploadPart(ctx: RequestContext, store: LocalStore): Promis
 export async function completeMultipartUpload(ctx: RequestContext, store: LocalStore): Promise<void> {
   const { bucket, key } = ctx.target;
   const uploadId = uploadIdOf(ctx);
-  store.listParts(bucket, key, uploadId);
+  store.assertUpload(bucket, key, uploadId);
   const document = parseXmlBody(await readSmallBody(ctx), 'CompleteMultipartUpload');
   const parts = xmlList(document, 'Part').map((part) => {
     const etag = xmlText(part, 'ETag');

@@ -15,7 +15,7 @@
  * in-memory index rebuilt from the object footers at start-up. One gateway owns a directory.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { constants as fsConstants, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { constants as fsConstants, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { mkdir, open, readdir, readFile, rm, writeFile, type FileHandle } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -50,8 +50,8 @@ export interface OpenObject {
 interface PartInfo {
   readonly partNumber: number;
   readonly size: number;
+  /** Hex MD5 of the part. */
   readonly etag: string;
-  readonly md5: string;
   readonly lastModified: number;
 }
 
@@ -203,7 +203,7 @@ export class LocalStore {
           try {
             const meta = await readFooter(fh);
             const partNumber = Number(m[1]);
-            parts.set(partNumber, { partNumber, size: meta.size, etag: meta.etag, md5: meta.etag, lastModified: meta.lastModified });
+            parts.set(partNumber, { partNumber, size: meta.size, etag: meta.etag, lastModified: meta.lastModified });
           } finally {
             await fh.close();
           }
@@ -247,7 +247,7 @@ export class LocalStore {
     const created = Date.now();
     await writeFile(join(dir, 'bucket.json.tmp'), JSON.stringify({ created }));
     if (this.#buckets.has(name)) throw new ObjectCacheError('OC_ERR_STORE_BUCKET_EXISTS', 'The bucket already exists', { details: { BucketName: name } });
-    commitStagedSync({ tempPath: join(dir, 'bucket.json.tmp'), size: 0, md5Hex: '', md5: Buffer.alloc(0) }, join(dir, 'bucket.json'));
+    renameSync(join(dir, 'bucket.json.tmp'), join(dir, 'bucket.json'));
     this.#buckets.set(name, { name, created, index: new KeyIndex(), uploads: new Map() });
     await syncDirectory(dir);
   }
@@ -380,7 +380,7 @@ export class LocalStore {
     this.#upload(bucket, key, uploadId);
     let part: PartInfo | undefined;
     const staged = await stageFile(this.#tempDir, body, ({ size, md5Hex }) => {
-      part = { partNumber, size, etag: md5Hex, md5: md5Hex, lastModified: Date.now() };
+      part = { partNumber, size, etag: md5Hex, lastModified: Date.now() };
       return { key: String(partNumber), size, etag: md5Hex, lastModified: part.lastModified, contentType: '', headers: {}, userMeta: {} };
     });
     const info = this.#buckets.get(bucket)?.uploads.get(uploadId);
@@ -392,6 +392,11 @@ export class LocalStore {
     info.parts.set(partNumber, part as unknown as PartInfo);
     await syncDirectory(this.#uploadDir(bucket, uploadId));
     return part as unknown as PartInfo;
+  }
+
+  /** Throws NoSuchUpload unless the upload exists for this key. */
+  assertUpload(bucket: string, key: string, uploadId: string): void {
+    this.#upload(bucket, key, uploadId);
   }
 
   listParts(bucket: string, key: string, uploadId: string): { info: UploadInfo; parts: PartInfo[] } {
@@ -441,7 +446,7 @@ export class LocalStore {
       }
     }
     const etagDigest = createHash('md5');
-    for (const part of chosen) etagDigest.update(Buffer.from(part.md5, 'hex'));
+    for (const part of chosen) etagDigest.update(Buffer.from(part.etag, 'hex'));
     const etag = `${etagDigest.digest('hex')}-${chosen.length}`;
     let meta: ObjectMeta | undefined;
     const staged = await stageFile(this.#tempDir, concatenate(), ({ size }) => {
