@@ -4,16 +4,13 @@
  * and mid-stream. After each the gateway holds no worker tasks, no buffered bytes and no granted
  * rate, and serves the next request normally.
  */
-import { createHash } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { signedHeaders } from './helpers/signing.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
-const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
 
 describe('clients aborting at every phase', () => {
   let gw: TestGateway;
@@ -39,7 +36,7 @@ describe('clients aborting at every phase', () => {
   /** Opens a signed POST ?objectcache, lets `act` decide when to give up on it. */
   async function rawPost(body: Buffer, act: (req: ReturnType<typeof httpRequest>) => void): Promise<void> {
     const url = new URL(gw.url);
-    const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${client.bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+    const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${client.bucket}`, query: { objectcache: '' }, body }) };
     await new Promise<void>((resolve) => {
       const req = httpRequest({ host: url.hostname, port: url.port, method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers });
       req.on('error', () => resolve());

@@ -2,13 +2,11 @@
  * Admission control: beyond --max-layerwise-requests the gateway answers 503 SlowDown with
  * Retry-After at once, instead of slowing every request down, and admits again when a slot frees.
  */
-import { createHash } from 'node:crypto';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { signedHeaders } from './helpers/signing.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
@@ -44,10 +42,8 @@ describe('admission control', () => {
     expect((refused as ObjectCacheError).details['Status']).toBe(503);
 
     // The raw answer: S3's SlowDown, with Retry-After.
-    const url = new URL(gw.url);
     const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
-    const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-    const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${client.bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+    const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${client.bucket}`, query: { objectcache: '' }, body }) };
     const pool = new Pool(gw.url);
     const raw = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body });
     expect(raw.statusCode).toBe(503);

@@ -10,6 +10,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { startMinio, type MinioServer } from '../bench/minio.js';
+import { signedHeaders } from './helpers/signing.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
@@ -175,15 +176,10 @@ describe('slow readers', () => {
 
   it('serves a normal client next to twenty clients reading at 10 KiB/s, and holds no buffers for them', async () => {
     const { Pool } = await import('undici');
-    const { SignatureV4 } = await import('@smithy/signature-v4');
-    const { NodeSha256 } = await import('../storage-worker/sigv4-support.js');
-    const { createHash } = await import('node:crypto');
-    const url = new URL(gw.url);
-    const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
     const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
     const pool = new Pool(gw.url, { connections: 25 });
     const slowReader = async (): Promise<string> => {
-      const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${client.bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+      const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${client.bucket}`, query: { objectcache: '' }, body }) };
       const res = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body, highWaterMark: 1024 });
       const decoder = new FrameDecoder({ layerStart: 0, layerEnd: 32, chunks: 12, layerBytes: 128 * 1024, target: new Uint8Array(32 * 12 * 128 * 1024), layerStride: 12 * 128 * 1024 });
       try {

@@ -4,19 +4,16 @@
  * x-objectcache-error-code is a registered code; the gateway must keep serving, and its memory
  * must stay bounded.
  */
-import { createHash } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import fc from 'fast-check';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ERRORS } from '../schemas/errors.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { signedHeaders } from './helpers/signing.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
-const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
 
 interface Answer {
   status: number;
@@ -34,25 +31,15 @@ describe('hostile input', () => {
   let bucket: string;
 
   async function post(body: Buffer, headers: Record<string, string> = {}): Promise<Answer> {
-    const url = new URL(gw.url);
-    const signed = await signer.sign({
-      method: 'POST',
-      protocol: 'http:',
-      hostname: url.hostname,
-      port: Number(url.port),
-      path: `/${bucket}`,
-      query: { objectcache: '' },
-      headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex'), ...headers },
-    });
+    const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, headers, body }) };
     const res = await pool.request({ method: 'POST', path: `/${bucket}?objectcache=`, headers: signed.headers, body });
     cases++;
     return { status: res.statusCode, code: res.headers['x-objectcache-error-code'] as string | undefined, body: await res.body.text() };
   }
 
   async function getWithHeader(value: string): Promise<Answer> {
-    const url = new URL(gw.url);
     const path = `/${bucket}/${prefix.keys.at(-1)}`;
-    const signed = await signer.sign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path, query: {}, headers: { host: url.host, 'x-amz-content-sha256': createHash('sha256').digest('hex'), 'x-objectcache-descriptor': value } });
+    const signed = { headers: await signedHeaders(gw.url, { method: 'GET', path, headers: { 'x-objectcache-descriptor': value } }) };
     const res = await pool.request({ method: 'GET', path, headers: signed.headers });
     cases++;
     return { status: res.statusCode, code: res.headers['x-objectcache-error-code'] as string | undefined, body: await res.body.text() };
@@ -172,7 +159,7 @@ describe('hostile input', () => {
   it('answers a body that trickles in a byte at a time', async () => {
     const url = new URL(gw.url);
     const body = Buffer.from(JSON.stringify({ ...descriptorOf(prefix), layers: -3 }));
-    const signed = await signer.sign({ method: 'POST', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: `/${bucket}`, query: { objectcache: '' }, headers: { host: url.host, 'content-length': String(body.length), 'x-amz-content-sha256': createHash('sha256').update(body).digest('hex') } });
+    const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, body }) };
     const answer = await new Promise<Answer>((resolve, reject) => {
       const req = httpRequest({ host: url.hostname, port: url.port, method: 'POST', path: `/${bucket}?objectcache=`, headers: signed.headers }, (res) => {
         let text = '';

@@ -4,9 +4,7 @@
  * a missing or short chunk is 404/400 XML before streaming and an ERROR frame naming the chunk
  * after; a client that goes away releases its worker tasks and buffers.
  */
-import { createHash } from 'node:crypto';
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
@@ -14,12 +12,11 @@ import { FrameDecoder } from '../client/frame-decoder.js';
 import { encodeDescriptorHeader } from '../schemas/descriptor.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { signedHeaders } from './helpers/signing.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
-const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
 
 interface Raw {
   status: number;
@@ -41,12 +38,9 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)
   let pool: Pool;
   let bucket: string;
 
-  async function send(method: 'GET' | 'POST', path: string, query: Record<string, string>, headers: Record<string, string>, body?: string, unsigned: string[] = []): Promise<{ status: number; headers: Record<string, unknown>; body: import('node:stream').Readable }> {
-    const url = new URL(gw.url);
+  async function send(method: 'GET' | 'POST', path: string, query: Record<string, string>, headers: Record<string, string>, body?: string, unsigned: string[] = []): Promise<{ status: number; headers: Record<string, unknown>; body: import('undici').Dispatcher.ResponseData['body'] }> {
     const payload = body === undefined ? undefined : Buffer.from(body);
-    const all: Record<string, string> = { host: url.host, 'x-amz-content-sha256': createHash('sha256').update(payload ?? Buffer.alloc(0)).digest('hex'), ...headers };
-    if (payload) all['content-length'] = String(payload.length);
-    const signed = await signer.sign({ method, protocol: 'http:', hostname: url.hostname, port: Number(url.port), path, query, headers: all }, { unsignableHeaders: new Set(unsigned) });
+    const signed = { headers: await signedHeaders(gw.url, { method, path, query, headers, ...(payload ? { body: payload } : {}), unsignable: new Set(unsigned) }) };
     const qs = Object.keys(query).map((k) => `${k}=`).join('&');
     const res = await pool.request({ method, path: qs ? `${path}?${qs}` : path, headers: signed.headers, body: payload ?? null });
     return { status: res.statusCode, headers: res.headers, body: res.body };

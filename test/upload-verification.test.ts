@@ -64,7 +64,8 @@ async function signedChunkedPut(url: URL, data: Buffer, chunkSize: number, tampe
     framed.push(Buffer.from(`${chunk.length.toString(16)};chunk-signature=${previous}\r\n`), Buffer.from(chunk), Buffer.from('\r\n'));
   }
   const body = Buffer.concat(framed);
-  if (tamper) body[body.indexOf('\r\n') + 10] ^= 0xff;
+  const at = body.indexOf('\r\n') + 10;
+  if (tamper) body[at] = (body[at] as number) ^ 0xff;
   return send(url, 'PUT', headers, body);
 }
 
