@@ -10,9 +10,8 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException, type S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { SignatureV4 } from '@smithy/signature-v4';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
-import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { signedHeaders } from './helpers/signing.js';
+import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { startMinio, type MinioServer } from '../bench/minio.js';
 
 const shared = inject('minio');
@@ -25,19 +24,13 @@ async function waitFor(predicate: () => boolean | Promise<boolean>, timeoutMs = 
   }
 }
 
-/** Signs a PUT with an UNSIGNED-PAYLOAD body for raw-socket tests. */
-async function signedPutHeaders(url: URL, length: number): Promise<Record<string, string>> {
-  const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-  const signed = await signer.sign({
-    method: 'PUT',
-    protocol: 'http:',
-    hostname: url.hostname,
-    port: Number(url.port),
-    path: url.pathname,
-    query: {},
-    headers: { host: url.host, 'content-length': String(length), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' },
-  });
-  return signed.headers;
+/** Signs a PUT of `length` UNSIGNED-PAYLOAD bytes, or a GET, for raw-socket tests. */
+function signedPutHeaders(url: URL, length: number): Promise<Record<string, string>> {
+  return signedHeaders(url.origin, { method: 'PUT', path: url.pathname, headers: { 'content-length': String(length), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } });
+}
+
+function signedGetHeaders(url: URL): Promise<Record<string, string>> {
+  return signedHeaders(url.origin, { method: 'GET', path: url.pathname, headers: { 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } });
 }
 
 describe('backend outage', () => {
@@ -80,12 +73,6 @@ describe('backend outage', () => {
     expect(await back.Body?.transformToString()).toBe('before the outage');
   });
 });
-
-async function signedGetHeaders(url: URL): Promise<Record<string, string>> {
-  const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-  const signed = await signer.sign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: url.pathname, query: {}, headers: { host: url.host, 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } });
-  return signed.headers;
-}
 
 describe('client abort mid-download (s3 backend)', () => {
   let gw: TestGateway;

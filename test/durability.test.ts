@@ -10,9 +10,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException } from '@aws-sdk/client-s3';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { describe, expect, inject, it } from 'vitest';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { signedHeaders } from './helpers/signing.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, uniqueBucket } from './helpers/gateway.js';
 
 const CLI = resolve(fileURLToPath(new URL('../dist/gateway/cli.js', import.meta.url)));
@@ -39,8 +38,7 @@ async function startProcess(args: string[]): Promise<{ child: ChildProcess; url:
 async function killMidPut(gateway: { child: ChildProcess; url: string }, bucket: string, key: string): Promise<void> {
   const url = new URL(`${gateway.url}/${bucket}/${key}`);
   const total = 8 * 1024 * 1024;
-  const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-  const signed = await signer.sign({ method: 'PUT', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: url.pathname, query: {}, headers: { host: url.host, 'content-length': String(total), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } });
+  const signed = { headers: await signedHeaders(url.origin, { method: 'PUT', path: url.pathname, headers: { 'content-length': String(total), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } }) };
   const exited = new Promise((r) => gateway.child.once('exit', r));
   await new Promise<void>((done) => {
     const req = httpRequest(url, { method: 'PUT', headers: signed.headers });
