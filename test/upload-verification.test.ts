@@ -8,15 +8,14 @@ import { createHash, randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { crc32 } from 'node:zlib';
 import { CreateBucketCommand, HeadObjectCommand, S3ServiceException, type S3Client } from '@aws-sdk/client-s3';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
-import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { clientSigner } from './helpers/signing.js';
+import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
 const minio = inject('minio');
 const EMPTY_SHA256 = createHash('sha256').digest('hex');
 
-const signer = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+const signer = clientSigner;
 
 interface RawResponse {
   status: number;
