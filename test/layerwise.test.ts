@@ -76,7 +76,7 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
     const base = prefix.keys[0]?.slice(0, prefix.keys[0].lastIndexOf('/') + 1) ?? '';
     const compact = await client.fetch(descriptorOf(prefix, { keyPrefix: base, keys: prefix.keys.map((k) => k.slice(base.length)), layerRange: [3, 5] }));
     expect(Buffer.from(compact.target).equals(Buffer.from(reference(prefix, 3, 5)))).toBe(true);
-  });
+  }, 180_000); // seeds 4,096 objects: give a loaded machine room
 
   it('serves KV_2LTD objects (LMCache layout) as if they were stored KV_L2TD', async () => {
     const prefix = await seedPrefix(client, { chunks: 7, layers: 32, layerBytes: 4096, layout: 'KV_2LTD' });
