@@ -16,7 +16,9 @@ export interface GatewayProcess {
 }
 
 export interface GatewayProcessOptions {
-  readonly minio: { readonly endpoint: string; readonly accessKey: string; readonly secretKey: string };
+  /** The S3 backend; absent: the gateway serves its embedded store in `dataDir`. */
+  readonly minio?: { readonly endpoint: string; readonly accessKey: string; readonly secretKey: string };
+  readonly dataDir?: string;
   /** `objectcache serve` settings. */
   readonly args?: readonly string[];
   /** Node.js flags (--cpu-prof ...). */
@@ -28,19 +30,28 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
   const metricsPort = await freePort();
   const child = spawn(
     process.execPath,
-    [...(options.nodeArgs ?? []), join(repoRoot(), 'dist/gateway/cli.js'), 'serve', '--port', String(port), '--metrics-port', String(metricsPort), '--s3-endpoint', options.minio.endpoint, '--log-level', 'warn', ...(options.args ?? [])],
+    [
+      ...(options.nodeArgs ?? []),
+      join(repoRoot(), 'dist/gateway/cli.js'),
+      'serve',
+      '--port', String(port),
+      '--metrics-port', String(metricsPort),
+      ...(options.minio ? ['--s3-endpoint', options.minio.endpoint] : ['--data-dir', options.dataDir ?? 'data']),
+      '--log-level', 'warn',
+      ...(options.args ?? []),
+    ],
     {
       env: {
         ...process.env,
         OBJECTCACHE_ACCESS_KEY: BENCH_CLIENT.accessKeyId,
         OBJECTCACHE_SECRET_KEY: BENCH_CLIENT.secretAccessKey,
-        OBJECTCACHE_BACKEND_ACCESS_KEY: options.minio.accessKey,
-        OBJECTCACHE_BACKEND_SECRET_KEY: options.minio.secretKey,
+        ...(options.minio ? { OBJECTCACHE_BACKEND_ACCESS_KEY: options.minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: options.minio.secretKey } : {}),
       },
       stdio: ['ignore', 'inherit', 'inherit'],
     },
   );
   const adminUrl = `http://127.0.0.1:${metricsPort}`;
+  const url = `http://127.0.0.1:${port}`;
   const stop = async (): Promise<void> => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
@@ -49,7 +60,7 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
   };
   for (let i = 0; i < 100; i++) {
     try {
-      if ((await fetch(`${adminUrl}/healthz`)).ok) return { child, url: `http://127.0.0.1:${port}`, adminUrl, stop };
+      if ((await fetch(`${adminUrl}/healthz`)).ok) return { child, url, adminUrl, stop };
     } catch {
       // not listening yet
     }

@@ -2,14 +2,17 @@
  * Layerwise GET benchmark (issue: layerwise aggregated GET). Llama-3.1-8B layout, G in
  * {16, 64, 256}, 4K and 16K contexts at 87.5% hit, against one MinIO, in one run:
  *
- *   OC-LW  the gateway's layerwise GET (a separate `objectcache serve` process, POST form)
+ *   OC-LW  the gateway's layerwise GET (a separate `objectcache serve` process, POST form; on
+ *          MinIO, or with --backend embedded on the gateway's own store)
  *   S3-LW  the client's own per-layer range GETs straight to MinIO (N per layer, 32 in flight)
  *   S3-CW  the client GETs whole chunk objects straight from MinIO (32 in flight)
  *
- * Reports delivered GB/s, backend reads per request and time to layer 0 (the median of the
- * repetitions), and writes bench/results/layerwise-latest.json.
+ * Reports delivered GB/s, backend reads per request, time to layer 0 (the median of the
+ * repetitions) and the CPU-seconds per GiB of every process (client, gateway, MinIO, from /proc)
+ * with the GB/s the CPU-sum model predicts from them; writes bench/results/layerwise-latest.json.
  *
  *   npm run bench:layerwise [-- --quick] [-- --reps 3 --contexts 4096,16384 --granularities 16,64,256]
+ *   [-- --backend embedded]  (the gateway on its embedded store; baselines are its plain GETs)
  *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
  *   a V8 CPU profile of the gateway process)
  */
@@ -24,6 +27,7 @@ import { PRESETS } from '../schemas/layouts.js';
 import { directGet, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
+import { cpuMeter, formatCpu, predictedGBps, type CpuPerGiB } from './process-usage.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
 const HIT = 0.875;
@@ -31,6 +35,8 @@ const CONCURRENCY = 32;
 
 interface Sample {
   readonly seconds: number;
+  /** CPU-seconds per GiB of each process, measured over this sample. */
+  cpu?: CpuPerGiB;
   readonly firstLayerMs: number;
   readonly reads: number;
   /** Gateway-side: when the first layer group had been read (OC-LW only). */
@@ -84,6 +90,8 @@ async function main(): Promise<void> {
       'gateway-args': { type: 'string', default: '' },
       'profile-gateway': { type: 'string' },
       'gateway-node-args': { type: 'string', default: '' },
+      backend: { type: 'string', default: 'minio' },
+      out: { type: 'string' },
     },
   });
   const quick = values.quick ?? false;
@@ -91,16 +99,33 @@ async function main(): Promise<void> {
   const contexts = (values.contexts ?? (quick ? '4096' : '4096,16384')).split(',').map(Number);
   const granularities = (values.granularities ?? '16,64,256').split(',').map(Number);
   const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((s) => s !== '');
-  const settings = { reps, contexts, granularities, hitRate: HIT, model: PRESET.modelId, clientConcurrency: CONCURRENCY, gatewayArgs };
+  if (values.backend !== 'minio' && values.backend !== 'embedded') throw new Error('--backend is minio or embedded');
+  const settings = { reps, contexts, granularities, hitRate: HIT, model: PRESET.modelId, clientConcurrency: CONCURRENCY, gatewayArgs, backend: values.backend };
   console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
 
+  const embedded = values.backend === 'embedded';
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')) });
   const profileDir = values['profile-gateway'];
   const nodeArgs = (values['gateway-node-args'] ?? '').split(' ').filter((a) => a !== '');
-  const gateway = await startGatewayProcess({ minio, args: gatewayArgs, nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])] });
-  const direct = directS3(minio, CONCURRENCY);
+  const gateway = await startGatewayProcess({
+    ...(embedded ? { dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-store-')) } : { minio }),
+    args: gatewayArgs,
+    nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])],
+  });
+  // The baselines read the same store the gateway serves: MinIO, or the embedded store through
+  // the gateway's plain S3 GETs.
+  const store = embedded ? { endpoint: gateway.url, accessKey: BENCH_CLIENT.accessKeyId, secretKey: BENCH_CLIENT.secretAccessKey } : minio;
+  const direct = directS3(store, CONCURRENCY);
+  const pids: Record<string, number> = { gateway: gateway.child.pid as number, ...(embedded ? {} : { minio: minio.process.pid as number }) };
+  const cores = cpus().length;
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'layerwise-bench', credentials: BENCH_CLIENT });
   const rows: Record<string, unknown>[] = [];
+  const measured = async (bytes: number, run: () => Promise<Sample>): Promise<Sample> => {
+    const meter = cpuMeter(pids);
+    const sample = await run();
+    sample.cpu = meter(bytes);
+    return sample;
+  };
   try {
     await directPut(direct, '/layerwise-bench');
     for (const context of contexts) {
@@ -118,17 +143,22 @@ async function main(): Promise<void> {
         const samples: Record<string, Sample[]> = { 'OC-LW': [], 'S3-LW': [], 'S3-CW': [] };
         await ocLayerwise(client, descriptor, target); // warm-up
         for (let r = 0; r < reps; r++) {
-          samples['OC-LW']?.push(await ocLayerwise(client, descriptor, target));
-          samples['S3-LW']?.push(await s3Layerwise(direct, 'layerwise-bench', keys, S, L));
-          samples['S3-CW']?.push(await s3Chunkwise(direct, 'layerwise-bench', keys));
+          samples['OC-LW']?.push(await measured(payload, () => ocLayerwise(client, descriptor, target)));
+          samples['S3-LW']?.push(await measured(payload, () => s3Layerwise(direct, 'layerwise-bench', keys, S, L)));
+          samples['S3-CW']?.push(await measured(payload, () => s3Chunkwise(direct, 'layerwise-bench', keys)));
         }
         for (const [method, list] of Object.entries(samples)) {
           const seconds = median(list.map((s) => s.seconds));
           const serverFirst = list[0]?.serverFirstReadMs;
-          const row = { context, G, N, S, method, gbPerSec: payload / seconds / 1e9, seconds, firstLayerMs: median(list.map((s) => s.firstLayerMs)), backendReads: list[0]?.reads ?? 0, ...(serverFirst !== undefined ? { serverFirstReadMs: median(list.map((s) => s.serverFirstReadMs ?? 0)) } : {}) };
+          const cpu: CpuPerGiB = {};
+          for (const name of Object.keys(list[0]?.cpu ?? {})) cpu[name] = median(list.map((s) => s.cpu?.[name] ?? NaN));
+          // The baselines do not touch the gateway's layerwise path (on MinIO, not the gateway at all).
+          if (method !== 'OC-LW' && !embedded) delete cpu['gateway'];
+          const row = { context, G, N, S, method, gbPerSec: payload / seconds / 1e9, seconds, firstLayerMs: median(list.map((s) => s.firstLayerMs)), backendReads: list[0]?.reads ?? 0, cpuSecondsPerGiB: cpu, predictedGbPerSec: predictedGBps(cpu, cores), ...(serverFirst !== undefined ? { serverFirstReadMs: median(list.map((s) => s.serverFirstReadMs ?? 0)) } : {}) };
           rows.push(row);
           const extra = row.serverFirstReadMs !== undefined ? `  (gateway read layer 0 by ${row.serverFirstReadMs.toFixed(0)} ms)` : '';
           console.log(`  ${method.padEnd(6)} ${row.gbPerSec.toFixed(3)} GB/s  ${(seconds * 1000).toFixed(0).padStart(6)} ms  layer 0 at ${row.firstLayerMs.toFixed(0).padStart(5)} ms  backend reads ${row.backendReads}${extra}`);
+          console.log(`         ${formatCpu(cpu, cores)}`);
         }
         const get = (m: string): number => (rows.find((r) => r['context'] === context && r['G'] === G && r['method'] === m)?.['gbPerSec'] as number) ?? NaN;
         console.log(`  OC-LW / S3-LW = ${(get('OC-LW') / get('S3-LW')).toFixed(2)}x   OC-LW / S3-CW = ${(get('OC-LW') / get('S3-CW')).toFixed(2)}x`);
@@ -136,7 +166,7 @@ async function main(): Promise<void> {
     }
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
-    writeFileSync(join(outDir, 'layerwise-latest.json'), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
+    writeFileSync(join(outDir, values.out ?? (values.backend === 'embedded' ? 'layerwise-embedded-latest.json' : 'layerwise-latest.json')), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
   } finally {
     await client.close();
     await direct.pool.close();

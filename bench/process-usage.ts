@@ -15,3 +15,38 @@ export function processUsage(pid: number): { cpuSeconds: number; rssBytes: numbe
     return { cpuSeconds: NaN, rssBytes: NaN, peakRssBytes: NaN };
   }
 }
+
+/** CPU-seconds per GiB of every process of a benchmark (the load generator is `client`). */
+export type CpuPerGiB = Record<string, number>;
+
+/**
+ * Measures the CPU every process spends on one measured interval: start it, run the work, then
+ * call the returned function with the bytes delivered. The load generator's own CPU (this
+ * process, every thread) is `client`; the others come from /proc.
+ */
+export function cpuMeter(pids: Readonly<Record<string, number>>): (bytes: number) => CpuPerGiB {
+  const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, processUsage(pid).cpuSeconds]));
+  const self = process.cpuUsage();
+  return (bytes) => {
+    const gib = bytes / 1024 ** 3;
+    const used = process.cpuUsage(self);
+    const out: CpuPerGiB = { client: (used.user + used.system) / 1e6 / gib };
+    for (const [name, pid] of Object.entries(pids)) out[name] = (processUsage(pid).cpuSeconds - (before[name] ?? 0)) / gib;
+    return out;
+  };
+}
+
+/**
+ * The CPU-sum model: on a machine of `cores` cores shared by every process of the path, GB/s is
+ * about cores / (the sum of their CPU-seconds per GiB), converted to GB/s.
+ */
+export function predictedGBps(cpu: CpuPerGiB, cores: number): number {
+  const sum = Object.values(cpu).reduce((a, b) => a + (Number.isFinite(b) ? b : 0), 0);
+  return sum > 0 ? (cores / sum) * (1024 ** 3 / 1e9) : NaN;
+}
+
+/** `client 0.41, gateway 0.93, minio 1.20 (sum 2.54) -> 0.85 GB/s predicted` */
+export function formatCpu(cpu: CpuPerGiB, cores: number): string {
+  const sum = Object.values(cpu).reduce((a, b) => a + b, 0);
+  return `CPU s/GiB ${Object.entries(cpu).map(([name, v]) => `${name} ${v.toFixed(2)}`).join(', ')} (sum ${sum.toFixed(2)}) -> ${predictedGBps(cpu, cores).toFixed(2)} GB/s predicted`;
+}

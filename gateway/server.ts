@@ -92,6 +92,16 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const exists = store ? localExists(store) : backendExists(backend as S3Backend);
   const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, ...(deps.now ? { now: deps.now } : {}) });
 
+  /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
+  function admissionRefusal(): ObjectCacheError | undefined {
+    if (active.layerwise >= lw.maxLayerwiseRequests) {
+      return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', `The gateway is serving its limit of ${lw.maxLayerwiseRequests} layerwise GETs; retry shortly`, { retryable: true });
+    }
+    if (budget.used >= budget.capacity) return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
+    if (pool.saturated()) return new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
+    return undefined;
+  }
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = process.hrtime.bigint();
     const startedAt = performance.now();
@@ -139,16 +149,13 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       const special = objectCacheOperation(ctx);
       if (special === 'LayerwiseGet') {
         ctx.operation = 'LayerwiseGet';
-        const descriptor = await readDescriptor(ctx, lw);
-        // Admission control: refuse early and cheaply rather than degrade every request in flight.
-        if (active.layerwise >= lw.maxLayerwiseRequests) {
-          throw new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', `The gateway is serving its limit of ${lw.maxLayerwiseRequests} layerwise GETs; retry shortly`, { retryable: true });
-        }
-        if (budget.used >= budget.capacity) {
-          throw new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
-        }
+        // Admission control, before the descriptor is read: refuse early and cheaply rather than
+        // degrade every request in flight.
+        const refusal = admissionRefusal();
+        if (refusal) throw refusal;
         active.layerwise++;
         try {
+          const descriptor = await readDescriptor(ctx, lw);
           await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, observer: metrics.layerwise });
         } finally {
           active.layerwise--;

@@ -3,7 +3,6 @@
  * thrown across the boundary: a worker answers every task with a ReadResult; class identity does
  * not survive postMessage, so errors travel as codes.
  */
-import type { MessagePort } from 'node:worker_threads';
 import type { ErrorCode } from '../schemas/errors.js';
 import type { Layout } from '../schemas/layouts.js';
 
@@ -24,6 +23,13 @@ export interface WorkerInit {
   readonly backend: WorkerBackend;
   /** Range reads one task keeps in flight. */
   readonly readConcurrency: number;
+  /**
+   * Cancellation without a channel per task: the main thread stores a cancelled task's id in
+   * `cancelFlags[id % length]` (checked when a task starts and between reads) and posts the id on
+   * the BroadcastChannel of this name (aborts the reads in flight).
+   */
+  readonly cancelChannel: string;
+  readonly cancelFlags: SharedArrayBuffer;
 }
 
 /** Where the delivered bytes go inside the task's buffer. */
@@ -36,6 +42,8 @@ export type TaskOrder = 'layer-major' | 'chunk-major';
  * Every slice is in KV_L2TD form (K part, then V part) whatever the stored layout.
  */
 export interface ReadTask {
+  /** Unique within the pool: the handle for cancellation. */
+  readonly id: number;
   readonly bucket: string;
   readonly keys: readonly string[];
   /** Prefix position of keys[0], for error messages. */
@@ -46,8 +54,6 @@ export interface ReadTask {
   readonly first: number;
   readonly end: number;
   readonly order: TaskOrder;
-  /** The main thread posts any message here to cancel the task. */
-  readonly abort: MessagePort;
   /**
    * A recycled buffer of at least the task's size, transferred in; every byte of the task's
    * part is overwritten, so it needs no clearing. Absent: the worker allocates one.
@@ -59,6 +65,11 @@ export type ReadResult =
   | {
       readonly ok: true;
       readonly buffer: ArrayBuffer;
+      /**
+       * CRC32C of every slice (one layer of one chunk, layerBytes bytes), in the order the slices
+       * lie in the buffer: the frame checksums are combined from these, never recomputed.
+       */
+      readonly crcs: Uint32Array;
       /** Backend range reads this task issued. */
       readonly reads: number;
       readonly readMs: number;

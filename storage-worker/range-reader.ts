@@ -1,12 +1,18 @@
 /**
- * Range reads behind one interface, used inside the read workers: the embedded store with
- * positional scatter reads (readv straight into the layer buffer), and S3 with range GETs whose
- * answers are checked (206, the expected Content-Range and object size, the expected length)
- * before their bytes count.
+ * Range reads behind one interface, used inside the read workers. A read covers one chunk: its
+ * ranges (one, or two for KV_2LTD) land straight in their places of the task buffer.
+ *
+ * - The embedded store opens the chunk's file once, checks its footer once, and reads every range
+ *   with positional scatter reads (readv).
+ * - S3 sends range GETs through undici's dispatcher with a handler that copies each body chunk
+ *   into its place as it arrives: no Readable, no async iterator, no per-read promise chains
+ *   beyond one. Answers are checked (206, the expected Content-Range and object size, the
+ *   expected length) before their bytes count.
  */
-import { open } from 'node:fs/promises';
+import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { escapeUriPath } from '@smithy/util-uri-escape';
+import type { Dispatcher } from 'undici';
 import type { ErrorCode } from '../schemas/errors.js';
 import { LAYER_CRC_META } from '../schemas/integrity.js';
 import { readFooter } from './local-store/object-file.js';
@@ -19,6 +25,9 @@ import type { WorkerBackend } from './protocol.js';
 export class ReadError extends Error {
   readonly code: ErrorCode;
   readonly retryable: boolean;
+  chunk?: number;
+  key?: string;
+  layer?: number;
   constructor(code: ErrorCode, message: string, retryable = false) {
     super(message);
     this.code = code;
@@ -26,28 +35,58 @@ export class ReadError extends Error {
   }
 }
 
-export interface RangeRead {
+export interface ChunkRead {
   readonly bucket: string;
   readonly key: string;
-  readonly target: RangeTarget;
+  /** The chunk's ranges, in the order they are read. */
+  readonly targets: readonly RangeTarget[];
   /** L * S: the size every chunk object must have. */
   readonly objectBytes: number;
   readonly signal: AbortSignal;
 }
 
 /** What a read learned about its object besides the bytes. */
-export interface RangeReadInfo {
+export interface ChunkReadInfo {
   /** The recorded per-layer CRC32C metadata (schemas/integrity.ts), if the object has it. */
   readonly layerCrcs: string | undefined;
+  /** Backend reads issued. */
+  readonly reads: number;
 }
 
 export interface RangeReader {
-  read(request: RangeRead): Promise<RangeReadInfo>;
+  read(request: ChunkRead): Promise<ChunkReadInfo>;
   close(): Promise<void>;
 }
 
 function sizeError(key: string, actual: number, expected: number): ReadError {
   return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is ${actual} bytes; the descriptor's layers x layerBytes is ${expected}`);
+}
+
+function cancelled(): ReadError {
+  return new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
+}
+
+/** Reads `length` bytes at `position` into `views` with readv, continuing after short reads. */
+async function readvFully(fh: FileHandle, views: Uint8Array[], position: number, length: number, key: string, objectBytes: number): Promise<void> {
+  let remaining = length;
+  while (remaining > 0) {
+    const { bytesRead } = await fh.readv(views, position);
+    if (bytesRead === 0) throw sizeError(key, position, objectBytes);
+    position += bytesRead;
+    remaining -= bytesRead;
+    if (remaining === 0) return;
+    let skip = bytesRead;
+    const rest: Uint8Array[] = [];
+    for (const view of views) {
+      if (skip >= view.byteLength) {
+        skip -= view.byteLength;
+        continue;
+      }
+      rest.push(skip > 0 ? view.subarray(skip) : view);
+      skip = 0;
+    }
+    views = rest;
+  }
 }
 
 export class LocalRangeReader implements RangeReader {
@@ -56,7 +95,7 @@ export class LocalRangeReader implements RangeReader {
     this.#dataDir = dataDir;
   }
 
-  async read({ bucket, key, target, objectBytes }: RangeRead): Promise<RangeReadInfo> {
+  async read({ bucket, key, targets, objectBytes, signal }: ChunkRead): Promise<ChunkReadInfo> {
     let fh;
     try {
       fh = await open(join(this.#dataDir, objectRelativePath(bucket, key)), 'r');
@@ -68,28 +107,11 @@ export class LocalRangeReader implements RangeReader {
       const meta = await readFooter(fh);
       if (meta.key !== key) throw new ReadError('OC_ERR_STORE_IO', `the file of chunk ${key} belongs to another key`);
       if (meta.size !== objectBytes) throw sizeError(key, meta.size, objectBytes);
-      let views = target.views;
-      let position = target.offset;
-      let remaining = target.length;
-      while (remaining > 0) {
-        const { bytesRead } = await fh.readv(views, position);
-        if (bytesRead === 0) throw sizeError(key, position, objectBytes);
-        position += bytesRead;
-        remaining -= bytesRead;
-        // A short readv: continue with what is left of the views.
-        let skip = bytesRead;
-        const rest: Uint8Array[] = [];
-        for (const view of views) {
-          if (skip >= view.byteLength) {
-            skip -= view.byteLength;
-            continue;
-          }
-          rest.push(skip > 0 ? view.subarray(skip) : view);
-          skip = 0;
-        }
-        views = rest;
+      for (const target of targets) {
+        if (signal.aborted) throw cancelled();
+        await readvFully(fh, target.views, target.offset, target.length, key, objectBytes);
       }
-      return { layerCrcs: meta.userMeta[LAYER_CRC_META] };
+      return { layerCrcs: meta.userMeta[LAYER_CRC_META], reads: targets.length };
     } finally {
       await fh.close();
     }
@@ -104,60 +126,133 @@ function parseContentRange(value: string | string[] | undefined): [number, numbe
   return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : undefined;
 }
 
+/** The most of an error response body kept (to tell NoSuchBucket from NoSuchKey). */
+const ERROR_BODY_LIMIT = 16 * 1024;
+
+/**
+ * One range GET as an undici dispatch handler: the body is copied into the target's views as it
+ * arrives. Settles exactly once, through `done`.
+ */
+class RangeGetHandler implements Dispatcher.DispatchHandler {
+  readonly #key: string;
+  readonly #bucket: string;
+  readonly #target: RangeTarget;
+  readonly #objectBytes: number;
+  readonly #signal: AbortSignal;
+  readonly #cursor: ScatterCursor;
+  #controller: Dispatcher.DispatchController | undefined;
+  #status = 0;
+  #failure: ReadError | undefined;
+  /** Error statuses whose body tells what is wrong (404: NoSuchBucket or NoSuchKey). */
+  #errorBody: Buffer[] | undefined;
+  #layerCrcs: string | undefined;
+  #resolve!: (info: string | undefined) => void;
+  #reject!: (error: ReadError) => void;
+  readonly done: Promise<string | undefined>;
+
+  constructor(bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal) {
+    this.#bucket = bucket;
+    this.#key = key;
+    this.#target = target;
+    this.#objectBytes = objectBytes;
+    this.#signal = signal;
+    this.#cursor = new ScatterCursor(target.views);
+    this.done = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    signal.addEventListener('abort', this, { once: true });
+  }
+
+  /** The task was cancelled: abort the request (EventListener interface, no closure per read). */
+  handleEvent(): void {
+    this.#controller?.abort(cancelled());
+  }
+
+  #fail(error: ReadError): void {
+    this.#failure ??= error;
+    this.#controller?.abort(error);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#signal.aborted) controller.abort(cancelled());
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.#status = statusCode;
+    const key = this.#key;
+    if (statusCode !== 206) {
+      if (statusCode === 404 || statusCode === 416) {
+        this.#errorBody = [];
+        return;
+      }
+      if (statusCode === 200) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`));
+      if (statusCode >= 500) return this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store answered ${statusCode} for chunk ${key}`, true));
+      return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the object store answered ${statusCode} for chunk ${key}`));
+    }
+    const range = parseContentRange(headers['content-range']);
+    const last = this.#target.offset + this.#target.length - 1;
+    // The object size first: a short object also truncates the range the store answers with.
+    if (range && range[2] !== this.#objectBytes) return this.#fail(sizeError(key, range[2], this.#objectBytes));
+    if (!range || range[0] !== this.#target.offset || range[1] !== last) {
+      return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: expected Content-Range bytes ${this.#target.offset}-${last}, got ${String(headers['content-range'])}`));
+    }
+    const crcs = headers[`x-amz-meta-${LAYER_CRC_META}`];
+    this.#layerCrcs = typeof crcs === 'string' ? crcs : undefined;
+  }
+
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#failure) return;
+    if (this.#errorBody) {
+      if (this.#errorBody.reduce((n, b) => n + b.byteLength, 0) < ERROR_BODY_LIMIT) this.#errorBody.push(chunk);
+      return;
+    }
+    if (!this.#cursor.write(chunk)) this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.#key}: the range read returned more than ${this.#target.length} bytes`));
+  }
+
+  onResponseEnd(): void {
+    this.#signal.removeEventListener('abort', this);
+    if (this.#failure) return this.#reject(this.#failure);
+    if (this.#errorBody) {
+      const text = Buffer.concat(this.#errorBody).toString('utf8');
+      if (this.#status === 416) return this.#reject(new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${this.#key} is shorter than the descriptor's layers x layerBytes (${this.#objectBytes})`));
+      if (text.includes('<Code>NoSuchBucket</Code>')) return this.#reject(new ReadError('OC_ERR_STORE_NO_SUCH_BUCKET', `the bucket ${this.#bucket} does not exist`));
+      return this.#reject(new ReadError('OC_ERR_CHUNK_MISSING', `chunk ${this.#key} does not exist`));
+    }
+    if (this.#cursor.written !== this.#target.length) {
+      return this.#reject(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.#key}: the range read returned ${this.#cursor.written} of ${this.#target.length} bytes`));
+    }
+    this.#resolve(this.#layerCrcs);
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    this.#signal.removeEventListener('abort', this);
+    if (error instanceof ReadError) return this.#reject(this.#failure ?? error);
+    if (this.#failure) return this.#reject(this.#failure);
+    if (this.#signal.aborted) return this.#reject(cancelled());
+    const mapped = mapBackendError(error) as { code?: ErrorCode; message: string };
+    this.#reject(new ReadError(mapped.code ?? 'OC_ERR_BACKEND_UNAVAILABLE', `reading chunk ${this.#key}: ${mapped.message}`, true));
+  }
+}
+
 export class S3RangeReader implements RangeReader {
   readonly #backend: S3Backend;
   constructor(backend: S3Backend) {
     this.#backend = backend;
   }
 
-  async read({ bucket, key, target, objectBytes, signal }: RangeRead): Promise<RangeReadInfo> {
-    const last = target.offset + target.length - 1;
-    let response;
-    try {
-      response = await this.#backend.request({
-        method: 'GET',
-        path: escapeUriPath(`/${bucket}/${key}`),
-        headers: { range: `bytes=${target.offset}-${last}` },
-        signal,
-      });
-    } catch (error) {
-      const mapped = mapBackendError(error, signal) as { code?: ErrorCode; message: string };
-      throw new ReadError(mapped.code ?? 'OC_ERR_BACKEND_UNAVAILABLE', `reading chunk ${key}: ${mapped.message}`, true);
+  async read({ bucket, key, targets, objectBytes, signal }: ChunkRead): Promise<ChunkReadInfo> {
+    const path = escapeUriPath(`/${bucket}/${key}`);
+    let layerCrcs: string | undefined;
+    for (const target of targets) {
+      if (signal.aborted) throw cancelled();
+      const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
+      const headers = this.#backend.sign('GET', path, { range: `bytes=${target.offset}-${target.offset + target.length - 1}` });
+      this.#backend.dispatcher.dispatch({ method: 'GET', path, headers, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
+      layerCrcs = (await handler.done) ?? layerCrcs;
     }
-    const { statusCode, headers, body } = response;
-    if (statusCode !== 206) {
-      const text = statusCode === 404 || statusCode === 416 ? await body.text().catch(() => '') : (await body.dump(), '');
-      if (statusCode === 404 && !text.includes('<Code>NoSuchBucket</Code>')) throw new ReadError('OC_ERR_CHUNK_MISSING', `chunk ${key} does not exist`);
-      if (statusCode === 404) throw new ReadError('OC_ERR_STORE_NO_SUCH_BUCKET', `the bucket ${bucket} does not exist`);
-      if (statusCode === 416) throw new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is shorter than the descriptor's layers x layerBytes (${objectBytes})`);
-      if (statusCode === 200) throw new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`);
-      if (statusCode >= 500) throw new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store answered ${statusCode} for chunk ${key}`, true);
-      throw new ReadError('OC_ERR_BACKEND_RANGE', `the object store answered ${statusCode} for chunk ${key}`);
-    }
-    const range = parseContentRange(headers['content-range']);
-    // The object size first: a short object also truncates the range the store answers with.
-    if (range && range[2] !== objectBytes) {
-      await body.dump();
-      throw sizeError(key, range[2], objectBytes);
-    }
-    if (!range || range[0] !== target.offset || range[1] !== last) {
-      await body.dump();
-      throw new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: expected Content-Range bytes ${target.offset}-${last}, got ${String(headers['content-range'])}`);
-    }
-    const cursor = new ScatterCursor(target.views);
-    try {
-      for await (const chunk of body) {
-        if (!cursor.write(chunk as Buffer)) throw new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: the range read returned more than ${target.length} bytes`);
-      }
-    } catch (error) {
-      body.destroy();
-      if (error instanceof ReadError) throw error;
-      const mapped = mapBackendError(error, signal) as { code?: ErrorCode; message: string };
-      throw new ReadError(mapped.code ?? 'OC_ERR_BACKEND_UNAVAILABLE', `reading chunk ${key}: ${mapped.message}`, true);
-    }
-    if (cursor.written !== target.length) throw new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: the range read returned ${cursor.written} of ${target.length} bytes`);
-    const crcs = headers[`x-amz-meta-${LAYER_CRC_META}`];
-    return { layerCrcs: typeof crcs === 'string' ? crcs : undefined };
+    return { layerCrcs, reads: targets.length };
   }
 
   async close(): Promise<void> {

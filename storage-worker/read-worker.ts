@@ -1,103 +1,137 @@
 /**
  * The piscina read worker: executes one ReadTask (a layer group of a run of chunks) with bounded
- * concurrent range reads through its own backend connection pool, writes every slice straight
- * into its place in one buffer, and hands the buffer back by transfer, without a copy.
+ * concurrent chunk reads through its own backend connection pool, writes every slice straight
+ * into its place in one buffer, checksums every slice once (checked against the CRC32C recorded
+ * at store time when there is one; the main thread builds the frame checksums from these), and
+ * hands the buffer back by transfer, without a copy.
  */
 import { setMaxListeners } from 'node:events';
-import { workerData } from 'node:worker_threads';
+import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
+import { crc32c } from '@node-rs/crc32';
 import type { ReadResult, ReadTask, WorkerInit } from './protocol.js';
 import { createRangeReader, ReadError, type RangeReader } from './range-reader.js';
-import { crc32c } from '@node-rs/crc32';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
-import { rangeTargets, sliceOffset, taskBufferBytes } from './scatter.js';
+import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
 
 const init = workerData as WorkerInit;
 let reader: RangeReader | undefined;
+const cancelFlags = new Int32Array(init.cancelFlags);
+/** The running tasks' controllers, by task id. */
+const running = new Map<number, AbortController>();
+const cancels = new BroadcastChannel(init.cancelChannel);
+cancels.onmessage = (event: unknown) => running.get((event as { data: number }).data)?.abort();
+cancels.unref();
 
 function readerFor(): RangeReader {
   reader ??= createRangeReader(init.backend);
   return reader;
 }
 
-async function execute(task: ReadTask, signal: AbortSignal): Promise<ReadResult & { ok: true }> {
-  const started = performance.now();
-  const geometry = { layout: task.layout, layers: task.layers, layerBytes: task.layerBytes, first: task.first, end: task.end, chunks: task.keys.length, order: task.order };
-  const needed = taskBufferBytes(geometry);
-  const buffer = task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed);
+function isCancelled(id: number): boolean {
+  return Atomics.load(cancelFlags, id % cancelFlags.length) === id;
+}
+
+/** Reads every chunk of the task, `readConcurrency` chunks at a time. */
+async function readChunks(task: ReadTask, geometry: TaskGeometry, buffer: ArrayBuffer, signal: AbortSignal): Promise<{ reads: number; recorded: (string | undefined)[] }> {
   const objectBytes = task.layers * task.layerBytes;
-  /** Each chunk's recorded per-layer checksums, as its first read reports them. */
   const recorded = new Array<string | undefined>(task.keys.length);
-  const jobs: (() => Promise<void>)[] = [];
-  task.keys.forEach((key, chunk) => {
-    for (const target of rangeTargets(geometry, buffer, chunk)) {
-      jobs.push(async () => {
-        try {
-          const info = await readerFor().read({ bucket: task.bucket, key, target, objectBytes, signal });
-          recorded[chunk] ??= info.layerCrcs;
-        } catch (error) {
-          if (error instanceof ReadError) Object.assign(error, { chunk: task.chunkOffset + chunk, key });
-          throw error;
-        }
-      });
-    }
-  });
+  let reads = 0;
   let next = 0;
   let failure: unknown;
   const lane = async (): Promise<void> => {
-    while (failure === undefined && !signal.aborted && next < jobs.length) {
-      const job = jobs[next++] as () => Promise<void>;
+    while (failure === undefined && !signal.aborted && next < task.keys.length) {
+      const chunk = next++;
+      const key = task.keys[chunk] as string;
       try {
-        await job();
+        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(geometry, buffer, chunk), objectBytes, signal });
+        recorded[chunk] = info.layerCrcs;
+        reads += info.reads;
       } catch (error) {
+        if (error instanceof ReadError) {
+          error.chunk = task.chunkOffset + chunk;
+          error.key = key;
+        }
         failure ??= error;
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(init.readConcurrency, jobs.length) }, lane));
+  const lanes: Promise<void>[] = [];
+  for (let i = 0; i < Math.min(init.readConcurrency, task.keys.length); i++) lanes.push(lane());
+  await Promise.all(lanes);
   if (failure !== undefined) throw failure;
   if (signal.aborted) throw new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
-  // End-to-end integrity: every slice against the CRC32C recorded when the chunk was stored.
+  return { reads, recorded };
+}
+
+/**
+ * The CRC32C of every slice, in buffer order; each checked against the checksum recorded when its
+ * chunk was stored, when there is one (end-to-end integrity).
+ */
+function checksumSlices(task: ReadTask, geometry: TaskGeometry, buffer: ArrayBuffer, recorded: readonly (string | undefined)[]): { crcs: Uint32Array; verified: boolean } {
+  const chunks = task.keys.length;
+  const groupLayers = task.end - task.first;
+  const crcs = new Uint32Array(chunks * groupLayers);
+  const bytes = Buffer.from(buffer, 0, taskBufferBytes(geometry));
+  for (let slice = 0; slice < crcs.length; slice++) {
+    crcs[slice] = crc32c(bytes.subarray(slice * task.layerBytes, (slice + 1) * task.layerBytes));
+  }
   let verified = true;
-  task.keys.forEach((key, chunk) => {
-    const crcs = decodeLayerCrcs(recorded[chunk], task.layers);
-    if (!crcs) {
+  for (let chunk = 0; chunk < chunks; chunk++) {
+    const expected = decodeLayerCrcs(recorded[chunk], task.layers);
+    if (!expected) {
       verified = false;
-      return;
+      continue;
     }
     for (let layer = task.first; layer < task.end; layer++) {
-      const at = sliceOffset(geometry, layer, chunk);
-      const actual = crc32c(Buffer.from(buffer, at, task.layerBytes)) >>> 0;
-      if (actual !== crcs[layer]) {
+      const slice = task.order === 'layer-major' ? (layer - task.first) * chunks + chunk : chunk * groupLayers + (layer - task.first);
+      if (crcs[slice] !== expected[layer]) {
+        const key = task.keys[chunk] as string;
         throw Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), { chunk: task.chunkOffset + chunk, key, layer });
       }
     }
-  });
-  return { ok: true, buffer, reads: jobs.length, readMs: performance.now() - started, verified };
+  }
+  return { crcs, verified };
+}
+
+async function execute(task: ReadTask, signal: AbortSignal): Promise<ReadResult & { ok: true }> {
+  const started = performance.now();
+  const geometry: TaskGeometry = { layout: task.layout, layers: task.layers, layerBytes: task.layerBytes, first: task.first, end: task.end, chunks: task.keys.length, order: task.order };
+  const needed = taskBufferBytes(geometry);
+  const buffer = task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed);
+  const { reads, recorded } = await readChunks(task, geometry, buffer, signal);
+  const { crcs, verified } = checksumSlices(task, geometry, buffer, recorded);
+  return { ok: true, buffer, crcs, reads, readMs: performance.now() - started, verified };
+}
+
+function failed(error: unknown): ReadResult {
+  const e = error as Partial<ReadError>;
+  return {
+    ok: false,
+    code: error instanceof ReadError ? error.code : 'OC_ERR_POOL_WORKER',
+    message: e?.message ?? String(error),
+    retryable: e?.retryable ?? false,
+    ...(e.chunk !== undefined ? { chunk: e.chunk } : {}),
+    ...(e.key !== undefined ? { key: e.key } : {}),
+    ...(e.layer !== undefined ? { layer: e.layer } : {}),
+  };
 }
 
 export default async function runReadTask(task: ReadTask): Promise<unknown> {
+  if (isCancelled(task.id)) return failed(new ReadError('OC_ERR_INTERNAL', 'the task was cancelled'));
   const controller = new AbortController();
-  setMaxListeners(0, controller.signal); // every concurrent range read listens to it
-  task.abort.once('message', () => controller.abort());
+  setMaxListeners(0, controller.signal); // every read in flight listens to it
+  running.set(task.id, controller);
+  // A cancellation posted before the task was registered is still in the flags.
+  if (isCancelled(task.id)) controller.abort();
   try {
     const result = await execute(task, controller.signal);
     // Piscina's Transferable protocol: the result is the value, its buffer is transferred.
     const movable = { [Piscina.transferableSymbol]: [result.buffer], [Piscina.valueSymbol]: result };
     return Piscina.move(movable as unknown as Parameters<typeof Piscina.move>[0]);
   } catch (error) {
-    const e = error as Partial<ReadError> & { chunk?: number; key?: string; layer?: number; message?: string };
-    const failed: ReadResult = {
-      ok: false,
-      code: e instanceof ReadError && e.code ? e.code : 'OC_ERR_POOL_WORKER',
-      message: e?.message ?? String(error),
-      retryable: e?.retryable ?? false,
-      ...(e.chunk !== undefined ? { chunk: e.chunk } : {}),
-      ...(e.key !== undefined ? { key: e.key } : {}),
-      ...(e.layer !== undefined ? { layer: e.layer } : {}),
-    };
-    return failed;
+    return failed(error);
   } finally {
-    task.abort.close();
+    running.delete(task.id);
   }
 }

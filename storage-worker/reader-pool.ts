@@ -1,13 +1,14 @@
 /**
  * The main thread's side of the read workers: a piscina pool with a bounded queue. Tasks are
- * cancelled cooperatively through a MessagePort (the worker aborts its backend reads and answers),
- * so a client that goes away never costs a worker thread; a worker that dies fails only its own
+ * cancelled cooperatively (the worker aborts its backend reads and answers) through one shared
+ * flag table and one BroadcastChannel for the whole pool, so a task costs no channel of its own
+ * and a client that goes away never costs a worker thread; a worker that dies fails only its own
  * tasks, and piscina replaces it.
  */
 import { availableParallelism } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MessageChannel, type Worker } from 'node:worker_threads';
+import { BroadcastChannel, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { ReadResult, ReadTask, WorkerBackend, WorkerInit } from './protocol.js';
 
@@ -45,6 +46,10 @@ function workerFilename(): string {
 /** Recycled task buffers kept at most (bytes); beyond it returned buffers are left to the GC. */
 const MAX_POOLED_BYTES = 256 * 1024 * 1024;
 
+/** Slots of the cancellation flag table (a task's slot is its id modulo this). */
+const CANCEL_SLOTS = 1 << 16;
+let poolSequence = 0;
+
 export class ReaderPool {
   readonly #pool: Piscina;
   /** Task buffers by size, handed back after their bytes were sent (no allocation, no zeroing). */
@@ -54,10 +59,16 @@ export class ReaderPool {
   /** Tasks handed to piscina and not yet answered (queued or running). */
   #inflight = 0;
   #roomWaiters: (() => void)[] = [];
+  #nextTaskId = 1;
+  readonly #cancelFlags = new Int32Array(new SharedArrayBuffer(CANCEL_SLOTS * 4));
+  readonly #cancels: BroadcastChannel;
 
   constructor(options: ReaderPoolOptions) {
     this.#options = options;
-    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency };
+    const cancelChannel = `objectcache-read-cancel-${process.pid}-${++poolSequence}`;
+    this.#cancels = new BroadcastChannel(cancelChannel);
+    this.#cancels.unref();
+    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer };
     this.#pool = new Piscina({
       filename: workerFilename(),
       minThreads: options.workers,
@@ -122,30 +133,35 @@ export class ReaderPool {
     return buffer;
   }
 
+  /** A new task id (the handle `cancel` takes). */
+  taskId(): number {
+    const id = this.#nextTaskId;
+    this.#nextTaskId = id >= 0x7fffffff ? 1 : id + 1;
+    return id;
+  }
+
+  /** Cancels a task, queued or running: it answers with a failure soon after. */
+  cancel(id: number): void {
+    Atomics.store(this.#cancelFlags, id % CANCEL_SLOTS, id);
+    this.#cancels.postMessage(id);
+  }
+
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
-  async run(task: Omit<ReadTask, 'abort' | 'buffer'>, signal: AbortSignal): Promise<ReadResult> {
-    // An 'abort' listener added after the fact never fires: a cancelled request starts nothing.
-    if (signal.aborted) return { ok: false, code: 'OC_ERR_INTERNAL', message: 'the request was cancelled', retryable: false };
+  async run(task: Omit<ReadTask, 'buffer'>): Promise<ReadResult> {
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
     }
-    const { port1, port2 } = new MessageChannel();
-    const onAbort = (): void => port1.postMessage('abort');
-    signal.addEventListener('abort', onAbort, { once: true });
     try {
       this.#inflight++;
       const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
       const buffer = this.#take(bytes);
-      const transferList = buffer ? [port2, buffer] : [port2];
-      return (await this.#pool.run({ ...task, abort: port2, ...(buffer ? { buffer } : {}) }, { transferList })) as ReadResult;
+      return (await this.#pool.run(buffer ? { ...task, buffer } : task, buffer ? { transferList: [buffer] } : {})) as ReadResult;
     } catch (error) {
       const message = (error as Error).message;
       if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
       return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true };
     } finally {
       this.#inflight--;
-      signal.removeEventListener('abort', onAbort);
-      port1.close();
       const waiters = this.#roomWaiters;
       this.#roomWaiters = [];
       for (const wake of waiters) wake();
@@ -153,6 +169,7 @@ export class ReaderPool {
   }
 
   async close(): Promise<void> {
+    this.#cancels.close();
     await this.#pool.close({ force: true });
   }
 }

@@ -5,13 +5,12 @@
  * OC_ERR_BACKEND_TIMEOUT, always with `{ cause }`.
  */
 import type { Readable } from 'node:stream';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { escapeUri } from '@smithy/util-uri-escape';
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { NodeSha256, toQueryBag } from './sigv4-support.js';
+import { EMPTY_PAYLOAD_SHA256, RequestSigner } from './request-signer.js';
 
-export const EMPTY_PAYLOAD_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+export { EMPTY_PAYLOAD_SHA256 };
 
 export interface S3BackendOptions {
   readonly endpoint: URL;
@@ -59,7 +58,7 @@ export function mapBackendError(error: unknown, signal?: AbortSignal): unknown {
 export class S3Backend {
   readonly endpoint: URL;
   readonly #pool: Pool;
-  readonly #signer: SignatureV4;
+  readonly #signer: RequestSigner;
   readonly #timeoutMs: number;
   #requests = 0;
   #inflight = 0;
@@ -75,32 +74,31 @@ export class S3Backend {
       bodyTimeout: options.timeoutMs,
       keepAliveTimeout: 30_000,
     });
-    this.#signer = new SignatureV4({
-      credentials: { accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey },
-      region: options.region,
-      service: 's3',
-      sha256: NodeSha256,
-      uriEscapePath: false,
-      applyChecksum: true,
-    });
+    this.#signer = new RequestSigner({ accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey, region: options.region });
   }
 
   stats(): BackendStats {
     return { requests: this.#requests, inflight: this.#inflight, errors: this.#errors };
   }
 
+  /** The headers of a signed request to this backend (host, x-amz-date, authorization, ...). */
+  sign(method: string, path: string, headers: Readonly<Record<string, string>> = {}, query: readonly (readonly [string, string])[] = [], payloadHash?: string): Record<string, string> {
+    return this.#signer.sign({ method, path, query, headers: { ...headers, host: this.endpoint.host }, ...(payloadHash !== undefined ? { payloadHash } : {}) });
+  }
+
+  /** The undici pool (for dispatch-level readers); requests sent through it are counted by `count`. */
+  get dispatcher(): Dispatcher {
+    return this.#pool;
+  }
+
+  get timeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
   /** Signs and sends one request; the caller consumes or dumps the response body. */
   async request(request: BackendRequest): Promise<Dispatcher.ResponseData> {
     const query = request.query ?? [];
-    const signed = await this.#signer.sign({
-      method: request.method,
-      protocol: this.endpoint.protocol,
-      hostname: this.endpoint.hostname,
-      ...(this.endpoint.port === '' ? {} : { port: Number(this.endpoint.port) }),
-      path: request.path,
-      query: toQueryBag(query),
-      headers: { ...request.headers, host: this.endpoint.host, 'x-amz-content-sha256': request.payloadHash ?? EMPTY_PAYLOAD_SHA256 },
-    });
+    const headers = this.sign(request.method, request.path, request.headers, query, request.payloadHash);
     const qs = queryString(query);
     this.#requests++;
     this.#inflight++;
@@ -115,7 +113,7 @@ export class S3Backend {
       const response = await this.#pool.request({
         method: request.method as Dispatcher.HttpMethod,
         path: qs === '' ? request.path : `${request.path}?${qs}`,
-        headers: signed.headers,
+        headers,
         body: request.body ?? null,
         signal: request.signal ?? null,
         headersTimeout: this.#timeoutMs,

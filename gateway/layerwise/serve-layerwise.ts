@@ -3,26 +3,27 @@
  * prefix's KV layer by layer (LAYER frames) or chunk by chunk (CHUNK frames), assembled by the
  * read workers from range reads of every chunk.
  *
- * Flow: plan the layer groups and worker tasks; dispatch tasks in order within the request's and
- * the gateway's read-ahead budgets; wait for the first group before answering, so a missing or
- * short chunk (every chunk is touched by the first group) is an ordinary S3 XML error; then
- * stream the frames in order, an ERROR frame if a later read fails, and the END summary. A client
- * that goes away cancels the queued and running tasks and returns the budget.
+ * Flow: plan the layer groups and worker tasks; start the read-ahead; wait for the first unit
+ * before answering, so a missing or short chunk (every chunk is touched by the first group) is an
+ * ordinary S3 XML error; then pull frames from the frame source (which reads ahead within the
+ * budgets) through the pacing stage into the response; an ERROR frame if a later read fails, the
+ * END summary otherwise. Whatever way the stream ends, the read-ahead is closed: queued and
+ * running tasks are cancelled and every budget byte is returned.
  */
-import { setMaxListeners } from 'node:events';
 import type { Descriptor } from '../../schemas/descriptor.js';
+import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
-import type { ReadResult } from '../../storage-worker/protocol.js';
 import { planChunkwise, planLayerwise, type PlannedTask, type ReadPlan } from '../../storage-worker/read-plan.js';
 import type { ReaderPool } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseConfig } from '../config.js';
+import type { RequestContext } from '../context.js';
 import type { LayerwiseObserver } from '../metrics.js';
 import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
-import type { RequestContext } from '../context.js';
-import { ByteBudget } from './byte-budget.js';
-import { FrameWriter } from './frame-writer.js';
+import type { ByteBudget } from './byte-budget.js';
+import { jsonFrame, paced, send, unpaced, type Frame } from './frame-stream.js';
+import { ReadAhead, type TaskRead, type Unit } from './read-ahead.js';
 
 export type DeliveryMode = 'layerwise' | 'chunkwise';
 
@@ -42,25 +43,9 @@ export interface LayerwiseDeps {
   readonly observer?: LayerwiseObserver;
 }
 
-interface Dispatched {
-  readonly task: PlannedTask;
-  readonly result: Promise<ReadResult>;
-}
-
-function toError(result: ReadResult & { ok: false }): ObjectCacheError {
-  const details: Record<string, string | number> = {};
-  if (result.key !== undefined) details['Key'] = result.key;
-  if (result.chunk !== undefined) details['ChunkIndex'] = result.chunk;
-  if (result.layer !== undefined) details['Layer'] = result.layer;
-  const message = result.chunk !== undefined ? `chunk ${result.chunk}: ${result.message}` : result.message;
-  return new ObjectCacheError(result.code, message, { details, retryable: result.retryable });
-}
-
-export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps): Promise<void> {
-  const started = ctx.startedAt;
-  const { config, pool } = deps;
-  const mode = chooseMode(descriptor, config.threshold);
-  const planInput = {
+/** The read plan of a request in its delivery mode. */
+export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: LayerwiseConfig, tasksInFlight: number): ReadPlan {
+  const input = {
     layout: descriptor.layout,
     layerStart: descriptor.layerStart,
     layerEnd: descriptor.layerEnd,
@@ -68,14 +53,30 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
     chunks: descriptor.chunks,
     readBytes: config.readBytes,
     taskBytes: config.taskBytes,
-    maxGroupBytes: Math.floor(config.readAheadBytes / 2),
-    firstGroupTasks: pool.tasksPerRequest,
+    maxGroupBytes: config.readAheadBytes,
+    firstGroupTasks: tasksInFlight,
   };
-  const plan: ReadPlan = mode === 'layerwise' ? planLayerwise(planInput) : planChunkwise(planInput);
-  const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
-  ctx.operation = mode === 'layerwise' ? 'LayerwiseGet' : 'ChunkwiseGet';
+  return mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
+}
 
-  if (pool.saturated()) throw new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
+/** Units of delivery: the tasks of one layer group (layerwise) or each task (chunkwise). */
+function unitsOf(plan: ReadPlan, mode: DeliveryMode, taskBytes: (task: PlannedTask) => number): Unit[] {
+  const units: Unit[] = [];
+  const { tasks } = plan;
+  for (let from = 0; from < tasks.length; ) {
+    let to = from + 1;
+    if (mode === 'layerwise') while (to < tasks.length && tasks[to]?.group === tasks[from]?.group) to++;
+    let bytes = 0;
+    for (let t = from; t < to; t++) bytes += taskBytes(tasks[t] as PlannedTask);
+    units.push({ from, to, bytes });
+    from = to;
+  }
+  return units;
+}
+
+export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps): Promise<void> {
+  const mode = chooseMode(descriptor, deps.config.threshold);
+  ctx.operation = mode === 'layerwise' ? 'LayerwiseGet' : 'ChunkwiseGet';
   deps.observer?.mode(mode);
   const tenant = descriptor.tenant ?? ctx.auth.credential.tenant;
 
@@ -86,144 +87,47 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
     deps.observer?.admissionWait(grant.waitedMs / 1000);
   }
   try {
-    await stream(ctx, descriptor, deps, { mode, plan, order, tenant, grant, started });
+    await stream(ctx, descriptor, deps, mode, tenant, grant);
   } finally {
     if (grant) deps.scheduler?.release(ctx.requestId);
   }
 }
 
-interface StreamPlan {
-  readonly mode: DeliveryMode;
-  readonly plan: ReadPlan;
-  readonly order: 'layer-major' | 'chunk-major';
-  readonly tenant: string;
-  readonly grant: Grant | undefined;
-  readonly started: number;
-}
-
-async function stream(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps, s: StreamPlan): Promise<void> {
+async function stream(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined): Promise<void> {
   const { config, pool } = deps;
-  const { mode, plan, order, started } = s;
-
-  // Units of delivery: the tasks of one layer group (layerwise) or of one task (chunkwise). A
-  // unit is sent only when all of it has been read, so budgets are taken a whole unit at a time:
-  // a unit larger than a budget is admitted alone, and can never wait on itself.
-  const units: [number, number][] = [];
-  for (let i = 0; i < plan.tasks.length; ) {
-    let j = i + 1;
-    if (mode === 'layerwise') while (j < plan.tasks.length && plan.tasks[j]?.group === plan.tasks[i]?.group) j++;
-    units.push([i, j]);
-    i = j;
-  }
+  const started = ctx.startedAt;
+  const tasksInFlight = pool.tasksPerRequest;
+  const plan = planFor(descriptor, mode, config, tasksInFlight);
+  const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
   const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
-  const unitBytes = units.map(([from, to]) => plan.tasks.slice(from, to).reduce((sum, task) => sum + taskBytes(task), 0));
-
-  // Cancels queued and running tasks when the client goes away or the stream fails.
-  const cancel = new AbortController();
-  setMaxListeners(0, cancel.signal); // one listener per task in flight
-  const onClientGone = (): void => cancel.abort();
-  ctx.signal.addEventListener('abort', onClientGone, { once: true });
-  const window = new ByteBudget(config.readAheadBytes);
-  const dispatched: Dispatched[] = [];
-  const held = new Set<number>();
-  let backendReads = 0;
-  let verified = true;
-
-  const releaseUnit = (unit: number): void => {
-    if (!held.delete(unit)) return;
-    window.release(unitBytes[unit] as number);
-    deps.budget.release(unitBytes[unit] as number);
-  };
-
-  // The consumer waits here for the producer to dispatch the next task (or for cancellation).
-  let wake: (() => void) | undefined;
-  cancel.signal.addEventListener('abort', () => wake?.(), { once: true });
-
-  // The producer: takes the budgets for one unit, then dispatches its tasks in order, keeping at
-  // most `tasksPerRequest` of this request's tasks in the pool and waiting for queue room.
-  const slots = new ByteBudget(pool.tasksPerRequest);
-  const producer = (async () => {
-    for (const [unit, [from, to]] of units.entries()) {
-      const bytes = unitBytes[unit] as number;
-      await window.acquire(bytes, cancel.signal);
-      try {
-        await deps.budget.acquire(bytes, cancel.signal);
-      } catch (error) {
-        window.release(bytes);
-        throw error;
-      }
-      held.add(unit);
-      for (const task of plan.tasks.slice(from, to)) {
-        await slots.acquire(1, cancel.signal);
-        await pool.room(cancel.signal);
-        const entry: Dispatched = {
-          task,
-          result: pool
-            .run(
-              {
-                bucket: ctx.target.bucket,
-                keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
-                chunkOffset: task.chunkStart,
-                layout: descriptor.layout,
-                layers: descriptor.layers,
-                layerBytes: descriptor.layerBytes,
-                first: task.first,
-                end: task.end,
-                order,
-              },
-              cancel.signal,
-            )
-            .finally(() => slots.release(1)),
-        };
-        dispatched.push(entry);
-        wake?.();
-      }
-      // Read-ahead starts once the first group is in: until then every read serves layer 0.
-      if (unit === 0 && mode === 'layerwise') await Promise.all(dispatched.map((entry) => entry.result));
-    }
-  })();
-  // A producer failure cancels the request, so the consumer stops waiting and answers.
-  producer.catch((error: unknown) => cancel.abort(error));
-
-  const nextDispatched = async (index: number): Promise<Dispatched> => {
-    while (dispatched.length <= index) {
-      if (cancel.signal.aborted) throw cancel.signal.reason ?? new Error('cancelled');
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-      });
-      wake = undefined;
-    }
-    return dispatched[index] as Dispatched;
-  };
-
-  /** Results of the tasks of one group (or of the next chunk run), in order. */
-  const awaitTasks = async (from: number, to: number): Promise<{ entry: Dispatched; buffer: ArrayBuffer }[]> => {
-    const out: { entry: Dispatched; buffer: ArrayBuffer }[] = [];
-    for (let i = from; i < to; i++) {
-      const entry = await nextDispatched(i);
-      const result = await entry.result;
-      if (!result.ok) {
-        deps.observer?.taskFailed(result.code);
-        throw toError(result);
-      }
-      backendReads += result.reads;
-      verified &&= result.verified;
-      deps.observer?.taskDone(result.reads, result.readMs / 1000);
-      out.push({ entry, buffer: result.buffer });
-    }
-    return out;
-  };
-
-
-  const writer = new FrameWriter(ctx.res, (bytes) => deps.observer?.delivered(s.tenant, bytes), config.clientStallTimeoutMs);
-  if (s.grant) writer.pacer = new Pacer(s.grant.rateBytesPerSec);
-  let payloadBytes = 0;
-  let firstFrameMs = 0;
+  const units = unitsOf(plan, mode, taskBytes);
+  const readAhead = new ReadAhead({
+    pool,
+    tasks: plan.tasks,
+    units,
+    taskBytes,
+    toReadTask: (task) => ({
+      bucket: ctx.target.bucket,
+      keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
+      chunkOffset: task.chunkStart,
+      layout: descriptor.layout,
+      layers: descriptor.layers,
+      layerBytes: descriptor.layerBytes,
+      first: task.first,
+      end: task.end,
+      order,
+    }),
+    windowBytes: config.readAheadBytes,
+    budget: deps.budget,
+    tasksInFlight,
+    firstUnitAlone: mode === 'layerwise',
+    signal: ctx.signal,
+    observer: deps.observer,
+  });
   try {
-    let unitIndex = 0;
-    let ready = await awaitTasks(...(units[0] as [number, number]));
+    // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
+    const first = await readAhead.unit(0);
     const firstReadMs = performance.now() - started;
-    // Everything before this point is answered as S3 XML; from here on the stream has begun.
     ctx.res.writeHead(200, {
       'content-type': STREAM_CONTENT_TYPE,
       'cache-control': 'no-store',
@@ -232,78 +136,129 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
       'x-objectcache-layers': `${descriptor.layerStart}-${descriptor.layerEnd}`,
       'x-objectcache-payload-bytes': String(descriptor.totalBytes),
       'x-objectcache-plan-reads': String(plan.reads),
-      ...(s.grant ? { 'x-objectcache-rate': String(Math.floor(s.grant.rateBytesPerSec)) } : {}),
+      ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
     });
-    await writer.preamble();
+    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant });
+    const writes = grant ? paced(source, new Pacer(grant.rateBytesPerSec)) : unpaced(source);
     try {
-      for (;;) {
-        const first = ready[0]?.entry.task as PlannedTask;
-        // Once the socket has taken the unit's last frame, its buffers go back to the pool.
-        const buffers = ready.map(({ buffer }) => buffer);
-        const recycle = (): void => buffers.forEach((buffer) => pool.recycle(buffer));
-        if (mode === 'layerwise') {
-          for (let layer = first.first; layer < first.end; layer++) {
-            const pieces = ready.map(({ entry, buffer }) => {
-              const chunks = entry.task.chunkEnd - entry.task.chunkStart;
-              const bytes = chunks * descriptor.layerBytes;
-              return new Uint8Array(buffer, (layer - entry.task.first) * bytes, bytes);
-            });
-            await writer.frame(FrameType.LAYER, layer, pieces, layer === first.end - 1 ? recycle : undefined);
-            if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
-            deps.observer?.layerReady((performance.now() - started) / 1000);
-            payloadBytes += descriptor.layerPayloadBytes;
-          }
-        } else {
-          for (const [t, { entry, buffer }] of ready.entries()) {
-            const perChunk = (entry.task.end - entry.task.first) * descriptor.layerBytes;
-            for (let c = entry.task.chunkStart; c < entry.task.chunkEnd; c++) {
-              const last = t === ready.length - 1 && c === entry.task.chunkEnd - 1;
-              await writer.frame(FrameType.CHUNK, c, [new Uint8Array(buffer, (c - entry.task.chunkStart) * perChunk, perChunk)], last ? recycle : undefined);
-              if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
-              payloadBytes += perChunk;
-            }
-          }
-        }
-        releaseUnit(unitIndex);
-        if (ctx.signal.aborted) return;
-        unitIndex++;
-        if (unitIndex >= units.length) break;
-        ready = await awaitTasks(...(units[unitIndex] as [number, number]));
-      }
-      const summary: EndSummary = {
-        mode,
-        layers: [descriptor.layerStart, descriptor.layerEnd],
-        chunks: descriptor.chunks,
-        bytes: payloadBytes,
-        backendReads,
-        plan: plan.groups,
-        rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
-        verified,
-        timings: { firstReadMs: Math.round(firstReadMs * 10) / 10, firstFrameMs: Math.round(firstFrameMs * 10) / 10, totalMs: Math.round((performance.now() - started) * 10) / 10 },
-      };
-      await writer.json(FrameType.END, summary);
-      ctx.res.end();
+      await send(ctx.res, writes, { stallTimeoutMs: config.clientStallTimeoutMs, onBytes: (bytes) => deps.observer?.delivered(tenant, bytes) });
     } catch (error) {
-      if (ctx.signal.aborted) return;
-      // After headers: the ERROR frame is the answer, then the stream ends (STYLE.md, rule 6).
-      const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
-      const payload: ErrorPayload = {
-        code: e.code,
-        message: e.message,
-        ...(e.details['ChunkIndex'] !== undefined ? { chunk: Number(e.details['ChunkIndex']) } : {}),
-        ...(e.details['Key'] !== undefined ? { key: String(e.details['Key']) } : {}),
-        ...(e.details['Layer'] !== undefined ? { layer: Number(e.details['Layer']) } : {}),
-      };
-      ctx.logger.warn('layerwise stream failed after headers', { requestId: ctx.requestId, error: e });
-      await writer.json(FrameType.ERROR, payload);
-      ctx.res.end();
+      // The client stalled (its response is destroyed) or went away: nobody to answer.
+      if (!ctx.res.destroyed) throw error;
     }
   } finally {
-    cancel.abort();
-    ctx.signal.removeEventListener('abort', onClientGone);
-    await producer.catch(() => {});
-    // Wait for cancelled tasks to come back before returning their bytes to the budgets.
-    await Promise.all(dispatched.map((entry) => entry.result));
-    for (const unit of [...held]) releaseUnit(unit);
+    await readAhead.close();
   }
+}
+
+interface SourceInput {
+  readonly ctx: RequestContext;
+  readonly descriptor: Descriptor;
+  readonly deps: LayerwiseDeps;
+  readonly mode: DeliveryMode;
+  readonly plan: ReadPlan;
+  readonly units: readonly Unit[];
+  readonly readAhead: ReadAhead;
+  readonly first: TaskRead[];
+  readonly firstReadMs: number;
+  readonly grant: Grant | undefined;
+}
+
+/**
+ * The frames of the stream, in order: each unit's LAYER (or CHUNK) frames once its reads are
+ * in, then END; or an ERROR frame for the first failure after the stream began.
+ */
+async function* frames(s: SourceInput): AsyncGenerator<Frame> {
+  const { descriptor, readAhead, deps } = s;
+  const started = s.ctx.startedAt;
+  const shift = crc32cShift(descriptor.layerBytes);
+  let payloadBytes = 0;
+  let firstFrameMs = 0;
+  try {
+    for (let u = 0; u < s.units.length; u++) {
+      const reads = u === 0 ? s.first : await readAhead.unit(u);
+      // Once the socket has taken the unit's last frame, its buffers go back to the pool.
+      const recycle = (): void => reads.forEach(({ buffer }) => deps.pool.recycle(buffer));
+      const unitFrames = s.mode === 'layerwise' ? layerFrames(reads, descriptor.layerBytes, shift) : chunkFrames(reads, descriptor.layerBytes, shift);
+      for (let i = 0; i < unitFrames.length; i++) {
+        const frame = unitFrames[i] as Frame;
+        yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
+        if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
+        if (s.mode === 'layerwise') deps.observer?.layerReady((performance.now() - started) / 1000);
+        payloadBytes += frame.length;
+      }
+      readAhead.release(u);
+    }
+  } catch (error) {
+    if (s.ctx.signal.aborted) return;
+    // After headers: the ERROR frame is the answer, then the stream ends (STYLE.md, rule 6).
+    const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
+    s.ctx.logger.warn('layerwise stream failed after headers', { requestId: s.ctx.requestId, error: e });
+    const payload: ErrorPayload = {
+      code: e.code,
+      message: e.message,
+      ...(e.details['ChunkIndex'] !== undefined ? { chunk: Number(e.details['ChunkIndex']) } : {}),
+      ...(e.details['Key'] !== undefined ? { key: String(e.details['Key']) } : {}),
+      ...(e.details['Layer'] !== undefined ? { layer: Number(e.details['Layer']) } : {}),
+    };
+    yield jsonFrame(FrameType.ERROR, payload);
+    return;
+  }
+  const summary: EndSummary = {
+    mode: s.mode,
+    layers: [descriptor.layerStart, descriptor.layerEnd],
+    chunks: descriptor.chunks,
+    bytes: payloadBytes,
+    backendReads: readAhead.backendReads,
+    plan: s.plan.groups,
+    rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
+    verified: readAhead.verified,
+    timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
+  };
+  yield jsonFrame(FrameType.END, summary);
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10;
+}
+
+/** CRC32C of `count` consecutive slices from their checksums. */
+function combined(crcs: Uint32Array, from: number, count: number, crc: number | undefined, shift: number): number {
+  let out = crc;
+  for (let i = from; i < from + count; i++) out = out === undefined ? (crcs[i] as number) : crc32cCombine(out, crcs[i] as number, shift);
+  return out as number;
+}
+
+/** A layer group's LAYER frames: each layer's pieces from every task of the group, in chunk order. */
+function layerFrames(reads: readonly TaskRead[], layerBytes: number, shift: number): Frame[] {
+  const { first, end } = (reads[0] as TaskRead).task;
+  const out: Frame[] = [];
+  for (let layer = first; layer < end; layer++) {
+    const pieces: Uint8Array[] = [];
+    let crc: number | undefined;
+    let length = 0;
+    for (const { task, buffer, crcs } of reads) {
+      const chunks = task.chunkEnd - task.chunkStart;
+      const bytes = chunks * layerBytes;
+      pieces.push(new Uint8Array(buffer, (layer - first) * bytes, bytes));
+      crc = combined(crcs, (layer - first) * chunks, chunks, crc, shift);
+      length += bytes;
+    }
+    out.push({ type: FrameType.LAYER, index: layer, pieces, length, crc32c: crc as number });
+  }
+  return out;
+}
+
+/** A task's CHUNK frames: each chunk's delivered layers. */
+function chunkFrames(reads: readonly TaskRead[], layerBytes: number, shift: number): Frame[] {
+  const out: Frame[] = [];
+  for (const { task, buffer, crcs } of reads) {
+    const layers = task.end - task.first;
+    const perChunk = layers * layerBytes;
+    for (let c = task.chunkStart; c < task.chunkEnd; c++) {
+      const i = c - task.chunkStart;
+      out.push({ type: FrameType.CHUNK, index: c, pieces: [new Uint8Array(buffer, i * perChunk, perChunk)], length: perChunk, crc32c: combined(crcs, i * layers, layers, undefined, shift) });
+    }
+  }
+  return out;
 }

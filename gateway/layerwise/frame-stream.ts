@@ -1,0 +1,121 @@
+/**
+ * Sending the framed stream (schemas/frames.ts): frames come from a source in order, pass
+ * through a stage that turns them into socket writes (all at once, or paced at the request's
+ * granted rate), and are written with backpressure. The source is pulled, never pushed: a frame
+ * is produced only when the previous one has been handed to the socket, and when the response
+ * closes the source is returned (its `finally` releases what it holds).
+ *
+ * A frame's checksum comes with it (built from the read workers' slice checksums), so nothing
+ * here touches payload bytes.
+ */
+import type { ServerResponse } from 'node:http';
+import { crc32c } from '@node-rs/crc32';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
+import { PACE_SLICE_BYTES, type Pacer } from '../scheduler/pacer.js';
+
+export interface Frame {
+  readonly type: FrameType;
+  readonly index: number;
+  /** The payload, in order (pieces of one layer from different worker tasks, not concatenated). */
+  readonly pieces: readonly Uint8Array[];
+  readonly length: number;
+  readonly crc32c: number;
+  /** Runs once the socket has taken every byte of this frame (and of those before it). */
+  readonly onFlushed?: (() => void) | undefined;
+}
+
+/** An ERROR or END frame: UTF-8 JSON. */
+export function jsonFrame(type: typeof FrameType.ERROR | typeof FrameType.END, value: unknown): Frame {
+  const payload = Buffer.from(JSON.stringify(value), 'utf8');
+  return { type, index: 0, pieces: [payload], length: payload.byteLength, crc32c: crc32c(payload) };
+}
+
+/** What the sender writes at once: header and/or payload bytes; `payloadBytes` for metrics. */
+export interface Write {
+  readonly chunks: readonly Uint8Array[];
+  readonly payloadBytes: number;
+  readonly onFlushed?: (() => void) | undefined;
+}
+
+function header(frame: Frame): Buffer {
+  return encodeFrameHeader({ type: frame.type, index: frame.index, length: frame.length, crc32c: frame.crc32c });
+}
+
+/** The stream as writes: the preamble, then each frame (header and payload) in one write. */
+export async function* unpaced(frames: AsyncIterable<Frame>): AsyncGenerator<Write> {
+  yield { chunks: [encodePreamble()], payloadBytes: 0 };
+  for await (const frame of frames) yield { chunks: [header(frame), ...frame.pieces], payloadBytes: frame.type <= FrameType.CHUNK ? frame.length : 0, onFlushed: frame.onFlushed };
+}
+
+/**
+ * The stream at the granted rate: payloads cut into slices, each released when the pacer allows
+ * (ERROR and END frames are not held back).
+ */
+export async function* paced(frames: AsyncIterable<Frame>, pacer: Pacer): AsyncGenerator<Write> {
+  yield { chunks: [encodePreamble()], payloadBytes: 0 };
+  for await (const frame of frames) {
+    if (frame.type === FrameType.ERROR || frame.type === FrameType.END) {
+      yield { chunks: [header(frame), ...frame.pieces], payloadBytes: 0 };
+      continue;
+    }
+    yield { chunks: [header(frame)], payloadBytes: 0 };
+    for (const [i, piece] of frame.pieces.entries()) {
+      for (let at = 0; at < piece.byteLength; at += PACE_SLICE_BYTES) {
+        const slice = piece.subarray(at, Math.min(piece.byteLength, at + PACE_SLICE_BYTES));
+        await pacer.take(slice.byteLength);
+        const last = i === frame.pieces.length - 1 && at + PACE_SLICE_BYTES >= piece.byteLength;
+        yield { chunks: [slice], payloadBytes: slice.byteLength, onFlushed: last ? frame.onFlushed : undefined };
+      }
+    }
+  }
+}
+
+export interface SendOptions {
+  /** A client that takes no data for this long is cut off (DESIGN.md section 11). */
+  readonly stallTimeoutMs: number;
+  /** Payload bytes handed to the socket (delivered-bytes metrics). */
+  readonly onBytes?: ((bytes: number) => void) | undefined;
+}
+
+/** After a write that filled the socket buffer: wait for 'drain', the client leaving, or the stall timeout. */
+function drained(res: ServerResponse, stallTimeoutMs: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      res.off('drain', done);
+      res.off('close', done);
+      res.destroy(); // the caller gets the error; nothing else should see an 'error' event
+      reject(new ObjectCacheError('OC_ERR_CLIENT_STALLED', `The client took no data for ${stallTimeoutMs} ms`));
+    }, stallTimeoutMs);
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+/**
+ * Writes every write of `writes` to the response with backpressure, then ends it. Stops (and
+ * returns the source) as soon as the response is destroyed; rejects with OC_ERR_CLIENT_STALLED
+ * for a client that stopped reading.
+ */
+export async function send(res: ServerResponse, writes: AsyncIterable<Write>, options: SendOptions): Promise<void> {
+  for await (const write of writes) {
+    if (res.destroyed) return;
+    res.cork();
+    let ok = true;
+    const last = write.chunks.length - 1;
+    for (let i = 0; i <= last; i++) {
+      const chunk = write.chunks[i] as Uint8Array;
+      ok = (i === last && write.onFlushed ? res.write(chunk, write.onFlushed) : res.write(chunk)) && ok;
+    }
+    res.uncork();
+    if (write.payloadBytes > 0) options.onBytes?.(write.payloadBytes);
+    if (!ok && !res.destroyed) await drained(res, options.stallTimeoutMs);
+  }
+  if (!res.destroyed) res.end();
+}

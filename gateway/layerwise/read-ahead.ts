@@ -1,0 +1,203 @@
+/**
+ * Read-ahead of one layerwise GET: dispatches the read plan's worker tasks in order, as far ahead
+ * as the budgets allow, and hands their results to the frame source unit by unit (a unit is what
+ * is sent together: the tasks of one layer group, or one task in chunkwise delivery).
+ *
+ * Budgets (DESIGN.md section 6): the request's own read-ahead window is taken task by task, so
+ * the next group's first chunk runs are read while the current group is still being sent (a
+ * group may fill the whole window and reads stay large); the gateway-wide budget is taken a whole
+ * unit at a time, so two requests can never each hold part of a unit and wait for each other.
+ * At most `tasksInFlight` of the request's tasks are in the pool at once.
+ */
+import { setMaxListeners } from 'node:events';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import type { ReadResult, ReadTask } from '../../storage-worker/protocol.js';
+import type { PlannedTask } from '../../storage-worker/read-plan.js';
+import type { ReaderPool } from '../../storage-worker/reader-pool.js';
+import type { LayerwiseObserver } from '../metrics.js';
+import { ByteBudget } from './byte-budget.js';
+
+/** A completed task: its plan entry and what the worker read. */
+export interface TaskRead {
+  readonly task: PlannedTask;
+  readonly buffer: ArrayBuffer;
+  readonly crcs: Uint32Array;
+}
+
+/** A run of consecutive plan tasks sent together, [from, to). */
+export interface Unit {
+  readonly from: number;
+  readonly to: number;
+  readonly bytes: number;
+}
+
+export interface ReadAheadOptions {
+  readonly pool: ReaderPool;
+  readonly tasks: readonly PlannedTask[];
+  readonly units: readonly Unit[];
+  /** Bytes of one planned task's buffer. */
+  readonly taskBytes: (task: PlannedTask) => number;
+  /** The worker task for a planned task (everything but the id). */
+  readonly toReadTask: (task: PlannedTask) => Omit<ReadTask, 'id' | 'buffer'>;
+  /** This request's read-ahead window (bytes). */
+  readonly windowBytes: number;
+  /** The gateway-wide budget of read but unsent bytes. */
+  readonly budget: ByteBudget;
+  /** The request's tasks kept in the pool at once. */
+  readonly tasksInFlight: number;
+  /** Read nothing beyond unit 0 until it is complete (layer 0 gets every worker slot). */
+  readonly firstUnitAlone: boolean;
+  /** The client went away. */
+  readonly signal: AbortSignal;
+  readonly observer?: LayerwiseObserver | undefined;
+}
+
+interface Deferred<T> {
+  readonly promise: Promise<T>;
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+function deferred<T>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  promise.catch(() => {}); // a unit nobody waits for (the stream ended first) is not an unhandled rejection
+  return { promise, resolve, reject };
+}
+
+/** A worker failure as the one error type the stream knows. */
+export function readFailure(result: ReadResult & { ok: false }): ObjectCacheError {
+  const details: Record<string, string | number> = {};
+  if (result.key !== undefined) details['Key'] = result.key;
+  if (result.chunk !== undefined) details['ChunkIndex'] = result.chunk;
+  if (result.layer !== undefined) details['Layer'] = result.layer;
+  const message = result.chunk !== undefined ? `chunk ${result.chunk}: ${result.message}` : result.message;
+  return new ObjectCacheError(result.code, message, { details, retryable: result.retryable });
+}
+
+export class ReadAhead {
+  readonly #o: ReadAheadOptions;
+  readonly #cancel = new AbortController();
+  readonly #window: ByteBudget;
+  readonly #slots: ByteBudget;
+  readonly #units: Deferred<TaskRead[]>[];
+  /** Results by task index, as they are dispatched. */
+  readonly #results: (Promise<ReadResult> | undefined)[];
+  /** Pool task ids of the dispatched tasks that have not answered yet, by task index. */
+  readonly #unfinished = new Map<number, number>();
+  /** Window bytes and global bytes each unit holds (released once the unit is sent). */
+  readonly #heldWindow: number[];
+  readonly #heldGlobal: boolean[];
+  readonly #pump: Promise<void>;
+  readonly #onClientGone = (): void => this.#cancel.abort();
+  backendReads = 0;
+  verified = true;
+
+  constructor(options: ReadAheadOptions) {
+    this.#o = options;
+    this.#window = new ByteBudget(options.windowBytes);
+    this.#slots = new ByteBudget(options.tasksInFlight);
+    setMaxListeners(0, this.#cancel.signal); // every budget wait listens to it
+    this.#units = options.units.map(() => deferred<TaskRead[]>());
+    this.#results = new Array(options.tasks.length);
+    this.#heldWindow = options.units.map(() => 0);
+    this.#heldGlobal = options.units.map(() => false);
+    if (options.signal.aborted) this.#cancel.abort();
+    else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
+    this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));
+  }
+
+  /** The results of unit `u`, in plan order; rejects with the first failure among them. */
+  unit(u: number): Promise<TaskRead[]> {
+    return (this.#units[u] as Deferred<TaskRead[]>).promise;
+  }
+
+  /** Unit `u` has been sent: its bytes go back to the budgets. */
+  release(u: number): void {
+    this.#window.release(this.#heldWindow[u] as number);
+    this.#heldWindow[u] = 0;
+    if (this.#heldGlobal[u]) {
+      this.#heldGlobal[u] = false;
+      this.#o.budget.release((this.#o.units[u] as Unit).bytes);
+    }
+  }
+
+  #fail(error: unknown): void {
+    this.#cancel.abort(error);
+    for (const unit of this.#units) unit.reject(error);
+  }
+
+  async #dispatchAll(): Promise<void> {
+    const { units, tasks, pool, budget } = this.#o;
+    const signal = this.#cancel.signal;
+    for (const [u, unit] of units.entries()) {
+      await budget.acquire(unit.bytes, signal);
+      this.#heldGlobal[u] = true;
+      const pending: Promise<ReadResult>[] = [];
+      // A unit larger than the window (one layer can be) is admitted alone, whole: taken task
+      // by task it would wait on its own first tasks.
+      const whole = unit.bytes > this.#window.capacity;
+      if (whole) {
+        await this.#window.acquire(unit.bytes, signal);
+        this.#heldWindow[u] = unit.bytes;
+      }
+      for (let t = unit.from; t < unit.to; t++) {
+        const task = tasks[t] as PlannedTask;
+        if (!whole) {
+          const bytes = this.#o.taskBytes(task);
+          await this.#window.acquire(bytes, signal);
+          this.#heldWindow[u] = (this.#heldWindow[u] as number) + bytes;
+        }
+        await this.#slots.acquire(1, signal);
+        await pool.room(signal);
+        const id = pool.taskId();
+        this.#unfinished.set(t, id);
+        const result = pool.run({ ...this.#o.toReadTask(task), id });
+        this.#results[t] = result;
+        void result.then(() => {
+          this.#unfinished.delete(t);
+          this.#slots.release(1);
+        });
+        pending.push(result);
+      }
+      const settled = Promise.all(pending).then((results) => this.#complete(u, results));
+      if (u === 0 && this.#o.firstUnitAlone) await settled;
+    }
+  }
+
+  #complete(u: number, results: ReadResult[]): void {
+    const unit = this.#o.units[u] as Unit;
+    const reads: TaskRead[] = [];
+    for (const [i, result] of results.entries()) {
+      if (!result.ok) {
+        // A cancelled task's failure is not the stream's: the cancellation's cause is.
+        if (this.#cancel.signal.aborted) return this.#fail(this.#cancel.signal.reason);
+        this.#o.observer?.taskFailed(result.code);
+        return this.#fail(readFailure(result));
+      }
+      this.backendReads += result.reads;
+      this.verified &&= result.verified;
+      this.#o.observer?.taskDone(result.reads, result.readMs / 1000);
+      reads.push({ task: this.#o.tasks[unit.from + i] as PlannedTask, buffer: result.buffer, crcs: result.crcs });
+    }
+    (this.#units[u] as Deferred<TaskRead[]>).resolve(reads);
+  }
+
+  /**
+   * Ends the read-ahead: cancels queued and running tasks, waits for every dispatched task to
+   * answer (their buffers are owned by the workers until then), returns unsent buffers to the
+   * pool and every held byte to the budgets.
+   */
+  async close(): Promise<void> {
+    this.#o.signal.removeEventListener('abort', this.#onClientGone);
+    this.#cancel.abort();
+    await this.#pump;
+    for (const id of this.#unfinished.values()) this.#o.pool.cancel(id);
+    await Promise.all(this.#results);
+    for (const u of this.#o.units.keys()) this.release(u);
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * Sending the frame stream: backpressure and the stall rule on a writable that never drains (the
+ * sender waits for 'drain' after a write that fills the buffer, and a client that takes nothing
+ * for the stall timeout is cut off with OC_ERR_CLIENT_STALLED; loopback sockets here absorb too
+ * much to provoke this end to end), the source being returned when the response is gone, and the
+ * pacing stage keeping the granted rate.
+ */
+import type { ServerResponse } from 'node:http';
+import { once } from 'node:events';
+import { Writable } from 'node:stream';
+import { crc32c } from '@node-rs/crc32';
+import { describe, expect, it } from 'vitest';
+import { paced, send, unpaced, type Frame } from '../gateway/layerwise/frame-stream.js';
+import { Pacer } from '../gateway/scheduler/pacer.js';
+import { FrameDecoder } from '../client/frame-decoder.js';
+import { FrameType } from '../schemas/frames.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+
+function sink(drains: boolean): Writable & { received: Buffer[] } {
+  const w = new Writable({
+    highWaterMark: 1024,
+    write(chunk: Buffer, _encoding, callback) {
+      w.received.push(Buffer.from(chunk));
+      if (drains) setImmediate(callback); // else: the reader never takes the data
+    },
+  }) as Writable & { received: Buffer[] };
+  w.received = [];
+  return w;
+}
+
+function layer(index: number, bytes: number): Frame {
+  const payload = new Uint8Array(bytes).fill(index + 1);
+  return { type: FrameType.LAYER, index, pieces: [payload.subarray(0, bytes / 2), payload.subarray(bytes / 2)], length: bytes, crc32c: crc32c(Buffer.from(payload)) };
+}
+
+async function* layers(count: number, bytes: number, log: string[] = []): AsyncGenerator<Frame> {
+  try {
+    for (let i = 0; i < count; i++) yield layer(i, bytes);
+    yield { type: FrameType.END, index: 0, pieces: [Buffer.from('{}')], length: 2, crc32c: crc32c(Buffer.from('{}')) };
+  } finally {
+    log.push('source returned');
+  }
+}
+
+describe('frame stream sender', () => {
+  it('waits for drain and delivers every frame, decodable, to a reader that keeps reading', async () => {
+    const out = sink(true);
+    let flushed = 0;
+    let bytes = 0;
+    async function* withFlush(): AsyncGenerator<Frame> {
+      for await (const frame of layers(4, 100_000)) yield { ...frame, onFlushed: () => flushed++ };
+    }
+    await send(out as unknown as ServerResponse, unpaced(withFlush()), { stallTimeoutMs: 1000, onBytes: (n) => (bytes += n) });
+    await once(out, 'finish');
+    const all = Buffer.concat(out.received);
+    expect(all.byteLength).toBe(8 + 4 * (24 + 100_000) + 24 + 2);
+    const seen: number[] = [];
+    const decoder = new FrameDecoder({ layerStart: 0, layerEnd: 4, chunks: 1, layerBytes: 100_000, target: new Uint8Array(400_000), layerStride: 100_000, onLayerReady: (l, view) => {
+      expect(view.every((b) => b === l + 1)).toBe(true);
+      seen.push(l);
+    } });
+    decoder.push(all); // checks every frame's CRC32C
+    expect(decoder.finish()).toEqual({});
+    expect(seen).toEqual([0, 1, 2, 3]);
+    expect(bytes).toBe(400_000);
+    expect(flushed).toBe(5);
+  });
+
+  it('cuts off a reader that takes nothing for the stall timeout, and returns the source', async () => {
+    const out = sink(false);
+    const log: string[] = [];
+    const started = performance.now();
+    const failure = await send(out as unknown as ServerResponse, unpaced(layers(4, 100_000, log)), { stallTimeoutMs: 150 }).catch((e: unknown) => e);
+    expect(failure).toBeInstanceOf(ObjectCacheError);
+    expect((failure as ObjectCacheError).code).toBe('OC_ERR_CLIENT_STALLED');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(140);
+    expect(out.destroyed).toBe(true);
+    expect(log).toEqual(['source returned']);
+  });
+
+  it('paces payload bytes at the granted rate', async () => {
+    const out = sink(true);
+    const rate = 4 * 1024 * 1024; // 4 MiB/s; 2 MiB take about 500 ms
+    const started = performance.now();
+    await send(out as unknown as ServerResponse, paced(layers(2, 1024 * 1024), new Pacer(rate)), { stallTimeoutMs: 5000 });
+    await once(out, 'finish');
+    const ms = performance.now() - started;
+    expect(ms).toBeGreaterThanOrEqual(400);
+    expect(Buffer.concat(out.received).byteLength).toBe(8 + 2 * (24 + 1024 * 1024) + 24 + 2);
+  });
+});
