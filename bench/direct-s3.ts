@@ -32,6 +32,27 @@ export async function directGet(d: DirectS3, path: string, range?: [number, numb
   return body;
 }
 
+/**
+ * GETs an object (or a range of it) straight into `target` at `offset`, as a client that loads KV
+ * into a preallocated buffer does (the layerwise client does the same), and returns the bytes.
+ */
+export async function directGetInto(d: DirectS3, path: string, target: Uint8Array, offset: number, range?: [number, number]): Promise<number> {
+  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': EMPTY_SHA256 };
+  if (range) headers['range'] = `bytes=${range[0]}-${range[1]}`;
+  const signed = await d.signer.sign({ method: 'GET', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
+  const res = await d.pool.request({ method: 'GET', path, headers: signed.headers });
+  if (res.statusCode !== (range ? 206 : 200)) {
+    await res.body.dump();
+    throw new Error(`GET ${path} answered ${res.statusCode}`);
+  }
+  let at = offset;
+  for await (const chunk of res.body) {
+    target.set(chunk as Buffer, at);
+    at += (chunk as Buffer).byteLength;
+  }
+  return at - offset;
+}
+
 export async function directPut(d: DirectS3, path: string, body?: Uint8Array): Promise<void> {
   const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0) };
   const signed = await d.signer.sign({ method: 'PUT', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });

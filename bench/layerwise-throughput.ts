@@ -18,13 +18,13 @@
  */
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
-import { directGet, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
+import { directGetInto, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 import { cpuMeter, formatCpu, predictedGBps, type CpuPerGiB } from './process-usage.js';
@@ -47,10 +47,10 @@ interface Sample {
 async function s3Layerwise(d: DirectS3, bucket: string, keys: readonly string[], S: number, L: number): Promise<Sample> {
   const started = performance.now();
   let firstLayerMs = 0;
-  const target = Buffer.allocUnsafe(keys.length * S);
+  const target = new Uint8Array(keys.length * S * L);
   for (let l = 0; l < L; l++) {
     await inParallel(keys.length, CONCURRENCY, async (c) => {
-      (await directGet(d, `/${bucket}/${keys[c]}`, [l * S, (l + 1) * S - 1])).copy(target, c * S);
+      await directGetInto(d, `/${bucket}/${keys[c]}`, target, (l * keys.length + c) * S, [l * S, (l + 1) * S - 1]);
     });
     if (l === 0) firstLayerMs = performance.now() - started;
   }
@@ -58,9 +58,9 @@ async function s3Layerwise(d: DirectS3, bucket: string, keys: readonly string[],
 }
 
 /** S3-CW: every whole chunk object; layer 0 is usable only when all have arrived. */
-async function s3Chunkwise(d: DirectS3, bucket: string, keys: readonly string[]): Promise<Sample> {
+async function s3Chunkwise(d: DirectS3, bucket: string, keys: readonly string[], target: Uint8Array, chunkBytes: number): Promise<Sample> {
   const started = performance.now();
-  await inParallel(keys.length, CONCURRENCY, async (c) => directGet(d, `/${bucket}/${keys[c]}`));
+  await inParallel(keys.length, CONCURRENCY, async (c) => directGetInto(d, `/${bucket}/${keys[c]}`, target, c * chunkBytes));
   const seconds = (performance.now() - started) / 1000;
   return { seconds, firstLayerMs: seconds * 1000, reads: keys.length };
 }
@@ -145,7 +145,7 @@ async function main(): Promise<void> {
         for (let r = 0; r < reps; r++) {
           samples['OC-LW']?.push(await measured(payload, () => ocLayerwise(client, descriptor, target)));
           samples['S3-LW']?.push(await measured(payload, () => s3Layerwise(direct, 'layerwise-bench', keys, S, L)));
-          samples['S3-CW']?.push(await measured(payload, () => s3Chunkwise(direct, 'layerwise-bench', keys)));
+          samples['S3-CW']?.push(await measured(payload, () => s3Chunkwise(direct, 'layerwise-bench', keys, target, L * S)));
         }
         for (const [method, list] of Object.entries(samples)) {
           const seconds = median(list.map((s) => s.seconds));
@@ -166,7 +166,7 @@ async function main(): Promise<void> {
     }
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
-    writeFileSync(join(outDir, values.out ?? (values.backend === 'embedded' ? 'layerwise-embedded-latest.json' : 'layerwise-latest.json')), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
+    writeFileSync(resolve(outDir, values.out ?? (values.backend === 'embedded' ? 'layerwise-embedded-latest.json' : 'layerwise-latest.json')), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
   } finally {
     await client.close();
     await direct.pool.close();

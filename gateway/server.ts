@@ -78,6 +78,9 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     maxQueue: lw.workerQueue,
     readConcurrency: lw.readConcurrency,
     tasksPerWorker: 4,
+    // Task buffers live in shared memory: as much as may be buffered, in blocks of a task's size.
+    arenaBytes: lw.maxBufferedBytes,
+    arenaBlockBytes: lw.taskBytes,
   });
   const budget = new ByteBudget(lw.maxBufferedBytes);
   const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;

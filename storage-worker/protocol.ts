@@ -30,6 +30,8 @@ export interface WorkerInit {
    */
   readonly cancelChannel: string;
   readonly cancelFlags: SharedArrayBuffer;
+  /** The shared task-buffer arena (buffer-arena.ts): tasks with `arenaOffset` write here. */
+  readonly arena: SharedArrayBuffer;
 }
 
 /** Where the delivered bytes go inside the task's buffer. */
@@ -54,17 +56,28 @@ export interface ReadTask {
   readonly first: number;
   readonly end: number;
   readonly order: TaskOrder;
+  /** Where in the shared arena the task's buffer is (preferred: nothing is allocated or moved). */
+  readonly arenaOffset?: number;
   /**
-   * A recycled buffer of at least the task's size, transferred in; every byte of the task's
-   * part is overwritten, so it needs no clearing. Absent: the worker allocates one.
+   * Otherwise a recycled buffer of at least the task's size, transferred in; every byte of the
+   * task's part is overwritten, so it needs no clearing. Neither: the worker allocates one.
    */
   readonly buffer?: ArrayBuffer;
 }
 
+/** What a worker answers (the wire form of ReadResult). */
+export type WorkerResult =
+  | (Omit<ReadResult & { ok: true }, 'region'> & {
+      /** The task's own buffer, transferred back; absent when the task wrote into the arena. */
+      readonly buffer?: ArrayBuffer;
+    })
+  | (ReadResult & { ok: false });
+
 export type ReadResult =
   | {
       readonly ok: true;
-      readonly buffer: ArrayBuffer;
+      /** The task's bytes (in the shared arena or in the task's own buffer), in slice order. */
+      readonly region: Uint8Array;
       /**
        * CRC32C of every slice (one layer of one chunk, layerBytes bytes), in the order the slices
        * lie in the buffer: the frame checksums are combined from these, never recomputed.

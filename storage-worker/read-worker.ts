@@ -9,7 +9,7 @@ import { setMaxListeners } from 'node:events';
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { crc32c } from '@node-rs/crc32';
-import type { ReadResult, ReadTask, WorkerInit } from './protocol.js';
+import type { ReadTask, WorkerInit, WorkerResult } from './protocol.js';
 import { createRangeReader, ReadError, type RangeReader } from './range-reader.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
@@ -17,6 +17,7 @@ import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
 const init = workerData as WorkerInit;
 let reader: RangeReader | undefined;
 const cancelFlags = new Int32Array(init.cancelFlags);
+const arena = new Uint8Array(init.arena);
 /** The running tasks' controllers, by task id. */
 const running = new Map<number, AbortController>();
 const cancels = new BroadcastChannel(init.cancelChannel);
@@ -33,7 +34,7 @@ function isCancelled(id: number): boolean {
 }
 
 /** Reads every chunk of the task, `readConcurrency` chunks at a time. */
-async function readChunks(task: ReadTask, geometry: TaskGeometry, buffer: ArrayBuffer, signal: AbortSignal): Promise<{ reads: number; recorded: (string | undefined)[] }> {
+async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8Array, signal: AbortSignal): Promise<{ reads: number; recorded: (string | undefined)[] }> {
   const objectBytes = task.layers * task.layerBytes;
   const recorded = new Array<string | undefined>(task.keys.length);
   let reads = 0;
@@ -44,7 +45,7 @@ async function readChunks(task: ReadTask, geometry: TaskGeometry, buffer: ArrayB
       const chunk = next++;
       const key = task.keys[chunk] as string;
       try {
-        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(geometry, buffer, chunk), objectBytes, signal });
+        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(geometry, region, chunk), objectBytes, signal });
         recorded[chunk] = info.layerCrcs;
         reads += info.reads;
       } catch (error) {
@@ -68,11 +69,11 @@ async function readChunks(task: ReadTask, geometry: TaskGeometry, buffer: ArrayB
  * The CRC32C of every slice, in buffer order; each checked against the checksum recorded when its
  * chunk was stored, when there is one (end-to-end integrity).
  */
-function checksumSlices(task: ReadTask, geometry: TaskGeometry, buffer: ArrayBuffer, recorded: readonly (string | undefined)[]): { crcs: Uint32Array; verified: boolean } {
+function checksumSlices(task: ReadTask, region: Uint8Array, recorded: readonly (string | undefined)[]): { crcs: Uint32Array; verified: boolean } {
   const chunks = task.keys.length;
   const groupLayers = task.end - task.first;
   const crcs = new Uint32Array(chunks * groupLayers);
-  const bytes = Buffer.from(buffer, 0, taskBufferBytes(geometry));
+  const bytes = Buffer.from(region.buffer, region.byteOffset, region.byteLength);
   for (let slice = 0; slice < crcs.length; slice++) {
     crcs[slice] = crc32c(bytes.subarray(slice * task.layerBytes, (slice + 1) * task.layerBytes));
   }
@@ -94,17 +95,19 @@ function checksumSlices(task: ReadTask, geometry: TaskGeometry, buffer: ArrayBuf
   return { crcs, verified };
 }
 
-async function execute(task: ReadTask, signal: AbortSignal): Promise<ReadResult & { ok: true }> {
+async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResult & { ok: true }> {
   const started = performance.now();
   const geometry: TaskGeometry = { layout: task.layout, layers: task.layers, layerBytes: task.layerBytes, first: task.first, end: task.end, chunks: task.keys.length, order: task.order };
   const needed = taskBufferBytes(geometry);
-  const buffer = task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed);
-  const { reads, recorded } = await readChunks(task, geometry, buffer, signal);
-  const { crcs, verified } = checksumSlices(task, geometry, buffer, recorded);
-  return { ok: true, buffer, crcs, reads, readMs: performance.now() - started, verified };
+  // The task's bytes go to its block of the shared arena, or else to a buffer of its own.
+  const own = task.arenaOffset === undefined ? (task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed)) : undefined;
+  const region = own ? new Uint8Array(own, 0, needed) : arena.subarray(task.arenaOffset as number, (task.arenaOffset as number) + needed);
+  const { reads, recorded } = await readChunks(task, geometry, region, signal);
+  const { crcs, verified } = checksumSlices(task, region, recorded);
+  return { ok: true, ...(own ? { buffer: own } : {}), crcs, reads, readMs: performance.now() - started, verified };
 }
 
-function failed(error: unknown): ReadResult {
+function failed(error: unknown): WorkerResult {
   const e = error as Partial<ReadError>;
   return {
     ok: false,
@@ -126,6 +129,7 @@ export default async function runReadTask(task: ReadTask): Promise<unknown> {
   if (isCancelled(task.id)) controller.abort();
   try {
     const result = await execute(task, controller.signal);
+    if (!result.buffer) return result;
     // Piscina's Transferable protocol: the result is the value, its buffer is transferred.
     const movable = { [Piscina.transferableSymbol]: [result.buffer], [Piscina.valueSymbol]: result };
     return Piscina.move(movable as unknown as Parameters<typeof Piscina.move>[0]);

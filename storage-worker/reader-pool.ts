@@ -10,7 +10,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BroadcastChannel, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import type { ReadResult, ReadTask, WorkerBackend, WorkerInit } from './protocol.js';
+import type { ReadResult, ReadTask, WorkerBackend, WorkerInit, WorkerResult } from './protocol.js';
+import { BufferArena } from './buffer-arena.js';
 
 export interface ReaderPoolOptions {
   readonly backend: WorkerBackend;
@@ -21,6 +22,9 @@ export interface ReaderPoolOptions {
   readonly readConcurrency: number;
   /** Tasks one worker runs at once (they wait on I/O, not CPU). */
   readonly tasksPerWorker: number;
+  /** Bytes of shared memory reserved for task buffers (virtual until used), and its block size. */
+  readonly arenaBytes: number;
+  readonly arenaBlockBytes: number;
 }
 
 export interface ReaderPoolStats {
@@ -29,6 +33,8 @@ export interface ReaderPoolStats {
   readonly running: number;
   readonly completed: number;
   readonly utilization: number;
+  /** Blocks of the shared task-buffer arena held by tasks or unsent frames. */
+  readonly arenaBlocksInUse: number;
 }
 
 /** One core is left to the main thread (CRC and socket writes); 1 to 4 read workers. */
@@ -62,13 +68,15 @@ export class ReaderPool {
   #nextTaskId = 1;
   readonly #cancelFlags = new Int32Array(new SharedArrayBuffer(CANCEL_SLOTS * 4));
   readonly #cancels: BroadcastChannel;
+  readonly #arena: BufferArena;
 
   constructor(options: ReaderPoolOptions) {
     this.#options = options;
     const cancelChannel = `objectcache-read-cancel-${process.pid}-${++poolSequence}`;
     this.#cancels = new BroadcastChannel(cancelChannel);
     this.#cancels.unref();
-    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer };
+    this.#arena = new BufferArena(options.arenaBytes, options.arenaBlockBytes);
+    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer };
     this.#pool = new Piscina({
       filename: workerFilename(),
       minThreads: options.workers,
@@ -83,7 +91,7 @@ export class ReaderPool {
   }
 
   stats(): ReaderPoolStats {
-    return { workers: this.#pool.threads.length, queued: this.#pool.queueSize, running: Math.max(0, this.#inflight - this.#pool.queueSize), completed: this.#pool.completed, utilization: this.#pool.utilization };
+    return { workers: this.#pool.threads.length, queued: this.#pool.queueSize, running: Math.max(0, this.#inflight - this.#pool.queueSize), completed: this.#pool.completed, utilization: this.#pool.utilization, arenaBlocksInUse: this.#arena.blocks - this.#arena.freeBlocks };
   }
 
   /** The worker threads (diagnostics; the fault tests terminate one mid-task). */
@@ -116,8 +124,13 @@ export class ReaderPool {
     }
   }
 
-  /** Returns a task's buffer once nothing refers to its bytes any more. */
-  recycle(buffer: ArrayBuffer): void {
+  /** Returns a task's bytes (ReadResult.region) once nothing refers to them any more. */
+  recycle(region: Uint8Array): void {
+    if (region.buffer === this.#arena.buffer) {
+      this.#arena.give(region.byteOffset);
+      return;
+    }
+    const buffer = region.buffer as ArrayBuffer;
     if (buffer.byteLength === 0 || this.#pooledBytes + buffer.byteLength > MAX_POOLED_BYTES) return;
     const list = this.#free.get(buffer.byteLength) ?? [];
     list.push(buffer);
@@ -147,16 +160,31 @@ export class ReaderPool {
   }
 
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
-  async run(task: Omit<ReadTask, 'buffer'>): Promise<ReadResult> {
+  async run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult> {
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
     }
+    const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
+    const arenaOffset = this.#arena.take(bytes);
     try {
       this.#inflight++;
-      const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
-      const buffer = this.#take(bytes);
-      return (await this.#pool.run(buffer ? { ...task, buffer } : task, buffer ? { transferList: [buffer] } : {})) as ReadResult;
+      let result: WorkerResult;
+      if (arenaOffset !== undefined) {
+        result = (await this.#pool.run({ ...task, arenaOffset })) as WorkerResult;
+      } else {
+        const buffer = this.#take(bytes);
+        result = (await this.#pool.run(buffer ? { ...task, buffer } : task, buffer ? { transferList: [buffer] } : {})) as WorkerResult;
+      }
+      if (!result.ok) {
+        if (arenaOffset !== undefined) this.#arena.give(arenaOffset);
+        return result;
+      }
+      const { buffer, ...rest } = result;
+      const region = buffer ? new Uint8Array(buffer, 0, bytes) : new Uint8Array(this.#arena.buffer, arenaOffset as number, bytes);
+      return { ...rest, region };
     } catch (error) {
+      // Refused by the queue, or the worker died (piscina answers once the thread has exited).
+      if (arenaOffset !== undefined) this.#arena.give(arenaOffset);
       const message = (error as Error).message;
       if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
       return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true };

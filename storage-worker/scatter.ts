@@ -32,16 +32,16 @@ export function sliceOffset(g: TaskGeometry, layer: number, chunk: number): numb
   return g.order === 'layer-major' ? (l * g.chunks + chunk) * g.layerBytes : (chunk * groupLayers + l) * g.layerBytes;
 }
 
-/** The ranges to read for chunk `chunk` (index within the task) and where each byte goes. */
-export function rangeTargets(g: TaskGeometry, buffer: ArrayBuffer, chunk: number): RangeTarget[] {
+/** The ranges to read for chunk `chunk` (index within the task) and where each byte goes in `region` (the task's buffer). */
+export function rangeTargets(g: TaskGeometry, region: Uint8Array, chunk: number): RangeTarget[] {
   const ranges = layerRanges(g.layout, g.layers, g.layerBytes, g.first, g.end);
   const half = g.layerBytes / 2;
   return ranges.map((range, part) => {
     const views: Uint8Array[] = [];
     for (let layer = g.first; layer < g.end; layer++) {
       const at = sliceOffset(g, layer, chunk);
-      if (g.layout === 'KV_2LTD') views.push(new Uint8Array(buffer, at + part * half, half));
-      else views.push(new Uint8Array(buffer, at, g.layerBytes));
+      if (g.layout === 'KV_2LTD') views.push(region.subarray(at + part * half, at + part * half + half));
+      else views.push(region.subarray(at, at + g.layerBytes));
     }
     // Consecutive destinations that touch can be one view (fewer copies and syscalls).
     return { ...range, views: coalesce(views) };

@@ -4,7 +4,7 @@
  * chunks, both transports, layer subsets, KV_2LTD and MLA objects, and the prefix lookup.
  */
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import type { Layout } from '../schemas/layouts.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
@@ -77,6 +77,25 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
     const compact = await client.fetch(descriptorOf(prefix, { keyPrefix: base, keys: prefix.keys.map((k) => k.slice(base.length)), layerRange: [3, 5] }));
     expect(Buffer.from(compact.target).equals(Buffer.from(reference(prefix, 3, 5)))).toBe(true);
   }, 180_000); // seeds 4,096 objects: give a loaded machine room
+
+  it('keeps concurrent streams apart in the shared buffer arena, and gives every block back', async () => {
+    // Eight requests at once, each with its own bytes, some cancelled mid-stream: a block handed
+    // out twice would mix their bytes; a block not given back would stay in use afterwards.
+    const prefixes = await Promise.all(Array.from({ length: 8 }, () => seedPrefix(client, { chunks: 6, layers: 12, layerBytes: 8192, layout: 'KV_L2TD' })));
+    const results = await Promise.all(
+      prefixes.map(async (prefix, i) => {
+        const abort = new AbortController();
+        const fetched = client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { signal: abort.signal, onLayerReady: (layer) => (i % 3 === 2 && layer === 2 ? abort.abort() : undefined) });
+        return i % 3 === 2 ? fetched.then(() => 'not cancelled', () => 'cancelled') : fetched;
+      }),
+    );
+    results.forEach((result, i) => {
+      if (i % 3 === 2) return expect(result).toBe('cancelled');
+      expect(Buffer.from((result as Awaited<ReturnType<typeof client.fetch>>).target).equals(Buffer.from(reference(prefixes[i] as (typeof prefixes)[number])))).toBe(true);
+    });
+    await vi.waitFor(() => expect(gw.gateway.poolStats()).toMatchObject({ arenaBlocksInUse: 0, running: 0, queued: 0 }), { timeout: 10_000 });
+    expect(gw.gateway.bufferedBytes()).toBe(0);
+  });
 
   it('serves KV_2LTD objects (LMCache layout) as if they were stored KV_L2TD', async () => {
     const prefix = await seedPrefix(client, { chunks: 7, layers: 32, layerBytes: 4096, layout: 'KV_2LTD' });

@@ -20,7 +20,8 @@ import { ByteBudget } from './byte-budget.js';
 /** A completed task: its plan entry and what the worker read. */
 export interface TaskRead {
   readonly task: PlannedTask;
-  readonly buffer: ArrayBuffer;
+  /** The task's bytes, slice after slice; handed back to the pool once sent. */
+  readonly region: Uint8Array;
   readonly crcs: Uint32Array;
 }
 
@@ -93,6 +94,8 @@ export class ReadAhead {
   readonly #heldWindow: number[];
   readonly #heldGlobal: boolean[];
   readonly #pump: Promise<void>;
+  /** Each unit's task bytes once read, until they go back to the pool (exactly once). */
+  readonly #regions: (Uint8Array[] | undefined)[];
   readonly #onClientGone = (): void => this.#cancel.abort();
   backendReads = 0;
   verified = true;
@@ -106,6 +109,7 @@ export class ReadAhead {
     this.#results = new Array(options.tasks.length);
     this.#heldWindow = options.units.map(() => 0);
     this.#heldGlobal = options.units.map(() => false);
+    this.#regions = options.units.map(() => undefined);
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));
@@ -169,9 +173,21 @@ export class ReadAhead {
     }
   }
 
+  /**
+   * Unit `u`'s bytes are no longer referenced (the socket took its last frame, or the stream is
+   * over): they go back to the pool. Idempotent, so a block is never handed out twice.
+   */
+  recycle(u: number): void {
+    const regions = this.#regions[u];
+    if (!regions) return;
+    this.#regions[u] = undefined;
+    for (const region of regions) this.#o.pool.recycle(region);
+  }
+
   #complete(u: number, results: ReadResult[]): void {
     const unit = this.#o.units[u] as Unit;
     const reads: TaskRead[] = [];
+    this.#regions[u] = results.flatMap((result) => (result.ok ? [result.region] : []));
     for (const [i, result] of results.entries()) {
       if (!result.ok) {
         // A cancelled task's failure is not the stream's: the cancellation's cause is.
@@ -182,15 +198,16 @@ export class ReadAhead {
       this.backendReads += result.reads;
       this.verified &&= result.verified;
       this.#o.observer?.taskDone(result.reads, result.readMs / 1000);
-      reads.push({ task: this.#o.tasks[unit.from + i] as PlannedTask, buffer: result.buffer, crcs: result.crcs });
+      reads.push({ task: this.#o.tasks[unit.from + i] as PlannedTask, region: result.region, crcs: result.crcs });
     }
     (this.#units[u] as Deferred<TaskRead[]>).resolve(reads);
   }
 
   /**
    * Ends the read-ahead: cancels queued and running tasks, waits for every dispatched task to
-   * answer (their buffers are owned by the workers until then), returns unsent buffers to the
-   * pool and every held byte to the budgets.
+   * answer (their buffers are owned by the workers until then), returns every buffer not yet
+   * recycled to the pool and every held byte to the budgets. Call it only once the response no
+   * longer refers to any frame (finished or destroyed).
    */
   async close(): Promise<void> {
     this.#o.signal.removeEventListener('abort', this.#onClientGone);
@@ -198,6 +215,9 @@ export class ReadAhead {
     await this.#pump;
     for (const id of this.#unfinished.values()) this.#o.pool.cancel(id);
     await Promise.all(this.#results);
-    for (const u of this.#o.units.keys()) this.release(u);
+    for (const u of this.#o.units.keys()) {
+      this.release(u);
+      this.recycle(u);
+    }
   }
 }

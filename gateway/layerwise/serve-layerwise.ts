@@ -146,9 +146,30 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
       // The client stalled (its response is destroyed) or went away: nobody to answer.
       if (!ctx.res.destroyed) throw error;
     }
+    // The task buffers are reused once the response refers to none of their bytes.
+    await responseDone(ctx.res, config.clientStallTimeoutMs);
   } finally {
     await readAhead.close();
   }
+}
+
+/** Resolves once the response has flushed everything or is destroyed; a client that stops reading the last bytes is cut off after the stall timeout. */
+async function responseDone(res: RequestContext['res'], stallTimeoutMs: number): Promise<void> {
+  if (res.writableFinished || res.destroyed) return;
+  await new Promise<void>((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      res.off('finish', done);
+      res.off('close', done);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      res.destroy();
+      done();
+    }, stallTimeoutMs);
+    res.once('finish', done);
+    res.once('close', done);
+  });
 }
 
 interface SourceInput {
@@ -178,7 +199,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     for (let u = 0; u < s.units.length; u++) {
       const reads = u === 0 ? s.first : await readAhead.unit(u);
       // Once the socket has taken the unit's last frame, its buffers go back to the pool.
-      const recycle = (): void => reads.forEach(({ buffer }) => deps.pool.recycle(buffer));
+      const recycle = (): void => readAhead.recycle(u);
       const unitFrames = s.mode === 'layerwise' ? layerFrames(reads, descriptor.layerBytes, shift) : chunkFrames(reads, descriptor.layerBytes, shift);
       for (let i = 0; i < unitFrames.length; i++) {
         const frame = unitFrames[i] as Frame;
@@ -237,10 +258,10 @@ function layerFrames(reads: readonly TaskRead[], layerBytes: number, shift: numb
     const pieces: Uint8Array[] = [];
     let crc: number | undefined;
     let length = 0;
-    for (const { task, buffer, crcs } of reads) {
+    for (const { task, region, crcs } of reads) {
       const chunks = task.chunkEnd - task.chunkStart;
       const bytes = chunks * layerBytes;
-      pieces.push(new Uint8Array(buffer, (layer - first) * bytes, bytes));
+      pieces.push(region.subarray((layer - first) * bytes, (layer - first + 1) * bytes));
       crc = combined(crcs, (layer - first) * chunks, chunks, crc, shift);
       length += bytes;
     }
@@ -252,12 +273,12 @@ function layerFrames(reads: readonly TaskRead[], layerBytes: number, shift: numb
 /** A task's CHUNK frames: each chunk's delivered layers. */
 function chunkFrames(reads: readonly TaskRead[], layerBytes: number, shift: number): Frame[] {
   const out: Frame[] = [];
-  for (const { task, buffer, crcs } of reads) {
+  for (const { task, region, crcs } of reads) {
     const layers = task.end - task.first;
     const perChunk = layers * layerBytes;
     for (let c = task.chunkStart; c < task.chunkEnd; c++) {
       const i = c - task.chunkStart;
-      out.push({ type: FrameType.CHUNK, index: c, pieces: [new Uint8Array(buffer, i * perChunk, perChunk)], length: perChunk, crc32c: combined(crcs, i * layers, layers, undefined, shift) });
+      out.push({ type: FrameType.CHUNK, index: c, pieces: [region.subarray(i * perChunk, (i + 1) * perChunk)], length: perChunk, crc32c: combined(crcs, i * layers, layers, undefined, shift) });
     }
   }
   return out;
