@@ -4,11 +4,16 @@
  * backpressure and are never buffered whole; aws-chunked uploads are decoded and verified here
  * and sent on as plain bodies of their decoded length; a client that goes away aborts the
  * backend request.
+ *
+ * The response is moved by an undici dispatch handler: each body chunk is written to the client
+ * as it arrives, the backend is paused while the client's socket is full, and nothing per chunk
+ * or per response is allocated beyond that (no Readable, no pipeline, no AbortController).
  */
-import { pipeline } from 'node:stream/promises';
+import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
+import type { Dispatcher } from 'undici';
 import { UNSIGNED_PAYLOAD } from './auth/sigv4.js';
-import { EMPTY_PAYLOAD_SHA256, type S3Backend } from '../storage-worker/s3-backend.js';
+import { EMPTY_PAYLOAD_SHA256, mapBackendError, type S3Backend } from '../storage-worker/s3-backend.js';
 import { uploadBody } from './body/upload-body.js';
 import { headerOf, type RequestContext } from './context.js';
 import { s3Operation } from './s3/operation.js';
@@ -69,23 +74,87 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend):
   const headers = forwardHeaders(ctx, trailerChecksum);
   if (length !== undefined) headers['content-length'] = String(length);
 
-  const response = await backend.request({
-    method: ctx.req.method ?? 'GET',
-    path: ctx.target.canonicalPath,
-    query: ctx.target.query,
-    headers,
-    ...(body ? { body } : {}),
-    payloadHash,
-    signal: ctx.signal,
+  await new Promise<void>((resolve, reject) => {
+    backend.dispatch(
+      {
+        method: ctx.req.method ?? 'GET',
+        path: ctx.target.canonicalPath,
+        query: ctx.target.query,
+        headers,
+        ...(body ? { body } : {}),
+        payloadHash,
+      },
+      new RelayHandler(ctx.res, resolve, reject),
+    );
   });
+}
 
-  const outHeaders: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(response.headers)) {
-    if (value === undefined || DROP_RESPONSE.has(name)) continue;
-    outHeaders[name] = value;
+/** Relays the backend's response to the client response, with backpressure both ways. */
+class RelayHandler implements Dispatcher.DispatchHandler {
+  readonly #res: ServerResponse;
+  readonly #resolve: () => void;
+  readonly #reject: (error: unknown) => void;
+  #controller: Dispatcher.DispatchController | undefined;
+  #settled = false;
+
+  constructor(res: ServerResponse, resolve: () => void, reject: (error: unknown) => void) {
+    this.#res = res;
+    this.#resolve = resolve;
+    this.#reject = reject;
+    res.once('close', this.#onClose);
   }
-  const backendRequestId = response.headers['x-amz-request-id'];
-  if (typeof backendRequestId === 'string') outHeaders['x-objectcache-backend-request-id'] = backendRequestId;
-  ctx.res.writeHead(response.statusCode, outHeaders);
-  await pipeline(response.body, ctx.res);
+
+  /** The client went away (or the response is done): stop the backend request if still running. */
+  readonly #onClose = (): void => {
+    if (!this.#res.writableFinished) this.#controller?.abort(new Error('the client closed the connection'));
+  };
+
+  readonly #onDrain = (): void => this.#controller?.resume();
+
+  #settle(error?: unknown): void {
+    if (this.#settled) return;
+    this.#settled = true;
+    this.#res.off('close', this.#onClose);
+    this.#res.off('drain', this.#onDrain);
+    if (error === undefined) this.#resolve();
+    else this.#reject(error);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#res.destroyed) controller.abort(new Error('the client closed the connection'));
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    const out: Record<string, string | string[]> = {};
+    for (const name in headers) {
+      const value = headers[name];
+      if (value === undefined || DROP_RESPONSE.has(name)) continue;
+      out[name] = value;
+    }
+    const backendRequestId = headers['x-amz-request-id'];
+    if (typeof backendRequestId === 'string') out['x-objectcache-backend-request-id'] = backendRequestId;
+    this.#res.writeHead(statusCode, out);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.#res.write(chunk) && !controller.paused) {
+      controller.pause();
+      this.#res.once('drain', this.#onDrain);
+    }
+  }
+
+  onResponseEnd(): void {
+    this.#res.end();
+    this.#settle();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    if (this.#res.destroyed) return this.#settle(); // the client is gone: nothing to answer
+    // Before the status line: an S3 error answers the client. After: the response cannot be
+    // mended, so it is cut (the client sees a truncated body, never a wrong one).
+    if (!this.#res.headersSent) return this.#settle(mapBackendError(error));
+    this.#res.destroy();
+    this.#settle();
+  }
 }

@@ -111,10 +111,21 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     const requestId = newRequestId();
     res.setHeader('x-amz-request-id', requestId);
     res.setHeader('server', 'ObjectCache');
-    const abort = new AbortController();
+    // The client going away aborts `ctx.signal`; its controller is made only when someone asks.
+    let abort: AbortController | undefined;
+    let clientGone = false;
     res.once('close', () => {
-      if (!res.writableFinished) abort.abort();
+      if (res.writableFinished) return;
+      clientGone = true;
+      abort?.abort();
     });
+    const signal = (): AbortSignal => {
+      if (!abort) {
+        abort = new AbortController();
+        if (clientGone) abort.abort();
+      }
+      return abort.signal;
+    };
     let target: S3Target | undefined;
     let ctx: RequestContext | undefined;
     let failure: ObjectCacheError | undefined;
@@ -148,7 +159,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         target = unhoisted.target;
         for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
       }
-      ctx = { req, res, requestId, target, auth, config, logger, signal: abort.signal, startedAt, operation: 'Unknown' };
+      ctx = {
+        req, res, requestId, target, auth, config, logger, startedAt, operation: 'Unknown',
+        get signal() {
+          return signal();
+        },
+      };
       const special = objectCacheOperation(ctx);
       if (special === 'LayerwiseGet') {
         ctx.operation = 'LayerwiseGet';
@@ -167,7 +183,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       else if (store) await serveEmbedded(ctx, store);
       else if (backend) await servePassthrough(ctx, backend);
     } catch (error) {
-      if (abort.signal.aborted) return; // The client is gone: nothing to answer.
+      if (clientGone) return; // The client is gone: nothing to answer.
       failure = toObjectCacheError(error);
       if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
       if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || failure.status === 503) {

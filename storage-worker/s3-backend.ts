@@ -131,6 +131,27 @@ export class S3Backend {
     }
   }
 
+  /**
+   * Signs and sends one request whose response goes to `handler` (undici's handler interface,
+   * for callers that move the body themselves); counted like `request`. Not for requests with a
+   * signal: the handler aborts through its controller.
+   */
+  dispatch(request: Omit<BackendRequest, 'signal'>, handler: Dispatcher.DispatchHandler): void {
+    const query = request.query ?? [];
+    const headers = this.sign(request.method, request.path, request.headers, query, request.payloadHash);
+    const qs = queryString(query);
+    this.#requests++;
+    this.#inflight++;
+    const path = qs === '' ? request.path : `${request.path}?${qs}`;
+    this.#pool.dispatch(
+      { method: request.method as Dispatcher.HttpMethod, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs },
+      new CountedHandler(handler, (failed) => {
+        this.#inflight--;
+        if (failed) this.#errors++;
+      }),
+    );
+  }
+
   /** True when the endpoint answers HTTP at all (any status): used by /readyz. */
   async reachable(timeoutMs: number): Promise<boolean> {
     try {
@@ -144,5 +165,45 @@ export class S3Backend {
 
   async close(): Promise<void> {
     await this.#pool.close();
+  }
+}
+
+/** Forwards to a handler and reports once when the exchange is over (for the backend's counters). */
+class CountedHandler implements Dispatcher.DispatchHandler {
+  readonly #inner: Dispatcher.DispatchHandler;
+  #done: ((failed: boolean) => void) | undefined;
+
+  constructor(inner: Dispatcher.DispatchHandler, done: (failed: boolean) => void) {
+    this.#inner = inner;
+    this.#done = done;
+  }
+
+  #finish(failed: boolean): void {
+    const done = this.#done;
+    this.#done = undefined;
+    done?.(failed);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void {
+    this.#inner.onRequestStart?.(controller, context);
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>, statusMessage?: string): void {
+    this.#inner.onResponseStart?.(controller, statusCode, headers, statusMessage);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.#inner.onResponseData?.(controller, chunk);
+  }
+
+  onResponseEnd(controller: Dispatcher.DispatchController, trailers: Record<string, string | string[] | undefined>): void {
+    this.#finish(false);
+    this.#inner.onResponseEnd?.(controller, trailers);
+  }
+
+  onResponseError(controller: Dispatcher.DispatchController | undefined, error: Error): void {
+    // Before the connection is made (refused, a failing request body) there is no controller yet.
+    this.#finish(controller?.aborted !== true);
+    this.#inner.onResponseError?.(controller as Dispatcher.DispatchController, error);
   }
 }

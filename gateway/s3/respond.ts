@@ -10,8 +10,13 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import { errorXml } from './xml.js';
 
 /** 16 upper-case hex characters, like Amazon S3's request ids. */
+/** 8 random hex digits per process, then a counter: unique, sortable within a process, and cheap. */
+const REQUEST_ID_PREFIX = randomBytes(4).toString('hex').toUpperCase();
+let requestCounter = 0;
+
 export function newRequestId(): string {
-  return randomBytes(8).toString('hex').toUpperCase();
+  requestCounter = (requestCounter + 1) % 0x100000000;
+  return REQUEST_ID_PREFIX + requestCounter.toString(16).toUpperCase().padStart(8, '0');
 }
 
 export function sendXml(res: ServerResponse, status: number, xml: string, headers: Record<string, string> = {}): void {
