@@ -89,6 +89,9 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend):
   });
 }
 
+/** Bytes a relayed response may hold unsent before the backend is paused. */
+const RELAY_BUFFER_BYTES = 1024 * 1024;
+
 /** Relays the backend's response to the client response, with backpressure both ways. */
 class RelayHandler implements Dispatcher.DispatchHandler {
   readonly #res: ServerResponse;
@@ -138,7 +141,9 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (!this.#res.write(chunk) && !controller.paused) {
+    // The backend is paused only once the client's side holds RELAY_BUFFER_BYTES unsent (pausing
+    // at every full socket buffer costs a pause/resume and a drain per body chunk).
+    if (!this.#res.write(chunk) && this.#res.writableLength >= RELAY_BUFFER_BYTES && !controller.paused) {
       controller.pause();
       this.#res.once('drain', this.#onDrain);
     }
