@@ -78,24 +78,31 @@ export interface SendOptions {
   readonly onBytes?: ((bytes: number) => void) | undefined;
 }
 
-/** After a write that filled the socket buffer: wait for 'drain', the client leaving, or the stall timeout. */
-function drained(res: ServerResponse, stallTimeoutMs: number): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    const done = (): void => {
+/**
+ * Waits for one of `events` on the response, or for `timeoutMs`, whichever comes first; on the
+ * timeout the response is destroyed (a client that takes nothing is cut off) and false returned.
+ */
+export function responseEvent(res: ServerResponse, events: readonly ('drain' | 'finish' | 'close')[], timeoutMs: number): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const done = (reached: boolean): void => {
       clearTimeout(timer);
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
+      for (const event of events) res.off(event, onEvent);
+      resolve(reached);
     };
+    const onEvent = (): void => done(true);
     const timer = setTimeout(() => {
-      res.off('drain', done);
-      res.off('close', done);
-      res.destroy(); // the caller gets the error; nothing else should see an 'error' event
-      reject(new ObjectCacheError('OC_ERR_CLIENT_STALLED', `The client took no data for ${stallTimeoutMs} ms`));
-    }, stallTimeoutMs);
-    res.on('drain', done);
-    res.on('close', done);
+      done(false);
+      res.destroy(); // the caller reports it; nothing else should see an 'error' event
+    }, timeoutMs);
+    for (const event of events) res.on(event, onEvent);
   });
+}
+
+/** After a write that filled the socket buffer: wait for 'drain', the client leaving, or the stall timeout. */
+async function drained(res: ServerResponse, stallTimeoutMs: number): Promise<void> {
+  if (!(await responseEvent(res, ['drain', 'close'], stallTimeoutMs))) {
+    throw new ObjectCacheError('OC_ERR_CLIENT_STALLED', `The client took no data for ${stallTimeoutMs} ms`);
+  }
 }
 
 /**

@@ -22,7 +22,7 @@ import type { LayerwiseObserver } from '../metrics.js';
 import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
 import type { ByteBudget } from './byte-budget.js';
-import { jsonFrame, paced, send, unpaced, type Frame } from './frame-stream.js';
+import { jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
 import { ReadAhead, type TaskRead, type Unit } from './read-ahead.js';
 
 export type DeliveryMode = 'layerwise' | 'chunkwise';
@@ -156,20 +156,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
 /** Resolves once the response has flushed everything or is destroyed; a client that stops reading the last bytes is cut off after the stall timeout. */
 async function responseDone(res: RequestContext['res'], stallTimeoutMs: number): Promise<void> {
   if (res.writableFinished || res.destroyed) return;
-  await new Promise<void>((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      res.off('finish', done);
-      res.off('close', done);
-      resolve();
-    };
-    const timer = setTimeout(() => {
-      res.destroy();
-      done();
-    }, stallTimeoutMs);
-    res.once('finish', done);
-    res.once('close', done);
-  });
+  await responseEvent(res, ['finish', 'close'], stallTimeoutMs);
 }
 
 interface SourceInput {
