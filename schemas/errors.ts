@@ -77,6 +77,7 @@ export const ERRORS = {
   OC_ERR_DESCRIPTOR_KEY_MISMATCH: { status: 400, s3Code: 'InvalidArgument', description: 'The GET path does not name the descriptor\'s last chunk key.' },
   OC_ERR_CHUNK_MISSING: { status: 404, s3Code: 'NoSuchKey', description: 'A chunk named by the descriptor does not exist (the message names it).' },
   OC_ERR_CHUNK_SIZE: { status: 400, s3Code: 'InvalidArgument', description: 'A chunk object is not layers x layerBytes bytes long (the message names it).' },
+  OC_ERR_CHUNK_CHANGED: { status: 409, s3Code: 'OperationAborted', description: 'A chunk object was overwritten while the layerwise GET was reading it (its ETag changed between reads): nothing of the new version was delivered. Retry the GET.' },
   OC_ERR_CHUNK_CORRUPT: { status: 502, s3Code: 'InternalError', description: 'A slice read from a chunk does not match the CRC32C recorded when it was stored (the message names chunk and layer).' },
   OC_ERR_BACKEND_RANGE: { status: 502, s3Code: 'InternalError', description: 'A range read came back with the wrong status, Content-Range or length.' },
   OC_ERR_CLIENT_STALLED: { status: 408, s3Code: 'RequestTimeout', description: 'The client stopped reading the stream for longer than --client-stall-timeout-ms; the stream was ended to release its buffers.' },

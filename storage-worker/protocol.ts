@@ -56,6 +56,12 @@ export interface ReadTask {
   readonly first: number;
   readonly end: number;
   readonly order: TaskOrder;
+  /**
+   * Each chunk's ETag as its first read saw it (index as in `keys`; undefined: not pinned yet).
+   * A later read of a pinned chunk must find the same version (If-Match), or the task fails with
+   * OC_ERR_CHUNK_CHANGED: a chunk overwritten mid-stream is never delivered half old, half new.
+   */
+  readonly etags?: readonly (string | undefined)[];
   /** Where in the shared arena the task's buffer is (preferred: nothing is allocated or moved). */
   readonly arenaOffset?: number;
   /**
@@ -83,6 +89,8 @@ export type ReadResult =
        * lie in the buffer: the frame checksums are combined from these, never recomputed.
        */
       readonly crcs: Uint32Array;
+      /** The ETag of each chunk's version that was read (index as in the task's keys). */
+      readonly etags: readonly (string | undefined)[];
       /** Backend range reads this task issued. */
       readonly reads: number;
       readonly readMs: number;

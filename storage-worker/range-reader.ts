@@ -42,6 +42,8 @@ export interface ChunkRead {
   readonly targets: readonly RangeTarget[];
   /** L * S: the size every chunk object must have. */
   readonly objectBytes: number;
+  /** The version an earlier read saw: a different one is OC_ERR_CHUNK_CHANGED. */
+  readonly etag?: string | undefined;
   readonly signal: AbortSignal;
 }
 
@@ -51,6 +53,8 @@ export interface ChunkReadInfo {
   readonly layerCrcs: string | undefined;
   /** Backend reads issued. */
   readonly reads: number;
+  /** The version that was read. */
+  readonly etag: string | undefined;
 }
 
 export interface RangeReader {
@@ -60,6 +64,10 @@ export interface RangeReader {
 
 function sizeError(key: string, actual: number, expected: number): ReadError {
   return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is ${actual} bytes; the descriptor's layers x layerBytes is ${expected}`);
+}
+
+function changed(key: string): ReadError {
+  return new ReadError('OC_ERR_CHUNK_CHANGED', `chunk ${key} was overwritten while it was being read`, true);
 }
 
 function cancelled(): ReadError {
@@ -95,7 +103,7 @@ export class LocalRangeReader implements RangeReader {
     this.#dataDir = dataDir;
   }
 
-  async read({ bucket, key, targets, objectBytes, signal }: ChunkRead): Promise<ChunkReadInfo> {
+  async read({ bucket, key, targets, objectBytes, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
     let fh;
     try {
       fh = await open(join(this.#dataDir, objectRelativePath(bucket, key)), 'r');
@@ -106,12 +114,14 @@ export class LocalRangeReader implements RangeReader {
     try {
       const meta = await readFooter(fh);
       if (meta.key !== key) throw new ReadError('OC_ERR_STORE_IO', `the file of chunk ${key} belongs to another key`);
+      if (etag !== undefined && meta.etag !== etag) throw changed(key);
       if (meta.size !== objectBytes) throw sizeError(key, meta.size, objectBytes);
+      // The open handle pins this version for every range below, whatever is renamed over it.
       for (const target of targets) {
         if (signal.aborted) throw cancelled();
         await readvFully(fh, target.views, target.offset, target.length, key, objectBytes);
       }
-      return { layerCrcs: meta.userMeta[LAYER_CRC_META], reads: targets.length };
+      return { layerCrcs: meta.userMeta[LAYER_CRC_META], reads: targets.length, etag: meta.etag };
     } finally {
       await fh.close();
     }
@@ -146,6 +156,8 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
   /** Error statuses whose body tells what is wrong (404: NoSuchBucket or NoSuchKey). */
   #errorBody: Buffer[] | undefined;
   #layerCrcs: string | undefined;
+  /** The ETag of the version that answered. */
+  etag: string | undefined;
   #resolve!: (info: string | undefined) => void;
   #reject!: (error: ReadError) => void;
   readonly done: Promise<string | undefined>;
@@ -183,6 +195,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
     this.#status = statusCode;
     const key = this.#key;
     if (statusCode !== 206) {
+      if (statusCode === 412) return this.#fail(changed(key));
       if (statusCode === 404 || statusCode === 416) {
         this.#errorBody = [];
         return;
@@ -200,6 +213,8 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
     }
     const crcs = headers[`x-amz-meta-${LAYER_CRC_META}`];
     this.#layerCrcs = typeof crcs === 'string' ? crcs : undefined;
+    const etag = headers['etag'];
+    this.etag = typeof etag === 'string' ? etag : undefined;
   }
 
   onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -242,17 +257,23 @@ export class S3RangeReader implements RangeReader {
     this.#backend = backend;
   }
 
-  async read({ bucket, key, targets, objectBytes, signal }: ChunkRead): Promise<ChunkReadInfo> {
+  async read({ bucket, key, targets, objectBytes, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
     const path = escapeUriPath(`/${bucket}/${key}`);
     let layerCrcs: string | undefined;
+    // Pinned: every range must come from the version an earlier read saw (S3 and MinIO answer
+    // 412 to an If-Match that no longer holds); the second range of a chunk is pinned by the first.
+    let pin = etag;
     for (const target of targets) {
       if (signal.aborted) throw cancelled();
       const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
-      const headers = this.#backend.sign('GET', path, { range: `bytes=${target.offset}-${target.offset + target.length - 1}` });
+      const range = `bytes=${target.offset}-${target.offset + target.length - 1}`;
+      const headers = this.#backend.sign('GET', path, pin === undefined ? { range } : { range, 'if-match': pin });
       this.#backend.dispatcher.dispatch({ method: 'GET', path, headers, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
       layerCrcs = (await handler.done) ?? layerCrcs;
+      if (pin !== undefined && handler.etag !== undefined && handler.etag !== pin) throw changed(key);
+      pin ??= handler.etag;
     }
-    return { layerCrcs, reads: targets.length };
+    return { layerCrcs, reads: targets.length, etag: pin };
   }
 
   async close(): Promise<void> {

@@ -96,6 +96,12 @@ export class ReadAhead {
   readonly #pump: Promise<void>;
   /** Each unit's task bytes once read, until they go back to the pool (exactly once). */
   readonly #regions: (Uint8Array[] | undefined)[];
+  /**
+   * Each chunk's ETag from its first read (by prefix position). Later reads of the chunk must
+   * find the same version; the first unit reads every chunk and nothing is read beyond it until
+   * it is complete (layerwise), so every later task carries the pins of its chunks.
+   */
+  readonly #pins: (string | undefined)[] = [];
   readonly #onClientGone = (): void => this.#cancel.abort();
   backendReads = 0;
   verified = true;
@@ -160,7 +166,8 @@ export class ReadAhead {
         await pool.room(signal);
         const id = pool.taskId();
         this.#unfinished.set(t, id);
-        const result = pool.run({ ...this.#o.toReadTask(task), id });
+        const pins = this.#pins.slice(task.chunkStart, task.chunkEnd);
+        const result = pool.run({ ...this.#o.toReadTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) });
         this.#results[t] = result;
         void result.then(() => {
           this.#unfinished.delete(t);
@@ -195,6 +202,8 @@ export class ReadAhead {
         this.#o.observer?.taskFailed(result.code);
         return this.#fail(readFailure(result));
       }
+      const task = this.#o.tasks[unit.from + i] as PlannedTask;
+      result.etags.forEach((etag, c) => (this.#pins[task.chunkStart + c] ??= etag));
       this.backendReads += result.reads;
       this.verified &&= result.verified;
       this.#o.observer?.taskDone(result.reads, result.readMs / 1000);
