@@ -167,9 +167,13 @@ export class ObjectCacheClient {
     return errorFromXml(response.statusCode, Buffer.concat(chunks).toString('utf8'), typeof header === 'string' ? header : undefined);
   }
 
-  /** How many leading chunks of `keys` the store holds (one round trip). */
-  async lookup(keys: readonly string[], keyPrefix = ''): Promise<number> {
-    const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify({ keys, keyPrefix })));
+  /**
+   * How many leading chunks of `keys` the store holds (one round trip). With the geometry, a
+   * chunk counts only when it is exactly `layers x layerBytes` bytes (what a fetch accepts).
+   */
+  async lookup(keys: readonly string[], keyPrefix = '', geometry?: { readonly layers: number; readonly layerBytes: number }): Promise<number> {
+    const body = { keys, keyPrefix, ...(geometry ? { layers: geometry.layers, layerBytes: geometry.layerBytes } : {}) };
+    const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify(body)));
     if (response.statusCode !== 200) throw await this.#failure(response);
     let text = '';
     for await (const chunk of response.body) text += (chunk as Buffer).toString('utf8');

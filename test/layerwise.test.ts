@@ -113,6 +113,19 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
     expect(await client.lookup([missing, ...prefix.keys])).toBe(0);
   });
 
+  it('does not count a chunk of the wrong size as matched when the lookup names the geometry', async () => {
+    const prefix = await seedPrefix(client, { chunks: 6, layers: 4, layerBytes: 128, layout: 'KV_L2TD' });
+    // Chunk 3 rewritten one layer short: it exists, but a fetch would refuse it (OC_ERR_CHUNK_SIZE).
+    await client.putChunks([prefix.keys[3] as string], [new Uint8Array(3 * 128)]);
+    expect(await client.lookup(prefix.keys)).toBe(6);
+    expect(await client.lookup(prefix.keys, '', { layers: 4, layerBytes: 128 })).toBe(3);
+    expect(await client.lookup(prefix.keys, '', { layers: 2, layerBytes: 256 })).toBe(3); // same size, other split: a match by size
+    const failure = await client.fetch(descriptorOf(prefix)).catch((e: unknown) => e);
+    expect((failure as { code?: string }).code).toBe('OC_ERR_CHUNK_SIZE');
+    const refusal = await client.lookup(prefix.keys, '', { layers: 4 } as never).catch((e: unknown) => e);
+    expect((refusal as { code?: string }).code).toBe('OC_ERR_DESCRIPTOR_INVALID');
+  });
+
   it('iterates ready layers with the async iterator', async () => {
     const prefix = await seedPrefix(client, { chunks: 3, layers: 5, layerBytes: 256, layout: 'MLA' });
     const seen: number[] = [];
