@@ -10,7 +10,7 @@ import { queryValue } from '../s3/request.js';
 import { sendEmpty, sendXml } from '../s3/respond.js';
 import { buildXml, parseXmlBody, xmlList, xmlText } from '../s3/xml.js';
 import { readSmallBody } from './buckets.js';
-import { objectAttributes } from './objects.js';
+import { objectAttributes, writePrecondition } from './objects.js';
 
 const OWNER = { ID: 'objectcache', DisplayName: 'objectcache' };
 
@@ -58,7 +58,7 @@ export async function completeMultipartUpload(ctx: RequestContext, store: LocalS
     if (etag === undefined) throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'Every <Part> needs an <ETag>');
     return { partNumber: partNumberOf(xmlText(part, 'PartNumber')?.trim()), etag: etag.trim() };
   });
-  const meta = await store.completeUpload(bucket, key, uploadId, parts);
+  const meta = await store.completeUpload(bucket, key, uploadId, parts, writePrecondition(ctx.req));
   sendXml(ctx.res, 200, buildXml('CompleteMultipartUploadResult', { Location: `/${bucket}/${key}`, Bucket: bucket, Key: key, ETag: `"${meta.etag}"` }));
 }
 

@@ -6,7 +6,7 @@
 import type { IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { LocalStore, ObjectAttributes, ObjectMeta } from '../../storage-worker/local-store/local-store.js';
+import type { LocalStore, ObjectAttributes, ObjectMeta, WritePrecondition } from '../../storage-worker/local-store/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { parseRange } from '../s3/range.js';
@@ -51,6 +51,22 @@ function etagMatches(condition: string, etag: string): boolean {
     const value = part.trim().replace(/^W\//, '');
     return value === '*' || value === quoted(etag) || value === etag;
   });
+}
+
+/**
+ * The If-Match / If-None-Match of a write (PUT, CompleteMultipartUpload), as MinIO evaluates
+ * them: If-Match needs the object to exist with a listed ETag; If-None-Match fails when the
+ * object exists and matches (`*` matches any). Undefined when the request has neither.
+ */
+export function writePrecondition(req: IncomingMessage): WritePrecondition | undefined {
+  const ifMatch = headerOf(req, 'if-match');
+  const ifNoneMatch = headerOf(req, 'if-none-match');
+  if (ifMatch === undefined && ifNoneMatch === undefined) return undefined;
+  return (current) => {
+    if (ifMatch !== undefined && (current === undefined || !etagMatches(ifMatch, current.etag))) return false;
+    if (ifNoneMatch !== undefined && current !== undefined && etagMatches(ifNoneMatch, current.etag)) return false;
+    return true;
+  };
 }
 
 function parseHttpDate(text: string | undefined): number | undefined {
@@ -141,14 +157,10 @@ export async function putObject(ctx: RequestContext, store: LocalStore): Promise
   }
   if (key === '') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', 'The object key must not be empty');
   if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
-  const ifNoneMatch = headerOf(ctx.req, 'if-none-match');
-  if (ifNoneMatch !== undefined && ifNoneMatch.trim() !== '*') {
-    throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', 'Only If-None-Match: * is supported on PUT');
-  }
   const body = uploadBody(ctx.req, ctx.auth, { maxBytes: ctx.config.maxObjectBytes });
   const meta = await store.putObject(bucket, key, body.stream, {
     ...objectAttributes(ctx.req),
-    ifNoneMatch: ifNoneMatch !== undefined,
+    precondition: writePrecondition(ctx.req),
     checksum: () => {
       const value = body.checksumValue();
       return body.checksum && value !== undefined ? { algorithm: body.checksum.algorithm, value } : undefined;

@@ -38,9 +38,15 @@ export interface ObjectAttributes {
 export interface PutOptions extends ObjectAttributes {
   /** Read after the body has been consumed and verified (trailer checksums arrive last). */
   readonly checksum?: () => { algorithm: string; value: string } | undefined;
-  /** If-None-Match: * on PUT: fail instead of overwriting. */
-  readonly ifNoneMatch?: boolean;
+  /**
+   * A conditional write (If-Match / If-None-Match): given the object the key holds now (or
+   * undefined), true when the write may replace it. Checked before the body is read and again at
+   * the moment of the commit, so a failed condition never changes the stored object.
+   */
+  readonly precondition?: WritePrecondition | undefined;
 }
+
+export type WritePrecondition = (current: ObjectMeta | undefined) => boolean;
 
 export interface OpenObject {
   readonly meta: ObjectMeta;
@@ -266,8 +272,7 @@ export class LocalStore {
 
   /** Streams `body` into a new object; resolves after the object is durable and visible. */
   async putObject(bucket: string, key: string, body: Readable, options: PutOptions): Promise<ObjectMeta> {
-    this.#bucket(bucket);
-    if (options.ifNoneMatch && this.#bucket(bucket).index.get(key)) throw this.#preconditionFailed();
+    if (options.precondition && !options.precondition(this.#bucket(bucket).index.get(key))) throw this.#preconditionFailed();
     let meta: ObjectMeta | undefined;
     const staged = await stageFile(this.#tempDir, body, ({ size, md5Hex }) => {
       const checksum = options.checksum?.();
@@ -283,20 +288,20 @@ export class LocalStore {
       };
       return meta;
     });
-    return this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, options.ifNoneMatch ?? false);
+    return this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, options.precondition);
   }
 
   #preconditionFailed(): ObjectCacheError {
     return new ObjectCacheError('OC_ERR_STORE_PRECONDITION_FAILED', 'At least one of the pre-conditions you specified did not hold');
   }
 
-  async #commitObject(bucket: string, key: string, staged: StagedFile, meta: ObjectMeta, ifNoneMatch: boolean): Promise<ObjectMeta> {
+  async #commitObject(bucket: string, key: string, staged: StagedFile, meta: ObjectMeta, precondition: WritePrecondition | undefined): Promise<ObjectMeta> {
     const state = this.#buckets.get(bucket);
     if (!state) {
       await discardStaged(staged);
       throw noSuchBucket(bucket);
     }
-    if (ifNoneMatch && state.index.get(key)) {
+    if (precondition && !precondition(state.index.get(key))) {
       await discardStaged(staged);
       throw this.#preconditionFailed();
     }
@@ -408,8 +413,10 @@ export class LocalStore {
     return [...this.#bucket(bucket).uploads.values()].filter((u) => u.key.startsWith(prefix)).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.initiated - b.initiated));
   }
 
-  async completeUpload(bucket: string, key: string, uploadId: string, requested: readonly { partNumber: number; etag: string }[]): Promise<ObjectMeta> {
+  async completeUpload(bucket: string, key: string, uploadId: string, requested: readonly { partNumber: number; etag: string }[], precondition?: WritePrecondition): Promise<ObjectMeta> {
     const info = this.#upload(bucket, key, uploadId);
+    // A failed condition leaves both the object and the upload as they were (it can be retried).
+    if (precondition && !precondition(this.#bucket(bucket).index.get(key))) throw this.#preconditionFailed();
     if (requested.length === 0) throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'CompleteMultipartUpload must list at least one part');
     const chosen: PartInfo[] = [];
     let previous = 0;
@@ -458,9 +465,13 @@ export class LocalStore {
       await discardStaged(staged);
       throw noSuchUpload(uploadId);
     }
+    if (precondition && !precondition(this.#bucket(bucket).index.get(key))) {
+      await discardStaged(staged);
+      throw this.#preconditionFailed();
+    }
     info.parts.clear();
     this.#bucket(bucket).uploads.delete(uploadId);
-    const committed = await this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, false);
+    const committed = await this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, precondition);
     await rm(dir, { recursive: true, force: true });
     return committed;
   }
