@@ -10,10 +10,11 @@
  * or per response is allocated beyond that (no Readable, no pipeline, no AbortController).
  */
 import type { ServerResponse } from 'node:http';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { UNSIGNED_PAYLOAD } from './auth/sigv4.js';
 import { EMPTY_PAYLOAD_SHA256, mapBackendError, type S3Backend } from '../storage-worker/s3-backend.js';
+import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js';
 import { uploadBody } from './body/upload-body.js';
 import { headerOf, type RequestContext } from './context.js';
 import { s3Operation } from './s3/operation.js';
@@ -30,7 +31,7 @@ const SIGNATURE_HEADERS = new Set(['x-amz-date', 'x-amz-content-sha256', 'x-amz-
 /** Response headers that are hop-by-hop (RFC 9110 section 7.6.1) or replaced by the gateway. */
 const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-authenticate', 'proxy-connection', 'x-amz-request-id']);
 
-function forwardHeaders(ctx: RequestContext, trailerChecksum: boolean): Record<string, string> {
+function forwardHeaders(ctx: RequestContext): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(ctx.req.headers)) {
     if (value === undefined) continue;
@@ -42,9 +43,45 @@ function forwardHeaders(ctx: RequestContext, trailerChecksum: boolean): Record<s
     const kept = encoding.split(',').map((s) => s.trim()).filter((s) => s !== '' && s.toLowerCase() !== 'aws-chunked');
     if (kept.length > 0) out['content-encoding'] = kept.join(', ');
   }
-  // A trailer checksum was verified here; the backend receives a plain body without it.
-  if (trailerChecksum) delete out['x-amz-sdk-checksum-algorithm'];
   return out;
+}
+
+/** Decoded bytes per chunk of a re-encoded aws-chunked body (MinIO refuses chunks over 16 MiB). */
+const TRAILER_CHUNK_BYTES = 1024 * 1024;
+
+/** The aws-chunked length of `length` decoded bytes in TRAILER_CHUNK_BYTES chunks, with a trailer line. */
+function awsChunkedLength(length: number, trailerLineBytes: number): number {
+  let total = 0;
+  for (let at = 0; at < length; at += TRAILER_CHUNK_BYTES) {
+    const size = Math.min(TRAILER_CHUNK_BYTES, length - at);
+    total += size.toString(16).length + 2 + size + 2;
+  }
+  return total + 3 + trailerLineBytes + 2; // "0\r\n", the trailer line, the final "\r\n"
+}
+
+/**
+ * The verified body as an unsigned aws-chunked stream with the checksum as its trailer: the
+ * client's trailing checksum reaches the store as the client sent it, although its value is known
+ * only once the whole body has been read (and verified). Streams; never buffers a chunk.
+ */
+async function* awsChunkedWithTrailer(body: AsyncIterable<Buffer>, length: number, trailer: () => string): AsyncGenerator<Buffer> {
+  let inChunk = 0; // bytes left in the current chunk
+  let sent = 0;
+  for await (let data of body) {
+    while (data.byteLength > 0) {
+      if (inChunk === 0) {
+        inChunk = Math.min(TRAILER_CHUNK_BYTES, length - sent);
+        yield Buffer.from(`${inChunk.toString(16)}\r\n`, 'latin1');
+      }
+      const piece = data.byteLength <= inChunk ? data : data.subarray(0, inChunk);
+      yield piece;
+      inChunk -= piece.byteLength;
+      sent += piece.byteLength;
+      data = data.subarray(piece.byteLength);
+      if (inChunk === 0) yield Buffer.from('\r\n', 'latin1');
+    }
+  }
+  yield Buffer.from(`0\r\n${trailer()}\r\n\r\n`, 'latin1');
 }
 
 function hasBody(ctx: RequestContext): boolean {
@@ -70,10 +107,37 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend):
       // An empty body still has to pass verification (Content-MD5 of nothing, length 0).
       for await (const chunk of upload.stream) void chunk;
     }
+    if (trailerChecksum && upload.length > 0) {
+      // The checksum came in the trailer: pass it on the same way (aws-chunked, unsigned trailer).
+      const algorithm = (upload.checksum as { algorithm: ChecksumAlgorithm }).algorithm;
+      const name = `x-amz-checksum-${algorithm}`;
+      const headers = forwardHeaders(ctx);
+      const encodings = headers['content-encoding'];
+      headers['content-encoding'] = encodings === undefined ? 'aws-chunked' : `aws-chunked, ${encodings}`;
+      headers['x-amz-decoded-content-length'] = String(upload.length);
+      headers['x-amz-trailer'] = name;
+      headers['content-length'] = String(awsChunkedLength(upload.length, name.length + 1 + checksumValueLength(algorithm) + 2));
+      const encoded = Readable.from(awsChunkedWithTrailer(upload.stream, upload.length, () => `${name}:${upload.checksumValue() ?? ''}`), { objectMode: false });
+      return relay(ctx, backend, headers, encoded, 'STREAMING-UNSIGNED-PAYLOAD-TRAILER');
+    }
+    if (trailerChecksum) {
+      // An empty body: its trailer has been read, so the checksum goes as an ordinary header.
+      const value = upload.checksumValue();
+      if (upload.checksum && value !== undefined) {
+        const headers = forwardHeaders(ctx);
+        headers[`x-amz-checksum-${upload.checksum.algorithm}`] = value;
+        headers['content-length'] = '0';
+        return relay(ctx, backend, headers, undefined, payloadHash);
+      }
+    }
   }
-  const headers = forwardHeaders(ctx, trailerChecksum);
+  const headers = forwardHeaders(ctx);
   if (length !== undefined) headers['content-length'] = String(length);
+  return relay(ctx, backend, headers, body, payloadHash);
+}
 
+/** Sends the request to the backend and relays its response to the client. */
+async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<string, string>, body: Readable | undefined, payloadHash: string): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     backend.dispatch(
       {

@@ -14,6 +14,11 @@ export const CHECKSUM_ALGORITHMS: readonly ChecksumAlgorithm[] = ['crc32', 'crc3
 /** Digest length in bytes, to validate the base64 a client sent. */
 const DIGEST_BYTES: Record<ChecksumAlgorithm, number> = { crc32: 4, crc32c: 4, sha1: 20, sha256: 32 };
 
+/** Characters of the base64 value of a checksum (x-amz-checksum-* headers and trailers). */
+export function checksumValueLength(algorithm: ChecksumAlgorithm): number {
+  return Math.ceil(DIGEST_BYTES[algorithm] / 3) * 4;
+}
+
 export interface IncrementalChecksum {
   update(data: Uint8Array): void;
   /** Base64 of the big-endian digest, as S3 encodes x-amz-checksum-* values. */
