@@ -148,7 +148,7 @@ async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<st
         ...(body ? { body } : {}),
         payloadHash,
       },
-      new RelayHandler(ctx.res, resolve, reject),
+      new RelayHandler(ctx.res, ctx.requestId, resolve, reject),
     );
   });
 }
@@ -156,16 +156,26 @@ async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<st
 /** Bytes a relayed response may hold unsent before the backend is paused. */
 const RELAY_BUFFER_BYTES = 1024 * 1024;
 
+/** The largest error body whose <RequestId> is rewritten (S3 error documents are a few hundred bytes). */
+const ERROR_BODY_LIMIT = 64 * 1024;
+
 /** Relays the backend's response to the client response, with backpressure both ways. */
 class RelayHandler implements Dispatcher.DispatchHandler {
   readonly #res: ServerResponse;
+  readonly #requestId: string;
   readonly #resolve: () => void;
   readonly #reject: (error: unknown) => void;
   #controller: Dispatcher.DispatchController | undefined;
   #settled = false;
+  /**
+   * An XML error from the store, held until its end: its <RequestId> becomes the gateway's, so
+   * the body and the x-amz-request-id header agree (S3 clients match them).
+   */
+  #error: { status: number; headers: Record<string, string | string[]>; body: Buffer[]; bytes: number } | undefined;
 
-  constructor(res: ServerResponse, resolve: () => void, reject: (error: unknown) => void) {
+  constructor(res: ServerResponse, requestId: string, resolve: () => void, reject: (error: unknown) => void) {
     this.#res = res;
+    this.#requestId = requestId;
     this.#resolve = resolve;
     this.#reject = reject;
     res.once('close', this.#onClose);
@@ -201,10 +211,29 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     }
     const backendRequestId = headers['x-amz-request-id'];
     if (typeof backendRequestId === 'string') out['x-objectcache-backend-request-id'] = backendRequestId;
+    const type = headers['content-type'];
+    if (statusCode >= 300 && typeof type === 'string' && type.includes('xml') && Number(headers['content-length'] ?? 0) <= ERROR_BODY_LIMIT) {
+      this.#error = { status: statusCode, headers: out, body: [], bytes: 0 };
+      return;
+    }
     this.#res.writeHead(statusCode, out);
   }
 
+  /** Sends a held error with the gateway's request id in its body. */
+  #sendError(error: { status: number; headers: Record<string, string | string[]>; body: Buffer[] }): void {
+    const text = Buffer.concat(error.body).toString('utf8').replace(/<RequestId>[^<]*<\/RequestId>/, `<RequestId>${this.#requestId}</RequestId>`);
+    const body = Buffer.from(text, 'utf8');
+    this.#res.writeHead(error.status, { ...error.headers, 'content-length': String(body.byteLength) });
+    this.#res.end(body);
+  }
+
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#error) {
+      this.#error.body.push(chunk);
+      this.#error.bytes += chunk.byteLength;
+      if (this.#error.bytes > ERROR_BODY_LIMIT) controller.abort(new Error('the error body from the object store is too large'));
+      return;
+    }
     // The backend is paused only once the client's side holds RELAY_BUFFER_BYTES unsent (pausing
     // at every full socket buffer costs a pause/resume and a drain per body chunk).
     if (!this.#res.write(chunk) && this.#res.writableLength >= RELAY_BUFFER_BYTES && !controller.paused) {
@@ -214,7 +243,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
-    this.#res.end();
+    if (this.#error) this.#sendError(this.#error);
+    else this.#res.end();
     this.#settle();
   }
 

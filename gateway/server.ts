@@ -201,8 +201,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
     if (error.code === 'HPE_HEADER_OVERFLOW' && socket.writable) {
-      const xml = errorXml({ code: 'RequestHeaderSectionTooLarge', message: `Your request's headers exceed the maximum of ${config.maxHeaderBytes} bytes`, resource: '/', requestId: newRequestId() });
-      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\ncontent-length: ${Buffer.byteLength(xml)}\r\nconnection: close\r\n\r\n${xml}`);
+      const requestId = newRequestId();
+      const xml = errorXml({ code: 'RequestHeaderSectionTooLarge', message: `Your request's headers exceed the maximum of ${config.maxHeaderBytes} bytes`, resource: '/', requestId });
+      socket.end(
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\ncontent-length: ${Buffer.byteLength(xml)}\r\n` +
+          `x-amz-request-id: ${requestId}\r\nx-objectcache-error-code: OC_ERR_REQUEST_HEADER_TOO_LARGE\r\nserver: ObjectCache\r\nconnection: close\r\n\r\n${xml}`,
+      );
       return;
     }
     socket.destroy();

@@ -19,6 +19,7 @@ interface Answer {
   status: number;
   code: string | undefined;
   body: string;
+  requestId?: string | undefined;
 }
 
 let cases = 0;
@@ -42,7 +43,7 @@ describe('hostile input', () => {
     const signed = { headers: await signedHeaders(gw.url, { method: 'GET', path, headers: { 'x-objectcache-descriptor': value } }) };
     const res = await pool.request({ method: 'GET', path, headers: signed.headers });
     cases++;
-    return { status: res.statusCode, code: res.headers['x-objectcache-error-code'] as string | undefined, body: await res.body.text() };
+    return { status: res.statusCode, code: res.headers['x-objectcache-error-code'] as string | undefined, body: await res.body.text(), requestId: res.headers['x-amz-request-id'] as string | undefined };
   }
 
   function expectClientError(answer: Answer, what: string): void {
@@ -153,6 +154,10 @@ describe('hostile input', () => {
     const bigHeader = await getWithHeader('A'.repeat(20_000));
     expect(bigHeader.status).toBe(400);
     expect(bigHeader.body).toContain('<Code>RequestHeaderSectionTooLarge</Code>');
+    // Like every other error: the stable code, and the same request id in header and body.
+    expect(bigHeader.code).toBe('OC_ERR_REQUEST_HEADER_TOO_LARGE');
+    expect(bigHeader.requestId).toMatch(/^[0-9A-F]{16}$/);
+    expect(bigHeader.body).toContain(`<RequestId>${bigHeader.requestId}</RequestId>`);
     cases += 1;
   });
 

@@ -25,6 +25,7 @@ import {
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { signedHeaders } from './helpers/signing.js';
 import { metricValue, minioClient, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
 const minio = inject('minio');
@@ -278,5 +279,18 @@ describe.each<BackendKind>(['local', 's3'])('S3 front door (%s backend)', (backe
     expect(ok.headers.get('x-amz-request-id')).toMatch(/^[0-9A-F]{16}$/);
     const body = await ok.text();
     expect(body).toContain(`<RequestId>${ok.headers.get('x-amz-request-id')}</RequestId>`);
+  });
+
+  it('answers an error from the store with the same request id in header and body', async () => {
+    // A signed GET of a missing key: on the s3 backend the NoSuchKey document comes from MinIO.
+    const path = `/${bucket}/never-written-${Date.now()}`;
+    const res = await fetch(`${gw.url}${path}`, { headers: await signedHeaders(gw.url, { method: 'GET', path }) });
+    expect(res.status).toBe(404);
+    const body = await res.text();
+    expect(body).toContain('<Code>NoSuchKey</Code>');
+    const id = res.headers.get('x-amz-request-id');
+    expect(id).toMatch(/^[0-9A-F]{16}$/);
+    expect(body).toContain(`<RequestId>${id}</RequestId>`);
+    expect(Number(res.headers.get('content-length'))).toBe(Buffer.byteLength(body));
   });
 });
