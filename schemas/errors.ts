@@ -28,7 +28,7 @@ export const ERRORS = {
   OC_ERR_AUTH_CLOCK_SKEW: { status: 403, s3Code: 'RequestTimeTooSkewed', description: 'The request time differs from the gateway clock by more than 15 minutes.' },
   OC_ERR_AUTH_EXPIRED: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL has expired.' },
   OC_ERR_AUTH_NOT_YET_VALID: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL is dated in the future.' },
-  OC_ERR_AUTH_EXPIRES_RANGE: { status: 400, s3Code: 'AuthorizationQueryParametersError', description: 'X-Amz-Expires must be an integer from 1 to 604800 seconds.' },
+  OC_ERR_AUTH_EXPIRES_RANGE: { status: 400, s3Code: 'AuthorizationQueryParametersError', description: 'X-Amz-Expires is not a number, is negative, or is over 604800 seconds (0 is an expired URL: OC_ERR_AUTH_EXPIRED).' },
   OC_ERR_AUTH_SCOPE: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The credential scope names the wrong date, region or service.' },
   OC_ERR_AUTH_FORBIDDEN_HEADER: { status: 403, s3Code: 'AccessDenied', description: 'The request carries a header reserved for the object store (X-Minio-Internal-*).' },
 

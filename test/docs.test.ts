@@ -16,6 +16,7 @@ describe('README', () => {
       const row = readme.split('\n').find((line) => line.startsWith('|') && line.includes(`\`${spec.env}\``));
       expect(row, spec.env).toBeDefined();
       expect(row).toContain(spec.default === undefined ? 'unset' : `\`${spec.default}\``);
+      expect(row, `${spec.env}: run node scripts/readme-tables.mjs`).toContain(spec.description);
     }
   });
 
@@ -25,6 +26,7 @@ describe('README', () => {
       expect(row, code).toBeDefined();
       expect(row).toContain(spec.status === 0 ? '| — |' : `| ${spec.status} |`);
       expect(row).toContain(`\`${spec.s3Code}\``);
+      expect(row, `${code}: run node scripts/readme-tables.mjs`).toContain(spec.description);
     }
   });
 

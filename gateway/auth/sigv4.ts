@@ -273,12 +273,15 @@ export class SigV4Verifier {
     const parsed = parseCredential(q('X-Amz-Credential'));
     const signedHeaders = parseSignedHeaders(q('X-Amz-SignedHeaders'));
     const signingDate = parseAmzDate(q('X-Amz-Date'), 'X-Amz-Date');
+    // As MinIO (and S3) answer: not a number, negative or over a week is a malformed query (400);
+    // 0 is a URL that expired as it was made (403 AccessDenied, "Request has expired").
     const expiresText = q('X-Amz-Expires') ?? '';
-    const expires = /^\d{1,6}$/.test(expiresText) ? Number(expiresText) : NaN;
-    if (!(expires >= 1 && expires <= MAX_PRESIGNED_EXPIRES_S)) {
-      throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', `X-Amz-Expires must be an integer from 1 to ${MAX_PRESIGNED_EXPIRES_S}`);
-    }
+    if (!/^-?\d+$/.test(expiresText)) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', 'X-Amz-Expires should be a number');
+    const expires = Number(expiresText);
+    if (expires < 0) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', 'X-Amz-Expires must be non-negative');
+    if (expires > MAX_PRESIGNED_EXPIRES_S) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', `X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be less than ${MAX_PRESIGNED_EXPIRES_S} seconds`);
     const now = this.#now();
+    if (expires === 0) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
     if (signingDate.getTime() - now > MAX_CLOCK_SKEW_MS) throw new ObjectCacheError('OC_ERR_AUTH_NOT_YET_VALID', 'Request is not valid yet');
     if (now > signingDate.getTime() + expires * 1000) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
     const credential = this.#lookup(parsed, signingDate);
