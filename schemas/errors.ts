@@ -44,6 +44,7 @@ export const ERRORS = {
   OC_ERR_REQUEST_TOO_LARGE: { status: 400, s3Code: 'EntityTooLarge', description: 'The body is larger than the configured maximum object size.' },
   OC_ERR_REQUEST_INVALID_BUCKET_NAME: { status: 400, s3Code: 'InvalidBucketName', description: 'The bucket name does not follow the S3 naming rules.' },
   OC_ERR_REQUEST_INVALID_KEY: { status: 400, s3Code: 'InvalidArgument', description: 'The object key is empty, too long (over 1024 bytes), or contains NUL or invalid UTF-8.' },
+  OC_ERR_REQUEST_COPY_TO_ITSELF: { status: 400, s3Code: 'InvalidRequest', description: 'A CopyObject onto its own source changes nothing (use x-amz-metadata-directive: REPLACE to change its metadata).' },
   OC_ERR_REQUEST_INVALID_ARGUMENT: { status: 400, s3Code: 'InvalidArgument', description: 'A query parameter or header has an invalid value (the message names it).' },
   OC_ERR_REQUEST_MALFORMED_XML: { status: 400, s3Code: 'MalformedXML', description: 'The XML request body is not well formed or does not follow the S3 schema.' },
   OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM: { status: 400, s3Code: 'InvalidRequest', description: 'The checksum algorithm is not supported (supported: CRC32, CRC32C, SHA1, SHA256).' },

@@ -4,6 +4,7 @@
  * https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html
  */
 import type { IncomingMessage } from 'node:http';
+import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { LocalStore, ObjectAttributes, ObjectMeta, WritePrecondition } from '../../storage-worker/local-store/local-store.js';
@@ -11,7 +12,8 @@ import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { parseRange } from '../s3/range.js';
 import { queryValue } from '../s3/request.js';
-import { sendEmpty } from '../s3/respond.js';
+import { sendEmpty, sendXml } from '../s3/respond.js';
+import { buildXml } from '../s3/xml.js';
 
 const STORED_HEADERS = ['cache-control', 'content-disposition', 'content-encoding', 'content-language', 'expires'] as const;
 
@@ -152,9 +154,7 @@ export async function getObject(ctx: RequestContext, store: LocalStore): Promise
 
 export async function putObject(ctx: RequestContext, store: LocalStore): Promise<void> {
   const { bucket, key } = ctx.target;
-  if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', 'CopyObject is not implemented by the embedded store');
-  }
+  if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) return copyObject(ctx, store);
   if (key === '') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', 'The object key must not be empty');
   if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
   const body = uploadBody(ctx.req, ctx.auth, { maxBytes: ctx.config.maxObjectBytes });
@@ -169,6 +169,73 @@ export async function putObject(ctx: RequestContext, store: LocalStore): Promise
   const headers: Record<string, string> = { etag: quoted(meta.etag) };
   if (meta.checksum) headers[`x-amz-checksum-${meta.checksum.algorithm}`] = meta.checksum.value;
   sendEmpty(ctx.res, 200, headers);
+}
+
+/** `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded. */
+function copySource(value: string): { bucket: string; key: string } {
+  const [path = '', query = ''] = value.split('?', 2);
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    decoded = '';
+  }
+  const trimmed = decoded.replace(/^\//, '');
+  const slash = trimmed.indexOf('/');
+  const versionId = new URLSearchParams(query).get('versionId');
+  if (slash <= 0 || slash === trimmed.length - 1 || (versionId !== null && versionId !== 'null')) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-copy-source must be bucket/key (URL-encoded); the embedded store has no versions', { details: { ArgumentName: 'x-amz-copy-source', ArgumentValue: value } });
+  }
+  return { bucket: trimmed.slice(0, slash), key: trimmed.slice(slash + 1) };
+}
+
+/** The x-amz-copy-source-if-* conditions against the source (412 when one fails). */
+function checkCopySourceConditions(req: IncomingMessage, meta: ObjectMeta): void {
+  const lastModified = Math.floor(meta.lastModified / 1000) * 1000;
+  const fail = (condition: string): never => {
+    throw new ObjectCacheError('OC_ERR_STORE_PRECONDITION_FAILED', 'At least one of the pre-conditions you specified did not hold', { details: { Condition: condition } });
+  };
+  const ifMatch = headerOf(req, 'x-amz-copy-source-if-match');
+  const ifNoneMatch = headerOf(req, 'x-amz-copy-source-if-none-match');
+  const unmodifiedSince = parseHttpDate(headerOf(req, 'x-amz-copy-source-if-unmodified-since'));
+  const modifiedSince = parseHttpDate(headerOf(req, 'x-amz-copy-source-if-modified-since'));
+  if (ifMatch !== undefined && !etagMatches(ifMatch, meta.etag)) fail('x-amz-copy-source-if-match');
+  // S3: If-Match true makes If-Unmodified-Since irrelevant; If-None-Match false makes If-Modified-Since irrelevant.
+  if (ifMatch === undefined && unmodifiedSince !== undefined && lastModified > unmodifiedSince) fail('x-amz-copy-source-if-unmodified-since');
+  if (ifNoneMatch !== undefined && etagMatches(ifNoneMatch, meta.etag)) fail('x-amz-copy-source-if-none-match');
+  if (ifNoneMatch === undefined && modifiedSince !== undefined && lastModified <= modifiedSince) fail('x-amz-copy-source-if-modified-since');
+}
+
+/**
+ * CopyObject: the source's bytes streamed into a new object (staged, fsynced and renamed like any
+ * PUT), with the source's metadata (x-amz-metadata-directive COPY, the default) or the request's
+ * (REPLACE); the destination's own If-Match / If-None-Match apply as on PUT.
+ */
+async function copyObject(ctx: RequestContext, store: LocalStore): Promise<void> {
+  ctx.operation = 'CopyObject';
+  const { bucket, key } = ctx.target;
+  const source = copySource(headerOf(ctx.req, 'x-amz-copy-source') ?? '');
+  const directive = (headerOf(ctx.req, 'x-amz-metadata-directive') ?? 'COPY').toUpperCase();
+  if (directive !== 'COPY' && directive !== 'REPLACE') {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-metadata-directive must be COPY or REPLACE', { details: { ArgumentName: 'x-amz-metadata-directive', ArgumentValue: directive } });
+  }
+  if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+  const { meta, handle } = await store.openObject(source.bucket, source.key);
+  let copied: ObjectMeta;
+  try {
+    checkCopySourceConditions(ctx.req, meta);
+    if (source.bucket === bucket && source.key === key && directive === 'COPY') {
+      throw new ObjectCacheError('OC_ERR_REQUEST_COPY_TO_ITSELF', "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.");
+    }
+    const attributes: ObjectAttributes = directive === 'REPLACE' ? objectAttributes(ctx.req) : { contentType: meta.contentType, headers: meta.headers, userMeta: meta.userMeta };
+    // The open handle pins the source version even if it is replaced while it is copied.
+    const body = handle.createReadStream({ start: 0, end: Math.max(0, meta.size - 1), autoClose: false, highWaterMark: 1024 * 1024 });
+    if (meta.size === 0) body.destroy();
+    copied = await store.putObject(bucket, key, meta.size === 0 ? Readable.from([]) : body, { ...attributes, precondition: writePrecondition(ctx.req) });
+  } finally {
+    await handle.close();
+  }
+  sendXml(ctx.res, 200, buildXml('CopyObjectResult', { LastModified: new Date(copied.lastModified).toISOString(), ETag: quoted(copied.etag) }));
 }
 
 export async function deleteObject(ctx: RequestContext, store: LocalStore): Promise<void> {

@@ -1,0 +1,82 @@
+/**
+ * CopyObject (what `aws s3 mv`, boto3's copy_object and minio-js copyObject send) through the
+ * gateway on both backends, with MinIO direct as the reference: bytes and metadata copied (COPY)
+ * or replaced (REPLACE), x-amz-copy-source-if-* conditions (412), a copy onto itself that changes
+ * nothing refused (400 InvalidRequest), a missing source 404.
+ */
+import { CopyObjectCommand, CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+
+const minio = inject('minio');
+
+type Target = BackendKind | 'minio-direct';
+
+async function failure(promise: Promise<unknown>): Promise<{ status: number; name: string }> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof S3ServiceException) return { status: error.$metadata.httpStatusCode ?? 0, name: error.name };
+    throw error;
+  }
+  return { status: 200, name: 'OK' };
+}
+
+describe.each<Target>(['local', 's3', 'minio-direct'])('CopyObject (%s)', (target) => {
+  let gw: TestGateway | undefined;
+  let s3: S3Client;
+  const bucket = uniqueBucket('copy');
+  const other = uniqueBucket('copy-dest');
+  const data = randomBytes(2 * 1024 * 1024 + 3);
+
+  beforeAll(async () => {
+    if (target === 'minio-direct') {
+      s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+    } else {
+      gw = await startTestGateway({ backend: target, minio });
+      s3 = sdkClient(gw.url);
+    }
+    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    await s3.send(new CreateBucketCommand({ Bucket: other }));
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'src key+1', Body: data, ContentType: 'application/x-kv', Metadata: { layers: '32' } }));
+  });
+
+  afterAll(async () => {
+    s3?.destroy();
+    await gw?.close();
+  });
+
+  const bytes = async (b: string, k: string): Promise<Buffer> => Buffer.from(await (await s3.send(new GetObjectCommand({ Bucket: b, Key: k }))).Body!.transformToByteArray());
+
+  it('copies bytes and metadata to another bucket (COPY), or replaces the metadata (REPLACE)', async () => {
+    const copied = await s3.send(new CopyObjectCommand({ Bucket: other, Key: 'dest', CopySource: `${bucket}/${encodeURIComponent('src key+1')}` }));
+    expect(copied.CopyObjectResult?.ETag).toMatch(/^"[0-9a-f]{32}"$/);
+    expect((await bytes(other, 'dest')).equals(data)).toBe(true);
+    const head = await s3.send(new HeadObjectCommand({ Bucket: other, Key: 'dest' }));
+    expect(head.ContentType).toBe('application/x-kv');
+    expect(head.Metadata).toEqual({ layers: '32' });
+    await s3.send(new CopyObjectCommand({ Bucket: other, Key: 'replaced', CopySource: `${bucket}/${encodeURIComponent('src key+1')}`, MetadataDirective: 'REPLACE', ContentType: 'text/plain', Metadata: { note: 'new' } }));
+    const replaced = await s3.send(new HeadObjectCommand({ Bucket: other, Key: 'replaced' }));
+    expect(replaced.ContentType).toBe('text/plain');
+    expect(replaced.Metadata).toEqual({ note: 'new' });
+    expect((await bytes(other, 'replaced')).equals(data)).toBe(true);
+  });
+
+  it('honours x-amz-copy-source-if-match / if-none-match, and refuses a copy onto itself that changes nothing', async () => {
+    const source = `${bucket}/${encodeURIComponent('src key+1')}`;
+    const { ETag } = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'src key+1' }));
+    expect((await failure(s3.send(new CopyObjectCommand({ Bucket: other, Key: 'cond', CopySource: source, CopySourceIfMatch: '"00000000000000000000000000000000"' })))).status).toBe(412);
+    expect((await failure(s3.send(new CopyObjectCommand({ Bucket: other, Key: 'cond', CopySource: source, CopySourceIfNoneMatch: ETag })))).status).toBe(412);
+    expect((await failure(s3.send(new HeadObjectCommand({ Bucket: other, Key: 'cond' })))).status).toBe(404);
+    expect((await failure(s3.send(new CopyObjectCommand({ Bucket: other, Key: 'cond', CopySource: source, CopySourceIfMatch: ETag })))).status).toBe(200);
+    expect(await failure(s3.send(new CopyObjectCommand({ Bucket: bucket, Key: 'src key+1', CopySource: source })))).toEqual({ status: 400, name: 'InvalidRequest' });
+    await s3.send(new CopyObjectCommand({ Bucket: bucket, Key: 'src key+1', CopySource: source, MetadataDirective: 'REPLACE', ContentType: 'application/x-kv', Metadata: { layers: '32', touched: 'yes' } }));
+    expect((await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'src key+1' }))).Metadata).toEqual({ layers: '32', touched: 'yes' });
+    expect((await bytes(bucket, 'src key+1')).equals(data)).toBe(true);
+  });
+
+  it('answers 404 NoSuchKey for a missing source', async () => {
+    expect(await failure(s3.send(new CopyObjectCommand({ Bucket: other, Key: 'x', CopySource: `${bucket}/never-written` })))).toEqual({ status: 404, name: 'NoSuchKey' });
+  });
+});
