@@ -3,7 +3,6 @@
  * GetBucketLocation, ListObjects (v1 and v2) and DeleteObjects.
  * https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html
  */
-import { escapeUri } from '@smithy/util-uri-escape';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { LocalStore, ObjectMeta } from '../../storage-worker/local-store/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
@@ -83,7 +82,22 @@ function encodingOf(ctx: RequestContext): (value: string) => string {
   const type = queryValue(ctx.target, 'encoding-type');
   if (type === undefined) return (v) => v;
   if (type !== 'url') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'encoding-type must be url', { details: { ArgumentName: 'encoding-type', ArgumentValue: type } });
-  return (v) => escapeUri(v);
+  return s3UrlEncode;
+}
+
+/**
+ * `encoding-type=url` as S3 and MinIO encode: Go's url.QueryEscape (space as `+`, other bytes as
+ * %XX of their UTF-8), except that `/` and `*` stay as they are and `~` is encoded.
+ */
+export function s3UrlEncode(value: string): string {
+  let out = '';
+  for (const byte of Buffer.from(value, 'utf8')) {
+    const c = String.fromCharCode(byte);
+    if (/[A-Za-z0-9\-_.\/*]/.test(c)) out += c;
+    else if (c === ' ') out += '+';
+    else out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return out;
 }
 
 function contentsOf(items: readonly ObjectMeta[], encode: (v: string) => string, withOwner: boolean): Record<string, unknown>[] {
@@ -106,6 +120,12 @@ function decodeToken(token: string): string {
   return decoded;
 }
 
+/** A page of the listing; max-keys=0 asks for nothing and is never truncated (as S3 and MinIO answer). */
+function listPage(store: LocalStore, bucket: string, options: Parameters<LocalStore['list']>[1]): ReturnType<LocalStore['list']> {
+  if (options.maxKeys === 0) return { contents: [], commonPrefixes: [], isTruncated: false, next: undefined } as ReturnType<LocalStore['list']>;
+  return store.list(bucket, options);
+}
+
 export function listObjects(ctx: RequestContext, store: LocalStore): void {
   const v2 = queryValue(ctx.target, 'list-type') === '2';
   const prefix = queryValue(ctx.target, 'prefix') ?? '';
@@ -120,7 +140,7 @@ export function listObjects(ctx: RequestContext, store: LocalStore): void {
     const token = queryValue(ctx.target, 'continuation-token');
     const startAfter = queryValue(ctx.target, 'start-after');
     const after = token !== undefined ? decodeToken(token) : startAfter;
-    const page = store.list(bucket, { prefix, delimiter, after, maxKeys });
+    const page = listPage(store, bucket, { prefix, delimiter, after, maxKeys });
     const body: Record<string, unknown> = { Name: bucket, Prefix: encode(prefix) };
     if (delimiter !== '') body['Delimiter'] = encode(delimiter);
     body['MaxKeys'] = maxKeys;
@@ -137,7 +157,7 @@ export function listObjects(ctx: RequestContext, store: LocalStore): void {
   }
 
   const marker = queryValue(ctx.target, 'marker') ?? '';
-  const page = store.list(bucket, { prefix, delimiter, after: marker === '' ? undefined : marker, maxKeys });
+  const page = listPage(store, bucket, { prefix, delimiter, after: marker === '' ? undefined : marker, maxKeys });
   const body: Record<string, unknown> = { Name: bucket, Prefix: encode(prefix), Marker: encode(marker), MaxKeys: maxKeys };
   if (delimiter !== '') body['Delimiter'] = encode(delimiter);
   if (encodingType !== undefined) body['EncodingType'] = encodingType;

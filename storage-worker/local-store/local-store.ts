@@ -260,7 +260,8 @@ export class LocalStore {
 
   async deleteBucket(name: string): Promise<void> {
     const state = this.#bucket(name);
-    if (state.index.size > 0 || state.uploads.size > 0) {
+    // Open multipart uploads do not keep a bucket alive: they go with it (as MinIO does).
+    if (state.index.size > 0) {
       throw new ObjectCacheError('OC_ERR_STORE_BUCKET_NOT_EMPTY', 'The bucket you tried to delete is not empty', { details: { BucketName: name } });
     }
     this.#buckets.delete(name);
