@@ -1,10 +1,11 @@
 /**
  * Listing and bucket details common tools depend on, on both backends with MinIO direct as the
  * reference: keys under encoding-type=url encoded as S3 encodes them (space as +, / and * kept,
- * ~ encoded) in ListObjects v1 and v2, max-keys=0 answered untruncated and empty, and DeleteBucket
- * of a bucket that holds only an open multipart upload.
+ * ~ encoded) in ListObjects v1 and v2, max-keys=0 answered untruncated and empty, DeleteBucket
+ * of a bucket that holds only an open multipart upload, ListObjectVersions of an unversioned
+ * bucket (how tools empty buckets), and the owner-only ACL (canned private accepted).
  */
-import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteBucketCommand, DeleteObjectCommand, HeadBucketCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteBucketCommand, DeleteObjectCommand, GetBucketAclCommand, GetObjectAclCommand, HeadBucketCommand, ListObjectVersionsCommand, PutObjectAclCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { signedHeaders } from './helpers/signing.js';
@@ -69,6 +70,40 @@ describe.each<Target>(['local', 's3', 'minio-direct'])('listing details (%s)', (
       expect(xml).toContain('<IsTruncated>false</IsTruncated>');
       expect(xml).not.toContain('<Contents>');
     }
+  });
+
+  it('lists every object once as its only version (VersionId null), page by page', async () => {
+    const name = uniqueBucket('list-v');
+    await s3.send(new CreateBucketCommand({ Bucket: name }));
+    const keys = ['a', 'b/1', 'b/2', 'c'];
+    for (const key of keys) await s3.send(new PutObjectCommand({ Bucket: name, Key: key, Body: key }));
+    const seen: string[] = [];
+    let keyMarker: string | undefined;
+    for (let page = 0; page < 10; page++) {
+      const out = await s3.send(new ListObjectVersionsCommand({ Bucket: name, MaxKeys: 3, ...(keyMarker ? { KeyMarker: keyMarker } : {}) }));
+      for (const v of out.Versions ?? []) {
+        expect(v.VersionId).toBe('null');
+        expect(v.IsLatest).toBe(true);
+        seen.push(v.Key as string);
+      }
+      if (!out.IsTruncated) break;
+      keyMarker = out.NextKeyMarker;
+    }
+    expect(seen).toEqual(keys);
+    const grouped = await s3.send(new ListObjectVersionsCommand({ Bucket: name, Delimiter: '/' }));
+    expect(grouped.CommonPrefixes?.map((p) => p.Prefix)).toEqual(['b/']);
+  });
+
+  it('answers the owner-only ACL and accepts the canned private ACL', async () => {
+    const bucketAcl = await s3.send(new GetBucketAclCommand({ Bucket: bucket }));
+    expect(bucketAcl.Grants?.map((g) => g.Permission)).toEqual(['FULL_CONTROL']);
+    expect(bucketAcl.Owner).toBeDefined();
+    const objectAcl = await s3.send(new GetObjectAclCommand({ Bucket: bucket, Key: KEY }));
+    expect(objectAcl.Grants?.map((g) => g.Permission)).toEqual(['FULL_CONTROL']);
+    await s3.send(new PutObjectAclCommand({ Bucket: bucket, Key: KEY, ACL: 'private' }));
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'private-put', Body: 'x', ACL: 'private' }));
+    const missing = await s3.send(new GetObjectAclCommand({ Bucket: bucket, Key: 'never-written' })).catch((e: S3ServiceException) => e);
+    expect((missing as S3ServiceException).$metadata.httpStatusCode).toBe(404);
   });
 
   it('deletes a bucket that holds only an open multipart upload', async () => {

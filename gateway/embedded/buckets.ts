@@ -6,7 +6,7 @@
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { LocalStore, ObjectMeta } from '../../storage-worker/local-store/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
-import type { RequestContext } from '../context.js';
+import { headerOf, type RequestContext } from '../context.js';
 import { assertBucketName, queryValue } from '../s3/request.js';
 import { sendEmpty, sendXml } from '../s3/respond.js';
 import { buildXml, parseXmlBody, xmlList, xmlText } from '../s3/xml.js';
@@ -166,6 +166,63 @@ export function listObjects(ctx: RequestContext, store: LocalStore): void {
   body['Contents'] = contentsOf(page.contents, encode, true);
   body['CommonPrefixes'] = page.commonPrefixes.map((p) => ({ Prefix: encode(p) }));
   sendXml(ctx.res, 200, buildXml('ListBucketResult', body));
+}
+
+/**
+ * ListObjectVersions of an unversioned bucket, as S3 and MinIO answer it: every object once, as
+ * its only and latest version, VersionId "null" (tools empty buckets this way).
+ */
+export function listObjectVersions(ctx: RequestContext, store: LocalStore): void {
+  headBucketExists(ctx, store);
+  const prefix = queryValue(ctx.target, 'prefix') ?? '';
+  const delimiter = queryValue(ctx.target, 'delimiter') ?? '';
+  const keyMarker = queryValue(ctx.target, 'key-marker') ?? '';
+  const maxKeys = parseMaxKeys(ctx);
+  const encode = encodingOf(ctx);
+  const encodingType = queryValue(ctx.target, 'encoding-type');
+  const page = listPage(store, ctx.target.bucket, { prefix, delimiter, after: keyMarker === '' ? undefined : keyMarker, maxKeys });
+  const body: Record<string, unknown> = { Name: ctx.target.bucket, Prefix: encode(prefix), KeyMarker: encode(keyMarker), VersionIdMarker: queryValue(ctx.target, 'version-id-marker') ?? '', MaxKeys: maxKeys };
+  if (delimiter !== '') body['Delimiter'] = encode(delimiter);
+  if (encodingType !== undefined) body['EncodingType'] = encodingType;
+  body['IsTruncated'] = page.isTruncated;
+  if (page.isTruncated && page.next !== undefined) {
+    body['NextKeyMarker'] = encode(page.next);
+    body['NextVersionIdMarker'] = 'null';
+  }
+  body['Version'] = page.contents.map((meta) => ({
+    Key: encode(meta.key),
+    VersionId: 'null',
+    IsLatest: true,
+    LastModified: new Date(meta.lastModified).toISOString(),
+    ETag: `"${meta.etag}"`,
+    Size: meta.size,
+    Owner: OWNER,
+    StorageClass: 'STANDARD',
+  }));
+  body['CommonPrefixes'] = page.commonPrefixes.map((p) => ({ Prefix: encode(p) }));
+  sendXml(ctx.res, 200, buildXml('ListVersionsResult', body));
+}
+
+/** The one ACL the embedded store has: the owner's FULL_CONTROL (as MinIO answers GET ?acl). */
+export function getAcl(ctx: RequestContext, store: LocalStore): void {
+  headBucketExists(ctx, store);
+  if (ctx.target.key !== '') store.headObject(ctx.target.bucket, ctx.target.key);
+  const grantee = { '@_xmlns:xsi': 'http://www.w3.org/2001/XMLSchema-instance', '@_xsi:type': 'CanonicalUser', ...OWNER };
+  sendXml(ctx.res, 200, buildXml('AccessControlPolicy', { Owner: OWNER, AccessControlList: { Grant: [{ Grantee: grantee, Permission: 'FULL_CONTROL' }] } }));
+}
+
+/** PUT ?acl: the canned `private` ACL (what the store has anyway) is accepted; any other is 501. */
+export async function putAcl(ctx: RequestContext, store: LocalStore): Promise<void> {
+  headBucketExists(ctx, store);
+  if (ctx.target.key !== '') store.headObject(ctx.target.bucket, ctx.target.key);
+  const canned = headerOf(ctx.req, 'x-amz-acl');
+  const body = (await readSmallBody(ctx)).trim();
+  const grants = Object.keys(ctx.req.headers).filter((name) => name.startsWith('x-amz-grant-'));
+  const onlyOwner = body === '' || (/<Permission>FULL_CONTROL<\/Permission>/.test(body) && (body.match(/<Grant>/g) ?? []).length === 1);
+  if ((canned !== undefined && canned !== 'private') || grants.length > 0 || !onlyOwner) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', 'The embedded store keeps every bucket and object private: only the canned ACL "private" is accepted');
+  }
+  sendEmpty(ctx.res, 200);
 }
 
 export async function deleteObjects(ctx: RequestContext, store: LocalStore): Promise<void> {

@@ -8,7 +8,7 @@ import type { LocalStore } from '../../storage-worker/local-store/local-store.js
 import type { RequestContext } from '../context.js';
 import { s3Operation, type S3Operation } from '../s3/operation.js';
 import { assertBucketName } from '../s3/request.js';
-import { createBucket, deleteBucket, deleteObjects, getBucketLocation, headBucket, listBuckets, listObjects } from './buckets.js';
+import { createBucket, deleteBucket, deleteObjects, getAcl, getBucketLocation, headBucket, listBuckets, listObjects, listObjectVersions, putAcl } from './buckets.js';
 import { abortMultipartUpload, completeMultipartUpload, createMultipartUpload, listMultipartUploads, listParts, uploadPart } from './multipart.js';
 import { deleteObject, getObject, putObject } from './objects.js';
 
@@ -19,7 +19,7 @@ const ARGUMENTS = new Set([
   'x-id', 'prefix', 'delimiter', 'max-keys', 'marker', 'list-type', 'continuation-token', 'start-after', 'fetch-owner', 'encoding-type',
   'allow-unordered', 'uploadId', 'partNumber', 'part-number-marker', 'max-parts', 'max-uploads', 'key-marker', 'upload-id-marker',
   'response-content-type', 'response-content-language', 'response-expires', 'response-cache-control', 'response-content-disposition', 'response-content-encoding',
-  'uploads', 'delete', 'location',
+  'uploads', 'delete', 'location', 'versions', 'version-id-marker', 'acl',
 ]);
 
 function unsupportedSubresource(ctx: RequestContext): string | undefined {
@@ -45,6 +45,11 @@ const HANDLERS: Record<S3Operation, Handler> = {
   DeleteObject: deleteObject,
   CreateMultipartUpload: createMultipartUpload,
   CompleteMultipartUpload: completeMultipartUpload,
+  ListObjectVersions: listObjectVersions,
+  GetBucketAcl: getAcl,
+  PutBucketAcl: putAcl,
+  GetObjectAcl: getAcl,
+  PutObjectAcl: putAcl,
 };
 
 /** Serves one request from the embedded store. */

@@ -8,7 +8,8 @@ import { hasQuery, type S3Target } from './request.js';
 export type S3Operation =
   | 'ListBuckets' | 'CreateBucket' | 'HeadBucket' | 'DeleteBucket' | 'GetBucketLocation' | 'ListMultipartUploads'
   | 'ListObjects' | 'ListObjectsV2' | 'DeleteObjects' | 'ListParts' | 'GetObject' | 'HeadObject' | 'UploadPart'
-  | 'PutObject' | 'AbortMultipartUpload' | 'DeleteObject' | 'CreateMultipartUpload' | 'CompleteMultipartUpload';
+  | 'PutObject' | 'AbortMultipartUpload' | 'DeleteObject' | 'CreateMultipartUpload' | 'CompleteMultipartUpload'
+  | 'ListObjectVersions' | 'GetBucketAcl' | 'PutBucketAcl' | 'GetObjectAcl' | 'PutObjectAcl';
 
 export function s3Operation(method: string, target: S3Target): S3Operation | undefined {
   const { bucket, key } = target;
@@ -17,13 +18,15 @@ export function s3Operation(method: string, target: S3Target): S3Operation | und
   if (key === '') {
     switch (method) {
       case 'PUT':
-        return 'CreateBucket';
+        return q('acl') ? 'PutBucketAcl' : 'CreateBucket';
       case 'HEAD':
         return 'HeadBucket';
       case 'DELETE':
         return 'DeleteBucket';
       case 'GET':
         if (q('location')) return 'GetBucketLocation';
+        if (q('versions')) return 'ListObjectVersions';
+        if (q('acl')) return 'GetBucketAcl';
         if (q('uploads')) return 'ListMultipartUploads';
         return q('list-type') ? 'ListObjectsV2' : 'ListObjects';
       case 'POST':
@@ -34,10 +37,12 @@ export function s3Operation(method: string, target: S3Target): S3Operation | und
   }
   switch (method) {
     case 'GET':
+      if (q('acl')) return 'GetObjectAcl';
       return q('uploadId') ? 'ListParts' : 'GetObject';
     case 'HEAD':
       return 'HeadObject';
     case 'PUT':
+      if (q('acl')) return 'PutObjectAcl';
       return q('uploadId') || q('partNumber') ? 'UploadPart' : 'PutObject';
     case 'DELETE':
       return q('uploadId') ? 'AbortMultipartUpload' : 'DeleteObject';
