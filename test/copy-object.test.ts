@@ -2,9 +2,10 @@
  * CopyObject (what `aws s3 mv`, boto3's copy_object and minio-js copyObject send) through the
  * gateway on both backends, with MinIO direct as the reference: bytes and metadata copied (COPY)
  * or replaced (REPLACE), x-amz-copy-source-if-* conditions (412), a copy onto itself that changes
- * nothing refused (400 InvalidRequest), a missing source 404.
+ * nothing refused (400 InvalidRequest), a missing source 404; and UploadPartCopy with and without
+ * x-amz-copy-source-range.
  */
-import { CopyObjectCommand, CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { CompleteMultipartUploadCommand, CopyObjectCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, UploadPartCopyCommand, HeadObjectCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
@@ -74,6 +75,18 @@ describe.each<Target>(['local', 's3', 'minio-direct'])('CopyObject (%s)', (targe
     await s3.send(new CopyObjectCommand({ Bucket: bucket, Key: 'src key+1', CopySource: source, MetadataDirective: 'REPLACE', ContentType: 'application/x-kv', Metadata: { layers: '32', touched: 'yes' } }));
     expect((await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'src key+1' }))).Metadata).toEqual({ layers: '32', touched: 'yes' });
     expect((await bytes(bucket, 'src key+1')).equals(data)).toBe(true);
+  });
+
+  it('builds a multipart object from a range of another (UploadPartCopy)', async () => {
+    const source = `${bucket}/${encodeURIComponent('src key+1')}`;
+    const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: other, Key: 'assembled' }));
+    const whole = await s3.send(new UploadPartCopyCommand({ Bucket: other, Key: 'assembled', UploadId, PartNumber: 2, CopySource: source }));
+    expect(whole.CopyPartResult?.ETag).toMatch(/^"[0-9a-f]{32}"$/);
+    const ranged = await s3.send(new UploadPartCopyCommand({ Bucket: other, Key: 'assembled', UploadId, PartNumber: 1, CopySource: source, CopySourceRange: `bytes=100-${data.length - 1}` }));
+    expect((await failure(s3.send(new UploadPartCopyCommand({ Bucket: other, Key: 'assembled', UploadId, PartNumber: 3, CopySource: source, CopySourceRange: `bytes=0-${data.length}` })))).status).not.toBe(200);
+    // Parts under 5 MiB may only be last: complete with the ranged part alone.
+    await s3.send(new CompleteMultipartUploadCommand({ Bucket: other, Key: 'assembled', UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: ranged.CopyPartResult?.ETag }] } }));
+    expect((await bytes(other, 'assembled')).equals(data.subarray(100))).toBe(true);
   });
 
   it('answers 404 NoSuchKey for a missing source', async () => {

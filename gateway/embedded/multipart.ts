@@ -10,7 +10,7 @@ import { queryValue } from '../s3/request.js';
 import { sendEmpty, sendXml } from '../s3/respond.js';
 import { buildXml, parseXmlBody, xmlList, xmlText } from '../s3/xml.js';
 import { readSmallBody } from './buckets.js';
-import { objectAttributes, writePrecondition } from './objects.js';
+import { copyStream, objectAttributes, openCopySource, writePrecondition } from './objects.js';
 
 const OWNER = { ID: 'objectcache', DisplayName: 'objectcache' };
 
@@ -36,7 +36,7 @@ export async function createMultipartUpload(ctx: RequestContext, store: LocalSto
 
 export async function uploadPart(ctx: RequestContext, store: LocalStore): Promise<void> {
   const { bucket, key } = ctx.target;
-  if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', 'UploadPartCopy is not implemented by the embedded store');
+  if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) return uploadPartCopy(ctx, store);
   const partNumber = partNumberOf(queryValue(ctx.target, 'partNumber'));
   const uploadId = uploadIdOf(ctx);
   store.assertUpload(bucket, key, uploadId); // NoSuchUpload before reading the body
@@ -46,6 +46,35 @@ export async function uploadPart(ctx: RequestContext, store: LocalStore): Promis
   const checksum = body.checksumValue();
   if (body.checksum && checksum !== undefined) headers[`x-amz-checksum-${body.checksum.algorithm}`] = checksum;
   sendEmpty(ctx.res, 200, headers);
+}
+
+/**
+ * UploadPartCopy: a part made of an existing object's bytes, all of them or the
+ * x-amz-copy-source-range `bytes=first-last`, with the copy-source conditions of CopyObject.
+ */
+async function uploadPartCopy(ctx: RequestContext, store: LocalStore): Promise<void> {
+  ctx.operation = 'UploadPartCopy';
+  const { bucket, key } = ctx.target;
+  const partNumber = partNumberOf(queryValue(ctx.target, 'partNumber'));
+  const uploadId = uploadIdOf(ctx);
+  store.assertUpload(bucket, key, uploadId);
+  const source = await openCopySource(ctx, store);
+  try {
+    const rangeText = headerOf(ctx.req, 'x-amz-copy-source-range');
+    let [start, end] = [0, source.meta.size - 1];
+    if (rangeText !== undefined) {
+      const m = /^bytes=(\d+)-(\d+)$/.exec(rangeText.trim());
+      if (!m || Number(m[1]) > Number(m[2])) {
+        throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-copy-source-range must be bytes=first-last, the zero-based offsets of the first and last bytes to copy', { details: { ArgumentName: 'x-amz-copy-source-range', ArgumentValue: rangeText } });
+      }
+      [start, end] = [Number(m[1]), Number(m[2])];
+      if (end >= source.meta.size) throw new ObjectCacheError('OC_ERR_STORE_INVALID_RANGE', `The range ${rangeText} is outside the ${source.meta.size}-byte source`);
+    }
+    const part = await store.putPart(bucket, key, uploadId, partNumber, copyStream(source.handle, start, end));
+    sendXml(ctx.res, 200, buildXml('CopyPartResult', { LastModified: new Date().toISOString(), ETag: `"${part.etag}"` }));
+  } finally {
+    await source.handle.close();
+  }
 }
 
 export async function completeMultipartUpload(ctx: RequestContext, store: LocalStore): Promise<void> {

@@ -7,7 +7,8 @@ import type { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { LocalStore, ObjectAttributes, ObjectMeta, WritePrecondition } from '../../storage-worker/local-store/local-store.js';
+import type { FileHandle } from 'node:fs/promises';
+import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecondition } from '../../storage-worker/local-store/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { parseRange } from '../s3/range.js';
@@ -207,6 +208,28 @@ function checkCopySourceConditions(req: IncomingMessage, meta: ObjectMeta): void
 }
 
 /**
+ * Opens the object named by x-amz-copy-source and checks the x-amz-copy-source-if-* conditions
+ * against it (CopyObject, UploadPartCopy). The caller closes the handle; the open handle pins the
+ * source version even if it is replaced while it is copied.
+ */
+export async function openCopySource(ctx: RequestContext, store: LocalStore): Promise<OpenObject & { readonly bucket: string; readonly key: string }> {
+  const source = copySource(headerOf(ctx.req, 'x-amz-copy-source') ?? '');
+  const opened = await store.openObject(source.bucket, source.key);
+  try {
+    checkCopySourceConditions(ctx.req, opened.meta);
+  } catch (error) {
+    await opened.handle.close();
+    throw error;
+  }
+  return { ...opened, ...source };
+}
+
+/** The bytes [start, end] of an open object as a stream (an empty one for an empty range). */
+export function copyStream(handle: FileHandle, start: number, end: number): Readable {
+  return end < start ? Readable.from([]) : handle.createReadStream({ start, end, autoClose: false, highWaterMark: 1024 * 1024 });
+}
+
+/**
  * CopyObject: the source's bytes streamed into a new object (staged, fsynced and renamed like any
  * PUT), with the source's metadata (x-amz-metadata-directive COPY, the default) or the request's
  * (REPLACE); the destination's own If-Match / If-None-Match apply as on PUT.
@@ -214,24 +237,20 @@ function checkCopySourceConditions(req: IncomingMessage, meta: ObjectMeta): void
 async function copyObject(ctx: RequestContext, store: LocalStore): Promise<void> {
   ctx.operation = 'CopyObject';
   const { bucket, key } = ctx.target;
-  const source = copySource(headerOf(ctx.req, 'x-amz-copy-source') ?? '');
   const directive = (headerOf(ctx.req, 'x-amz-metadata-directive') ?? 'COPY').toUpperCase();
   if (directive !== 'COPY' && directive !== 'REPLACE') {
     throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-metadata-directive must be COPY or REPLACE', { details: { ArgumentName: 'x-amz-metadata-directive', ArgumentValue: directive } });
   }
   if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
-  const { meta, handle } = await store.openObject(source.bucket, source.key);
+  const source = await openCopySource(ctx, store);
+  const { meta, handle } = source;
   let copied: ObjectMeta;
   try {
-    checkCopySourceConditions(ctx.req, meta);
     if (source.bucket === bucket && source.key === key && directive === 'COPY') {
       throw new ObjectCacheError('OC_ERR_REQUEST_COPY_TO_ITSELF', "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.");
     }
     const attributes: ObjectAttributes = directive === 'REPLACE' ? objectAttributes(ctx.req) : { contentType: meta.contentType, headers: meta.headers, userMeta: meta.userMeta };
-    // The open handle pins the source version even if it is replaced while it is copied.
-    const body = handle.createReadStream({ start: 0, end: Math.max(0, meta.size - 1), autoClose: false, highWaterMark: 1024 * 1024 });
-    if (meta.size === 0) body.destroy();
-    copied = await store.putObject(bucket, key, meta.size === 0 ? Readable.from([]) : body, { ...attributes, precondition: writePrecondition(ctx.req) });
+    copied = await store.putObject(bucket, key, copyStream(handle, 0, meta.size - 1), { ...attributes, precondition: writePrecondition(ctx.req) });
   } finally {
     await handle.close();
   }
