@@ -39,6 +39,7 @@ export const SERVE_SETTINGS = {
   s3Endpoint: { flag: 's3-endpoint', env: 'OBJECTCACHE_S3_ENDPOINT', kind: 'url', default: undefined, description: 'Base URL of the S3 backend (MinIO, Ceph RGW, S3). Unset: serve the embedded store.' },
   s3Region: { flag: 's3-region', env: 'OBJECTCACHE_S3_REGION', kind: 'string', default: 'us-east-1', description: 'Region the gateway signs backend requests for.' },
   region: { flag: 'region', env: 'OBJECTCACHE_REGION', kind: 'string', default: 'us-east-1', description: 'Region clients must sign for (the SigV4 credential scope).' },
+  sigV2: { flag: 'sigv2', env: 'OBJECTCACHE_SIGV2', kind: 'enum', default: 'on', values: ['on', 'off'], description: 'Accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned AWSAccessKeyId/Signature/Expires URLs) as MinIO does.' },
   credentials: { flag: 'credentials', env: 'OBJECTCACHE_CREDENTIALS', kind: 'path', default: undefined, description: 'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?}].' },
   accessKey: { flag: 'access-key', env: 'OBJECTCACHE_ACCESS_KEY', kind: 'string', default: 'objectcache', envOnly: true, description: 'Client access key id (environment only).' },
   secretKey: { flag: 'secret-key', env: 'OBJECTCACHE_SECRET_KEY', kind: 'string', default: 'objectcache-secret', envOnly: true, secret: true, description: 'Client secret key (environment only; the default is for local trials).' },
@@ -103,6 +104,8 @@ export interface GatewayConfig {
   readonly metricsHost: string;
   readonly metricsPort: number;
   readonly region: string;
+  /** Accept Signature Version 2 requests. */
+  readonly sigV2: boolean;
   readonly clientCredentials: readonly ClientCredential[];
   readonly backend: BackendConfig;
   readonly maxObjectBytes: number;
@@ -210,6 +213,8 @@ function readCredentialFile(path: string): ClientCredential[] {
 export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv): GatewayConfig {
   const raw = readRaw(argv, env);
 
+  const sigV2 = nonEmpty('sigV2', raw);
+  if (sigV2 !== 'on' && sigV2 !== 'off') throw new ConfigError('sigv2', `--sigv2 / OBJECTCACHE_SIGV2 must be on or off, got ${sigV2}`);
   const logLevel = nonEmpty('logLevel', raw);
   if (!SERVE_SETTINGS.logLevel.values.includes(logLevel as LogLevel)) {
     throw new ConfigError('log-level', `--log-level / OBJECTCACHE_LOG_LEVEL must be one of ${SERVE_SETTINGS.logLevel.values.join(', ')}, got ${logLevel}`);
@@ -273,6 +278,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     metricsHost: nonEmpty('metricsHost', raw),
     metricsPort: integer('metricsPort', raw),
     region: nonEmpty('region', raw),
+    sigV2: sigV2 === 'on',
     clientCredentials: credentials,
     backend,
     maxObjectBytes: integer('maxObjectBytes', raw),

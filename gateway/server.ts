@@ -93,7 +93,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => active.layerwise,
   });
   const exists = store ? localExists(store) : backendExists(backend as S3Backend);
-  const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, ...(deps.now ? { now: deps.now } : {}) });
+  const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...(deps.now ? { now: deps.now } : {}) });
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
   function admissionRefusal(): ObjectCacheError | undefined {
@@ -153,7 +153,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
       }
       target = parseTarget(req.url ?? '/');
-      const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.canonicalPath, query: target.query });
+      const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.canonicalPath, query: target.query, rawPath: (req.url ?? '/').split('?', 1)[0] as string });
       if (auth.mode === 'presigned') {
         const unhoisted = unhoistPresigned(target);
         target = unhoisted.target;

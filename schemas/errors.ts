@@ -22,6 +22,7 @@ export const ERRORS = {
   OC_ERR_AUTH_MISSING: { status: 403, s3Code: 'AccessDenied', description: 'The request carries no SigV4 signature (anonymous access is not allowed).' },
   OC_ERR_AUTH_MALFORMED: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The Authorization header or the presigned query parameters cannot be parsed.' },
   OC_ERR_AUTH_ALGORITHM: { status: 400, s3Code: 'InvalidArgument', description: 'Only AWS4-HMAC-SHA256 (SigV4) is supported.' },
+  OC_ERR_AUTH_SIGV2_DISABLED: { status: 403, s3Code: 'AccessDenied', description: 'The request is signed with Signature Version 2, which this gateway refuses (--sigv2 off); sign it with SigV4.' },
   OC_ERR_AUTH_MULTIPLE: { status: 400, s3Code: 'InvalidArgument', description: 'Header and query-string authentication were both used; only one is allowed.' },
   OC_ERR_AUTH_UNKNOWN_KEY: { status: 403, s3Code: 'InvalidAccessKeyId', description: 'The access key id is not one of the configured client credentials.' },
   OC_ERR_AUTH_SIGNATURE: { status: 403, s3Code: 'SignatureDoesNotMatch', description: 'The computed signature does not match the one the client sent.' },

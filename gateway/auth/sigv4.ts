@@ -15,6 +15,7 @@ import type { HttpRequest } from '@smithy/types';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { NodeSha256, toQueryBag } from '../../storage-worker/sigv4-support.js';
 import type { ClientCredential } from '../config.js';
+import { isSigV2, verifySigV2 } from './sigv2.js';
 
 /** Requests dated more than 15 minutes from the gateway clock are rejected (as S3 does). */
 export const MAX_CLOCK_SKEW_MS = 15 * 60 * 1000;
@@ -33,6 +34,8 @@ export interface SignedRequestInfo {
   readonly headers: IncomingHttpHeaders;
   readonly canonicalPath: string;
   readonly query: readonly (readonly [string, string])[];
+  /** The path exactly as sent (percent-encoded, no query): SigV2 signs it as it is. */
+  readonly rawPath?: string;
 }
 
 export interface AuthResult {
@@ -60,6 +63,8 @@ export interface VerifierOptions {
   readonly service?: string;
   /** Injected clock (ms since the epoch) so tests control time. */
   readonly now?: () => number;
+  /** Accept Signature Version 2 (header and presigned query) as MinIO does; default true. */
+  readonly sigV2?: boolean;
 }
 
 function first(value: string | string[] | undefined): string | undefined {
@@ -144,8 +149,10 @@ export class SigV4Verifier {
   readonly #region: string;
   readonly #service: string;
   readonly #now: () => number;
+  readonly #sigV2: boolean;
 
   constructor(options: VerifierOptions) {
+    this.#sigV2 = options.sigV2 ?? true;
     this.#credentials = new Map(options.credentials.map((c) => [c.accessKeyId, c]));
     this.#region = options.region;
     this.#service = options.service ?? 's3';
@@ -153,6 +160,7 @@ export class SigV4Verifier {
   }
 
   async verify(info: SignedRequestInfo): Promise<AuthResult> {
+    if (isSigV2(info.headers, info.query)) return this.#verifyV2(info);
     const authorization = first(info.headers.authorization);
     const presigned = info.query.some(([k]) => k === 'X-Amz-Signature' || k === 'X-Amz-Credential' || k === 'X-Amz-Algorithm');
     if (authorization !== undefined && presigned) {
@@ -161,6 +169,29 @@ export class SigV4Verifier {
     if (authorization !== undefined) return this.#verifyHeader(info, authorization);
     if (presigned) return this.#verifyPresigned(info);
     throw new ObjectCacheError('OC_ERR_AUTH_MISSING', 'Anonymous requests are not allowed; sign the request with SigV4');
+  }
+
+  #verifyV2(info: SignedRequestInfo): AuthResult {
+    if (!this.#sigV2) throw new ObjectCacheError('OC_ERR_AUTH_SIGV2_DISABLED', 'Signature Version 2 is turned off on this gateway; sign the request with SigV4');
+    if (info.query.some(([k]) => k.startsWith('X-Amz-'))) {
+      if (first(info.headers.authorization) !== undefined || info.query.some(([k]) => k === 'X-Amz-Signature')) {
+        throw new ObjectCacheError('OC_ERR_AUTH_MULTIPLE', 'Only one authentication mechanism is allowed');
+      }
+    }
+    const result = verifySigV2({ method: info.method, headers: info.headers, rawPath: info.rawPath ?? info.canonicalPath, query: info.query }, this.#credentials, this.#now(), MAX_CLOCK_SKEW_MS);
+    return {
+      credential: result.credential,
+      mode: result.mode,
+      signature: result.signature,
+      signingDate: result.date,
+      scope: '',
+      region: this.#region,
+      service: this.#service,
+      // SigV2 signs no body: its bytes are checked only against Content-MD5 when one is sent.
+      payloadHash: UNSIGNED_PAYLOAD,
+      signedHeaders: result.signedHeaders,
+      signString: () => Promise.reject(new ObjectCacheError('OC_ERR_AUTH_ALGORITHM', 'aws-chunked bodies need SigV4')),
+    };
   }
 
   #signer(credential: ClientCredential): SignatureV4 {

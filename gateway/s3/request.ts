@@ -118,7 +118,11 @@ export function assertBucketName(bucket: string): void {
 }
 
 /** Query parameters of presigned SigV4 authentication (compared case-insensitively). */
-const PRESIGN_PARAMS = new Set(['x-amz-algorithm', 'x-amz-credential', 'x-amz-date', 'x-amz-expires', 'x-amz-signedheaders', 'x-amz-signature', 'x-amz-security-token', 'x-amz-content-sha256']);
+const PRESIGN_PARAMS = new Set([
+  'x-amz-algorithm', 'x-amz-credential', 'x-amz-date', 'x-amz-expires', 'x-amz-signedheaders', 'x-amz-signature', 'x-amz-security-token', 'x-amz-content-sha256',
+  // SigV2 presigned URLs
+  'awsaccesskeyid', 'signature', 'expires',
+]);
 
 /**
  * After a presigned request is verified, its authentication parameters are spent and its other
