@@ -62,6 +62,7 @@ export const ERRORS = {
   OC_ERR_STORE_INVALID_RANGE: { status: 416, s3Code: 'InvalidRange', description: 'The requested range is not satisfiable for the object size.' },
   OC_ERR_STORE_PRECONDITION_FAILED: { status: 412, s3Code: 'PreconditionFailed', description: 'An If-Match / If-Unmodified-Since (or If-None-Match on PUT) condition failed.' },
   OC_ERR_STORE_INVALID_PART: { status: 400, s3Code: 'InvalidPart', description: 'A part named in CompleteMultipartUpload is missing or its ETag differs.' },
+  OC_ERR_STORE_INVALID_PART_NUMBER: { status: 416, s3Code: 'InvalidPartNumber', description: 'GET or HEAD with a partNumber the object does not have.' },
   OC_ERR_STORE_INVALID_PART_ORDER: { status: 400, s3Code: 'InvalidPartOrder', description: 'CompleteMultipartUpload lists parts out of ascending order.' },
   OC_ERR_STORE_ENTITY_TOO_SMALL: { status: 400, s3Code: 'EntityTooSmall', description: 'A part other than the last is smaller than 5 MiB.' },
   OC_ERR_STORE_IO: { status: 500, s3Code: 'InternalError', description: 'The embedded store failed to read or write its data directory.' },

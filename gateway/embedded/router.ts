@@ -10,7 +10,7 @@ import { s3Operation, type S3Operation } from '../s3/operation.js';
 import { assertBucketName } from '../s3/request.js';
 import { createBucket, deleteBucket, deleteObjects, getAcl, getBucketLocation, headBucket, listBuckets, listObjects, listObjectVersions, putAcl } from './buckets.js';
 import { abortMultipartUpload, completeMultipartUpload, createMultipartUpload, listMultipartUploads, listParts, uploadPart } from './multipart.js';
-import { deleteObject, getObject, putObject } from './objects.js';
+import { deleteObject, getObject, getObjectAttributes, putObject } from './objects.js';
 
 type Handler = (ctx: RequestContext, store: LocalStore) => void | Promise<void>;
 
@@ -19,7 +19,7 @@ const ARGUMENTS = new Set([
   'x-id', 'prefix', 'delimiter', 'max-keys', 'marker', 'list-type', 'continuation-token', 'start-after', 'fetch-owner', 'encoding-type',
   'allow-unordered', 'uploadId', 'partNumber', 'part-number-marker', 'max-parts', 'max-uploads', 'key-marker', 'upload-id-marker',
   'response-content-type', 'response-content-language', 'response-expires', 'response-cache-control', 'response-content-disposition', 'response-content-encoding',
-  'uploads', 'delete', 'location', 'versions', 'version-id-marker', 'acl',
+  'uploads', 'delete', 'location', 'versions', 'version-id-marker', 'acl', 'attributes',
 ]);
 
 function unsupportedSubresource(ctx: RequestContext): string | undefined {
@@ -50,6 +50,7 @@ const HANDLERS: Record<S3Operation, Handler> = {
   PutBucketAcl: putAcl,
   GetObjectAcl: getAcl,
   PutObjectAcl: putAcl,
+  GetObjectAttributes: getObjectAttributes,
 };
 
 /** Serves one request from the embedded store. */

@@ -9,7 +9,7 @@ export type S3Operation =
   | 'ListBuckets' | 'CreateBucket' | 'HeadBucket' | 'DeleteBucket' | 'GetBucketLocation' | 'ListMultipartUploads'
   | 'ListObjects' | 'ListObjectsV2' | 'DeleteObjects' | 'ListParts' | 'GetObject' | 'HeadObject' | 'UploadPart'
   | 'PutObject' | 'AbortMultipartUpload' | 'DeleteObject' | 'CreateMultipartUpload' | 'CompleteMultipartUpload'
-  | 'ListObjectVersions' | 'GetBucketAcl' | 'PutBucketAcl' | 'GetObjectAcl' | 'PutObjectAcl';
+  | 'ListObjectVersions' | 'GetBucketAcl' | 'PutBucketAcl' | 'GetObjectAcl' | 'PutObjectAcl' | 'GetObjectAttributes';
 
 export function s3Operation(method: string, target: S3Target): S3Operation | undefined {
   const { bucket, key } = target;
@@ -38,6 +38,7 @@ export function s3Operation(method: string, target: S3Target): S3Operation | und
   switch (method) {
     case 'GET':
       if (q('acl')) return 'GetObjectAcl';
+      if (q('attributes')) return 'GetObjectAttributes';
       return q('uploadId') ? 'ListParts' : 'GetObject';
     case 'HEAD':
       return 'HeadObject';

@@ -458,7 +458,7 @@ export class LocalStore {
     const etag = `${etagDigest.digest('hex')}-${chosen.length}`;
     let meta: ObjectMeta | undefined;
     const staged = await stageFile(this.#tempDir, concatenate(), ({ size }) => {
-      meta = { key, size, etag, lastModified: Date.now(), ...info.attributes };
+      meta = { key, size, etag, lastModified: Date.now(), ...info.attributes, parts: chosen.map((part) => part.size) };
       return meta;
     });
     // The upload may have been aborted or completed concurrently while the parts were copied.

@@ -28,6 +28,8 @@ export interface ObjectMeta {
   /** User metadata, lowercase names without the x-amz-meta- prefix. */
   readonly userMeta: Readonly<Record<string, string>>;
   readonly checksum?: { readonly algorithm: string; readonly value: string };
+  /** Sizes of the parts of a multipart object, in part order (absent: one part). */
+  readonly parts?: readonly number[];
 }
 
 function ioError(message: string, cause: unknown): ObjectCacheError {
