@@ -23,6 +23,7 @@ import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-schedu
 import { servePassthrough } from './passthrough.js';
 import { ReaderPool, type ReaderPoolStats } from '../storage-worker/reader-pool.js';
 import { parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
+import { backendPostSink, isPostObject, localPostSink, servePostObject } from './s3/post-object.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
 
@@ -93,6 +94,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => active.layerwise,
   });
   const exists = store ? localExists(store) : backendExists(backend as S3Backend);
+  const postSink = store ? localPostSink(store) : backendPostSink(backend as S3Backend);
   const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...(deps.now ? { now: deps.now } : {}) });
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
@@ -128,9 +130,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     };
     let target: S3Target | undefined;
     let ctx: RequestContext | undefined;
+    /** The operation of a request served without a context (a form upload authenticates itself). */
+    let operationName: string | undefined;
     let failure: ObjectCacheError | undefined;
     res.once('close', () => {
-      const operation = ctx?.operation ?? 'Unauthenticated';
+      const operation = ctx?.operation ?? operationName ?? 'Unauthenticated';
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const status = res.writableFinished ? res.statusCode : 499;
       metrics.requests.inc({ operation, status: String(status) });
@@ -153,6 +157,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
       }
       target = parseTarget(req.url ?? '/');
+      if (isPostObject(req, target)) {
+        // A browser-form upload: the signed policy in the form is its authentication.
+        operationName = 'PostObject';
+        await servePostObject(req, res, target, { verifier, sink: postSink, maxObjectBytes: config.maxObjectBytes, now: deps.now ?? Date.now });
+        return;
+      }
       const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.canonicalPath, query: target.query, rawPath: (req.url ?? '/').split('?', 1)[0] as string });
       if (auth.mode === 'presigned') {
         const unhoisted = unhoistPresigned(target);

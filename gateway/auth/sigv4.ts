@@ -8,7 +8,7 @@
  * constant time. Rules follow
  * https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-authenticating-requests.html.
  */
-import { timingSafeEqual } from 'node:crypto';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { SignatureV4 } from '@smithy/signature-v4';
 import type { HttpRequest } from '@smithy/types';
@@ -192,6 +192,32 @@ export class SigV4Verifier {
       signedHeaders: result.signedHeaders,
       signString: () => Promise.reject(new ObjectCacheError('OC_ERR_AUTH_ALGORITHM', 'aws-chunked bodies need SigV4')),
     };
+  }
+
+  /**
+   * The signature of a browser-form POST upload: SigV4 (`x-amz-credential`, `x-amz-date`,
+   * `x-amz-signature` = HMAC with the derived key of the base64 policy) or SigV2 (`AWSAccessKeyId`,
+   * `signature` = base64 HMAC-SHA1 of the policy). Returns the client's credential.
+   */
+  async verifyPostPolicy(field: (name: string) => string | undefined, policy: string): Promise<ClientCredential> {
+    const v2Key = field('awsaccesskeyid');
+    if (v2Key !== undefined) {
+      if (!this.#sigV2) throw new ObjectCacheError('OC_ERR_AUTH_SIGV2_DISABLED', 'Signature Version 2 is turned off on this gateway; sign the policy with SigV4');
+      const credential = this.#credentials.get(v2Key);
+      if (!credential) throw new ObjectCacheError('OC_ERR_AUTH_UNKNOWN_KEY', 'The access key id you provided does not exist in our records');
+      const expected = createHmac('sha1', credential.secretAccessKey).update(policy, 'utf8').digest('base64');
+      if (!sameSignature(expected, field('signature') ?? '')) throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
+      return credential;
+    }
+    if (field('x-amz-algorithm') !== ALGORITHM) throw new ObjectCacheError('OC_ERR_AUTH_ALGORITHM', `x-amz-algorithm must be ${ALGORITHM}`);
+    const parsed = parseCredential(field('x-amz-credential'));
+    const signingDate = parseAmzDate(field('x-amz-date'), 'x-amz-date');
+    const credential = this.#lookup(parsed, signingDate);
+    const expected = await this.#signer(credential).sign(policy, { signingDate, signingRegion: parsed.region, signingService: parsed.service });
+    if (!sameSignature(expected, field('x-amz-signature') ?? '')) {
+      throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
+    }
+    return credential;
   }
 
   #signer(credential: ClientCredential): SignatureV4 {

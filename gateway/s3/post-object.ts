@@ -1,0 +1,191 @@
+/**
+ * Browser-form POST uploads (`POST /{bucket}` with `multipart/form-data`), what boto3's
+ * generate_presigned_post and the SDK's createPresignedPost produce: the form's fields carry a
+ * signed policy instead of an Authorization header. The fields (which S3 requires before the
+ * file) are collected, the policy's signature and conditions checked (post-policy.ts), `${filename}`
+ * in the key replaced, and the file part streamed into the store, never held in memory whole,
+ * its size checked against content-length-range before anything is committed. Parsing is
+ * busboy's (the streaming multipart parser fastify and multer use).
+ */
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Transform, type Readable, type TransformCallback } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { escapeUriPath } from '@smithy/util-uri-escape';
+import busboy from 'busboy';
+import type { LocalStore } from '../../storage-worker/local-store/local-store.js';
+import type { S3Backend } from '../../storage-worker/s3-backend.js';
+import { UNSIGNED_PAYLOAD } from '../auth/sigv4.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import type { SigV4Verifier } from '../auth/sigv4.js';
+import type { S3Target } from './request.js';
+import { checkPostPolicy } from './post-policy.js';
+import { sendEmpty, sendXml } from './respond.js';
+import { buildXml } from './xml.js';
+
+/** What a stored object gets from the form: Content-Type, representation headers, user metadata. */
+export interface PostAttributes {
+  readonly contentType: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly userMeta: Readonly<Record<string, string>>;
+}
+
+/** Where the file goes: the embedded store, or the S3 backend. Resolves with the unquoted ETag. */
+export type PostSink = (bucket: string, key: string, body: Readable, attributes: PostAttributes) => Promise<string>;
+
+const STORED_FIELDS = ['cache-control', 'content-disposition', 'content-encoding', 'content-language', 'expires'] as const;
+
+/** Is this a browser-form POST upload (rather than an S3 API call)? */
+export function isPostObject(req: IncomingMessage, target: S3Target): boolean {
+  return req.method === 'POST' && target.bucket !== '' && target.key === '' && target.query.length === 0 && /^multipart\/form-data/i.test(req.headers['content-type'] ?? '');
+}
+
+/** Counts the file's bytes; fails past `max`, and at the end below `min`, before the store commits. */
+class SizeLimit extends Transform {
+  #bytes = 0;
+  constructor(
+    readonly min: number,
+    readonly max: number,
+  ) {
+    super();
+  }
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    this.#bytes += chunk.byteLength;
+    if (this.#bytes > this.max) return callback(new ObjectCacheError('OC_ERR_REQUEST_TOO_LARGE', `Your proposed upload exceeds the maximum allowed size of ${this.max} bytes`));
+    callback(null, chunk);
+  }
+  override _flush(callback: TransformCallback): void {
+    if (this.#bytes < this.min) return callback(new ObjectCacheError('OC_ERR_POST_TOO_SMALL', `Your proposed upload is smaller than the minimum allowed size of ${this.min} bytes`));
+    callback();
+  }
+}
+
+export interface PostObjectDeps {
+  readonly verifier: SigV4Verifier;
+  readonly sink: PostSink;
+  readonly maxObjectBytes: number;
+  readonly now: () => number;
+}
+
+export async function servePostObject(req: IncomingMessage, res: ServerResponse, target: S3Target, deps: PostObjectDeps): Promise<void> {
+  const fields = new Map<string, string>();
+  let parser: busboy.Busboy;
+  try {
+    parser = busboy({ headers: req.headers, limits: { files: 1, fields: 200, fieldSize: 64 * 1024, fieldNameSize: 256, parts: 202 } });
+  } catch (error) {
+    throw new ObjectCacheError('OC_ERR_POST_FORM', `The body is not multipart/form-data: ${(error as Error).message}`);
+  }
+  const done = new Promise<{ key: string; etag: string }>((resolve, reject) => {
+    let file = false;
+    parser.on('field', (name, value) => {
+      const lower = name.toLowerCase();
+      if (!fields.has(lower)) fields.set(lower, value);
+    });
+    parser.on('file', (name, stream, info) => {
+      if (file || name.toLowerCase() !== 'file') {
+        stream.resume(); // S3 takes the one field named "file"; the rest of the form is ignored
+        return;
+      }
+      file = true;
+      upload(stream, info.filename ?? '').then(resolve, (error: unknown) => {
+        stream.resume();
+        reject(error);
+      });
+    });
+    parser.on('error', (error: Error) => reject(new ObjectCacheError('OC_ERR_POST_FORM', `The form cannot be parsed: ${error.message}`)));
+    parser.on('close', () => {
+      if (!file) reject(new ObjectCacheError('OC_ERR_POST_FORM', 'POST requires exactly one file upload per request, in a field named "file" after the other fields'));
+    });
+  });
+
+  async function upload(stream: Readable, filename: string): Promise<{ key: string; etag: string }> {
+    const policy = fields.get('policy');
+    if (policy === undefined) throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a policy field (anonymous uploads are not allowed)');
+    await deps.verifier.verifyPostPolicy((name) => fields.get(name), policy);
+    const template = fields.get('key');
+    if (template === undefined || template === '') throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a key field');
+    const key = template.replaceAll('${filename}', filename);
+    const checked = new Map(fields);
+    checked.set('key', key);
+    checked.set('bucket', target.bucket);
+    const limits = checkPostPolicy(policy, checked, deps.now());
+    const headers: Record<string, string> = {};
+    for (const name of STORED_FIELDS) {
+      const value = fields.get(name);
+      if (value !== undefined && value !== '') headers[name] = value;
+    }
+    const userMeta: Record<string, string> = {};
+    for (const [name, value] of fields) if (name.startsWith('x-amz-meta-')) userMeta[name.slice('x-amz-meta-'.length)] = value;
+    const limited = stream.pipe(new SizeLimit(limits.minBytes, Math.min(limits.maxBytes, deps.maxObjectBytes)));
+    stream.on('error', (error) => limited.destroy(error));
+    const etag = await deps.sink(target.bucket, key, limited, { contentType: fields.get('content-type') ?? 'binary/octet-stream', headers, userMeta });
+    return { key, etag };
+  }
+
+  req.pipe(parser);
+  let result: { key: string; etag: string };
+  try {
+    result = await done;
+  } catch (error) {
+    req.unpipe(parser);
+    throw error;
+  }
+  const { key, etag } = result;
+  const redirect = fields.get('success_action_redirect') ?? fields.get('redirect');
+  if (redirect !== undefined && /^https?:\/\//i.test(redirect)) {
+    const location = new URL(redirect);
+    location.searchParams.set('bucket', target.bucket);
+    location.searchParams.set('key', key);
+    location.searchParams.set('etag', `"${etag}"`);
+    sendEmpty(res, 303, { location: location.toString(), etag: `"${etag}"` });
+    return;
+  }
+  const status = fields.get('success_action_status');
+  if (status === '201') {
+    sendXml(res, 201, buildXml('PostResponse', { Location: `/${target.bucket}/${encodeURI(key)}`, Bucket: target.bucket, Key: key, ETag: `"${etag}"` }, false), { etag: `"${etag}"` });
+    return;
+  }
+  sendEmpty(res, status === '200' ? 200 : 204, { etag: `"${etag}"`, location: `/${target.bucket}/${encodeURI(key)}` });
+}
+
+/** The embedded store as the destination of form uploads. */
+export function localPostSink(store: LocalStore): PostSink {
+  return async (bucket, key, body, attributes) => {
+    if (!store.hasBucket(bucket)) {
+      body.resume();
+      throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+    }
+    return (await store.putObject(bucket, key, body, attributes)).etag;
+  };
+}
+
+/**
+ * The S3 backend as the destination: the file is staged on local disk (a PUT needs its length
+ * before its body, and a form part's length is known only at its end), then PUT with the form's
+ * Content-Type, headers and metadata. The staged copy is removed whatever happens.
+ */
+export function backendPostSink(backend: S3Backend): PostSink {
+  return async (bucket, key, body, attributes) => {
+    const dir = await mkdtemp(join(tmpdir(), 'objectcache-post-'));
+    try {
+      const path = join(dir, 'file');
+      await pipeline(body, createWriteStream(path));
+      const { size } = await stat(path);
+      const headers: Record<string, string> = { 'content-type': attributes.contentType, 'content-length': String(size), ...attributes.headers };
+      for (const [name, value] of Object.entries(attributes.userMeta)) headers[`x-amz-meta-${name}`] = value;
+      const response = await backend.request({ method: 'PUT', path: escapeUriPath(`/${bucket}/${key}`), headers, body: createReadStream(path), payloadHash: UNSIGNED_PAYLOAD });
+      const text = await response.body.text();
+      if (response.statusCode !== 200) {
+        const code = /<Code>([^<]*)<\/Code>/.exec(text)?.[1];
+        if (code === 'NoSuchBucket') throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+        throw new ObjectCacheError(response.statusCode >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `The object store answered ${response.statusCode} ${code ?? ''} to the upload`);
+      }
+      return String(response.headers['etag'] ?? '').replace(/"/g, '');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+}
