@@ -1,0 +1,46 @@
+/**
+ * Presigned URLs whose X-Amz-Expires is out of range, through the gateway on both backends and
+ * against MinIO direct as the reference: 0 is 403 AccessDenied (expired), over a week, negative
+ * or not a number 400 AuthorizationQueryParametersError, and an expired URL 403.
+ */
+import { SignatureV4 } from '@smithy/signature-v4';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, type BackendKind, type TestGateway } from './helpers/gateway.js';
+
+const minio = inject('minio');
+type Target = BackendKind | 'minio-direct';
+
+describe.each<Target>(['local', 's3', 'minio-direct'])('presigned expiry (%s)', (target) => {
+  let gw: TestGateway | undefined;
+  let endpoint: string;
+  let signer: SignatureV4;
+
+  beforeAll(async () => {
+    const direct = target === 'minio-direct';
+    if (!direct) gw = await startTestGateway({ backend: target, minio });
+    endpoint = direct ? minio.endpoint : (gw as TestGateway).url;
+    const credentials = direct ? { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey } : { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET };
+    signer = new SignatureV4({ credentials, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+  });
+
+  afterAll(async () => {
+    await gw?.close();
+  });
+
+  async function answer(expires: string, signingDate?: Date): Promise<{ status: number; code: string | undefined }> {
+    const url = new URL(endpoint);
+    const signed = await signer.presign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: '/some-bucket/some-key', query: {}, headers: { host: url.host } }, { expiresIn: 60, ...(signingDate ? { signingDate } : {}) });
+    const query = new URLSearchParams(signed.query as Record<string, string>);
+    if (expires !== '60') query.set('X-Amz-Expires', expires);
+    const res = await fetch(`${endpoint}/some-bucket/some-key?${query}`);
+    const body = await res.text();
+    return { status: res.status, code: /<Code>([^<]*)<\/Code>/.exec(body)?.[1] };
+  }
+
+  it('answers out-of-range and expired presigned URLs as MinIO does', async () => {
+    expect(await answer('0')).toEqual({ status: 403, code: 'AccessDenied' });
+    for (const bad of ['604801', '-1', 'abc']) expect(await answer(bad), bad).toEqual({ status: 400, code: 'AuthorizationQueryParametersError' });
+    expect(await answer('60', new Date(Date.now() - 2 * 3600_000))).toEqual({ status: 403, code: 'AccessDenied' });
+  });
+});
