@@ -231,7 +231,13 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     if (this.#error) {
       this.#error.body.push(chunk);
       this.#error.bytes += chunk.byteLength;
-      if (this.#error.bytes > ERROR_BODY_LIMIT) controller.abort(new Error('the error body from the object store is too large'));
+      if (this.#error.bytes > ERROR_BODY_LIMIT) {
+        // Too large to be an S3 error document: relay it as it is from here on.
+        const held = this.#error;
+        this.#error = undefined;
+        this.#res.writeHead(held.status, held.headers);
+        for (const piece of held.body) this.#res.write(piece);
+      }
       return;
     }
     // The backend is paused only once the client's side holds RELAY_BUFFER_BYTES unsent (pausing

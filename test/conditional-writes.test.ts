@@ -5,11 +5,9 @@
  */
 import { CompleteMultipartUploadCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, PutObjectCommand, S3ServiceException, UploadPartCommand, type S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
 
 const minio = inject('minio');
-
-type Target = BackendKind | 'minio-direct';
 
 async function status(promise: Promise<unknown>): Promise<number> {
   try {
@@ -20,24 +18,19 @@ async function status(promise: Promise<unknown>): Promise<number> {
   }
 }
 
-describe.each<Target>(['local', 's3', 'minio-direct'])('conditional writes (%s)', (target) => {
-  let gw: TestGateway | undefined;
+describe.each(COMPAT_TARGETS)('conditional writes (%s)', (target) => {
+  let endpoint: CompatEndpoint;
   let s3: S3Client;
   const bucket = uniqueBucket('cond');
 
   beforeAll(async () => {
-    if (target === 'minio-direct') {
-      s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
-    } else {
-      gw = await startTestGateway({ backend: target, minio });
-      s3 = sdkClient(gw.url);
-    }
+    endpoint = await compatEndpoint(target, minio);
+    s3 = endpoint.s3;
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
   });
 
   afterAll(async () => {
-    s3?.destroy();
-    await gw?.close();
+    await endpoint?.close();
   });
 
   const read = async (key: string): Promise<string> => (await (await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToString()) ?? '';

@@ -8,11 +8,9 @@
 import { CompleteMultipartUploadCommand, CopyObjectCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, UploadPartCopyCommand, HeadObjectCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
 
 const minio = inject('minio');
-
-type Target = BackendKind | 'minio-direct';
 
 async function failure(promise: Promise<unknown>): Promise<{ status: number; name: string }> {
   try {
@@ -24,28 +22,23 @@ async function failure(promise: Promise<unknown>): Promise<{ status: number; nam
   return { status: 200, name: 'OK' };
 }
 
-describe.each<Target>(['local', 's3', 'minio-direct'])('CopyObject (%s)', (target) => {
-  let gw: TestGateway | undefined;
+describe.each(COMPAT_TARGETS)('CopyObject (%s)', (target) => {
+  let endpoint: CompatEndpoint;
   let s3: S3Client;
   const bucket = uniqueBucket('copy');
   const other = uniqueBucket('copy-dest');
   const data = randomBytes(2 * 1024 * 1024 + 3);
 
   beforeAll(async () => {
-    if (target === 'minio-direct') {
-      s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
-    } else {
-      gw = await startTestGateway({ backend: target, minio });
-      s3 = sdkClient(gw.url);
-    }
+    endpoint = await compatEndpoint(target, minio);
+    s3 = endpoint.s3;
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     await s3.send(new CreateBucketCommand({ Bucket: other }));
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'src key+1', Body: data, ContentType: 'application/x-kv', Metadata: { layers: '32' } }));
   });
 
   afterAll(async () => {
-    s3?.destroy();
-    await gw?.close();
+    await endpoint?.close();
   });
 
   const bytes = async (b: string, k: string): Promise<Buffer> => Buffer.from(await (await s3.send(new GetObjectCommand({ Bucket: b, Key: k }))).Body!.transformToByteArray());

@@ -7,54 +7,40 @@
  */
 import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteBucketCommand, DeleteObjectCommand, GetBucketAclCommand, GetObjectAclCommand, HeadBucketCommand, ListObjectVersionsCommand, PutObjectAclCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
-import { signedHeaders } from './helpers/signing.js';
+import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
+import { EMPTY_PAYLOAD_SHA256 } from '../storage-worker/request-signer.js';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
 
 const minio = inject('minio');
 
-type Target = BackendKind | 'minio-direct';
 const KEY = 'dir one/a b~c+d*e=f&g.txt';
 
-describe.each<Target>(['local', 's3', 'minio-direct'])('listing details (%s)', (target) => {
-  let gw: TestGateway | undefined;
+describe.each(COMPAT_TARGETS)('listing details (%s)', (target) => {
+  let endpoint: CompatEndpoint;
   let s3: S3Client;
-  let endpoint: string;
   const bucket = uniqueBucket('list');
 
-  /** A signed GET of the bucket with the given query, as raw XML. */
+  /** A signed GET of the bucket with the given query, as raw XML (the SDK would decode it). */
   async function list(query: Record<string, string>): Promise<string> {
     const path = `/${bucket}`;
-    let headers: Record<string, string>;
-    if (target === 'minio-direct') {
-      const url = new URL(endpoint);
-      const signer = new SignatureV4({ credentials: { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-      headers = (await signer.sign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path, query, headers: { host: url.host, 'x-amz-content-sha256': 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855' } })).headers as Record<string, string>;
-    } else {
-      headers = await signedHeaders(endpoint, { method: 'GET', path, query });
-    }
-    const res = await fetch(`${endpoint}${path}?${new URLSearchParams(query)}`, { headers });
+    const url = new URL(endpoint.url);
+    const signer = new SignatureV4({ credentials: endpoint.credentials, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+    const { headers } = await signer.sign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path, query, headers: { host: url.host, 'x-amz-content-sha256': EMPTY_PAYLOAD_SHA256 } });
+    const res = await fetch(`${endpoint.url}${path}?${new URLSearchParams(query)}`, { headers: headers as Record<string, string> });
     expect(res.status).toBe(200);
     return res.text();
   }
 
   beforeAll(async () => {
-    if (target === 'minio-direct') {
-      endpoint = minio.endpoint;
-      s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
-    } else {
-      gw = await startTestGateway({ backend: target, minio });
-      endpoint = gw.url;
-      s3 = sdkClient(gw.url);
-    }
+    endpoint = await compatEndpoint(target, minio);
+    s3 = endpoint.s3;
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: KEY, Body: 'x' }));
   });
 
   afterAll(async () => {
-    s3?.destroy();
-    await gw?.close();
+    await endpoint?.close();
   });
 
   it('encodes keys under encoding-type=url as S3 does, in v1 and v2', async () => {

@@ -6,13 +6,12 @@
 import { randomBytes } from 'node:crypto';
 import { CompleteMultipartUploadCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectAttributesCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException, UploadPartCommand, type S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
 
 const minio = inject('minio');
-type Target = BackendKind | 'minio-direct';
 
-describe.each<Target>(['local', 's3', 'minio-direct'])('object parts (%s)', (target) => {
-  let gw: TestGateway | undefined;
+describe.each(COMPAT_TARGETS)('object parts (%s)', (target) => {
+  let endpoint: CompatEndpoint;
   let s3: S3Client;
   const bucket = uniqueBucket('parts');
   const part1 = randomBytes(5 * 1024 * 1024);
@@ -20,12 +19,8 @@ describe.each<Target>(['local', 's3', 'minio-direct'])('object parts (%s)', (tar
   let etag = '';
 
   beforeAll(async () => {
-    if (target === 'minio-direct') {
-      s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
-    } else {
-      gw = await startTestGateway({ backend: target, minio });
-      s3 = sdkClient(gw.url);
-    }
+    endpoint = await compatEndpoint(target, minio);
+    s3 = endpoint.s3;
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'mp' }));
     const a = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'mp', UploadId, PartNumber: 1, Body: part1 }));
@@ -35,8 +30,7 @@ describe.each<Target>(['local', 's3', 'minio-direct'])('object parts (%s)', (tar
   });
 
   afterAll(async () => {
-    s3?.destroy();
-    await gw?.close();
+    await endpoint?.close();
   });
 
   it('reads each part of a multipart object by partNumber', async () => {

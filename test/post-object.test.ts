@@ -9,29 +9,23 @@ import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, S3ServiceException, type S3Client } from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
 
 const minio = inject('minio');
-type Target = BackendKind | 'minio-direct';
 
-describe.each<Target>(['local', 's3', 'minio-direct'])('form POST uploads (%s)', (target) => {
-  let gw: TestGateway | undefined;
+describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
+  let endpoint: CompatEndpoint;
   let s3: S3Client;
   const bucket = uniqueBucket('post');
 
   beforeAll(async () => {
-    if (target === 'minio-direct') {
-      s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
-    } else {
-      gw = await startTestGateway({ backend: target, minio });
-      s3 = sdkClient(gw.url);
-    }
+    endpoint = await compatEndpoint(target, minio);
+    s3 = endpoint.s3;
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
   });
 
   afterAll(async () => {
-    s3?.destroy();
-    await gw?.close();
+    await endpoint?.close();
   });
 
   async function presigned(expires = 300): Promise<{ url: string; fields: Record<string, string> }> {

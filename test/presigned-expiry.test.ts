@@ -6,34 +6,29 @@
 import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { NodeSha256 } from '../storage-worker/sigv4-support.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { COMPAT_TARGETS, compatEndpoint, type CompatEndpoint } from './helpers/gateway.js';
 
 const minio = inject('minio');
-type Target = BackendKind | 'minio-direct';
 
-describe.each<Target>(['local', 's3', 'minio-direct'])('presigned expiry (%s)', (target) => {
-  let gw: TestGateway | undefined;
-  let endpoint: string;
+describe.each(COMPAT_TARGETS)('presigned expiry (%s)', (target) => {
+  let endpoint: CompatEndpoint;
   let signer: SignatureV4;
 
   beforeAll(async () => {
-    const direct = target === 'minio-direct';
-    if (!direct) gw = await startTestGateway({ backend: target, minio });
-    endpoint = direct ? minio.endpoint : (gw as TestGateway).url;
-    const credentials = direct ? { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey } : { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET };
-    signer = new SignatureV4({ credentials, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
+    endpoint = await compatEndpoint(target, minio);
+    signer = new SignatureV4({ credentials: endpoint.credentials, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
   });
 
   afterAll(async () => {
-    await gw?.close();
+    await endpoint?.close();
   });
 
   async function answer(expires: string, signingDate?: Date): Promise<{ status: number; code: string | undefined }> {
-    const url = new URL(endpoint);
+    const url = new URL(endpoint.url);
     const signed = await signer.presign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: '/some-bucket/some-key', query: {}, headers: { host: url.host } }, { expiresIn: 60, ...(signingDate ? { signingDate } : {}) });
     const query = new URLSearchParams(signed.query as Record<string, string>);
     if (expires !== '60') query.set('X-Amz-Expires', expires);
-    const res = await fetch(`${endpoint}/some-bucket/some-key?${query}`);
+    const res = await fetch(`${endpoint.url}/some-bucket/some-key?${query}`);
     const body = await res.text();
     return { status: res.status, code: /<Code>([^<]*)<\/Code>/.exec(body)?.[1] };
   }

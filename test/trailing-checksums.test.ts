@@ -8,30 +8,23 @@ import { Readable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { CompleteMultipartUploadCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, UploadPartCommand, type S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
 
 const minio = inject('minio');
 
-type Target = BackendKind | 'minio-direct';
-
-describe.each<Target>(['s3', 'local', 'minio-direct'])('trailing checksums (%s)', (target) => {
-  let gw: TestGateway | undefined;
+describe.each(COMPAT_TARGETS)('trailing checksums (%s)', (target) => {
+  let endpoint: CompatEndpoint;
   let s3: S3Client;
   const bucket = uniqueBucket('trailer');
 
   beforeAll(async () => {
-    if (target === 'minio-direct') {
-      s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
-    } else {
-      gw = await startTestGateway({ backend: target, minio });
-      s3 = sdkClient(gw.url);
-    }
+    endpoint = await compatEndpoint(target, minio);
+    s3 = endpoint.s3;
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
   });
 
   afterAll(async () => {
-    s3?.destroy();
-    await gw?.close();
+    await endpoint?.close();
   });
 
   it('stores a streamed PutObject with its CRC32C and answers it on HEAD with checksum mode', async () => {

@@ -27,7 +27,8 @@ export const UNSIGNED_PAYLOAD = 'UNSIGNED-PAYLOAD';
 export const STREAMING_SIGNED = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD';
 export const STREAMING_SIGNED_TRAILER = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER';
 export const STREAMING_UNSIGNED_TRAILER = 'STREAMING-UNSIGNED-PAYLOAD-TRAILER';
-export const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+/** The SHA-256 of an empty body (one definition, with the backend signer's). */
+export { EMPTY_PAYLOAD_SHA256 as EMPTY_SHA256 } from '../../storage-worker/request-signer.js';
 
 export interface SignedRequestInfo {
   readonly method: string;

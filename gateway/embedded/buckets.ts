@@ -122,7 +122,7 @@ function decodeToken(token: string): string {
 
 /** A page of the listing; max-keys=0 asks for nothing and is never truncated (as S3 and MinIO answer). */
 function listPage(store: LocalStore, bucket: string, options: Parameters<LocalStore['list']>[1]): ReturnType<LocalStore['list']> {
-  if (options.maxKeys === 0) return { contents: [], commonPrefixes: [], isTruncated: false, next: undefined } as ReturnType<LocalStore['list']>;
+  if (options.maxKeys === 0) return { contents: [], commonPrefixes: [], isTruncated: false, next: undefined };
   return store.list(bucket, options);
 }
 

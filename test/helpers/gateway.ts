@@ -98,3 +98,37 @@ export async function metricValue(adminUrl: string, name: string): Promise<numbe
   }
   return total;
 }
+
+/**
+ * Where a compatibility test sends its S3 requests: the gateway on either backend, or MinIO itself
+ * as the reference the gateway must match.
+ */
+export type CompatTarget = BackendKind | 'minio-direct';
+export const COMPAT_TARGETS: readonly CompatTarget[] = ['local', 's3', 'minio-direct'];
+
+export interface CompatEndpoint {
+  readonly url: string;
+  readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
+  /** An SDK client for `url` with `credentials`. */
+  readonly s3: S3Client;
+  close(): Promise<void>;
+}
+
+export async function compatEndpoint(target: CompatTarget, minio: Pick<MinioInfo, 'endpoint' | 'accessKey' | 'secretKey'>): Promise<CompatEndpoint> {
+  if (target === 'minio-direct') {
+    const credentials = { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey };
+    const s3 = sdkClient(minio.endpoint, credentials);
+    return { url: minio.endpoint, credentials, s3, close: async () => s3.destroy() };
+  }
+  const gw = await startTestGateway({ backend: target, minio });
+  const s3 = sdkClient(gw.url);
+  return {
+    url: gw.url,
+    credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET },
+    s3,
+    close: async () => {
+      s3.destroy();
+      await gw.close();
+    },
+  };
+}
