@@ -23,6 +23,8 @@ export interface GatewayProcessOptions {
   readonly args?: readonly string[];
   /** Node.js flags (--cpu-prof ...). */
   readonly nodeArgs?: readonly string[];
+  /** Another build's `dist/gateway/cli.js`, to compare builds in one run (default: this one). */
+  readonly cli?: string | undefined;
 }
 
 export async function startGatewayProcess(options: GatewayProcessOptions): Promise<GatewayProcess> {
@@ -32,7 +34,7 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
     process.execPath,
     [
       ...(options.nodeArgs ?? []),
-      join(repoRoot(), 'dist/gateway/cli.js'),
+      options.cli ?? join(repoRoot(), 'dist/gateway/cli.js'),
       'serve',
       '--port', String(port),
       '--metrics-port', String(metricsPort),

@@ -13,6 +13,7 @@
  *
  *   npm run bench:layerwise [-- --quick] [-- --reps 3 --contexts 4096,16384 --granularities 16,64,256]
  *   [-- --backend embedded]  (the gateway on its embedded store; baselines are its plain GETs)
+ *   [-- --gateway-cli OTHER/dist/gateway/cli.js]  (another build's gateway, to compare builds)
  *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
  *   a V8 CPU profile of the gateway process)
  */
@@ -91,6 +92,7 @@ async function main(): Promise<void> {
       'profile-gateway': { type: 'string' },
       'gateway-node-args': { type: 'string', default: '' },
       backend: { type: 'string', default: 'minio' },
+      'gateway-cli': { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -110,6 +112,7 @@ async function main(): Promise<void> {
   const gateway = await startGatewayProcess({
     ...(embedded ? { dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-store-')) } : { minio }),
     args: gatewayArgs,
+    cli: values['gateway-cli'],
     nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])],
   });
   // The baselines read the same store the gateway serves: MinIO, or the embedded store through
