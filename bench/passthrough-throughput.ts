@@ -100,6 +100,7 @@ async function main(): Promise<void> {
       objects: { type: 'string', default: '64' },
       size: { type: 'string', default: String(1024 * 1024) },
       'profile-gateway': { type: 'string' },
+      'gateway-node-args': { type: 'string' },
     },
   });
   const seconds = Number(values.seconds);
@@ -112,7 +113,8 @@ async function main(): Promise<void> {
 
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-minio-')) });
   const profileDir = values['profile-gateway'];
-  const gateway = await startGatewayProcess({ minio, nodeArgs: profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [] });
+  const nodeArgs = (values['gateway-node-args'] ?? '').split(' ').filter((a) => a !== '');
+  const gateway = await startGatewayProcess({ minio, nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])] });
   const relay = await startRelay(minio.port);
   const direct = target('minio-direct', minio.endpoint, minio.accessKey, minio.secretKey, concurrency);
   const viaRelay = target('tcp-relay', relay.url, minio.accessKey, minio.secretKey, concurrency);
