@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { freePort, repoRoot } from './minio.js';
+import { onCpus } from './placement.js';
 
 export const BENCH_CLIENT = { accessKeyId: 'bench-client', secretAccessKey: 'bench-client-secret' } as const;
 
@@ -25,12 +26,15 @@ export interface GatewayProcessOptions {
   readonly nodeArgs?: readonly string[];
   /** Another build's `dist/gateway/cli.js`, to compare builds in one run (default: this one). */
   readonly cli?: string | undefined;
+  /** Run the gateway on these CPUs (taskset list, see placement.ts); default: any. */
+  readonly cpus?: string | undefined;
 }
 
 export async function startGatewayProcess(options: GatewayProcessOptions): Promise<GatewayProcess> {
   const port = await freePort();
   const metricsPort = await freePort();
-  const child = spawn(
+  const [command, args] = onCpus(
+    options.cpus,
     process.execPath,
     [
       ...(options.nodeArgs ?? []),
@@ -42,16 +46,16 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
       '--log-level', 'warn',
       ...(options.args ?? []),
     ],
-    {
-      env: {
-        ...process.env,
-        OBJECTCACHE_ACCESS_KEY: BENCH_CLIENT.accessKeyId,
-        OBJECTCACHE_SECRET_KEY: BENCH_CLIENT.secretAccessKey,
-        ...(options.minio ? { OBJECTCACHE_BACKEND_ACCESS_KEY: options.minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: options.minio.secretKey } : {}),
-      },
-      stdio: ['ignore', 'inherit', 'inherit'],
-    },
   );
+  const child = spawn(command, args, {
+    env: {
+      ...process.env,
+      OBJECTCACHE_ACCESS_KEY: BENCH_CLIENT.accessKeyId,
+      OBJECTCACHE_SECRET_KEY: BENCH_CLIENT.secretAccessKey,
+      ...(options.minio ? { OBJECTCACHE_BACKEND_ACCESS_KEY: options.minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: options.minio.secretKey } : {}),
+    },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
   const adminUrl = `http://127.0.0.1:${metricsPort}`;
   const url = `http://127.0.0.1:${port}`;
   const stop = async (): Promise<void> => {

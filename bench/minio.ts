@@ -3,6 +3,7 @@
  * scripts/install-minio.sh, started on a free loopback port with a temporary data directory.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { onCpus } from './placement.js';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -75,6 +76,8 @@ export interface StartMinioOptions {
   readonly binary: string;
   readonly port?: number;
   readonly dataDir?: string;
+  /** Run MinIO on these CPUs (taskset list, see placement.ts); default: any. */
+  readonly cpus?: string;
 }
 
 export async function startMinio(options: StartMinioOptions): Promise<MinioServer> {
@@ -83,7 +86,8 @@ export async function startMinio(options: StartMinioOptions): Promise<MinioServe
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'objectcache-minio-'));
   const accessKey = 'minio-test-admin';
   const secretKey = 'minio-test-secret-key';
-  const child = spawn(options.binary, ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet'], {
+  const [command, args] = onCpus(options.cpus, options.binary, ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet']);
+  const child = spawn(command, args, {
     env: { ...process.env, MINIO_ROOT_USER: accessKey, MINIO_ROOT_PASSWORD: secretKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', CI: 'true' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

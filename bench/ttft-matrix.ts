@@ -15,7 +15,21 @@
  * to be ready and then for c_l ms on a timer, so transfer and compute really overlap; the
  * equation-3 prediction from the method's measured throughput is reported beside it.
  *
+ * The paper's result is about the ratio of link rate to compute rate (100 Gbps against an
+ * A100). This machine's link is the loopback through MinIO on shared cores, 10-50x slower, so
+ * with table A8's compute every remote method is transfer-bound. Two things restore the ratio:
+ *
+ *   --placement pinned (default)  the gateway on its own core, MinIO and the load generator on
+ *                                 the other(s), as separate machines would be (placement.ts)
+ *   --link-scale auto (default)   measure the rate whole-object GETs from MinIO reach here, R,
+ *                                 and multiply every per-layer compute time by K = 12.5 GB/s / R
+ *                                 (bytes unchanged); `--link-scale K` fixes K; `1` turns it off
+ *
+ * With K > 1 every configuration is measured twice in one run, interleaved method by method:
+ * with the scaled compute (the headline) and with table A8's compute as it is (the raw table).
+ *
  *   objectcache bench [--quick] [--include-64k] [--reps N] [--granularities 16,64,256]
+ *                     [--placement pinned|shared] [--link-scale auto|K]
  *   npm run bench -- --quick
  */
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -25,12 +39,15 @@ import { parseArgs } from 'node:util';
 import type { Writable } from 'node:stream';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
+import { ObjectCacheError } from '../schemas/errors.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { directGet, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
-import { processUsage } from './process-usage.js';
+import { cpuMeter, processUsage, type CpuPerGiB } from './process-usage.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
+import { choosePlacement, pinThisProcess, type Placement, type PlacementMode } from './placement.js';
 import { groupedBarSvg } from './report/svg.js';
+import { timelineSvg } from './report/timeline-svg.js';
 
 export const METHODS = ['Local-LW', 'S3-CW', 'S3-LW', 'OC-CW', 'OC-LW'] as const;
 type Method = (typeof METHODS)[number];
@@ -38,6 +55,12 @@ type Method = (typeof METHODS)[number];
 const L = 32;
 const BYTES_PER_TOKEN_PER_LAYER = 4096;
 const CONCURRENCY = 32;
+/** The paper's link: 100 Gbps. */
+const PAPER_LINK_BYTES_PER_SEC = 100e9 / 8;
+/** The link-rate probe: whole-object GETs of this many objects of this size, 32 in flight. */
+const PROBE_OBJECTS = 32;
+const PROBE_OBJECT_BYTES = 8 * 1024 * 1024;
+const PROBE_ROUNDS = 3;
 
 interface Config {
   readonly context: number;
@@ -45,6 +68,7 @@ interface Config {
   readonly G: number;
   readonly N: number;
   readonly S: number;
+  /** Table A8's compute per layer, unscaled. */
   readonly msPerLayer: number;
 }
 
@@ -56,12 +80,35 @@ interface Measurement {
   readonly gbPerSec: number;
   readonly backendReads: number;
   readonly firstLayerMs: number;
+  /** CPU-seconds per GiB delivered of the load generator, the gateway and MinIO (not for Local-LW). */
+  readonly cpu?: CpuPerGiB;
+  readonly readyMs: readonly number[];
+  readonly computeStartMs: readonly number[];
+}
+
+export interface Row {
+  readonly context: number;
+  readonly hitRate: number;
+  readonly G: number;
+  readonly N: number;
+  readonly method: Method;
+  /** The factor every per-layer compute time was multiplied by (1: table A8 as it is). */
+  readonly linkScale: number;
+  readonly msPerLayer: number;
+  readonly ttftMs: number;
+  readonly predictedTtftMs: number;
+  readonly gbPerSec: number;
+  readonly backendReads: number;
+  readonly firstLayerMs: number;
+  readonly overheadPct: number;
+  readonly cpu?: CpuPerGiB;
 }
 
 /** A simulated GPU: layer l computes for c ms once it is ready and layer l-1 is done. */
-async function simulatedCompute(ready: readonly Promise<unknown>[], msPerLayer: number, start: number): Promise<number> {
+async function simulatedCompute(ready: readonly Promise<unknown>[], msPerLayer: number, start: number, starts: number[]): Promise<number> {
   for (const layer of ready) {
     await layer;
+    starts.push(performance.now() - start);
     await new Promise((r) => setTimeout(r, msPerLayer));
   }
   return performance.now() - start;
@@ -80,17 +127,28 @@ function predictTtft(layerwise: boolean, bytesPerLayer: number, rateBytesPerSec:
   return x + (L - 1) * Math.max(x, msPerLayer) + msPerLayer;
 }
 
-async function measure(method: Method, cfg: Config, ctx: { direct: DirectS3; client: ObjectCacheClient; keys: string[]; local: Buffer; target: Uint8Array }): Promise<Measurement> {
+interface Context {
+  readonly direct: DirectS3;
+  readonly client: ObjectCacheClient;
+  readonly keys: string[];
+  readonly local: Buffer;
+  readonly target: Uint8Array;
+  readonly pids: Readonly<Record<string, number>>;
+}
+
+async function measure(method: Method, cfg: Config, msPerLayer: number, ctx: Context): Promise<Measurement> {
   const s = cfg.N * cfg.S;
   const ready = Array.from({ length: L }, deferred);
+  const readyMs: number[] = [];
+  const computeStartMs: number[] = [];
+  const meter = method === 'Local-LW' ? undefined : cpuMeter(ctx.pids);
   const start = performance.now();
-  const compute = simulatedCompute(ready.map((d) => d.promise), cfg.msPerLayer, start);
+  const compute = simulatedCompute(ready.map((d) => d.promise), msPerLayer, start, computeStartMs);
   let lastArrival = 0;
-  let firstLayerMs = 0;
   let backendReads = 0;
   const arrive = (l: number): void => {
     const t = performance.now() - start;
-    if (l === 0) firstLayerMs = t;
+    readyMs[l] = t;
     lastArrival = Math.max(lastArrival, t);
     ready[l]?.resolve();
   };
@@ -118,15 +176,36 @@ async function measure(method: Method, cfg: Config, ctx: { direct: DirectS3; cli
       break;
     case 'OC-CW':
     case 'OC-LW': {
-      const descriptor: DescriptorInput = { version: 1, keys: ctx.keys, layers: L, chunkTokens: cfg.G, layerBytes: cfg.S, layout: 'KV_L2TD', delivery: 'layer-major', mode: method === 'OC-LW' ? 'layerwise' : 'chunkwise', computeMsPerLayer: cfg.msPerLayer };
+      const descriptor: DescriptorInput = { version: 1, keys: ctx.keys, layers: L, chunkTokens: cfg.G, layerBytes: cfg.S, layout: 'KV_L2TD', delivery: 'layer-major', mode: method === 'OC-LW' ? 'layerwise' : 'chunkwise', computeMsPerLayer: msPerLayer };
       const result = await ctx.client.fetch(descriptor, { transport: 'post', target: ctx.target, onLayerReady: (l) => arrive(l) });
       backendReads = result.summary.backendReads;
       break;
     }
   }
+  // CPU up to the last byte, not through the simulated compute that follows.
+  const cpu = meter?.(s * L);
   const ttftMs = await compute;
   const rate = (s * L) / (lastArrival / 1000);
-  return { method, ttftMs, predictedTtftMs: predictTtft(method !== 'S3-CW' && method !== 'OC-CW', s, rate, cfg.msPerLayer), gbPerSec: rate / 1e9, backendReads, firstLayerMs };
+  return { method, ttftMs, predictedTtftMs: predictTtft(method !== 'S3-CW' && method !== 'OC-CW', s, rate, msPerLayer), gbPerSec: rate / 1e9, backendReads, firstLayerMs: readyMs[0] ?? 0, readyMs, computeStartMs, ...(cpu ? { cpu } : {}) };
+}
+
+/** The rate whole-object GETs from MinIO reach on this machine and placement (median of rounds). */
+async function probeLinkRate(direct: DirectS3): Promise<number> {
+  const keys = Array.from({ length: PROBE_OBJECTS }, (_, i) => `/ttft-bench/probe/${String(i).padStart(3, '0')}`);
+  await inParallel(keys.length, 8, async (i) => directPut(direct, keys[i] as string, syntheticChunk(7, i, PROBE_OBJECT_BYTES)));
+  const rates: number[] = [];
+  for (let round = 0; round < PROBE_ROUNDS + 1; round++) {
+    const started = performance.now();
+    await inParallel(keys.length, CONCURRENCY, async (i) => (await directGet(direct, keys[i] as string)).length);
+    // The first round warms connections and caches; it is not counted.
+    if (round > 0) rates.push((PROBE_OBJECTS * PROBE_OBJECT_BYTES) / ((performance.now() - started) / 1000));
+  }
+  return median(rates);
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? NaN;
 }
 
 export interface TtftBenchOptions {
@@ -134,13 +213,18 @@ export interface TtftBenchOptions {
   readonly include64k: boolean;
   readonly reps: number;
   readonly granularities: readonly number[];
+  readonly placement: PlacementMode;
+  /** 'auto': K = the paper's link / the measured whole-object GET rate; a number: that K. */
+  readonly linkScale: 'auto' | number;
 }
 
 function progress(out: Writable, done: number, total: number, label: string): void {
   const width = 30;
   const filled = Math.round((done / total) * width);
-  out.write(`\r[${'='.repeat(filled)}${' '.repeat(width - filled)}] ${done}/${total} ${label.padEnd(36)}`);
+  out.write(`\r[${'='.repeat(filled)}${' '.repeat(width - filled)}] ${done}/${total} ${label.padEnd(40)}`);
 }
+
+const configLabel = (r: { context: number; hitRate: number; G: number }): string => `${r.context / 1024}K ${r.hitRate * 100}% G${r.G}`;
 
 export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, stderr: Writable): Promise<number> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
@@ -158,21 +242,37 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
       }
     }
   }
-  const settings = { ...options, contexts, granularities, hitRates, model: 'meta-llama/Llama-3.1-8B', clientConcurrency: CONCURRENCY };
+  const placement = choosePlacement(options.placement);
+  const settings = { quick: options.quick, include64k: options.include64k, reps: options.reps, contexts, granularities, hitRates, model: 'meta-llama/Llama-3.1-8B', clientConcurrency: CONCURRENCY, placement: placement.mode, linkScale: options.linkScale };
   stdout.write(`objectcache bench: node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}\n`);
+  stdout.write(`placement: ${placement.description}\n`);
 
-  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-ttft-')) });
-  const gateway = await startGatewayProcess({ minio });
+  if (placement.othersCpus !== undefined) pinThisProcess(placement.othersCpus);
+  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-ttft-')), ...(placement.othersCpus !== undefined ? { cpus: placement.othersCpus } : {}) });
+  const gateway = await startGatewayProcess({ minio, cpus: placement.gatewayCpus });
   const direct = directS3(minio, CONCURRENCY);
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'ttft-bench', credentials: BENCH_CLIENT });
-  const rows: (Measurement & { context: number; hitRate: number; G: number; N: number; overheadPct: number })[] = [];
+  const pids = { gateway: gateway.child.pid as number, minio: minio.process.pid as number };
+  const rows: Row[] = [];
   const gatewayUsage: { config: string; cpuSeconds: number }[] = [];
-  const steps = configs.length * METHODS.length * options.reps;
-  let done = 0;
+  let timeline: { config: string; linkScale: number; msPerLayer: number; panels: { method: Method; readyMs: readonly number[]; computeStartMs: readonly number[] }[] } | undefined;
+  const timelineConfig = options.quick ? '4K 50% G64' : '16K 50% G64';
+  let link: { bytesPerSec: number; scale: number; measured: boolean };
   try {
     await directPut(direct, '/ttft-bench');
+    if (options.linkScale === 'auto') {
+      stderr.write('measuring the whole-object GET rate from MinIO ...\n');
+      const bytesPerSec = await probeLinkRate(direct);
+      link = { bytesPerSec, scale: Math.max(1, Math.round((PAPER_LINK_BYTES_PER_SEC / bytesPerSec) * 10) / 10), measured: true };
+    } else {
+      link = { bytesPerSec: PAPER_LINK_BYTES_PER_SEC / options.linkScale, scale: options.linkScale, measured: false };
+    }
+    stdout.write(`link: ${link.measured ? `whole-object GETs from MinIO reach ${(link.bytesPerSec / 1e9).toFixed(3)} GB/s here; ` : ''}compute scaled by K = ${link.scale}\n`);
+    const scales = link.scale === 1 ? [1] : [link.scale, 1];
+    const steps = configs.length * METHODS.length * options.reps * scales.length;
+    let done = 0;
     for (const cfg of configs) {
-      const label = `${cfg.context / 1024}K@${cfg.hitRate * 100}% G=${cfg.G}`;
+      const label = configLabel(cfg);
       const keys = Array.from({ length: cfg.N }, (_, c) => `kv/${cfg.context}-${cfg.hitRate}-${cfg.G}/${String(c).padStart(5, '0')}`);
       progress(stderr, done, steps, `${label} seeding`);
       const chunks = await inParallel(cfg.N, 8, async (c) => {
@@ -188,38 +288,38 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
       });
       chunks.length = 0;
       const target = new Uint8Array(s * L);
-      const ctx = { direct, client, keys, local, target };
-      await measure('OC-LW', cfg, ctx); // warm the gateway path for this data set
-      const results = new Map<Method, Measurement[]>();
-      const cpuBefore = processUsage(gateway.child.pid as number).cpuSeconds;
+      const ctx: Context = { direct, client, keys, local, target, pids };
+      await measure('OC-LW', cfg, cfg.msPerLayer, ctx); // warm the gateway path for this data set
+      const results = new Map<string, Measurement[]>();
+      const cpuBefore = processUsage(pids.gateway).cpuSeconds;
       for (let r = 0; r < options.reps; r++) {
         for (const method of METHODS) {
-          progress(stderr, done, steps, `${label} ${method}`);
-          const m = await measure(method, cfg, ctx);
-          results.set(method, [...(results.get(method) ?? []), m]);
-          done++;
+          for (const scale of scales) {
+            progress(stderr, done, steps, `${label} ${method}${scale === 1 ? '' : ` K=${scale}`}`);
+            const m = await measure(method, cfg, cfg.msPerLayer * scale, ctx);
+            results.set(`${scale} ${method}`, [...(results.get(`${scale} ${method}`) ?? []), m]);
+            done++;
+          }
         }
       }
-      gatewayUsage.push({ config: label, cpuSeconds: processUsage(gateway.child.pid as number).cpuSeconds - cpuBefore });
-      const mean = (method: Method, pick: (m: Measurement) => number): number => {
-        const list = results.get(method) ?? [];
-        return list.reduce((sum, m) => sum + pick(m), 0) / list.length;
-      };
-      const localTtft = mean('Local-LW', (m) => m.ttftMs);
-      for (const method of METHODS) {
-        rows.push({
-          context: cfg.context,
-          hitRate: cfg.hitRate,
-          G: cfg.G,
-          N: cfg.N,
-          method,
-          ttftMs: mean(method, (m) => m.ttftMs),
-          predictedTtftMs: mean(method, (m) => m.predictedTtftMs),
-          gbPerSec: mean(method, (m) => m.gbPerSec),
-          backendReads: mean(method, (m) => m.backendReads),
-          firstLayerMs: mean(method, (m) => m.firstLayerMs),
-          overheadPct: ((mean(method, (m) => m.ttftMs) - localTtft) / localTtft) * 100,
-        });
+      gatewayUsage.push({ config: label, cpuSeconds: processUsage(pids.gateway).cpuSeconds - cpuBefore });
+      for (const scale of scales) {
+        const list = (method: Method): Measurement[] => results.get(`${scale} ${method}`) ?? [];
+        const mean = (method: Method, pick: (m: Measurement) => number): number => list(method).reduce((sum, m) => sum + pick(m), 0) / list(method).length;
+        const localTtft = mean('Local-LW', (m) => m.ttftMs);
+        for (const method of METHODS) {
+          const cpuNames = Object.keys(list(method)[0]?.cpu ?? {});
+          const cpu = cpuNames.length > 0 ? Object.fromEntries(cpuNames.map((name) => [name, median(list(method).map((m) => m.cpu?.[name] ?? NaN))])) : undefined;
+          const ttftMs = mean(method, (m) => m.ttftMs);
+          rows.push({ context: cfg.context, hitRate: cfg.hitRate, G: cfg.G, N: cfg.N, method, linkScale: scale, msPerLayer: cfg.msPerLayer * scale, ttftMs, predictedTtftMs: mean(method, (m) => m.predictedTtftMs), gbPerSec: mean(method, (m) => m.gbPerSec), backendReads: mean(method, (m) => m.backendReads), firstLayerMs: mean(method, (m) => m.firstLayerMs), overheadPct: ((ttftMs - localTtft) / localTtft) * 100, ...(cpu ? { cpu } : {}) });
+        }
+        if (label === timelineConfig && scale === scales[0]) {
+          const pick = (method: Method): { method: Method; readyMs: readonly number[]; computeStartMs: readonly number[] } => {
+            const m = list(method).at(-1) as Measurement;
+            return { method, readyMs: m.readyMs, computeStartMs: m.computeStartMs };
+          };
+          timeline = { config: label, linkScale: scale, msPerLayer: cfg.msPerLayer * scale, panels: [pick('S3-CW'), pick('S3-LW'), pick('OC-LW')] };
+        }
       }
     }
     progress(stderr, done, steps, 'done');
@@ -227,7 +327,7 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   } finally {
     await client.close();
     await direct.pool.close();
-    const peak = processUsage(gateway.child.pid as number).peakRssBytes;
+    const peak = processUsage(pids.gateway).peakRssBytes;
     gatewayUsage.push({ config: 'peak RSS (bytes)', cpuSeconds: peak });
     await gateway.stop();
     await minio.destroy();
@@ -236,47 +336,113 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   mkdirSync(outDir, { recursive: true });
   const peakRss = gatewayUsage.at(-1)?.cpuSeconds ?? NaN;
   const cpu = gatewayUsage.slice(0, -1);
-  const result = { benchmark: 'ttft-matrix', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows, gateway: { cpuSecondsPerConfig: cpu, peakRssBytes: peakRss } };
+  const result: Result = { benchmark: 'ttft-matrix', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, placement, link, rows, gateway: { cpuSecondsPerConfig: cpu, peakRssBytes: peakRss }, ...(timeline ? { timeline } : {}) };
   writeFileSync(join(outDir, 'ttft-latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   const report = renderReport(result);
   writeFileSync(join(outDir, 'ttft-report.md'), report);
-  const groups = [...new Set(rows.map((r) => `${r.context / 1024}K ${r.hitRate * 100}% G${r.G}`))];
-  const svg = groupedBarSvg({
-    title: 'TTFT overhead over Local-LW (Llama-3.1-8B, simulated A100 compute)',
-    yLabel: 'TTFT overhead (%)',
-    groups,
-    series: METHODS.filter((m) => m !== 'Local-LW').map((method) => ({ name: method, values: groups.map((g) => rows.find((r) => `${r.context / 1024}K ${r.hitRate * 100}% G${r.G}` === g && r.method === method)?.overheadPct ?? null) })),
-  });
-  writeFileSync(join(outDir, 'ttft-overhead.svg'), svg);
+  for (const scale of [...new Set(rows.map((r) => r.linkScale))]) {
+    const scaled = rows.filter((r) => r.linkScale === scale);
+    const groups = [...new Set(scaled.map(configLabel))];
+    const svg = groupedBarSvg({
+      title: scale === 1 ? 'TTFT overhead over Local-LW, table A8 compute as is (Llama-3.1-8B)' : `TTFT overhead over Local-LW, compute x${scale} for this machine's link (Llama-3.1-8B)`,
+      yLabel: 'TTFT overhead (%)',
+      groups,
+      series: METHODS.filter((m) => m !== 'Local-LW').map((method) => ({ name: method, values: groups.map((g) => scaled.find((r) => configLabel(r) === g && r.method === method)?.overheadPct ?? null) })),
+    });
+    writeFileSync(join(outDir, scale === 1 && link.scale !== 1 ? 'ttft-overhead-unscaled.svg' : 'ttft-overhead.svg'), svg);
+  }
+  if (timeline) {
+    const t = timeline;
+    writeFileSync(join(outDir, 'ttft-timeline.svg'), timelineSvg({ title: `Per-layer timeline, ${t.config}, compute ${t.msPerLayer.toFixed(0)} ms per layer (K = ${t.linkScale})`, panels: t.panels.map((p) => ({ name: p.method, readyMs: p.readyMs, computeStartMs: p.computeStartMs, computeMs: t.msPerLayer })) }));
+  }
   writeSchedulerFigure(outDir);
   stdout.write(report);
   return 0;
 }
 
-type Result = { date: string; node: string; settings: unknown; rows: (Measurement & { context: number; hitRate: number; G: number; N: number; overheadPct: number })[]; gateway: { cpuSecondsPerConfig: { config: string; cpuSeconds: number }[]; peakRssBytes: number } };
+export interface Result {
+  readonly benchmark?: string;
+  readonly date: string;
+  readonly node: string;
+  readonly cores?: number;
+  readonly settings: unknown;
+  readonly placement: Placement;
+  readonly link: { readonly bytesPerSec: number; readonly scale: number; readonly measured: boolean };
+  readonly rows: readonly Row[];
+  readonly gateway: { readonly cpuSecondsPerConfig: readonly { config: string; cpuSeconds: number }[]; readonly peakRssBytes: number };
+  readonly timeline?: unknown;
+}
+
+/** Bytes per layer / compute per layer: the rate at which transfer just hides behind compute. */
+function hidingGBps(r: Row): number {
+  return (r.N * r.G * BYTES_PER_TOKEN_PER_LAYER) / (r.msPerLayer / 1000) / 1e9;
+}
+
+function cpuCell(cpu: CpuPerGiB | undefined): string {
+  if (!cpu) return '—';
+  const f = (name: string): string => (cpu[name] !== undefined && Number.isFinite(cpu[name]) ? (cpu[name] as number).toFixed(2) : '—');
+  return `${f('client')} / ${f('gateway')} / ${f('minio')}`;
+}
+
+function rowsTable(rows: readonly Row[]): string[] {
+  const lines = ['| context | hit | G | N | compute ms/layer | method | TTFT ms | eq. 3 ms | overhead vs Local-LW | GB/s | layer 0 ms | backend reads | CPU s/GiB client / gateway / MinIO |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|'];
+  for (const r of rows) {
+    lines.push(`| ${r.context / 1024}K | ${r.hitRate * 100}% | ${r.G} | ${r.N} | ${r.msPerLayer.toFixed(1)} | ${r.method} | ${r.ttftMs.toFixed(0)} | ${r.predictedTtftMs.toFixed(0)} | ${r.method === 'Local-LW' ? '—' : `${r.overheadPct.toFixed(1)}%`} | ${r.gbPerSec.toFixed(3)} | ${r.firstLayerMs.toFixed(0)} | ${Math.round(r.backendReads)} | ${r.method === 'Local-LW' ? '—' : cpuCell(r.cpu)} |`);
+  }
+  return lines;
+}
 
 export function renderReport(result: Result): string {
   const lines: string[] = [];
+  const scales = [...new Set(result.rows.map((r) => r.linkScale))].sort((a, b) => b - a);
+  const K = scales[0] ?? 1;
   lines.push(`# TTFT benchmark (${result.date.slice(0, 10)}, Node ${result.node})`, '');
   lines.push(`Settings: \`${JSON.stringify(result.settings)}\``, '');
-  lines.push('| context | hit | G | N | method | TTFT ms | eq. 3 ms | overhead vs Local-LW | GB/s | layer 0 ms | backend reads |', '|---|---|---|---|---|---|---|---|---|---|---|');
-  for (const r of result.rows) {
-    lines.push(`| ${r.context / 1024}K | ${r.hitRate * 100}% | ${r.G} | ${r.N} | ${r.method} | ${r.ttftMs.toFixed(0)} | ${r.predictedTtftMs.toFixed(0)} | ${r.method === 'Local-LW' ? '—' : `${r.overheadPct.toFixed(1)}%`} | ${r.gbPerSec.toFixed(3)} | ${r.firstLayerMs.toFixed(0)} | ${Math.round(r.backendReads)} |`);
+  lines.push(`**Placement**: ${result.placement.description}.`);
+  if (result.placement.mode === 'pinned') {
+    lines.push('S3-CW and S3-LW never touch the gateway, so under this placement they run on the load generator\'s and MinIO\'s core(s) alone and the gateway\'s core idles; OC-CW and OC-LW have that core in addition, as a gateway on its own machine would. Local-LW runs on the load generator\'s core. `--placement shared` gives every method every core.');
   }
-  lines.push('', 'Gateway CPU seconds per configuration (all repetitions of OC-CW and OC-LW, plus the others\u2019 idle time):', '');
+  lines.push('');
+  const link = result.link;
+  lines.push(`**Link scale**: ${link.measured ? `whole-object GETs from MinIO reached ${(link.bytesPerSec / 1e9).toFixed(3)} GB/s here (${PROBE_OBJECTS} objects of ${PROBE_OBJECT_BYTES / 1024 ** 2} MiB, ${CONCURRENCY} in flight, median of ${PROBE_ROUNDS} rounds); the paper's link is 100 Gbps (12.5 GB/s), so` : 'fixed by --link-scale:'} K = ${link.scale}. Every per-layer compute time is multiplied by K, bytes are unchanged, so table A8's ratio of transfer to compute holds.`, '');
+  const computes = [...new Map(result.rows.filter((r) => r.linkScale === K).map((r) => [`${r.context / 1024}K ${r.hitRate * 100}%`, r.msPerLayer])).entries()];
+  if (K !== 1) lines.push(`Compute per layer (table A8, then x${K}): ${computes.map(([c, ms]) => `${c} ${(ms / K).toFixed(2)} -> ${ms.toFixed(1)} ms`).join('; ')}.`, '');
+  for (const scale of scales) {
+    lines.push(scale === 1 ? '## Table A8\'s compute as it is (K = 1)' : `## Compute x${scale}: the paper's link-to-compute ratio`, '');
+    lines.push(...rowsTable(result.rows.filter((r) => r.linkScale === scale)), '');
+  }
+  lines.push('CPU per GiB is measured from the first byte requested to the last byte ready (client = the load generator, every thread; gateway and MinIO from /proc), the median over repetitions.', '');
+  lines.push('Gateway CPU seconds per configuration (every repetition and scale of OC-CW and OC-LW, plus the others\u2019 idle time):', '');
   for (const u of result.gateway.cpuSecondsPerConfig) lines.push(`- ${u.config}: ${u.cpuSeconds.toFixed(2)} s`);
   lines.push(`- gateway peak RSS: ${(result.gateway.peakRssBytes / 1024 ** 2).toFixed(0)} MiB`, '');
-  const find = (context: number, hit: number, G: number, method: Method): (typeof result.rows)[number] | undefined => result.rows.find((r) => r.context === context && r.hitRate === hit && r.G === G && r.method === method);
-  lines.push('Targets:', '');
-  for (const [context, hit] of [[16384, 0.5], [4096, 0.5]] as const) {
-    const r = find(context, hit, 64, 'OC-LW');
-    if (r) lines.push(`- OC-LW overhead over Local-LW at ${context / 1024}K, ${hit * 100}% hit, G=64: ${r.overheadPct.toFixed(1)}% (target <= 10%: ${r.overheadPct <= 10 ? 'met' : 'not met'})`);
+
+  const find = (r: Row, method: Method): Row | undefined => result.rows.find((x) => x.context === r.context && x.hitRate === r.hitRate && x.G === r.G && x.linkScale === r.linkScale && x.method === method);
+  const headline = result.rows.filter((r) => r.linkScale === K && r.method === 'OC-LW');
+  lines.push(`## Targets (${K === 1 ? 'unscaled' : `compute x${K}`})`, '');
+  for (const r of headline.filter((x) => x.context === 16384 && x.G >= 64)) {
+    lines.push(`- OC-LW overhead over Local-LW at 16K, ${r.hitRate * 100}% hit, G=${r.G}: ${r.overheadPct.toFixed(1)}% (target <= 10%: ${r.overheadPct <= 10 ? 'met' : 'not met'})`);
   }
-  for (const r of result.rows.filter((x) => x.context === 16384 && x.method === 'OC-LW')) {
-    const cw = find(r.context, r.hitRate, r.G, 'S3-CW');
-    if (cw) lines.push(`- 16K ${r.hitRate * 100}% G=${r.G}: OC-LW ${r.ttftMs.toFixed(0)} ms vs S3-CW ${cw.ttftMs.toFixed(0)} ms (${r.ttftMs < cw.ttftMs ? 'ahead' : 'behind'})`);
+  for (const r of headline.filter((x) => x.context === 16384)) {
+    const cw = find(r, 'S3-CW');
+    const lw = find(r, 'S3-LW');
+    if (!cw || !lw) continue;
+    const ahead = r.ttftMs < cw.ttftMs && r.ttftMs < lw.ttftMs;
+    const why = ahead ? '' : `; ${r.gbPerSec < hidingGBps(r) ? `OC-LW delivered ${r.gbPerSec.toFixed(2)} GB/s where hiding transfer behind this compute needs ${hidingGBps(r).toFixed(2)} GB/s` : `OC-LW's first layer came at ${r.firstLayerMs.toFixed(0)} ms`}`;
+    lines.push(`- 16K ${r.hitRate * 100}% G=${r.G}: OC-LW ${r.ttftMs.toFixed(0)} ms vs S3-CW ${cw.ttftMs.toFixed(0)} ms and S3-LW ${lw.ttftMs.toFixed(0)} ms (${ahead ? 'ahead of both' : 'not ahead of both'}${why})`);
   }
-  lines.push('', 'Figure: `ttft-overhead.svg` (paper figure 13 style); `scheduler-added-ttft.svg` (figure 16 style, from `npm run bench:scheduler`).', '');
+  lines.push('', '## What holds on this machine', '');
+  const hidden = headline.filter((r) => r.gbPerSec >= hidingGBps(r));
+  const within = headline.filter((r) => r.overheadPct <= 10);
+  lines.push(`- OC-LW delivered at least the rate that hides transfer behind compute in ${hidden.length} of ${headline.length} configurations${K === 1 ? '' : ` under compute x${K}`}, and is within 10% of Local-LW in ${within.length} of them.`);
+  const short = headline.filter((r) => r.gbPerSec < hidingGBps(r));
+  if (short.length > 0) lines.push(`- Needs a faster link (or gateway) than this machine's: ${short.map((r) => `${configLabel(r)} (needs ${hidingGBps(r).toFixed(2)} GB/s, got ${r.gbPerSec.toFixed(2)})`).join('; ')}.`);
+  const beatsCw = headline.filter((r) => { const cw = find(r, 'S3-CW'); return cw !== undefined && r.ttftMs < cw.ttftMs; });
+  lines.push(`- OC-LW ahead of S3-CW in ${beatsCw.length} of ${headline.length} configurations, of S3-LW in ${headline.filter((r) => { const lw = find(r, 'S3-LW'); return lw !== undefined && r.ttftMs < lw.ttftMs; }).length}.`);
+  if (K !== 1) {
+    const raw = result.rows.filter((r) => r.linkScale === 1 && r.method === 'OC-LW');
+    lines.push(`- With table A8's compute as it is (K = 1), OC-LW is within 10% of Local-LW in ${raw.filter((r) => r.overheadPct <= 10).length} of ${raw.length} configurations: at an A100's compute speed this machine's link is the bottleneck for every remote method.`);
+  }
+  lines.push('', 'Figures: `ttft-overhead.svg` (paper figure 13 style, the headline scale), `ttft-overhead-unscaled.svg` (K = 1, when scaled), `ttft-timeline.svg` (per-layer ready and compute times for one configuration), `scheduler-added-ttft.svg` (figure 16 style, from `npm run bench:scheduler`).', '');
   return `${lines.join('\n')}\n`;
 }
 
@@ -301,21 +467,55 @@ function writeSchedulerFigure(outDir: string): void {
   );
 }
 
+const usage = (message: string): ObjectCacheError => new ObjectCacheError('OC_ERR_CLIENT_USAGE', message);
+
 export function parseBenchArgs(argv: readonly string[]): TtftBenchOptions {
-  const { values } = parseArgs({
-    args: [...argv],
-    options: { quick: { type: 'boolean', default: false }, 'include-64k': { type: 'boolean', default: false }, reps: { type: 'string', default: '1' }, granularities: { type: 'string', default: '16,64,256' }, help: { type: 'boolean', short: 'h' } },
-    strict: true,
-  });
-  return { quick: values.quick ?? false, include64k: values['include-64k'] ?? false, reps: Math.max(1, Number(values.reps)), granularities: (values.granularities ?? '16,64,256').split(',').map(Number) };
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...argv],
+      options: {
+        quick: { type: 'boolean', default: false },
+        'include-64k': { type: 'boolean', default: false },
+        reps: { type: 'string', default: '1' },
+        granularities: { type: 'string', default: '16,64,256' },
+        placement: { type: 'string', default: 'pinned' },
+        'link-scale': { type: 'string', default: 'auto' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+    });
+  } catch (error) {
+    throw usage((error as Error).message);
+  }
+  const { values } = parsed;
+  const placement = values.placement;
+  if (placement !== 'pinned' && placement !== 'shared') throw usage(`--placement is pinned or shared, not ${String(placement)}`);
+  const scale = values['link-scale'] ?? 'auto';
+  const linkScale = scale === 'auto' ? 'auto' : Number(scale);
+  if (linkScale !== 'auto' && !(Number.isFinite(linkScale) && linkScale >= 1)) throw usage(`--link-scale is auto or a number >= 1, not ${scale}`);
+  const reps = Number(values.reps);
+  if (!Number.isInteger(reps) || reps < 1) throw usage(`--reps is a whole number >= 1, not ${String(values.reps)}`);
+  const granularities = (values.granularities ?? '16,64,256').split(',').map(Number);
+  if (granularities.some((g) => !Number.isInteger(g) || g < 1)) throw usage(`--granularities is a comma-separated list of chunk sizes in tokens, not ${String(values.granularities)}`);
+  return { quick: values.quick ?? false, include64k: values['include-64k'] ?? false, reps, granularities, placement, linkScale };
 }
 
 export const BENCH_HELP = `Usage: objectcache bench [--quick] [--include-64k] [--reps N] [--granularities 16,64,256]
+                        [--placement pinned|shared] [--link-scale auto|K]
 
 Runs the TTFT benchmark against a MinIO it builds and starts itself and a gateway process:
 S3-CW, S3-LW, OC-CW, OC-LW and Local-LW for Llama-3.1-8B at 4K and 16K contexts (64K with
 --include-64k), 50% and 87.5% hit, G = 16, 64, 256, with the simulated per-layer compute of the
-paper's table A8. Writes bench/results/ttft-latest.json, ttft-report.md and SVG figures.
+paper's table A8.
+
+  --placement pinned   the gateway on its own core, MinIO and the load generator on the others
+                       (taskset; the default, falls back to shared where it cannot pin)
+  --link-scale auto    measure whole-object GETs from MinIO and multiply the compute by
+                       K = 12.5 GB/s (the paper's 100 Gbps) / that rate (default); K: a fixed
+                       factor; 1: table A8 as it is. With K > 1 both are measured, interleaved.
+
+Writes bench/results/ttft-latest.json, ttft-report.md and SVG figures.
 --quick runs 4K at G=64 only (a few minutes at most).`;
 
 if (process.argv[1]?.endsWith('ttft-matrix.js')) {

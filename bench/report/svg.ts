@@ -16,13 +16,13 @@ export interface BarChart {
   readonly series: readonly Series[];
 }
 
-const COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1'];
+export const COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1'];
 
-function escape(text: string): string {
+export function escapeXml(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
-function niceStep(range: number): number {
+export function niceStep(range: number): number {
   const raw = range / 5;
   const power = 10 ** Math.floor(Math.log10(raw || 1));
   const unit = raw / power;
@@ -49,12 +49,12 @@ export function groupedBarSvg(chart: BarChart): string {
   const out: string[] = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`);
   out.push(`<rect width="100%" height="100%" fill="white"/>`);
-  out.push(`<text x="${width / 2}" y="20" text-anchor="middle" font-size="14">${escape(chart.title)}</text>`);
+  out.push(`<text x="${width / 2}" y="20" text-anchor="middle" font-size="14">${escapeXml(chart.title)}</text>`);
   for (let v = yMin; v <= yMax + step / 2; v += step) {
     out.push(`<line x1="${left}" x2="${width - right}" y1="${y(v)}" y2="${y(v)}" stroke="${v === 0 ? '#333' : '#ddd'}"/>`);
     out.push(`<text x="${left - 6}" y="${y(v) + 4}" text-anchor="end">${Math.round(v * 100) / 100}</text>`);
   }
-  out.push(`<text transform="translate(16 ${top + plotH / 2}) rotate(-90)" text-anchor="middle">${escape(chart.yLabel)}</text>`);
+  out.push(`<text transform="translate(16 ${top + plotH / 2}) rotate(-90)" text-anchor="middle">${escapeXml(chart.yLabel)}</text>`);
   chart.groups.forEach((group, g) => {
     const x0 = left + g * groupW + (groupW - barW * chart.series.length) / 2;
     chart.series.forEach((series, s) => {
@@ -62,14 +62,14 @@ export function groupedBarSvg(chart: BarChart): string {
       if (v === null || v === undefined || !Number.isFinite(v)) return;
       const top0 = y(Math.max(0, v));
       const h = Math.abs(y(v) - y(0));
-      out.push(`<rect x="${x0 + s * barW}" y="${top0}" width="${barW - 1}" height="${Math.max(h, 0.5)}" fill="${COLORS[s % COLORS.length]}"><title>${escape(`${series.name} ${group}: ${Math.round(v * 100) / 100}`)}</title></rect>`);
+      out.push(`<rect x="${x0 + s * barW}" y="${top0}" width="${barW - 1}" height="${Math.max(h, 0.5)}" fill="${COLORS[s % COLORS.length]}"><title>${escapeXml(`${series.name} ${group}: ${Math.round(v * 100) / 100}`)}</title></rect>`);
     });
-    out.push(`<text transform="translate(${left + g * groupW + groupW / 2} ${height - bottom + 12}) rotate(35)" text-anchor="start">${escape(group)}</text>`);
+    out.push(`<text transform="translate(${left + g * groupW + groupW / 2} ${height - bottom + 12}) rotate(35)" text-anchor="start">${escapeXml(group)}</text>`);
   });
   chart.series.forEach((series, s) => {
     const lx = left + s * 110;
     out.push(`<rect x="${lx}" y="${height - 22}" width="10" height="10" fill="${COLORS[s % COLORS.length]}"/>`);
-    out.push(`<text x="${lx + 14}" y="${height - 13}">${escape(series.name)}</text>`);
+    out.push(`<text x="${lx + 14}" y="${height - 13}">${escapeXml(series.name)}</text>`);
   });
   out.push('</svg>');
   return `${out.join('\n')}\n`;
