@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import type { Layout } from '../schemas/layouts.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { CLIENT_KEY, CLIENT_SECRET, metricValue, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -138,16 +138,20 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
   });
 
   it('cancels the download when the caller leaves the iterator early', async () => {
-    const prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 64 * 1024, layout: 'KV_L2TD' });
-    for await (const { layer } of client.layers(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' })) {
+    // 64 MiB: far more than socket buffers on both sides can hold, so only a cancelled stream stops short of it.
+    const prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 256 * 1024, layout: 'KV_L2TD' });
+    const total = 8 * 32 * 256 * 1024;
+    const readsBefore = await metricValue(gw.gateway.adminUrl, 'objectcache_backend_reads_total');
+    for await (const { layer } of client.layers(descriptorOf(prefix, { mode: 'layerwise', tenant: 'leaves-early' }), { transport: 'post' })) {
       expect(layer).toBe(0);
       break;
     }
-    const deadline = Date.now() + 10_000;
-    while (gw.gateway.poolStats().running > 0 || gw.gateway.bufferedBytes() > 0) {
-      if (Date.now() > deadline) throw new Error('the abandoned stream still holds tasks or buffers');
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await vi.waitFor(() => expect(gw.gateway.poolStats().running + gw.gateway.bufferedBytes()).toBe(0), { timeout: 10_000, interval: 20 });
+    const delivered = await metricValue(gw.gateway.adminUrl, 'objectcache_delivered_bytes_total{tenant="leaves-early"}');
+    expect(delivered).toBeGreaterThan(0);
+    expect(delivered).toBeLessThan(total / 2);
+    // The reads stopped too: a whole fetch at 8 KiB reads would issue total / 8 KiB of them.
+    expect((await metricValue(gw.gateway.adminUrl, 'objectcache_backend_reads_total')) - readsBefore).toBeLessThan(total / 8192 / 2);
     const again = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }));
     expect(again.summary.layers).toEqual([0, 1]);
   });
