@@ -419,6 +419,7 @@ export function renderReport(result: Result): string {
   const find = (r: Row, method: Method): Row | undefined => result.rows.find((x) => x.context === r.context && x.hitRate === r.hitRate && x.G === r.G && x.linkScale === r.linkScale && x.method === method);
   const headline = result.rows.filter((r) => r.linkScale === K && r.method === 'OC-LW');
   lines.push(`## Targets (${K === 1 ? 'unscaled' : `compute x${K}`})`, '');
+  if (!headline.some((r) => r.context === 16384)) lines.push('- The targets are stated for 16K contexts, and this run has none (run without --quick).');
   for (const r of headline.filter((x) => x.context === 16384 && x.G >= 64)) {
     lines.push(`- OC-LW overhead over Local-LW at 16K, ${r.hitRate * 100}% hit, G=${r.G}: ${r.overheadPct.toFixed(1)}% (target <= 10%: ${r.overheadPct <= 10 ? 'met' : 'not met'})`);
   }

@@ -27,9 +27,9 @@ export function timelineSvg(chart: Timeline): string {
   const right = 20;
   const top = 40;
   const width = 760;
-  const height = top + chart.panels.length * panelH + 60;
+  const height = top + chart.panels.length * panelH + 78;
   const end = Math.max(1, ...chart.panels.flatMap((p) => [...p.readyMs, ...p.computeStartMs.map((s) => s + p.computeMs)]));
-  const step = niceStep(end);
+  const step = niceStep(end / 2);
   const xMax = Math.ceil(end / step) * step;
   const x = (ms: number): number => left + (ms / xMax) * (width - left - right);
   const out: string[] = [];
@@ -57,7 +57,7 @@ export function timelineSvg(chart: Timeline): string {
       if (ready !== undefined) out.push(`<circle cx="${x(ready)}" cy="${ly + rowH / 2}" r="1.8" fill="#222"><title>layer ${l} ready at ${Math.round(ready)} ms</title></circle>`);
     }
   });
-  const ly = height - 16;
+  const ly = height - 12;
   out.push(`<circle cx="${left + 5}" cy="${ly - 4}" r="2.5" fill="#222"/><text x="${left + 14}" y="${ly}">layer ready (bytes in the target)</text>`);
   out.push(`<rect x="${left + 220}" y="${ly - 8}" width="14" height="8" fill="${COLORS[0]}" opacity="0.55"/><text x="${left + 240}" y="${ly}">layer compute (one row per layer, layer 0 on top)</text>`);
   out.push('</svg>');
