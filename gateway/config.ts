@@ -6,10 +6,10 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { DescriptorLimits } from '../schemas/descriptor.js';
-import { POLICIES, type Policy } from './scheduler/allocate.js';
-import { parseRate } from './scheduler/rate.js';
+import { parsePolicy, type Policy } from './scheduler/allocate.js';
+import { parseMargin, parseRate } from './scheduler/rate.js';
 import { defaultWorkerCount } from '../storage-worker/reader-pool.js';
-import type { S3BackendOptions } from '../storage-worker/s3-backend.js';
+import type { S3BackendOptions } from '../backends/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
 
@@ -256,19 +256,17 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     backend = { kind: 'local', dataDir: nonEmpty('dataDir', raw) };
   }
 
-  const policyText = nonEmpty('policy', raw);
-  if (!(POLICIES as readonly string[]).includes(policyText)) throw new ConfigError('policy', `--policy / OBJECTCACHE_POLICY must be one of ${POLICIES.join(', ')}, got ${policyText}`);
+  const named = parsePolicy(nonEmpty('policy', raw));
+  if ('problem' in named) throw new ConfigError('policy', `--policy / OBJECTCACHE_POLICY ${named.problem}`);
+  const policy = named.policy;
   let scheduler: SchedulerConfig | undefined;
   const capText = nonEmpty('cap', raw);
   if (capText.trim().toLowerCase() !== 'unlimited') {
     const cap = parseRate(capText);
     if (typeof cap === 'string' || cap <= 0) throw new ConfigError('cap', `--cap / OBJECTCACHE_CAP: ${typeof cap === 'string' ? cap : 'must be positive'}`);
-    const policy = policyText;
-    const marginText = nonEmpty('margin', raw).trim();
-    const percent = /^(\d+(?:\.\d+)?)%$/.exec(marginText);
-    const margin = percent ? (cap * Number(percent[1])) / 100 : parseRate(marginText);
+    const margin = parseMargin(nonEmpty('margin', raw).trim(), cap);
     if (typeof margin === 'string') throw new ConfigError('margin', `--margin / OBJECTCACHE_MARGIN: ${margin}`);
-    scheduler = { capBytesPerSec: cap, policy: policy as Policy, marginBytesPerSec: margin, epochMs: integer('epochMs', raw) };
+    scheduler = { capBytesPerSec: cap, policy, marginBytesPerSec: margin, epochMs: integer('epochMs', raw) };
   }
 
   return {

@@ -9,7 +9,8 @@
  * no body hash and no non-amz header, so what needs the body or a header signed (the layerwise
  * descriptor) still needs SigV4. Turned off with `--sigv2 off`.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac } from 'node:crypto';
+import { sameSignature } from './same-signature.js';
 import type { IncomingHttpHeaders } from 'node:http';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ClientCredential } from '../config.js';
@@ -78,12 +79,6 @@ export function signV2(secretAccessKey: string, stringToSign: string): string {
   return createHmac('sha1', secretAccessKey).update(stringToSign, 'utf8').digest('base64');
 }
 
-function same(a: string, b: string): boolean {
-  const x = Buffer.from(a, 'utf8');
-  const y = Buffer.from(b, 'utf8');
-  return x.length === y.length && timingSafeEqual(x, y);
-}
-
 /** Verifies a SigV2 request; throws the S3 error a client expects when it does not verify. */
 export function verifySigV2(request: SigV2Request, credentials: ReadonlyMap<string, ClientCredential>, now: number, maxSkewMs: number): SigV2Result {
   const authorization = header(request.headers, 'authorization');
@@ -119,7 +114,7 @@ export function verifySigV2(request: SigV2Request, credentials: ReadonlyMap<stri
   if (!credential) throw new ObjectCacheError('OC_ERR_AUTH_UNKNOWN_KEY', 'The access key id you provided does not exist in our records');
   const query = mode === 'presigned' ? request.query.filter(([k]) => !(SIGV2_QUERY_PARAMS as readonly string[]).includes(k)) : request.query;
   const expected = signV2(credential.secretAccessKey, stringToSignV2({ ...request, query }, dateField));
-  if (!same(expected, signature)) {
+  if (!sameSignature(expected, signature)) {
     throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
   }
   const signedHeaders = [...canonicalAmzHeaders(request.headers).names, ...['content-md5', 'content-type', 'date'].filter((name) => request.headers[name] !== undefined)];

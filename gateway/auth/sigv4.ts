@@ -8,12 +8,13 @@
  * constant time. Rules follow
  * https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-authenticating-requests.html.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac } from 'node:crypto';
+import { sameSignature } from './same-signature.js';
 import type { IncomingHttpHeaders } from 'node:http';
 import { SignatureV4 } from '@smithy/signature-v4';
 import type { HttpRequest } from '@smithy/types';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { NodeSha256, toQueryBag } from '../../storage-worker/sigv4-support.js';
+import { NodeSha256, toQueryBag } from '../../schemas/sigv4-signer.js';
 import type { ClientCredential } from '../config.js';
 import { isSigV2, verifySigV2 } from './sigv2.js';
 
@@ -28,7 +29,7 @@ export const STREAMING_SIGNED = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD';
 export const STREAMING_SIGNED_TRAILER = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER';
 export const STREAMING_UNSIGNED_TRAILER = 'STREAMING-UNSIGNED-PAYLOAD-TRAILER';
 /** The SHA-256 of an empty body (one definition, with the backend signer's). */
-export { EMPTY_PAYLOAD_SHA256 as EMPTY_SHA256 } from '../../storage-worker/request-signer.js';
+export { EMPTY_PAYLOAD_SHA256 as EMPTY_SHA256 } from '../../schemas/sigv4-signer.js';
 
 export interface SignedRequestInfo {
   readonly method: string;
@@ -126,12 +127,6 @@ function parseAuthorization(header: string): { credential: string; signedHeaders
     throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'The Authorization header needs Credential, SignedHeaders and Signature');
   }
   return { credential, signedHeaders, signature };
-}
-
-function sameSignature(expected: string, actual: string): boolean {
-  const a = Buffer.from(expected, 'utf8');
-  const b = Buffer.from(actual, 'utf8');
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 function isPayloadHash(value: string): boolean {

@@ -11,6 +11,7 @@
  * sigv4-streaming-trailers.html). A chunk is held whole until verified, so a chunk's data is
  * bounded by MAX_CHUNK_BYTES. Trailer values are exposed for the body verifier.
  */
+import { sameSignature } from '../auth/same-signature.js';
 import { createHash } from 'node:crypto';
 import { Transform, type TransformCallback } from 'node:stream';
 import { ObjectCacheError } from '../../schemas/errors.js';
@@ -182,7 +183,7 @@ export class AwsChunkedDecoder extends Transform {
       createHash('sha256').update(chunk).digest('hex'),
     ].join('\n');
     const expected = await signing.signString(stringToSign);
-    if (expected !== this.#chunkSignature) {
+    if (!sameSignature(expected, this.#chunkSignature)) {
       throw new ObjectCacheError('OC_ERR_REQUEST_CHUNK_SIGNATURE', 'A chunk signature of the aws-chunked body does not match');
     }
     this.#previousSignature = expected;
@@ -215,6 +216,6 @@ export class AwsChunkedDecoder extends Transform {
       createHash('sha256').update(canonical.join('')).digest('hex'),
     ].join('\n');
     const expected = await signing.signString(stringToSign);
-    if (expected !== trailerSignature) throw new ObjectCacheError('OC_ERR_REQUEST_CHUNK_SIGNATURE', 'The trailer signature of the aws-chunked body does not match');
+    if (!sameSignature(expected, trailerSignature)) throw new ObjectCacheError('OC_ERR_REQUEST_CHUNK_SIGNATURE', 'The trailer signature of the aws-chunked body does not match');
   }
 }

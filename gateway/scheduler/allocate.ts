@@ -128,3 +128,8 @@ export function allocate(requests: readonly AllocationRequest[], options: Alloca
     return { id: r.id, rateBytesPerSec: rate, predictedStallMsPerLayer: predictedStall(r, rate) };
   });
 }
+
+/** The policy named `text`, or what is wrong with it. */
+export function parsePolicy(text: string): { readonly policy: Policy } | { readonly problem: string } {
+  return (POLICIES as readonly string[]).includes(text) ? { policy: text as Policy } : { problem: `must be one of ${POLICIES.join(', ')}, got ${text}` };
+}

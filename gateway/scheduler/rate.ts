@@ -34,3 +34,12 @@ export function parseRate(text: string): number | string {
 export function formatGbps(bytesPerSec: number): number {
   return Math.round(((bytesPerSec * 8) / 1e9) * 1e6) / 1e6;
 }
+
+/**
+ * The Calibrated Stall-opt margin: a rate, or a percentage of the cap (`5%`). Bytes per second,
+ * or a string saying what is wrong.
+ */
+export function parseMargin(text: string, capBytesPerSec: number): number | string {
+  const percent = /^\s*(\d+(?:\.\d+)?)%\s*$/.exec(text);
+  return percent ? (capBytesPerSec * Number(percent[1])) / 100 : parseRate(text);
+}
