@@ -4,7 +4,9 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
+COPY cli ./cli
 COPY gateway ./gateway
+COPY backends ./backends
 COPY storage-worker ./storage-worker
 COPY client ./client
 COPY schemas ./schemas
@@ -22,5 +24,5 @@ USER node
 EXPOSE 9080 9081
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:9081/readyz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-ENTRYPOINT ["node", "dist/gateway/cli.js"]
+ENTRYPOINT ["node", "dist/cli/main.js"]
 CMD ["serve", "--host", "0.0.0.0", "--metrics-host", "0.0.0.0"]

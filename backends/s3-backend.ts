@@ -1,6 +1,7 @@
 /**
- * The `s3` backend: requests to MinIO (or any S3) over a keep-alive undici pool, re-signed with
- * the gateway's own backend credentials through @smithy/signature-v4. Upstream failures are
+ * The `s3` backend: requests to MinIO (or any S3) over a keep-alive undici pool, signed with the
+ * gateway's own backend credentials by the project's one SigV4 interceptor
+ * (schemas/signing-dispatcher.ts). Upstream failures are
  * mapped in one place (as fastify-reply-from does): unreachable is 503, too slow is 503 with
  * OC_ERR_BACKEND_TIMEOUT, always with `{ cause }`.
  */
@@ -8,7 +9,8 @@ import type { Readable } from 'node:stream';
 import { escapeUri } from '@smithy/util-uri-escape';
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { EMPTY_PAYLOAD_SHA256, RequestSigner } from './request-signer.js';
+import { EMPTY_PAYLOAD_SHA256 } from '../schemas/sigv4-signer.js';
+import { sigv4 } from '../schemas/signing-dispatcher.js';
 
 export { EMPTY_PAYLOAD_SHA256 };
 
@@ -28,7 +30,7 @@ export interface BackendRequest {
   readonly query?: readonly (readonly [string, string])[];
   readonly headers?: Readonly<Record<string, string>>;
   readonly body?: Readable | Buffer;
-  /** Hex SHA-256 of the body, or UNSIGNED-PAYLOAD; defaults to the empty body's hash. */
+  /** Hex SHA-256 of the body, or UNSIGNED-PAYLOAD; by default a buffer body is hashed, a stream is UNSIGNED-PAYLOAD, no body is the empty hash. */
   readonly payloadHash?: string;
   readonly signal?: AbortSignal;
 }
@@ -45,6 +47,11 @@ function queryString(pairs: readonly (readonly [string, string])[]): string {
   return pairs.map(([k, v]) => `${escapeUri(k)}=${escapeUri(v)}`).join('&');
 }
 
+/** The request's headers, with its payload hash when the caller gave one (else the signer decides). */
+function withPayloadHash(request: Omit<BackendRequest, 'signal'>): Record<string, string> {
+  return request.payloadHash === undefined ? { ...request.headers } : { ...request.headers, 'x-amz-content-sha256': request.payloadHash };
+}
+
 /** The one place where transport failures become gateway errors. */
 export function mapBackendError(error: unknown, signal?: AbortSignal): unknown {
   if (signal?.aborted) return error; // The client went away; nobody is listening.
@@ -58,7 +65,7 @@ export function mapBackendError(error: unknown, signal?: AbortSignal): unknown {
 export class S3Backend {
   readonly endpoint: URL;
   readonly #pool: Pool;
-  readonly #signer: RequestSigner;
+  readonly #http: Dispatcher.ComposedDispatcher;
   readonly #timeoutMs: number;
   #requests = 0;
   #inflight = 0;
@@ -74,21 +81,16 @@ export class S3Backend {
       bodyTimeout: options.timeoutMs,
       keepAliveTimeout: 30_000,
     });
-    this.#signer = new RequestSigner({ accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey, region: options.region });
+    this.#http = this.#pool.compose(sigv4({ endpoint: options.endpoint, accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey, region: options.region }));
   }
 
   stats(): BackendStats {
     return { requests: this.#requests, inflight: this.#inflight, errors: this.#errors };
   }
 
-  /** The headers of a signed request to this backend (host, x-amz-date, authorization, ...). */
-  sign(method: string, path: string, headers: Readonly<Record<string, string>> = {}, query: readonly (readonly [string, string])[] = [], payloadHash?: string): Record<string, string> {
-    return this.#signer.sign({ method, path, query, headers: { ...headers, host: this.endpoint.host }, ...(payloadHash !== undefined ? { payloadHash } : {}) });
-  }
-
-  /** The undici pool (for dispatch-level readers); requests sent through it are counted by `count`. */
-  get dispatcher(): Dispatcher {
-    return this.#pool;
+  /** The pool, signing every request (for dispatch-level readers; not counted in `stats`). */
+  get http(): Dispatcher {
+    return this.#http;
   }
 
   get timeoutMs(): number {
@@ -97,9 +99,8 @@ export class S3Backend {
 
   /** Signs and sends one request; the caller consumes or dumps the response body. */
   async request(request: BackendRequest): Promise<Dispatcher.ResponseData> {
-    const query = request.query ?? [];
-    const headers = this.sign(request.method, request.path, request.headers, query, request.payloadHash);
-    const qs = queryString(query);
+    const headers = withPayloadHash(request);
+    const qs = queryString(request.query ?? []);
     this.#requests++;
     this.#inflight++;
     let settled = false;
@@ -110,7 +111,7 @@ export class S3Backend {
       }
     };
     try {
-      const response = await this.#pool.request({
+      const response = await this.#http.request({
         method: request.method as Dispatcher.HttpMethod,
         path: qs === '' ? request.path : `${request.path}?${qs}`,
         headers,
@@ -137,13 +138,12 @@ export class S3Backend {
    * signal: the handler aborts through its controller.
    */
   dispatch(request: Omit<BackendRequest, 'signal'>, handler: Dispatcher.DispatchHandler): void {
-    const query = request.query ?? [];
-    const headers = this.sign(request.method, request.path, request.headers, query, request.payloadHash);
-    const qs = queryString(query);
+    const headers = withPayloadHash(request);
+    const qs = queryString(request.query ?? []);
     this.#requests++;
     this.#inflight++;
     const path = qs === '' ? request.path : `${request.path}?${qs}`;
-    this.#pool.dispatch(
+    this.#http.dispatch(
       { method: request.method as Dispatcher.HttpMethod, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs },
       new CountedHandler(handler, (failed) => {
         this.#inflight--;
@@ -155,7 +155,7 @@ export class S3Backend {
   /** True when the endpoint answers HTTP at all (any status): used by /readyz. */
   async reachable(timeoutMs: number): Promise<boolean> {
     try {
-      const response = await this.#pool.request({ method: 'HEAD', path: '/', headersTimeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) });
+      const response = await this.#http.request({ method: 'HEAD', path: '/', headersTimeout: timeoutMs, signal: AbortSignal.timeout(timeoutMs) });
       await response.body.dump();
       return true;
     } catch {

@@ -2,31 +2,25 @@
  * A benchmark client that talks to MinIO directly (the S3-CW and S3-LW baselines and seeding):
  * SigV4-signed GET and PUT over an undici pool, plus a bounded-concurrency helper.
  */
-import { SignatureV4 } from '@smithy/signature-v4';
-import { Pool } from 'undici';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
-
-const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+import type { Dispatcher, Pool } from 'undici';
+import { signingPool } from '../schemas/signing-dispatcher.js';
 
 export interface DirectS3 {
   readonly endpoint: URL;
-  readonly signer: SignatureV4;
   readonly pool: Pool;
+  /** The pool, signing every request. */
+  readonly http: Dispatcher.ComposedDispatcher;
 }
 
 export function directS3(minio: { endpoint: string; accessKey: string; secretKey: string }, connections: number): DirectS3 {
-  return {
-    endpoint: new URL(minio.endpoint),
-    signer: new SignatureV4({ credentials: { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false }),
-    pool: new Pool(minio.endpoint, { connections }),
-  };
+  const { pool, http } = signingPool({ endpoint: minio.endpoint, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, pool: { connections } });
+  return { endpoint: new URL(minio.endpoint), pool, http };
 }
 
+const rangeHeaders = (range?: [number, number]): Record<string, string> => (range ? { range: `bytes=${range[0]}-${range[1]}` } : {});
+
 export async function directGet(d: DirectS3, path: string, range?: [number, number]): Promise<Buffer> {
-  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': EMPTY_SHA256 };
-  if (range) headers['range'] = `bytes=${range[0]}-${range[1]}`;
-  const signed = await d.signer.sign({ method: 'GET', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
-  const res = await d.pool.request({ method: 'GET', path, headers: signed.headers });
+  const res = await d.http.request({ method: 'GET', path, headers: rangeHeaders(range) });
   const body = Buffer.from(await res.body.arrayBuffer());
   if (res.statusCode !== (range ? 206 : 200)) throw new Error(`GET ${path} answered ${res.statusCode}`);
   return body;
@@ -37,10 +31,7 @@ export async function directGet(d: DirectS3, path: string, range?: [number, numb
  * into a preallocated buffer does (the layerwise client does the same), and returns the bytes.
  */
 export async function directGetInto(d: DirectS3, path: string, target: Uint8Array, offset: number, range?: [number, number]): Promise<number> {
-  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': EMPTY_SHA256 };
-  if (range) headers['range'] = `bytes=${range[0]}-${range[1]}`;
-  const signed = await d.signer.sign({ method: 'GET', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
-  const res = await d.pool.request({ method: 'GET', path, headers: signed.headers });
+  const res = await d.http.request({ method: 'GET', path, headers: rangeHeaders(range) });
   if (res.statusCode !== (range ? 206 : 200)) {
     await res.body.dump();
     throw new Error(`GET ${path} answered ${res.statusCode}`);
@@ -54,9 +45,8 @@ export async function directGetInto(d: DirectS3, path: string, target: Uint8Arra
 }
 
 export async function directPut(d: DirectS3, path: string, body?: Uint8Array): Promise<void> {
-  const headers: Record<string, string> = { host: d.endpoint.host, 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0) };
-  const signed = await d.signer.sign({ method: 'PUT', protocol: 'http:', hostname: d.endpoint.hostname, port: Number(d.endpoint.port), path, query: {}, headers });
-  const res = await d.pool.request({ method: 'PUT', path, headers: signed.headers, body: body ?? null });
+  const headers = { 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0) };
+  const res = await d.http.request({ method: 'PUT', path, headers, body: body ?? null });
   await res.body.dump();
   if (res.statusCode !== 200) throw new Error(`PUT ${path} answered ${res.statusCode}`);
 }

@@ -24,7 +24,7 @@ export interface GatewayProcessOptions {
   readonly args?: readonly string[];
   /** Node.js flags (--cpu-prof ...). */
   readonly nodeArgs?: readonly string[];
-  /** Another build's `dist/gateway/cli.js`, to compare builds in one run (default: this one). */
+  /** Another build's `dist/cli/main.js` (or `dist/gateway/cli.js` before it moved), to compare builds in one run (default: this one). */
   readonly cli?: string | undefined;
   /** Run the gateway on these CPUs (taskset list, see placement.ts); default: any. */
   readonly cpus?: string | undefined;
@@ -38,7 +38,7 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
     process.execPath,
     [
       ...(options.nodeArgs ?? []),
-      options.cli ?? join(repoRoot(), 'dist/gateway/cli.js'),
+      options.cli ?? join(repoRoot(), 'dist/cli/main.js'),
       'serve',
       '--port', String(port),
       '--metrics-port', String(metricsPort),

@@ -13,7 +13,7 @@
  *
  *   npm run bench:layerwise [-- --quick] [-- --reps 3 --contexts 4096,16384 --granularities 16,64,256]
  *   [-- --backend embedded]  (the gateway on its embedded store; baselines are its plain GETs)
- *   [-- --gateway-cli OTHER/dist/gateway/cli.js]  (another build's gateway, to compare builds)
+ *   [-- --gateway-cli OTHER/dist/cli/main.js]  (another build's gateway, to compare builds)
  *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
  *   a V8 CPU profile of the gateway process)
  */

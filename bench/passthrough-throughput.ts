@@ -13,27 +13,23 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SignatureV4 } from '@smithy/signature-v4';
-import { Pool } from 'undici';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import type { Dispatcher, Pool } from 'undici';
+import { signingPool } from '../schemas/signing-dispatcher.js';
 import { processUsage } from './process-usage.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
 
-const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
-
 interface Target {
   readonly name: string;
   readonly endpoint: URL;
-  readonly signer: SignatureV4;
   readonly pool: Pool;
+  /** The pool, signing every request. */
+  readonly http: Dispatcher.ComposedDispatcher;
 }
 
 async function signedRequest(target: Target, method: string, path: string, body?: Buffer): Promise<{ status: number; bytes: number }> {
-  const headers: Record<string, string> = { host: target.endpoint.host, 'x-amz-content-sha256': body ? 'UNSIGNED-PAYLOAD' : EMPTY_SHA256 };
-  if (body) headers['content-length'] = String(body.length);
-  const signed = await target.signer.sign({ method, protocol: 'http:', hostname: target.endpoint.hostname, port: Number(target.endpoint.port), path, query: {}, headers });
-  const res = await target.pool.request({ method: method as 'GET', path, headers: signed.headers, body: body ?? null });
+  const headers: Record<string, string> = body ? { 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body.length) } : {};
+  const res = await target.http.request({ method: method as 'GET', path, headers, body: body ?? null });
   let bytes = 0;
   for await (const chunk of res.body) bytes += (chunk as Buffer).length;
   return { status: res.statusCode, bytes };
@@ -83,12 +79,7 @@ async function startRelay(targetPort: number): Promise<{ child: ChildProcess; ur
 }
 
 function target(name: string, endpoint: string, accessKeyId: string, secretAccessKey: string, connections: number): Target {
-  return {
-    name,
-    endpoint: new URL(endpoint),
-    signer: new SignatureV4({ credentials: { accessKeyId, secretAccessKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false }),
-    pool: new Pool(endpoint, { connections }),
-  };
+  return { name, endpoint: new URL(endpoint), ...signingPool({ endpoint, accessKeyId, secretAccessKey, pool: { connections } }) };
 }
 
 async function main(): Promise<void> {

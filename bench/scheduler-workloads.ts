@@ -18,13 +18,11 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SignatureV4 } from '@smithy/signature-v4';
-import { Pool } from 'undici';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import { POLICIES } from '../gateway/scheduler/allocate.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { directPut, directS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 
@@ -83,16 +81,8 @@ async function main(): Promise<void> {
   console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
 
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-sched-')) });
-  const endpoint = new URL(minio.endpoint);
-  const signer = new SignatureV4({ credentials: { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-  const pool = new Pool(minio.endpoint, { connections: 16 });
-  const put = async (path: string, body?: Uint8Array): Promise<void> => {
-    const headers: Record<string, string> = { host: endpoint.host, 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0) };
-    const signed = await signer.sign({ method: 'PUT', protocol: 'http:', hostname: endpoint.hostname, port: Number(endpoint.port), path, query: {}, headers });
-    const res = await pool.request({ method: 'PUT', path, headers: signed.headers, body: body ?? null });
-    await res.body.dump();
-    if (res.statusCode !== 200) throw new Error(`PUT ${path}: ${res.statusCode}`);
-  };
+  const direct = directS3(minio, 16);
+  const put = (path: string, body?: Uint8Array): Promise<void> => directPut(direct, path, body);
 
   // One scaled request per table row used by a workload: N chunks of 256 tokens, s' = scale * s.
   const specs = new Map<string, RequestSpec>();
@@ -168,7 +158,7 @@ async function main(): Promise<void> {
     mkdirSync(outDir, { recursive: true });
     writeFileSync(join(outDir, 'scheduler-latest.json'), `${JSON.stringify({ benchmark: 'scheduler-workloads', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, results }, null, 2)}\n`);
   } finally {
-    await pool.close();
+    await direct.pool.close();
     await minio.destroy();
   }
 }

@@ -5,8 +5,8 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
-import type { DescriptorInput } from '../../schemas/descriptor-schema.js';
-import { ObjectCacheClient, type Transport } from '../client.js';
+import type { DescriptorInput } from '../schemas/descriptor-schema.js';
+import { ObjectCacheClient, type Transport } from '../client/client.js';
 import { clientCredentials, parseOptions, requireString, usageError } from './options.js';
 
 export const FETCH_HELP = `Usage: objectcache fetch --endpoint URL --bucket NAME --descriptor FILE|- [options]

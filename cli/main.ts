@@ -1,16 +1,11 @@
 #!/usr/bin/env node
 /**
- * `objectcache`: the command line. Reads argv and the environment here, at the edge, and hands
- * validated configuration to the commands.
+ * `objectcache`: the command line and the composition root. Reads argv and the environment here,
+ * at the edge, and hands validated configuration to the commands; each command's module is
+ * loaded only when it runs (`serve` never loads the benchmark harness or the client).
  */
-import { runFetch } from '../client/cli/fetch.js';
-import { runSeed } from '../client/cli/seed.js';
+import { ConfigError } from '../gateway/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { ConfigError, loadServeConfig, serveHelp } from './config.js';
-import { runPlan } from './scheduler/plan-command.js';
-import { BENCH_HELP, parseBenchArgs, runTtftBench } from '../bench/ttft-matrix.js';
-import { createLogger } from './logger.js';
-import { startGateway } from './server.js';
 
 // The AWS SDK warns on every run that its releases after January 2027 will need Node 22; that
 // says nothing about this command, and the SDK has a switch for it.
@@ -27,45 +22,25 @@ Commands:
 
 Run "objectcache <command> --help" for the options of a command.`;
 
-async function serve(argv: string[]): Promise<number> {
-  if (argv.includes('--help') || argv.includes('-h')) {
-    process.stdout.write(`${serveHelp()}\n`);
-    return 0;
-  }
-  const config = loadServeConfig(argv, process.env);
-  const logger = createLogger(config.logLevel);
-  if (config.clientCredentials.some((c) => c.accessKeyId === 'objectcache' && c.secretAccessKey === 'objectcache-secret')) {
-    logger.warn('serving with the default client credentials; set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY for anything but a local trial');
-  }
-  const gateway = await startGateway(config, { logger });
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string): void => {
-      logger.info('shutting down', { signal });
-      gateway.close().then(resolve, resolve);
-    };
-    process.once('SIGINT', () => stop('SIGINT'));
-    process.once('SIGTERM', () => stop('SIGTERM'));
-  });
-  return 0;
-}
-
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
     case 'serve':
-      return serve(rest);
+      return (await import('./serve.js')).runServe(rest);
     case 'seed':
-      return runSeed(rest, process.env, process.stdout, process.stderr);
+      return (await import('./seed.js')).runSeed(rest, process.env, process.stdout, process.stderr);
     case 'fetch':
-      return runFetch(rest, process.env, process.stdin, process.stdout);
+      return (await import('./fetch.js')).runFetch(rest, process.env, process.stdin, process.stdout);
     case 'plan':
-      return runPlan(rest, process.stdin, process.stdout);
-    case 'bench':
+      return (await import('./plan.js')).runPlan(rest, process.stdin, process.stdout);
+    case 'bench': {
+      const bench = await import('../bench/ttft-matrix.js');
       if (rest.includes('--help') || rest.includes('-h')) {
-        process.stdout.write(`${BENCH_HELP}\n`);
+        process.stdout.write(`${bench.BENCH_HELP}\n`);
         return 0;
       }
-      return runTtftBench(parseBenchArgs(rest), process.stdout, process.stderr);
+      return bench.runTtftBench(bench.parseBenchArgs(rest), process.stdout, process.stderr);
+    }
     case undefined:
     case '--help':
     case '-h':

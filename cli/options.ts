@@ -3,7 +3,7 @@
  * from OBJECTCACHE_ACCESS_KEY / OBJECTCACHE_SECRET_KEY, and usage errors with a stable code.
  */
 import { parseArgs } from 'node:util';
-import { ObjectCacheError } from '../../schemas/errors.js';
+import { ObjectCacheError } from '../schemas/errors.js';
 
 export type OptionSpec = Record<string, { type: 'string' | 'boolean'; default?: string | boolean; short?: string }>;
 

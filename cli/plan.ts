@@ -5,9 +5,9 @@
 import { readFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
-import { requireString, usageError } from '../../client/cli/options.js';
-import { allocate, POLICIES, type AllocationRequest, type Policy } from './allocate.js';
-import { formatGbps, parseRate } from './rate.js';
+import { requireString, usageError } from './options.js';
+import { allocate, parsePolicy, POLICIES, type AllocationRequest } from '../gateway/scheduler/allocate.js';
+import { formatGbps, parseMargin, parseRate } from '../gateway/scheduler/rate.js';
 
 export const PLAN_HELP = `Usage: objectcache plan --cap RATE [--policy NAME] [--margin RATE|N%] FILE|-
 
@@ -22,9 +22,7 @@ omitted for a bandwidth-hungry request) and prints, in input order,
 RATE units: Gbps, Mbps, GB/s, MB/s, GiB/s, MiB/s (decimal G = 1e9); a bare number is bytes/s.`;
 
 function rateOption(text: string, name: string, cap?: number): number {
-  const percent = /^\s*(\d+(?:\.\d+)?)%\s*$/.exec(text);
-  if (percent && cap !== undefined) return (cap * Number(percent[1])) / 100;
-  const rate = parseRate(text);
+  const rate = cap === undefined ? parseRate(text) : parseMargin(text, cap);
   if (typeof rate === 'string') throw usageError(`--${name}: ${rate}`);
   return rate;
 }
@@ -67,8 +65,9 @@ export async function runPlan(argv: readonly string[], stdin: Readable, stdout: 
   }
   const cap = rateOption(requireString(values, 'cap'), 'cap');
   if (!(cap > 0)) throw usageError('--cap must be positive');
-  const policy = (values['policy'] as string | undefined) ?? 'cal-stall-opt';
-  if (!(POLICIES as readonly string[]).includes(policy)) throw usageError(`--policy must be one of ${POLICIES.join(', ')}, got ${policy}`);
+  const named = parsePolicy((values['policy'] as string | undefined) ?? 'cal-stall-opt');
+  if ('problem' in named) throw usageError(`--policy ${named.problem}`);
+  const policy = named.policy;
   const margin = rateOption((values['margin'] as string | undefined) ?? '5%', 'margin', cap);
   if (positional.length !== 1) throw usageError('give exactly one requests FILE, or - for standard input');
   const source = positional[0] as string;
@@ -84,7 +83,7 @@ export async function runPlan(argv: readonly string[], stdin: Readable, stdout: 
       throw usageError(`cannot read ${source}: ${(error as Error).message}`);
     }
   }
-  const allocations = allocate(readRequests(text), { capBytesPerSec: cap, policy: policy as Policy, marginBytesPerSec: margin });
+  const allocations = allocate(readRequests(text), { capBytesPerSec: cap, policy, marginBytesPerSec: margin });
   const out = allocations.map((a) => ({
     id: a.id,
     rateBytesPerSec: Math.round(a.rateBytesPerSec),

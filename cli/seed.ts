@@ -3,11 +3,11 @@
  * and prints the descriptor JSON of the whole prefix on stdout.
  */
 import type { Writable } from 'node:stream';
-import { LAYOUTS, presetNamed, PRESETS, type Layout } from '../../schemas/layouts.js';
-import type { DescriptorInput } from '../../schemas/descriptor-schema.js';
-import { ObjectCacheClient } from '../client.js';
-import { chunkHashes, keyPrefixFor, layoutFingerprint } from '../keys.js';
-import { syntheticChunk, toStoredLayout } from '../kv-layout.js';
+import { LAYOUTS, presetNamed, PRESETS, type Layout } from '../schemas/layouts.js';
+import type { DescriptorInput } from '../schemas/descriptor-schema.js';
+import { ObjectCacheClient } from '../client/client.js';
+import { chunkHashes, keyPrefixFor, layoutFingerprint } from '../client/keys.js';
+import { syntheticChunk, toStoredLayout } from '../client/kv-layout.js';
 import { clientCredentials, parseOptions, positiveInteger, requireString, usageError } from './options.js';
 
 export const SEED_HELP = `Usage: objectcache seed --endpoint URL --bucket NAME --preset NAME --tokens N [options]

@@ -7,19 +7,18 @@
  * adds the descriptor header before the request is signed) or, for descriptors too large for a
  * header, as the signed JSON body of `POST /{bucket}?objectcache` (`transport: 'post'`).
  */
-import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client, S3ServiceException } from '@aws-sdk/client-s3';
-import { SignatureV4 } from '@smithy/signature-v4';
 import { escapeUriPath } from '@smithy/util-uri-escape';
-import { Pool } from 'undici';
+import { XMLParser } from 'fast-xml-parser';
+import type { Dispatcher, Pool } from 'undici';
 import { DESCRIPTOR_HEADER, encodeDescriptorHeader, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
 
 export { DESCRIPTOR_HEADER };
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
 import type { EndSummary } from '../schemas/frames.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { signingPool } from '../schemas/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
 import type { Layout } from '../schemas/layouts.js';
 import { FrameDecoder } from './frame-decoder.js';
@@ -77,9 +76,25 @@ export function withDescriptor(command: GetObjectCommand, descriptor: Descriptor
   return command;
 }
 
+const errorXml = new XMLParser({ parseTagValue: false, processEntities: true });
+
+/** The Code and Message of an S3 error document (absent when the body is not one). */
+function parseErrorDocument(xml: string): { code?: string; message?: string } {
+  try {
+    const doc = errorXml.parse(xml) as { Error?: { Code?: unknown; Message?: unknown } };
+    const text = (v: unknown): string | undefined => (typeof v === 'string' || typeof v === 'number' ? String(v) : undefined);
+    const code = text(doc.Error?.Code);
+    const message = text(doc.Error?.Message);
+    return { ...(code !== undefined ? { code } : {}), ...(message !== undefined ? { message } : {}) };
+  } catch {
+    return {};
+  }
+}
+
 function errorFromXml(status: number, xml: string, headerCode: string | undefined): ObjectCacheError {
-  const s3Code = /<Code>([^<]*)<\/Code>/.exec(xml)?.[1] ?? 'Unknown';
-  const message = /<Message>([^<]*)<\/Message>/.exec(xml)?.[1] ?? `the gateway answered ${status}`;
+  const parsed = parseErrorDocument(xml);
+  const s3Code = parsed.code ?? 'Unknown';
+  const message = parsed.message ?? `the gateway answered ${status}`;
   const code = headerCode !== undefined && headerCode in ERRORS ? (headerCode as ErrorCode) : codeForS3(s3Code, status);
   return new ObjectCacheError(code, message, { details: { S3Code: s3Code, Status: status } });
 }
@@ -93,16 +108,18 @@ export class ObjectCacheClient {
   readonly s3: S3Client;
   readonly bucket: string;
   readonly #endpoint: URL;
-  readonly #signer: SignatureV4;
   readonly #pool: Pool;
+  /** The pool, signing every request. */
+  readonly #http: Dispatcher.ComposedDispatcher;
 
   constructor(options: ObjectCacheClientOptions) {
     this.bucket = options.bucket;
     this.#endpoint = new URL(options.endpoint);
     const region = options.region ?? 'us-east-1';
     this.s3 = new S3Client({ endpoint: options.endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 2 });
-    this.#signer = new SignatureV4({ credentials: options.credentials, region, service: 's3', sha256: NodeSha256, uriEscapePath: false });
-    this.#pool = new Pool(this.#endpoint.origin, { connections: 8 });
+    const signing = signingPool({ endpoint: this.#endpoint, ...options.credentials, region, pool: { connections: 8 } });
+    this.#pool = signing.pool;
+    this.#http = signing.http;
   }
 
   /** Creates the bucket unless it exists. */
@@ -142,21 +159,7 @@ export class ObjectCacheClient {
 
   async #signedPost(query: string, body: Buffer, signal?: AbortSignal): Promise<{ statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }> {
     const path = escapeUriPath(`/${this.bucket}`);
-    const signed = await this.#signer.sign({
-      method: 'POST',
-      protocol: this.#endpoint.protocol,
-      hostname: this.#endpoint.hostname,
-      ...(this.#endpoint.port ? { port: Number(this.#endpoint.port) } : {}),
-      path,
-      query: { [query]: '' },
-      headers: {
-        host: this.#endpoint.host,
-        'content-type': 'application/json',
-        'content-length': String(body.length),
-        'x-amz-content-sha256': createHash('sha256').update(body).digest('hex'),
-      },
-    });
-    const response = await this.#pool.request({ method: 'POST', path: `${path}?${query}=`, headers: signed.headers, body, signal: signal ?? null });
+    const response = await this.#http.request({ method: 'POST', path: `${path}?${query}=`, headers: { 'content-type': 'application/json', 'content-length': String(body.length) }, body, signal: signal ?? null });
     return { statusCode: response.statusCode, headers: response.headers, body: response.body };
   }
 

@@ -13,7 +13,7 @@ import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { UNSIGNED_PAYLOAD } from './auth/sigv4.js';
-import { EMPTY_PAYLOAD_SHA256, mapBackendError, type S3Backend } from '../storage-worker/s3-backend.js';
+import { EMPTY_PAYLOAD_SHA256, mapBackendError, type S3Backend } from '../backends/s3-backend.js';
 import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js';
 import { uploadBody } from './body/upload-body.js';
 import { headerOf, type RequestContext } from './context.js';

@@ -6,24 +6,22 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { once } from 'node:events';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { LocalStore } from '../storage-worker/local-store/local-store.js';
-import { S3Backend, type BackendStats } from '../storage-worker/s3-backend.js';
+import type { BackendStats } from '../backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
 import { SigV4Verifier } from './auth/sigv4.js';
 import type { GatewayConfig } from './config.js';
 import type { RequestContext } from './context.js';
-import { serveEmbedded } from './embedded/router.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
 import { ByteBudget } from './layerwise/byte-budget.js';
 import { objectCacheOperation, readDescriptor } from './layerwise/descriptor-request.js';
-import { backendExists, localExists, servePrefixLookup } from './layerwise/lookup.js';
+import { servePrefixLookup } from './layerwise/lookup.js';
 import { serveLayerwise } from './layerwise/serve-layerwise.js';
 import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
-import { servePassthrough } from './passthrough.js';
 import { ReaderPool, type ReaderPoolStats } from '../storage-worker/reader-pool.js';
 import { parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
-import { backendPostSink, isPostObject, localPostSink, servePostObject } from './s3/post-object.js';
+import { isPostObject, servePostObject } from './s3/post-object.js';
+import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
 
@@ -70,11 +68,10 @@ function urlOf(address: AddressInfo): string {
 /** Starts the gateway; resolves once both ports listen. */
 export async function startGateway(config: GatewayConfig, deps: GatewayDependencies = {}): Promise<Gateway> {
   const logger = deps.logger ?? createLogger(config.logLevel);
-  const store = config.backend.kind === 'local' ? await LocalStore.open(config.backend.dataDir) : undefined;
-  const backend = config.backend.kind === 's3' ? new S3Backend(config.backend) : undefined;
+  const backend = await openBackend(config.backend);
   const lw = config.layerwise;
   const pool = new ReaderPool({
-    backend: config.backend.kind === 'local' ? { kind: 'local', dataDir: store?.dataDir ?? config.backend.dataDir } : { ...config.backend, endpoint: config.backend.endpoint.origin },
+    backend: backend.workers,
     workers: lw.workers,
     maxQueue: lw.workerQueue,
     readConcurrency: lw.readConcurrency,
@@ -87,14 +84,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;
   const active = { layerwise: 0 };
   const metrics = createMetrics({
-    backend: () => backend?.stats(),
+    backend: () => backend.stats(),
     pool: () => pool.stats(),
     bufferedBytes: () => budget.used,
     scheduler: () => scheduler?.snapshot(),
     activeLayerwise: () => active.layerwise,
   });
-  const exists = store ? localExists(store) : backendExists(backend as S3Backend);
-  const postSink = store ? localPostSink(store) : backendPostSink(backend as S3Backend);
   const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...(deps.now ? { now: deps.now } : {}) });
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
@@ -128,6 +123,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       }
       return abort.signal;
     };
+    const log = logger.child({ requestId });
     let target: S3Target | undefined;
     let ctx: RequestContext | undefined;
     /** The operation of a request served without a context (a form upload authenticates itself). */
@@ -139,8 +135,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       const status = res.writableFinished ? res.statusCode : 499;
       metrics.requests.inc({ operation, status: String(status) });
       metrics.requestDuration.observe({ operation }, seconds);
-      logger.info('request', {
-        requestId,
+      log.info({
         method: req.method,
         path: target?.path ?? req.url,
         operation,
@@ -149,7 +144,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         accessKey: ctx?.auth.credential.accessKeyId,
         ...(failure ? { code: failure.code } : {}),
         ...(status === 499 ? { aborted: true } : {}),
-      });
+      }, 'request');
     });
 
     try {
@@ -160,7 +155,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       if (isPostObject(req, target)) {
         // A browser-form upload: the signed policy in the form is its authentication.
         operationName = 'PostObject';
-        await servePostObject(req, res, target, { verifier, sink: postSink, maxObjectBytes: config.maxObjectBytes, now: deps.now ?? Date.now });
+        await servePostObject(req, res, target, { verifier, sink: backend.postSink, maxObjectBytes: config.maxObjectBytes, now: deps.now ?? Date.now });
         return;
       }
       const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.canonicalPath, query: target.query, rawPath: (req.url ?? '/').split('?', 1)[0] as string });
@@ -170,7 +165,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
       }
       ctx = {
-        req, res, requestId, target, auth, config, logger, startedAt, operation: 'Unknown',
+        req, res, requestId, target, auth, config, logger: log, startedAt, operation: 'Unknown',
         get signal() {
           return signal();
         },
@@ -189,15 +184,14 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         } finally {
           active.layerwise--;
         }
-      } else if (special === 'PrefixLookup') await servePrefixLookup(ctx, lw, exists);
-      else if (store) await serveEmbedded(ctx, store);
-      else if (backend) await servePassthrough(ctx, backend);
+      } else if (special === 'PrefixLookup') await servePrefixLookup(ctx, lw, backend);
+      else await backend.serveS3(ctx);
     } catch (error) {
       if (clientGone) return; // The client is gone: nothing to answer.
       failure = toObjectCacheError(error);
       if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
       if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || failure.status === 503) {
-        logger.error('request failed', { requestId, error: failure });
+        log.error({ error: failure }, 'request failed');
       }
       sendError(res, failure, requestId, target?.path ?? req.url ?? '/', DRAIN_LIMIT_BYTES);
     }
@@ -205,7 +199,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
 
   const server: Server = createServer({ maxHeaderSize: config.maxHeaderBytes, requestTimeout: 0, headersTimeout: 60_000, keepAliveTimeout: 65_000 }, (req, res) => {
     handle(req, res).catch((error: unknown) => {
-      logger.error('unhandled request failure', { error });
+      logger.error({ error }, 'unhandled request failure');
       res.destroy();
     });
   });
@@ -230,17 +224,16 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       host: config.metricsHost,
       port: config.metricsPort,
       registry: metrics.registry,
-      ready: async () => (backend ? backend.reachable(2_000) : store !== undefined),
+      ready: () => backend.ready(),
     });
   } catch (error) {
     server.close();
     await pool.close();
-    await store?.close();
-    await backend?.close();
+    await backend.close();
     throw error;
   }
   const address = server.address() as AddressInfo;
-  logger.info('gateway listening', { url: urlOf(address), admin: admin.url, backend: config.backend.kind === 's3' ? config.backend.endpoint.origin : `local:${store?.dataDir}` });
+  logger.info({ url: urlOf(address), admin: admin.url, backend: backend.description }, 'gateway listening');
 
   let closing: Promise<void> | undefined;
   const adminServer = admin;
@@ -249,7 +242,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     port: address.port,
     adminUrl: adminServer.url,
     metrics,
-    backendStats: () => backend?.stats(),
+    backendStats: () => backend.stats(),
     poolStats: () => pool.stats(),
     readerPool: pool,
     bufferedBytes: () => budget.used,
@@ -264,8 +257,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         await adminServer.close();
         scheduler?.close();
         await pool.close();
-        await backend?.close();
-        await store?.close();
+        await backend.close();
       })();
       return closing;
     },

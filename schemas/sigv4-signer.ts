@@ -1,11 +1,15 @@
 /**
- * SigV4 for the gateway's own requests to the backend, on the hot path: one range GET per read,
- * thousands per second. The signing key is derived once per day and region (the general signer in
+ * SigV4 for the requests this project sends (the gateway's range reads and passthrough to the
+ * backend, the client, the benchmarks), on the hot path: one range GET per read, thousands per
+ * second. The signing key is derived once per day and region (the general signer in
  * @smithy/signature-v4 stays the reference: test/request-signer.test.ts checks that both produce
- * identical signatures), and the canonical request is built from the few headers the gateway
- * sends, so a signature costs one SHA-256 and one HMAC.
+ * identical signatures), and the canonical request is built from the headers actually sent, so a
+ * signature costs one SHA-256 and one HMAC. What the verifier of incoming requests hands to
+ * @smithy/signature-v4 (node:crypto SHA-256, query bags) lives here too.
  */
 import { createHash, createHmac } from 'node:crypto';
+import { Hash } from '@smithy/hash-node';
+import type { QueryParameterBag, SourceData } from '@smithy/types';
 import { escapeUri } from '@smithy/util-uri-escape';
 
 export const EMPTY_PAYLOAD_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
@@ -97,4 +101,24 @@ export class RequestSigner {
     headers['authorization'] = `AWS4-HMAC-SHA256 Credential=${this.#accessKeyId}/${scope}, SignedHeaders=${signedHeaders}, Signature=${signature}`;
     return headers;
   }
+}
+
+/** SHA-256 backed by node:crypto, for @smithy/signature-v4 (its default is pure JS). */
+export class NodeSha256 extends Hash {
+  constructor(secret?: SourceData) {
+    super('sha256', secret);
+  }
+}
+
+/** Query pairs as smithy's parameter bag (repeated names become arrays). */
+export function toQueryBag(pairs: readonly (readonly [string, string])[], skip: (name: string) => boolean = () => false): QueryParameterBag {
+  const bag: Record<string, string | string[]> = {};
+  for (const [name, value] of pairs) {
+    if (skip(name)) continue;
+    const existing = bag[name];
+    if (existing === undefined) bag[name] = value;
+    else if (Array.isArray(existing)) existing.push(value);
+    else bag[name] = [existing, value];
+  }
+  return bag;
 }

@@ -15,9 +15,8 @@ import { escapeUriPath } from '@smithy/util-uri-escape';
 import type { Dispatcher } from 'undici';
 import type { ErrorCode } from '../schemas/errors.js';
 import { LAYER_CRC_META } from '../schemas/integrity.js';
-import { readFooter } from './local-store/object-file.js';
-import { objectRelativePath } from './local-store/local-store.js';
-import { S3Backend, mapBackendError } from './s3-backend.js';
+import { objectRelativePath, readFooter } from '../backends/embedded/object-file.js';
+import { S3Backend, mapBackendError } from '../backends/s3-backend.js';
 import { ScatterCursor, type RangeTarget } from './scatter.js';
 import type { WorkerBackend } from './protocol.js';
 
@@ -269,8 +268,8 @@ export class S3RangeReader implements RangeReader {
     for (const target of targets) {
       if (signal.aborted) throw cancelled();
       const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
-      const headers = this.#backend.sign('GET', path, { range: `bytes=${target.offset}-${target.offset + target.length - 1}` });
-      this.#backend.dispatcher.dispatch({ method: 'GET', path, headers, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
+      const headers = { range: `bytes=${target.offset}-${target.offset + target.length - 1}` };
+      this.#backend.http.dispatch({ method: 'GET', path, headers, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
       layerCrcs = (await handler.done) ?? layerCrcs;
       if (pin !== undefined && handler.etag !== undefined && handler.etag !== pin) throw changed(key);
       pin ??= handler.etag;

@@ -21,7 +21,9 @@ import { join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { KeyIndex, type ListOptions, type ListPage } from './key-index.js';
-import { commitStagedSync, discardStaged, parentOf, readFooter, stageFile, syncDirectory, type ObjectMeta, type StagedFile } from './object-file.js';
+import { commitStagedSync, discardStaged, objectRelativePath, parentOf, readFooter, stageFile, syncDirectory, type ObjectMeta, type StagedFile } from './object-file.js';
+
+export { objectRelativePath } from './object-file.js';
 
 export type { ObjectMeta } from './object-file.js';
 
@@ -78,12 +80,6 @@ interface BucketState {
 }
 
 const UPLOAD_ID = /^[0-9a-f]{32}$/;
-
-/** The file that holds `key` in `bucket`, relative to the data directory. Pure, for workers too. */
-export function objectRelativePath(bucket: string, key: string): string {
-  const digest = createHash('sha256').update(key, 'utf8').digest('hex');
-  return join('buckets', bucket, 'objects', digest.slice(0, 2), digest);
-}
 
 function isNotFound(error: unknown): boolean {
   return (error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';

@@ -8,11 +8,17 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { renameSync } from 'node:fs';
 import { open, rm, type FileHandle } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ObjectCacheError } from '../../schemas/errors.js';
 
 const MAGIC = Buffer.from('OCF1', 'latin1');
+
+/** The file that holds `key` in `bucket`, relative to the data directory (see local-store.ts). Pure, for the read workers too. */
+export function objectRelativePath(bucket: string, key: string): string {
+  const digest = createHash('sha256').update(key, 'utf8').digest('hex');
+  return join('buckets', bucket, 'objects', digest.slice(0, 2), digest);
+}
 const TRAILER_BYTES = 8;
 const MAX_FOOTER_BYTES = 1024 * 1024;
 

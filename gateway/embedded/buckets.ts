@@ -4,7 +4,7 @@
  * https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { LocalStore, ObjectMeta } from '../../storage-worker/local-store/local-store.js';
+import type { LocalStore, ObjectMeta } from '../../backends/embedded/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { assertBucketName, queryValue } from '../s3/request.js';

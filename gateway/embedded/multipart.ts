@@ -3,7 +3,7 @@
  * ListMultipartUploads. https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpuoverview.html
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { MAX_PART_NUMBER, type LocalStore } from '../../storage-worker/local-store/local-store.js';
+import { MAX_PART_NUMBER, type LocalStore } from '../../backends/embedded/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { queryValue } from '../s3/request.js';

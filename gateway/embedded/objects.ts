@@ -8,7 +8,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { FileHandle } from 'node:fs/promises';
-import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecondition } from '../../storage-worker/local-store/local-store.js';
+import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecondition } from '../../backends/embedded/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { parseRange } from '../s3/range.js';

@@ -4,7 +4,7 @@
  * never silently treated as the plain operation.
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { LocalStore } from '../../storage-worker/local-store/local-store.js';
+import type { LocalStore } from '../../backends/embedded/local-store.js';
 import type { RequestContext } from '../context.js';
 import { s3Operation, type S3Operation } from '../s3/operation.js';
 import { assertBucketName } from '../s3/request.js';

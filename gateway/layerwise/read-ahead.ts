@@ -12,7 +12,7 @@
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ReadResult, ReadTask } from '../../storage-worker/protocol.js';
-import type { PlannedTask } from '../../storage-worker/read-plan.js';
+import type { PlannedTask } from './read-plan.js';
 import type { ReaderPool } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseObserver } from '../metrics.js';
 import { ByteBudget } from './byte-budget.js';

@@ -8,7 +8,7 @@
  * growing fourfold rather than twofold saves a read per chunk for a 32-layer model while layer 1
  * still follows layer 0 after a few layers' worth of transfer. Pure: a function of its inputs.
  */
-import type { Layout } from '../schemas/layouts.js';
+import type { Layout } from '../../schemas/layouts.js';
 
 export interface PlanInput {
   readonly layout: Layout;

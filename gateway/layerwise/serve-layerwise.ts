@@ -14,7 +14,7 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
-import { planChunkwise, planLayerwise, type PlannedTask, type ReadPlan } from '../../storage-worker/read-plan.js';
+import { planChunkwise, planLayerwise, type PlannedTask, type ReadPlan } from './read-plan.js';
 import type { ReaderPool } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -201,7 +201,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     if (s.ctx.signal.aborted) return;
     // After headers: the ERROR frame is the answer, then the stream ends (STYLE.md, rule 6).
     const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
-    s.ctx.logger.warn('layerwise stream failed after headers', { requestId: s.ctx.requestId, error: e });
+    s.ctx.logger.warn({ error: e }, 'layerwise stream failed after headers');
     const payload: ErrorPayload = {
       code: e.code,
       message: e.message,

@@ -1,0 +1,29 @@
+/**
+ * `objectcache serve`: validated settings in, a running gateway out, stopped on SIGINT/SIGTERM.
+ */
+import { loadServeConfig, serveHelp } from '../gateway/config.js';
+import { createLogger } from '../gateway/logger.js';
+import { startGateway } from '../gateway/server.js';
+
+export async function runServe(argv: readonly string[]): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(`${serveHelp()}\n`);
+    return 0;
+  }
+  const config = loadServeConfig([...argv], process.env);
+  const logger = createLogger(config.logLevel);
+  if (config.clientCredentials.some((c) => c.accessKeyId === 'objectcache' && c.secretAccessKey === 'objectcache-secret')) {
+    logger.warn('serving with the default client credentials; set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY for anything but a local trial');
+  }
+  const gateway = await startGateway(config, { logger });
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string): void => {
+      logger.info({ signal }, 'shutting down');
+      gateway.close().then(resolve, resolve);
+    };
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.once('SIGTERM', () => stop('SIGTERM'));
+  });
+  await new Promise<void>((resolve) => logger.flush(() => resolve()));
+  return 0;
+}

@@ -1,0 +1,98 @@
+/**
+ * What the gateway serves from, chosen once at start-up: the embedded store on a local data
+ * directory, or an S3 endpoint (MinIO, Ceph, AWS S3). Everything that differs between the two
+ * sits behind this interface (chunk sizes for lookups, plain S3 requests, browser-form uploads,
+ * what the read workers open, readiness and counters); the rest of the gateway never asks which
+ * one it has.
+ */
+import { escapeUriPath } from '@smithy/util-uri-escape';
+import { LocalStore } from '../backends/embedded/local-store.js';
+import { S3Backend, type BackendStats } from '../backends/s3-backend.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import type { WorkerBackend } from '../storage-worker/protocol.js';
+import type { GatewayConfig } from './config.js';
+import type { RequestContext } from './context.js';
+import { serveEmbedded } from './embedded/router.js';
+import { servePassthrough } from './passthrough.js';
+import { backendPostSink, localPostSink, type PostSink } from './s3/post-object.js';
+
+export interface Backend {
+  readonly kind: 'local' | 's3';
+  /** How the read workers reach the chunks. */
+  readonly workers: WorkerBackend;
+  /** For the start-up log: the endpoint, or `local:<data dir>`. */
+  readonly description: string;
+  /** Where a browser-form (POST Object) upload is written. */
+  readonly postSink: PostSink;
+  /**
+   * The size of each of `keys` in `bucket`, undefined where it does not exist; with `checkBucket`
+   * it first fails with OC_ERR_STORE_NO_SUCH_BUCKET when the bucket does not exist.
+   */
+  sizes(bucket: string, keys: readonly string[], signal: AbortSignal, checkBucket: boolean): Promise<(number | undefined)[]>;
+  /** Answers a plain S3 request (the embedded handlers, or passthrough to the endpoint). */
+  serveS3(ctx: RequestContext): Promise<void>;
+  /** The endpoint's request counters; undefined for the embedded store. */
+  stats(): BackendStats | undefined;
+  /** For /readyz: the embedded store is ready once open, an endpoint when it answers HTTP. */
+  ready(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+const noSuchBucket = (bucket: string): ObjectCacheError => new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+
+function embeddedBackend(store: LocalStore): Backend {
+  return {
+    kind: 'local',
+    workers: { kind: 'local', dataDir: store.dataDir },
+    description: `local:${store.dataDir}`,
+    postSink: localPostSink(store),
+    async sizes(bucket, keys) {
+      if (!store.hasBucket(bucket)) throw noSuchBucket(bucket);
+      return keys.map((key) => {
+        try {
+          return store.headObject(bucket, key).size;
+        } catch {
+          return undefined;
+        }
+      });
+    },
+    serveS3: (ctx) => serveEmbedded(ctx, store),
+    stats: () => undefined,
+    ready: async () => true,
+    close: () => store.close(),
+  };
+}
+
+function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>): Backend {
+  const backend = new S3Backend(config);
+  const head = async (path: string, signal: AbortSignal): Promise<{ status: number; size: number }> => {
+    const res = await backend.request({ method: 'HEAD', path: escapeUriPath(path), signal });
+    await res.body.dump();
+    return { status: res.statusCode, size: Number(res.headers['content-length']) };
+  };
+  return {
+    kind: 's3',
+    workers: { ...config, endpoint: config.endpoint.origin },
+    description: config.endpoint.origin,
+    postSink: backendPostSink(backend),
+    async sizes(bucket, keys, signal, checkBucket) {
+      if (checkBucket && (await head(`/${bucket}`, signal)).status === 404) throw noSuchBucket(bucket);
+      return Promise.all(
+        keys.map(async (key) => {
+          const { status, size } = await head(`/${bucket}/${key}`, signal);
+          if (status === 200) return size;
+          if (status === 404) return undefined;
+          throw new ObjectCacheError(status >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `HEAD of ${key} answered ${status}`);
+        }),
+      );
+    },
+    serveS3: (ctx) => servePassthrough(ctx, backend),
+    stats: () => backend.stats(),
+    ready: () => backend.reachable(2_000),
+    close: () => backend.close(),
+  };
+}
+
+export async function openBackend(config: GatewayConfig['backend']): Promise<Backend> {
+  return config.kind === 'local' ? embeddedBackend(await LocalStore.open(config.dataDir)) : s3Backend(config);
+}
