@@ -8,9 +8,10 @@
  */
 import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { until } from './helpers/wait.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { signedHeaders } from './helpers/signing.js';
-import { CLIENT_KEY, CLIENT_SECRET, metricValue, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { metricValue, startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 
@@ -19,16 +20,12 @@ describe('clients aborting at every phase', () => {
   let client: ObjectCacheClient;
   let prefix: SeededPrefix;
 
-  const released = async (): Promise<void> => {
-    const deadline = Date.now() + 10_000;
-    for (;;) {
+  const released = (): Promise<boolean> =>
+    until(() => {
       const pool = gw.gateway.poolStats();
       const scheduler = gw.gateway.schedulerSnapshot();
-      if (pool.running === 0 && pool.queued === 0 && gw.gateway.bufferedBytes() === 0 && scheduler?.active.length === 0 && scheduler.pending === 0) return;
-      if (Date.now() > deadline) throw new Error(`not released: ${JSON.stringify({ pool, buffered: gw.gateway.bufferedBytes(), scheduler })}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  };
+      return pool.running === 0 && pool.queued === 0 && gw.gateway.bufferedBytes() === 0 && scheduler?.active.length === 0 && scheduler.pending === 0;
+    });
 
   const metric = (name: string): Promise<number> => metricValue(gw.gateway.adminUrl, name);
   const delivered = (tenant: string): Promise<number> => metric(`objectcache_delivered_bytes_total{tenant="${tenant}"}`);
@@ -56,7 +53,7 @@ describe('clients aborting at every phase', () => {
   beforeAll(async () => {
     // A long epoch, so a request can be caught waiting for its admission; paced at 20 MB/s.
     gw = await startTestGateway({ backend: 'local', args: ['--cap', '20MB/s', '--epoch-ms', '400', '--threshold', '0', '--read-bytes', '65536'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('abort'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('abort'));
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 8, layers: 16, layerBytes: 64 * 1024, layout: 'KV_L2TD' }); // 8 MiB
   });

@@ -4,10 +4,11 @@
  */
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { until } from './helpers/wait.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { signedHeaders } from './helpers/signing.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 describe('admission control', () => {
@@ -18,7 +19,7 @@ describe('admission control', () => {
   beforeAll(async () => {
     // Paced at 4 MB/s, a 4 MiB request holds its slot for about a second.
     gw = await startTestGateway({ backend: 'local', args: ['--max-layerwise-requests', '1', '--cap', '4MB/s', '--threshold', '0', '--epoch-ms', '10'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('admit'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('admit'));
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 4, layers: 8, layerBytes: 128 * 1024, layout: 'KV_L2TD' });
   });
@@ -30,11 +31,7 @@ describe('admission control', () => {
 
   it('answers 503 SlowDown with Retry-After while the limit is reached, then admits again', async () => {
     const first = client.fetch(descriptorOf(prefix));
-    const deadline = Date.now() + 5000;
-    while (!/objectcache_layerwise_active_requests 1/.test(await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text())) {
-      if (Date.now() > deadline) throw new Error('the first request never became active');
-      await new Promise((r) => setTimeout(r, 10));
-    }
+    await until(async () => /objectcache_layerwise_active_requests 1/.test(await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text()), 5000);
     // POST: the AWS SDK would retry a SlowDown by itself (as S3 clients should).
     const refused = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(ObjectCacheError);
@@ -61,16 +58,12 @@ describe('admission control on buffered bytes', () => {
   it('answers 503 SlowDown while every buffered byte is held, then admits again', async () => {
     // 4 KiB of read-ahead in total: one paced request holds all of it while it is sent.
     const gw = await startTestGateway({ backend: 'local', args: ['--max-buffered-bytes', '4096', '--cap', '4MB/s', '--threshold', '0', '--epoch-ms', '10'] });
-    const client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('admitb'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    const client = testClient(gw, uniqueBucket('admitb'));
     try {
       await client.ensureBucket();
       const prefix = await seedPrefix(client, { chunks: 4, layers: 8, layerBytes: 128 * 1024, layout: 'KV_L2TD' });
       const first = client.fetch(descriptorOf(prefix));
-      const deadline = Date.now() + 5000;
-      while (gw.gateway.bufferedBytes() < 4096) {
-        if (Date.now() > deadline) throw new Error('the first request never held the buffer budget');
-        await new Promise((r) => setTimeout(r, 5));
-      }
+      await until(() => gw.gateway.bufferedBytes() >= 4096, 5000);
       const refused = await client.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' }).catch((e: unknown) => e);
       expect((refused as ObjectCacheError).code).toBe('OC_ERR_ADMISSION_LIMIT');
       expect((refused as ObjectCacheError).details['Status']).toBe(503);

@@ -10,19 +10,12 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException, type S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { until } from './helpers/wait.js';
 import { signedHeaders } from './helpers/signing.js';
 import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { startMinio, type MinioServer } from '../bench/minio.js';
 
 const shared = inject('minio');
-
-async function waitFor(predicate: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await predicate())) {
-    if (Date.now() > deadline) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 /** Signs a PUT of `length` UNSIGNED-PAYLOAD bytes, or a GET, for raw-socket tests. */
 function signedPutHeaders(url: URL, length: number): Promise<Record<string, string>> {
@@ -68,7 +61,7 @@ describe('backend outage', () => {
     expect((await fetch(`${gw.gateway.adminUrl}/readyz`)).status).toBe(503);
 
     minio = await startMinio({ binary: shared.binary, port: minio.port, dataDir: minio.dataDir });
-    await waitFor(async () => (await fetch(`${gw.gateway.adminUrl}/readyz`)).status === 200);
+    await until(async () => (await fetch(`${gw.gateway.adminUrl}/readyz`)).status === 200);
     const back = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'k' }));
     expect(await back.Body?.transformToString()).toBe('before the outage');
   });
@@ -106,7 +99,7 @@ describe('client abort mid-download (s3 backend)', () => {
       req.on('error', (error) => (req.destroyed ? undefined : reject(error)));
       req.end();
     });
-    await waitFor(() => gw.gateway.backendStats()?.inflight === 0);
+    await until(() => gw.gateway.backendStats()?.inflight === 0);
     // The gateway keeps serving.
     const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'big' }));
     expect(head.ContentLength).toBe(64 * 1024 * 1024);
@@ -141,11 +134,11 @@ describe.each<BackendKind>(['local', 's3'])('client abort mid-upload (%s backend
         resolve();
       }, 100));
     });
-    await waitFor(async () => {
+    await until(async () => {
       const error = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'half-written' })).catch((e: S3ServiceException) => e);
       return error instanceof S3ServiceException && error.$metadata.httpStatusCode === 404;
     });
-    if (gw.dataDir) await waitFor(() => readdirSync(join(gw.dataDir as string, '.tmp')).length === 0);
+    if (gw.dataDir) await until(() => readdirSync(join(gw.dataDir as string, '.tmp')).length === 0);
     // A complete upload of the same key afterwards succeeds.
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'half-written', Body: 'whole' }));
     expect(await (await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'half-written' }))).Body?.transformToString()).toBe('whole');

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { startTestGateway, uniqueBucket, type BackendKind, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -20,7 +20,7 @@ describe.each<BackendKind>(['local', 's3'])('chunks pinned for the whole stream 
 
   beforeAll(async () => {
     gw = await startTestGateway({ backend, minio, args: ['--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0', '--cap', '8MB/s', '--epoch-ms', '5'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('pin'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('pin'));
     await client.ensureBucket();
   });
 

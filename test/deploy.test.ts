@@ -7,8 +7,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { ObjectCacheClient } from '../client/client.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+
+import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix } from './helpers/kv.js';
 
 const root = new URL('../', import.meta.url);
@@ -54,7 +54,7 @@ describe('compose.yaml', () => {
     expect(dockerfile).toMatch(/^EXPOSE 9080 9081$/m);
     expect(dockerfile).toMatch(/^HEALTHCHECK /m);
     expect(dockerfile).toMatch(/^USER node$/m);
-    expect(dockerfile).toContain('dist/gateway/cli.js');
+    expect(dockerfile).toContain('dist/cli/main.js');
   });
 
   it('starts services in order, with health checks and declared volumes', () => {
@@ -89,7 +89,7 @@ describe('the Grafana dashboard', () => {
 
   beforeAll(async () => {
     gw = await startTestGateway({ backend: 'local', args: ['--cap', '1GB/s', '--threshold', '0'] });
-    const client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('dash'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    const client = testClient(gw, uniqueBucket('dash'));
     await client.ensureBucket();
     const prefix = await seedPrefix(client, { chunks: 2, layers: 2, layerBytes: 1024, layout: 'KV_L2TD' });
     await client.fetch(descriptorOf(prefix, { tenant: 'dashboard' }));

@@ -3,35 +3,21 @@
  * (SIGKILL) in the middle of a PUT never leaves a partial object, in either backend: a new key
  * stays absent, an existing key keeps its old bytes, and the restarted gateway serves normally.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException } from '@aws-sdk/client-s3';
 import { describe, expect, inject, it } from 'vitest';
+import { startServe, type ServeProcess } from './helpers/cli.js';
 import { signedHeaders } from './helpers/signing.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, uniqueBucket } from './helpers/gateway.js';
 
-const CLI = resolve(fileURLToPath(new URL('../dist/gateway/cli.js', import.meta.url)));
 const minio = inject('minio');
 
-async function startProcess(args: string[]): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--metrics-port', '0', ...args], {
-    env: { PATH: process.env['PATH'], OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const url = await new Promise<string>((resolveUrl, reject) => {
-    let buffered = '';
-    child.stdout?.on('data', (d: Buffer) => {
-      buffered += d.toString();
-      const m = /"msg":"gateway listening","url":"([^"]+)"/.exec(buffered);
-      if (m) resolveUrl(m[1] as string);
-    });
-    child.once('exit', (code) => reject(new Error(`serve exited with ${code}`)));
-  });
-  return { child, url };
+function startProcess(args: string[]): Promise<ServeProcess> {
+  return startServe(args, { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey });
 }
 
 /** Sends half of a declared 8 MiB body, then kills the gateway with SIGKILL. */
@@ -81,7 +67,7 @@ describe('killing the gateway mid-PUT', () => {
       await s3.send(new PutObjectCommand({ Bucket: 'durable', Key: 'new-key', Body: 'whole' }));
       expect(await text(s3, 'durable', 'new-key')).toBe('whole');
       s3.destroy();
-      gateway.child.kill('SIGTERM');
+      await gateway.stop();
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }
@@ -106,6 +92,6 @@ describe('killing the gateway mid-PUT', () => {
     expect(await text(s3, bucket, 'existing')).toBe('version one');
     s3.destroy();
     direct.destroy();
-    gateway.child.kill('SIGTERM');
+    await gateway.stop();
   });
 });

@@ -6,24 +6,17 @@
  * tasks are released, and the gateway serves normally afterwards without a restart.
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { until } from './helpers/wait.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { startMinio, type MinioServer } from '../bench/minio.js';
 import { signedHeaders } from './helpers/signing.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 const shared = inject('minio');
 const TIMEOUT_MS = 1500;
-
-async function waitFor(predicate: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('backend faults mid-stream', () => {
   let minio: MinioServer;
@@ -40,7 +33,7 @@ describe('backend faults mid-stream', () => {
     minio = await startMinio({ binary: shared.binary });
     // Small reads and a small read-ahead: the stream needs MinIO all along.
     gw = await startTestGateway({ backend: 's3', minio, args: ['--backend-timeout-ms', String(TIMEOUT_MS), '--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('faults'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('faults'));
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 64 * 1024, layout: 'KV_L2TD' }); // 16 MiB, 32 groups
   });
@@ -71,7 +64,7 @@ describe('backend faults mid-stream', () => {
     expect(['OC_ERR_BACKEND_TIMEOUT', 'OC_ERR_BACKEND_UNAVAILABLE']).toContain((failure as ObjectCacheError).code);
     expect(failedAfter).toBeLessThan(TIMEOUT_MS * 3 + 1000);
     console.log(`paused MinIO: the stream failed ${failedAfter.toFixed(0)} ms after the pause (timeout ${TIMEOUT_MS} ms), ${((performance.now() - started) / 1000).toFixed(2)} s in all`);
-    await waitFor(idle);
+    await until(idle);
     const again = await client.fetch(descriptorOf(prefix));
     expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
   });
@@ -86,7 +79,7 @@ describe('backend faults mid-stream', () => {
     } finally {
       minio.process.kill('SIGCONT');
     }
-    await waitFor(idle);
+    await until(idle);
   });
 
   it('ends a stream cleanly when MinIO is killed mid-stream, and serves again after it restarts', async () => {
@@ -108,7 +101,7 @@ describe('backend faults mid-stream', () => {
     expect(failure).toBeInstanceOf(ObjectCacheError);
     console.log(`killed MinIO: the stream ended with ${(failure as ObjectCacheError).code}`);
     expect((failure as ObjectCacheError).code).toMatch(/^OC_ERR_BACKEND_/);
-    await waitFor(idle);
+    await until(idle);
     minio = await startMinio({ binary: shared.binary, port: minio.port, dataDir: minio.dataDir });
     const again = await client.fetch(descriptorOf(prefix));
     expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
@@ -122,7 +115,7 @@ describe('a read worker dying inside a task', () => {
 
   beforeAll(async () => {
     gw = await startTestGateway({ backend: 's3', minio: shared, args: ['--workers', '2', '--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('crash'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('crash'));
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 64 * 1024, layout: 'KV_L2TD' });
   });
@@ -149,7 +142,7 @@ describe('a read worker dying inside a task', () => {
     expect(terminated).toBe(true);
     expect(failure).toBeInstanceOf(ObjectCacheError);
     expect((failure as ObjectCacheError).code).toBe('OC_ERR_POOL_WORKER');
-    await waitFor(() => gw.gateway.poolStats().running === 0 && gw.gateway.bufferedBytes() === 0);
+    await until(() => gw.gateway.poolStats().running === 0 && gw.gateway.bufferedBytes() === 0);
     const again = await client.fetch(descriptorOf(prefix));
     expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
   });
@@ -162,7 +155,7 @@ describe('slow readers', () => {
 
   beforeAll(async () => {
     gw = await startTestGateway({ backend: 'local', args: ['--client-stall-timeout-ms', '1000', '--threshold', '0', '--read-bytes', '65536'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('slow'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('slow'));
     await client.ensureBucket();
     // 48 MiB: more than a loopback connection's socket buffers hold (about 36 MiB here), so a
     // client that reads slowly really stalls the gateway's writes.
@@ -201,13 +194,10 @@ describe('slow readers', () => {
     expect(Buffer.from(normal.target).equals(Buffer.from(reference(prefix)))).toBe(true);
     // Every slow stream ends (loopback socket buffers here absorb tens of MiB per connection, so
     // the gateway may finish writing them) and the gateway's own buffers are released.
-    const deadline = Date.now() + 20_000;
-    for (;;) {
+    await until(async () => {
       const metrics = await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text();
-      if (/objectcache_layerwise_active_requests 0/.test(metrics) && gw.gateway.bufferedBytes() === 0 && gw.gateway.poolStats().running === 0) break;
-      if (Date.now() > deadline) throw new Error(`slow streams still held: ${/objectcache_layerwise_active_requests \d+/.exec(metrics)?.[0]}, buffered ${gw.gateway.bufferedBytes()}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+      return /objectcache_layerwise_active_requests 0/.test(metrics) && gw.gateway.bufferedBytes() === 0 && gw.gateway.poolStats().running === 0;
+    }, 20_000);
     await pool.destroy();
     await Promise.allSettled(slow);
   }, 60_000);

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ERRORS } from '../schemas/errors.js';
 import { signedHeaders } from './helpers/signing.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 
@@ -57,7 +57,7 @@ describe('hostile input', () => {
     gw = await startTestGateway({ backend: 'local', args: ['--max-descriptor-keys', '10000', '--max-layers', '512', '--max-header-bytes', '16384'] });
     pool = new Pool(gw.url, { connections: 8 });
     bucket = uniqueBucket('hostile');
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, bucket);
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: 256, layout: 'KV_L2TD' });
   });

@@ -10,8 +10,8 @@ import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { objectRelativePath } from '../storage-worker/local-store/local-store.js';
-import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { objectRelativePath } from '../backends/embedded/local-store.js';
+import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -43,7 +43,7 @@ describe.each<BackendKind>(['local', 's3'])('end-to-end integrity (%s backend)',
   beforeAll(async () => {
     // One layer per read group, so layer 2 is read after the stream has begun.
     gw = await startTestGateway({ backend, minio, args: ['--read-bytes', String(S), '--threshold', '0'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('crc'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('crc'));
     await client.ensureBucket();
   });
 

@@ -7,13 +7,14 @@
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { until } from './helpers/wait.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { encodeDescriptorHeader } from '../schemas/descriptor.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { signedHeaders } from './helpers/signing.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { startTestGateway, uniqueBucket, type BackendKind, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -22,14 +23,6 @@ interface Raw {
   status: number;
   code: string | undefined;
   body: string;
-}
-
-async function waitFor(predicate: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error('condition not reached in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)', (backend) => {
@@ -57,7 +50,7 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)
   beforeAll(async () => {
     gw = await startTestGateway({ backend, minio, args: ['--max-descriptor-keys', '100', '--max-layers', '64', '--max-layer-bytes', '1048576', '--read-ahead-bytes', '4096', '--read-bytes', '262144'] });
     bucket = uniqueBucket('lwfail');
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, bucket);
     await client.ensureBucket();
     pool = new Pool(gw.url);
   });
@@ -172,7 +165,7 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)
       },
     });
     await expect(fetched).rejects.toThrow();
-    await waitFor(() => {
+    await until(() => {
       const stats = gw.gateway.poolStats();
       return stats.running === 0 && stats.queued === 0 && gw.gateway.bufferedBytes() === 0;
     });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { startTestGateway, uniqueBucket, type BackendKind, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -10,7 +10,7 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET smoke (%s)', (backend
   let client: ObjectCacheClient;
   beforeAll(async () => {
     gw = await startTestGateway({ backend, minio });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('lw'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('lw'));
     await client.ensureBucket();
   });
   afterAll(async () => {

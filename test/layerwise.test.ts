@@ -5,9 +5,10 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { until } from './helpers/wait.js';
 import { ObjectCacheClient } from '../client/client.js';
 import type { Layout } from '../schemas/layouts.js';
-import { CLIENT_KEY, CLIENT_SECRET, metricValue, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { metricValue, startTestGateway, uniqueBucket, type BackendKind, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -19,7 +20,7 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
   beforeAll(async () => {
     // Small reads and tasks so even small test prefixes use several groups and tasks.
     gw = await startTestGateway({ backend, minio, args: ['--read-bytes', '8192', '--task-bytes', '16384', '--threshold', '65536'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('lw'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('lw'));
     await client.ensureBucket();
   });
 
@@ -146,7 +147,7 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
       expect(layer).toBe(0);
       break;
     }
-    await vi.waitFor(() => expect(gw.gateway.poolStats().running + gw.gateway.bufferedBytes()).toBe(0), { timeout: 10_000, interval: 20 });
+    await until(() => gw.gateway.poolStats().running + gw.gateway.bufferedBytes() === 0);
     const delivered = await metricValue(gw.gateway.adminUrl, 'objectcache_delivered_bytes_total{tenant="leaves-early"}');
     expect(delivered).toBeGreaterThan(0);
     expect(delivered).toBeLessThan(total / 2);

@@ -8,9 +8,8 @@
 import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteBucketCommand, DeleteObjectCommand, GetBucketAclCommand, GetObjectAclCommand, HeadBucketCommand, ListObjectVersionsCommand, PutObjectAclCommand, PutObjectCommand, type S3Client, S3ServiceException } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
-import { EMPTY_PAYLOAD_SHA256 } from '../storage-worker/request-signer.js';
 import { SignatureV4 } from '@smithy/signature-v4';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { EMPTY_PAYLOAD_SHA256, NodeSha256 } from '../schemas/sigv4-signer.js';
 
 const minio = inject('minio');
 

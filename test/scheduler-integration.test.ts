@@ -4,14 +4,14 @@
  * cap, /metrics carries the scheduler and pool series while requests run, and `objectcache plan`
  * answers in input order.
  */
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { runCli } from './helpers/cli.js';
+import { until } from './helpers/wait.js';
+import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 const CAP = 40_000_000; // bytes per second
@@ -23,7 +23,7 @@ describe('paced layerwise delivery (embedded store)', () => {
 
   beforeAll(async () => {
     gw = await startTestGateway({ backend: 'local', args: ['--cap', '40MB/s', '--policy', 'cal-stall-opt', '--margin', '0', '--epoch-ms', '20', '--threshold', '0'] });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('sched'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('sched'));
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 8, layers: 16, layerBytes: 128 * 1024, layout: 'KV_L2TD' }); // 16 MiB
   });
@@ -71,11 +71,10 @@ describe('paced layerwise delivery (embedded store)', () => {
   it('exposes the scheduler, pool and delivery series on /metrics while a request runs', async () => {
     const running = client.fetch(descriptorOf(prefix, { tenant: 'metered' }));
     let text = '';
-    for (let i = 0; i < 50; i++) {
-      await new Promise((r) => setTimeout(r, 20));
+    await until(async () => {
       text = await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text();
-      if (/objectcache_scheduler_granted_rate_bytes_per_second\{tenant="metered"\} [1-9]/.test(text)) break;
-    }
+      return /objectcache_scheduler_granted_rate_bytes_per_second\{tenant="metered"\} [1-9]/.test(text);
+    });
     await running;
     for (const line of text.split('\n')) {
       if (line === '' || line.startsWith('#')) continue;
@@ -110,7 +109,6 @@ describe('paced layerwise delivery (embedded store)', () => {
 });
 
 describe('objectcache plan', () => {
-  const CLI = resolve(fileURLToPath(new URL('../dist/gateway/cli.js', import.meta.url)));
   const dir = mkdtempSync(join(tmpdir(), 'objectcache-plan-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -123,7 +121,7 @@ describe('objectcache plan', () => {
       { id: '16K-87.5', bytesPerLayer: 14336 * 4096, computeMsPerLayer: 8.8 },
       { id: '64K-50', bytesPerLayer: 32768 * 4096, computeMsPerLayer: 271.02 },
     ]));
-    const run = spawnSync(process.execPath, [CLI, 'plan', '--cap', '80Gbps', '--policy', 'cal-stall-opt', '--margin', '5Gbps', file], { encoding: 'utf8' });
+    const run = runCli(['plan', '--cap', '80Gbps', '--policy', 'cal-stall-opt', '--margin', '5Gbps', file]);
     expect(run.status, run.stderr).toBe(0);
     const out = JSON.parse(run.stdout) as { id: string; rateBytesPerSec: number; rateGbps: number; predictedStallMsPerLayer: number }[];
     expect(out.map((r) => r.id)).toEqual(['64K-87.5', '16K-50', '16K-87.5', '64K-50']);
@@ -133,7 +131,7 @@ describe('objectcache plan', () => {
     expect(out[1]?.predictedStallMsPerLayer).toBe(0);
     // 16K-87.5 needs 53.4 Gbps and gets the rest: it is the one that stalls.
     expect(out[2]?.predictedStallMsPerLayer).toBeGreaterThan(0);
-    const stdin = spawnSync(process.execPath, [CLI, 'plan', '--cap', '10GB/s', '--policy', 'equal', '-'], { input: JSON.stringify([{ id: 'x', bytesPerLayer: 1e6 }, { id: 'y', bytesPerLayer: 2e6, computeMsPerLayer: 1 }]), encoding: 'utf8' });
+    const stdin = runCli(['plan', '--cap', '10GB/s', '--policy', 'equal', '-'], { input: JSON.stringify([{ id: 'x', bytesPerLayer: 1e6 }, { id: 'y', bytesPerLayer: 2e6, computeMsPerLayer: 1 }]) });
     expect(JSON.parse(stdin.stdout)).toEqual([
       { id: 'x', rateBytesPerSec: 5e9, rateGbps: 40, predictedStallMsPerLayer: 0.2 },
       { id: 'y', rateBytesPerSec: 5e9, rateGbps: 40, predictedStallMsPerLayer: 0 },
@@ -150,7 +148,7 @@ describe('objectcache plan', () => {
       [['plan', '--cap', '1Gbps', '-'], '[{"id": "a", "bytesPerLayer": 10, "computeMsPerLayer": "soon"}]', 'computeMsPerLayer'],
     ];
     for (const [args, input, word] of cases) {
-      const run = spawnSync(process.execPath, [CLI, ...args], { input, encoding: 'utf8' });
+      const run = runCli(args, { input });
       expect(run.status, args.join(' ')).toBe(2);
       expect(run.stderr).toContain(word);
     }

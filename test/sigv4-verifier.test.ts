@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { SigV4Verifier } from '../gateway/auth/sigv4.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { NodeSha256 } from '../storage-worker/sigv4-support.js';
+import { NodeSha256 } from '../schemas/sigv4-signer.js';
 
 const credential = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY', tenant: 'AKIDEXAMPLE' };
 const signer = new SignatureV4({ credentials: credential, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });

@@ -17,7 +17,7 @@ import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../schemas/frames.js';
 import { signedHeaders } from './helpers/signing.js';
-import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const doc = readFileSync(new URL('../schemas/wire-format.md', import.meta.url), 'utf8');
@@ -111,7 +111,7 @@ describe('a Python reader written from the document', () => {
 
   beforeAll(async () => {
     gw = await startTestGateway({ backend: 's3', minio: inject('minio') });
-    client = new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('py'), credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    client = testClient(gw, uniqueBucket('py'));
     await client.ensureBucket();
     pool = new Pool(gw.url);
   });

@@ -2,6 +2,7 @@
  * Starts a real gateway on port 0 for a test, in front of the embedded store (a fresh temporary
  * data directory) or the run's MinIO, with the same configuration path the CLI uses.
  */
+import { ObjectCacheClient } from '../../client/client.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -84,6 +85,11 @@ export function minioClient(endpoint: string): MinioClient {
 
 let bucketCounter = 0;
 /** A bucket name unique within the run. */
+/** A client of `gateway` with the test credentials, on `bucket` (not created yet: ensureBucket). */
+export function testClient(gateway: { readonly url: string }, bucket: string): ObjectCacheClient {
+  return new ObjectCacheClient({ endpoint: gateway.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+}
+
 export function uniqueBucket(prefix = 'test'): string {
   bucketCounter++;
   return `${prefix}-${process.pid}-${Date.now().toString(36)}-${bucketCounter}`.toLowerCase();

@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { SignatureV4 } from '@smithy/signature-v4';
-import { NodeSha256 } from '../../storage-worker/sigv4-support.js';
+import { NodeSha256 } from '../../schemas/sigv4-signer.js';
 import { CLIENT_KEY, CLIENT_SECRET } from './gateway.js';
 
 export const clientSigner = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
