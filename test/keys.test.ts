@@ -3,6 +3,7 @@
  * shorter prompt's keys (prefix reuse), a change in any token changes every later key, partial
  * chunks are not keyed, and two layouts never share a key.
  */
+import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { chunkKeys, layoutFingerprint, type LayoutIdentity } from '../client/keys.js';
@@ -11,6 +12,16 @@ import { toCanonical, toStoredLayout } from '../client/kv-layout.js';
 const llama: LayoutIdentity = { modelId: 'meta-llama/Llama-3.1-8B', dtype: 'float16', chunkTokens: 4, layers: 32, layerBytes: 4 * 4096, layout: 'KV_L2TD' };
 
 describe('chunk keys', () => {
+  it('match the shared vectors the Python client is checked against too (schemas/test-vectors/chunk-keys.json)', () => {
+    const file = JSON.parse(readFileSync(new URL('../schemas/test-vectors/chunk-keys.json', import.meta.url), 'utf8')) as { vectors: (LayoutIdentity & { tokens: number[]; fingerprint: string; keys: string[] })[] };
+    expect(file.vectors.length).toBeGreaterThanOrEqual(4);
+    for (const v of file.vectors) {
+      expect(layoutFingerprint(v)).toBe(v.fingerprint);
+      expect(chunkKeys(v.tokens, v)).toEqual(v.keys);
+      expect(v.keys).toHaveLength(Math.floor(v.tokens.length / v.chunkTokens));
+    }
+  });
+
   it('extend as the prompt grows, and only full chunks are keyed', () => {
     fc.assert(
       fc.property(fc.array(fc.nat({ max: 128_000 }), { maxLength: 40 }), fc.array(fc.nat({ max: 128_000 }), { maxLength: 20 }), (prompt, more) => {

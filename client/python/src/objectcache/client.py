@@ -1,0 +1,309 @@
+"""The ObjectCache client: store a prefix's chunks, look it up in one round trip, and fetch its
+KV layer by layer into a buffer the caller owns.
+
+Requests are S3 requests signed with botocore's SigV4 (path-style), sent over keep-alive
+``http.client`` connections. A 503 (SlowDown: the gateway is at its admission limit) is retried
+after the ``Retry-After`` it names, up to ``retries`` times, before any byte of a stream is used;
+a keep-alive connection the gateway closed meanwhile is replaced once, transparently.
+"""
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import threading
+import time
+import xml.etree.ElementTree as ElementTree
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote, urlsplit
+
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from .errors import ObjectCacheError
+from .layouts import LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, encode_layer_crcs, layer_crcs, to_canonical
+from .stream import Geometry, OnLayerReady, read_frames
+
+#: Descriptors whose header would be longer go as a POST body (as the TypeScript client does).
+MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024
+DESCRIPTOR_HEADER = "x-objectcache-descriptor"
+#: The longest Retry-After honoured, in seconds.
+MAX_RETRY_AFTER_S = 30.0
+
+Buffer = Union[bytearray, memoryview, Any]
+
+
+@dataclass
+class FetchResult:
+    #: The buffer the layers landed in (the caller's, or a new bytearray).
+    target: Any
+    layer_stride: int
+    #: The END frame's summary: mode, layers, chunks, bytes, backendReads, plan, timings, ...
+    summary: Dict[str, Any]
+    #: Seconds from the request to each layer's ready notification, as (layer, seconds).
+    timeline: List[Tuple[int, float]] = field(default_factory=list)
+    transport: str = "get"
+
+
+def _writable_bytes(target: Any) -> memoryview:
+    try:
+        view = memoryview(target)
+    except TypeError as error:
+        raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "target must support the buffer protocol (bytearray, memoryview, numpy array)") from error
+    if view.readonly:
+        raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "target is read-only")
+    if not view.c_contiguous:
+        raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "target must be C-contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _error_from_response(status: int, headers: http.client.HTTPMessage, body: bytes) -> ObjectCacheError:
+    s3_code, message = "Unknown", f"the gateway answered {status}"
+    try:
+        root = ElementTree.fromstring(body)
+        s3_code = root.findtext("Code") or s3_code
+        message = root.findtext("Message") or message
+    except ElementTree.ParseError:
+        pass
+    code = headers.get("x-objectcache-error-code") or ("OC_ERR_BACKEND_UNAVAILABLE" if status == 503 else "OC_ERR_INTERNAL")
+    return ObjectCacheError(code, message, status=status, details={"S3Code": s3_code})
+
+
+class ObjectCacheClient:
+    """A client of one gateway and bucket. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(self, endpoint: str, bucket: str, credentials: Union[Tuple[str, str], Credentials], region: str = "us-east-1", *, timeout: float = 60.0, retries: int = 3, max_idle_connections: int = 8) -> None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"endpoint must be an http(s) URL, got {endpoint!r}")
+        self.endpoint = f"{parts.scheme}://{parts.netloc}"
+        self.bucket = bucket
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        creds = credentials if isinstance(credentials, Credentials) else Credentials(credentials[0], credentials[1])
+        self._auth = S3SigV4Auth(creds, "s3", region)
+        self._timeout = timeout
+        self._retries = retries
+        self._idle: List[http.client.HTTPConnection] = []
+        self._max_idle = max_idle_connections
+        self._lock = threading.Lock()
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _connect(self) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        return cls(self._host, self._port, timeout=self._timeout)
+
+    def _take(self) -> Tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return self._connect(), False
+
+    def _give(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        if response.will_close or not response.isclosed():
+            conn.close()
+            return
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def __enter__(self) -> "ObjectCacheClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _sign(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> Dict[str, str]:
+        request = AWSRequest(method=method, url=self.endpoint + path, data=body, headers=dict(headers))
+        self._auth.add_auth(request)
+        return {name: value for name, value in request.headers.items()}
+
+    def _send(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Sends a signed request and returns the open response of a status below 400 (or raises)."""
+        headers = dict(headers or {})
+        if body:
+            headers.setdefault("Content-Length", str(len(body)))
+        attempt = 0
+        while True:
+            conn, reused = self._take()
+            try:
+                conn.request(method, path, body=body or None, headers=self._sign(method, path, body, headers))
+                response = conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as error:
+                conn.close()
+                if reused:
+                    continue  # a keep-alive connection the gateway had closed: once more, on a fresh one
+                raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"the gateway at {self.endpoint} closed the connection") from error
+            except OSError as error:
+                conn.close()
+                raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"cannot reach the gateway at {self.endpoint}: {error}") from error
+            if response.status < 400:
+                return conn, response
+            failure = _error_from_response(response.status, response.headers, response.read())
+            self._give(conn, response)
+            if response.status == 503 and attempt < self._retries:
+                attempt += 1
+                retry_after = response.getheader("Retry-After")
+                try:
+                    delay = float(retry_after) if retry_after is not None else 0.1 * 2**attempt
+                except ValueError:
+                    delay = 0.1 * 2**attempt
+                time.sleep(min(max(delay, 0.0), MAX_RETRY_AFTER_S))
+                continue
+            raise failure
+
+    def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None) -> bytes:
+        conn, response = self._send(method, path, body, headers)
+        data = response.read()
+        self._give(conn, response)
+        return data
+
+    def _object_path(self, key: str) -> str:
+        return f"/{quote(self.bucket, safe='')}/{quote(key, safe='/~')}"
+
+    # -- S3 ----------------------------------------------------------------------------------
+
+    def ensure_bucket(self) -> None:
+        """Creates the bucket unless it exists."""
+        try:
+            self._call("PUT", f"/{quote(self.bucket, safe='')}")
+        except ObjectCacheError as error:
+            if error.details.get("S3Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+
+    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8) -> None:
+        """Writes chunk objects (each already in its stored layout), ``concurrency`` at a time.
+
+        With ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the
+        object's metadata, so the gateway verifies each slice it serves (up to 256 layers).
+        """
+        if len(keys) != len(objects):
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "put_chunks needs one object per key")
+
+        def put(i: int) -> None:
+            body = bytes(memoryview(objects[i]).cast("B"))
+            headers = {"Content-Type": "application/octet-stream"}
+            if layout is not None and layout[1] <= MAX_CHECKSUMMED_LAYERS:
+                name, layers, layer_bytes = layout
+                if len(body) != layers * layer_bytes:
+                    raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"chunk {i} has {len(body)} bytes, not layers x layer_bytes")
+                headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs(layer_crcs(to_canonical(body, name, layers, layer_bytes), layers, layer_bytes))
+            self._call("PUT", self._object_path(keys[i]), body, headers)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(keys)))) as pool:
+            for _ in pool.map(put, range(len(keys))):
+                pass
+
+    def lookup(self, keys: Sequence[str], key_prefix: str = "", *, layers: Optional[int] = None, layer_bytes: Optional[int] = None) -> int:
+        """How many leading chunks of ``keys`` the store holds (one round trip); with the geometry,
+        only chunks of exactly ``layers x layer_bytes`` bytes count."""
+        document: Dict[str, Any] = {"keys": list(keys), "keyPrefix": key_prefix}
+        if (layers is None) != (layer_bytes is None):
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "layers and layer_bytes come together")
+        if layers is not None:
+            document.update(layers=layers, layerBytes=layer_bytes)
+        body = json.dumps(document).encode("utf-8")
+        answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"})
+        return int(json.loads(answer)["matched"])
+
+    # -- the layerwise GET -------------------------------------------------------------------
+
+    @staticmethod
+    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "layerwise", **extra: Any) -> Dict[str, Any]:
+        """A descriptor for ``keys`` (other fields, such as layerRange, tenant or computeMsPerLayer, as keywords)."""
+        document: Dict[str, Any] = {"version": 1, "keys": list(keys), "layers": layers, "chunkTokens": chunk_tokens, "layerBytes": layer_bytes, "layout": layout, "delivery": "layer-major", "mode": mode}
+        document.update(extra)
+        return document
+
+    def _open(self, descriptor: Mapping[str, Any], transport: str) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
+        text = json.dumps(descriptor, separators=(",", ":")).encode("utf-8")
+        encoded = base64.urlsafe_b64encode(text).rstrip(b"=").decode("ascii")
+        if transport == "auto":
+            transport = "post" if len(encoded) > MAX_HEADER_DESCRIPTOR_BYTES else "get"
+        if transport == "post":
+            conn, response = self._send("POST", f"/{quote(self.bucket, safe='')}?objectcache=", text, {"Content-Type": "application/json"})
+        elif transport == "get":
+            last = str(descriptor.get("keyPrefix", "")) + str(descriptor["keys"][-1])
+            conn, response = self._send("GET", self._object_path(last), b"", {DESCRIPTOR_HEADER: encoded})
+        else:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"transport is auto, get or post, not {transport!r}")
+        return conn, response, transport
+
+    def _geometry(self, descriptor: Mapping[str, Any], target: Optional[Buffer], layer_stride: Optional[int]) -> Tuple[Geometry, Any]:
+        try:
+            layers, layer_bytes, chunks = int(descriptor["layers"]), int(descriptor["layerBytes"]), len(descriptor["keys"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the descriptor needs keys, layers and layerBytes") from error
+        first, end = descriptor.get("layerRange", [0, layers])
+        stride = layer_stride or int(descriptor.get("target", {}).get("layerStride", chunks * layer_bytes))
+        if target is None:
+            target = bytearray((end - first - 1) * stride + chunks * layer_bytes)
+        return Geometry(first, end, chunks, layer_bytes, _writable_bytes(target), stride), target
+
+    def layers(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, *, layer_stride: Optional[int] = None, transport: str = "auto") -> Iterator[Tuple[int, memoryview]]:
+        """Yields ``(layer, view)`` as each layer lands in ``target``; leaving the loop early
+        cancels the download (the connection is closed, the gateway stops reading)."""
+        geometry, _ = self._geometry(descriptor, target, layer_stride)
+        conn, response, _ = self._open(descriptor, transport)
+        finished = False
+        try:
+            frames = read_frames(response, geometry)
+            while True:
+                try:
+                    layer, view = next(frames)
+                except StopIteration:
+                    break
+                yield layer, view
+            if response.read(1) != b"":
+                raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", "bytes after the END frame")
+            finished = True
+        finally:
+            if finished:
+                self._give(conn, response)
+            else:
+                conn.close()
+
+    def fetch(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, on_layer_ready: Optional[OnLayerReady] = None, *, layer_stride: Optional[int] = None, transport: str = "auto") -> FetchResult:
+        """Fetches the prefix's KV: every layer lands in ``target`` (allocated when absent) at
+        ``(layer - first) * layer_stride``, each announced through ``on_layer_ready(layer, view)``
+        as its frame ends and its CRC-32C checks. Raises ObjectCacheError with the stable codes."""
+        geometry, target = self._geometry(descriptor, target, layer_stride)
+        started = time.perf_counter()
+        timeline: List[Tuple[int, float]] = []
+        conn, response, used = self._open(descriptor, transport)
+        finished = False
+        try:
+            frames = read_frames(response, geometry)
+            while True:
+                try:
+                    layer, view = next(frames)
+                except StopIteration as end:
+                    summary: Dict[str, Any] = end.value
+                    break
+                timeline.append((layer, time.perf_counter() - started))
+                if on_layer_ready is not None:
+                    on_layer_ready(layer, view)
+            if response.read(1) != b"":
+                raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", "bytes after the END frame")
+            finished = True
+        finally:
+            if finished:
+                self._give(conn, response)
+            else:
+                conn.close()
+        return FetchResult(target=target, layer_stride=geometry.stride, summary=summary, timeline=timeline, transport=used)

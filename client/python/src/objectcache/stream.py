@@ -1,0 +1,127 @@
+"""Reading the ObjectCache response stream (schemas/wire-format.md section 4) straight into the
+caller's buffer: every payload byte is read with ``readinto`` into its final place, the CRC-32C is
+extended piece by piece while the bytes are still in cache, and nothing is copied per frame."""
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Callable, Dict, Generator, Optional, Protocol, Tuple
+
+from crc32c import crc32c
+
+from .errors import ObjectCacheError
+
+PREAMBLE = b"OCKV"
+HEADER = struct.Struct("<BBHIQII")
+LAYER, CHUNK, ERROR, END = 1, 2, 3, 4
+#: ERROR and END frames are small JSON documents.
+MAX_JSON_FRAME_BYTES = 1024 * 1024
+#: Payload bytes read (and checksummed) per readinto call.
+PIECE_BYTES = 1024 * 1024
+
+
+class Readable(Protocol):
+    def readinto(self, b: memoryview) -> Optional[int]: ...
+
+
+def _protocol(message: str) -> ObjectCacheError:
+    return ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", message)
+
+
+def _fill(source: Readable, view: memoryview, crc: int = 0) -> int:
+    """Fills ``view`` completely from ``source`` and returns the CRC-32C extended over it."""
+    got = 0
+    size = len(view)
+    while got < size:
+        piece = view[got:min(size, got + PIECE_BYTES)]
+        n = source.readinto(piece)
+        if not n:
+            raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the stream ended before its END frame")
+        crc = crc32c(piece[:n], crc)
+        got += n
+    return crc
+
+
+class Geometry:
+    """What a fetch delivers and where: layers ``[first, end)`` of ``chunks`` chunks of ``layer_bytes``, layer ``l`` at ``(l - first) * stride`` of ``target``."""
+
+    def __init__(self, first: int, end: int, chunks: int, layer_bytes: int, target: memoryview, stride: int) -> None:
+        self.first, self.end, self.chunks, self.layer_bytes, self.target, self.stride = first, end, chunks, layer_bytes, target, stride
+        self.layer_payload = chunks * layer_bytes
+        need = (end - first - 1) * stride + self.layer_payload
+        if stride < self.layer_payload:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"layer_stride {stride} is smaller than one layer ({self.layer_payload} bytes)")
+        if len(target) < need:
+            raise ObjectCacheError("OC_ERR_CLIENT_TARGET", f"the target holds {len(target)} bytes; these layers need {need}")
+
+    def layer_view(self, layer: int) -> memoryview:
+        at = (layer - self.first) * self.stride
+        return self.target[at:at + self.layer_payload]
+
+
+def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
+    """Yields ``(layer, view)`` as each layer is ready; the generator's return value is the END summary.
+
+    Raises ObjectCacheError: the gateway's code for an ERROR frame, ``OC_ERR_CLIENT_*`` for a
+    stream that breaks the format, fails a CRC or ends early.
+    """
+    header = bytearray(HEADER.size)
+    preamble = bytearray(8)
+    _fill(source, memoryview(preamble))
+    if bytes(preamble[:4]) != PREAMBLE or struct.unpack_from("<HH", preamble, 4) != (1, 0):
+        raise _protocol("the response does not start with the OCKV version 1 preamble")
+    mode: Optional[str] = None
+    next_layer = g.first
+    next_chunk = 0
+    while True:
+        _fill(source, memoryview(header))
+        ftype, flags, reserved, index, length, crc, reserved2 = HEADER.unpack(header)
+        if flags or reserved or reserved2:
+            raise _protocol("a frame header has non-zero reserved fields")
+        if ftype == LAYER:
+            if mode == "chunkwise" or index != next_layer or index >= g.end:
+                raise _protocol(f"expected layer {next_layer}, got LAYER {index}")
+            if length != g.layer_payload:
+                raise _protocol(f"LAYER {index} has {length} bytes, expected {g.layer_payload}")
+            mode = "layerwise"
+            view = g.layer_view(index)
+            if _fill(source, view) != crc:
+                raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of layer {index} does not match")
+            next_layer += 1
+            yield index, view
+        elif ftype == CHUNK:
+            layers = g.end - g.first
+            if mode == "layerwise" or index != next_chunk or index >= g.chunks:
+                raise _protocol(f"expected chunk {next_chunk}, got CHUNK {index}")
+            if length != layers * g.layer_bytes:
+                raise _protocol(f"CHUNK {index} has {length} bytes, expected {layers * g.layer_bytes}")
+            mode = "chunkwise"
+            running = 0
+            for i in range(layers):
+                at = i * g.stride + index * g.layer_bytes
+                running = _fill(source, g.target[at:at + g.layer_bytes], running)
+            if running != crc:
+                raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of chunk {index} does not match")
+            next_chunk += 1
+            if next_chunk == g.chunks:
+                for layer in range(g.first, g.end):
+                    yield layer, g.layer_view(layer)
+        elif ftype in (ERROR, END):
+            if length > MAX_JSON_FRAME_BYTES:
+                raise _protocol("an ERROR or END frame is implausibly large")
+            body = bytearray(length)
+            if _fill(source, memoryview(body)) != crc:
+                raise ObjectCacheError("OC_ERR_CLIENT_CRC", "the CRC32C of a control frame does not match")
+            document: Dict[str, Any] = json.loads(body.decode("utf-8"))
+            if ftype == ERROR:
+                details = {k: v for k, v in document.items() if k not in ("code", "message")}
+                raise ObjectCacheError(str(document.get("code", "OC_ERR_INTERNAL")), str(document.get("message", "the gateway ended the stream")), details=details)
+            done = next_layer == g.end if mode == "layerwise" else next_chunk == g.chunks
+            if not done:
+                raise _protocol("END arrived before every layer")
+            return document
+        else:
+            raise _protocol(f"unknown frame type {ftype}")
+
+
+OnLayerReady = Callable[[int, memoryview], None]
