@@ -13,7 +13,7 @@ import type { WorkerBackend } from '../storage-worker/protocol.js';
 import type { GatewayConfig } from './config.js';
 import type { RequestContext } from './context.js';
 import { serveEmbedded } from './embedded/router.js';
-import { servePassthrough } from './passthrough.js';
+import { servePassthrough, type RetryObserver } from './passthrough.js';
 import { backendPostSink, localPostSink, type PostSink } from './s3/post-object.js';
 
 export interface Backend {
@@ -63,7 +63,7 @@ function embeddedBackend(store: LocalStore): Backend {
   };
 }
 
-function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>): Backend {
+function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, onRetry?: RetryObserver): Backend {
   const backend = new S3Backend(config);
   const head = async (path: string, signal: AbortSignal): Promise<{ status: number; size: number }> => {
     const res = await backend.request({ method: 'HEAD', path: escapeUriPath(path), signal });
@@ -86,13 +86,14 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>): B
         }),
       );
     },
-    serveS3: (ctx) => servePassthrough(ctx, backend),
+    serveS3: (ctx) => servePassthrough(ctx, backend, onRetry),
     stats: () => backend.stats(),
     ready: () => backend.reachable(2_000),
     close: () => backend.close(),
   };
 }
 
-export async function openBackend(config: GatewayConfig['backend']): Promise<Backend> {
-  return config.kind === 'local' ? embeddedBackend(await LocalStore.open(config.dataDir)) : s3Backend(config);
+/** Opens the configured backend; `onRetry` counts passthrough requests repeated after a retryable failure. */
+export async function openBackend(config: GatewayConfig['backend'], onRetry?: RetryObserver): Promise<Backend> {
+  return config.kind === 'local' ? embeddedBackend(await LocalStore.open(config.dataDir)) : s3Backend(config, onRetry);
 }

@@ -14,7 +14,7 @@ export interface LayerwiseObserver {
   delivered(tenant: string, bytes: number): void;
   layerReady(secondsSinceRequest: number): void;
   admissionWait(seconds: number): void;
-  taskDone(reads: number, readSeconds: number): void;
+  taskDone(reads: number, readSeconds: number, retries: number): void;
   taskFailed(code: string): void;
 }
 
@@ -26,6 +26,8 @@ export interface GatewayMetrics {
   readonly requests: Counter<'operation' | 'status'>;
   readonly requestDuration: Histogram<'operation'>;
   readonly authFailures: Counter<'code'>;
+  /** Backend requests repeated after a retryable failure, by kind (range, passthrough). */
+  readonly backendRetries: Counter<'kind'>;
   readonly layerwise: LayerwiseObserver;
 }
 
@@ -79,6 +81,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     },
   });
   const backendReads = new Counter({ name: 'objectcache_backend_reads_total', help: 'Range reads issued by layerwise and chunkwise GETs.', registers });
+  const backendRetries = new Counter({ name: 'objectcache_backend_retries_total', help: 'Backend requests repeated after a retryable failure (5xx, connection or timeout), by kind: range reads of layerwise GETs, passthrough GETs and HEADs.', labelNames: ['kind'] as const, registers });
   const backendReadErrors = new Counter({ name: 'objectcache_backend_read_errors_total', help: 'Read tasks that failed, by error code.', labelNames: ['code'] as const, registers });
   const taskSeconds = new Histogram({ name: 'objectcache_backend_read_task_seconds', help: 'Time a read task took for its range reads (one layer group of a run of chunks).', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], registers });
 
@@ -141,11 +144,12 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     delivered: (tenant, bytes) => delivered.inc({ tenant: tenantLabel(tenant) }, bytes),
     layerReady: (seconds) => layerReady.observe(seconds),
     admissionWait: (seconds) => admissionWait.observe(seconds),
-    taskDone: (reads, seconds) => {
+    taskDone: (reads, seconds, retries) => {
       backendReads.inc(reads);
+      if (retries > 0) backendRetries.inc({ kind: 'range' }, retries);
       taskSeconds.observe(seconds);
     },
     taskFailed: (code) => backendReadErrors.inc({ code }),
   };
-  return { registry, requests, requestDuration, authFailures, layerwise };
+  return { registry, requests, requestDuration, authFailures, backendRetries, layerwise };
 }

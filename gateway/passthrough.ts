@@ -18,6 +18,7 @@ import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js'
 import { uploadBody } from './body/upload-body.js';
 import { headerOf, type RequestContext } from './context.js';
 import { s3Operation } from './s3/operation.js';
+import { ObjectCacheError } from '../schemas/errors.js';
 
 /** Request headers forwarded as they are. */
 const FORWARD = new Set([
@@ -90,7 +91,10 @@ function hasBody(ctx: RequestContext): boolean {
   return true;
 }
 
-export async function servePassthrough(ctx: RequestContext, backend: S3Backend): Promise<void> {
+/** Counts a backend request repeated after a retryable failure. */
+export type RetryObserver = (kind: 'passthrough') => void;
+
+export async function servePassthrough(ctx: RequestContext, backend: S3Backend, onRetry?: RetryObserver): Promise<void> {
   ctx.operation = s3Operation(ctx.req.method ?? 'GET', ctx.target) ?? 'Other';
   let body: Readable | undefined;
   let payloadHash = EMPTY_PAYLOAD_SHA256;
@@ -118,7 +122,7 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend):
       headers['x-amz-trailer'] = name;
       headers['content-length'] = String(awsChunkedLength(upload.length, name.length + 1 + checksumValueLength(algorithm) + 2));
       const encoded = Readable.from(awsChunkedWithTrailer(upload.stream, upload.length, () => `${name}:${upload.checksumValue() ?? ''}`), { objectMode: false });
-      return relay(ctx, backend, headers, encoded, 'STREAMING-UNSIGNED-PAYLOAD-TRAILER');
+      return relay(ctx, backend, headers, encoded, 'STREAMING-UNSIGNED-PAYLOAD-TRAILER', onRetry);
     }
     if (trailerChecksum) {
       // An empty body: its trailer has been read, so the checksum goes as an ordinary header.
@@ -127,30 +131,57 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend):
         const headers = forwardHeaders(ctx);
         headers[`x-amz-checksum-${upload.checksum.algorithm}`] = value;
         headers['content-length'] = '0';
-        return relay(ctx, backend, headers, undefined, payloadHash);
+        return relay(ctx, backend, headers, undefined, payloadHash, onRetry);
       }
     }
   }
   const headers = forwardHeaders(ctx);
   if (length !== undefined) headers['content-length'] = String(length);
-  return relay(ctx, backend, headers, body, payloadHash);
+  return relay(ctx, backend, headers, body, payloadHash, onRetry);
+}
+
+/**
+ * GETs and HEADs (no body: idempotent) are repeated when the store fails before anything reached
+ * the client: a 5xx answer or a broken, refused or timed-out connection (a node of a distributed
+ * store going away). Up to `attempts` in all, after jittered exponential pauses, never past the
+ * backend timeout from the first attempt; the last 5xx is relayed as it is. Nothing with a body
+ * is ever repeated, and nothing once the client has the status line.
+ */
+export const PASSTHROUGH_RETRY = { attempts: 3, baseDelayMs: 50 } as const;
+
+/** A 5xx answer held back so the request can be repeated; `send` relays it after all. */
+class RetryableAnswer extends Error {
+  constructor(readonly send: () => void) {
+    super('the store answered 5xx');
+  }
 }
 
 /** Sends the request to the backend and relays its response to the client. */
-async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<string, string>, body: Readable | undefined, payloadHash: string): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    backend.dispatch(
-      {
-        method: ctx.req.method ?? 'GET',
-        path: ctx.target.canonicalPath,
-        query: ctx.target.query,
-        headers,
-        ...(body ? { body } : {}),
-        payloadHash,
-      },
-      new RelayHandler(ctx.res, ctx.requestId, resolve, reject),
-    );
-  });
+async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<string, string>, body: Readable | undefined, payloadHash: string, onRetry?: RetryObserver): Promise<void> {
+  const method = ctx.req.method ?? 'GET';
+  const attempts = body === undefined && (method === 'GET' || method === 'HEAD') ? PASSTHROUGH_RETRY.attempts : 1;
+  const deadline = performance.now() + backend.timeoutMs;
+  for (let attempt = 1; ; attempt++) {
+    const mayRetry = attempt < attempts;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        backend.dispatch(
+          { method, path: ctx.target.canonicalPath, query: ctx.target.query, headers, ...(body ? { body } : {}), payloadHash },
+          new RelayHandler(ctx.res, ctx.requestId, resolve, reject, mayRetry),
+        );
+      });
+      return;
+    } catch (error) {
+      const delay = Math.random() * PASSTHROUGH_RETRY.baseDelayMs * 2 ** (attempt - 1);
+      const retryable = error instanceof RetryableAnswer || (error instanceof ObjectCacheError && error.retryable);
+      if (!mayRetry || !retryable || ctx.res.headersSent || ctx.res.destroyed || performance.now() + delay >= deadline) {
+        if (error instanceof RetryableAnswer) return error.send();
+        throw error;
+      }
+      onRetry?.('passthrough');
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
 }
 
 /** Bytes a relayed response may hold unsent before the backend is paused. */
@@ -165,6 +196,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   readonly #requestId: string;
   readonly #resolve: () => void;
   readonly #reject: (error: unknown) => void;
+  /** A 5xx error document is held back (RetryableAnswer) instead of relayed. */
+  readonly #mayRetry: boolean;
   #controller: Dispatcher.DispatchController | undefined;
   #settled = false;
   /**
@@ -173,11 +206,12 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    */
   #error: { status: number; headers: Record<string, string | string[]>; body: Buffer[]; bytes: number } | undefined;
 
-  constructor(res: ServerResponse, requestId: string, resolve: () => void, reject: (error: unknown) => void) {
+  constructor(res: ServerResponse, requestId: string, resolve: () => void, reject: (error: unknown) => void, mayRetry = false) {
     this.#res = res;
     this.#requestId = requestId;
     this.#resolve = resolve;
     this.#reject = reject;
+    this.#mayRetry = mayRetry;
     res.once('close', this.#onClose);
   }
 
@@ -212,7 +246,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
     const backendRequestId = headers['x-amz-request-id'];
     if (typeof backendRequestId === 'string') out['x-objectcache-backend-request-id'] = backendRequestId;
     const type = headers['content-type'];
-    if (statusCode >= 300 && typeof type === 'string' && type.includes('xml') && Number(headers['content-length'] ?? 0) <= ERROR_BODY_LIMIT) {
+    const xmlError = statusCode >= 300 && typeof type === 'string' && type.includes('xml');
+    if ((xmlError || (statusCode >= 500 && this.#mayRetry)) && Number(headers['content-length'] ?? 0) <= ERROR_BODY_LIMIT) {
       this.#error = { status: statusCode, headers: out, body: [], bytes: 0 };
       return;
     }
@@ -249,6 +284,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    const held = this.#error;
+    if (held && held.status >= 500 && this.#mayRetry) return this.#settle(new RetryableAnswer(() => this.#sendError(held)));
     if (this.#error) this.#sendError(this.#error);
     else this.#res.end();
     this.#settle();

@@ -68,7 +68,9 @@ function urlOf(address: AddressInfo): string {
 /** Starts the gateway; resolves once both ports listen. */
 export async function startGateway(config: GatewayConfig, deps: GatewayDependencies = {}): Promise<Gateway> {
   const logger = deps.logger ?? createLogger(config.logLevel);
-  const backend = await openBackend(config.backend);
+  // Metrics need the backend's counters, and the backend reports retries to the metrics.
+  let countRetry = (_kind: 'passthrough'): void => {};
+  const backend = await openBackend(config.backend, (kind) => countRetry(kind));
   const lw = config.layerwise;
   const pool = new ReaderPool({
     backend: backend.workers,
@@ -90,6 +92,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     scheduler: () => scheduler?.snapshot(),
     activeLayerwise: () => active.layerwise,
   });
+  countRetry = (kind) => metrics.backendRetries.inc({ kind });
   const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...(deps.now ? { now: deps.now } : {}) });
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */

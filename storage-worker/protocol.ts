@@ -91,8 +91,10 @@ export type ReadResult =
       readonly crcs: Uint32Array;
       /** The ETag of each chunk's version that was read (index as in the task's keys). */
       readonly etags: readonly (string | undefined)[];
-      /** Backend range reads this task issued. */
+      /** Backend range reads this task issued (retries included). */
       readonly reads: number;
+      /** Range reads repeated after a retryable failure (range-reader.ts RetryPolicy). */
+      readonly retries: number;
       readonly readMs: number;
       /** Every slice was checked against the CRC32C recorded in its chunk's metadata. */
       readonly verified: boolean;

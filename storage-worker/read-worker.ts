@@ -34,11 +34,12 @@ function isCancelled(id: number): boolean {
 }
 
 /** Reads every chunk of the task, `readConcurrency` chunks at a time. */
-async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8Array, signal: AbortSignal): Promise<{ reads: number; recorded: (string | undefined)[]; etags: (string | undefined)[] }> {
+async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8Array, signal: AbortSignal): Promise<{ reads: number; retries: number; recorded: (string | undefined)[]; etags: (string | undefined)[] }> {
   const objectBytes = task.layers * task.layerBytes;
   const recorded = new Array<string | undefined>(task.keys.length);
   const etags = new Array<string | undefined>(task.keys.length);
   let reads = 0;
+  let retries = 0;
   let next = 0;
   let failure: unknown;
   const lane = async (): Promise<void> => {
@@ -50,6 +51,7 @@ async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8A
         recorded[chunk] = info.layerCrcs;
         etags[chunk] = info.etag;
         reads += info.reads;
+        retries += info.retries ?? 0;
       } catch (error) {
         if (error instanceof ReadError) {
           error.chunk = task.chunkOffset + chunk;
@@ -64,7 +66,7 @@ async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8A
   await Promise.all(lanes);
   if (failure !== undefined) throw failure;
   if (signal.aborted) throw new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
-  return { reads, recorded, etags };
+  return { reads, retries, recorded, etags };
 }
 
 /**
@@ -104,9 +106,9 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResul
   // The task's bytes go to its block of the shared arena, or else to a buffer of its own.
   const own = task.arenaOffset === undefined ? (task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed)) : undefined;
   const region = own ? new Uint8Array(own, 0, needed) : arena.subarray(task.arenaOffset as number, (task.arenaOffset as number) + needed);
-  const { reads, recorded, etags } = await readChunks(task, geometry, region, signal);
+  const { reads, retries, recorded, etags } = await readChunks(task, geometry, region, signal);
   const { crcs, verified } = checksumSlices(task, region, recorded);
-  return { ok: true, ...(own ? { buffer: own } : {}), crcs, etags, reads, readMs: performance.now() - started, verified };
+  return { ok: true, ...(own ? { buffer: own } : {}), crcs, etags, reads, retries, readMs: performance.now() - started, verified };
 }
 
 function failed(error: unknown): WorkerResult {

@@ -206,7 +206,7 @@ export class ReadAhead {
       result.etags.forEach((etag, c) => (this.#pins[task.chunkStart + c] ??= etag));
       this.backendReads += result.reads;
       this.verified &&= result.verified;
-      this.#o.observer?.taskDone(result.reads, result.readMs / 1000);
+      this.#o.observer?.taskDone(result.reads, result.readMs / 1000, result.retries);
       reads.push({ task: this.#o.tasks[unit.from + i] as PlannedTask, region: result.region, crcs: result.crcs });
     }
     (this.#units[u] as Deferred<TaskRead[]>).resolve(reads);
