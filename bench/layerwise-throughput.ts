@@ -13,6 +13,8 @@
  *
  *   npm run bench:layerwise [-- --quick] [-- --reps 3 --contexts 4096,16384 --granularities 16,64,256]
  *   [-- --backend embedded]  (the gateway on its embedded store; baselines are its plain GETs)
+ *   [-- --backend distributed]  (a 4-server, 8-drive erasure-coded MinIO; gateway and baselines
+ *                               talk to its first server; "minio" CPU is all four servers)
  *   [-- --gateway-cli OTHER/dist/cli/main.js]  (another build's gateway, to compare builds)
  *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
  *   a V8 CPU profile of the gateway process)
@@ -27,7 +29,7 @@ import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directGetInto, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startMinio } from './minio.js';
+import { installMinio, repoRoot, startDistributedMinio, startMinio } from './minio.js';
 import { cpuMeter, formatCpu, predictedGBps, type CpuPerGiB } from './process-usage.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
@@ -101,12 +103,15 @@ async function main(): Promise<void> {
   const contexts = (values.contexts ?? (quick ? '4096' : '4096,16384')).split(',').map(Number);
   const granularities = (values.granularities ?? '16,64,256').split(',').map(Number);
   const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((s) => s !== '');
-  if (values.backend !== 'minio' && values.backend !== 'embedded') throw new Error('--backend is minio or embedded');
+  if (values.backend !== 'minio' && values.backend !== 'embedded' && values.backend !== 'distributed') throw new Error('--backend is minio, distributed or embedded');
   const settings = { reps, contexts, granularities, hitRate: HIT, model: PRESET.modelId, clientConcurrency: CONCURRENCY, gatewayArgs, backend: values.backend };
   console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
 
   const embedded = values.backend === 'embedded';
-  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')) });
+  const cluster = values.backend === 'distributed' ? await startDistributedMinio({ binary: installMinio(), nodes: 4, drivesPerNode: 2 }) : undefined;
+  const single = cluster ? undefined : await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')) });
+  const minio = cluster ?? (single as NonNullable<typeof single>);
+  const minioPids = cluster ? cluster.nodes.map((n) => n.process.pid as number) : [single?.process.pid as number];
   const profileDir = values['profile-gateway'];
   const nodeArgs = (values['gateway-node-args'] ?? '').split(' ').filter((a) => a !== '');
   const gateway = await startGatewayProcess({
@@ -119,7 +124,7 @@ async function main(): Promise<void> {
   // the gateway's plain S3 GETs.
   const store = embedded ? { endpoint: gateway.url, accessKey: BENCH_CLIENT.accessKeyId, secretKey: BENCH_CLIENT.secretAccessKey } : minio;
   const direct = directS3(store, CONCURRENCY);
-  const pids: Record<string, number> = { gateway: gateway.child.pid as number, ...(embedded ? {} : { minio: minio.process.pid as number }) };
+  const pids: Record<string, number | number[]> = { gateway: gateway.child.pid as number, ...(embedded ? {} : { minio: minioPids }) };
   const cores = cpus().length;
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'layerwise-bench', credentials: BENCH_CLIENT });
   const rows: Record<string, unknown>[] = [];
@@ -169,7 +174,7 @@ async function main(): Promise<void> {
     }
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
-    writeFileSync(resolve(outDir, values.out ?? (values.backend === 'embedded' ? 'layerwise-embedded-latest.json' : 'layerwise-latest.json')), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
+    writeFileSync(resolve(outDir, values.out ?? (values.backend === 'minio' ? 'layerwise-latest.json' : `layerwise-${values.backend}-latest.json`)), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
   } finally {
     await client.close();
     await direct.pool.close();

@@ -126,3 +126,94 @@ export async function startMinio(options: StartMinioOptions): Promise<MinioServe
     },
   };
 }
+
+/** One server process of a distributed MinIO. */
+export interface MinioNode {
+  readonly endpoint: string;
+  readonly port: number;
+  readonly process: ChildProcess;
+  /** SIGKILL: the node is gone at once, as a crashed machine. */
+  kill(): Promise<void>;
+  /** Starts the node again with its drives as they were. */
+  restart(): Promise<void>;
+}
+
+export interface DistributedMinio extends MinioInfo {
+  readonly nodes: MinioNode[];
+  readonly dataDir: string;
+  destroy(): Promise<void>;
+}
+
+export interface StartDistributedOptions {
+  readonly binary: string;
+  /** Server processes (default 4), each on its own loopback port. */
+  readonly nodes?: number;
+  /** Drives per node (default 2): one erasure set of nodes x drives, MinIO's default parity. */
+  readonly drivesPerNode?: number;
+}
+
+/**
+ * A distributed, erasure-coded MinIO on loopback: `nodes` processes of the pinned build, each
+ * listing every drive of every node (`http://127.0.0.1:<port>/<dir>/d<i>`, one pool, one erasure
+ * set), as `minio server` runs across machines. Resolves once the cluster has write quorum.
+ */
+export async function startDistributedMinio(options: StartDistributedOptions): Promise<DistributedMinio> {
+  const count = options.nodes ?? 4;
+  const drives = options.drivesPerNode ?? 2;
+  const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-minio-dist-'));
+  const ports: number[] = [];
+  for (let i = 0; i < count; i++) ports.push(await freePort());
+  const accessKey = 'minio-test-admin';
+  const secretKey = 'minio-test-secret-key';
+  const endpoints = ports.flatMap((port, n) => Array.from({ length: drives }, (_, d) => `http://127.0.0.1:${port}${join(dataDir, `n${n + 1}`, `d${d + 1}`)}`));
+  const env = { ...process.env, MINIO_ROOT_USER: accessKey, MINIO_ROOT_PASSWORD: secretKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', CI: 'true' };
+  const launch = async (n: number): Promise<ChildProcess> => {
+    const consolePort = await freePort();
+    // Where MinIO thinks it runs in a container (/.dockerenv, as on these machines) it waits for
+    // loopback peers to resolve elsewhere; _MINIO_SERVER_LOCAL names the process's own endpoint.
+    return spawn(options.binary, ['server', '--address', `127.0.0.1:${ports[n]}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet', ...endpoints], { env: { ...env, _MINIO_SERVER_LOCAL: `127.0.0.1:${ports[n]}` }, stdio: ['ignore', 'ignore', 'ignore'] });
+  };
+  const nodes: MinioNode[] = [];
+  for (let n = 0; n < count; n++) {
+    let child = await launch(n);
+    const endpoint = `http://127.0.0.1:${ports[n]}`;
+    const node: MinioNode = {
+      endpoint,
+      port: ports[n] as number,
+      get process() {
+        return child;
+      },
+      async kill() {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        const exited = new Promise<void>((r) => child.once('exit', () => r()));
+        child.kill('SIGKILL');
+        await exited;
+      },
+      async restart() {
+        await node.kill();
+        child = await launch(n);
+        await waitHealthy(endpoint, child, 60_000);
+      },
+    };
+    nodes.push(node);
+  }
+  const destroy = async (): Promise<void> => {
+    await Promise.all(nodes.map((node) => node.kill()));
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  try {
+    // Every node ready, then the cluster able to take writes (its erasure sets at write quorum).
+    for (const node of nodes) await waitHealthy(node.endpoint, node.process, 90_000);
+    const deadline = Date.now() + 90_000;
+    for (;;) {
+      const res = await fetch(`${nodes[0]?.endpoint}/minio/health/cluster`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined);
+      if (res?.ok) break;
+      if (Date.now() > deadline) throw new Error('the distributed MinIO never reached write quorum');
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  } catch (error) {
+    await destroy();
+    throw error;
+  }
+  return { endpoint: nodes[0]?.endpoint as string, accessKey, secretKey, binary: options.binary, nodes, dataDir, destroy };
+}

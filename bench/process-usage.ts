@@ -24,14 +24,16 @@ export type CpuPerGiB = Record<string, number>;
  * call the returned function with the bytes delivered. The load generator's own CPU (this
  * process, every thread) is `client`; the others come from /proc.
  */
-export function cpuMeter(pids: Readonly<Record<string, number>>): (bytes: number) => CpuPerGiB {
-  const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, processUsage(pid).cpuSeconds]));
+export function cpuMeter(pids: Readonly<Record<string, number | readonly number[]>>): (bytes: number) => CpuPerGiB {
+  // A name may stand for several processes (the servers of a distributed MinIO): their sum.
+  const cpuOf = (pid: number | readonly number[]): number => (typeof pid === 'number' ? processUsage(pid).cpuSeconds : pid.reduce((sum, p) => sum + processUsage(p).cpuSeconds, 0));
+  const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, cpuOf(pid)]));
   const self = process.cpuUsage();
   return (bytes) => {
     const gib = bytes / 1024 ** 3;
     const used = process.cpuUsage(self);
     const out: CpuPerGiB = { client: (used.user + used.system) / 1e6 / gib };
-    for (const [name, pid] of Object.entries(pids)) out[name] = (processUsage(pid).cpuSeconds - (before[name] ?? 0)) / gib;
+    for (const [name, pid] of Object.entries(pids)) out[name] = (cpuOf(pid) - (before[name] ?? 0)) / gib;
     return out;
   };
 }

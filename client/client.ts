@@ -28,8 +28,12 @@ import { toCanonical } from './kv-layout.js';
 export const MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024;
 
 export interface ObjectCacheClientOptions {
-  /** Gateway URL, e.g. http://127.0.0.1:9080 */
-  readonly endpoint: string;
+  /**
+   * Gateway URL, e.g. http://127.0.0.1:9080, or several gateways in front of the same store:
+   * a request that cannot reach one (connection refused, reset, unreachable) goes to the next,
+   * and the client keeps using the one that answered.
+   */
+  readonly endpoint: string | readonly string[];
   readonly bucket: string;
   readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
   readonly region?: string;
@@ -104,28 +108,74 @@ function codeForS3(s3Code: string, status: number): ErrorCode {
   return match ? match[0] : status === 503 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_INTERNAL';
 }
 
-export class ObjectCacheClient {
+/** Errors that say the gateway could not be reached at all (so another one may be tried). */
+const UNREACHABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_CLOSED']);
+
+function unreachable(error: unknown): boolean {
+  for (let e = error as { code?: unknown; cause?: unknown; errors?: unknown[] } | undefined, depth = 0; e && depth < 5; e = e.cause as typeof e, depth++) {
+    if (typeof e.code === 'string' && UNREACHABLE.has(e.code)) return true;
+    if (Array.isArray(e.errors) && e.errors.some(unreachable)) return true;
+  }
+  return false;
+}
+
+interface Endpoint {
+  readonly url: URL;
   readonly s3: S3Client;
-  readonly bucket: string;
-  readonly #endpoint: URL;
-  readonly #pool: Pool;
+  readonly pool: Pool;
   /** The pool, signing every request. */
-  readonly #http: Dispatcher.ComposedDispatcher;
+  readonly http: Dispatcher.ComposedDispatcher;
+}
+
+export class ObjectCacheClient {
+  readonly bucket: string;
+  readonly #endpoints: Endpoint[];
+  /** The endpoint in use (the last one that answered). */
+  #current = 0;
 
   constructor(options: ObjectCacheClientOptions) {
     this.bucket = options.bucket;
-    this.#endpoint = new URL(options.endpoint);
     const region = options.region ?? 'us-east-1';
-    this.s3 = new S3Client({ endpoint: options.endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 2 });
-    const signing = signingPool({ endpoint: this.#endpoint, ...options.credentials, region, pool: { connections: 8 } });
-    this.#pool = signing.pool;
-    this.#http = signing.http;
+    const urls = typeof options.endpoint === 'string' ? [options.endpoint] : [...options.endpoint];
+    if (urls.length === 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'the client needs at least one endpoint');
+    this.#endpoints = urls.map((endpoint) => {
+      const url = new URL(endpoint);
+      const s3 = new S3Client({ endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 2 });
+      return { url, s3, ...signingPool({ endpoint: url, ...options.credentials, region, pool: { connections: 8 } }) };
+    });
+  }
+
+  /** The AWS SDK client of the endpoint in use (for plain S3 calls). */
+  get s3(): S3Client {
+    return (this.#endpoints[this.#current] as Endpoint).s3;
+  }
+
+  /** The endpoint in use. */
+  get endpoint(): string {
+    return (this.#endpoints[this.#current] as Endpoint).url.origin;
+  }
+
+  /** Runs `op` on the endpoint in use; when that gateway cannot be reached, on the next ones in turn. */
+  async #failover<T>(op: (endpoint: Endpoint) => Promise<T>): Promise<T> {
+    let last: unknown;
+    for (let tried = 0; tried < this.#endpoints.length; tried++) {
+      const index = (this.#current + tried) % this.#endpoints.length;
+      try {
+        const result = await op(this.#endpoints[index] as Endpoint);
+        this.#current = index;
+        return result;
+      } catch (error) {
+        if (!unreachable(error)) throw error;
+        last = error;
+      }
+    }
+    throw last;
   }
 
   /** Creates the bucket unless it exists. */
   async ensureBucket(): Promise<void> {
     try {
-      await this.s3.send(new CreateBucketCommand({ Bucket: this.bucket }));
+      await this.#failover((e) => e.s3.send(new CreateBucketCommand({ Bucket: this.bucket })));
     } catch (error) {
       const name = (error as S3ServiceException).name;
       if (name !== 'BucketAlreadyOwnedByYou' && name !== 'BucketAlreadyExists') throw error;
@@ -151,7 +201,7 @@ export class ObjectCacheClient {
           if (object.byteLength !== geometry.layers * geometry.layerBytes) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `chunk ${i} has ${object.byteLength} bytes, not layers x layerBytes`);
           metadata[LAYER_CRC_META] = encodeLayerCrcs(layerCrcs(toCanonical(object, geometry.layout, geometry.layers, geometry.layerBytes), geometry.layers, geometry.layerBytes));
         }
-        await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata }));
+        await this.#failover((e) => e.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata })));
       }
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, keys.length) }, lane));
@@ -159,7 +209,7 @@ export class ObjectCacheClient {
 
   async #signedPost(query: string, body: Buffer, signal?: AbortSignal): Promise<{ statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }> {
     const path = escapeUriPath(`/${this.bucket}`);
-    const response = await this.#http.request({ method: 'POST', path: `${path}?${query}=`, headers: { 'content-type': 'application/json', 'content-length': String(body.length) }, body, signal: signal ?? null });
+    const response = await this.#failover((e) => e.http.request({ method: 'POST', path: `${path}?${query}=`, headers: { 'content-type': 'application/json', 'content-length': String(body.length) }, body, signal: signal ?? null }));
     return { statusCode: response.statusCode, headers: response.headers, body: response.body };
   }
 
@@ -191,7 +241,7 @@ export class ObjectCacheClient {
     }
     const key = (input.keyPrefix ?? '') + (input.keys.at(-1) ?? '');
     try {
-      const output = await this.s3.send(withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input), signal ? { abortSignal: signal } : {});
+      const output = await this.#failover((e) => e.s3.send(withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input), signal ? { abortSignal: signal } : {}));
       return output.Body as Readable;
     } catch (error) {
       if (error instanceof S3ServiceException) {
@@ -286,7 +336,7 @@ export class ObjectCacheClient {
   }
 
   async close(): Promise<void> {
-    this.s3.destroy();
-    await this.#pool.close();
+    for (const e of this.#endpoints) e.s3.destroy();
+    await Promise.all(this.#endpoints.map((e) => e.pool.close()));
   }
 }

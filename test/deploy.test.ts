@@ -83,6 +83,47 @@ describe('compose.yaml', () => {
   });
 });
 
+describe('deploy/distributed/compose.yaml', () => {
+  const dist = parse(read('deploy/distributed/compose.yaml'), { merge: true }) as { services: Record<string, Service & { image?: string }>; volumes: Record<string, unknown> };
+  const nginx = read('deploy/distributed/nginx.conf');
+  const scrape = parse(read('deploy/distributed/prometheus.yml')) as { scrape_configs: { job_name: string; static_configs: { targets: string[] }[] }[] };
+
+  it('runs four MinIO servers of two drives each as one erasure-coded cluster', () => {
+    const minios = Object.entries(dist.services).filter(([name]) => /^minio\d$/.test(name));
+    expect(minios.map(([name]) => name).sort()).toEqual(['minio1', 'minio2', 'minio3', 'minio4']);
+    for (const [name, service] of minios) {
+      expect(service.command, name).toEqual(['server', '--console-address', ':9001', 'http://minio{1...4}/data{1...2}']);
+      expect(service.volumes, name).toEqual([`${name}-data1:/data1`, `${name}-data2:/data2`]);
+      expect(service.healthcheck, name).toBeDefined();
+      for (const volume of service.volumes ?? []) expect(Object.keys(dist.volumes)).toContain(volume.split(':')[0]);
+    }
+  });
+
+  it('puts two gateways, each on its own MinIO server, behind nginx, and scrapes both', () => {
+    for (const [name, endpoint] of [['gateway1', 'http://minio1:9000'], ['gateway2', 'http://minio2:9000']] as const) {
+      const gateway = dist.services[name] as Service;
+      expect(gateway.build, name).toBe('../..');
+      expect(gateway.command, name).toEqual(expect.arrayContaining(['serve', '--s3-endpoint', endpoint, '--host', '0.0.0.0', '--metrics-host', '0.0.0.0', '--cap']));
+      expect(gateway.healthcheck?.test.join(' '), name).toContain('/readyz');
+      expect(Object.keys(gateway.depends_on ?? {}).sort(), name).toEqual(['create-bucket', 'minio1', 'minio2', 'minio3', 'minio4']);
+    }
+    const lb = dist.services['load-balancer'] as Service & { image: string };
+    expect(lb.image).toMatch(/^nginx:[\d.]+-alpine$/);
+    expect(lb.ports).toEqual(['9080:9080']);
+    expect(lb.depends_on).toEqual({ gateway1: { condition: 'service_healthy' }, gateway2: { condition: 'service_healthy' } });
+    expect(nginx).toMatch(/server gateway1:9080/);
+    expect(nginx).toMatch(/server gateway2:9080/);
+    // Frames must not wait in nginx, uploads stream, SigV4's Host survives, POST/PUT are never replayed.
+    for (const directive of ['proxy_buffering off;', 'proxy_request_buffering off;', 'proxy_set_header Host $http_host;']) expect(nginx).toContain(directive);
+    expect(nginx).not.toMatch(/non_idempotent/);
+    expect(scrape.scrape_configs.find((j) => j.job_name === 'objectcache')?.static_configs[0]?.targets).toEqual(['gateway1:9081', 'gateway2:9081']);
+    for (const [name, service] of Object.entries(dist.services)) {
+      if (service.build) continue;
+      expect(service.image, name).toMatch(/^[\w./-]+:[\w.-]+$/);
+    }
+  });
+});
+
 describe('the Grafana dashboard', () => {
   let gw: TestGateway;
   let exported = '';

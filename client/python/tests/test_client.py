@@ -10,7 +10,7 @@ from typing import List, Tuple
 
 import numpy as np
 import pytest
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, layer_major, start_stack, synthetic_chunk, uid
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, layer_major, start_stack, synthetic_chunk, uid
 
 from objectcache import ObjectCacheClient, ObjectCacheError, chunk_keys
 from objectcache.layouts import LAYER_CRC_META
@@ -172,3 +172,16 @@ def test_the_readme_example_loads_a_numpy_kv_buffer_with_overlap(stack: Stack) -
     assert out["summary"]["mode"] == "layerwise" and out["summary"]["verified"] is True
     # Layer 0 was computed on before the whole prefix had arrived.
     assert out["first_compute_s"] < out["last_layer_ready_s"]
+
+
+def test_a_client_with_several_endpoints_moves_past_one_that_is_down(stack: Stack) -> None:
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with ObjectCacheClient([down, stack.gateway_url], uid("failover"), (CLIENT_KEY, CLIENT_SECRET)) as client:
+        client.ensure_bucket()
+        keys, chunks = seed(client, chunks=2, layers=2, layer_bytes=1024)
+        assert client.endpoint == stack.gateway_url
+        assert bytes(client.fetch(ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=1024)).target) == layer_major(chunks, 1024, 0, 2)
+    with ObjectCacheClient([down], uid("down"), (CLIENT_KEY, CLIENT_SECRET)) as alone:
+        with pytest.raises(ObjectCacheError) as unreachable:
+            alone.ensure_bucket()
+        assert unreachable.value.code == "OC_ERR_BACKEND_UNAVAILABLE"

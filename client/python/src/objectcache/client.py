@@ -75,34 +75,46 @@ def _error_from_response(status: int, headers: http.client.HTTPMessage, body: by
 class ObjectCacheClient:
     """A client of one gateway and bucket. Thread-safe; close it (or use ``with``) when done."""
 
-    def __init__(self, endpoint: str, bucket: str, credentials: Union[Tuple[str, str], Credentials], region: str = "us-east-1", *, timeout: float = 60.0, retries: int = 3, max_idle_connections: int = 8) -> None:
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"endpoint must be an http(s) URL, got {endpoint!r}")
-        self.endpoint = f"{parts.scheme}://{parts.netloc}"
+    def __init__(self, endpoint: Union[str, Sequence[str]], bucket: str, credentials: Union[Tuple[str, str], Credentials], region: str = "us-east-1", *, timeout: float = 60.0, retries: int = 3, max_idle_connections: int = 8) -> None:
+        """``endpoint``: a gateway URL, or several gateways in front of the same store (a request
+        that cannot reach one goes to the next; the client keeps the one that answered)."""
+        urls = [endpoint] if isinstance(endpoint, str) else list(endpoint)
+        if not urls:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the client needs at least one endpoint")
+        self._endpoints: List[Tuple[str, bool, str, Optional[int]]] = []
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"endpoint must be an http(s) URL, got {url!r}")
+            self._endpoints.append((f"{parts.scheme}://{parts.netloc}", parts.scheme == "https", parts.hostname, parts.port))
+        self._current = 0
         self.bucket = bucket
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
         creds = credentials if isinstance(credentials, Credentials) else Credentials(credentials[0], credentials[1])
         self._auth = S3SigV4Auth(creds, "s3", region)
         self._timeout = timeout
         self._retries = retries
-        self._idle: List[http.client.HTTPConnection] = []
+        self._idle: List[Tuple[int, http.client.HTTPConnection]] = []
         self._max_idle = max_idle_connections
         self._lock = threading.Lock()
 
     # -- connections -------------------------------------------------------------------------
 
-    def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=self._timeout)
+    @property
+    def endpoint(self) -> str:
+        """The gateway in use."""
+        return self._endpoints[self._current][0]
 
-    def _take(self) -> Tuple[http.client.HTTPConnection, bool]:
+    def _connect(self, index: int) -> http.client.HTTPConnection:
+        _, https, host, port = self._endpoints[index]
+        cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+        return cls(host, port, timeout=self._timeout)
+
+    def _take(self, index: int) -> Tuple[http.client.HTTPConnection, bool]:
         with self._lock:
-            if self._idle:
-                return self._idle.pop(), True
-        return self._connect(), False
+            for i in range(len(self._idle) - 1, -1, -1):
+                if self._idle[i][0] == index:
+                    return self._idle.pop(i)[1], True
+        return self._connect(index), False
 
     def _give(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
         if response.will_close or not response.isclosed():
@@ -110,14 +122,14 @@ class ObjectCacheClient:
             return
         with self._lock:
             if len(self._idle) < self._max_idle:
-                self._idle.append(conn)
+                self._idle.append((self._current, conn))
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for _, conn in idle:
             conn.close()
 
     def __enter__(self) -> "ObjectCacheClient":
@@ -128,8 +140,8 @@ class ObjectCacheClient:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def _sign(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> Dict[str, str]:
-        request = AWSRequest(method=method, url=self.endpoint + path, data=body, headers=dict(headers))
+    def _sign(self, index: int, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> Dict[str, str]:
+        request = AWSRequest(method=method, url=self._endpoints[index][0] + path, data=body, headers=dict(headers))
         self._auth.add_auth(request)
         return {name: value for name, value in request.headers.items()}
 
@@ -139,22 +151,31 @@ class ObjectCacheClient:
         if body:
             headers.setdefault("Content-Length", str(len(body)))
         attempt = 0
+        unreachable = 0  # endpoints tried in turn that could not be reached
         while True:
-            conn, reused = self._take()
+            index = self._current
+            conn, reused = self._take(index)
+            failure: Optional[OSError] = None
             try:
-                conn.request(method, path, body=body or None, headers=self._sign(method, path, body, headers))
+                conn.request(method, path, body=body or None, headers=self._sign(index, method, path, body, headers))
                 response = conn.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as error:
                 conn.close()
                 if reused:
                     continue  # a keep-alive connection the gateway had closed: once more, on a fresh one
-                raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"the gateway at {self.endpoint} closed the connection") from error
+                failure = error
             except OSError as error:
                 conn.close()
-                raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"cannot reach the gateway at {self.endpoint}: {error}") from error
+                failure = error
+            if failure is not None:
+                unreachable += 1
+                if unreachable >= len(self._endpoints):
+                    raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"cannot reach the gateway at {self._endpoints[index][0]}: {failure}") from failure
+                self._current = (index + 1) % len(self._endpoints)  # the next gateway
+                continue
             if response.status < 400:
                 return conn, response
-            failure = _error_from_response(response.status, response.headers, response.read())
+            refused = _error_from_response(response.status, response.headers, response.read())
             self._give(conn, response)
             if response.status == 503 and attempt < self._retries:
                 attempt += 1
@@ -165,7 +186,7 @@ class ObjectCacheClient:
                     delay = 0.1 * 2**attempt
                 time.sleep(min(max(delay, 0.0), MAX_RETRY_AFTER_S))
                 continue
-            raise failure
+            raise refused
 
     def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None) -> bytes:
         conn, response = self._send(method, path, body, headers)
