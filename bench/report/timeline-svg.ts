@@ -47,7 +47,7 @@ export function timelineSvg(chart: Timeline): string {
     const color = COLORS[p % COLORS.length];
     out.push(`<text x="8" y="${y0 + (layers * rowH) / 2}">${escapeXml(panel.name)}</text>`);
     const ttft = Math.max(0, ...panel.computeStartMs.map((s) => s + panel.computeMs));
-    out.push(`<text x="${x(ttft) + 4}" y="${y0 - 4}" font-size="10">TTFT ${Math.round(ttft)} ms</text>`);
+    out.push(`<text x="${x(ttft) - 4}" y="${y0 - 4}" font-size="10" text-anchor="end">TTFT ${Math.round(ttft)} ms</text>`);
     out.push(`<line x1="${x(ttft)}" x2="${x(ttft)}" y1="${y0 - 12}" y2="${y0 + layers * rowH}" stroke="#333" stroke-dasharray="3 2"/>`);
     for (let l = 0; l < layers; l++) {
       const ly = y0 + l * rowH;
