@@ -14,4 +14,6 @@ fi
 # The package from this checkout, even when its version number did not change.
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$root/client/python"
 cd "$root/client/python"
+# The package is typed (py.typed): its annotations must hold.
+"$venv/bin/python" -m mypy --strict src/objectcache
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

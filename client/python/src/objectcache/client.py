@@ -16,12 +16,12 @@ import time
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlsplit
 
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
+from botocore.auth import S3SigV4Auth  # type: ignore[import-untyped]
+from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
+from botocore.credentials import Credentials  # type: ignore[import-untyped]
 
 from .errors import ObjectCacheError
 from .layouts import LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, encode_layer_crcs, layer_crcs, to_canonical
@@ -276,28 +276,30 @@ class ObjectCacheClient:
             target = bytearray((end - first - 1) * stride + chunks * layer_bytes)
         return Geometry(first, end, chunks, layer_bytes, _writable_bytes(target), stride), target
 
-    def layers(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, *, layer_stride: Optional[int] = None, transport: str = "auto") -> Iterator[Tuple[int, memoryview]]:
-        """Yields ``(layer, view)`` as each layer lands in ``target``; leaving the loop early
-        cancels the download (the connection is closed, the gateway stops reading)."""
-        geometry, _ = self._geometry(descriptor, target, layer_stride)
-        conn, response, _ = self._open(descriptor, transport)
+    def _stream(self, descriptor: Mapping[str, Any], geometry: Geometry, transport: str, opened: List[str]) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
+        """The ready layers of one fetch, then (as the generator's value) the END summary. The
+        connection goes back to the pool only after a complete stream; closing the generator
+        early closes it, which the gateway sees as the client leaving."""
+        conn, response, used = self._open(descriptor, transport)
+        opened.append(used)
         finished = False
         try:
-            frames = read_frames(response, geometry)
-            while True:
-                try:
-                    layer, view = next(frames)
-                except StopIteration:
-                    break
-                yield layer, view
+            summary = yield from read_frames(response, geometry)
             if response.read(1) != b"":
                 raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", "bytes after the END frame")
             finished = True
+            return summary
         finally:
             if finished:
                 self._give(conn, response)
             else:
                 conn.close()
+
+    def layers(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, *, layer_stride: Optional[int] = None, transport: str = "auto") -> Iterator[Tuple[int, memoryview]]:
+        """Yields ``(layer, view)`` as each layer lands in ``target``; leaving the loop early
+        cancels the download (the connection is closed, the gateway stops reading)."""
+        geometry, _ = self._geometry(descriptor, target, layer_stride)
+        yield from self._stream(descriptor, geometry, transport, [])
 
     def fetch(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, on_layer_ready: Optional[OnLayerReady] = None, *, layer_stride: Optional[int] = None, transport: str = "auto") -> FetchResult:
         """Fetches the prefix's KV: every layer lands in ``target`` (allocated when absent) at
@@ -306,25 +308,18 @@ class ObjectCacheClient:
         geometry, target = self._geometry(descriptor, target, layer_stride)
         started = time.perf_counter()
         timeline: List[Tuple[int, float]] = []
-        conn, response, used = self._open(descriptor, transport)
-        finished = False
+        used: List[str] = []
+        stream = self._stream(descriptor, geometry, transport, used)
         try:
-            frames = read_frames(response, geometry)
             while True:
                 try:
-                    layer, view = next(frames)
+                    layer, view = next(stream)
                 except StopIteration as end:
                     summary: Dict[str, Any] = end.value
                     break
                 timeline.append((layer, time.perf_counter() - started))
                 if on_layer_ready is not None:
                     on_layer_ready(layer, view)
-            if response.read(1) != b"":
-                raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", "bytes after the END frame")
-            finished = True
         finally:
-            if finished:
-                self._give(conn, response)
-            else:
-                conn.close()
-        return FetchResult(target=target, layer_stride=geometry.stride, summary=summary, timeline=timeline, transport=used)
+            stream.close()  # a callback that raised: the connection is closed, not left to the GC
+        return FetchResult(target=target, layer_stride=geometry.stride, summary=summary, timeline=timeline, transport=used[0])
