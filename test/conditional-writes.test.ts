@@ -3,11 +3,9 @@
  * the gateway on both backends, with MinIO direct as the reference: a failed condition is
  * 412 PreconditionFailed and leaves the stored object exactly as it was.
  */
-import { CompleteMultipartUploadCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, PutObjectCommand, S3ServiceException, UploadPartCommand, type S3Client } from '@aws-sdk/client-s3';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
-
-const minio = inject('minio');
+import { CompleteMultipartUploadCommand, CreateMultipartUploadCommand, GetObjectCommand, PutObjectCommand, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
+import { describe, expect, it } from 'vitest';
+import { COMPAT_TARGETS, compatSuite } from './helpers/gateway.js';
 
 async function status(promise: Promise<unknown>): Promise<number> {
   try {
@@ -19,22 +17,11 @@ async function status(promise: Promise<unknown>): Promise<number> {
 }
 
 describe.each(COMPAT_TARGETS)('conditional writes (%s)', (target) => {
-  let endpoint: CompatEndpoint;
-  let s3: S3Client;
-  const bucket = uniqueBucket('cond');
+  const suite = compatSuite(target, 'cond');
+  const { bucket } = suite;
 
-  beforeAll(async () => {
-    endpoint = await compatEndpoint(target, minio);
-    s3 = endpoint.s3;
-    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
-  });
-
-  afterAll(async () => {
-    await endpoint?.close();
-  });
-
-  const read = async (key: string): Promise<string> => (await (await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToString()) ?? '';
-  const put = (key: string, body: string, conditions: { IfMatch?: string; IfNoneMatch?: string } = {}): Promise<{ ETag?: string | undefined }> => s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ...conditions }));
+  const read = async (key: string): Promise<string> => (await (await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToString()) ?? '';
+  const put = (key: string, body: string, conditions: { IfMatch?: string; IfNoneMatch?: string } = {}): Promise<{ ETag?: string | undefined }> => suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ...conditions }));
 
   it('PUT If-Match: refused (412) unless the ETag matches, and the object stays as it was', async () => {
     const { ETag } = await put('im', 'first');
@@ -58,12 +45,12 @@ describe.each(COMPAT_TARGETS)('conditional writes (%s)', (target) => {
   it('CompleteMultipartUpload honours If-Match and If-None-Match, leaving the object untouched on 412', async () => {
     await put('mp', 'original');
     const start = async (): Promise<{ UploadId: string; parts: { PartNumber: number; ETag: string }[] }> => {
-      const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'mp' }));
-      const part = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'mp', UploadId, PartNumber: 1, Body: 'multipart body' }));
+      const { UploadId } = await suite.s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'mp' }));
+      const part = await suite.s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'mp', UploadId, PartNumber: 1, Body: 'multipart body' }));
       return { UploadId: UploadId as string, parts: [{ PartNumber: 1, ETag: part.ETag as string }] };
     };
     const complete = (upload: { UploadId: string; parts: { PartNumber: number; ETag: string }[] }, conditions: { IfMatch?: string; IfNoneMatch?: string }) =>
-      s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'mp', UploadId: upload.UploadId, MultipartUpload: { Parts: upload.parts }, ...conditions }));
+      suite.s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'mp', UploadId: upload.UploadId, MultipartUpload: { Parts: upload.parts }, ...conditions }));
     const upload = await start();
     expect(await status(complete(upload, { IfNoneMatch: '*' }))).toBe(412);
     expect(await status(complete(upload, { IfMatch: '"0123456789abcdef0123456789abcdef"' }))).toBe(412);

@@ -6,30 +6,17 @@
  * signature, a field the policy does not name and an expired policy are refused and store nothing.
  */
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
-import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, S3ServiceException, type S3Client } from '@aws-sdk/client-s3';
+import { GetObjectCommand, HeadObjectCommand, S3ServiceException } from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
-
-const minio = inject('minio');
+import { describe, expect, it } from 'vitest';
+import { COMPAT_TARGETS, compatSuite } from './helpers/gateway.js';
 
 describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
-  let endpoint: CompatEndpoint;
-  let s3: S3Client;
-  const bucket = uniqueBucket('post');
-
-  beforeAll(async () => {
-    endpoint = await compatEndpoint(target, minio);
-    s3 = endpoint.s3;
-    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
-  });
-
-  afterAll(async () => {
-    await endpoint?.close();
-  });
+  const suite = compatSuite(target, 'post');
+  const { bucket } = suite;
 
   async function presigned(expires = 300): Promise<{ url: string; fields: Record<string, string> }> {
-    return createPresignedPost(s3, {
+    return createPresignedPost(suite.s3, {
       Bucket: bucket,
       Key: 'uploads/${filename}',
       Conditions: [['content-length-range', 1, 64 * 1024], ['starts-with', '$Content-Type', 'application/'], ['starts-with', '$key', 'uploads/']],
@@ -46,7 +33,7 @@ describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
     return { status: res.status, body: await res.text() };
   }
 
-  const exists = async (key: string): Promise<boolean> => s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key })).then(() => true, (e: S3ServiceException) => (e.$metadata.httpStatusCode === 404 ? false : Promise.reject(e)));
+  const exists = async (key: string): Promise<boolean> => suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key })).then(() => true, (e: S3ServiceException) => (e.$metadata.httpStatusCode === 404 ? false : Promise.reject(e)));
 
   it('stores the file under the key with ${filename}, with its Content-Type and metadata', async () => {
     const { url, fields } = await presigned();
@@ -54,7 +41,7 @@ describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
     const answer = await post(url, fields, data, 'chunk-0.bin');
     expect(answer.status, answer.body).toBe(201);
     expect(answer.body).toContain('<Key>uploads/chunk-0.bin</Key>');
-    const stored = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'uploads/chunk-0.bin' }));
+    const stored = await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'uploads/chunk-0.bin' }));
     expect(stored.ContentType).toBe('application/x-kv');
     expect(stored.Metadata).toEqual({ source: 'form' });
     expect(Buffer.from(await stored.Body!.transformToByteArray()).equals(data)).toBe(true);

@@ -6,44 +6,31 @@
  */
 import { Readable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
-import { CompleteMultipartUploadCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, UploadPartCommand, type S3Client } from '@aws-sdk/client-s3';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { COMPAT_TARGETS, compatEndpoint, uniqueBucket, type CompatEndpoint } from './helpers/gateway.js';
-
-const minio = inject('minio');
+import { CompleteMultipartUploadCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, UploadPartCommand } from '@aws-sdk/client-s3';
+import { describe, expect, it } from 'vitest';
+import { COMPAT_TARGETS, compatSuite } from './helpers/gateway.js';
 
 describe.each(COMPAT_TARGETS)('trailing checksums (%s)', (target) => {
-  let endpoint: CompatEndpoint;
-  let s3: S3Client;
-  const bucket = uniqueBucket('trailer');
-
-  beforeAll(async () => {
-    endpoint = await compatEndpoint(target, minio);
-    s3 = endpoint.s3;
-    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
-  });
-
-  afterAll(async () => {
-    await endpoint?.close();
-  });
+  const suite = compatSuite(target, 'trailer');
+  const { bucket } = suite;
 
   it('stores a streamed PutObject with its CRC32C and answers it on HEAD with checksum mode', async () => {
     const data = randomBytes(3 * 1024 * 1024 + 17); // several re-encoded chunks and a partial one
-    const put = await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'streamed', Body: Readable.from([data.subarray(0, 1_000_000), data.subarray(1_000_000)]), ContentLength: data.length, ChecksumAlgorithm: 'CRC32C' }));
+    const put = await suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'streamed', Body: Readable.from([data.subarray(0, 1_000_000), data.subarray(1_000_000)]), ContentLength: data.length, ChecksumAlgorithm: 'CRC32C' }));
     expect(put.ChecksumCRC32C).toBeDefined();
-    const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'streamed', ChecksumMode: 'ENABLED' }));
+    const head = await suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'streamed', ChecksumMode: 'ENABLED' }));
     expect(head.ChecksumCRC32C).toBe(put.ChecksumCRC32C);
-    const body = Buffer.from(await (await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'streamed' }))).Body!.transformToByteArray());
+    const body = Buffer.from(await (await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'streamed' }))).Body!.transformToByteArray());
     expect(body.equals(data)).toBe(true);
   });
 
   it('accepts a streamed UploadPart into an upload created with ChecksumAlgorithm CRC32, and completes it', async () => {
     const data = randomBytes(256 * 1024);
-    const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'parts', ChecksumAlgorithm: 'CRC32' }));
-    const part = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'parts', UploadId, PartNumber: 1, Body: Readable.from([data]), ContentLength: data.length, ChecksumAlgorithm: 'CRC32' }));
+    const { UploadId } = await suite.s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'parts', ChecksumAlgorithm: 'CRC32' }));
+    const part = await suite.s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'parts', UploadId, PartNumber: 1, Body: Readable.from([data]), ContentLength: data.length, ChecksumAlgorithm: 'CRC32' }));
     expect(part.ChecksumCRC32).toBeDefined();
-    await s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'parts', UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag, ChecksumCRC32: part.ChecksumCRC32 }] } }));
-    const body = Buffer.from(await (await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'parts' }))).Body!.transformToByteArray());
+    await suite.s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'parts', UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag, ChecksumCRC32: part.ChecksumCRC32 }] } }));
+    const body = Buffer.from(await (await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'parts' }))).Body!.transformToByteArray());
     expect(body.equals(data)).toBe(true);
   });
 });

@@ -6,7 +6,8 @@ import { ObjectCacheClient } from '../../client/client.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { Client as MinioClient } from 'minio';
 import { loadServeConfig } from '../../gateway/config.js';
 import { createLogger } from '../../gateway/logger.js';
@@ -137,4 +138,30 @@ export async function compatEndpoint(target: CompatTarget, minio: Pick<MinioInfo
       await gw.close();
     },
   };
+}
+
+export interface CompatSuite {
+  /** Known at once: usable while the suite is being collected. */
+  readonly bucket: string;
+  /** Set by the suite's beforeAll: read them inside tests and hooks. */
+  readonly endpoint: CompatEndpoint;
+  readonly s3: S3Client;
+}
+
+/**
+ * The setup every compatibility suite shares: before its tests, open `target` and create a fresh
+ * bucket (then run `prepare`); after them, close the endpoint. Call it in a describe block.
+ */
+export function compatSuite(target: CompatTarget, bucketPrefix: string, prepare?: (s3: S3Client, bucket: string) => Promise<void>): CompatSuite {
+  const suite = { bucket: uniqueBucket(bucketPrefix) } as { bucket: string; endpoint: CompatEndpoint; s3: S3Client };
+  beforeAll(async () => {
+    suite.endpoint = await compatEndpoint(target, inject('minio'));
+    suite.s3 = suite.endpoint.s3;
+    await suite.s3.send(new CreateBucketCommand({ Bucket: suite.bucket }));
+    await prepare?.(suite.s3, suite.bucket);
+  });
+  afterAll(async () => {
+    await suite.endpoint?.close();
+  });
+  return suite;
 }
