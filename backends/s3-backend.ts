@@ -52,6 +52,21 @@ function withPayloadHash(request: Omit<BackendRequest, 'signal'>): Record<string
   return request.payloadHash === undefined ? { ...request.headers } : { ...request.headers, 'x-amz-content-sha256': request.payloadHash };
 }
 
+/**
+ * Retries of idempotent requests to the store (range reads of layerwise GETs, passthrough GETs
+ * and HEADs): a request that failed with a retryable error (a 5xx answer, or a refused, broken
+ * or timed-out connection: a server of a distributed store going away, a restart) before anything
+ * reached the client is sent again, up to `attempts` times in all, after a pause of full jitter
+ * under an exponential ceiling, and never past the backend timeout counted from the first attempt.
+ * Requests with a body are never repeated.
+ */
+export const BACKEND_RETRY = { attempts: 3, baseDelayMs: 50 } as const;
+
+/** The pause after failed attempt `attempt` (1-based). */
+export function retryPauseMs(attempt: number): number {
+  return Math.random() * BACKEND_RETRY.baseDelayMs * 2 ** (attempt - 1);
+}
+
 /** The one place where transport failures become gateway errors. */
 export function mapBackendError(error: unknown, signal?: AbortSignal): unknown {
   if (signal?.aborted) return error; // The client went away; nobody is listening.

@@ -5,7 +5,8 @@
  * JSON to bench/results/.
  *
  *   npm run bench:passthrough [-- --seconds 8 --rounds 3 --concurrency 16 --objects 64 --size 1048576]
- *   (--profile-gateway DIR writes a V8 CPU profile of the gateway process)
+ *   (--profile-gateway DIR writes a V8 CPU profile of the gateway process; --gateway-cli
+ *   OTHER/dist/cli/main.js runs another build's gateway, to compare builds in one run)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -92,6 +93,7 @@ async function main(): Promise<void> {
       size: { type: 'string', default: String(1024 * 1024) },
       'profile-gateway': { type: 'string' },
       'gateway-node-args': { type: 'string' },
+      'gateway-cli': { type: 'string' },
     },
   });
   const seconds = Number(values.seconds);
@@ -105,7 +107,7 @@ async function main(): Promise<void> {
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-minio-')) });
   const profileDir = values['profile-gateway'];
   const nodeArgs = (values['gateway-node-args'] ?? '').split(' ').filter((a) => a !== '');
-  const gateway = await startGatewayProcess({ minio, nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])] });
+  const gateway = await startGatewayProcess({ minio, cli: values['gateway-cli'], nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])] });
   const relay = await startRelay(minio.port);
   const direct = target('minio-direct', minio.endpoint, minio.accessKey, minio.secretKey, concurrency);
   const viaRelay = target('tcp-relay', relay.url, minio.accessKey, minio.secretKey, concurrency);

@@ -255,6 +255,7 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   const pids = { gateway: gateway.child.pid as number, minio: minio.process.pid as number };
   const rows: Row[] = [];
   const gatewayUsage: { config: string; cpuSeconds: number }[] = [];
+  let peakRss = NaN;
   let timeline: { config: string; linkScale: number; msPerLayer: number; panels: { method: Method; readyMs: readonly number[]; computeStartMs: readonly number[] }[] } | undefined;
   const timelineConfig = options.quick ? '4K 50% G64' : '16K 50% G64';
   let link: { bytesPerSec: number; scale: number; measured: boolean };
@@ -327,16 +328,13 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   } finally {
     await client.close();
     await direct.pool.close();
-    const peak = processUsage(pids.gateway).peakRssBytes;
-    gatewayUsage.push({ config: 'peak RSS (bytes)', cpuSeconds: peak });
+    peakRss = processUsage(pids.gateway).peakRssBytes;
     await gateway.stop();
     await minio.destroy();
   }
   const outDir = join(repoRoot(), 'bench', 'results');
   mkdirSync(outDir, { recursive: true });
-  const peakRss = gatewayUsage.at(-1)?.cpuSeconds ?? NaN;
-  const cpu = gatewayUsage.slice(0, -1);
-  const result: Result = { benchmark: 'ttft-matrix', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, placement, link, rows, gateway: { cpuSecondsPerConfig: cpu, peakRssBytes: peakRss }, ...(timeline ? { timeline } : {}) };
+  const result: Result = { benchmark: 'ttft-matrix', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, placement, link, rows, gateway: { cpuSecondsPerConfig: gatewayUsage, peakRssBytes: peakRss }, ...(timeline ? { timeline } : {}) };
   writeFileSync(join(outDir, 'ttft-latest.json'), `${JSON.stringify(result, null, 2)}\n`);
   const report = renderReport(result);
   writeFileSync(join(outDir, 'ttft-report.md'), report);

@@ -18,6 +18,8 @@ export function createLogger(level: LogLevel, destination?: DestinationStream): 
       formatters: { level: (label) => ({ level: label }) },
       serializers: { error: pino.stdSerializers.err },
     },
-    destination ?? pino.destination({ dest: 1, sync: false }),
+    // Asynchronous, and bounded: if stdout stops taking lines, at most 16 MiB wait and later
+    // lines are dropped rather than growing the heap without limit.
+    destination ?? pino.destination({ dest: 1, sync: false, maxLength: 16 * 1024 * 1024 }),
   );
 }

@@ -13,7 +13,7 @@ import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { UNSIGNED_PAYLOAD } from './auth/sigv4.js';
-import { EMPTY_PAYLOAD_SHA256, mapBackendError, type S3Backend } from '../backends/s3-backend.js';
+import { BACKEND_RETRY, EMPTY_PAYLOAD_SHA256, mapBackendError, retryPauseMs, type S3Backend } from '../backends/s3-backend.js';
 import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js';
 import { uploadBody } from './body/upload-body.js';
 import { headerOf, type RequestContext } from './context.js';
@@ -140,15 +140,6 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend, 
   return relay(ctx, backend, headers, body, payloadHash, onRetry);
 }
 
-/**
- * GETs and HEADs (no body: idempotent) are repeated when the store fails before anything reached
- * the client: a 5xx answer or a broken, refused or timed-out connection (a node of a distributed
- * store going away). Up to `attempts` in all, after jittered exponential pauses, never past the
- * backend timeout from the first attempt; the last 5xx is relayed as it is. Nothing with a body
- * is ever repeated, and nothing once the client has the status line.
- */
-export const PASSTHROUGH_RETRY = { attempts: 3, baseDelayMs: 50 } as const;
-
 /** A 5xx answer held back so the request can be repeated; `send` relays it after all. */
 class RetryableAnswer extends Error {
   constructor(readonly send: () => void) {
@@ -156,10 +147,14 @@ class RetryableAnswer extends Error {
   }
 }
 
-/** Sends the request to the backend and relays its response to the client. */
+/**
+ * Sends the request to the backend and relays its response to the client. GETs and HEADs (no
+ * body) are repeated under BACKEND_RETRY while the client has received nothing; the last 5xx is
+ * relayed as it is.
+ */
 async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<string, string>, body: Readable | undefined, payloadHash: string, onRetry?: RetryObserver): Promise<void> {
   const method = ctx.req.method ?? 'GET';
-  const attempts = body === undefined && (method === 'GET' || method === 'HEAD') ? PASSTHROUGH_RETRY.attempts : 1;
+  const attempts = body === undefined && (method === 'GET' || method === 'HEAD') ? BACKEND_RETRY.attempts : 1;
   const deadline = performance.now() + backend.timeoutMs;
   for (let attempt = 1; ; attempt++) {
     const mayRetry = attempt < attempts;
@@ -172,7 +167,7 @@ async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<st
       });
       return;
     } catch (error) {
-      const delay = Math.random() * PASSTHROUGH_RETRY.baseDelayMs * 2 ** (attempt - 1);
+      const delay = retryPauseMs(attempt);
       const retryable = error instanceof RetryableAnswer || (error instanceof ObjectCacheError && error.retryable);
       if (!mayRetry || !retryable || ctx.res.headersSent || ctx.res.destroyed || performance.now() + delay >= deadline) {
         if (error instanceof RetryableAnswer) return error.send();

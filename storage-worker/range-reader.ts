@@ -16,7 +16,7 @@ import type { Dispatcher } from 'undici';
 import type { ErrorCode } from '../schemas/errors.js';
 import { LAYER_CRC_META } from '../schemas/integrity.js';
 import { objectRelativePath, readFooter } from '../backends/embedded/object-file.js';
-import { S3Backend, mapBackendError } from '../backends/s3-backend.js';
+import { BACKEND_RETRY, S3Backend, mapBackendError, retryPauseMs } from '../backends/s3-backend.js';
 import { ScatterCursor, type RangeTarget } from './scatter.js';
 import type { WorkerBackend } from './protocol.js';
 
@@ -253,24 +253,6 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
   }
 }
 
-/**
- * Range reads are idempotent, so a read that fails with a retryable error (the store answered
- * 5xx, the connection broke or timed out: a node of a distributed store going away, a restart) is
- * repeated, up to `attempts` times in all, after a jittered exponential pause, and never past the
- * backend timeout counted from the first attempt. A repeated read overwrites the same bytes of
- * the task buffer from the start, and the version pin still applies, so a retry can never mix
- * two versions of a chunk. Not retried: anything the store answered deliberately (404, a wrong
- * size, a changed ETag, a CRC mismatch) and cancellation.
- */
-export interface RetryPolicy {
-  /** Attempts per range read, the first included (1: no retries). */
-  readonly attempts: number;
-  /** The first pause; each later one doubles, with full jitter. */
-  readonly baseDelayMs: number;
-}
-
-export const DEFAULT_RETRY: RetryPolicy = { attempts: 3, baseDelayMs: 50 };
-
 function pause(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) return reject(cancelled());
@@ -288,13 +270,16 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
 
 export class S3RangeReader implements RangeReader {
   readonly #backend: S3Backend;
-  readonly #retry: RetryPolicy;
-  constructor(backend: S3Backend, retry: RetryPolicy = DEFAULT_RETRY) {
+  constructor(backend: S3Backend) {
     this.#backend = backend;
-    this.#retry = retry;
   }
 
-  /** One range GET into `target`, repeated on retryable failures (see RetryPolicy). */
+  /**
+   * One range GET into `target`, repeated on retryable failures (BACKEND_RETRY). A repeated read
+   * overwrites the same bytes of the task buffer from the start and the version pin still
+   * applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
+   * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
+   */
   async #readRange(path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     const deadline = performance.now() + this.#backend.timeoutMs;
     for (let attempt = 1; ; attempt++) {
@@ -307,8 +292,8 @@ export class S3RangeReader implements RangeReader {
         const layerCrcs = await handler.done;
         return { etag: handler.etag, layerCrcs };
       } catch (error) {
-        const delay = Math.random() * this.#retry.baseDelayMs * 2 ** (attempt - 1);
-        if (!(error instanceof ReadError) || !error.retryable || signal.aborted || attempt >= this.#retry.attempts || performance.now() + delay >= deadline) throw error;
+        const delay = retryPauseMs(attempt);
+        if (!(error instanceof ReadError) || !error.retryable || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;
         counts.retries++;
         await pause(delay, signal);
       }

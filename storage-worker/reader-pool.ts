@@ -72,8 +72,8 @@ let workerHeapsSized = false;
 function sizeWorkerHeaps(): void {
   if (workerHeapsSized) return;
   workerHeapsSized = true;
-  const given = [...process.execArgv, ...(process.env['NODE_OPTIONS'] ?? '').split(/\s+/)];
-  if (given.some((arg) => /^--initial[-_]old[-_]space[-_]size/.test(arg))) return;
+  // (Node refuses this flag in NODE_OPTIONS, so only the command line can carry it.)
+  if (process.execArgv.some((arg) => /^--initial[-_]old[-_]space[-_]size/.test(arg))) return;
   setFlagsFromString(`--initial-old-space-size=${WORKER_OLD_SPACE_MB}`);
 }
 

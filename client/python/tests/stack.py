@@ -96,8 +96,8 @@ def start_stack(gateway_args: Sequence[str] = ()) -> Stack:
                 break
         else:
             raise RuntimeError(f"the gateway exited: {stack.log}")
-        # Keep draining its log so the pipe never fills.
-        threading.Thread(target=lambda: [stack.log.append({"line": l}) for l in gateway.stdout], daemon=True).start()  # type: ignore[union-attr]
+        # Keep draining its log so the pipe never fills (the lines are not kept).
+        threading.Thread(target=lambda: [None for _ in gateway.stdout], daemon=True).start()  # type: ignore[union-attr]
     except BaseException:
         stack.stop()
         raise
