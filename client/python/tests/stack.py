@@ -71,7 +71,7 @@ def start_stack(gateway_args: Sequence[str] = ()) -> Stack:
     deadline = time.monotonic() + 60
     while True:
         try:
-            if urllib.request.urlopen(f"{minio_url}/minio/health/ready", timeout=1).status == 200:
+            if urllib.request.urlopen(f"{minio_url}/minio/health/cluster", timeout=1).status == 200:
                 break
         except OSError:
             pass
