@@ -83,8 +83,6 @@ export interface StartMinioOptions {
   readonly dataDir?: string;
   /** Run MinIO on these CPUs (taskset list, see placement.ts); default: any. */
   readonly cpus?: string;
-  /** Serve /minio/v2/metrics without authentication (for tests that wait on MinIO's counters). */
-  readonly publicMetrics?: boolean;
 }
 
 export async function startMinio(options: StartMinioOptions): Promise<MinioServer> {
@@ -95,7 +93,7 @@ export async function startMinio(options: StartMinioOptions): Promise<MinioServe
   const secretKey = 'minio-test-secret-key';
   const [command, args] = onCpus(options.cpus, options.binary, ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet']);
   const child = spawn(command, args, {
-    env: { ...process.env, MINIO_ROOT_USER: accessKey, MINIO_ROOT_PASSWORD: secretKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', CI: 'true', ...(options.publicMetrics ? { MINIO_PROMETHEUS_AUTH_TYPE: 'public' } : {}) },
+    env: { ...process.env, MINIO_ROOT_USER: accessKey, MINIO_ROOT_PASSWORD: secretKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', CI: 'true' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';

@@ -3,18 +3,17 @@
  * (SIGKILL) in the middle of a PUT never leaves a partial object, in either backend: a new key
  * stays absent, an existing key keeps its old bytes, and the restarted gateway serves normally.
  */
-import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException } from '@aws-sdk/client-s3';
 import { describe, expect, inject, it } from 'vitest';
-import { startMinio, type MinioServer } from '../bench/minio.js';
+import type { MinioInfo } from '../bench/minio.js';
 import { startServe, type ServeProcess } from './helpers/cli.js';
 import { until } from './helpers/wait.js';
 import { signedHeaders } from './helpers/signing.js';
-import { CLIENT_KEY, CLIENT_SECRET, sdkClient, uniqueBucket } from './helpers/gateway.js';
+import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, uniqueBucket } from './helpers/gateway.js';
 
 const minio = inject('minio');
 
@@ -22,8 +21,12 @@ function startProcess(args: string[]): Promise<ServeProcess> {
   return startServe(args, { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey });
 }
 
-/** Sends half of a declared 8 MiB body, then kills the gateway with SIGKILL. */
-async function killMidPut(gateway: { child: ChildProcess; url: string }, bucket: string, key: string): Promise<void> {
+/**
+ * Sends half of a declared 8 MiB body, waits until the upload is on its way into the store
+ * (`inStore`: evidence the kill lands mid-write, not before the PUT reached the store), then
+ * kills the gateway with SIGKILL.
+ */
+async function killMidPut(gateway: ServeProcess, bucket: string, key: string, inStore: (gateway: ServeProcess) => boolean | Promise<boolean>): Promise<void> {
   const url = new URL(`${gateway.url}/${bucket}/${key}`);
   const total = 8 * 1024 * 1024;
   const signed = { headers: await signedHeaders(url.origin, { method: 'PUT', path: url.pathname, headers: { 'content-length': String(total), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } }) };
@@ -32,10 +35,10 @@ async function killMidPut(gateway: { child: ChildProcess; url: string }, bucket:
     const req = httpRequest(url, { method: 'PUT', headers: signed.headers });
     req.on('error', () => done());
     req.write(Buffer.alloc(total / 2, 7), () => {
-      setTimeout(() => {
+      void until(() => inStore(gateway)).then(() => {
         gateway.child.kill('SIGKILL');
         done();
-      }, 200);
+      });
     });
   });
   await exited;
@@ -58,9 +61,11 @@ describe('killing the gateway mid-PUT', () => {
       await s3.send(new CreateBucketCommand({ Bucket: 'durable' }));
       await s3.send(new PutObjectCommand({ Bucket: 'durable', Key: 'existing', Body: 'version one' }));
       s3.destroy();
-      await killMidPut(gateway, 'durable', 'new-key');
+      // The embedded store stages an upload in .tmp/ while it arrives.
+      const staging = (): boolean => readdirSync(join(dataDir, '.tmp')).length > 0;
+      await killMidPut(gateway, 'durable', 'new-key', staging);
       gateway = await startProcess(['--data-dir', dataDir]);
-      await killMidPut(gateway, 'durable', 'existing');
+      await killMidPut(gateway, 'durable', 'existing', staging);
       gateway = await startProcess(['--data-dir', dataDir]);
       s3 = sdkClient(gateway.url);
       expect(await text(s3, 'durable', 'new-key')).toBe(404);
@@ -76,37 +81,41 @@ describe('killing the gateway mid-PUT', () => {
   });
 
   it('leaves no partial object in MinIO either', async () => {
-    // A MinIO of its own, so its request counters are this test's alone.
-    const own = await startMinio({ binary: minio.binary, publicMetrics: true });
-    try {
-      await noPartialObjectIn(own);
-    } finally {
-      await own.destroy();
-    }
+    await noPartialObjectIn(minio);
   });
 });
 
-/** PUTs MinIO has finished handling (answered, or given up on after the connection dropped). */
-async function putsHandled(endpoint: string): Promise<number> {
-  const text = await (await fetch(`${endpoint}/minio/v2/metrics/node`)).text();
-  return text.split('\n').filter((line) => line.startsWith('minio_s3_requests_total{') && line.includes('api="putobject"')).reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+/** The gateway is streaming the PUT to MinIO (its request to the backend is open). */
+async function sendingToMinio(gateway: ServeProcess): Promise<boolean> {
+  return (await metricValue(gateway.adminUrl, 'objectcache_backend_inflight_requests')) > 0;
 }
 
-async function noPartialObjectIn(minio: MinioServer): Promise<void> {
+/**
+ * `key` stays absent for a second. MinIO exposes nothing to wait on for an upload whose
+ * connection dropped mid-body (measured: neither its in-flight gauge nor its request counter
+ * moves for it), so absence is checked repeatedly instead of once after a pause.
+ */
+async function staysAbsent(client: ReturnType<typeof sdkClient>, bucket: string, key: string): Promise<void> {
+  const until = Date.now() + 1000;
+  do {
+    const head = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key })).catch((e: S3ServiceException) => e);
+    expect((head as S3ServiceException).$metadata?.httpStatusCode, `${key} appeared`).toBe(404);
+    await new Promise((r) => setTimeout(r, 50));
+  } while (Date.now() < until);
+}
+
+async function noPartialObjectIn(minio: MinioInfo): Promise<void> {
   {
     const bucket = uniqueBucket('durable');
     const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
     await direct.send(new CreateBucketCommand({ Bucket: bucket }));
     await direct.send(new PutObjectCommand({ Bucket: bucket, Key: 'existing', Body: 'version one' }));
+    // Each kill lands while the gateway is streaming the PUT into MinIO.
     let gateway = await startProcess(['--s3-endpoint', minio.endpoint]);
-    await killMidPut(gateway, bucket, 'new-key');
+    await killMidPut(gateway, bucket, 'new-key', sendingToMinio);
     gateway = await startProcess(['--s3-endpoint', minio.endpoint]);
-    await killMidPut(gateway, bucket, 'existing');
-    // Positive evidence before the negative assertion: MinIO has finished with all three PUTs
-    // (the first whole, the two cut short), so a partial upload would be visible by now.
-    await until(async () => (await putsHandled(minio.endpoint)) >= 3);
-    const head = await direct.send(new HeadObjectCommand({ Bucket: bucket, Key: 'new-key' })).catch((e: S3ServiceException) => e);
-    expect((head as S3ServiceException).$metadata?.httpStatusCode).toBe(404);
+    await killMidPut(gateway, bucket, 'existing', sendingToMinio);
+    await staysAbsent(direct, bucket, 'new-key');
     expect(await text(direct, bucket, 'existing')).toBe('version one');
     gateway = await startProcess(['--s3-endpoint', minio.endpoint]);
     const s3 = sdkClient(gateway.url);
