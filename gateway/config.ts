@@ -38,6 +38,7 @@ export const SERVE_SETTINGS = {
   dataDir: { flag: 'data-dir', env: 'OBJECTCACHE_DATA_DIR', kind: 'path', default: './data', description: 'Directory of the embedded store (used when no --s3-endpoint is given).' },
   s3Endpoint: { flag: 's3-endpoint', env: 'OBJECTCACHE_S3_ENDPOINT', kind: 'url', default: undefined, description: 'Base URL of the S3 backend (MinIO, Ceph RGW, S3). Unset: serve the embedded store.' },
   s3Region: { flag: 's3-region', env: 'OBJECTCACHE_S3_REGION', kind: 'string', default: 'us-east-1', description: 'Region the gateway signs backend requests for.' },
+  domain: { flag: 'domain', env: 'OBJECTCACHE_DOMAIN', kind: 'string', default: undefined, description: 'Domains for virtual-hosted-style requests, comma-separated (as MinIO\'s MINIO_DOMAIN): a Host of <bucket>.<domain> addresses that bucket. Path-style requests work either way.' },
   region: { flag: 'region', env: 'OBJECTCACHE_REGION', kind: 'string', default: 'us-east-1', description: 'Region clients must sign for (the SigV4 credential scope).' },
   sigV2: { flag: 'sigv2', env: 'OBJECTCACHE_SIGV2', kind: 'enum', default: 'on', values: ['on', 'off'], description: 'Accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned AWSAccessKeyId/Signature/Expires URLs) as MinIO does.' },
   credentials: { flag: 'credentials', env: 'OBJECTCACHE_CREDENTIALS', kind: 'path', default: undefined, description: 'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?}].' },
@@ -104,6 +105,8 @@ export interface GatewayConfig {
   readonly metricsHost: string;
   readonly metricsPort: number;
   readonly region: string;
+  /** Domains whose subdomains name buckets (virtual-hosted-style requests); lower case. */
+  readonly domains: readonly string[];
   /** Accept Signature Version 2 requests. */
   readonly sigV2: boolean;
   readonly clientCredentials: readonly ClientCredential[];
@@ -209,6 +212,18 @@ function readCredentialFile(path: string): ClientCredential[] {
   });
 }
 
+/** `--domain`: comma-separated DNS names (a port or scheme is a mistake worth naming). */
+function parseDomains(text: string | undefined): string[] {
+  if (text === undefined) return [];
+  const domains = text.split(',').map((d) => d.trim().toLowerCase()).filter((d) => d !== '');
+  for (const domain of domains) {
+    if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/.test(domain)) {
+      throw new ConfigError('domain', `--domain / OBJECTCACHE_DOMAIN must be DNS names such as s3.example.com (no scheme or port), got ${JSON.stringify(domain)}`);
+    }
+  }
+  return domains;
+}
+
 /** Builds and validates the serve configuration from argv (after `serve`) and the environment. */
 export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv): GatewayConfig {
   const raw = readRaw(argv, env);
@@ -276,6 +291,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     metricsHost: nonEmpty('metricsHost', raw),
     metricsPort: integer('metricsPort', raw),
     region: nonEmpty('region', raw),
+    domains: parseDomains(raw.domain),
     sigV2: sigV2 === 'on',
     clientCredentials: credentials,
     backend,

@@ -19,7 +19,7 @@ import { servePrefixLookup } from './layerwise/lookup.js';
 import { serveLayerwise } from './layerwise/serve-layerwise.js';
 import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 import { ReaderPool, type ReaderPoolStats } from '../storage-worker/reader-pool.js';
-import { parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
+import { bucketFromHost, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
 import { isPostObject, servePostObject } from './s3/post-object.js';
 import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
@@ -154,14 +154,14 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       for (const name of Object.keys(req.headers)) {
         if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
       }
-      target = parseTarget(req.url ?? '/');
+      target = parseTarget(req.url ?? '/', bucketFromHost(req.headers.host, config.domains));
       if (isPostObject(req, target)) {
         // A browser-form upload: the signed policy in the form is its authentication.
         operationName = 'PostObject';
         await servePostObject(req, res, target, { verifier, sink: backend.postSink, maxObjectBytes: config.maxObjectBytes, now: deps.now ?? Date.now });
         return;
       }
-      const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.canonicalPath, query: target.query, rawPath: (req.url ?? '/').split('?', 1)[0] as string });
+      const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.signedPath, query: target.query, rawPath: target.sigV2Path });
       if (auth.mode === 'presigned') {
         const unhoisted = unhoistPresigned(target);
         target = unhoisted.target;

@@ -3,7 +3,8 @@
  * form boto3's generate_presigned_post makes), through the gateway on both backends and against
  * MinIO direct as the reference: a valid form stores the file (${filename} in the key, metadata,
  * Content-Type, success_action_status 201); a file beyond content-length-range, a tampered
- * signature, a field the policy does not name and an expired policy are refused and store nothing.
+ * signature, a field the policy does not name and an expired policy are refused and store nothing;
+ * fields sent as file parts (with a filename) are fields, as at S3 and MinIO.
  */
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { GetObjectCommand, HeadObjectCommand, S3ServiceException } from '@aws-sdk/client-s3';
@@ -43,6 +44,19 @@ describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
     expect(answer.body).toContain('<Key>uploads/chunk-0.bin</Key>');
     const stored = await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'uploads/chunk-0.bin' }));
     expect(stored.ContentType).toBe('application/x-kv');
+    expect(stored.Metadata).toEqual({ source: 'form' });
+    expect(Buffer.from(await stored.Body!.transformToByteArray()).equals(data)).toBe(true);
+  });
+
+  it('takes parts other than "file" that carry a filename as ordinary fields (how Python requests sends files=)', async () => {
+    const { url, fields } = await presigned();
+    const form = new FormData();
+    for (const [name, value] of Object.entries(fields)) form.append(name, new Blob([value]), name);
+    const data = randomBytes(1000);
+    form.append('file', new Blob([data]), 'as-files.bin');
+    const res = await fetch(url, { method: 'POST', body: form });
+    expect(res.status, await res.clone().text()).toBe(201);
+    const stored = await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'uploads/as-files.bin' }));
     expect(stored.Metadata).toEqual({ source: 'form' });
     expect(Buffer.from(await stored.Body!.transformToByteArray()).equals(data)).toBe(true);
   });

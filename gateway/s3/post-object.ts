@@ -63,6 +63,24 @@ class SizeLimit extends Transform {
   }
 }
 
+/** The largest form field accepted (S3 allows a 20 KB policy; MinIO takes fields to 1 MB in all). */
+const MAX_FIELD_BYTES = 64 * 1024;
+
+/** A form field sent as a file part, read whole; refused past {@link MAX_FIELD_BYTES}. */
+async function readField(stream: Readable): Promise<string> {
+  const parts: Buffer[] = [];
+  let bytes = 0;
+  for await (const part of stream as AsyncIterable<Buffer>) {
+    bytes += part.length;
+    if (bytes > MAX_FIELD_BYTES) {
+      stream.resume();
+      throw new ObjectCacheError('OC_ERR_POST_FORM', `A form field is larger than ${MAX_FIELD_BYTES} bytes`);
+    }
+    parts.push(part);
+  }
+  return Buffer.concat(parts).toString('utf8');
+}
+
 export interface PostObjectDeps {
   readonly verifier: SigV4Verifier;
   readonly sink: PostSink;
@@ -74,10 +92,15 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
   const fields = new Map<string, string>();
   let parser: busboy.Busboy;
   try {
-    parser = busboy({ headers: req.headers, limits: { files: 1, fields: 200, fieldSize: 64 * 1024, fieldNameSize: 256, parts: 202 } });
+    // Every part with a filename reaches busboy's 'file' event, the field named "file" and the
+    // ordinary fields a client such as Python's requests sends with a filename alike: S3 and
+    // MinIO take the latter as fields, so they are read (up to a field's size) as fields here.
+    parser = busboy({ headers: req.headers, limits: { files: 201, fields: 200, fieldSize: MAX_FIELD_BYTES, fieldNameSize: 256, parts: 202 } });
   } catch (error) {
     throw new ObjectCacheError('OC_ERR_POST_FORM', `The body is not multipart/form-data: ${(error as Error).message}`);
   }
+  /** Fields sent as file parts, still being read: the upload waits for them. */
+  const pendingFields: Promise<void>[] = [];
   const done = new Promise<{ key: string; etag: string }>((resolve, reject) => {
     let file = false;
     parser.on('field', (name, value) => {
@@ -85,8 +108,15 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
       if (!fields.has(lower)) fields.set(lower, value);
     });
     parser.on('file', (name, stream, info) => {
-      if (file || name.toLowerCase() !== 'file') {
-        stream.resume(); // S3 takes the one field named "file"; the rest of the form is ignored
+      const lower = name.toLowerCase();
+      if (file) {
+        stream.resume(); // S3 reads the form up to the field named "file"; the rest is ignored
+        return;
+      }
+      if (lower !== 'file') {
+        pendingFields.push(readField(stream).then((value) => {
+          if (!fields.has(lower)) fields.set(lower, value);
+        }, reject));
         return;
       }
       file = true;
@@ -102,6 +132,7 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
   });
 
   async function upload(stream: Readable, filename: string): Promise<{ key: string; etag: string }> {
+    await Promise.all(pendingFields);
     const policy = fields.get('policy');
     if (policy === undefined) throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a policy field (anonymous uploads are not allowed)');
     await deps.verifier.verifyPostPolicy((name) => fields.get(name), policy);

@@ -1,5 +1,8 @@
 /**
- * Path-style S3 request parsing: `/{bucket}/{key}?{query}`.
+ * S3 request parsing: path-style `/{bucket}/{key}?{query}`, and virtual-hosted-style
+ * `Host: {bucket}.{domain}` with `/{key}?{query}` when the gateway is given its domains (the
+ * `--domain` setting, as MinIO's `MINIO_DOMAIN`). Either way the target names the bucket and key
+ * the same; only what the client signed differs (see `signedPath`).
  *
  * The key is percent-decoded to bytes and then decoded as strict UTF-8, the way S3 names
  * objects. The canonical path used for SigV4 is re-encoded from the decoded path with the S3
@@ -19,8 +22,20 @@ export interface S3Target {
   readonly key: string;
   /** The decoded path, `/bucket/key`. */
   readonly path: string;
-  /** The SigV4 canonical URI and the path sent to the backend. */
+  /** The path sent to the backend and the embedded store, path-style: `/bucket/key`, S3-escaped. */
   readonly canonicalPath: string;
+  /**
+   * The SigV4 canonical URI as the client signed it: `canonicalPath` for path-style requests,
+   * the escaped `/key` alone for virtual-hosted-style ones (the bucket is in the signed Host).
+   */
+  readonly signedPath: string;
+  /**
+   * The SigV2 canonical resource's path: the path as sent, prefixed by `/bucket` for
+   * virtual-hosted-style requests (the AWS SigV2 rule for CanonicalizedResource).
+   */
+  readonly sigV2Path: string;
+  /** The bucket came from the Host header. */
+  readonly virtualHosted: boolean;
   /** Query parameters in order of appearance, decoded (`+` is a space, as in Go's url.ParseQuery). */
   readonly query: readonly (readonly [string, string])[];
 }
@@ -74,14 +89,38 @@ export function parseQuery(rawQuery: string): [string, string][] {
   return pairs;
 }
 
-/** Parses the request target of an HTTP request (`req.url`). */
-export function parseTarget(url: string): S3Target {
+/**
+ * The bucket a virtual-hosted-style Host header names (`{bucket}.{domain}`, port ignored), or
+ * undefined for path-style requests: no domains configured, a Host that is one of the domains
+ * itself, or any other host (an IP address, `localhost`).
+ */
+export function bucketFromHost(host: string | undefined, domains: readonly string[]): string | undefined {
+  if (host === undefined || domains.length === 0) return undefined;
+  let name = host.trim().toLowerCase();
+  if (name.startsWith('[')) return undefined; // an IPv6 literal
+  const colon = name.lastIndexOf(':');
+  if (colon !== -1) name = name.slice(0, colon);
+  if (name.endsWith('.')) name = name.slice(0, -1);
+  for (const domain of domains) {
+    if (name.length > domain.length + 1 && name.endsWith(`.${domain}`)) return name.slice(0, name.length - domain.length - 1);
+  }
+  return undefined;
+}
+
+/**
+ * Parses the request target of an HTTP request (`req.url`); `hostBucket` is the bucket of a
+ * virtual-hosted-style request (from {@link bucketFromHost}), whose path is then the key alone.
+ */
+export function parseTarget(url: string, hostBucket?: string): S3Target {
   if (!url.startsWith('/')) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'The request target must be an absolute path');
   const q = url.indexOf('?');
   const rawPath = q === -1 ? url : url.slice(0, q);
   const rawQuery = q === -1 ? '' : url.slice(q + 1);
-  const path = percentDecode(rawPath, 'object key');
-  if (path.includes('\0')) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', 'The object key contains a NUL character');
+  const sentPath = percentDecode(rawPath, 'object key');
+  if (sentPath.includes('\0')) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', 'The object key contains a NUL character');
+  if (hostBucket !== undefined) assertBucketName(hostBucket);
+  // A virtual-hosted request for the bucket itself is `/`; for a key, `/key`.
+  const path = hostBucket === undefined ? sentPath : sentPath === '/' ? `/${hostBucket}` : `/${hostBucket}${sentPath}`;
 
   const slash = path.indexOf('/', 1);
   const bucket = slash === -1 ? path.slice(1) : path.slice(1, slash);
@@ -89,7 +128,17 @@ export function parseTarget(url: string): S3Target {
   if (Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) {
     throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The object key is longer than ${MAX_KEY_BYTES} bytes`, { details: { BucketName: bucket } });
   }
-  return { bucket, key, path, canonicalPath: escapeUriPath(path), query: parseQuery(rawQuery) };
+  const canonicalPath = escapeUriPath(path);
+  return {
+    bucket,
+    key,
+    path,
+    canonicalPath,
+    signedPath: hostBucket === undefined ? canonicalPath : escapeUriPath(sentPath),
+    sigV2Path: hostBucket === undefined ? rawPath : `/${hostBucket}${rawPath}`,
+    virtualHosted: hostBucket !== undefined,
+    query: parseQuery(rawQuery),
+  };
 }
 
 /** First value of a query parameter, or undefined. */
