@@ -1,6 +1,7 @@
 """The real parts the Python client is tested against: the pinned MinIO build (built by
 scripts/install-minio.sh when missing, as the Node tests do) and an ``objectcache serve`` process
-from the repository's dist/ build in front of it, both on free loopback ports."""
+from the repository's dist/ build in front of it (or on its embedded store), on free loopback
+ports. The engine tests (tests_engine) use the same stack."""
 from __future__ import annotations
 
 import json
@@ -61,28 +62,37 @@ class Stack:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def start_stack(gateway_args: Sequence[str] = ()) -> Stack:
+def start_stack(gateway_args: Sequence[str] = (), backend: str = "s3") -> Stack:
+    """MinIO and a gateway in front of it (``backend="s3"``), or a gateway on its embedded
+    store in a fresh data directory (``backend="local"``)."""
     ensure_built()
-    data_dir = tempfile.mkdtemp(prefix="objectcache-py-minio-")
-    port, console = free_port(), free_port()
-    env = dict(os.environ, MINIO_ROOT_USER=MINIO_KEY, MINIO_ROOT_PASSWORD=MINIO_SECRET, MINIO_BROWSER="off", MINIO_UPDATE="off", CI="true")
-    minio = subprocess.Popen([minio_binary(), "server", data_dir, "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    minio_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if urllib.request.urlopen(f"{minio_url}/minio/health/cluster", timeout=1).status == 200:
-                break
-        except OSError:
-            pass
-        if minio.poll() is not None or time.monotonic() > deadline:
-            minio.kill()
-            raise RuntimeError("MinIO did not start")
-        time.sleep(0.2)
-    stack = Stack(minio_url=minio_url, gateway_url="", admin_url="", processes=[minio], data_dir=data_dir)
+    data_dir = tempfile.mkdtemp(prefix=f"objectcache-py-{backend}-")
+    stack = Stack(minio_url="", gateway_url="", admin_url="", processes=[], data_dir=data_dir)
+    if backend == "s3":
+        port, console = free_port(), free_port()
+        env = dict(os.environ, MINIO_ROOT_USER=MINIO_KEY, MINIO_ROOT_PASSWORD=MINIO_SECRET, MINIO_BROWSER="off", MINIO_UPDATE="off", CI="true")
+        minio = subprocess.Popen([minio_binary(), "server", data_dir, "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stack.processes.append(minio)
+        stack.minio_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{stack.minio_url}/minio/health/cluster", timeout=1).status == 200:
+                    break
+            except OSError:
+                pass
+            if minio.poll() is not None or time.monotonic() > deadline:
+                stack.stop()
+                raise RuntimeError("MinIO did not start")
+            time.sleep(0.2)
+        store_args = ["--s3-endpoint", stack.minio_url]
+    elif backend == "local":
+        store_args = ["--data-dir", data_dir]
+    else:
+        raise ValueError(f"backend is s3 or local, not {backend!r}")
     try:
         gateway_env = dict(os.environ, OBJECTCACHE_ACCESS_KEY=CLIENT_KEY, OBJECTCACHE_SECRET_KEY=CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY=MINIO_KEY, OBJECTCACHE_BACKEND_SECRET_KEY=MINIO_SECRET)
-        gateway = subprocess.Popen(["node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", "--s3-endpoint", minio_url, *gateway_args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        gateway = subprocess.Popen(["node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", *store_args, *gateway_args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         stack.processes.append(gateway)
         assert gateway.stdout is not None
         for line in gateway.stdout:

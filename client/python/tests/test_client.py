@@ -185,3 +185,77 @@ def test_a_client_with_several_endpoints_moves_past_one_that_is_down(stack: Stac
         with pytest.raises(ObjectCacheError) as unreachable:
             alone.ensure_bucket()
         assert unreachable.value.code == "OC_ERR_BACKEND_UNAVAILABLE"
+
+
+@pytest.mark.parametrize("mode", ["layerwise", "chunkwise"])
+def test_fetch_into_lands_each_slice_in_the_chunks_own_kv_2ltd_buffer(client: ObjectCacheClient, mode: str) -> None:
+    layers, tokens, layer_bytes = 5, 16, 2048
+    keys, chunks = seed(client, chunks=3, layers=layers, layer_bytes=layer_bytes, layout="KV_2LTD", tokens=tokens)
+    # One buffer per chunk in its stored layout (how LMCache allocates its MemoryObjs).
+    buffers = [bytearray(layers * layer_bytes) for _ in keys]
+    half = layer_bytes // 2
+
+    def place(layer: int, chunk: int) -> Tuple[memoryview, memoryview]:
+        view = memoryview(buffers[chunk])
+        return view[layer * half:(layer + 1) * half], view[(layers + layer) * half:(layers + layer + 1) * half]
+
+    ready: List[int] = []
+    result = client.fetch_into(ObjectCacheClient.descriptor(keys, layers=layers, chunk_tokens=tokens, layer_bytes=layer_bytes, layout="KV_2LTD", mode=mode), place, ready.append)
+    assert result.summary["mode"] == mode
+    assert ready == list(range(layers))
+    for c in range(3):
+        assert bytes(buffers[c]) == to_stored(chunks[c], "KV_2LTD", layers, layer_bytes)
+    with pytest.raises(ObjectCacheError) as wrong:
+        client.fetch_into(ObjectCacheClient.descriptor(keys, layers=layers, chunk_tokens=tokens, layer_bytes=layer_bytes, layout="KV_2LTD"), lambda layer, chunk: (memoryview(bytearray(half)),))
+    assert wrong.value.code == "OC_ERR_CLIENT_TARGET"
+
+
+def test_put_list_delete_and_missing_chunk_details(client: ObjectCacheClient) -> None:
+    client.head_bucket()
+    client.put_chunk("kv/a/1", b"x" * 64, layout=("KV_L2TD", 2, 32))
+    client.put_chunk("kv/a/2", b"y" * 64)
+    client.put_chunk("kv/b/1", b"z" * 64)
+    assert client.list_keys("kv/a/") == ["kv/a/1", "kv/a/2"]
+    assert len(client.list_keys()) == 3
+    with pytest.raises(ObjectCacheError) as missing:
+        client.fetch(ObjectCacheClient.descriptor(["kv/a/1", "kv/a/gone", "kv/a/2"], layers=2, chunk_tokens=16, layer_bytes=32))
+    assert missing.value.code == "OC_ERR_CHUNK_MISSING"
+    assert missing.value.status == 404
+    client.delete("kv/a/1")
+    client.delete("kv/a/1")  # S3: deleting what is gone succeeds
+    assert client.list_keys("kv/a/") == ["kv/a/2"]
+
+
+def test_botocore_virtual_hosted_style_reaches_the_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3/botocore with ``addressing_style: virtual`` against a gateway given ``--domain``
+    (names resolved in this process only: a client-side resolver for *.oc.test)."""
+    import socket
+
+    import botocore.session
+    from botocore.config import Config
+
+    real = socket.getaddrinfo
+
+    def resolve(host: str, *args: object, **kwargs: object) -> object:
+        return real("127.0.0.1" if str(host).endswith(".oc.test") or host == "oc.test" else host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    vhost = start_stack(["--domain", "oc.test"], backend="local")
+    try:
+        port = vhost.gateway_url.rsplit(":", 1)[1]
+        s3 = botocore.session.get_session().create_client(
+            "s3", endpoint_url=f"http://oc.test:{port}", region_name="us-east-1", aws_access_key_id=CLIENT_KEY, aws_secret_access_key=CLIENT_SECRET,
+            config=Config(s3={"addressing_style": "virtual"}, retries={"max_attempts": 1}),
+        )
+        sent: List[str] = []
+        s3.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.url))
+        s3.create_bucket(Bucket="vhost-bucket")
+        s3.put_object(Bucket="vhost-bucket", Key="dir/chunk 1", Body=b"kv" * 1000)
+        assert s3.get_object(Bucket="vhost-bucket", Key="dir/chunk 1", Range="bytes=0-3")["Body"].read() == b"kvkv"
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket="vhost-bucket")["Contents"]] == ["dir/chunk 1"]
+        assert all(url.startswith(f"http://vhost-bucket.oc.test:{port}/") for url in sent), sent
+        # The same object path-style, through the ObjectCache client.
+        with ObjectCacheClient(vhost.gateway_url, "vhost-bucket", (CLIENT_KEY, CLIENT_SECRET)) as oc:
+            assert oc.list_keys() == ["dir/chunk 1"]
+    finally:
+        vhost.stop()

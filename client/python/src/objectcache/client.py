@@ -16,7 +16,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlsplit
 
 from botocore.auth import S3SigV4Auth  # type: ignore[import-untyped]
@@ -25,7 +25,7 @@ from botocore.credentials import Credentials  # type: ignore[import-untyped]
 
 from .errors import ObjectCacheError
 from .layouts import LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, encode_layer_crcs, layer_crcs, to_canonical
-from .stream import Geometry, OnLayerReady, read_frames
+from .stream import Geometry, OnLayerReady, Place, ScatterGeometry, read_frames
 
 #: Descriptors whose header would be longer go as a POST body (as the TypeScript client does).
 MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024
@@ -62,14 +62,17 @@ def _writable_bytes(target: Any) -> memoryview:
 
 def _error_from_response(status: int, headers: http.client.HTTPMessage, body: bytes) -> ObjectCacheError:
     s3_code, message = "Unknown", f"the gateway answered {status}"
+    details: Dict[str, Any] = {}
     try:
         root = ElementTree.fromstring(body)
         s3_code = root.findtext("Code") or s3_code
         message = root.findtext("Message") or message
+        # The error document's other elements (Key, ChunkIndex, BucketName, RequestId ...).
+        details = {child.tag: child.text for child in root if child.tag not in ("Code", "Message")}
     except ElementTree.ParseError:
         pass
     code = headers.get("x-objectcache-error-code") or ("OC_ERR_BACKEND_UNAVAILABLE" if status == 503 else "OC_ERR_INTERNAL")
-    return ObjectCacheError(code, message, status=status, details={"S3Code": s3_code})
+    return ObjectCacheError(code, message, status=status, details={**details, "S3Code": s3_code})
 
 
 class ObjectCacheClient:
@@ -207,28 +210,48 @@ class ObjectCacheClient:
             if error.details.get("S3Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise
 
-    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8) -> None:
-        """Writes chunk objects (each already in its stored layout), ``concurrency`` at a time.
+    def put_chunk(self, key: str, data: Buffer, *, layout: Optional[Tuple[str, int, int]] = None) -> None:
+        """Writes one chunk object (already in its stored layout). With
+        ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the object's
+        metadata, so the gateway verifies each slice it serves (up to 256 layers)."""
+        body = memoryview(data).tobytes()
+        headers = {"Content-Type": "application/octet-stream"}
+        if layout is not None and layout[1] <= MAX_CHECKSUMMED_LAYERS:
+            name, layers, layer_bytes = layout
+            if len(body) != layers * layer_bytes:
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"chunk {key!r} has {len(body)} bytes, not layers x layer_bytes")
+            headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs(layer_crcs(to_canonical(body, name, layers, layer_bytes), layers, layer_bytes))
+        self._call("PUT", self._object_path(key), body, headers)
 
-        With ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the
-        object's metadata, so the gateway verifies each slice it serves (up to 256 layers).
-        """
+    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8) -> None:
+        """Writes chunk objects (each already in its stored layout), ``concurrency`` at a time,
+        each as :meth:`put_chunk` does."""
         if len(keys) != len(objects):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "put_chunks needs one object per key")
-
-        def put(i: int) -> None:
-            body = bytes(memoryview(objects[i]).cast("B"))
-            headers = {"Content-Type": "application/octet-stream"}
-            if layout is not None and layout[1] <= MAX_CHECKSUMMED_LAYERS:
-                name, layers, layer_bytes = layout
-                if len(body) != layers * layer_bytes:
-                    raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"chunk {i} has {len(body)} bytes, not layers x layer_bytes")
-                headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs(layer_crcs(to_canonical(body, name, layers, layer_bytes), layers, layer_bytes))
-            self._call("PUT", self._object_path(keys[i]), body, headers)
-
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(keys)))) as pool:
-            for _ in pool.map(put, range(len(keys))):
+            for _ in pool.map(lambda i: self.put_chunk(keys[i], objects[i], layout=layout), range(len(keys))):
                 pass
+
+    def head_bucket(self) -> None:
+        """Raises ObjectCacheError unless the bucket exists and the key may use it."""
+        self._call("HEAD", f"/{quote(self.bucket, safe='')}")
+
+    def delete(self, key: str) -> None:
+        """Deletes one object (S3 answers success whether or not it existed)."""
+        self._call("DELETE", self._object_path(key))
+
+    def list_keys(self, prefix: str = "") -> List[str]:
+        """Every object key under ``prefix`` (ListObjectsV2, page by page)."""
+        keys: List[str] = []
+        token: Optional[str] = None
+        while True:
+            query = f"list-type=2&prefix={quote(prefix, safe='')}" + (f"&continuation-token={quote(token, safe='')}" if token else "")
+            root = ElementTree.fromstring(self._call("GET", f"/{quote(self.bucket, safe='')}?{query}"))
+            ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+            keys.extend(item.findtext(f"{ns}Key") or "" for item in root.iter(f"{ns}Contents"))
+            token = root.findtext(f"{ns}NextContinuationToken")
+            if root.findtext(f"{ns}IsTruncated") != "true" or not token:
+                return keys
 
     def lookup(self, keys: Sequence[str], key_prefix: str = "", *, layers: Optional[int] = None, layer_bytes: Optional[int] = None) -> int:
         """How many leading chunks of ``keys`` the store holds (one round trip); with the geometry,
@@ -306,6 +329,24 @@ class ObjectCacheClient:
         ``(layer - first) * layer_stride``, each announced through ``on_layer_ready(layer, view)``
         as its frame ends and its CRC-32C checks. Raises ObjectCacheError with the stable codes."""
         geometry, target = self._geometry(descriptor, target, layer_stride)
+        return self._run(descriptor, geometry, target, on_layer_ready, transport)
+
+    def fetch_into(self, descriptor: Mapping[str, Any], place: Place, on_layer_ready: Optional[Callable[[int], None]] = None, *, transport: str = "auto") -> FetchResult:
+        """Fetches the prefix's KV into buffers of the caller's choosing: ``place(layer, chunk)``
+        returns the writable views that receive chunk ``chunk``'s slice of ``layer`` in delivered
+        order (its K half, then its V half), ``layerBytes`` in all; for example the two halves of
+        that layer inside the chunk's own buffer in its stored KV_2LTD layout. Each byte is read
+        once, straight into its place; ``on_layer_ready(layer)`` runs as each layer's frame ends
+        and its CRC-32C checks."""
+        try:
+            layers, layer_bytes, chunks = int(descriptor["layers"]), int(descriptor["layerBytes"]), len(descriptor["keys"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the descriptor needs keys, layers and layerBytes") from error
+        first, end = descriptor.get("layerRange", [0, layers])
+        ready = None if on_layer_ready is None else (lambda layer, _view: on_layer_ready(layer))
+        return self._run(descriptor, ScatterGeometry(first, end, chunks, layer_bytes, place), None, ready, transport)
+
+    def _run(self, descriptor: Mapping[str, Any], geometry: Geometry, target: Any, on_layer_ready: Optional[OnLayerReady], transport: str) -> FetchResult:
         started = time.perf_counter()
         timeline: List[Tuple[int, float]] = []
         used: List[str] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Callable, Dict, Generator, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Generator, Optional, Protocol, Sequence, Tuple
 
 from crc32c import crc32c
 
@@ -58,6 +58,44 @@ class Geometry:
         at = (layer - self.first) * self.stride
         return self.target[at:at + self.layer_payload]
 
+    def segments(self, layer: int, chunk: int) -> Sequence[memoryview]:
+        """Where chunk ``chunk``'s slice of layer ``layer`` goes, in delivered order."""
+        at = (layer - self.first) * self.stride + chunk * self.layer_bytes
+        return (self.target[at:at + self.layer_bytes],)
+
+    def layer_segments(self, layer: int) -> Sequence[memoryview]:
+        """Where a LAYER frame's payload goes, in order (one view: the layer is contiguous)."""
+        return (self.layer_view(layer),)
+
+
+#: ``place(layer, chunk)``: the buffers that receive one chunk's slice of one layer, in delivered
+#: order (KV_L2TD: the K half, then the V half), ``layer_bytes`` bytes together.
+Place = Callable[[int, int], Sequence[memoryview]]
+
+
+class ScatterGeometry(Geometry):
+    """A fetch whose slices land in buffers of the caller's choosing (``place``), such as one
+    buffer per chunk in its stored layout: the yielded layer views are empty."""
+
+    def __init__(self, first: int, end: int, chunks: int, layer_bytes: int, place: Place) -> None:
+        self.first, self.end, self.chunks, self.layer_bytes = first, end, chunks, layer_bytes
+        self.layer_payload = chunks * layer_bytes
+        self.stride = self.layer_payload
+        self.target = memoryview(b"")
+        self._place = place
+
+    def layer_view(self, layer: int) -> memoryview:
+        return self.target
+
+    def segments(self, layer: int, chunk: int) -> Sequence[memoryview]:
+        views = self._place(layer, chunk)
+        if sum(len(v) for v in views) != self.layer_bytes or any(v.readonly for v in views):
+            raise ObjectCacheError("OC_ERR_CLIENT_TARGET", f"place({layer}, {chunk}) must give writable buffers of {self.layer_bytes} bytes in all")
+        return views
+
+    def layer_segments(self, layer: int) -> Sequence[memoryview]:
+        return [view for chunk in range(self.chunks) for view in self.segments(layer, chunk)]
+
 
 def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
     """Yields ``(layer, view)`` as each layer is ready; the generator's return value is the END summary.
@@ -84,11 +122,13 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
             if length != g.layer_payload:
                 raise _protocol(f"LAYER {index} has {length} bytes, expected {g.layer_payload}")
             mode = "layerwise"
-            view = g.layer_view(index)
-            if _fill(source, view) != crc:
+            running = 0
+            for segment in g.layer_segments(index):
+                running = _fill(source, segment, running)
+            if running != crc:
                 raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of layer {index} does not match")
             next_layer += 1
-            yield index, view
+            yield index, g.layer_view(index)
         elif ftype == CHUNK:
             layers = g.end - g.first
             if mode == "layerwise" or index != next_chunk or index >= g.chunks:
@@ -97,9 +137,9 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
                 raise _protocol(f"CHUNK {index} has {length} bytes, expected {layers * g.layer_bytes}")
             mode = "chunkwise"
             running = 0
-            for i in range(layers):
-                at = i * g.stride + index * g.layer_bytes
-                running = _fill(source, g.target[at:at + g.layer_bytes], running)
+            for layer in range(g.first, g.end):
+                for segment in g.segments(layer, index):
+                    running = _fill(source, segment, running)
             if running != crc:
                 raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of chunk {index} does not match")
             next_chunk += 1

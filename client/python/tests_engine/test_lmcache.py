@@ -1,0 +1,184 @@
+"""LMCache's own engine with the ObjectCache plugin, configured as the README says, on both
+backends: a real model's KV stored by one engine is retrieved bit-identical by a fresh one (with
+ONE layerwise GET for the whole prefix) and gives the same logits; chunks stored by LMCache's own
+S3 connector (unchanged, virtual-hosted-style through ``--domain``) are read by the plugin and
+the other way round, byte for byte; a gateway that is down is a miss, never an exception."""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import torch
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, uid
+
+import harness
+from objectcache import ObjectCacheClient
+from objectcache import lmcache_backend
+
+HERE = Path(__file__).parent
+L, KV_HEADS, HEAD_DIM = 30, 3, 64
+
+
+def descriptor_gets(stack: Stack) -> float:
+    """Descriptor GETs answered (layerwise or, under the size threshold, chunkwise)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"{stack.admin_url}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("objectcache_http_requests_total{") and ('operation="LayerwiseGet"' in line or 'operation="ChunkwiseGet"' in line))
+
+
+@pytest.fixture()
+def bucket(stack: Stack) -> Iterator[str]:
+    # A fixed name per test would collide across tests; virtual hosts need it in /etc/hosts, so
+    # names stay short and DNS-safe.
+    name = uid("lmc").replace("_", "-")
+    with ObjectCacheClient(stack.gateway_url, name, (CLIENT_KEY, CLIENT_SECRET)) as c:
+        c.ensure_bucket()
+    yield name
+
+
+def engine_with_plugin(name: str, stack: Stack, bucket: str, dtype: torch.dtype, **settings: str) -> Any:
+    return harness.lmcache_engine(name, layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=dtype, **harness.plugin_config(stack.gateway_url, bucket, CLIENT_KEY, CLIENT_SECRET, **settings))
+
+
+def test_a_real_models_kv_round_trips_through_lmcache_and_the_plugin(model: Any, tokenizer: Any, stack: Stack, bucket: str) -> None:
+    from test_model import PREFIX_TOKENS, prompts
+
+    prefix, first_suffix, suffix = prompts(tokenizer)
+    with torch.no_grad():
+        first = model(input_ids=torch.cat([prefix, first_suffix], 1), use_cache=True)
+    kv = harness.kv_2ltd(first.past_key_values, PREFIX_TOKENS, torch.float32)
+    tokens = prefix[0]
+    writer = engine_with_plugin("plugin-writer", stack, bucket, torch.float32)
+    try:
+        writer.store(tokens, kvcaches=kv)
+        deadline = time.monotonic() + 60
+        while writer.lookup(tokens) < PREFIX_TOKENS and time.monotonic() < deadline:
+            time.sleep(0.1)  # LMCache's remote puts finish in the background
+    finally:
+        harness.destroy_engine("plugin-writer")
+    with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+        names = c.list_keys()
+    assert len(names) == 2 and all(n.startswith("HuggingFaceTB_SmolLM2-135M-Instruct@1@0@") and n.endswith("@float") for n in names)
+
+    reader = engine_with_plugin("plugin-reader", stack, bucket, torch.float32)
+    try:
+        shared = torch.cat([prefix, suffix], 1)[0]
+        assert reader.lookup(shared) == PREFIX_TOKENS
+        out = torch.zeros(2, L, len(shared), KV_HEADS * HEAD_DIM)
+        before = descriptor_gets(stack)
+        mask = reader.retrieve(shared, kvcaches=out)
+        assert int(mask.sum()) == PREFIX_TOKENS
+        assert descriptor_gets(stack) - before == 1  # the whole prefix in ONE descriptor GET
+        assert torch.equal(out[:, :, :PREFIX_TOKENS], kv)
+    finally:
+        harness.destroy_engine("plugin-reader")
+    with torch.no_grad():
+        reused = model(input_ids=suffix, past_key_values=harness.cache_from_kv_2ltd(out[:, :, :PREFIX_TOKENS], KV_HEADS, model.dtype)).logits
+        in_memory = model(input_ids=suffix, past_key_values=harness.cache_from_kv_2ltd(kv, KV_HEADS, model.dtype)).logits
+    assert torch.equal(reused, in_memory)
+
+
+def run_s3_connector(action: str, stack: Stack, bucket: str, tensor: Path, tokens: Path) -> str:
+    """LMCache's S3 connector in a child process whose /etc/hosts (a private mount namespace,
+    nothing changes outside it) maps ``<bucket>.oc.test`` to 127.0.0.1."""
+    port = stack.gateway_url.rsplit(":", 1)[1]
+    with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as hosts:
+        hosts.write(f"127.0.0.1 localhost\n127.0.0.1 {bucket}.oc.test\n")
+    try:
+        command = f'mount --bind "{hosts.name}" /etc/hosts && exec "{sys.executable}" "{HERE / "s3_connector_child.py"}" {action} s3://{bucket}.oc.test:{port} {CLIENT_KEY} {CLIENT_SECRET} "{tensor}" "{tokens}"'
+        done = subprocess.run(["unshare", "--mount", "--", "sh", "-c", command], capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONHASHSEED="0"))
+    finally:
+        os.unlink(hosts.name)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def test_chunks_are_interchangeable_with_lmcaches_own_s3_connector(stack: Stack, bucket: str, tmp_path: Path) -> None:
+    tokens = torch.arange(1000, 1000 + 1024)
+    torch.save(tokens, tmp_path / "tokens.pt")
+    kv = torch.randn(2, L, 1024, KV_HEADS * HEAD_DIM, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    torch.save(kv, tmp_path / "kv.pt")
+    # LMCache's S3 connector writes; the plugin reads (one layerwise GET).
+    assert "stored 1024" in run_s3_connector("store", stack, bucket, tmp_path / "kv.pt", tmp_path / "tokens.pt")
+    reader = engine_with_plugin("interop-reader", stack, bucket, torch.bfloat16)
+    try:
+        assert reader.lookup(tokens) == 1024
+        out = torch.zeros_like(kv)
+        assert int(reader.retrieve(tokens, kvcaches=out).sum()) == 1024
+        assert torch.equal(out, kv)
+    finally:
+        harness.destroy_engine("interop-reader")
+
+    # The plugin writes (another prefix); LMCache's S3 connector reads.
+    other = torch.arange(5000, 5000 + 768)
+    torch.save(other, tmp_path / "other.pt")
+    kv2 = torch.randn(2, L, 768, KV_HEADS * HEAD_DIM, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+    writer = engine_with_plugin("interop-writer", stack, bucket, torch.bfloat16)
+    try:
+        writer.store(other, kvcaches=kv2)
+        deadline = time.monotonic() + 60
+        while writer.lookup(other) < 768 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        harness.destroy_engine("interop-writer")
+    output = run_s3_connector("load", stack, bucket, tmp_path / "loaded.pt", tmp_path / "other.pt")
+    assert "retrieved 768" in output, output
+    assert torch.equal(torch.load(tmp_path / "loaded.pt"), kv2)
+
+
+def test_a_gateway_that_is_down_is_a_miss_and_a_missing_chunk_shortens_the_prefix(stack: Stack, bucket: str) -> None:
+    tokens = torch.arange(9000, 9000 + 768)
+    kv = torch.randn(2, L, 768, KV_HEADS * HEAD_DIM).to(torch.bfloat16)
+    dead = harness.lmcache_engine("dead", layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=torch.bfloat16, **harness.plugin_config(f"http://127.0.0.1:{free_port()}", bucket, CLIENT_KEY, CLIENT_SECRET, timeout_s="2", retries="0"))
+    try:
+        failures = sum(lmcache_backend.FAILURES.values())
+        dead.store(tokens, kvcaches=kv)  # no exception
+        assert dead.lookup(tokens) == 0
+        assert int(dead.retrieve(tokens, kvcaches=torch.zeros_like(kv)).sum()) == 0
+        deadline = time.monotonic() + 30
+        while sum(lmcache_backend.FAILURES.values()) < failures + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sum(lmcache_backend.FAILURES.values()) >= failures + 2
+        assert lmcache_backend.FAILURES.get(("lookup", "OC_ERR_BACKEND_UNAVAILABLE"), 0) >= 1
+    finally:
+        harness.destroy_engine("dead")
+
+    live = engine_with_plugin("partial", stack, bucket, torch.bfloat16)
+    try:
+        live.store(tokens, kvcaches=kv)
+        deadline = time.monotonic() + 60
+        while live.lookup(tokens) < 768 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+            names = sorted(c.list_keys())
+            assert len(names) == 3
+        connector = live.storage_manager.storage_backends["RemoteBackend-objectcache"].connection
+        keys = [key for _, _, key in live.token_database.process_tokens(tokens=tokens)]
+        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+            c.delete(lmcache_backend_name(keys[1]))
+        out = torch.zeros_like(kv)
+        assert int(live.retrieve(tokens, kvcaches=out).sum()) == 256
+        assert torch.equal(out[:, :, :256], kv[:, :, :256])
+        assert connector is not None
+    finally:
+        harness.destroy_engine("partial")
+
+
+def lmcache_backend_name(key: Any) -> str:
+    return str(key.to_string()).replace("/", "_")
+
+
+def test_settings_are_checked_with_clear_messages() -> None:
+    with pytest.raises(ValueError, match=r"remote_storage_plugin\.objectcache\.bucket is required"):
+        lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.endpoint": "http://x"}, "objectcache")
+    with pytest.raises(ValueError, match="unknown setting"):
+        lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.bukket": "x"}, "objectcache")
+    with pytest.raises(ValueError, match="mode must be"):
+        lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.endpoint": "http://x", "remote_storage_plugin.objectcache.bucket": "b", "remote_storage_plugin.objectcache.access_key_id": "k", "remote_storage_plugin.objectcache.secret_access_key": "s", "remote_storage_plugin.objectcache.mode": "fast"}, "objectcache")
+    settings = lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.endpoint": "http://x", "remote_storage_plugin.objectcache.bucket": "b", "remote_storage_plugin.objectcache.access_key_id": "k", "remote_storage_plugin.objectcache.secret_access_key": "s"}, "objectcache")
+    assert settings["mode"] == "auto" and settings["key_prefix"] == "" and settings["region"] == "us-east-1"
