@@ -62,16 +62,17 @@ class Stack:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def start_stack(gateway_args: Sequence[str] = (), backend: str = "s3") -> Stack:
+def start_stack(gateway_args: Sequence[str] = (), backend: str = "s3", launcher: Sequence[str] = ()) -> Stack:
     """MinIO and a gateway in front of it (``backend="s3"``), or a gateway on its embedded
-    store in a fresh data directory (``backend="local"``)."""
+    store in a fresh data directory (``backend="local"``). ``launcher`` prefixes both commands
+    (a benchmark pins them to a core with ``["taskset", "-c", "1"]``)."""
     ensure_built()
     data_dir = tempfile.mkdtemp(prefix=f"objectcache-py-{backend}-")
     stack = Stack(minio_url="", gateway_url="", admin_url="", processes=[], data_dir=data_dir)
     if backend == "s3":
         port, console = free_port(), free_port()
         env = dict(os.environ, MINIO_ROOT_USER=MINIO_KEY, MINIO_ROOT_PASSWORD=MINIO_SECRET, MINIO_BROWSER="off", MINIO_UPDATE="off", CI="true")
-        minio = subprocess.Popen([minio_binary(), "server", data_dir, "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        minio = subprocess.Popen([*launcher, minio_binary(), "server", data_dir, "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stack.processes.append(minio)
         stack.minio_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -92,7 +93,7 @@ def start_stack(gateway_args: Sequence[str] = (), backend: str = "s3") -> Stack:
         raise ValueError(f"backend is s3 or local, not {backend!r}")
     try:
         gateway_env = dict(os.environ, OBJECTCACHE_ACCESS_KEY=CLIENT_KEY, OBJECTCACHE_SECRET_KEY=CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY=MINIO_KEY, OBJECTCACHE_BACKEND_SECRET_KEY=MINIO_SECRET)
-        gateway = subprocess.Popen(["node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", *store_args, *gateway_args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        gateway = subprocess.Popen([*launcher, "node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", *store_args, *gateway_args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         stack.processes.append(gateway)
         assert gateway.stdout is not None
         for line in gateway.stdout:

@@ -101,6 +101,45 @@ def _connector_class() -> Any:
     return CPUTensorConnector
 
 
+def _layerwise_connector_class() -> Any:
+    from lmcache.v1.gpu_connector.gpu_connectors import VLLMPagedMemLayerwiseGPUConnector
+
+    class CPUTensorLayerwiseConnector(VLLMPagedMemLayerwiseGPUConnector):  # type: ignore[misc]
+        """LMCache's layerwise protocol (the generators vLLM's connector drives layer by layer)
+        over a ``[2, L, tokens, H]`` CPU tensor; per-layer MemoryObjs are ``[tokens, 2, H]``.
+        A subclass of LMCache's own layerwise connector only because LMCache checks the type;
+        none of its GPU code runs. ``on_layer_loaded(layer)`` is called as each layer lands."""
+
+        def __init__(self, layers: int, hidden: int) -> None:  # noqa: D107 - the parent's GPU set-up is skipped
+            self.num_layers, self.hidden = layers, hidden
+            self.kvcaches = None
+            self.on_layer_loaded: Any = None
+
+        def get_shape(self, num_tokens: int) -> torch.Size:
+            return torch.Size([num_tokens, 2, self.hidden])
+
+        def batched_to_gpu(self, starts: Any, ends: Any, **kwargs: Any) -> Any:
+            kv = kwargs["kvcaches"]
+            for layer in range(self.num_layers):
+                objs = yield
+                for start, end, obj in zip(starts, ends, objs):
+                    kv[:, layer, start:end].copy_(obj.tensor.transpose(0, 1))
+                if self.on_layer_loaded is not None:
+                    self.on_layer_loaded(layer)
+            yield
+            yield
+
+        def batched_from_gpu(self, memory_objs: Any, starts: Any, ends: Any, **kwargs: Any) -> Any:
+            kv = kwargs["kvcaches"]
+            for layer in range(self.num_layers):
+                for start, end, obj in zip(starts, ends, memory_objs[layer]):
+                    obj.tensor.copy_(kv[:, layer, start:end].transpose(0, 1))
+                yield
+            yield
+
+    return CPUTensorLayerwiseConnector
+
+
 def lmcache_engine(name: str, *, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, chunk_size: int = 256, extra_config: Optional[Dict[str, Any]] = None, **config: Any) -> Any:
     """An LMCache engine (``LMCacheEngineBuilder``) for SmolLM2's KV shape, configured as a user
     would configure it (``config``: LMCache settings such as ``remote_storage_plugins`` or
@@ -114,9 +153,28 @@ def lmcache_engine(name: str, *, layers: int, kv_heads: int, head_dim: int, dtyp
     engine_config = LMCacheEngineConfig.from_defaults(extra_config=extra_config or {}, **settings)
     metadata = LMCacheMetadata(model_name=MODEL_NAME, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0, kv_dtype=dtype, kv_shape=(layers, 2, chunk_size, kv_heads, head_dim))
     metadata.chunk_size = chunk_size  # LMCache reads it from here, whatever the config says
-    engine = LMCacheEngineBuilder.get_or_create(name, engine_config, metadata, _connector_class()(layers, kv_heads * head_dim), lambda tensor, rank: None, lambda obj, rank: obj)
+    connector = (_layerwise_connector_class() if settings.get("use_layerwise") else _connector_class())(layers, kv_heads * head_dim)
+    engine = LMCacheEngineBuilder.get_or_create(name, engine_config, metadata, connector, lambda tensor, rank: None, lambda obj, rank: obj)
     engine.post_init()
     return engine
+
+
+def store_layerwise(engine: Any, tokens: torch.Tensor, kv: torch.Tensor) -> None:
+    """Drives LMCache's ``store_layer`` generator to its end, as a serving engine does while its
+    layers compute."""
+    for _ in engine.store_layer(tokens, kvcaches=kv):
+        pass
+
+
+def retrieve_layerwise(engine: Any, tokens: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+    """Drives LMCache's ``retrieve_layer`` generator (one step per layer, as vLLM's
+    wait_for_layer_load does); returns the retrieved-token mask."""
+    mask = None
+    for step in engine.retrieve_layer(tokens, kvcaches=kv):
+        if isinstance(step, torch.Tensor) and step.dtype == torch.bool:
+            mask = step
+    assert mask is not None
+    return mask
 
 
 def destroy_engine(name: str) -> None:

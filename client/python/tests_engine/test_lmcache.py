@@ -3,6 +3,7 @@ backends: a real model's KV stored by one engine is retrieved bit-identical by a
 ONE layerwise GET for the whole prefix) and gives the same logits; chunks stored by LMCache's own
 S3 connector (unchanged, virtual-hosted-style through ``--domain``) are read by the plugin and
 the other way round, byte for byte; a gateway that is down is a miss, never an exception."""
+import asyncio
 import os
 import subprocess
 import sys
@@ -41,8 +42,8 @@ def bucket(stack: Stack) -> Iterator[str]:
     yield name
 
 
-def engine_with_plugin(name: str, stack: Stack, bucket: str, dtype: torch.dtype, **settings: str) -> Any:
-    return harness.lmcache_engine(name, layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=dtype, **harness.plugin_config(stack.gateway_url, bucket, CLIENT_KEY, CLIENT_SECRET, **settings))
+def engine_with_plugin(name: str, stack: Stack, bucket: str, dtype: torch.dtype, use_layerwise: bool = False, **settings: str) -> Any:
+    return harness.lmcache_engine(name, layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=dtype, use_layerwise=use_layerwise, **harness.plugin_config(stack.gateway_url, bucket, CLIENT_KEY, CLIENT_SECRET, **settings))
 
 
 def test_a_real_models_kv_round_trips_through_lmcache_and_the_plugin(model: Any, tokenizer: Any, stack: Stack, bucket: str) -> None:
@@ -157,14 +158,21 @@ def test_a_gateway_that_is_down_is_a_miss_and_a_missing_chunk_shortens_the_prefi
         with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
             names = sorted(c.list_keys())
             assert len(names) == 3
-        connector = live.storage_manager.storage_backends["RemoteBackend-objectcache"].connection
+        remote = live.storage_manager.storage_backends["RemoteBackend-objectcache"]
+        connector = remote.connection.getWrappedConnector()
+        assert isinstance(connector, lmcache_backend.ObjectCacheConnector)
         keys = [key for _, _, key in live.token_database.process_tokens(tokens=tokens)]
         with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
             c.delete(lmcache_backend_name(keys[1]))
         out = torch.zeros_like(kv)
         assert int(live.retrieve(tokens, kvcaches=out).sum()) == 256
         assert torch.equal(out[:, :, :256], kv[:, :, :256])
-        assert connector is not None
+        # A batched get that names the vanished chunk (a lookup raced with its deletion) returns
+        # the chunks before it, then None: the run is shortened, not lost.
+        got = asyncio.run_coroutine_threadsafe(connector.batched_get(keys), remote.loop).result(60)
+        assert got[0] is not None and got[1] is None and got[2] is None
+        assert torch.equal(got[0].tensor, kv[:, :, :256])
+        got[0].ref_count_down()
     finally:
         harness.destroy_engine("partial")
 
@@ -182,3 +190,45 @@ def test_settings_are_checked_with_clear_messages() -> None:
         lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.endpoint": "http://x", "remote_storage_plugin.objectcache.bucket": "b", "remote_storage_plugin.objectcache.access_key_id": "k", "remote_storage_plugin.objectcache.secret_access_key": "s", "remote_storage_plugin.objectcache.mode": "fast"}, "objectcache")
     settings = lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.endpoint": "http://x", "remote_storage_plugin.objectcache.bucket": "b", "remote_storage_plugin.objectcache.access_key_id": "k", "remote_storage_plugin.objectcache.secret_access_key": "s"}, "objectcache")
     assert settings["mode"] == "auto" and settings["key_prefix"] == "" and settings["region"] == "us-east-1"
+
+
+def test_lmcache_layerwise_mode_is_served_by_one_stream_and_shares_the_chunk_objects(stack: Stack, bucket: str) -> None:
+    """LMCache's ``use_layerwise: true`` (what vLLM's connector drives layer by layer): the
+    per-layer puts become the same chunk objects, and the per-layer gets of a prefix are answered
+    from ONE layerwise GET, each layer as its frame lands."""
+    tokens = torch.arange(20000, 20000 + 512)
+    kv = torch.randn(2, L, 512, KV_HEADS * HEAD_DIM, generator=torch.Generator().manual_seed(11)).to(torch.bfloat16)
+    writer = engine_with_plugin("layerwise-writer", stack, bucket, torch.bfloat16, use_layerwise=True)
+    try:
+        harness.store_layerwise(writer, tokens, kv)
+        deadline = time.monotonic() + 60
+        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+            while len(c.list_keys()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            names = sorted(c.list_keys())
+        assert len(names) == 2 and all(n.endswith("@bfloat16") for n in names)  # chunk objects, not per-layer ones
+    finally:
+        harness.destroy_engine("layerwise-writer")
+
+    reader = engine_with_plugin("layerwise-reader", stack, bucket, torch.bfloat16, use_layerwise=True)
+    try:
+        landed: list = []
+        reader.gpu_connector.on_layer_loaded = landed.append
+        out = torch.zeros_like(kv)
+        before = descriptor_gets(stack)
+        mask = harness.retrieve_layerwise(reader, tokens, out)
+        assert int(mask.sum()) == 512
+        assert landed == list(range(L))
+        assert descriptor_gets(stack) - before == 1  # 30 per-layer requests, one stream
+        assert torch.equal(out, kv)
+    finally:
+        harness.destroy_engine("layerwise-reader")
+
+    # The objects are the ordinary chunk objects: a non-layerwise engine reads them too.
+    plain = engine_with_plugin("layerwise-plain", stack, bucket, torch.bfloat16)
+    try:
+        out = torch.zeros_like(kv)
+        assert int(plain.retrieve(tokens, kvcaches=out).sum()) == 512
+        assert torch.equal(out, kv)
+    finally:
+        harness.destroy_engine("layerwise-plain")

@@ -214,7 +214,7 @@ class ObjectCacheClient:
         """Writes one chunk object (already in its stored layout). With
         ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the object's
         metadata, so the gateway verifies each slice it serves (up to 256 layers)."""
-        body = memoryview(data).tobytes()
+        body = data if isinstance(data, bytes) else memoryview(data).tobytes()
         headers = {"Content-Type": "application/octet-stream"}
         if layout is not None and layout[1] <= MAX_CHECKSUMMED_LAYERS:
             name, layers, layer_bytes = layout
@@ -231,6 +231,31 @@ class ObjectCacheClient:
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(keys)))) as pool:
             for _ in pool.map(lambda i: self.put_chunk(keys[i], objects[i], layout=layout), range(len(keys))):
                 pass
+
+    def get_object(self, key: str, into: Optional[Buffer] = None) -> Any:
+        """A whole object (a plain S3 GET), read into ``into`` when given (it must be exactly the
+        object's size) or returned as bytes."""
+        conn, response = self._send("GET", self._object_path(key))
+        try:
+            if into is None:
+                data: Any = response.read()
+            else:
+                view = _writable_bytes(into)
+                length = int(response.getheader("Content-Length") or -1)
+                if length != len(view):
+                    raise ObjectCacheError("OC_ERR_CLIENT_TARGET", f"{key!r} has {length} bytes; the buffer holds {len(view)}")
+                got = 0
+                while got < length:
+                    n = response.readinto(view[got:])
+                    if not n:
+                        raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", f"{key!r} ended after {got} of {length} bytes")
+                    got += n
+                data = into
+        except BaseException:
+            conn.close()
+            raise
+        self._give(conn, response)
+        return data
 
     def head_bucket(self) -> None:
         """Raises ObjectCacheError unless the bucket exists and the key may use it."""

@@ -18,6 +18,13 @@ What each LMCache call becomes (README, "Use it from LMCache and vLLM"):
   layer's K and V halves into their places in the chunk's KV_2LTD buffer), CRC-32C checked.
 - ``put``: one PUT of the chunk with its per-layer CRC-32Cs in its metadata.
 
+With LMCache's ``use_layerwise: true`` the engine asks for one layer of every chunk at a time
+(per-layer keys). The plugin serves those from ONE layerwise GET per prefix as well: the request
+for layer 0 opens the stream, and the request for layer ``l`` is answered as soon as frame ``l``
+has landed (its slices copied into LMCache's per-layer ``[tokens, K/V, hidden]`` MemoryObjs).
+The per-layer puts of a chunk are assembled and written as the same chunk object, once its last
+layer arrives, so both modes read and write the same objects.
+
 Objects are named and laid out exactly as LMCache's own S3 connector names and lays them out
 (``key.to_string()`` with ``/`` as ``_``, the MemoryObj's bytes as they are), so a chunk stored by
 either is read by the other. A gateway or network failure is a cache miss, logged and counted
@@ -26,12 +33,15 @@ either is read by the other. A gateway or network failure is a cache miss, logge
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from lmcache.utils import CacheEngineKey
+import torch
+
+from lmcache.utils import CacheEngineKey, LayerCacheEngineKey
 from lmcache.v1.memory_management import MemoryFormat, MemoryObj
 from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorContext
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
@@ -40,6 +50,7 @@ from .client import ObjectCacheClient
 from .errors import ObjectCacheError
 
 logger = logging.getLogger("objectcache.lmcache")
+T = TypeVar("T")
 
 #: LMCache plugin names are ``{type}`` or ``{type}.{instance}``; ours have this type.
 PLUGIN_TYPE = "objectcache"
@@ -138,6 +149,16 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self.layers = layers
         self.chunk_tokens = tokens
         self.layer_bytes = self.full_chunk_size_bytes // layers
+        #: LMCache's layerwise mode: per-layer keys and ``[tokens, 2, hidden]`` MemoryObjs.
+        self.use_layerwise = bool(getattr(config, "use_layerwise", False))
+        self.dtype = self.meta_dtypes[0]
+        self.layer_shape = torch.Size([tokens, _hidden]) if self.layout == "MLA" else torch.Size([tokens, 2, _hidden])
+        self.layer_fmt = MemoryFormat.KV_MLA_FMT if self.layout == "MLA" else MemoryFormat.KV_T2D
+        self._assembling: Dict[str, Tuple[torch.Tensor, set[int]]] = {}
+        self._streams: Dict[Tuple[str, ...], "_LayerStream"] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._inflight = 0
         self.key_prefix = settings["key_prefix"] or ""
         self.mode = settings["mode"] or "auto"
         self.extra_descriptor: Dict[str, Any] = {}
@@ -146,6 +167,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         if settings["compute_ms_per_layer"]:
             self.extra_descriptor["computeMsPerLayer"] = float(settings["compute_ms_per_layer"])
         endpoints = [e.strip() for e in (settings["endpoint"] or "").split(",") if e.strip()]
+        self.client_timeout = float(settings["timeout_s"] or 30)
         self.client = ObjectCacheClient(
             endpoints, settings["bucket"] or "", (settings["access_key_id"] or "", settings["secret_access_key"] or ""), settings["region"] or "us-east-1",
             timeout=float(settings["timeout_s"] or 30), retries=int(settings["retries"] or 0),
@@ -155,7 +177,10 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
     # -- names and places -------------------------------------------------------------------
 
     def object_name(self, key: CacheEngineKey) -> str:
-        """The object a chunk is stored as: LMCache's S3 connector's name (``/`` as ``_``)."""
+        """The object a chunk is stored as: LMCache's S3 connector's name (``/`` as ``_``); a
+        per-layer key names its whole chunk's object."""
+        if isinstance(key, LayerCacheEngineKey):
+            key = CacheEngineKey(model_name=key.model_name, world_size=key.world_size, worker_id=key.worker_id, chunk_hash=key.chunk_hash, dtype=key.dtype, request_configs=key.request_configs)
         return self.key_prefix + str(key.to_string()).replace("/", "_")
 
     def _descriptor(self, names: Sequence[str]) -> Dict[str, Any]:
@@ -219,22 +244,65 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         level = logging.DEBUG if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
         logger.log(level, "ObjectCache %s of %d chunk(s) failed, served as a miss: %s", op, count, error)
 
+    async def _get_run(self, keys: Sequence[CacheEngineKey]) -> List[MemoryObj]:
+        if keys and isinstance(keys[0], LayerCacheEngineKey):
+            return await self._get_layer(keys)
+        return await self._in_thread(self._fetch_prefix, keys)
+
     async def get(self, key: CacheEngineKey) -> Optional[MemoryObj]:
-        objs = await asyncio.to_thread(self._fetch_prefix, [key])
+        objs = await self._get_run([key])
         return objs[0] if objs else None
 
     def support_batched_get(self) -> bool:
         return True
 
     async def batched_get(self, keys: List[CacheEngineKey]) -> List[Optional[MemoryObj]]:
-        objs = await asyncio.to_thread(self._fetch_prefix, keys)
+        objs = await self._get_run(keys)
         return [*objs, *([None] * (len(keys) - len(objs)))]
 
     def support_batched_get_non_blocking(self) -> bool:
         return True
 
     async def batched_get_non_blocking(self, lookup_id: str, keys: List[CacheEngineKey]) -> List[MemoryObj]:
-        return await asyncio.to_thread(self._fetch_prefix, keys)
+        return await self._get_run(keys)
+
+    async def _get_layer(self, keys: Sequence[CacheEngineKey]) -> List[MemoryObj]:
+        """One layer of a run of chunks (LMCache's layerwise retrieval asks layer by layer): the
+        prefix's stream is opened by the first layer asked for and answers each later layer as
+        its frame lands."""
+        layer = int(keys[0].layer_id)
+        names = tuple(self.object_name(k) for k in keys)
+        with self._lock:
+            stream = self._streams.get(names)
+            if stream is None or stream.first > layer or stream.taken[layer]:
+                if stream is not None:
+                    stream.abandon()  # a retrieval that stopped asking: free what it left
+                stream = _LayerStream(self, names, layer)
+                self._streams[names] = stream
+            stream.taken[layer] = True
+            if layer == self.layers - 1:
+                self._streams.pop(names, None)
+        return await asyncio.wrap_future(stream.layers[layer])
+
+    def _layer_objects(self, staging: memoryview, chunks: int) -> List[MemoryObj]:
+        """One delivered layer (per chunk: K then V, token-major) as LMCache's per-layer MemoryObjs."""
+        objs: List[MemoryObj] = []
+        for _ in range(chunks):
+            obj = self.local_cpu_backend.allocate(self.layer_shape, self.dtype, self.layer_fmt)
+            if obj is None:
+                for taken in objs:
+                    taken.ref_count_down()
+                raise ObjectCacheError("OC_ERR_CLIENT_TARGET", "LMCache's CPU buffer is full")
+            objs.append(obj)
+        values = torch.frombuffer(staging, dtype=self.dtype)
+        if self.layout == "MLA":
+            for i, obj in enumerate(objs):
+                obj.tensor.view(-1).copy_(values[i * values.numel() // chunks:(i + 1) * values.numel() // chunks])
+        else:
+            halves = values.view(chunks, 2, self.chunk_tokens, -1)
+            for i, obj in enumerate(objs):
+                obj.tensor.copy_(halves[i].transpose(0, 1))  # [2, T, H] -> [T, 2, H]
+        return objs
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -249,13 +317,13 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         return self._matched([key]) == 1
 
     async def exists(self, key: CacheEngineKey) -> bool:
-        return await asyncio.to_thread(self._matched, [key]) == 1
+        return await self._in_thread(self._matched, [key]) == 1
 
     def support_batched_async_contains(self) -> bool:
         return True
 
     async def batched_async_contains(self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False) -> int:
-        return await asyncio.to_thread(self._matched, keys)
+        return await self._in_thread(self._matched, keys)
 
     def support_batched_contains(self) -> bool:
         return True
@@ -265,19 +333,58 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _put(self, key: CacheEngineKey, obj: MemoryObj) -> None:
-        if obj.get_physical_size() != self.full_chunk_size_bytes:
-            # As LMCache's S3 connector: a partial chunk has no fixed-size object to be read as.
-            logger.debug("ObjectCache backend skips the partial chunk %s (%d bytes)", key.to_string(), obj.get_physical_size())
-            return
+    def _put(self, name: str, body: bytes) -> None:
         try:
-            self.client.put_chunk(self.object_name(key), obj.byte_array, layout=(self.layout, self.layers, self.layer_bytes))
+            self.client.put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes))
         except Exception as error:
             self._miss("put", error, 1)
 
     async def put(self, key: CacheEngineKey, memory_obj: MemoryObj) -> None:
         # LMCache's RemoteBackend releases the object once this returns: no ref_count_down here.
-        await asyncio.to_thread(self._put, key, memory_obj)
+        if isinstance(key, LayerCacheEngineKey):
+            chunk = self._assemble(key, memory_obj)
+            if chunk is not None:
+                await self._in_thread(self._put_bytes, self.object_name(key), chunk)
+            return
+        if memory_obj.get_physical_size() != self.full_chunk_size_bytes:
+            # As LMCache's S3 connector: a partial chunk has no fixed-size object to be read as.
+            logger.debug("ObjectCache backend skips the partial chunk %s (%d bytes)", key.to_string(), memory_obj.get_physical_size())
+            return
+        # Copied before the upload starts: LMCache may free the object's memory once this
+        # coroutine is cancelled or the engine closes, while an upload thread still runs.
+        body = memory_obj.byte_array.tobytes()
+        await self._in_thread(self._put, self.object_name(key), body)
+
+    def _assemble(self, key: Any, obj: MemoryObj) -> Optional[torch.Tensor]:
+        """Collects a chunk's per-layer puts into its KV_2LTD object; returns it once complete."""
+        tensor = obj.tensor
+        if tensor is None or tensor.shape[0] != self.chunk_tokens:
+            logger.debug("ObjectCache backend skips a partial chunk's layer %s", key.to_string())
+            return None
+        name = self.object_name(key)
+        layer = int(key.layer_id)
+        with self._lock:
+            entry = self._assembling.get(name)
+            if entry is None:
+                kv = 1 if self.layout == "MLA" else 2
+                entry = (torch.empty(kv, self.layers, self.chunk_tokens, tensor.shape[-1], dtype=self.dtype), set())
+                self._assembling[name] = entry
+            chunk, seen = entry
+            if self.layout == "MLA":
+                chunk[0, layer].copy_(tensor)
+            else:
+                chunk[:, layer].copy_(tensor.transpose(0, 1))  # [T, 2, H] -> [2, T, H]
+            seen.add(layer)
+            if len(seen) < self.layers:
+                return None
+            del self._assembling[name]
+            return chunk
+
+    def _put_bytes(self, name: str, chunk: torch.Tensor) -> None:
+        try:
+            self.client.put_chunk(name, chunk.view(torch.uint8).numpy(), layout=(self.layout, self.layers, self.layer_bytes))
+        except Exception as error:
+            self._miss("put", error, 1)
 
     def remove_sync(self, key: CacheEngineKey) -> bool:
         try:
@@ -291,7 +398,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     async def list(self) -> List[str]:
         """The object names under ``key_prefix`` (LMCache keys with ``/`` as ``_``)."""
-        names = await asyncio.to_thread(self.client.list_keys, self.key_prefix)
+        names = await self._in_thread(self.client.list_keys, self.key_prefix)
         return [name[len(self.key_prefix):] for name in names]
 
     def support_ping(self) -> bool:
@@ -300,16 +407,97 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
     async def ping(self) -> int:
         """0 when the gateway answers for the bucket, 1 otherwise."""
         try:
-            await asyncio.to_thread(self.client.head_bucket)
+            await self._in_thread(self.client.head_bucket)
             return 0
         except Exception:
             return 1
 
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs a blocking call in a thread, counted until the thread is done with it, so that
+        :meth:`close` waits for it (a thread still writing into a MemoryObj must finish before
+        LMCache frees its memory)."""
+        with self._idle:
+            self._inflight += 1
+        return await asyncio.to_thread(self._tracked, fn, *args)
+
+    def _tracked(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
     async def close(self) -> None:
+        """Waits (up to the request timeout) for calls still running, then closes the client."""
+        deadline = self.client_timeout
+        with self._idle:
+            self._idle.wait_for(lambda: self._inflight == 0, timeout=deadline)
         self.client.close()
 
     def __repr__(self) -> str:
         return f"<ObjectCacheConnector {self.plugin_name} {self.client.endpoint}/{self.client.bucket}>"
+
+
+class _LayerStream:
+    """One prefix's layerwise GET in a thread, from layer ``first`` on; ``layers[l]`` resolves to
+    layer l's MemoryObjs as its frame lands. If the stream fails, the layers not yet delivered
+    fail with its ObjectCacheError: LMCache's layerwise retrieval has counted the tokens as hits
+    before the first layer arrives, so an empty answer would let the model run on KV that never
+    came; the error is counted and logged like any miss, and LMCache sees it."""
+
+    def __init__(self, connector: ObjectCacheConnector, names: Tuple[str, ...], first: int) -> None:
+        self.connector, self.names, self.first = connector, names, first
+        self.layers: List["concurrent.futures.Future[List[MemoryObj]]"] = [concurrent.futures.Future() for _ in range(connector.layers)]
+        self.taken = [False] * connector.layers
+        self.abandoned = False
+        with connector._idle:
+            connector._inflight += 1
+        threading.Thread(target=self._run, name="objectcache-lmcache-layers", daemon=True).start()
+
+    def abandon(self) -> None:
+        """Releases the layers delivered but never asked for (called under the connector's lock);
+        layers that land later are released as they land."""
+        self.abandoned = True
+        for layer, future in enumerate(self.layers):
+            if not self.taken[layer] and future.done() and future.exception() is None:
+                for obj in future.result():
+                    obj.ref_count_down()
+
+    def _run(self) -> None:
+        try:
+            self._stream()
+        finally:
+            with self.connector._idle:
+                self.connector._inflight -= 1
+                self.connector._idle.notify_all()
+
+    def _stream(self) -> None:
+        c = self.connector
+        chunks, size = len(self.names), c.layer_bytes
+        staging = memoryview(bytearray(chunks * size))
+
+        def ready(layer: int) -> None:
+            objs = c._layer_objects(staging, chunks)
+            with c._lock:
+                if self.abandoned:
+                    for obj in objs:
+                        obj.ref_count_down()
+                    objs = []
+                self.layers[layer].set_result(objs)
+
+        failure: BaseException = ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the layerwise GET ended early")
+        try:
+            descriptor = c._descriptor(list(self.names))
+            descriptor.update(mode="layerwise", layerRange=[self.first, c.layers])
+            c.client.fetch_into(descriptor, lambda layer, chunk: (staging[chunk * size:(chunk + 1) * size],), ready)
+        except Exception as error:
+            c._miss("get", error, chunks)
+            failure = error
+        finally:
+            for future in self.layers[self.first:]:
+                if not future.done():
+                    future.set_exception(failure)
 
 
 class ObjectCacheAdapter(ConnectorAdapter):  # type: ignore[misc]
