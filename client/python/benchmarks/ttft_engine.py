@@ -112,10 +112,7 @@ def main() -> None:
                 keys = chunk_keys(prefix[0].tolist(), "smollm2-135m", layout.dtype_name, 256, layout.layers, layout.layer_bytes, "KV_2LTD")
                 gateway.put_chunks(keys, [c.view(torch.uint8).numpy() for c in chunks], layout=("KV_2LTD", layout.layers, layout.layer_bytes))
                 kv_all = harness.kv_2ltd(prefill.past_key_values, cached, torch.float32)
-                plugin.store(prefix[0], kvcaches=kv_all)
-                deadline = time.monotonic() + 120
-                while plugin.lookup(prefix[0]) < cached and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                harness.store_and_wait(plugin, prefix[0], kv_all, cached, timeout=120)
                 memory_cache_kv = kv_all.clone()
                 del prefill
 
@@ -131,12 +128,17 @@ def main() -> None:
                     return model(input_ids=suffix, past_key_values=harness.cache_from_kv_2ltd(kv, layout.kv_heads, model.dtype)).logits
 
                 waits: List[float] = []
+                per_layer: List[List[float]] = []
+                timelines: List[List[float]] = []
 
                 def run_layerwise() -> Any:
                     assert gateway.lookup(keys, layers=layout.layers, layer_bytes=layout.layer_bytes) == len(keys)
                     with LayerwiseLoad(gateway, model, layout, keys) as load:
                         logits = model(input_ids=suffix, past_key_values=load.cache).logits
                     waits.append(sum(load.waits))
+                    per_layer.append([round(w, 4) for w in load.waits])
+                    assert load.result is not None
+                    timelines.append([round(t, 4) for _, t in load.result.timeline])
                     return logits
 
                 prebuilt: List[Any] = []
@@ -178,12 +180,12 @@ def main() -> None:
                     "ttftSeconds": {m: statistics.median(v) for m, v in times.items()},
                     "allSeconds": times,
                     "layerwiseHookWaitSeconds": statistics.median(waits),
+                    "layerwiseLayerWaits": per_layer[-1],
+                    "layerwiseFrameTimeline": timelines[-1],
                     "layerwiseFetchOnlySeconds": fetch_only,
                 }
                 results.append(row)
                 print(json.dumps({k: row[k] for k in ("promptTokens", "hit", "ttftSeconds", "layerwiseHookWaitSeconds", "layerwiseFetchOnlySeconds")}), flush=True)
-        harness.destroy_engine("bench-plugin")
-        harness.destroy_engine("bench-s3")
     finally:
         stack.stop()
     report = {

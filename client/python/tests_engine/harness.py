@@ -159,6 +159,19 @@ def lmcache_engine(name: str, *, layers: int, kv_heads: int, head_dim: int, dtyp
     return engine
 
 
+def store_and_wait(engine: Any, tokens: torch.Tensor, kv: torch.Tensor, expected: int, timeout: float = 60.0) -> None:
+    """``engine.store``, then waits until the engine's lookup finds ``expected`` tokens (LMCache's
+    remote puts finish in the background)."""
+    import time
+
+    engine.store(tokens, kvcaches=kv)
+    deadline = time.monotonic() + timeout
+    while engine.lookup(tokens) < expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the store did not reach {expected} tokens in {timeout} s")
+        time.sleep(0.05)
+
+
 def store_layerwise(engine: Any, tokens: torch.Tensor, kv: torch.Tensor) -> None:
     """Drives LMCache's ``store_layer`` generator to its end, as a serving engine does while its
     layers compute."""

@@ -56,10 +56,7 @@ def test_a_real_models_kv_round_trips_through_lmcache_and_the_plugin(model: Any,
     tokens = prefix[0]
     writer = engine_with_plugin("plugin-writer", stack, bucket, torch.float32)
     try:
-        writer.store(tokens, kvcaches=kv)
-        deadline = time.monotonic() + 60
-        while writer.lookup(tokens) < PREFIX_TOKENS and time.monotonic() < deadline:
-            time.sleep(0.1)  # LMCache's remote puts finish in the background
+        harness.store_and_wait(writer, tokens, kv, PREFIX_TOKENS)
     finally:
         harness.destroy_engine("plugin-writer")
     with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
@@ -121,10 +118,7 @@ def test_chunks_are_interchangeable_with_lmcaches_own_s3_connector(stack: Stack,
     kv2 = torch.randn(2, L, 768, KV_HEADS * HEAD_DIM, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
     writer = engine_with_plugin("interop-writer", stack, bucket, torch.bfloat16)
     try:
-        writer.store(other, kvcaches=kv2)
-        deadline = time.monotonic() + 60
-        while writer.lookup(other) < 768 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        harness.store_and_wait(writer, other, kv2, 768)
     finally:
         harness.destroy_engine("interop-writer")
     output = run_s3_connector("load", stack, bucket, tmp_path / "loaded.pt", tmp_path / "other.pt")
@@ -151,10 +145,7 @@ def test_a_gateway_that_is_down_is_a_miss_and_a_missing_chunk_shortens_the_prefi
 
     live = engine_with_plugin("partial", stack, bucket, torch.bfloat16)
     try:
-        live.store(tokens, kvcaches=kv)
-        deadline = time.monotonic() + 60
-        while live.lookup(tokens) < 768 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        harness.store_and_wait(live, tokens, kv, 768)
         with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
             names = sorted(c.list_keys())
             assert len(names) == 3

@@ -149,8 +149,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self.layers = layers
         self.chunk_tokens = tokens
         self.layer_bytes = self.full_chunk_size_bytes // layers
-        #: LMCache's layerwise mode: per-layer keys and ``[tokens, 2, hidden]`` MemoryObjs.
-        self.use_layerwise = bool(getattr(config, "use_layerwise", False))
+        #: LMCache's layerwise mode (per-layer keys) uses ``[tokens, 2, hidden]`` MemoryObjs.
         self.dtype = self.meta_dtypes[0]
         self.layer_shape = torch.Size([tokens, _hidden]) if self.layout == "MLA" else torch.Size([tokens, 2, _hidden])
         self.layer_fmt = MemoryFormat.KV_MLA_FMT if self.layout == "MLA" else MemoryFormat.KV_T2D
