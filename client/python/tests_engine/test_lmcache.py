@@ -223,3 +223,54 @@ def test_lmcache_layerwise_mode_is_served_by_one_stream_and_shares_the_chunk_obj
         assert torch.equal(out, kv)
     finally:
         harness.destroy_engine("layerwise-plain")
+
+
+def test_the_readmes_lmcache_yaml_works_as_written(stack: Stack, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The YAML of README.md's "Use it from LMCache and vLLM", loaded by LMCache's own config
+    reader with only the endpoint and bucket changed (credentials from the environment, as the
+    README says): a fresh engine retrieves what another stored."""
+    import re
+
+    from lmcache.v1.cache_engine import LMCacheEngineBuilder
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.metadata import LMCacheMetadata
+
+    readme = (HERE.parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Use it from LMCache and vLLM"):]
+    yaml_text = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    assert "ObjectCacheAdapter" in yaml_text and "local_cpu: true" in yaml_text
+    yaml_text = re.sub(r"(endpoint: ).*", rf"\g<1>{stack.gateway_url}", yaml_text)
+    yaml_text = re.sub(r"(bucket: ).*", rf"\g<1>{bucket}", yaml_text)
+    yaml_text = re.sub(r"(tenant: ).*", rf"\g<1>{CLIENT_KEY}", yaml_text)
+    (tmp_path / "lmcache.yaml").write_text(yaml_text)
+    monkeypatch.setenv("OBJECTCACHE_ACCESS_KEY", CLIENT_KEY)
+    monkeypatch.setenv("OBJECTCACHE_SECRET_KEY", CLIENT_SECRET)
+    config = LMCacheEngineConfig.from_file(str(tmp_path / "lmcache.yaml"))
+
+    def engine(name: str) -> Any:
+        metadata = LMCacheMetadata(model_name=harness.MODEL_NAME, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0, kv_dtype=torch.bfloat16, kv_shape=(L, 2, 256, KV_HEADS, HEAD_DIM))
+        built = LMCacheEngineBuilder.get_or_create(name, config, metadata, harness._connector_class()(L, KV_HEADS * HEAD_DIM), lambda t, r: None, lambda o, r: o)
+        built.post_init()
+        return built
+
+    tokens = torch.arange(30000, 30000 + 512)
+    kv = torch.randn(2, L, 512, KV_HEADS * HEAD_DIM).to(torch.bfloat16)
+    writer = engine("readme-writer")
+    try:
+        writer.store(tokens, kvcaches=kv)
+        # local_cpu: true answers lookups from CPU memory at once: wait for the objects themselves.
+        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+            deadline = time.monotonic() + 60
+            while len(c.list_keys()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(c.list_keys()) == 2
+    finally:
+        harness.destroy_engine("readme-writer")
+    reader = engine("readme-reader")
+    try:
+        out = torch.zeros_like(kv)
+        assert reader.lookup(tokens) == 512
+        assert int(reader.retrieve(tokens, kvcaches=out).sum()) == 512
+        assert torch.equal(out, kv)
+    finally:
+        harness.destroy_engine("readme-reader")

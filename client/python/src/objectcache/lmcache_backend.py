@@ -158,6 +158,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self._lock = threading.Lock()
         self._idle = threading.Condition()
         self._inflight = 0
+        self._closed = False
         self.key_prefix = settings["key_prefix"] or ""
         self.mode = settings["mode"] or "auto"
         self.extra_descriptor: Dict[str, Any] = {}
@@ -244,6 +245,8 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         logger.log(level, "ObjectCache %s of %d chunk(s) failed, served as a miss: %s", op, count, error)
 
     async def _get_run(self, keys: Sequence[CacheEngineKey]) -> List[MemoryObj]:
+        if self._closed:
+            return []
         if keys and isinstance(keys[0], LayerCacheEngineKey):
             return await self._get_layer(keys)
         return await self._in_thread(self._fetch_prefix, keys)
@@ -340,6 +343,8 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     async def put(self, key: CacheEngineKey, memory_obj: MemoryObj) -> None:
         # LMCache's RemoteBackend releases the object once this returns: no ref_count_down here.
+        if self._closed:
+            return  # a put queued behind close(): the engine may have freed the object's memory
         if isinstance(key, LayerCacheEngineKey):
             chunk = self._assemble(key, memory_obj)
             if chunk is not None:
@@ -428,7 +433,9 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
                 self._idle.notify_all()
 
     async def close(self) -> None:
-        """Waits (up to the request timeout) for calls still running, then closes the client."""
+        """Waits (up to the request timeout) for calls still running, then closes the client;
+        calls queued after it do nothing (puts) or miss (reads)."""
+        self._closed = True
         deadline = self.client_timeout
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=deadline)
