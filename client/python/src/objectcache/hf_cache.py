@@ -11,9 +11,10 @@ arithmetic is the same as with the whole cache in memory, so the logits are iden
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import torch
 from transformers import DynamicCache
@@ -89,9 +90,12 @@ class LayerwiseLoad:
     its ObjectCacheError (the forward pass that waited for a missing layer raised it already).
     """
 
-    def __init__(self, client: ObjectCacheClient, model: Any, layout: KVLayout, keys: Sequence[str], *, timeout: float = 120.0, **descriptor_fields: Any) -> None:
+    def __init__(self, client: ObjectCacheClient, model: Any, layout: KVLayout, keys: Sequence[str], *, timeout: float = 120.0, fetch_cpus: Optional[Set[int]] = None, **descriptor_fields: Any) -> None:
+        """``fetch_cpus``: the CPUs the fetching thread may run on (Linux), to keep its socket
+        reads off the cores the model computes on; unset, it runs where the process may."""
         self.client, self.model, self.layout, self.keys = client, model, layout, list(keys)
         self.timeout = timeout
+        self.fetch_cpus = fetch_cpus
         self.descriptor = layout.descriptor(self.keys, mode="layerwise", **descriptor_fields)
         self.chunks = len(self.keys)
         self.cache = DynamicCache()
@@ -105,6 +109,8 @@ class LayerwiseLoad:
         self.waits: List[float] = [0.0] * layout.layers
 
     def _fetch(self) -> None:
+        if self.fetch_cpus is not None:
+            os.sched_setaffinity(0, self.fetch_cpus)  # this thread only (Linux)
         try:
             self.result = self.client.fetch(self.descriptor, memoryview(self._payload.numpy()), lambda layer, _view: self._ready[layer].set())
         except BaseException as error:  # noqa: BLE001 - handed to the waiting model thread
