@@ -46,8 +46,10 @@ export function defaultWorkerCount(): number {
 /** The compiled worker: next to this module in dist/, or dist/ when running from TypeScript sources (tests). */
 function workerFilename(): string {
   const here = fileURLToPath(import.meta.url);
-  if (here.endsWith('.ts')) return join(dirname(dirname(here)), 'dist', 'storage-worker', 'read-worker.js');
-  return join(dirname(here), 'read-worker.js');
+  // The CommonJS entry (read-worker-entry.cts) that import()s read-worker.js: piscina's require()
+  // of the ES module itself can abort the process on Node 20 (see that file).
+  if (here.endsWith('.ts')) return join(dirname(dirname(here)), 'dist', 'storage-worker', 'read-worker-entry.cjs');
+  return join(dirname(here), 'read-worker-entry.cjs');
 }
 
 /** Recycled task buffers kept at most (bytes); beyond it returned buffers are left to the GC. */

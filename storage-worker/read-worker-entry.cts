@@ -1,0 +1,8 @@
+/**
+ * The read workers' entry as CommonJS: piscina loads a worker file with require() first, and on
+ * Node 20.19+ require() of an ES module goes through require(esm), which aborted a worker start
+ * with a native assertion (node::loader::ModuleWrap::CreateRequiredModuleFacade) in a CI run and
+ * took its test process down. This file is CommonJS, so require() loads it plainly; it loads the
+ * ES module read-worker.js with import() and exports its task function (piscina awaits it).
+ */
+export = import('./read-worker.js').then((worker) => worker.default);
