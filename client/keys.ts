@@ -1,5 +1,5 @@
 /**
- * Chunk keys (DESIGN.md section 3): H_i = SHA-256(H_{i-1} || tokens of chunk i as u32 LE),
+ * Chunk keys (schemas/wire-format.md section 1): H_i = SHA-256(H_{i-1} || tokens of chunk i as u32 LE),
  * seeded with a fingerprint of the model layout, so a prefix hit is an ordered list of keys and
  * two layouts can never share a key. Only full chunks of G tokens are keyed.
  */

@@ -1,5 +1,5 @@
 /**
- * Parsing, validation and normalisation of descriptors (DESIGN.md section 4). Strict: every
+ * Parsing, validation and normalisation of descriptors (schemas/wire-format.md section 2). Strict: every
  * wrong field is named, all at once, before any byte streams; limits are enforced; arithmetic
  * (N * L * S and friends) is checked to stay within exact integers.
  */

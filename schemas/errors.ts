@@ -18,7 +18,7 @@ export interface ErrorSpec {
 }
 
 export const ERRORS = {
-  // --- authentication and authorisation (DESIGN.md section 11) ---
+  // --- authentication and authorisation (README, Reliability) ---
   OC_ERR_AUTH_MISSING: { status: 403, s3Code: 'AccessDenied', description: 'The request carries no SigV4 signature (anonymous access is not allowed).' },
   OC_ERR_AUTH_MALFORMED: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The Authorization header or the presigned query parameters cannot be parsed.' },
   OC_ERR_AUTH_ALGORITHM: { status: 400, s3Code: 'InvalidArgument', description: 'Only AWS4-HMAC-SHA256 (SigV4) is supported.' },
@@ -75,7 +75,7 @@ export const ERRORS = {
   OC_ERR_BACKEND_TIMEOUT: { status: 503, s3Code: 'ServiceUnavailable', description: 'The object store did not answer within the backend timeout.' },
   OC_ERR_BACKEND_PROTOCOL: { status: 502, s3Code: 'InternalError', description: 'The object store answered with something that is not valid S3.' },
 
-  // --- descriptors and the layerwise GET (DESIGN.md sections 4-7) ---
+  // --- descriptors and the layerwise GET (README, The layerwise GET) ---
   OC_ERR_DESCRIPTOR_ENCODING: { status: 400, s3Code: 'InvalidArgument', description: 'The descriptor is not base64 (header form) or not JSON.' },
   OC_ERR_DESCRIPTOR_INVALID: { status: 400, s3Code: 'InvalidArgument', description: 'One or more descriptor fields are wrong; the message names each of them.' },
   OC_ERR_DESCRIPTOR_LIMIT: { status: 400, s3Code: 'InvalidArgument', description: 'The descriptor exceeds a configured limit (keys, layers, layer bytes, total bytes).' },

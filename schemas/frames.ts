@@ -1,5 +1,5 @@
 /**
- * The framed response stream of a layerwise GET (DESIGN.md section 5; written specification in
+ * The framed response stream of a layerwise GET (schemas/wire-format.md section 4; written specification in
  * schemas/wire-format.md). All integers little-endian.
  *
  *   stream   := preamble frame* END-or-ERROR

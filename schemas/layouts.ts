@@ -1,5 +1,5 @@
 /**
- * KV cache layouts of chunk objects, and model presets (DESIGN.md section 3).
+ * KV cache layouts of chunk objects, and model presets (schemas/wire-format.md section 1).
  *
  * A chunk holds G tokens of all L layers. `S` (layerBytes) is the bytes of one layer of one chunk.
  * - KV_L2TD (the paper's layout): layer-major; inside a layer K then V, each token-major then

@@ -1,5 +1,5 @@
 /**
- * A byte budget: read-ahead is bounded per request and in total (DESIGN.md section 6), so memory
+ * A byte budget: read-ahead is bounded per request and in total (README, The layerwise GET: Read-ahead), so memory
  * stays flat under load. Acquisition waits in FIFO order; a single grant larger than the budget is
  * allowed when nothing else is held, so one oversized task cannot deadlock a request.
  */

@@ -1,5 +1,5 @@
 /**
- * Where a layerwise GET's descriptor comes from (DESIGN.md section 4): the
+ * Where a layerwise GET's descriptor comes from (schemas/wire-format.md sections 2-3): the
  * `x-objectcache-descriptor` header of `GET /{bucket}/{key}`, or the JSON body of
  * `POST /{bucket}?objectcache` for descriptors too large for a header. Either way the descriptor
  * must be covered by the request signature, since it decides which objects are read.

@@ -72,7 +72,7 @@ export async function* paced(frames: AsyncIterable<Frame>, pacer: Pacer): AsyncG
 }
 
 export interface SendOptions {
-  /** A client that takes no data for this long is cut off (DESIGN.md section 11). */
+  /** A client that takes no data for this long is cut off (README, Reliability). */
   readonly stallTimeoutMs: number;
   /** Payload bytes handed to the socket (delivered-bytes metrics). */
   readonly onBytes?: ((bytes: number) => void) | undefined;

@@ -1,5 +1,5 @@
 /**
- * The read plan of a layerwise GET (DESIGN.md section 6). One range read per chunk per layer
+ * The read plan of a layerwise GET (README, The layerwise GET: Read plan). One range read per chunk per layer
  * (the paper's N * L reads) is the enemy for small slices, but consecutive layers of a chunk are
  * contiguous bytes, so one read can cover a group of layers. The first group is one layer, since
  * layer 0 gates the client's first compute; later groups grow fourfold (1, 4, 16, ...) until a

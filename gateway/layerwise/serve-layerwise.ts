@@ -1,5 +1,5 @@
 /**
- * The layerwise GET (DESIGN.md sections 5-7): one streamed response that delivers the matched
+ * The layerwise GET (README, The layerwise GET; schemas/wire-format.md): one streamed response that delivers the matched
  * prefix's KV layer by layer (LAYER frames) or chunk by chunk (CHUNK frames), assembled by the
  * read workers from range reads of every chunk.
  *
@@ -199,7 +199,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     }
   } catch (error) {
     if (s.ctx.signal.aborted) return;
-    // After headers: the ERROR frame is the answer, then the stream ends (STYLE.md, rule 6).
+    // After headers: the ERROR frame is the answer, then the stream ends (the headers-sent rule of gateway/s3/respond.ts).
     const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
     s.ctx.logger.warn({ error: e }, 'layerwise stream failed after headers');
     const payload: ErrorPayload = {

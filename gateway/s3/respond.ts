@@ -1,5 +1,5 @@
 /**
- * Writing S3 responses, and the headers-sent rule (STYLE.md, fastify's reply.js): before
+ * Writing S3 responses, and the headers-sent rule (as fastify's reply.js has it): before
  * headers, an error is a real S3 XML error response with the right status; after headers, the
  * response is destroyed (the framed stream has its own ERROR frame); a client that is gone gets
  * nothing.

@@ -76,7 +76,7 @@ def main() -> None:
     from stack import CLIENT_KEY, CLIENT_SECRET, MINIO_KEY, MINIO_SECRET, start_stack
 
     from objectcache import ObjectCacheClient, chunk_keys
-    from objectcache.hf_cache import KVLayout, LayerwiseLoad, chunks_from_cache, load_cache
+    from objectcache.hf_cache import KVLayout, LayerwiseLoad, cache_from_kv, kv_from_cache, load_cache
 
     model = harness.load_model()
     tokenizer = harness.load_tokenizer()
@@ -110,10 +110,10 @@ def main() -> None:
                 prefix, suffix = prompt[:, :cached], prompt[:, cached:]
                 with torch.no_grad():
                     prefill = model(input_ids=prefix, use_cache=True)
-                chunks = chunks_from_cache(prefill.past_key_values, layout)
+                kv_all = kv_from_cache(prefill.past_key_values, layout, cached)
+                chunks = [kv_all[:, :, i * 256:(i + 1) * 256].contiguous() for i in range(cached // 256)]
                 keys = chunk_keys(prefix[0].tolist(), "smollm2-135m", layout.dtype_name, 256, layout.layers, layout.layer_bytes, "KV_2LTD")
                 gateway.put_chunks(keys, [c.view(torch.uint8).numpy() for c in chunks], layout=("KV_2LTD", layout.layers, layout.layer_bytes))
-                kv_all = harness.kv_2ltd(prefill.past_key_values, cached, torch.float32)
                 harness.store_and_wait(plugin, prefix[0], kv_all, cached, timeout=120)
                 memory_cache_kv = kv_all.clone()
                 del prefill
@@ -127,7 +127,7 @@ def main() -> None:
                     with ThreadPoolExecutor(8) as pool:
                         list(pool.map(lambda i: minio.get_object(keys[i], memoryview(buffers[i].numpy())), range(len(keys))))
                     kv = torch.cat([b.view(torch.float32).view(2, layout.layers, 256, layout.hidden) for b in buffers], dim=2)
-                    return model(input_ids=suffix, past_key_values=harness.cache_from_kv_2ltd(kv, layout.kv_heads, model.dtype)).logits
+                    return model(input_ids=suffix, past_key_values=cache_from_kv(kv, layout, model.dtype)).logits
 
                 waits: List[float] = []
                 per_layer: List[List[float]] = []
@@ -154,19 +154,19 @@ def main() -> None:
                         assert engine.lookup(prompt[0]) == cached
                         out = torch.zeros(2, layout.layers, prompt_tokens, layout.hidden)
                         assert int(engine.retrieve(prompt[0], kvcaches=out).sum()) == cached
-                        return model(input_ids=suffix, past_key_values=harness.cache_from_kv_2ltd(out[:, :, :cached], layout.kv_heads, model.dtype)).logits
+                        return model(input_ids=suffix, past_key_values=cache_from_kv(out[:, :, :cached], layout, model.dtype)).logits
                     return run
 
                 runs = {"recompute": run_recompute, "s3-chunk-gets": run_chunk_gets, "oc-layerwise": run_layerwise, "kv-in-memory": run_in_memory, "lmcache-plugin": lmcache_run(plugin), "lmcache-s3": lmcache_run(s3)}
                 times: Dict[str, List[float]] = {m: [] for m in METHODS}
                 reference = None
                 with torch.no_grad():
-                    prebuilt.append(harness.cache_from_kv_2ltd(memory_cache_kv, layout.kv_heads, model.dtype))
+                    prebuilt.append(cache_from_kv(memory_cache_kv, layout, model.dtype))
                     reference = run_in_memory()[0, -1]
                     for _ in range(args.reps):
                         for method in METHODS:
                             if method == "kv-in-memory":
-                                prebuilt.append(harness.cache_from_kv_2ltd(memory_cache_kv, layout.kv_heads, model.dtype))
+                                prebuilt.append(cache_from_kv(memory_cache_kv, layout, model.dtype))
                             started = time.perf_counter()
                             logits = runs[method]()
                             times[method].append(time.perf_counter() - started)

@@ -50,27 +50,6 @@ def load_tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(smollm2_dir(), gguf_file=GGUF_FILE)
 
 
-def kv_2ltd(cache: Any, tokens: int, dtype: torch.dtype) -> torch.Tensor:
-    """A transformers cache's first ``tokens`` positions as one ``[2, L, tokens, H]`` tensor."""
-    per_layer = []
-    for layer in cache.layers:
-        pair = [t[0, :, :tokens].permute(1, 0, 2).reshape(tokens, -1) for t in (layer.keys, layer.values)]
-        per_layer.append(torch.stack(pair))
-    return torch.stack(per_layer, dim=1).to(dtype).contiguous()
-
-
-def cache_from_kv_2ltd(kv: torch.Tensor, kv_heads: int, dtype: torch.dtype) -> Any:
-    """The inverse of :func:`kv_2ltd`: a ``DynamicCache`` holding ``kv``."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    tokens = kv.shape[2]
-    for layer in range(kv.shape[1]):
-        k, v = (kv[i, layer].reshape(tokens, kv_heads, -1).permute(1, 0, 2).unsqueeze(0).to(dtype).contiguous() for i in (0, 1))
-        cache.update(k, v, layer)
-    return cache
-
-
 def _connector_class() -> Any:
     from lmcache.v1.gpu_connector import GPUConnectorInterface
 

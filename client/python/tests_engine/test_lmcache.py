@@ -19,6 +19,7 @@ from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, uid
 import harness
 from objectcache import ObjectCacheClient
 from objectcache import lmcache_backend
+from objectcache.hf_cache import KVLayout, cache_from_kv, kv_from_cache
 
 HERE = Path(__file__).parent
 L, KV_HEADS, HEAD_DIM = 30, 3, 64
@@ -52,7 +53,8 @@ def test_a_real_models_kv_round_trips_through_lmcache_and_the_plugin(model: Any,
     prefix, first_suffix, suffix = prompts(tokenizer)
     with torch.no_grad():
         first = model(input_ids=torch.cat([prefix, first_suffix], 1), use_cache=True)
-    kv = harness.kv_2ltd(first.past_key_values, PREFIX_TOKENS, torch.float32)
+    layout = KVLayout.of(model)
+    kv = kv_from_cache(first.past_key_values, layout, PREFIX_TOKENS)
     tokens = prefix[0]
     writer = engine_with_plugin("plugin-writer", stack, bucket, torch.float32)
     try:
@@ -76,8 +78,8 @@ def test_a_real_models_kv_round_trips_through_lmcache_and_the_plugin(model: Any,
     finally:
         harness.destroy_engine("plugin-reader")
     with torch.no_grad():
-        reused = model(input_ids=suffix, past_key_values=harness.cache_from_kv_2ltd(out[:, :, :PREFIX_TOKENS], KV_HEADS, model.dtype)).logits
-        in_memory = model(input_ids=suffix, past_key_values=harness.cache_from_kv_2ltd(kv, KV_HEADS, model.dtype)).logits
+        reused = model(input_ids=suffix, past_key_values=cache_from_kv(out[:, :, :PREFIX_TOKENS], layout, model.dtype)).logits
+        in_memory = model(input_ids=suffix, past_key_values=cache_from_kv(kv, layout, model.dtype)).logits
     assert torch.equal(reused, in_memory)
 
 
@@ -132,13 +134,18 @@ def test_a_gateway_that_is_down_is_a_miss_and_a_missing_chunk_shortens_the_prefi
     dead = harness.lmcache_engine("dead", layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=torch.bfloat16, **harness.plugin_config(f"http://127.0.0.1:{free_port()}", bucket, CLIENT_KEY, CLIENT_SECRET, timeout_s="2", retries="0"))
     try:
         failures = sum(lmcache_backend.FAILURES.values())
+        puts = lmcache_backend.FAILURES.get(("put", "OC_ERR_BACKEND_UNAVAILABLE"), 0)
         dead.store(tokens, kvcaches=kv)  # no exception
         assert dead.lookup(tokens) == 0
         assert int(dead.retrieve(tokens, kvcaches=torch.zeros_like(kv)).sum()) == 0
+        # Every one of the three puts must have failed (and been counted) before the engine is
+        # destroyed: LMCache frees its buffers before it closes its remote backend, so a put still
+        # queued then would read freed memory (LMCache's own S3 connector included).
         deadline = time.monotonic() + 30
-        while sum(lmcache_backend.FAILURES.values()) < failures + 2 and time.monotonic() < deadline:
+        while lmcache_backend.FAILURES.get(("put", "OC_ERR_BACKEND_UNAVAILABLE"), 0) < puts + 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert sum(lmcache_backend.FAILURES.values()) >= failures + 2
+        assert lmcache_backend.FAILURES.get(("put", "OC_ERR_BACKEND_UNAVAILABLE"), 0) >= puts + 3
+        assert sum(lmcache_backend.FAILURES.values()) >= failures + 4
         assert lmcache_backend.FAILURES.get(("lookup", "OC_ERR_BACKEND_UNAVAILABLE"), 0) >= 1
     finally:
         harness.destroy_engine("dead")

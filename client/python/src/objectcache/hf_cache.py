@@ -53,20 +53,37 @@ class KVLayout:
         return ObjectCacheClient.descriptor(keys, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout="KV_2LTD", **extra)
 
 
+def kv_from_cache(cache: Any, layout: KVLayout, tokens: Optional[int] = None) -> torch.Tensor:
+    """The first ``tokens`` positions (all, by default) of a transformers cache (batch 1) as one
+    KV_2LTD tensor ``[2, layers, tokens, kv_heads * head_dim]`` in ``layout.dtype``."""
+    seq = cache.get_seq_length() if tokens is None else tokens
+    per_layer = []
+    for layer in range(layout.layers):
+        keys, values = cache.layers[layer].keys, cache.layers[layer].values
+        if keys.shape[0] != 1:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "kv_from_cache takes a cache of batch size 1")
+        # [1, heads, seq, dim] -> [seq, heads * dim]
+        per_layer.append(torch.stack([t[0, :, :seq].permute(1, 0, 2).reshape(-1, layout.hidden) for t in (keys, values)]))
+    return torch.stack(per_layer, dim=1).to(layout.dtype).contiguous()
+
+
 def chunks_from_cache(cache: Any, layout: KVLayout, tokens: Optional[int] = None) -> List[torch.Tensor]:
     """The full chunks of a transformers cache (batch 1) as KV_2LTD tensors
     ``[2, layers, chunk_tokens, kv_heads * head_dim]`` in ``layout.dtype``, ready to store."""
     seq = cache.get_seq_length() if tokens is None else tokens
     count = seq // layout.chunk_tokens
-    per_layer = []
+    kv = kv_from_cache(cache, layout, count * layout.chunk_tokens)
+    return [kv[:, :, i * layout.chunk_tokens:(i + 1) * layout.chunk_tokens].contiguous() for i in range(count)]
+
+
+def cache_from_kv(kv: torch.Tensor, layout: KVLayout, dtype: torch.dtype) -> Any:
+    """A ``DynamicCache`` (in the model's ``dtype``) holding a KV_2LTD tensor ``[2, layers, tokens, hidden]``."""
+    cache = DynamicCache()
+    tokens = kv.shape[2]
     for layer in range(layout.layers):
-        keys, values = cache.layers[layer].keys, cache.layers[layer].values
-        if keys.shape[0] != 1:
-            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "chunks_from_cache takes a cache of batch size 1")
-        # [1, heads, seq, dim] -> [seq, heads * dim]
-        per_layer.append(torch.stack([t[0, :, : count * layout.chunk_tokens].permute(1, 0, 2).reshape(-1, layout.hidden) for t in (keys, values)]))
-    stacked = torch.stack(per_layer, dim=1).to(layout.dtype)  # [2, L, tokens, hidden]
-    return [stacked[:, :, i * layout.chunk_tokens:(i + 1) * layout.chunk_tokens].contiguous() for i in range(count)]
+        keys, values = (kv[i, layer].reshape(tokens, layout.kv_heads, layout.head_dim).permute(1, 0, 2).unsqueeze(0).to(dtype).contiguous() for i in (0, 1))
+        cache.update(keys, values, layer)
+    return cache
 
 
 def _layer_tensors(payload: torch.Tensor, layout: KVLayout, chunks: int, dtype: torch.dtype) -> "tuple[torch.Tensor, torch.Tensor]":
