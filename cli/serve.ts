@@ -1,7 +1,7 @@
 /**
  * `objectcache serve`: validated settings in, a running gateway out, stopped on SIGINT/SIGTERM.
  */
-import { loadServeConfig, serveHelp } from '../gateway/config.js';
+import { loadServeConfig, serveHelp, TRIAL_SECRET } from '../gateway/config.js';
 import { createLogger } from '../gateway/logger.js';
 import { startGateway } from '../gateway/server.js';
 
@@ -12,8 +12,12 @@ export async function runServe(argv: readonly string[]): Promise<number> {
   }
   const config = loadServeConfig([...argv], process.env);
   const logger = createLogger(config.logLevel);
-  if (config.clientCredentials.some((c) => c.accessKeyId === 'objectcache' && c.secretAccessKey === 'objectcache-secret')) {
-    logger.warn('serving with the default client credentials; set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY for anything but a local trial');
+  if (config.clientCredentials.some((c) => c.secretAccessKey === TRIAL_SECRET)) {
+    logger.warn('serving with the published trial secret (allowed on loopback only); set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY for anything but a local trial');
+  }
+  const powerless = config.clientCredentials.filter((c) => c.access.empty).map((c) => c.accessKeyId);
+  if (powerless.length > 0) {
+    logger.warn({ keys: powerless }, 'these keys have no access policy and may do nothing; attach one with "policy" in --credentials or in --access-policies');
   }
   const gateway = await startGateway(config, { logger });
   await new Promise<void>((resolve) => {

@@ -14,6 +14,7 @@ import type { GatewayConfig } from './config.js';
 import type { RequestContext } from './context.js';
 import { serveEmbedded } from './embedded/router.js';
 import { servePassthrough, type RetryObserver } from './passthrough.js';
+import { parseBucketList, type BucketEntry } from './s3/list-buckets.js';
 import { backendPostSink, localPostSink, type PostSink } from './s3/post-object.js';
 
 export interface Backend {
@@ -29,6 +30,8 @@ export interface Backend {
    * it first fails with OC_ERR_STORE_NO_SUCH_BUCKET when the bucket does not exist.
    */
   sizes(bucket: string, keys: readonly string[], signal: AbortSignal, checkBucket: boolean): Promise<(number | undefined)[]>;
+  /** Every bucket (for ListBuckets filtered by an access policy). */
+  listBuckets(signal: AbortSignal): Promise<BucketEntry[]>;
   /** Answers a plain S3 request (the embedded handlers, or passthrough to the endpoint). */
   serveS3(ctx: RequestContext): Promise<void>;
   /** The endpoint's request counters; undefined for the embedded store. */
@@ -56,6 +59,7 @@ function embeddedBackend(store: LocalStore): Backend {
         }
       });
     },
+    listBuckets: async () => store.listBuckets(),
     serveS3: (ctx) => serveEmbedded(ctx, store),
     stats: () => undefined,
     ready: async () => true,
@@ -85,6 +89,12 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, on
           throw new ObjectCacheError(status >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `HEAD of ${key} answered ${status}`);
         }),
       );
+    },
+    async listBuckets(signal) {
+      const res = await backend.request({ method: 'GET', path: '/', signal });
+      const text = await res.body.text();
+      if (res.statusCode !== 200) throw new ObjectCacheError(res.statusCode >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `ListBuckets at the store answered ${res.statusCode}`);
+      return parseBucketList(text);
     },
     serveS3: (ctx) => servePassthrough(ctx, backend, onRetry),
     stats: () => backend.stats(),

@@ -4,7 +4,10 @@
  * fails fast with a message that names the setting. Nothing below the CLI reads process.env.
  */
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { parseArgs } from 'node:util';
+import { evaluate, iterator, parse as parseJson, type ObjectNode } from '@humanwhocodes/momoa';
+import { AccessPolicy, parsePolicy as parseAccessPolicy, PolicyError } from './auth/policy.js';
 import type { DescriptorLimits } from '../schemas/descriptor.js';
 import { parsePolicy, type Policy } from './scheduler/allocate.js';
 import { parseMargin, parseRate } from './scheduler/rate.js';
@@ -41,7 +44,9 @@ export const SERVE_SETTINGS = {
   domain: { flag: 'domain', env: 'OBJECTCACHE_DOMAIN', kind: 'string', default: undefined, description: 'Domains for virtual-hosted-style requests, comma-separated (as MinIO\'s MINIO_DOMAIN): a Host of <bucket>.<domain> addresses that bucket. Path-style requests work either way.' },
   region: { flag: 'region', env: 'OBJECTCACHE_REGION', kind: 'string', default: 'us-east-1', description: 'Region clients must sign for (the SigV4 credential scope).' },
   sigV2: { flag: 'sigv2', env: 'OBJECTCACHE_SIGV2', kind: 'enum', default: 'on', values: ['on', 'off'], description: 'Accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned AWSAccessKeyId/Signature/Expires URLs) as MinIO does.' },
-  credentials: { flag: 'credentials', env: 'OBJECTCACHE_CREDENTIALS', kind: 'path', default: undefined, description: 'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?}].' },
+  credentials: { flag: 'credentials', env: 'OBJECTCACHE_CREDENTIALS', kind: 'path', default: undefined, description: 'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?,"policy"?}]; a key may do only what its access policy allows (README.md "Access control").' },
+  accessPolicies: { flag: 'access-policies', env: 'OBJECTCACHE_ACCESS_POLICIES', kind: 'path', default: undefined, description: 'JSON file of named access policies and the keys and tenants they are attached to: {"policies":{name:policy},"tenants":{tenant:[names]},"keys":{accessKeyId:[names]}}.' },
+  insecureTrialCredentials: { flag: 'insecure-trial-credentials', env: 'OBJECTCACHE_INSECURE_TRIAL_CREDENTIALS', kind: 'enum', default: 'off', values: ['off', 'on'], description: 'on: serve with the published trial secret (objectcache-secret) on an address other than loopback. Off, the gateway refuses to start that way.' },
   accessKey: { flag: 'access-key', env: 'OBJECTCACHE_ACCESS_KEY', kind: 'string', default: 'objectcache', envOnly: true, description: 'Client access key id (environment only).' },
   secretKey: { flag: 'secret-key', env: 'OBJECTCACHE_SECRET_KEY', kind: 'string', default: 'objectcache-secret', envOnly: true, secret: true, description: 'Client secret key (environment only; the default is for local trials).' },
   backendAccessKey: { flag: 'backend-access-key', env: 'OBJECTCACHE_BACKEND_ACCESS_KEY', kind: 'string', default: undefined, envOnly: true, description: 'Access key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
@@ -79,7 +84,12 @@ export interface ClientCredential {
   readonly secretAccessKey: string;
   /** Tenant for scheduling and metrics; defaults to the access key id. */
   readonly tenant: string;
+  /** What the key may do: unrestricted for the administrator key (OBJECTCACHE_ACCESS_KEY). */
+  readonly access: AccessPolicy;
 }
+
+/** The published trial secret (README.md): accepted on loopback addresses only, unless opted out. */
+export const TRIAL_SECRET = 'objectcache-secret';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
@@ -186,30 +196,175 @@ function nonEmpty(name: SettingName, raw: RawSettings): string {
   return value;
 }
 
-function readCredentialFile(path: string): ClientCredential[] {
-  let parsed: unknown;
+/**
+ * Reads a JSON settings file. Duplicate names in an object are an error (JSON.parse would keep
+ * the last silently, and a policy file that says two things must not mean one of them).
+ */
+function readJsonFile(path: string, setting: SettingName): unknown {
+  const spec: SettingSpec = SERVE_SETTINGS[setting];
+  let text: string;
   try {
-    parsed = JSON.parse(readFileSync(path, 'utf8'));
+    text = readFileSync(path, 'utf8');
   } catch (error) {
-    throw new ConfigError('credentials', `--credentials ${path}: ${(error as Error).message}`);
+    throw new ConfigError(spec.flag, `--${spec.flag} ${path}: ${(error as Error).message}`);
   }
-  if (!Array.isArray(parsed)) throw new ConfigError('credentials', `--credentials ${path}: expected a JSON array of {"accessKeyId","secretAccessKey"}`);
+  let document: ReturnType<typeof parseJson>;
+  try {
+    document = parseJson(text);
+  } catch (error) {
+    throw new ConfigError(spec.flag, `--${spec.flag} ${path}: not valid JSON: ${(error as Error).message}`);
+  }
+  for (const { node, phase } of iterator(document)) {
+    if (phase !== 'enter' || node.type !== 'Object') continue;
+    const seen = new Set<string>();
+    for (const member of (node as ObjectNode).members) {
+      const name = member.name.type === 'String' ? member.name.value : member.name.name;
+      if (seen.has(name)) {
+        const at = member.name.loc.start;
+        throw new ConfigError(spec.flag, `--${spec.flag} ${path}:${at.line}:${at.column}: ${JSON.stringify(name)} appears twice in the same object`);
+      }
+      seen.add(name);
+    }
+  }
+  return evaluate(document);
+}
+
+const POLICY_NAME = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** A `policy` value: a policy name, a list of names, or a policy document written in place. */
+type PolicyRef = { readonly names: readonly string[] } | { readonly inline: AccessPolicy };
+
+function policyRef(value: unknown, where: string): PolicyRef {
+  if (typeof value === 'object' && value !== null && !Array.isArray(value)) return { inline: parseAccessPolicy(value, where) };
+  const names = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(names) || names.length === 0 || names.some((n) => typeof n !== 'string' || !POLICY_NAME.test(n))) {
+    throw new PolicyError(where, 'must be a policy document, a policy name, or a non-empty array of policy names (letters, digits, . _ -)');
+  }
+  return { names: names as string[] };
+}
+
+interface CredentialEntry {
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  readonly tenant: string;
+  readonly policy: PolicyRef | undefined;
+}
+
+function readCredentialFile(path: string): CredentialEntry[] {
+  const parsed = readJsonFile(path, 'credentials');
+  if (!Array.isArray(parsed)) throw new ConfigError('credentials', `--credentials ${path}: expected a JSON array of {"accessKeyId","secretAccessKey","tenant"?,"policy"?}`);
   return parsed.map((entry: unknown, index) => {
     const item = entry as Record<string, unknown> | null;
-    const accessKeyId = item?.['accessKeyId'];
-    const secretAccessKey = item?.['secretAccessKey'];
-    const tenant = item?.['tenant'];
+    if (typeof item !== 'object' || item === null || Array.isArray(item)) throw new ConfigError('credentials', `--credentials ${path}: entry ${index} is not an object`);
+    const unknown = Object.keys(item).filter((name) => !['accessKeyId', 'secretAccessKey', 'tenant', 'policy'].includes(name));
+    if (unknown.length > 0) throw new ConfigError('credentials', `--credentials ${path}: entry ${index} has ${JSON.stringify(unknown[0])}, which is not accessKeyId, secretAccessKey, tenant or policy`);
+    const accessKeyId = item['accessKeyId'];
+    const secretAccessKey = item['secretAccessKey'];
+    const tenant = item['tenant'];
     if (typeof accessKeyId !== 'string' || !/^[A-Za-z0-9._~+=-]{3,128}$/.test(accessKeyId)) {
       throw new ConfigError('credentials', `--credentials ${path}: entry ${index} needs an accessKeyId of 3-128 URL-safe characters`);
     }
     if (typeof secretAccessKey !== 'string' || secretAccessKey.length < 8) {
       throw new ConfigError('credentials', `--credentials ${path}: entry ${index} needs a secretAccessKey of at least 8 characters`);
     }
-    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) {
-      throw new ConfigError('credentials', `--credentials ${path}: entry ${index} has a tenant that is not a non-empty string`);
+    if (tenant !== undefined && (typeof tenant !== 'string' || !/^[A-Za-z0-9._:-]{1,128}$/.test(tenant))) {
+      throw new ConfigError('credentials', `--credentials ${path}: entry ${index} has a tenant that is not 1-128 of letters, digits and . _ : -`);
     }
-    return { accessKeyId, secretAccessKey, tenant: typeof tenant === 'string' ? tenant : accessKeyId };
+    let policy: PolicyRef | undefined;
+    try {
+      policy = item['policy'] === undefined ? undefined : policyRef(item['policy'], `${accessKeyId}.policy`);
+    } catch (error) {
+      if (error instanceof PolicyError) throw new ConfigError('credentials', `--credentials ${path}: ${error.message}`);
+      throw error;
+    }
+    return { accessKeyId, secretAccessKey, tenant: typeof tenant === 'string' ? tenant : accessKeyId, policy };
   });
+}
+
+interface PolicyFile {
+  readonly policies: ReadonlyMap<string, AccessPolicy>;
+  readonly tenants: ReadonlyMap<string, readonly string[]>;
+  readonly keys: ReadonlyMap<string, readonly string[]>;
+}
+
+function readPolicyFile(path: string): PolicyFile {
+  const fail = (message: string): ConfigError => new ConfigError('access-policies', `--access-policies ${path}: ${message}`);
+  const parsed = readJsonFile(path, 'accessPolicies');
+  const usage = 'expected {"policies": {name: policy}, "tenants"?: {tenant: [policy names]}, "keys"?: {accessKeyId: [policy names]}}';
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw fail(usage);
+  const file = parsed as Record<string, unknown>;
+  const extra = Object.keys(file).filter((name) => !['policies', 'tenants', 'keys'].includes(name));
+  if (extra.length > 0) throw fail(`${JSON.stringify(extra[0])} is not policies, tenants or keys; ${usage}`);
+  const section = (name: string): Record<string, unknown> => {
+    const value = file[name] ?? {};
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) throw fail(`"${name}" must be an object; ${usage}`);
+    return value as Record<string, unknown>;
+  };
+  const policies = new Map<string, AccessPolicy>();
+  const attachments = (name: string): Map<string, readonly string[]> => {
+    const out = new Map<string, readonly string[]>();
+    for (const [who, value] of Object.entries(section(name))) {
+      const ref = policyRef(value, `${name}.${who}`);
+      if (!('names' in ref)) throw new PolicyError(`${name}.${who}`, 'must name policies of "policies" (write the document there)');
+      for (const policy of ref.names) if (!policies.has(policy)) throw new PolicyError(`${name}.${who}`, `names the policy ${JSON.stringify(policy)}, which "policies" does not define`);
+      out.set(who, ref.names);
+    }
+    return out;
+  };
+  try {
+    for (const [name, document] of Object.entries(section('policies'))) {
+      if (!POLICY_NAME.test(name)) throw new PolicyError(`policies.${name}`, 'a policy name is 1-128 of letters, digits and . _ -');
+      policies.set(name, parseAccessPolicy(document, `policies.${name}`));
+    }
+    return { policies, tenants: attachments('tenants'), keys: attachments('keys') };
+  } catch (error) {
+    if (error instanceof PolicyError) throw fail(error.message);
+    throw error;
+  }
+}
+
+/** Loopback addresses: where the published trial secret may be served. */
+export function isLoopback(host: string): boolean {
+  const name = host.replace(/^\[(.*)\]$/, '$1').toLowerCase();
+  if (name === 'localhost') return true;
+  if (isIP(name) === 4) return name.startsWith('127.');
+  return name === '::1' || name === '0:0:0:0:0:0:0:1';
+}
+
+/**
+ * Every key with its access policy: the administrator key (OBJECTCACHE_ACCESS_KEY) may do
+ * everything; a key from --credentials may do what its own `policy`, its tenant's and its key's
+ * entries in --access-policies allow together, and nothing when none applies.
+ */
+function resolveCredentials(admin: { accessKeyId: string; secretAccessKey: string }, entries: readonly CredentialEntry[], file: PolicyFile | undefined, policyPath: string | undefined): ClientCredential[] {
+  const fail = (message: string): ConfigError => new ConfigError('access-policies', `--access-policies ${policyPath ?? ''}: ${message}`);
+  const seen = new Set<string>([admin.accessKeyId]);
+  for (const entry of entries) {
+    if (seen.has(entry.accessKeyId)) throw new ConfigError('credentials', `access key ${entry.accessKeyId} is configured twice`);
+    seen.add(entry.accessKeyId);
+  }
+  if (file) {
+    for (const key of file.keys.keys()) {
+      if (key === admin.accessKeyId) throw fail(`"keys" names ${key}, the administrator key (OBJECTCACHE_ACCESS_KEY), which may always do everything; give the restricted key its own entry in --credentials`);
+      if (!seen.has(key)) throw fail(`"keys" names ${key}, which is not a key of --credentials`);
+    }
+    const tenants = new Set(entries.map((e) => e.tenant));
+    for (const tenant of file.tenants.keys()) if (!tenants.has(tenant)) throw fail(`"tenants" names ${tenant}, which no key of --credentials belongs to`);
+  }
+  const named = (names: readonly string[] | undefined, where: string): AccessPolicy[] =>
+    (names ?? []).map((name) => {
+      const policy = file?.policies.get(name);
+      if (!policy) throw new ConfigError('credentials', `${where} names the policy ${JSON.stringify(name)}, but ${file ? `--access-policies ${policyPath ?? ''} does not define it` : 'no --access-policies file is given'}`);
+      return policy;
+    });
+  return [
+    { ...admin, tenant: admin.accessKeyId, access: AccessPolicy.unrestricted },
+    ...entries.map((entry) => {
+      const own = entry.policy === undefined ? [] : 'inline' in entry.policy ? [entry.policy.inline] : named(entry.policy.names, `--credentials: ${entry.accessKeyId}.policy`);
+      const access = AccessPolicy.combine([...own, ...named(file?.tenants.get(entry.tenant), 'tenants'), ...named(file?.keys.get(entry.accessKeyId), 'keys')]);
+      return { accessKeyId: entry.accessKeyId, secretAccessKey: entry.secretAccessKey, tenant: entry.tenant, access };
+    }),
+  ];
 }
 
 /** `--domain`: comma-separated DNS names (a port or scheme is a mistake worth naming). */
@@ -235,16 +390,25 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     throw new ConfigError('log-level', `--log-level / OBJECTCACHE_LOG_LEVEL must be one of ${SERVE_SETTINGS.logLevel.values.join(', ')}, got ${logLevel}`);
   }
 
-  const credentials: ClientCredential[] = [];
   const accessKeyId = nonEmpty('accessKey', raw);
   const secretAccessKey = nonEmpty('secretKey', raw);
   if (secretAccessKey.length < 8) throw new ConfigError('secret-key', 'OBJECTCACHE_SECRET_KEY must be at least 8 characters');
-  credentials.push({ accessKeyId, secretAccessKey, tenant: accessKeyId });
-  if (raw.credentials !== undefined) credentials.push(...readCredentialFile(raw.credentials));
-  const seen = new Set<string>();
-  for (const credential of credentials) {
-    if (seen.has(credential.accessKeyId)) throw new ConfigError('credentials', `access key ${credential.accessKeyId} is configured twice`);
-    seen.add(credential.accessKeyId);
+  const entries = raw.credentials === undefined ? [] : readCredentialFile(raw.credentials);
+  const policyFile = raw.accessPolicies === undefined ? undefined : readPolicyFile(raw.accessPolicies);
+  const credentials = resolveCredentials({ accessKeyId, secretAccessKey }, entries, policyFile, raw.accessPolicies);
+
+  // Protected mode: the trial secret is published, so it is served on loopback only.
+  const host = nonEmpty('host', raw);
+  const insecure = nonEmpty('insecureTrialCredentials', raw);
+  if (insecure !== 'on' && insecure !== 'off') throw new ConfigError('insecure-trial-credentials', `--insecure-trial-credentials / OBJECTCACHE_INSECURE_TRIAL_CREDENTIALS must be on or off, got ${insecure}`);
+  const trial = credentials.find((c) => c.secretAccessKey === TRIAL_SECRET);
+  if (trial && insecure === 'off' && !isLoopback(host)) {
+    throw new ConfigError(
+      'host',
+      `Refusing to listen on ${host} with the published trial secret (key ${trial.accessKeyId}): anyone who read the README could use it. ` +
+        'Set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY (and give --credentials keys their own secrets), or listen on 127.0.0.1. ' +
+        'To serve the trial secret on a trusted network anyway, set --insecure-trial-credentials on.',
+    );
   }
 
   let backend: BackendConfig;
@@ -286,7 +450,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
 
   return {
     scheduler,
-    host: nonEmpty('host', raw),
+    host,
     port: integer('port', raw),
     metricsHost: nonEmpty('metricsHost', raw),
     metricsPort: integer('metricsPort', raw),

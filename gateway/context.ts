@@ -22,6 +22,11 @@ export interface RequestContext {
   readonly startedAt: number;
   /** The operation name for logs and metrics (GetObject, PutObject, ...). */
   operation: string;
+  /**
+   * The tenant the request is scheduled and counted as: the key's, or the one a layerwise GET's
+   * descriptor names once its policy allows it (gateway/auth/access.ts tenantFor).
+   */
+  tenant: string;
 }
 
 /** A header as one string (repeated headers joined with commas), or undefined. */

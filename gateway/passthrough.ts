@@ -17,6 +17,7 @@ import { BACKEND_RETRY, EMPTY_PAYLOAD_SHA256, mapBackendError, retryPauseMs, typ
 import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js';
 import { uploadBody } from './body/upload-body.js';
 import { headerOf, type RequestContext } from './context.js';
+import { readDeleteObjects } from './s3/delete-objects.js';
 import { s3Operation } from './s3/operation.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 
@@ -96,6 +97,14 @@ export type RetryObserver = (kind: 'passthrough') => void;
 
 export async function servePassthrough(ctx: RequestContext, backend: S3Backend, onRetry?: RetryObserver): Promise<void> {
   ctx.operation = s3Operation(ctx.req.method ?? 'GET', ctx.target) ?? 'Other';
+  if (ctx.operation === 'DeleteObjects') {
+    // Read whole (at most 1000 keys) so that every key is checked before the store sees any.
+    const request = await readDeleteObjects(ctx);
+    const headers = forwardHeaders(ctx);
+    if (request.checksumHeader) headers[request.checksumHeader[0]] = request.checksumHeader[1];
+    headers['content-length'] = String(request.body.byteLength);
+    return relay(ctx, backend, headers, Readable.from([request.body]), request.sha256Hex, onRetry);
+  }
   let body: Readable | undefined;
   let payloadHash = EMPTY_PAYLOAD_SHA256;
   let trailerChecksum = false;

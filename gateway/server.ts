@@ -8,7 +8,11 @@ import { once } from 'node:events';
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { BackendStats } from '../backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
+import { authorize, authorizeKeys, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
+import { s3Arn } from './auth/policy.js';
 import { SigV4Verifier } from './auth/sigv4.js';
+import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
+import { s3Operation } from './s3/operation.js';
 import type { GatewayConfig } from './config.js';
 import type { RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
@@ -145,6 +149,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         status,
         ms: Math.round(seconds * 1e4) / 10,
         accessKey: ctx?.auth.credential.accessKeyId,
+        tenant: ctx?.tenant,
         ...(failure ? { code: failure.code } : {}),
         ...(status === 499 ? { aborted: true } : {}),
       }, 'request');
@@ -168,7 +173,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
       }
       ctx = {
-        req, res, requestId, target, auth, config, logger: log, startedAt, operation: 'Unknown',
+        req, res, requestId, target, auth, config, logger: log, startedAt, operation: 'Unknown', tenant: auth.credential.tenant,
         get signal() {
           return signal();
         },
@@ -183,12 +188,26 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         active.layerwise++;
         try {
           const descriptor = await readDescriptor(ctx, lw);
+          // Every chunk the descriptor names, and the tenant it claims, before any byte is read.
+          authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
+          ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
           await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, observer: metrics.layerwise });
         } finally {
           active.layerwise--;
         }
       } else if (special === 'PrefixLookup') await servePrefixLookup(ctx, lw, backend);
-      else await backend.serveS3(ctx);
+      else {
+        ctx.operation = s3Operation(req.method ?? 'GET', target) ?? 'Unknown';
+        const requirement = requirementOf(req.method ?? 'GET', target, req.headers);
+        if (requirement.kind === 'checks') authorize(auth.credential, requirement.checks);
+        else if (requirement.kind === 'unclassified') authorizeUnclassified(auth.credential, requirement.what);
+        else if (requirement.kind === 'list-buckets' && !auth.credential.access.allows('s3:ListAllMyBuckets', s3Arn('*'))) {
+          sendBucketList(ctx, visibleBuckets(auth.credential.access, await backend.listBuckets(ctx.signal)));
+          return;
+        }
+        // 'delete-objects': each backend reads the body and checks every key (s3/delete-objects.ts).
+        await backend.serveS3(ctx);
+      }
     } catch (error) {
       if (clientGone) return; // The client is gone: nothing to answer.
       failure = toObjectCacheError(error);

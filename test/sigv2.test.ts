@@ -10,10 +10,11 @@ import { signV2, stringToSignV2 } from '../gateway/auth/sigv2.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { signedHeaders } from './helpers/signing.js';
+import { AccessPolicy } from '../gateway/auth/policy.js';
 
 // The credentials and requests of the SigV2 examples in the Amazon S3 documentation
 // ("Signing and authenticating REST requests"), bucket johnsmith, path-style here.
-const EXAMPLE = { accessKeyId: 'AKIAIOSFODNN7EXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY', tenant: 'example' };
+const EXAMPLE = { accessKeyId: 'AKIAIOSFODNN7EXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY', tenant: 'example', access: AccessPolicy.unrestricted };
 
 function verifierAt(iso: string, sigV2 = true): SigV4Verifier {
   return new SigV4Verifier({ credentials: [EXAMPLE], region: 'us-east-1', now: () => Date.parse(iso), sigV2 });

@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { SigV4Verifier } from '../gateway/auth/sigv4.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
+import { AccessPolicy } from '../gateway/auth/policy.js';
 
 interface Vector {
   name: string;
@@ -24,7 +25,7 @@ interface Vector {
 
 const suite = JSON.parse(readFileSync(new URL('./fixtures/sigv4-suite.json', import.meta.url), 'utf8')) as { accessKeyId: string; secretAccessKey: string; region: string; service: string; date: string; vectors: Vector[] };
 const verifier = new SigV4Verifier({
-  credentials: [{ accessKeyId: suite.accessKeyId, secretAccessKey: suite.secretAccessKey, tenant: 'suite' }],
+  credentials: [{ accessKeyId: suite.accessKeyId, secretAccessKey: suite.secretAccessKey, tenant: 'suite', access: AccessPolicy.unrestricted }],
   region: suite.region,
   service: suite.service,
   now: () => Date.parse(suite.date),

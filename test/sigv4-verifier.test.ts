@@ -8,8 +8,9 @@ import { SigV4Verifier } from '../gateway/auth/sigv4.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { NodeSha256 } from '../schemas/sigv4-signer.js';
+import { AccessPolicy } from '../gateway/auth/policy.js';
 
-const credential = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY', tenant: 'AKIDEXAMPLE' };
+const credential = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY', tenant: 'AKIDEXAMPLE', access: AccessPolicy.unrestricted };
 const signer = new SignatureV4({ credentials: credential, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
 const T0 = Date.UTC(2026, 0, 15, 12, 0, 0);
 

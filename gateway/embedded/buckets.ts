@@ -9,9 +9,10 @@ import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { assertBucketName, queryValue } from '../s3/request.js';
 import { sendEmpty, sendXml } from '../s3/respond.js';
-import { buildXml, parseXmlBody, xmlList, xmlText } from '../s3/xml.js';
+import { readDeleteObjects } from '../s3/delete-objects.js';
+import { OWNER, sendBucketList } from '../s3/list-buckets.js';
+import { buildXml, parseXmlBody, xmlText } from '../s3/xml.js';
 
-const OWNER = { ID: 'objectcache', DisplayName: 'objectcache' };
 /** S3 returns at most 1000 keys per list page and accepts at most 1000 keys per DeleteObjects. */
 export const MAX_KEYS = 1000;
 const MAX_XML_BODY_BYTES = 2 * 1024 * 1024;
@@ -25,8 +26,7 @@ export async function readSmallBody(ctx: RequestContext): Promise<string> {
 }
 
 export function listBuckets(ctx: RequestContext, store: LocalStore): void {
-  const buckets = store.listBuckets().map((b) => ({ Name: b.name, CreationDate: new Date(b.created).toISOString() }));
-  sendXml(ctx.res, 200, buildXml('ListAllMyBucketsResult', { Owner: OWNER, Buckets: { Bucket: buckets } }));
+  sendBucketList(ctx, store.listBuckets());
 }
 
 export async function createBucket(ctx: RequestContext, store: LocalStore): Promise<void> {
@@ -226,21 +226,14 @@ export async function putAcl(ctx: RequestContext, store: LocalStore): Promise<vo
 }
 
 export async function deleteObjects(ctx: RequestContext, store: LocalStore): Promise<void> {
+  const request = await readDeleteObjects(ctx); // access is checked before existence
   headBucketExists(ctx, store);
-  const document = parseXmlBody(await readSmallBody(ctx), 'Delete');
-  const objects = xmlList(document, 'Object');
-  if (objects.length === 0 || objects.length > MAX_KEYS) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', `DeleteObjects takes 1 to ${MAX_KEYS} <Object> elements, got ${objects.length}`);
-  }
-  const quiet = xmlText(document, 'Quiet')?.trim() === 'true';
   const deleted: Record<string, unknown>[] = [];
   const errors: Record<string, unknown>[] = [];
-  for (const object of objects) {
-    const key = xmlText(object, 'Key');
-    if (key === undefined || key === '') throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'Every <Object> needs a non-empty <Key>');
+  for (const { key } of request.objects) {
     try {
       await store.deleteObject(ctx.target.bucket, key);
-      if (!quiet) deleted.push({ Key: key });
+      if (!request.quiet) deleted.push({ Key: key });
     } catch (error) {
       const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'Delete failed', { cause: error });
       errors.push({ Key: key, Code: e.s3Code, Message: e.message });

@@ -12,7 +12,7 @@ import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecond
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { parseRange } from '../s3/range.js';
-import { queryValue } from '../s3/request.js';
+import { parseCopySource, queryValue } from '../s3/request.js';
 import { sendEmpty, sendXml } from '../s3/respond.js';
 import { buildXml } from '../s3/xml.js';
 
@@ -208,22 +208,13 @@ export async function putObject(ctx: RequestContext, store: LocalStore): Promise
   sendEmpty(ctx.res, 200, headers);
 }
 
-/** `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded. */
+/** `x-amz-copy-source` (gateway/s3/request.ts parseCopySource); the embedded store has no versions. */
 function copySource(value: string): { bucket: string; key: string } {
-  const [path = '', query = ''] = value.split('?', 2);
-  let decoded: string;
-  try {
-    decoded = decodeURIComponent(path);
-  } catch {
-    decoded = '';
+  const source = parseCopySource(value);
+  if (source.versionId !== undefined && source.versionId !== 'null') {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-copy-source names a version; the embedded store has no versions', { details: { ArgumentName: 'x-amz-copy-source', ArgumentValue: value } });
   }
-  const trimmed = decoded.replace(/^\//, '');
-  const slash = trimmed.indexOf('/');
-  const versionId = new URLSearchParams(query).get('versionId');
-  if (slash <= 0 || slash === trimmed.length - 1 || (versionId !== null && versionId !== 'null')) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-copy-source must be bucket/key (URL-encoded); the embedded store has no versions', { details: { ArgumentName: 'x-amz-copy-source', ArgumentValue: value } });
-  }
-  return { bucket: trimmed.slice(0, slash), key: trimmed.slice(slash + 1) };
+  return { bucket: source.bucket, key: source.key };
 }
 
 /** The x-amz-copy-source-if-* conditions against the source (412 when one fails). */

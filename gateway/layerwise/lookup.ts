@@ -11,6 +11,8 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import type { Backend } from '../backend.js';
 import type { LayerwiseConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
+import { authorizeKeys } from '../auth/access.js';
+import { MAX_KEY_BYTES } from '../s3/request.js';
 import { readSignedJsonBody } from './descriptor-request.js';
 
 const WINDOW = 32;
@@ -38,6 +40,14 @@ export async function servePrefixLookup(ctx: RequestContext, config: LayerwiseCo
   const objectBytes = layers === undefined ? undefined : (layers as number) * (layerBytes as number);
   if (keys.length > config.limits.maxKeys) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_LIMIT', `The lookup names ${keys.length} keys; the limit is ${config.limits.maxKeys}`);
   const full = (keys as string[]).map((k) => prefix + k);
+  for (const key of full) {
+    if (key.includes('\0') || Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) {
+      throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `The lookup names a key that is not a valid object key (NUL, or over ${MAX_KEY_BYTES} bytes with keyPrefix)`);
+    }
+  }
+  // Every key is checked before any is looked at: a refused key refuses the lookup (never a miss,
+  // which would tell whether the object exists).
+  authorizeKeys(ctx.auth.credential, 's3:GetObject', ctx.target.bucket, full);
   let matched = 0;
   // A window's HEADs all listen on the request's signal (one abort ends them all): WINDOW
   // listeners at once is expected, not a leak.

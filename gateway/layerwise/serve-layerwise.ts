@@ -78,7 +78,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
   const mode = chooseMode(descriptor, deps.config.threshold);
   ctx.operation = mode === 'layerwise' ? 'LayerwiseGet' : 'ChunkwiseGet';
   deps.observer?.mode(mode);
-  const tenant = descriptor.tenant ?? ctx.auth.credential.tenant;
+  const tenant = ctx.tenant;
 
   // Layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.
   let grant: Grant | undefined;

@@ -19,6 +19,8 @@ import busboy from 'busboy';
 import type { LocalStore } from '../../backends/embedded/local-store.js';
 import type { S3Backend } from '../../backends/s3-backend.js';
 import { UNSIGNED_PAYLOAD } from '../auth/sigv4.js';
+import { authorize } from '../auth/access.js';
+import { s3Arn } from '../auth/policy.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { SigV4Verifier } from '../auth/sigv4.js';
 import type { S3Target } from './request.js';
@@ -135,10 +137,12 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     await Promise.all(pendingFields);
     const policy = fields.get('policy');
     if (policy === undefined) throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a policy field (anonymous uploads are not allowed)');
-    await deps.verifier.verifyPostPolicy((name) => fields.get(name), policy);
+    const credential = await deps.verifier.verifyPostPolicy((name) => fields.get(name), policy);
     const template = fields.get('key');
     if (template === undefined || template === '') throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a key field');
     const key = template.replaceAll('${filename}', filename);
+    // The key that signed the form must be allowed to write the object it names.
+    authorize(credential, [{ action: 's3:PutObject', resource: s3Arn(target.bucket, key) }]);
     const checked = new Map(fields);
     checked.set('key', key);
     checked.set('bucket', target.bucket);

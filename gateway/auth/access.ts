@@ -1,0 +1,186 @@
+/**
+ * Authorization: what each request needs from the access policy of the key that signed it
+ * (gateway/auth/policy.ts), checked after the signature and before the store is touched, so a
+ * refusal never depends on whether a bucket or object exists.
+ *
+ * The mapping of operations to actions is IAM's for S3
+ * (https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-with-s3-policy-actions.html).
+ * Sub-resources are classified by name before the operation, so that `PUT /bucket?policy` is
+ * s3:PutBucketPolicy, not CreateBucket; a query parameter that is neither an argument nor a
+ * sub-resource the gateway knows makes the request unclassified, which only the administrator
+ * key may send. Requests that name several objects (DeleteObjects, descriptors, lookups) are
+ * refused as a whole when any one key is refused.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import type { ClientCredential } from '../config.js';
+import { s3Operation, type S3Operation } from '../s3/operation.js';
+import { parseCopySource, queryValue, type S3Target } from '../s3/request.js';
+import { s3Arn, tenantArn, type Action, type ConditionContext } from './policy.js';
+
+export interface Check {
+  readonly action: Action;
+  readonly resource: string;
+  readonly context?: ConditionContext;
+}
+
+/** Query parameters that are arguments of an operation, not sub-resources. */
+const ARGUMENTS = new Set([
+  'x-id', 'prefix', 'delimiter', 'max-keys', 'marker', 'list-type', 'continuation-token', 'start-after', 'fetch-owner', 'encoding-type',
+  'allow-unordered', 'metadata', 'uploadId', 'partNumber', 'part-number-marker', 'max-parts', 'max-uploads', 'key-marker', 'upload-id-marker',
+  'version-id-marker', 'versionId', 'select-type',
+  'response-content-type', 'response-content-language', 'response-expires', 'response-cache-control', 'response-content-disposition', 'response-content-encoding',
+  // sub-resources that s3Operation() names
+  'uploads', 'delete', 'location', 'versions', 'acl', 'attributes',
+]);
+
+type ByMethod = Partial<Record<string, Action>>;
+
+/** Sub-resources s3Operation() does not name, by level and method. */
+const BUCKET_SUBRESOURCES: Record<string, ByMethod> = {
+  policy: { GET: 's3:GetBucketPolicy', PUT: 's3:PutBucketPolicy', DELETE: 's3:DeleteBucketPolicy' },
+  tagging: { GET: 's3:GetBucketTagging', PUT: 's3:PutBucketTagging', DELETE: 's3:PutBucketTagging' },
+  versioning: { GET: 's3:GetBucketVersioning', PUT: 's3:PutBucketVersioning' },
+  lifecycle: { GET: 's3:GetLifecycleConfiguration', PUT: 's3:PutLifecycleConfiguration', DELETE: 's3:PutLifecycleConfiguration' },
+  cors: { GET: 's3:GetBucketCORS', PUT: 's3:PutBucketCORS', DELETE: 's3:PutBucketCORS' },
+  encryption: { GET: 's3:GetEncryptionConfiguration', PUT: 's3:PutEncryptionConfiguration', DELETE: 's3:PutEncryptionConfiguration' },
+  notification: { GET: 's3:GetBucketNotification', PUT: 's3:PutBucketNotification' },
+  'object-lock': { GET: 's3:GetBucketObjectLockConfiguration', PUT: 's3:PutBucketObjectLockConfiguration' },
+  replication: { GET: 's3:GetReplicationConfiguration', PUT: 's3:PutReplicationConfiguration', DELETE: 's3:PutReplicationConfiguration' },
+};
+const OBJECT_SUBRESOURCES: Record<string, ByMethod> = {
+  tagging: { GET: 's3:GetObjectTagging', PUT: 's3:PutObjectTagging', DELETE: 's3:DeleteObjectTagging' },
+  retention: { GET: 's3:GetObjectRetention', PUT: 's3:PutObjectRetention' },
+  'legal-hold': { GET: 's3:GetObjectLegalHold', PUT: 's3:PutObjectLegalHold' },
+  select: { POST: 's3:GetObject' },
+  restore: { POST: 's3:RestoreObject' },
+};
+
+/** What a request needs: checks, or a decision made elsewhere (a list filtered, a body read). */
+export type Requirement =
+  | { readonly kind: 'checks'; readonly checks: readonly Check[] }
+  | { readonly kind: 'list-buckets' }
+  | { readonly kind: 'delete-objects' }
+  | { readonly kind: 'unclassified'; readonly what: string };
+
+function listContext(target: S3Target): ConditionContext {
+  const delimiter = queryValue(target, 'delimiter');
+  return { 's3:prefix': queryValue(target, 'prefix') ?? '', ...(delimiter !== undefined ? { 's3:delimiter': delimiter } : {}) };
+}
+
+const BUCKET_ACTIONS: Partial<Record<S3Operation, Action>> = {
+  CreateBucket: 's3:CreateBucket',
+  HeadBucket: 's3:ListBucket',
+  DeleteBucket: 's3:DeleteBucket',
+  GetBucketLocation: 's3:GetBucketLocation',
+  ListMultipartUploads: 's3:ListBucketMultipartUploads',
+  ListObjects: 's3:ListBucket',
+  ListObjectsV2: 's3:ListBucket',
+  ListObjectVersions: 's3:ListBucketVersions',
+  GetBucketAcl: 's3:GetBucketAcl',
+  PutBucketAcl: 's3:PutBucketAcl',
+};
+const OBJECT_ACTIONS: Partial<Record<S3Operation, Action>> = {
+  ListParts: 's3:ListMultipartUploadParts',
+  GetObject: 's3:GetObject',
+  HeadObject: 's3:GetObject',
+  UploadPart: 's3:PutObject',
+  PutObject: 's3:PutObject',
+  AbortMultipartUpload: 's3:AbortMultipartUpload',
+  DeleteObject: 's3:DeleteObject',
+  CreateMultipartUpload: 's3:PutObject',
+  CompleteMultipartUpload: 's3:PutObject',
+  GetObjectAcl: 's3:GetObjectAcl',
+  PutObjectAcl: 's3:PutObjectAcl',
+  GetObjectAttributes: 's3:GetObjectAttributes',
+};
+
+/** What an ordinary S3 request (not a descriptor or lookup) needs from the key's policy. */
+export function requirementOf(method: string, target: S3Target, headers: IncomingHttpHeaders): Requirement {
+  const { bucket, key } = target;
+  const objectLevel = key !== '';
+  let subresourceAction: Action | undefined;
+  for (const [name] of target.query) {
+    if (ARGUMENTS.has(name) || name.toLowerCase().startsWith('x-amz-')) continue;
+    const table = objectLevel ? OBJECT_SUBRESOURCES : BUCKET_SUBRESOURCES;
+    const action = bucket === '' ? undefined : table[name]?.[method];
+    if (action === undefined || (subresourceAction !== undefined && subresourceAction !== action)) {
+      return { kind: 'unclassified', what: `${method} with ?${name}` };
+    }
+    subresourceAction = action;
+  }
+  if (subresourceAction !== undefined) return { kind: 'checks', checks: [{ action: subresourceAction, resource: objectLevel ? s3Arn(bucket, key) : s3Arn(bucket) }] };
+
+  const operation = s3Operation(method, target);
+  if (operation === undefined) return { kind: 'unclassified', what: `${method} ${objectLevel ? 'on an object' : bucket !== '' ? 'on a bucket' : 'on the service'}` };
+  if (operation === 'ListBuckets') return { kind: 'list-buckets' };
+  if (operation === 'DeleteObjects') return { kind: 'delete-objects' };
+  const versioned = queryValue(target, 'versionId') !== undefined;
+  const bucketAction = BUCKET_ACTIONS[operation];
+  if (bucketAction !== undefined) {
+    const list = bucketAction === 's3:ListBucket' || bucketAction === 's3:ListBucketVersions' || bucketAction === 's3:ListBucketMultipartUploads';
+    return { kind: 'checks', checks: [{ action: bucketAction, resource: s3Arn(bucket), ...(list && operation !== 'HeadBucket' ? { context: listContext(target) } : {}) }] };
+  }
+  let action = OBJECT_ACTIONS[operation];
+  if (action === undefined) return { kind: 'unclassified', what: operation };
+  if (versioned && action === 's3:GetObject') action = 's3:GetObjectVersion';
+  if (versioned && action === 's3:DeleteObject') action = 's3:DeleteObjectVersion';
+  const checks: Check[] = [{ action, resource: s3Arn(bucket, key) }];
+  const copySource = headers['x-amz-copy-source'];
+  if ((operation === 'PutObject' || operation === 'UploadPart') && copySource !== undefined) {
+    // A copy reads its source: both ends are checked (the store copies with the gateway's key).
+    const source = parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource);
+    checks.push({ action: source.versionId !== undefined ? 's3:GetObjectVersion' : 's3:GetObject', resource: s3Arn(source.bucket, source.key) });
+  }
+  return { kind: 'checks', checks };
+}
+
+function denied(credential: ClientCredential, action: Action, resource: string, explicit: boolean): ObjectCacheError {
+  const why = explicit ? 'an explicit Deny in its policy' : credential.access.empty ? 'it has no access policy' : 'no statement of its policy allows it';
+  return new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${credential.accessKeyId} may not ${action} on ${resource} (${why})`, {
+    details: { Action: action, Resource: resource },
+  });
+}
+
+/** Throws OC_ERR_ACCESS_DENIED unless every check is allowed. */
+export function authorize(credential: ClientCredential, checks: readonly Check[]): void {
+  const policy = credential.access;
+  if (policy.unrestricted) return;
+  for (const check of checks) {
+    const decision = policy.decide(check.action, check.resource, check.context);
+    if (!decision.allowed) throw denied(credential, check.action, check.resource, decision.explicit);
+  }
+}
+
+/**
+ * Throws OC_ERR_ACCESS_DENIED unless `action` is allowed on every one of `keys` in `bucket`:
+ * the descriptor, lookup and DeleteObjects rule (one refused key refuses the whole request).
+ */
+export function authorizeKeys(credential: ClientCredential, action: Action, bucket: string, keys: readonly string[]): void {
+  const policy = credential.access;
+  if (policy.unrestricted) return;
+  const base = s3Arn(bucket, '');
+  for (const key of keys) {
+    const resource = base + key;
+    const decision = policy.decide(action, resource);
+    if (!decision.allowed) throw denied(credential, action, resource, decision.explicit);
+  }
+}
+
+/** The unclassified request's refusal: only the administrator key sends what policies cannot name. */
+export function authorizeUnclassified(credential: ClientCredential, what: string): void {
+  if (credential.access.unrestricted) return;
+  throw new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: ${what} is not an operation access policies cover; only the administrator key may send it`);
+}
+
+/**
+ * The tenant a layerwise GET is scheduled and counted as: the key's own, or the descriptor's when
+ * it names the key's own or one the policy grants (objectcache:ActAsTenant).
+ */
+export function tenantFor(credential: ClientCredential, claimed: string | undefined): string {
+  if (claimed === undefined || claimed === credential.tenant) return credential.tenant;
+  if (credential.access.allows('objectcache:ActAsTenant', tenantArn(claimed))) return claimed;
+  throw new ObjectCacheError('OC_ERR_ACCESS_TENANT', `The descriptor names the tenant ${JSON.stringify(claimed)}, but the key ${credential.accessKeyId} belongs to ${JSON.stringify(credential.tenant)} and its policy does not grant objectcache:ActAsTenant on ${tenantArn(claimed)}`, {
+    details: { Tenant: claimed },
+  });
+}

@@ -1,0 +1,314 @@
+/**
+ * Access policies: the subset of the AWS IAM policy language (as MinIO speaks it) that the
+ * gateway enforces per access key. README.md "Access control" documents the format.
+ *
+ *     {"Version": "2012-10-17", "Statement": [
+ *       {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"], "Resource": "arn:aws:s3:::kv/team-a/*"},
+ *       {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::kv",
+ *        "Condition": {"StringLike": {"s3:prefix": "team-a/*"}}}]}
+ *
+ * Evaluation is IAM's: an explicit Deny that matches wins, else an Allow that matches allows,
+ * else the request is denied. `*` and `?` are wildcards in actions (case-insensitive) and in
+ * resources (case-sensitive, `*` crossing `/`), matched against the whole ARN of the bucket
+ * (`arn:aws:s3:::bucket`) or object (`arn:aws:s3:::bucket/key`). Everything outside the subset
+ * (NotAction, NotResource, Principal, policy variables, other condition operators or keys, an
+ * action no S3 operation of the gateway checks) is refused when the policy is loaded, never
+ * ignored: an ignored clause would widen or narrow access silently.
+ */
+
+/** The actions the gateway checks. `objectcache:ActAsTenant` lets a descriptor name a tenant. */
+export const ACTIONS = [
+  's3:ListAllMyBuckets', 's3:CreateBucket', 's3:DeleteBucket', 's3:ListBucket', 's3:ListBucketVersions', 's3:ListBucketMultipartUploads',
+  's3:GetBucketLocation', 's3:GetBucketAcl', 's3:PutBucketAcl', 's3:GetBucketPolicy', 's3:PutBucketPolicy', 's3:DeleteBucketPolicy',
+  's3:GetBucketTagging', 's3:PutBucketTagging', 's3:GetBucketVersioning', 's3:PutBucketVersioning', 's3:GetLifecycleConfiguration',
+  's3:PutLifecycleConfiguration', 's3:GetBucketCORS', 's3:PutBucketCORS', 's3:GetEncryptionConfiguration', 's3:PutEncryptionConfiguration',
+  's3:GetBucketNotification', 's3:PutBucketNotification', 's3:GetBucketObjectLockConfiguration', 's3:PutBucketObjectLockConfiguration',
+  's3:GetReplicationConfiguration', 's3:PutReplicationConfiguration',
+  's3:GetObject', 's3:GetObjectVersion', 's3:PutObject', 's3:DeleteObject', 's3:DeleteObjectVersion', 's3:GetObjectAttributes',
+  's3:GetObjectAcl', 's3:PutObjectAcl', 's3:GetObjectTagging', 's3:PutObjectTagging', 's3:DeleteObjectTagging',
+  's3:GetObjectRetention', 's3:PutObjectRetention', 's3:GetObjectLegalHold', 's3:PutObjectLegalHold', 's3:RestoreObject',
+  's3:ListMultipartUploadParts', 's3:AbortMultipartUpload',
+  'objectcache:ActAsTenant',
+] as const;
+
+export type Action = (typeof ACTIONS)[number];
+
+/** The ARN of a bucket, or of an object when `key` is given. */
+export function s3Arn(bucket: string, key?: string): string {
+  return key === undefined ? `arn:aws:s3:::${bucket}` : `arn:aws:s3:::${bucket}/${key}`;
+}
+
+/** The resource `objectcache:ActAsTenant` is checked on. */
+export function tenantArn(tenant: string): string {
+  return `arn:objectcache:::tenant/${tenant}`;
+}
+
+/** Condition values of a request: `s3:prefix` and `s3:delimiter` of list operations. */
+export type ConditionContext = Readonly<Partial<Record<ConditionKey, string>>>;
+type ConditionKey = 's3:prefix' | 's3:delimiter';
+const CONDITION_KEYS: readonly ConditionKey[] = ['s3:prefix', 's3:delimiter'];
+type Operator = 'StringEquals' | 'StringNotEquals' | 'StringLike' | 'StringNotLike';
+const OPERATORS: readonly Operator[] = ['StringEquals', 'StringNotEquals', 'StringLike', 'StringNotLike'];
+
+/** A policy that cannot be loaded; `where` names the offending place (`team-a.Statement[1].Action`). */
+export class PolicyError extends Error {
+  override readonly name = 'PolicyError';
+  constructor(readonly where: string, message: string) {
+    super(`${where}: ${message}`);
+  }
+}
+
+/**
+ * A wildcard pattern (`*` any run of characters, `?` one character), compiled to the cheapest
+ * test: equality, a prefix, or the general matcher.
+ */
+export type Matcher = (text: string) => boolean;
+
+export function wildcard(pattern: string, ignoreCase = false): Matcher {
+  const p = ignoreCase ? pattern.toLowerCase() : pattern;
+  const star = p.indexOf('*');
+  const hasQuestion = p.includes('?');
+  const fold = ignoreCase ? (s: string): string => s.toLowerCase() : (s: string): string => s;
+  if (star === -1 && !hasQuestion) return (text) => fold(text) === p;
+  if (!hasQuestion && star === p.length - 1) {
+    const prefix = p.slice(0, -1);
+    return (text) => fold(text).startsWith(prefix);
+  }
+  return (text) => globMatch(p, fold(text));
+}
+
+/**
+ * Wildcard matching without backtracking blow-up: the classic two-index scan that remembers the
+ * last `*` only, O(pattern x text) at worst (keys are at most 1 KiB).
+ */
+function globMatch(pattern: string, text: string): boolean {
+  let p = 0;
+  let t = 0;
+  let starP = -1;
+  let starT = 0;
+  while (t < text.length) {
+    const c = pattern[p];
+    if (c === '*') {
+      starP = p++;
+      starT = t;
+    } else if (p < pattern.length && (c === '?' || c === text[t])) {
+      p++;
+      t++;
+    } else if (starP !== -1) {
+      p = starP + 1;
+      t = ++starT;
+    } else {
+      return false;
+    }
+  }
+  while (pattern[p] === '*') p++;
+  return p === pattern.length;
+}
+
+interface Condition {
+  readonly operator: Operator;
+  readonly key: ConditionKey;
+  readonly values: readonly Matcher[];
+}
+
+interface Statement {
+  readonly sid: string | undefined;
+  readonly effect: 'Allow' | 'Deny';
+  readonly actions: ReadonlySet<Action>;
+  readonly resources: readonly Matcher[];
+  readonly conditions: readonly Condition[];
+}
+
+function conditionHolds(condition: Condition, context: ConditionContext): boolean {
+  const value = context[condition.key];
+  const negated = condition.operator === 'StringNotEquals' || condition.operator === 'StringNotLike';
+  // IAM: a key the request does not carry fails a positive operator and satisfies a negated one.
+  if (value === undefined) return negated;
+  const any = condition.values.some((match) => match(value));
+  return negated ? !any : any;
+}
+
+function statementMatches(statement: Statement, action: Action, resource: string, context: ConditionContext): boolean {
+  return (
+    statement.actions.has(action) &&
+    statement.resources.some((match) => match(resource)) &&
+    statement.conditions.every((condition) => conditionHolds(condition, context))
+  );
+}
+
+/** The outcome of one check, and the statement that decided it (for the refusal's message). */
+export type Decision = { readonly allowed: true } | { readonly allowed: false; readonly explicit: boolean; readonly sid: string | undefined };
+
+const ALLOWED: Decision = { allowed: true };
+const IMPLICIT_DENY: Decision = { allowed: false, explicit: false, sid: undefined };
+
+/** The statements that apply to one access key, evaluated together. */
+export class AccessPolicy {
+  /** May do everything: the administrator key. */
+  static readonly unrestricted = new AccessPolicy([], true);
+
+  readonly #statements: readonly Statement[];
+  readonly #denies: readonly Statement[];
+  readonly #allows: readonly Statement[];
+  readonly unrestricted: boolean;
+
+  constructor(statements: readonly Statement[], unrestricted = false) {
+    this.#statements = statements;
+    this.#denies = statements.filter((s) => s.effect === 'Deny');
+    this.#allows = statements.filter((s) => s.effect === 'Allow');
+    this.unrestricted = unrestricted;
+  }
+
+  /** No statement at all: the key may do nothing. */
+  get empty(): boolean {
+    return !this.unrestricted && this.#statements.length === 0;
+  }
+
+  decide(action: Action, resource: string, context: ConditionContext = {}): Decision {
+    if (this.unrestricted) return ALLOWED;
+    for (const statement of this.#denies) {
+      if (statementMatches(statement, action, resource, context)) return { allowed: false, explicit: true, sid: statement.sid };
+    }
+    for (const statement of this.#allows) if (statementMatches(statement, action, resource, context)) return ALLOWED;
+    return IMPLICIT_DENY;
+  }
+
+  allows(action: Action, resource: string, context: ConditionContext = {}): boolean {
+    return this.decide(action, resource, context).allowed;
+  }
+
+  /**
+   * Whether some request of `action` on `resource` could be allowed whatever its conditions: an
+   * Allow matches ignoring its conditions, and no unconditional Deny matches. ListBuckets shows
+   * the buckets a key may list at least in part this way.
+   */
+  mayEver(action: Action, resource: string): boolean {
+    if (this.unrestricted) return true;
+    if (this.#denies.some((s) => s.conditions.length === 0 && statementMatches(s, action, resource, {}))) return false;
+    return this.#allows.some((s) => s.actions.has(action) && s.resources.some((match) => match(resource)));
+  }
+
+  /** The statements of several policies attached to one key, evaluated as one. */
+  static combine(policies: readonly AccessPolicy[]): AccessPolicy {
+    if (policies.some((p) => p.unrestricted)) return AccessPolicy.unrestricted;
+    return new AccessPolicy(policies.flatMap((p) => p.#statements));
+  }
+}
+
+// --- parsing -------------------------------------------------------------------------------
+
+const VERSIONS = new Set(['2012-10-17', '2008-10-17']);
+const DOCUMENT_FIELDS = new Set(['Version', 'Id', 'Statement']);
+const STATEMENT_FIELDS = new Set(['Sid', 'Effect', 'Action', 'Resource', 'Condition']);
+const UNSUPPORTED_FIELDS: Record<string, string> = {
+  NotAction: 'NotAction is not supported; list the actions to allow or deny',
+  NotResource: 'NotResource is not supported; list the resources',
+  Principal: 'Principal belongs to bucket policies; an access policy applies to the keys it is attached to',
+  NotPrincipal: 'NotPrincipal belongs to bucket policies; an access policy applies to the keys it is attached to',
+};
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** A string or a non-empty array of strings, as IAM allows for Action, Resource and values. */
+function stringList(value: unknown, where: string, what: string): string[] {
+  const list = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(list) || list.length === 0 || list.some((v) => typeof v !== 'string' || v === '')) {
+    throw new PolicyError(where, `${what} must be a non-empty string or a non-empty array of non-empty strings`);
+  }
+  return list as string[];
+}
+
+function parseActions(value: unknown, where: string): Set<Action> {
+  const actions = new Set<Action>();
+  for (const pattern of stringList(value, where, 'Action')) {
+    if (!/^[A-Za-z0-9:*?]+$/.test(pattern) || (pattern !== '*' && !pattern.includes(':'))) {
+      throw new PolicyError(where, `${JSON.stringify(pattern)} is not an action such as s3:GetObject`);
+    }
+    const match = wildcard(pattern, true);
+    const covered = ACTIONS.filter((action) => match(action));
+    if (covered.length === 0) {
+      throw new PolicyError(where, `${JSON.stringify(pattern)} names no action the gateway checks (see README.md "Access control" for the list)`);
+    }
+    for (const action of covered) actions.add(action);
+  }
+  return actions;
+}
+
+function parseResources(value: unknown, where: string): Matcher[] {
+  return stringList(value, where, 'Resource').map((pattern) => {
+    if (pattern.includes('${')) throw new PolicyError(where, `${JSON.stringify(pattern)}: policy variables (\${...}) are not supported`);
+    if (pattern !== '*' && !pattern.startsWith('arn:aws:s3:::') && !pattern.startsWith('arn:objectcache:::tenant/')) {
+      throw new PolicyError(where, `${JSON.stringify(pattern)} is not arn:aws:s3:::bucket, arn:aws:s3:::bucket/key-pattern, arn:objectcache:::tenant/name or *`);
+    }
+    if (pattern === 'arn:aws:s3:::' || pattern === 'arn:objectcache:::tenant/') throw new PolicyError(where, `${JSON.stringify(pattern)} names no bucket or tenant`);
+    return wildcard(pattern);
+  });
+}
+
+function parseConditions(value: unknown, where: string): Condition[] {
+  if (value === undefined) return [];
+  if (!isObject(value)) throw new PolicyError(where, 'Condition must be an object of operators');
+  const conditions: Condition[] = [];
+  for (const [operator, block] of Object.entries(value)) {
+    if (!(OPERATORS as readonly string[]).includes(operator)) {
+      throw new PolicyError(where, `the condition operator ${JSON.stringify(operator)} is not supported (supported: ${OPERATORS.join(', ')})`);
+    }
+    if (!isObject(block) || Object.keys(block).length === 0) throw new PolicyError(where, `Condition.${operator} must be an object of condition keys`);
+    for (const [name, values] of Object.entries(block)) {
+      const key = CONDITION_KEYS.find((k) => k === name.toLowerCase());
+      if (key === undefined) throw new PolicyError(where, `the condition key ${JSON.stringify(name)} is not supported (supported: ${CONDITION_KEYS.join(', ')})`);
+      const like = operator === 'StringLike' || operator === 'StringNotLike';
+      const list = typeof values === 'string' ? [values] : values;
+      if (!Array.isArray(list) || list.length === 0 || list.some((v) => typeof v !== 'string')) {
+        throw new PolicyError(where, `Condition.${operator}.${name} must be a string or a non-empty array of strings`);
+      }
+      conditions.push({ operator: operator as Operator, key, values: (list as string[]).map((v) => (like ? wildcard(v) : (text: string) => text === v)) });
+    }
+  }
+  return conditions;
+}
+
+/** Parses and checks one policy document; `where` prefixes every error (the policy's name). */
+export function parsePolicy(document: unknown, where: string): AccessPolicy {
+  if (!isObject(document)) throw new PolicyError(where, 'a policy must be a JSON object {"Version": "2012-10-17", "Statement": [...]}');
+  for (const field of Object.keys(document)) {
+    if (!DOCUMENT_FIELDS.has(field)) throw new PolicyError(where, `${JSON.stringify(field)} is not a policy field (Version, Id, Statement)`);
+  }
+  const version = document['Version'];
+  if (version !== undefined && (typeof version !== 'string' || !VERSIONS.has(version))) {
+    throw new PolicyError(`${where}.Version`, `must be "2012-10-17" (or "2008-10-17"), got ${JSON.stringify(version)}`);
+  }
+  const raw = document['Statement'];
+  const list = isObject(raw) ? [raw] : raw;
+  if (!Array.isArray(list) || list.length === 0) throw new PolicyError(`${where}.Statement`, 'must be a statement or a non-empty array of statements');
+  const sids = new Set<string>();
+  const statements = list.map((entry: unknown, index): Statement => {
+    const at = `${where}.Statement[${index}]`;
+    if (!isObject(entry)) throw new PolicyError(at, 'a statement must be an object');
+    for (const field of Object.keys(entry)) {
+      const unsupported = UNSUPPORTED_FIELDS[field];
+      if (unsupported !== undefined) throw new PolicyError(at, unsupported);
+      if (!STATEMENT_FIELDS.has(field)) throw new PolicyError(at, `${JSON.stringify(field)} is not a statement field (Sid, Effect, Action, Resource, Condition)`);
+    }
+    const sid = entry['Sid'];
+    if (sid !== undefined) {
+      if (typeof sid !== 'string' || !/^[A-Za-z0-9]*$/.test(sid)) throw new PolicyError(`${at}.Sid`, 'must be letters and digits');
+      if (sid !== '' && sids.has(sid)) throw new PolicyError(`${at}.Sid`, `${JSON.stringify(sid)} is used by two statements of the policy`);
+      sids.add(sid);
+    }
+    const effect = entry['Effect'];
+    if (effect !== 'Allow' && effect !== 'Deny') throw new PolicyError(`${at}.Effect`, `must be "Allow" or "Deny", got ${JSON.stringify(effect)}`);
+    if (entry['Action'] === undefined) throw new PolicyError(at, 'a statement needs an Action');
+    if (entry['Resource'] === undefined) throw new PolicyError(at, 'a statement needs a Resource');
+    return {
+      sid: typeof sid === 'string' && sid !== '' ? sid : undefined,
+      effect,
+      actions: parseActions(entry['Action'], `${at}.Action`),
+      resources: parseResources(entry['Resource'], `${at}.Resource`),
+      conditions: parseConditions(entry['Condition'], `${at}.Condition`),
+    };
+  });
+  return new AccessPolicy(statements);
+}

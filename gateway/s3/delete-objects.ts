@@ -1,0 +1,56 @@
+/**
+ * The request of DeleteObjects (`POST /{bucket}?delete`), read, verified and checked in one place
+ * for both backends: every key it names must be one the caller may delete, or nothing is deleted
+ * (gateway/auth/access.ts). S3 itself would delete the allowed keys and report the others; the
+ * gateway refuses the whole request instead, as it does for descriptors and lookups.
+ */
+import { createHash } from 'node:crypto';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { authorize } from '../auth/access.js';
+import { s3Arn } from '../auth/policy.js';
+import { uploadBody } from '../body/upload-body.js';
+import type { RequestContext } from '../context.js';
+import { parseXmlBody, xmlList, xmlText } from './xml.js';
+
+/** S3 accepts at most 1000 keys per DeleteObjects. */
+export const MAX_DELETE_KEYS = 1000;
+const MAX_BODY_BYTES = 2 * 1024 * 1024;
+
+export interface DeleteObjectsRequest {
+  /** The verified body as sent (decoded from aws-chunked), to pass on to an S3 backend. */
+  readonly body: Buffer;
+  readonly sha256Hex: string;
+  /** The checksum the client sent, as a header to pass on (it may have come in a trailer). */
+  readonly checksumHeader: readonly [string, string] | undefined;
+  readonly objects: readonly { readonly key: string; readonly versionId: string | undefined }[];
+  readonly quiet: boolean;
+}
+
+export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObjectsRequest> {
+  const upload = uploadBody(ctx.req, ctx.auth, { maxBytes: MAX_BODY_BYTES });
+  const parts: Buffer[] = [];
+  for await (const chunk of upload.stream) parts.push(chunk as Buffer);
+  const body = Buffer.concat(parts);
+  const document = parseXmlBody(body.toString('utf8'), 'Delete');
+  const elements = xmlList(document, 'Object');
+  if (elements.length === 0 || elements.length > MAX_DELETE_KEYS) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', `DeleteObjects takes 1 to ${MAX_DELETE_KEYS} <Object> elements, got ${elements.length}`);
+  }
+  const objects = elements.map((element) => {
+    const key = xmlText(element, 'Key');
+    if (key === undefined || key === '') throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'Every <Object> needs a non-empty <Key>');
+    const versionId = xmlText(element, 'VersionId');
+    return { key, versionId: versionId === undefined || versionId === '' ? undefined : versionId };
+  });
+  const { bucket } = ctx.target;
+  authorize(ctx.auth.credential, objects.map((o) => ({ action: o.versionId === undefined ? 's3:DeleteObject' : 's3:DeleteObjectVersion', resource: s3Arn(bucket, o.key) })));
+  const checksum = upload.checksum;
+  const checksumValue = upload.checksumValue();
+  return {
+    body,
+    sha256Hex: createHash('sha256').update(body).digest('hex'),
+    checksumHeader: checksum && checksumValue !== undefined ? [`x-amz-checksum-${checksum.algorithm}`, checksumValue] : undefined,
+    objects,
+    quiet: xmlText(document, 'Quiet')?.trim() === 'true',
+  };
+}
