@@ -7,6 +7,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { DESCRIPTOR_SCHEMA, type DescriptorInput } from './descriptor-schema.js';
 import { ObjectCacheError } from './errors.js';
 import type { Layout } from './layouts.js';
+import { objectKeyProblem } from './object-key.js';
 
 export type Delivery = 'layer-major' | 'chunk-major';
 export type RequestedMode = 'auto' | 'layerwise' | 'chunkwise';
@@ -98,10 +99,6 @@ function product(factors: readonly number[], what: string): number {
   return value;
 }
 
-function hasDotSegment(key: string): boolean {
-  return key.split('/').some((segment) => segment === '.' || segment === '..');
-}
-
 /** Validates a decoded descriptor document; throws ObjectCacheError naming every bad field. */
 export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAULT_DESCRIPTOR_LIMITS): Descriptor {
   const rawKeys = typeof input === 'object' && input !== null ? (input as { keys?: unknown }).keys : undefined;
@@ -117,9 +114,8 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
   const seen = new Set<string>();
   keys.forEach((key, i) => {
     if (problems.length >= 20) return;
-    if (Buffer.byteLength(key, 'utf8') > 1024) problems.push(`keys[${i}] is longer than 1024 bytes`);
-    else if (key.includes('\0')) problems.push(`keys[${i}] contains NUL`);
-    else if (key.startsWith('/') || hasDotSegment(key)) problems.push(`keys[${i}] must not start with / or contain . or .. segments`);
+    const problem = objectKeyProblem(key);
+    if (problem !== undefined) problems.push(`keys[${i}] ${problem}`);
     else if (seen.has(key)) problems.push(`keys[${i}] repeats an earlier key`);
     seen.add(key);
   });

@@ -12,7 +12,7 @@ import type { Backend } from '../backend.js';
 import type { LayerwiseConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
 import { authorizeKeys } from '../auth/access.js';
-import { MAX_KEY_BYTES } from '../s3/request.js';
+import { objectKeyProblem } from '../../schemas/object-key.js';
 import { readSignedJsonBody } from './descriptor-request.js';
 
 const WINDOW = 32;
@@ -40,11 +40,10 @@ export async function servePrefixLookup(ctx: RequestContext, config: LayerwiseCo
   const objectBytes = layers === undefined ? undefined : (layers as number) * (layerBytes as number);
   if (keys.length > config.limits.maxKeys) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_LIMIT', `The lookup names ${keys.length} keys; the limit is ${config.limits.maxKeys}`);
   const full = (keys as string[]).map((k) => prefix + k);
-  for (const key of full) {
-    if (key.includes('\0') || Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) {
-      throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `The lookup names a key that is not a valid object key (NUL, or over ${MAX_KEY_BYTES} bytes with keyPrefix)`);
-    }
-  }
+  full.forEach((key, i) => {
+    const problem = objectKeyProblem(key);
+    if (problem !== undefined) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `keys[${i}] (after keyPrefix) ${problem}`);
+  });
   // Every key is checked before any is looked at: a refused key refuses the lookup (never a miss,
   // which would tell whether the object exists).
   authorizeKeys(ctx.auth.credential, 's3:GetObject', ctx.target.bucket, full);

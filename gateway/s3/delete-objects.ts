@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { ObjectCacheError } from '../../schemas/errors.js';
+import { objectKeyProblem } from '../../schemas/object-key.js';
 import { authorize } from '../auth/access.js';
 import { s3Arn } from '../auth/policy.js';
 import { uploadBody } from '../body/upload-body.js';
@@ -39,6 +40,8 @@ export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObje
   const objects = elements.map((element) => {
     const key = xmlText(element, 'Key');
     if (key === undefined || key === '') throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'Every <Object> needs a non-empty <Key>');
+    const problem = objectKeyProblem(key);
+    if (problem !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The key ${JSON.stringify(key.slice(0, 64))} ${problem}`);
     const versionId = xmlText(element, 'VersionId');
     return { key, versionId: versionId === undefined || versionId === '' ? undefined : versionId };
   });

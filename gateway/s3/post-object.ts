@@ -22,6 +22,7 @@ import { UNSIGNED_PAYLOAD } from '../auth/sigv4.js';
 import { authorize } from '../auth/access.js';
 import { s3Arn } from '../auth/policy.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
+import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { SigV4Verifier } from '../auth/sigv4.js';
 import type { S3Target } from './request.js';
 import { checkPostPolicy } from './post-policy.js';
@@ -141,6 +142,8 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     const template = fields.get('key');
     if (template === undefined || template === '') throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a key field');
     const key = template.replaceAll('${filename}', filename);
+    const problem = objectKeyProblem(key);
+    if (problem !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The key ${problem}`);
     // The key that signed the form must be allowed to write the object it names.
     authorize(credential, [{ action: 's3:PutObject', resource: s3Arn(target.bucket, key) }]);
     const checked = new Map(fields);

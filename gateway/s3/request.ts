@@ -11,9 +11,8 @@
  */
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { ObjectCacheError } from '../../schemas/errors.js';
+import { objectKeyProblem } from '../../schemas/object-key.js';
 
-/** S3 object keys are at most 1024 bytes of UTF-8. */
-export const MAX_KEY_BYTES = 1024;
 
 export interface S3Target {
   /** Empty for service-level requests (ListBuckets). */
@@ -125,9 +124,8 @@ export function parseTarget(url: string, hostBucket?: string): S3Target {
   const slash = path.indexOf('/', 1);
   const bucket = slash === -1 ? path.slice(1) : path.slice(1, slash);
   const key = slash === -1 ? '' : path.slice(slash + 1);
-  if (Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The object key is longer than ${MAX_KEY_BYTES} bytes`, { details: { BucketName: bucket } });
-  }
+  const problem = key === '' ? undefined : objectKeyProblem(key);
+  if (problem !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The object key ${problem}`, { details: { BucketName: bucket } });
   const canonicalPath = escapeUriPath(path);
   return {
     bucket,
@@ -170,7 +168,8 @@ export function parseCopySource(value: string): { bucket: string; key: string; v
   } catch {
     throw invalid(`${JSON.stringify(bucket)} is not a bucket name`);
   }
-  if (key.includes('\0') || Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES) throw invalid('the key is not a valid object key');
+  const problem = objectKeyProblem(key);
+  if (problem !== undefined) throw invalid(`the key ${problem}`);
   let versionId: string | undefined;
   if (q !== -1) {
     let query: [string, string][];
