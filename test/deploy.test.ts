@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 
+import { loadServeConfig } from '../gateway/config.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix } from './helpers/kv.js';
 
@@ -50,6 +51,14 @@ describe('compose.yaml', () => {
     expect(gateway.command).toEqual(expect.arrayContaining(['--s3-endpoint', 'http://minio:9000', '--host', '0.0.0.0', '--metrics-host', '0.0.0.0']));
     expect(gateway.depends_on).toEqual({ minio: { condition: 'service_healthy' }, 'create-bucket': { condition: 'service_completed_successfully' } });
     expect(Object.keys(gateway.environment ?? {})).toEqual(expect.arrayContaining(['OBJECTCACHE_ACCESS_KEY', 'OBJECTCACHE_SECRET_KEY', 'OBJECTCACHE_BACKEND_ACCESS_KEY', 'OBJECTCACHE_BACKEND_SECRET_KEY']));
+    // Protected mode: no default client secret, since the gateway listens on 0.0.0.0 in its container.
+    const environment = gateway.environment ?? {};
+    expect(environment['OBJECTCACHE_SECRET_KEY']).toMatch(/^\$\{OBJECTCACHE_SECRET_KEY:\?/);
+    expect(environment['OBJECTCACHE_ACCESS_KEY']).toMatch(/^\$\{OBJECTCACHE_ACCESS_KEY:\?/);
+    const args = (gateway.command ?? []).slice(1).map((arg) => arg.replace(/\$\{\w+:-([^}]*)\}/, '$1'));
+    const backendEnv = { OBJECTCACHE_BACKEND_ACCESS_KEY: 'minioadmin', OBJECTCACHE_BACKEND_SECRET_KEY: 'minioadmin' };
+    expect(() => loadServeConfig(args, { ...backendEnv, OBJECTCACHE_ACCESS_KEY: 'objectcache', OBJECTCACHE_SECRET_KEY: 'objectcache-secret' })).toThrow(/published trial secret/);
+    expect(loadServeConfig(args, { ...backendEnv, OBJECTCACHE_ACCESS_KEY: 'ops', OBJECTCACHE_SECRET_KEY: 'a-real-secret-1' }).host).toBe('0.0.0.0');
     const dockerfile = read('Dockerfile');
     expect(dockerfile).toMatch(/^EXPOSE 9080 9081$/m);
     expect(dockerfile).toMatch(/^HEALTHCHECK /m);

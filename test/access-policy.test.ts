@@ -1,0 +1,194 @@
+/**
+ * The access-policy language and its files, without a server: IAM evaluation (explicit Deny wins,
+ * default deny, wildcards, conditions), every malformed or contradictory policy or credentials
+ * file refused at start-up with a message that says where, and protected mode (the published
+ * trial secret is served on loopback only).
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ACTIONS, AccessPolicy, parsePolicy, PolicyError, s3Arn, wildcard } from '../gateway/auth/policy.js';
+import { ConfigError, isLoopback, loadServeConfig } from '../gateway/config.js';
+import { runCli } from './helpers/cli.js';
+
+const allow = (Action: unknown, Resource: unknown, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ Effect: 'Allow', Action, Resource, ...extra });
+const deny = (Action: unknown, Resource: unknown): Record<string, unknown> => ({ Effect: 'Deny', Action, Resource });
+const policy = (...Statement: unknown[]): AccessPolicy => parsePolicy({ Version: '2012-10-17', Statement }, 'test');
+
+describe('policy evaluation', () => {
+  it('denies by default, allows what a statement allows, and lets an explicit Deny win', () => {
+    const p = policy(allow(['s3:GetObject', 's3:PutObject'], 'arn:aws:s3:::kv/*'), deny('s3:*', 'arn:aws:s3:::kv/secret/*'));
+    expect(p.allows('s3:GetObject', s3Arn('kv', 'team/a'))).toBe(true);
+    expect(p.allows('s3:PutObject', s3Arn('kv', 'team/a'))).toBe(true);
+    expect(p.allows('s3:DeleteObject', s3Arn('kv', 'team/a'))).toBe(false);
+    expect(p.allows('s3:GetObject', s3Arn('kv', 'secret/a'))).toBe(false);
+    expect(p.decide('s3:GetObject', s3Arn('kv', 'secret/a'))).toEqual({ allowed: false, explicit: true, sid: undefined });
+    expect(p.allows('s3:GetObject', s3Arn('kv2', 'team/a'))).toBe(false);
+    expect(p.allows('s3:ListBucket', s3Arn('kv'))).toBe(false);
+    expect(new AccessPolicy([]).allows('s3:GetObject', s3Arn('kv', 'x'))).toBe(false);
+    expect(AccessPolicy.unrestricted.allows('s3:DeleteBucket', s3Arn('kv'))).toBe(true);
+  });
+
+  it('matches actions without case and with wildcards, and resources with case, * crossing / and ? one character', () => {
+    const p = policy(allow('S3:get*', 'arn:aws:s3:::kv/team-?/*.bin'));
+    expect(p.allows('s3:GetObject', s3Arn('kv', 'team-a/deep/x.bin'))).toBe(true);
+    expect(p.allows('s3:GetObjectTagging', s3Arn('kv', 'team-b/x.bin'))).toBe(true);
+    expect(p.allows('s3:PutObject', s3Arn('kv', 'team-a/x.bin'))).toBe(false);
+    expect(p.allows('s3:GetObject', s3Arn('kv', 'team-ab/x.bin'))).toBe(false);
+    expect(p.allows('s3:GetObject', s3Arn('kv', 'TEAM-a/x.bin'))).toBe(false);
+    expect(p.allows('s3:GetObject', s3Arn('kv', 'team-a/x.bin.old'))).toBe(false);
+    // "*" as a resource or action is everything, tenants included.
+    const all = policy(allow('*', '*'));
+    expect(ACTIONS.every((action) => all.allows(action, s3Arn('any', 'key')))).toBe(true);
+    expect(all.allows('objectcache:ActAsTenant', 'arn:objectcache:::tenant/x')).toBe(true);
+    expect(policy(allow('s3:*', 'arn:aws:s3:::*')).allows('objectcache:ActAsTenant', 'arn:objectcache:::tenant/x')).toBe(false);
+  });
+
+  it('agrees with a regular expression on random wildcard patterns, and stays fast on hostile ones', () => {
+    const alphabet = 'ab/*?';
+    let seed = 7;
+    const next = (n: number): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    for (let i = 0; i < 3000; i++) {
+      const pattern = Array.from({ length: next(8) }, () => alphabet[next(alphabet.length)]).join('');
+      const text = Array.from({ length: next(10) }, () => 'ab/'[next(3)]).join('');
+      const regex = new RegExp(`^${pattern.replace(/[/]/g, '\\/').replace(/\*/g, '.*').replace(/\?/g, '.')}$`, 's');
+      expect(wildcard(pattern)(text), `${pattern} ~ ${text}`).toBe(regex.test(text));
+    }
+    const hostile = wildcard(`${'*a'.repeat(40)}*b`);
+    expect(hostile('a'.repeat(1024))).toBe(false);
+  });
+
+  it('applies s3:prefix conditions as IAM does (a missing key fails StringLike and satisfies StringNotLike)', () => {
+    const p = policy(allow('s3:ListBucket', 'arn:aws:s3:::kv', { Condition: { StringLike: { 's3:prefix': ['team-a/*'] } } }));
+    expect(p.allows('s3:ListBucket', s3Arn('kv'), { 's3:prefix': 'team-a/' })).toBe(true);
+    expect(p.allows('s3:ListBucket', s3Arn('kv'), { 's3:prefix': 'team-b/' })).toBe(false);
+    expect(p.allows('s3:ListBucket', s3Arn('kv'), { 's3:prefix': '' })).toBe(false);
+    expect(p.allows('s3:ListBucket', s3Arn('kv'))).toBe(false);
+    expect(p.mayEver('s3:ListBucket', s3Arn('kv'))).toBe(true);
+    expect(p.mayEver('s3:ListBucket', s3Arn('other'))).toBe(false);
+    const not = policy(allow('s3:ListBucket', 'arn:aws:s3:::kv', { Condition: { StringNotEquals: { 's3:delimiter': '/' } } }));
+    expect(not.allows('s3:ListBucket', s3Arn('kv'))).toBe(true);
+    expect(not.allows('s3:ListBucket', s3Arn('kv'), { 's3:delimiter': '/' })).toBe(false);
+    const denied = parsePolicy({ Statement: [allow('s3:ListBucket', 'arn:aws:s3:::kv'), deny('s3:ListBucket', 'arn:aws:s3:::kv')] }, 'test');
+    expect(denied.mayEver('s3:ListBucket', s3Arn('kv'))).toBe(false);
+  });
+
+  it('refuses what it does not enforce, and says where', () => {
+    const cases: [unknown, RegExp][] = [
+      [[], /must be a JSON object/],
+      [{ Statement: [] }, /test\.Statement: must be a statement or a non-empty array/],
+      [{ Version: '2020-01-01', Statement: [allow('s3:GetObject', '*')] }, /test\.Version: must be "2012-10-17"/],
+      [{ Statement: [allow('s3:GetObjects', '*')] }, /test\.Statement\[0\]\.Action: "s3:GetObjects" names no action the gateway checks/],
+      [{ Statement: [allow('GetObject', '*')] }, /is not an action such as s3:GetObject/],
+      [{ Statement: [{ Effect: 'allow', Action: 's3:GetObject', Resource: '*' }] }, /Effect: must be "Allow" or "Deny", got "allow"/],
+      [{ Statement: [{ Effect: 'Allow', NotAction: 's3:GetObject', Resource: '*' }] }, /NotAction is not supported/],
+      [{ Statement: [{ Effect: 'Allow', Action: 's3:GetObject', NotResource: '*' }] }, /NotResource is not supported/],
+      [{ Statement: [{ ...allow('s3:GetObject', '*'), Principal: '*' }] }, /Principal belongs to bucket policies/],
+      [{ Statement: [{ Effect: 'Allow', Action: 's3:GetObject' }] }, /needs a Resource/],
+      [{ Statement: [allow('s3:GetObject', 'arn:aws:s3:::kv/${aws:username}/*')] }, /policy variables/],
+      [{ Statement: [allow('s3:GetObject', 'kv/*')] }, /is not arn:aws:s3:::bucket/],
+      [{ Statement: [allow('s3:GetObject', [])] }, /Resource must be a non-empty string/],
+      [{ Statement: [allow('s3:GetObject', '*', { Condition: { IpAddress: { 'aws:SourceIp': '10.0.0.0/8' } } })] }, /condition operator "IpAddress" is not supported/],
+      [{ Statement: [allow('s3:ListBucket', '*', { Condition: { StringLike: { 's3:max-keys': '10' } } })] }, /condition key "s3:max-keys" is not supported/],
+      [{ Statement: [{ ...allow('s3:GetObject', '*'), Sid: 'A' }, { ...allow('s3:PutObject', '*'), Sid: 'A' }] }, /"A" is used by two statements/],
+      [{ Statement: [{ ...allow('s3:GetObject', '*'), Effects: 'Allow' }] }, /"Effects" is not a statement field/],
+    ];
+    for (const [document, message] of cases) {
+      expect(() => parsePolicy(document, 'test'), JSON.stringify(document)).toThrow(PolicyError);
+      expect(() => parsePolicy(document, 'test'), JSON.stringify(document)).toThrow(message);
+    }
+  });
+});
+
+describe('policy and credentials files', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'objectcache-policy-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  let n = 0;
+  const file = (text: string): string => {
+    const path = join(dir, `f${n++}.json`);
+    writeFileSync(path, text);
+    return path;
+  };
+  const team = { Version: '2012-10-17', Statement: [allow('s3:GetObject', 'arn:aws:s3:::kv/a/*')] };
+  const creds = (entries: unknown[]): string => file(JSON.stringify(entries));
+  const env = { OBJECTCACHE_ACCESS_KEY: 'admin-key', OBJECTCACHE_SECRET_KEY: 'admin-secret-1' };
+  const load = (args: string[], extraEnv: Record<string, string> = {}): ReturnType<typeof loadServeConfig> => loadServeConfig(args, { ...env, ...extraEnv });
+  const fails = (args: string[], message: RegExp, extraEnv: Record<string, string> = {}): void => {
+    expect(() => load(args, extraEnv)).toThrow(ConfigError);
+    expect(() => load(args, extraEnv)).toThrow(message);
+  };
+
+  it('attaches inline, named, per-tenant and per-key policies, and gives the administrator key everything', () => {
+    const credentials = creds([
+      { accessKeyId: 'inline-key', secretAccessKey: 'secret-0001', policy: team },
+      { accessKeyId: 'named-key', secretAccessKey: 'secret-0002', policy: 'read-a' },
+      { accessKeyId: 'tenant-key', secretAccessKey: 'secret-0003', tenant: 'team-b' },
+      { accessKeyId: 'keyed-key', secretAccessKey: 'secret-0004' },
+      { accessKeyId: 'bare-key', secretAccessKey: 'secret-0005' },
+    ]);
+    const policies = file(JSON.stringify({
+      policies: { 'read-a': team, 'write-b': { Statement: [allow('s3:PutObject', 'arn:aws:s3:::kv/b/*')] } },
+      tenants: { 'team-b': ['write-b'] },
+      keys: { 'keyed-key': ['read-a', 'write-b'] },
+    }));
+    const config = load(['--credentials', credentials, '--access-policies', policies]);
+    const access = new Map(config.clientCredentials.map((c) => [c.accessKeyId, c.access]));
+    expect(access.get('admin-key')?.unrestricted).toBe(true);
+    expect(access.get('inline-key')?.allows('s3:GetObject', s3Arn('kv', 'a/x'))).toBe(true);
+    expect(access.get('named-key')?.allows('s3:GetObject', s3Arn('kv', 'a/x'))).toBe(true);
+    expect(access.get('named-key')?.allows('s3:PutObject', s3Arn('kv', 'b/x'))).toBe(false);
+    expect(access.get('tenant-key')?.allows('s3:PutObject', s3Arn('kv', 'b/x'))).toBe(true);
+    expect(access.get('keyed-key')?.allows('s3:GetObject', s3Arn('kv', 'a/x'))).toBe(true);
+    expect(access.get('keyed-key')?.allows('s3:PutObject', s3Arn('kv', 'b/x'))).toBe(true);
+    expect(access.get('bare-key')?.empty).toBe(true);
+  });
+
+  it('refuses malformed and contradictory files at start-up, naming the file and the place', () => {
+    const ok = creds([{ accessKeyId: 'team-key', secretAccessKey: 'secret-0001', tenant: 'team-a' }]);
+    fails(['--access-policies', file('{"policies": {"a": ')], /--access-policies .*: not valid JSON/);
+    fails(['--access-policies', file('{"policies": {"a": {"Statement": []}, "a": {}}}')], /:1:\d+: "a" appears twice in the same object/);
+    fails(['--access-policies', file('{"policies": {"a": {"Statement": [{"Effect": "Allow", "Effect": "Deny", "Action": "s3:*", "Resource": "*"}]}}}')], /"Effect" appears twice/);
+    fails(['--access-policies', file(JSON.stringify({ policies: { a: { Statement: [allow('s3:Get0bject', '*')] } } }))], /policies\.a\.Statement\[0\]\.Action: "s3:Get0bject" names no action/);
+    fails(['--access-policies', file(JSON.stringify({ policy: {} }))], /"policy" is not policies, tenants or keys/);
+    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: {}, keys: { 'team-key': ['missing'] } }))], /keys\.team-key: names the policy "missing", which "policies" does not define/);
+    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, keys: { 'admin-key': ['a'] } }))], /"keys" names admin-key, the administrator key/);
+    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, keys: { 'typo-key': ['a'] } }))], /"keys" names typo-key, which is not a key of --credentials/);
+    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, tenants: { 'team-z': ['a'] } }))], /"tenants" names team-z, which no key of --credentials belongs to/);
+    fails(['--credentials', creds([{ accessKeyId: 'k-1', secretAccessKey: 'secret-0001', policy: 'nowhere' }])], /names the policy "nowhere", but no --access-policies file is given/);
+    fails(['--credentials', creds([{ accessKeyId: 'k-1', secretAccessKey: 'secret-0001', policy: { Statement: [deny('s3:*', 'kv')] } }])], /k-1\.policy\.Statement\[0\]\.Resource/);
+    fails(['--credentials', creds([{ accessKeyId: 'k-1', secretAccessKey: 'secret-0001', polcy: 'x' }])], /entry 0 has "polcy"/);
+    fails(['--credentials', file('[{"accessKeyId": "k-1", "secretAccessKey": "secret-0001", "accessKeyId": "k-2"}]')], /"accessKeyId" appears twice/);
+    fails(['--credentials', creds([{ accessKeyId: 'admin-key', secretAccessKey: 'secret-0001' }])], /access key admin-key is configured twice/);
+    fails(['--access-policies', join(dir, 'no-such-file.json')], /--access-policies .*no-such-file\.json: ENOENT/);
+  });
+
+  it('the command refuses to start on a bad policy file, with exit code 2 and the reason', () => {
+    const bad = file(JSON.stringify({ policies: { fleet: { Statement: [allow('s3:GetObject', 'arn:aws:s3:::kv/*'), { Effect: 'Deny', NotAction: 's3:GetObject', Resource: '*' }] } } }));
+    const run = runCli(['serve', '--port', '0', '--metrics-port', '0', '--access-policies', bad], { env });
+    expect(run.status).toBe(2);
+    expect(run.stderr).toContain('policies.fleet.Statement[1]: NotAction is not supported');
+  });
+
+  it('protected mode: the published trial secret is served on loopback only, unless explicitly opted out', () => {
+    const trial = { OBJECTCACHE_ACCESS_KEY: 'objectcache', OBJECTCACHE_SECRET_KEY: 'objectcache-secret' };
+    expect(load(['--host', '127.0.0.1'], trial).host).toBe('127.0.0.1');
+    expect(load(['--host', '::1'], trial).host).toBe('::1');
+    for (const host of ['0.0.0.0', '::', '10.1.2.3', 'gateway.internal']) {
+      fails(['--host', host], /Refusing to listen on .* with the published trial secret.*OBJECTCACHE_SECRET_KEY.*--insecure-trial-credentials on/, trial);
+    }
+    expect(load(['--host', '0.0.0.0', '--insecure-trial-credentials', 'on'], trial).host).toBe('0.0.0.0');
+    expect(load(['--host', '0.0.0.0']).host).toBe('0.0.0.0');
+    // The trial secret on any key counts, not only on the administrator key.
+    fails(['--host', '0.0.0.0', '--credentials', creds([{ accessKeyId: 'copied-key', secretAccessKey: 'objectcache-secret' }])], /key copied-key/);
+    fails(['--host', '0.0.0.0', '--insecure-trial-credentials', 'yes'], /must be on or off/, trial);
+    expect(['127.0.0.1', '127.8.9.10', '::1', '[::1]', 'localhost', 'LOCALHOST'].every(isLoopback)).toBe(true);
+    expect(['0.0.0.0', '::', '128.0.0.1', '::ffff:10.0.0.1', 'localhost.example.com', '192.168.1.1'].some(isLoopback)).toBe(false);
+  });
+
+  it('the command says how to fix protected mode', () => {
+    const run = runCli(['serve', '--host', '0.0.0.0', '--port', '0', '--metrics-port', '0'], { env: {} });
+    expect(run.status).toBe(2);
+    expect(run.stderr).toContain('Set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY');
+  });
+});
