@@ -265,16 +265,20 @@ class ObjectCacheClient:
         """Deletes one object (S3 answers success whether or not it existed)."""
         self._call("DELETE", self._object_path(key))
 
-    def list_keys(self, prefix: str = "") -> List[str]:
-        """Every object key under ``prefix`` (ListObjectsV2, page by page)."""
+    def list_keys(self, prefix: str = "", limit: Optional[int] = None) -> List[str]:
+        """Every object key under ``prefix`` (ListObjectsV2, page by page), or the first
+        ``limit`` of them."""
         keys: List[str] = []
         token: Optional[str] = None
         while True:
-            query = f"list-type=2&prefix={quote(prefix, safe='')}" + (f"&continuation-token={quote(token, safe='')}" if token else "")
+            page = "" if limit is None else f"&max-keys={max(1, min(1000, limit - len(keys)))}"
+            query = f"list-type=2&prefix={quote(prefix, safe='')}{page}" + (f"&continuation-token={quote(token, safe='')}" if token else "")
             root = ElementTree.fromstring(self._call("GET", f"/{quote(self.bucket, safe='')}?{query}"))
             ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
             keys.extend(item.findtext(f"{ns}Key") or "" for item in root.iter(f"{ns}Contents"))
             token = root.findtext(f"{ns}NextContinuationToken")
+            if limit is not None and len(keys) >= limit:
+                return keys[:limit]
             if root.findtext(f"{ns}IsTruncated") != "true" or not token:
                 return keys
 

@@ -241,7 +241,12 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     def _miss(self, op: str, error: BaseException, count: int) -> None:
         _count_failure(op, error)
-        level = logging.DEBUG if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
+        code = error.code if isinstance(error, ObjectCacheError) else None
+        if code in ("OC_ERR_ACCESS_DENIED", "OC_ERR_ACCESS_TENANT"):
+            # A configuration problem, not a passing failure: say what to change.
+            logger.error("ObjectCache %s of %d chunk(s) refused by the key's access policy, served as a miss (check the plugin's key_prefix and tenant against the key's policy, README 'Access control'): %s", op, count, error)
+            return
+        level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
         logger.log(level, "ObjectCache %s of %d chunk(s) failed, served as a miss: %s", op, count, error)
 
     async def _get_run(self, keys: Sequence[CacheEngineKey]) -> List[MemoryObj]:
@@ -409,9 +414,10 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         return True
 
     async def ping(self) -> int:
-        """0 when the gateway answers for the bucket, 1 otherwise."""
+        """0 when the gateway lists this plugin's ``key_prefix`` for its key, 1 otherwise (a list
+        of one key: a key confined to its prefix may not HeadBucket, which needs the whole bucket)."""
         try:
-            await self._in_thread(self.client.head_bucket)
+            await self._in_thread(self.client.list_keys, self.key_prefix, 1)
             return 0
         except Exception:
             return 1
