@@ -1,6 +1,7 @@
 """Fixtures of the engine tests: the real model (loaded once), and one gateway per backend (the
 embedded store, and MinIO), each with ``--domain oc.test`` so LMCache's own S3 connector, which
 sends virtual-hosted-style requests only, can reach it."""
+import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator
@@ -30,8 +31,21 @@ def tokenizer() -> Any:
     return harness.load_tokenizer()
 
 
+#: An inference fleet's key, confined by its access policy to ``fleet/`` of any bucket.
+FLEET_KEY, FLEET_SECRET = "py-fleet", "py-fleet-secret"
+FLEET_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], "Resource": "arn:aws:s3:::*/fleet/*"},
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::*", "Condition": {"StringLike": {"s3:prefix": "fleet/*"}}},
+    ],
+}
+
+
 @pytest.fixture(scope="session", params=["local", "s3"])
-def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    running = start_stack(["--domain", DOMAIN], backend=request.param)
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    credentials = tmp_path_factory.mktemp("credentials") / "credentials.json"
+    credentials.write_text(json.dumps([{"accessKeyId": FLEET_KEY, "secretAccessKey": FLEET_SECRET, "tenant": "fleet", "policy": FLEET_POLICY}]))
+    running = start_stack(["--domain", DOMAIN, "--credentials", str(credentials)], backend=request.param)
     yield running
     running.stop()

@@ -179,6 +179,47 @@ def lmcache_backend_name(key: Any) -> str:
     return str(key.to_string()).replace("/", "_")
 
 
+def test_a_fleet_key_confined_to_its_prefix_serves_lmcache_and_nothing_else(stack: Stack, bucket: str) -> None:
+    """The plugin with a key whose access policy confines it to ``fleet/``: with that key_prefix
+    LMCache stores, finds and retrieves its KV; with another prefix every call is refused by the
+    policy and becomes a counted miss (OC_ERR_ACCESS_DENIED), never an exception or a stale hit."""
+    from conftest import FLEET_KEY, FLEET_SECRET
+
+    tokens = torch.arange(12000, 12000 + 512)
+    kv = torch.randn(2, L, 512, KV_HEADS * HEAD_DIM).to(torch.bfloat16)
+    config = harness.plugin_config(stack.gateway_url, bucket, FLEET_KEY, FLEET_SECRET, key_prefix="fleet/", tenant="fleet")
+    confined = harness.lmcache_engine("fleet", layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=torch.bfloat16, **config)
+    try:
+        harness.store_and_wait(confined, tokens, kv, 512)
+        out = torch.zeros_like(kv)
+        assert int(confined.retrieve(tokens, kvcaches=out).sum()) == 512
+        assert torch.equal(out, kv)
+        remote = confined.storage_manager.storage_backends["RemoteBackend-objectcache"]
+        connector = remote.connection.getWrappedConnector()
+        assert asyncio.run_coroutine_threadsafe(connector.ping(), remote.loop).result(30) == 0
+    finally:
+        harness.destroy_engine("fleet")
+    with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as admin:
+        assert len(admin.list_keys("fleet/")) == 2 and admin.list_keys() == admin.list_keys("fleet/")
+
+    denied = ("put", "OC_ERR_ACCESS_DENIED")
+    puts = lmcache_backend.FAILURES.get(denied, 0)
+    outside = harness.plugin_config(stack.gateway_url, bucket, FLEET_KEY, FLEET_SECRET, key_prefix="", tenant="fleet")
+    stray = harness.lmcache_engine("stray", layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=torch.bfloat16, **outside)
+    try:
+        stray.store(tokens, kvcaches=kv)  # no exception
+        deadline = time.monotonic() + 30
+        while lmcache_backend.FAILURES.get(denied, 0) < puts + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert lmcache_backend.FAILURES.get(denied, 0) >= puts + 2
+        assert stray.lookup(tokens) == 0
+        assert lmcache_backend.FAILURES.get(("lookup", "OC_ERR_ACCESS_DENIED"), 0) >= 1
+    finally:
+        harness.destroy_engine("stray")
+    with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as admin:
+        assert admin.list_keys() == admin.list_keys("fleet/")
+
+
 def test_settings_are_checked_with_clear_messages() -> None:
     with pytest.raises(ValueError, match=r"remote_storage_plugin\.objectcache\.bucket is required"):
         lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.endpoint": "http://x"}, "objectcache")
