@@ -59,6 +59,27 @@ describe('policy evaluation', () => {
     expect(hostile('a'.repeat(1024))).toBe(false);
   });
 
+  it('decides a bucket\'s keys in bulk (objectChecker) exactly as it decides their ARNs one by one', () => {
+    let seed = 11;
+    const next = (n: number): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    const pick = <T,>(list: readonly T[]): T => list[next(list.length)] as T;
+    const pieces = ['kv', 'kv2', 'k', '*', '?', '/', 'a', 'b/', 'team-a/', '*/'];
+    for (let round = 0; round < 300; round++) {
+      const statements = Array.from({ length: 1 + next(4) }, () => {
+        const resource = next(6) === 0 ? '*' : `arn:aws:s3:::${Array.from({ length: 1 + next(4) }, () => pick(pieces)).join('')}`;
+        return { Effect: next(3) === 0 ? 'Deny' : 'Allow', Action: pick(['s3:GetObject', 's3:*', 's3:PutObject']), Resource: resource };
+      });
+      const p = parsePolicy({ Statement: statements }, 'random');
+      for (const bucket of ['kv', 'kv2']) {
+        const check = p.objectChecker('s3:GetObject', bucket);
+        for (let i = 0; i < 20; i++) {
+          const key = Array.from({ length: 1 + next(4) }, () => pick(['a', 'b', 'team-a', 'kv', '*'])).join('/');
+          expect(check(key), `${JSON.stringify(statements)} ${bucket}/${key}`).toEqual(p.decide('s3:GetObject', s3Arn(bucket, key)));
+        }
+      }
+    }
+  });
+
   it('applies s3:prefix conditions as IAM does (a missing key fails StringLike and satisfies StringNotLike)', () => {
     const p = policy(allow('s3:ListBucket', 'arn:aws:s3:::kv', { Condition: { StringLike: { 's3:prefix': ['team-a/*'] } } }));
     expect(p.allows('s3:ListBucket', s3Arn('kv'), { 's3:prefix': 'team-a/' })).toBe(true);

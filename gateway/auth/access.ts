@@ -159,11 +159,10 @@ export function authorize(credential: ClientCredential, checks: readonly Check[]
 export function authorizeKeys(credential: ClientCredential, action: Action, bucket: string, keys: readonly string[]): void {
   const policy = credential.access;
   if (policy.unrestricted) return;
-  const base = s3Arn(bucket, '');
+  const check = policy.objectChecker(action, bucket);
   for (const key of keys) {
-    const resource = base + key;
-    const decision = policy.decide(action, resource);
-    if (!decision.allowed) throw denied(credential, action, resource, decision.explicit);
+    const decision = check(key);
+    if (!decision.allowed) throw denied(credential, action, s3Arn(bucket, key), decision.explicit);
   }
 }
 

@@ -65,16 +65,18 @@ export class PolicyError extends Error {
 export type Matcher = (text: string) => boolean;
 
 export function wildcard(pattern: string, ignoreCase = false): Matcher {
-  const p = ignoreCase ? pattern.toLowerCase() : pattern;
-  const star = p.indexOf('*');
-  const hasQuestion = p.includes('?');
-  const fold = ignoreCase ? (s: string): string => s.toLowerCase() : (s: string): string => s;
-  if (star === -1 && !hasQuestion) return (text) => fold(text) === p;
-  if (!hasQuestion && star === p.length - 1) {
-    const prefix = p.slice(0, -1);
-    return (text) => fold(text).startsWith(prefix);
+  if (ignoreCase) {
+    const folded = wildcard(pattern.toLowerCase());
+    return (text) => folded(text.toLowerCase());
   }
-  return (text) => globMatch(p, fold(text));
+  const star = pattern.indexOf('*');
+  const question = pattern.includes('?');
+  if (star === -1 && !question) return (text) => text === pattern;
+  if (!question && star === pattern.length - 1) {
+    const prefix = pattern.slice(0, -1);
+    return prefix === '' ? () => true : (text) => text.startsWith(prefix);
+  }
+  return (text) => globMatch(pattern, text);
 }
 
 /**
@@ -116,7 +118,25 @@ interface Statement {
   readonly effect: 'Allow' | 'Deny';
   readonly actions: ReadonlySet<Action>;
   readonly resources: readonly Matcher[];
+  /** The resource patterns as written (for {@link AccessPolicy.objectChecker}). */
+  readonly patterns: readonly string[];
   readonly conditions: readonly Condition[];
+}
+
+/**
+ * A resource pattern narrowed to the objects of one bucket: a matcher of the key alone when the
+ * pattern spells out `arn:aws:s3:::bucket/` before its first wildcard, else of the whole ARN.
+ * Undefined when no object of the bucket can match.
+ */
+function objectMatcher(pattern: string, bucketArn: string): Matcher | undefined {
+  const wild = pattern.search(/[*?]/);
+  const literal = wild === -1 ? pattern : pattern.slice(0, wild);
+  if (literal.length >= bucketArn.length) return literal.startsWith(bucketArn) ? wildcard(pattern.slice(bucketArn.length)) : undefined;
+  if (!bucketArn.startsWith(literal)) return undefined;
+  // A wildcard within the bucket part (`*`, `arn:aws:s3:::kv*`): match the whole ARN.
+  if (wild === pattern.length - 1 && pattern.endsWith('*')) return () => true;
+  const whole = wildcard(pattern);
+  return (key) => whole(bucketArn + key);
 }
 
 function conditionHolds(condition: Condition, context: ConditionContext): boolean {
@@ -171,6 +191,30 @@ export class AccessPolicy {
     }
     for (const statement of this.#allows) if (statementMatches(statement, action, resource, context)) return ALLOWED;
     return IMPLICIT_DENY;
+  }
+
+  /**
+   * The decision for `action` on each object of `bucket`, specialised once for the bucket: the
+   * check of a descriptor's thousands of keys then compares each key with the key part of the
+   * patterns (no ARN is built per key; measured in bench/access-check-cost.ts).
+   */
+  objectChecker(action: Action, bucket: string): (key: string) => Decision {
+    if (this.unrestricted) return () => ALLOWED;
+    const bucketArn = s3Arn(bucket, '');
+    const narrow = (statements: readonly Statement[]): { sid: string | undefined; matchers: Matcher[] }[] =>
+      statements
+        .filter((s) => s.actions.has(action) && s.conditions.every((condition) => conditionHolds(condition, {})))
+        .map((s) => ({ sid: s.sid, matchers: s.patterns.map((pattern) => objectMatcher(pattern, bucketArn)).filter((m): m is Matcher => m !== undefined) }))
+        .filter((s) => s.matchers.length > 0);
+    const denies = narrow(this.#denies);
+    const allows = narrow(this.#allows).flatMap((s) => s.matchers);
+    return (key) => {
+      for (const deny of denies) {
+        for (const match of deny.matchers) if (match(key)) return { allowed: false, explicit: true, sid: deny.sid };
+      }
+      for (const match of allows) if (match(key)) return ALLOWED;
+      return IMPLICIT_DENY;
+    };
   }
 
   allows(action: Action, resource: string, context: ConditionContext = {}): boolean {
@@ -236,14 +280,14 @@ function parseActions(value: unknown, where: string): Set<Action> {
   return actions;
 }
 
-function parseResources(value: unknown, where: string): Matcher[] {
+function parseResources(value: unknown, where: string): string[] {
   return stringList(value, where, 'Resource').map((pattern) => {
     if (pattern.includes('${')) throw new PolicyError(where, `${JSON.stringify(pattern)}: policy variables (\${...}) are not supported`);
     if (pattern !== '*' && !pattern.startsWith('arn:aws:s3:::') && !pattern.startsWith('arn:objectcache:::tenant/')) {
       throw new PolicyError(where, `${JSON.stringify(pattern)} is not arn:aws:s3:::bucket, arn:aws:s3:::bucket/key-pattern, arn:objectcache:::tenant/name or *`);
     }
     if (pattern === 'arn:aws:s3:::' || pattern === 'arn:objectcache:::tenant/') throw new PolicyError(where, `${JSON.stringify(pattern)} names no bucket or tenant`);
-    return wildcard(pattern);
+    return pattern;
   });
 }
 
@@ -302,11 +346,13 @@ export function parsePolicy(document: unknown, where: string): AccessPolicy {
     if (effect !== 'Allow' && effect !== 'Deny') throw new PolicyError(`${at}.Effect`, `must be "Allow" or "Deny", got ${JSON.stringify(effect)}`);
     if (entry['Action'] === undefined) throw new PolicyError(at, 'a statement needs an Action');
     if (entry['Resource'] === undefined) throw new PolicyError(at, 'a statement needs a Resource');
+    const patterns = parseResources(entry['Resource'], `${at}.Resource`);
     return {
       sid: typeof sid === 'string' && sid !== '' ? sid : undefined,
       effect,
       actions: parseActions(entry['Action'], `${at}.Action`),
-      resources: parseResources(entry['Resource'], `${at}.Resource`),
+      resources: patterns.map((pattern) => wildcard(pattern)),
+      patterns,
       conditions: parseConditions(entry['Condition'], `${at}.Condition`),
     };
   });
