@@ -1,10 +1,13 @@
 /**
  * The README is the front door: every setting and every error code the code defines is listed
- * there, and the test command CI runs is the README's.
+ * there, the test command CI runs is the README's, and its access-policy files load and do what it says.
  */
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { SERVE_SETTINGS } from '../gateway/config.js';
+import type { Action } from '../gateway/auth/policy.js';
+import { loadServeConfig, SERVE_SETTINGS, type ClientCredential } from '../gateway/config.js';
 import { ERRORS } from '../schemas/errors.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
@@ -33,5 +36,35 @@ describe('README', () => {
   it('names the test command that .ci/run runs', () => {
     expect(readme).toContain('npm ci && npm test');
     expect(ci).toMatch(/^npm test$/m);
+  });
+
+  it("loads the Access control section's keys.json and policies.json as written, and they do what it says", () => {
+    const section = readme.slice(readme.indexOf('## Access control'), readme.indexOf('### What each request needs'));
+    const blocks = [...section.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => m[1] ?? '');
+    const keysJson = blocks.find((b) => b.trimStart().startsWith('['));
+    const policiesJson = blocks.find((b) => b.includes('"policies"'));
+    expect(keysJson && policiesJson).toBeTruthy();
+    const dir = mkdtempSync(join(tmpdir(), 'objectcache-docs-'));
+    try {
+      let n = 0;
+      writeFileSync(join(dir, 'keys.json'), (keysJson ?? '').replace(/"…"/g, () => `"readme-secret-${n++}"`));
+      writeFileSync(join(dir, 'policies.json'), policiesJson ?? '');
+      const config = loadServeConfig(['--credentials', join(dir, 'keys.json'), '--access-policies', join(dir, 'policies.json')], { OBJECTCACHE_ACCESS_KEY: 'admin', OBJECTCACHE_SECRET_KEY: 'admin-secret' });
+      const key = (id: string): ClientCredential => config.clientCredentials.find((c) => c.accessKeyId === id) as ClientCredential;
+      const can = (id: string, action: Action, resource: string, context = {}): boolean => key(id).access.allows(action, resource, context);
+      expect(can('team-a', 's3:GetObject', 'arn:aws:s3:::kvcache/team-a/x')).toBe(true);
+      expect(can('team-a', 's3:GetObject', 'arn:aws:s3:::kvcache/team-b/x')).toBe(false);
+      expect(can('team-b', 's3:DeleteObject', 'arn:aws:s3:::kvcache/team-a/x')).toBe(false);
+      expect(can('team-a', 's3:ListBucket', 'arn:aws:s3:::kvcache', { 's3:prefix': 'team-a/' })).toBe(true);
+      expect(can('team-a', 's3:ListBucket', 'arn:aws:s3:::kvcache', { 's3:prefix': 'team-b/' })).toBe(false);
+      expect(can('fleet', 's3:GetObject', 'arn:aws:s3:::kvcache/team-b/x')).toBe(true);
+      expect(can('fleet', 's3:GetObject', 'arn:aws:s3:::kvcache/audit/x')).toBe(false);
+      expect(can('fleet', 's3:PutObject', 'arn:aws:s3:::kvcache/team-a/x')).toBe(false);
+      expect(can('fleet', 'objectcache:ActAsTenant', 'arn:objectcache:::tenant/team-a')).toBe(true);
+      expect(can('ops', 's3:DeleteBucket', 'arn:aws:s3:::kvcache')).toBe(true);
+      expect(key('admin').access.unrestricted).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
