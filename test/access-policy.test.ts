@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ACTIONS, AccessPolicy, parsePolicy, PolicyError, s3Arn, wildcard } from '../gateway/auth/policy.js';
 import { ConfigError, isLoopback, loadServeConfig } from '../gateway/config.js';
-import { runCli } from './helpers/cli.js';
+import { runCli, startServe } from './helpers/cli.js';
 
 const allow = (Action: unknown, Resource: unknown, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ Effect: 'Allow', Action, Resource, ...extra });
 const deny = (Action: unknown, Resource: unknown): Record<string, unknown> => ({ Effect: 'Deny', Action, Resource });
@@ -205,6 +205,20 @@ describe('policy and credentials files', () => {
     fails(['--host', '0.0.0.0', '--insecure-trial-credentials', 'yes'], /must be on or off/, trial);
     expect(['127.0.0.1', '127.8.9.10', '::1', '[::1]', 'localhost', 'LOCALHOST'].every(isLoopback)).toBe(true);
     expect(['0.0.0.0', '::', '128.0.0.1', '::ffff:10.0.0.1', 'localhost.example.com', '192.168.1.1'].some(isLoopback)).toBe(false);
+  });
+
+  it('the command logs the keys it loaded and names the keys that may do nothing', async () => {
+    const credentials = creds([
+      { accessKeyId: 'with-policy', secretAccessKey: 'secret-0001', policy: team },
+      { accessKeyId: 'forgotten-key', secretAccessKey: 'secret-0002' },
+    ]);
+    const serve = await startServe(['--data-dir', join(dir, 'store'), '--credentials', credentials], env);
+    try {
+      expect(serve.lines).toContainEqual(expect.objectContaining({ msg: 'access policies loaded', keys: 3, administrator: 1, withPolicy: 1 }));
+      expect(serve.lines).toContainEqual(expect.objectContaining({ level: 'warn', keys: ['forgotten-key'], msg: expect.stringContaining('no access policy and may do nothing') }));
+    } finally {
+      await serve.stop();
+    }
   });
 
   it('the command says how to fix protected mode', () => {
