@@ -99,11 +99,16 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend, 
   ctx.operation = s3Operation(ctx.req.method ?? 'GET', ctx.target) ?? 'Other';
   if (ctx.operation === 'DeleteObjects') {
     // Read whole (at most 1000 keys) so that every key is checked before the store sees any.
+    // The store gets the request rebuilt from the checked keys, with its own digest.
     const request = await readDeleteObjects(ctx);
-    const headers = forwardHeaders(ctx);
-    if (request.checksumHeader) headers[request.checksumHeader[0]] = request.checksumHeader[1];
-    headers['content-length'] = String(request.body.byteLength);
-    return relay(ctx, backend, headers, Readable.from([request.body]), request.sha256Hex, onRetry);
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(forwardHeaders(ctx))) {
+      if (name !== 'content-md5' && !name.startsWith('x-amz-checksum-') && name !== 'x-amz-sdk-checksum-algorithm') headers[name] = value;
+    }
+    headers['content-md5'] = request.forwardMd5;
+    headers['content-type'] = 'application/xml';
+    headers['content-length'] = String(request.forward.byteLength);
+    return relay(ctx, backend, headers, Readable.from([request.forward]), request.forwardSha256, onRetry);
   }
   let body: Readable | undefined;
   let payloadHash = EMPTY_PAYLOAD_SHA256;

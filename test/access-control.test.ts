@@ -254,6 +254,39 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     expect(await exists('team-b/batch')).toBe(false);
   });
 
+  it('passes the store only the DeleteObjects keys it checked: namespace prefixes, a second <Key> or character references cannot smuggle another', async () => {
+    const md5 = (body: Buffer): string => createHash('md5').update(body).digest('base64');
+    const send = async (key: Key, xml: string): Promise<{ status: number; code: string | null; text: string }> => {
+      const body = Buffer.from(xml);
+      return raw(key, 'POST', `/${bucket}`, { delete: '' }, body, { 'content-md5': md5(body), 'content-type': 'application/xml' });
+    };
+    for (const xml of [
+      '<Delete xmlns:x="urn:x"><Object><Key>team-b/decoy</Key></Object><x:Object><Key>team-a/notes</Key></x:Object></Delete>',
+      '<Delete xmlns:x="urn:x"><Object><Key>team-b/decoy</Key><x:Key>team-a/notes</x:Key></Object></Delete>',
+    ]) {
+      await as(TEAM_B).send(new PutObjectCommand({ Bucket: bucket, Key: 'team-b/decoy', Body: 'd' }));
+      const answer = await send(TEAM_B, xml);
+      expect(answer.status, answer.text).toBe(200);
+      expect(await exists('team-a/notes')).toBe(true);
+      expect(await exists('team-b/decoy')).toBe(false);
+    }
+    // A character reference is read as the character it names, here and at the store alike.
+    const smuggled = await send(TEAM_B, '<Delete><Object><Key>&#x74;eam-a/notes</Key></Object></Delete>');
+    expect([smuggled.status, smuggled.code]).toEqual([403, 'OC_ERR_ACCESS_DENIED']);
+    await admin.send(new PutObjectCommand({ Bucket: bucket, Key: 'team-a/by-reference', Body: 'r' }));
+    const byAdmin = await raw({ accessKeyId: 'test-client', secretAccessKey: 'test-client-secret' }, 'POST', `/${bucket}`, { delete: '' }, Buffer.from('<Delete><Object><Key>&#x74;eam-a/by-reference</Key></Object></Delete>'), { 'content-md5': md5(Buffer.from('<Delete><Object><Key>&#x74;eam-a/by-reference</Key></Object></Delete>')) });
+    expect(byAdmin.status, byAdmin.text).toBe(200);
+    expect(byAdmin.text).toContain('<Key>team-a/by-reference</Key>');
+    expect(await exists('team-a/by-reference')).toBe(false);
+    expect(await exists('team-a/notes')).toBe(true);
+  });
+
+  it('refuses, to a confined key, headers with which MinIO writes other objects than the one named (snowball tar extraction)', async () => {
+    const answer = await raw(TEAM_B, 'PUT', `/${bucket}/team-b/a.tar`, {}, Buffer.from('not a tar'), { 'x-amz-meta-snowball-auto-extract': 'true' });
+    expect([answer.status, answer.code]).toEqual([403, 'OC_ERR_ACCESS_DENIED']);
+    expect(await exists('team-b/a.tar')).toBe(false);
+  });
+
   it("judges a presigned URL and a form upload by the policy of the key that signed them", async () => {
     const byB = await getSignedUrl(as(TEAM_B), new GetObjectCommand({ Bucket: bucket, Key: 'team-a/notes' }), { expiresIn: 300 });
     const refused = await fetch(byB);

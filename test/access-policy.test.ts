@@ -9,7 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ACTIONS, AccessPolicy, parsePolicy, PolicyError, s3Arn, wildcard } from '../gateway/auth/policy.js';
+import { requirementOf } from '../gateway/auth/access.js';
 import { ConfigError, isLoopback, loadServeConfig } from '../gateway/config.js';
+import { parseTarget } from '../gateway/s3/request.js';
 import { runCli, startServe } from './helpers/cli.js';
 
 const allow = (Action: unknown, Resource: unknown, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ Effect: 'Allow', Action, Resource, ...extra });
@@ -119,6 +121,41 @@ describe('policy evaluation', () => {
       expect(() => parsePolicy(document, 'test'), JSON.stringify(document)).toThrow(PolicyError);
       expect(() => parsePolicy(document, 'test'), JSON.stringify(document)).toThrow(message);
     }
+  });
+});
+
+describe('what a request needs (gateway/auth/access.ts)', () => {
+  const need = (method: string, url: string, headers: Record<string, string> = {}): ReturnType<typeof requirementOf> => requirementOf(method, parseTarget(url), headers);
+  const checks = (r: ReturnType<typeof requirementOf>): string[] => (r.kind === 'checks' ? r.checks.map((c) => `${c.action} ${c.resource}`) : [r.kind]);
+
+  it('checks the copy source of any request that names one, sub-resources included (MinIO routes the copy first)', () => {
+    expect(checks(need('PUT', '/kvc/team-b/x', { 'x-amz-copy-source': 'kvc/team-a/secret' }))).toEqual(['s3:PutObject arn:aws:s3:::kvc/team-b/x', 's3:GetObject arn:aws:s3:::kvc/team-a/secret']);
+    expect(checks(need('PUT', '/kvc/team-b/x?retention', { 'x-amz-copy-source': 'kvc/team-a/secret' }))).toContain('s3:GetObject arn:aws:s3:::kvc/team-a/secret');
+    expect(checks(need('PUT', '/kvc/team-b/x?legal-hold', { 'x-amz-copy-source': '/kvc/team-a/secret?versionId=v1' }))).toContain('s3:GetObjectVersion arn:aws:s3:::kvc/team-a/secret');
+  });
+
+  it('refuses a sub-resource combined with another operation\'s parameter, which MinIO would route to that operation', () => {
+    for (const url of ['/kvc/team-b/x?tagging&partNumber=1&uploadId=U', '/kvc/team-b/x?uploads&select&select-type=2', '/kvc/team-b/x?uploadId=U&restore', '/kvc?policy&delete']) {
+      const method = url.includes('tagging') ? 'PUT' : url.includes('policy') ? 'GET' : 'POST';
+      expect(need(method, url).kind, url).toBe('unclassified');
+    }
+    expect(checks(need('POST', '/kvc/team-b/x?select&select-type=2'))).toEqual(['s3:GetObject arn:aws:s3:::kvc/team-b/x']);
+  });
+
+  it('refuses headers that make MinIO write or read other objects, and checks what a write sets beside its bytes', () => {
+    for (const header of ['x-amz-meta-snowball-auto-extract', 'x-amz-meta-minio-snowball-prefix', 'x-minio-extract', 'x-amz-replication-status']) {
+      expect(need('PUT', '/kvc/team-b/a.tar', { [header]: 'true' }).kind, header).toBe('unclassified');
+    }
+    expect(checks(need('PUT', '/kvc/team-b/x', { 'x-amz-object-lock-mode': 'COMPLIANCE', 'x-amz-object-lock-retain-until-date': '2030-01-01T00:00:00Z', 'x-amz-object-lock-legal-hold': 'ON', 'x-amz-tagging': 'a=b' }))).toEqual([
+      's3:PutObject arn:aws:s3:::kvc/team-b/x', 's3:PutObjectRetention arn:aws:s3:::kvc/team-b/x', 's3:PutObjectLegalHold arn:aws:s3:::kvc/team-b/x', 's3:PutObjectTagging arn:aws:s3:::kvc/team-b/x',
+    ]);
+    expect(checks(need('DELETE', '/kvc/team-b/x?versionId=v1', { 'x-amz-bypass-governance-retention': 'true' }))).toEqual(['s3:DeleteObjectVersion arn:aws:s3:::kvc/team-b/x', 's3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x']);
+  });
+
+  it('gives list conditions the prefix MinIO lists (a leading / dropped), and refuses a path without a bucket', () => {
+    const list = need('GET', '/kvc?list-type=2&prefix=%2Fsecret%2F');
+    expect(list.kind === 'checks' && list.checks[0]?.context).toEqual({ 's3:prefix': 'secret/' });
+    expect(() => parseTarget('//kvc/team-a/x')).toThrow(/without a bucket/);
   });
 });
 

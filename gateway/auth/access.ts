@@ -34,6 +34,16 @@ const ARGUMENTS = new Set([
   'uploads', 'delete', 'location', 'versions', 'acl', 'attributes',
 ]);
 
+/** Query parameters that make a request another operation (MinIO routes them first). */
+const OPERATION_PARAMETERS = new Set(['uploads', 'uploadId', 'partNumber', 'delete', 'location', 'versions', 'acl', 'attributes']);
+
+/**
+ * Request headers that make MinIO act on objects other than the one the request names: a file
+ * inside a zip (`x-minio-extract`), the entries of an uploaded tar written under their own names
+ * (the snowball auto-extract metadata), replication internals. Administrator key only.
+ */
+export const UNSAFE_HEADERS: readonly RegExp[] = [/^x-minio-extract$/, /^x-amz-meta-(minio-)?snowball-/, /^x-amz-replication-status$/, /^x-minio-source-/];
+
 type ByMethod = Partial<Record<string, Action>>;
 
 /** Sub-resources s3Operation() does not name, by level and method. */
@@ -65,7 +75,9 @@ export type Requirement =
 
 function listContext(target: S3Target): ConditionContext {
   const delimiter = queryValue(target, 'delimiter');
-  return { 's3:prefix': queryValue(target, 'prefix') ?? '', ...(delimiter !== undefined ? { 's3:delimiter': delimiter } : {}) };
+  // MinIO lists `/secret/` as `secret/`: the condition sees the prefix that is listed.
+  const prefix = (queryValue(target, 'prefix') ?? '').replace(/^\/+/, '');
+  return { 's3:prefix': prefix, ...(delimiter !== undefined ? { 's3:delimiter': delimiter } : {}) };
 }
 
 const BUCKET_ACTIONS: Partial<Record<S3Operation, Action>> = {
@@ -99,8 +111,8 @@ const OBJECT_ACTIONS: Partial<Record<S3Operation, Action>> = {
 export function requirementOf(method: string, target: S3Target, headers: IncomingHttpHeaders): Requirement {
   const { bucket, key } = target;
   const objectLevel = key !== '';
-  // MinIO reads a file inside a zip object for this header: the object read is not the key named.
-  if (headers['x-minio-extract'] !== undefined) return { kind: 'unclassified', what: 'a request with x-minio-extract' };
+  const unsafe = Object.keys(headers).find((name) => UNSAFE_HEADERS.some((pattern) => pattern.test(name)));
+  if (unsafe !== undefined) return { kind: 'unclassified', what: `a request with ${unsafe}` };
   let subresourceAction: Action | undefined;
   for (const [name] of target.query) {
     if (ARGUMENTS.has(name) || name.toLowerCase().startsWith('x-amz-')) continue;
@@ -111,7 +123,13 @@ export function requirementOf(method: string, target: S3Target, headers: Incomin
     }
     subresourceAction = action;
   }
-  if (subresourceAction !== undefined) return { kind: 'checks', checks: [{ action: subresourceAction, resource: objectLevel ? s3Arn(bucket, key) : s3Arn(bucket) }] };
+  if (subresourceAction !== undefined) {
+    // MinIO routes multipart and the other operations' parameters before these sub-resources: a
+    // request that carries both would be checked as one operation and run as another.
+    const other = target.query.find(([name]) => OPERATION_PARAMETERS.has(name));
+    if (other !== undefined) return { kind: 'unclassified', what: `${method} with a sub-resource and ?${other[0]}` };
+    return { kind: 'checks', checks: withCopySource([{ action: subresourceAction, resource: objectLevel ? s3Arn(bucket, key) : s3Arn(bucket) }], headers) };
+  }
 
   const operation = s3Operation(method, target);
   if (operation === undefined) return { kind: 'unclassified', what: `${method} ${objectLevel ? 'on an object' : bucket !== '' ? 'on a bucket' : 'on the service'}` };
@@ -128,13 +146,27 @@ export function requirementOf(method: string, target: S3Target, headers: Incomin
   if (versioned && action === 's3:GetObject') action = 's3:GetObjectVersion';
   if (versioned && action === 's3:DeleteObject') action = 's3:DeleteObjectVersion';
   const checks: Check[] = [{ action, resource: s3Arn(bucket, key) }];
-  const copySource = headers['x-amz-copy-source'];
-  if ((operation === 'PutObject' || operation === 'UploadPart') && copySource !== undefined) {
-    // A copy reads its source: both ends are checked (the store copies with the gateway's key).
-    const source = parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource);
-    checks.push({ action: source.versionId !== undefined ? 's3:GetObjectVersion' : 's3:GetObject', resource: s3Arn(source.bucket, source.key) });
+  if (operation === 'PutObject' || operation === 'UploadPart' || operation === 'CreateMultipartUpload') {
+    // What a write sets beside the bytes needs its own action, as at S3.
+    const has = (name: string): boolean => headers[name] !== undefined;
+    if (has('x-amz-object-lock-mode') || has('x-amz-object-lock-retain-until-date')) checks.push({ action: 's3:PutObjectRetention', resource: s3Arn(bucket, key) });
+    if (has('x-amz-object-lock-legal-hold')) checks.push({ action: 's3:PutObjectLegalHold', resource: s3Arn(bucket, key) });
+    if (has('x-amz-tagging')) checks.push({ action: 's3:PutObjectTagging', resource: s3Arn(bucket, key) });
   }
-  return { kind: 'checks', checks };
+  if (headers['x-amz-bypass-governance-retention'] !== undefined) checks.push({ action: 's3:BypassGovernanceRetention', resource: s3Arn(bucket, key) });
+  return { kind: 'checks', checks: withCopySource(checks, headers) };
+}
+
+/**
+ * A request that carries x-amz-copy-source reads its source, whatever else it is: MinIO routes a
+ * PUT with that header to CopyObject (or UploadPartCopy) before its sub-resources, so the source
+ * is checked on every request that names one (the store copies with the gateway's key).
+ */
+function withCopySource(checks: Check[], headers: IncomingHttpHeaders): Check[] {
+  const copySource = headers['x-amz-copy-source'];
+  if (copySource === undefined) return checks;
+  const source = parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource);
+  return [...checks, { action: source.versionId !== undefined ? 's3:GetObjectVersion' : 's3:GetObject', resource: s3Arn(source.bucket, source.key) }];
 }
 
 function denied(credential: ClientCredential, action: Action, resource: string, explicit: boolean): ObjectCacheError {

@@ -27,7 +27,7 @@ export const ACTIONS = [
   's3:GetObject', 's3:GetObjectVersion', 's3:PutObject', 's3:DeleteObject', 's3:DeleteObjectVersion', 's3:GetObjectAttributes',
   's3:GetObjectAcl', 's3:PutObjectAcl', 's3:GetObjectTagging', 's3:PutObjectTagging', 's3:DeleteObjectTagging',
   's3:GetObjectRetention', 's3:PutObjectRetention', 's3:GetObjectLegalHold', 's3:PutObjectLegalHold', 's3:RestoreObject',
-  's3:ListMultipartUploadParts', 's3:AbortMultipartUpload',
+  's3:ListMultipartUploadParts', 's3:AbortMultipartUpload', 's3:BypassGovernanceRetention',
   'objectcache:ActAsTenant',
 ] as const;
 

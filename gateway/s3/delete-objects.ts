@@ -11,20 +11,28 @@ import { authorize } from '../auth/access.js';
 import { s3Arn } from '../auth/policy.js';
 import { uploadBody } from '../body/upload-body.js';
 import type { RequestContext } from '../context.js';
-import { parseXmlBody, xmlList, xmlText } from './xml.js';
+import { parseXmlBody, S3_XMLNS, xmlList, xmlText } from './xml.js';
 
 /** S3 accepts at most 1000 keys per DeleteObjects. */
 export const MAX_DELETE_KEYS = 1000;
 const MAX_BODY_BYTES = 2 * 1024 * 1024;
 
 export interface DeleteObjectsRequest {
-  /** The verified body as sent (decoded from aws-chunked), to pass on to an S3 backend. */
-  readonly body: Buffer;
-  readonly sha256Hex: string;
-  /** The checksum the client sent, as a header to pass on (it may have come in a trailer). */
-  readonly checksumHeader: readonly [string, string] | undefined;
+  /**
+   * The request rebuilt from the keys that were checked, to pass on to an S3 backend: never the
+   * client's bytes, which another XML reader (Go's, at MinIO) could read as other keys
+   * (namespace-prefixed elements, a second <Key>, character references).
+   */
+  readonly forward: Buffer;
+  readonly forwardMd5: string;
+  readonly forwardSha256: string;
   readonly objects: readonly { readonly key: string; readonly versionId: string | undefined }[];
   readonly quiet: boolean;
+}
+
+/** XML text with markup and every control character escaped as a character reference. */
+function xmlEscape(text: string): string {
+  return text.replace(/[&<>"'\x00-\x1f\x7f]/g, (c) => `&#x${c.charCodeAt(0).toString(16).toUpperCase()};`);
 }
 
 export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObjectsRequest> {
@@ -40,20 +48,25 @@ export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObje
   const objects = elements.map((element) => {
     const key = xmlText(element, 'Key');
     if (key === undefined || key === '') throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'Every <Object> needs a non-empty <Key>');
-    const problem = objectKeyProblem(key);
+    const problem = objectKeyProblem(key) ?? (/[\x00-\x08\x0b\x0c\x0e-\x1f]/.test(key) ? 'contains a control character XML cannot carry' : undefined);
     if (problem !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The key ${JSON.stringify(key.slice(0, 64))} ${problem}`);
     const versionId = xmlText(element, 'VersionId');
     return { key, versionId: versionId === undefined || versionId === '' ? undefined : versionId };
   });
   const { bucket } = ctx.target;
   authorize(ctx.auth.credential, objects.map((o) => ({ action: o.versionId === undefined ? 's3:DeleteObject' : 's3:DeleteObjectVersion', resource: s3Arn(bucket, o.key) })));
-  const checksum = upload.checksum;
-  const checksumValue = upload.checksumValue();
+  const quiet = xmlText(document, 'Quiet')?.trim() === 'true';
+  const forward = Buffer.from(
+    `<?xml version="1.0" encoding="UTF-8"?><Delete xmlns="${S3_XMLNS}">${quiet ? '<Quiet>true</Quiet>' : ''}` +
+      objects.map((o) => `<Object><Key>${xmlEscape(o.key)}</Key>${o.versionId === undefined ? '' : `<VersionId>${xmlEscape(o.versionId)}</VersionId>`}</Object>`).join('') +
+      '</Delete>',
+    'utf8',
+  );
   return {
-    body,
-    sha256Hex: createHash('sha256').update(body).digest('hex'),
-    checksumHeader: checksum && checksumValue !== undefined ? [`x-amz-checksum-${checksum.algorithm}`, checksumValue] : undefined,
+    forward,
+    forwardMd5: createHash('md5').update(forward).digest('base64'),
+    forwardSha256: createHash('sha256').update(forward).digest('hex'),
     objects,
-    quiet: xmlText(document, 'Quiet')?.trim() === 'true',
+    quiet,
   };
 }

@@ -19,7 +19,7 @@ import busboy from 'busboy';
 import type { LocalStore } from '../../backends/embedded/local-store.js';
 import type { S3Backend } from '../../backends/s3-backend.js';
 import { UNSIGNED_PAYLOAD } from '../auth/sigv4.js';
-import { authorize } from '../auth/access.js';
+import { authorize, authorizeUnclassified, UNSAFE_HEADERS } from '../auth/access.js';
 import { s3Arn } from '../auth/policy.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
@@ -146,6 +146,8 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     if (problem !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The key ${problem}`);
     // The key that signed the form must be allowed to write the object it names.
     authorize(credential, [{ action: 's3:PutObject', resource: s3Arn(target.bucket, key) }]);
+    const unsafe = [...fields.keys()].find((name) => UNSAFE_HEADERS.some((pattern) => pattern.test(name)));
+    if (unsafe !== undefined) authorizeUnclassified(credential, `a form with the field ${unsafe}`);
     const checked = new Map(fields);
     checked.set('key', key);
     checked.set('bucket', target.bucket);

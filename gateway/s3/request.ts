@@ -124,6 +124,7 @@ export function parseTarget(url: string, hostBucket?: string): S3Target {
   const slash = path.indexOf('/', 1);
   const bucket = slash === -1 ? path.slice(1) : path.slice(1, slash);
   const key = slash === -1 ? '' : path.slice(slash + 1);
+  if (bucket === '' && key !== '') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_BUCKET_NAME', 'The path names an object without a bucket (it starts with //)');
   const problem = key === '' ? undefined : objectKeyProblem(key);
   if (problem !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', `The object key ${problem}`, { details: { BucketName: bucket } });
   const canonicalPath = escapeUriPath(path);

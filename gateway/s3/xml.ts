@@ -15,7 +15,8 @@ const parser = new XMLParser({
   parseTagValue: false,
   trimValues: false,
   processEntities: true,
-  htmlEntities: false,
+  // Numeric character references (&#13;, &#x74;) are decoded, as Go's encoding/xml does at MinIO.
+  htmlEntities: true,
   isArray: (name) => name === 'Part' || name === 'Object',
 });
 
