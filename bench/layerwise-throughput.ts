@@ -30,7 +30,7 @@ import { PRESETS } from '../schemas/layouts.js';
 import { directGetInto, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startDistributedMinio, startMinio } from './minio.js';
-import { cpuMeter, formatCpu, predictedGBps, type CpuPerGiB } from './process-usage.js';
+import { cpuMeter, formatCpu, memoryWatch, predictedGBps, type CpuPerGiB } from './process-usage.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
 const HIT = 0.875;
@@ -44,6 +44,8 @@ interface Sample {
   readonly reads: number;
   /** Gateway-side: when the first layer group had been read (OC-LW only). */
   readonly serverFirstReadMs?: number;
+  /** The gateway process's peak resident memory during the sample. */
+  gatewayPeakRssBytes?: number;
 }
 
 /** S3-LW: per layer, N range GETs (the paper's Table A3 loop, done by the client). */
@@ -130,8 +132,10 @@ async function main(): Promise<void> {
   const rows: Record<string, unknown>[] = [];
   const measured = async (bytes: number, run: () => Promise<Sample>): Promise<Sample> => {
     const meter = cpuMeter(pids);
+    const memory = memoryWatch(gateway.child.pid as number);
     const sample = await run();
     sample.cpu = meter(bytes);
+    sample.gatewayPeakRssBytes = memory.stop().peakRssBytes;
     return sample;
   };
   try {
@@ -162,11 +166,11 @@ async function main(): Promise<void> {
           for (const name of Object.keys(list[0]?.cpu ?? {})) cpu[name] = median(list.map((s) => s.cpu?.[name] ?? NaN));
           // The baselines do not touch the gateway's layerwise path (on MinIO, not the gateway at all).
           if (method !== 'OC-LW' && !embedded) delete cpu['gateway'];
-          const row = { context, G, N, S, method, gbPerSec: payload / seconds / 1e9, seconds, firstLayerMs: median(list.map((s) => s.firstLayerMs)), backendReads: list[0]?.reads ?? 0, cpuSecondsPerGiB: cpu, predictedGbPerSec: predictedGBps(cpu, cores), ...(serverFirst !== undefined ? { serverFirstReadMs: median(list.map((s) => s.serverFirstReadMs ?? 0)) } : {}) };
+          const row = { context, G, N, S, method, gbPerSec: payload / seconds / 1e9, seconds, firstLayerMs: median(list.map((s) => s.firstLayerMs)), backendReads: list[0]?.reads ?? 0, cpuSecondsPerGiB: cpu, gatewayPeakRssMiB: Math.max(...list.map((x) => x.gatewayPeakRssBytes ?? NaN)) / 1024 ** 2, predictedGbPerSec: predictedGBps(cpu, cores), ...(serverFirst !== undefined ? { serverFirstReadMs: median(list.map((s) => s.serverFirstReadMs ?? 0)) } : {}) };
           rows.push(row);
           const extra = row.serverFirstReadMs !== undefined ? `  (gateway read layer 0 by ${row.serverFirstReadMs.toFixed(0)} ms)` : '';
           console.log(`  ${method.padEnd(6)} ${row.gbPerSec.toFixed(3)} GB/s  ${(seconds * 1000).toFixed(0).padStart(6)} ms  layer 0 at ${row.firstLayerMs.toFixed(0).padStart(5)} ms  backend reads ${row.backendReads}${extra}`);
-          console.log(`         ${formatCpu(cpu, cores)}`);
+          console.log(`         ${formatCpu(cpu, cores)}${method === 'OC-LW' ? `; gateway peak RSS ${row.gatewayPeakRssMiB.toFixed(0)} MiB` : ''}`);
         }
         const get = (m: string): number => (rows.find((r) => r['context'] === context && r['G'] === G && r['method'] === m)?.['gbPerSec'] as number) ?? NaN;
         console.log(`  OC-LW / S3-LW = ${(get('OC-LW') / get('S3-LW')).toFixed(2)}x   OC-LW / S3-CW = ${(get('OC-LW') / get('S3-CW')).toFixed(2)}x`);

@@ -1,7 +1,7 @@
 /**
  * What a benchmark reads about another process (the gateway, MinIO) from /proc on Linux.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 
 /** CPU seconds (user + system), resident and peak resident bytes of a process, from /proc (Linux). */
 export function processUsage(pid: number): { cpuSeconds: number; rssBytes: number; peakRssBytes: number } {
@@ -51,4 +51,45 @@ export function predictedGBps(cpu: CpuPerGiB, cores: number): number {
 export function formatCpu(cpu: CpuPerGiB, cores: number): string {
   const sum = Object.values(cpu).reduce((a, b) => a + b, 0);
   return `CPU s/GiB ${Object.entries(cpu).map(([name, v]) => `${name} ${v.toFixed(2)}`).join(', ')} (sum ${sum.toFixed(2)}) -> ${predictedGBps(cpu, cores).toFixed(2)} GB/s predicted`;
+}
+
+/** Kernel memory of TCP socket buffers, machine-wide, from /proc/net/sockstat (pages of 4 KiB). */
+export function tcpSocketBytes(): number {
+  try {
+    const line = readFileSync('/proc/net/sockstat', 'utf8').split('\n').find((l) => l.startsWith('TCP:')) ?? '';
+    return Number(/ mem (\d+)/.exec(line)?.[1] ?? NaN) * 4096;
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * Samples a process's resident memory and the kernel's TCP socket memory every `intervalMs`
+ * while work runs: `stop()` gives the resident bytes when it started, the highest resident bytes
+ * (the kernel's VmHWM, reset at the start through /proc/PID/clear_refs where allowed, so it also
+ * catches peaks between samples) and the highest TCP socket memory.
+ */
+export function memoryWatch(pid: number, intervalMs = 50): { stop(): { idleRssBytes: number; peakRssBytes: number; peakTcpBytes: number; idleTcpBytes: number } } {
+  let resetPeak = true;
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, '5');
+  } catch {
+    resetPeak = false; // not permitted here: sampled maxima only
+  }
+  const idle = processUsage(pid);
+  const idleTcpBytes = tcpSocketBytes();
+  let peakRss = idle.rssBytes;
+  let peakTcp = idleTcpBytes;
+  const timer = setInterval(() => {
+    peakRss = Math.max(peakRss, processUsage(pid).rssBytes);
+    peakTcp = Math.max(peakTcp, tcpSocketBytes());
+  }, intervalMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      const now = processUsage(pid);
+      const peakRssBytes = Math.max(peakRss, now.rssBytes, resetPeak ? now.peakRssBytes : 0);
+      return { idleRssBytes: idle.rssBytes, peakRssBytes, peakTcpBytes: Math.max(peakTcp, tcpSocketBytes()), idleTcpBytes };
+    },
+  };
 }

@@ -1,0 +1,105 @@
+/**
+ * Memory as a reported figure: C concurrent layerwise GETs of one 16K prefix (Llama-3.1-8B
+ * layout, 87.5% hit, G=64: 224 chunks of 8 MiB, 1.75 GiB per GET) through one gateway process in
+ * front of one MinIO, for C = 1, 4, 16. Reports the gateway's peak resident memory over its idle
+ * resident memory, the kernel's TCP socket memory (machine-wide, /proc/net/sockstat) at its peak
+ * over idle, the aggregate GB/s, and each request's layer-0 time. Writes
+ * bench/results/memory-latest.json. Each level runs on a fresh gateway process: its idle resident
+ * memory (after a two-chunk GET) is the baseline, then one whole GET warms the path, then the C
+ * GETs are measured (peak resident memory over that baseline: the steady state's footprint).
+ *
+ *   npm run bench:memory [-- --concurrency 1,4,16] [-- --gateway-args "--read-ahead-bytes 268435456"]
+ *
+ * The concurrent GETs write into one shared target (the same bytes at the same places), so the
+ * load generator's memory stays one payload whatever C is.
+ */
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { ObjectCacheClient } from '../client/client.js';
+import { syntheticChunk } from '../client/kv-layout.js';
+import type { DescriptorInput } from '../schemas/descriptor-schema.js';
+import { PRESETS } from '../schemas/layouts.js';
+import { directPut, directS3, inParallel } from './direct-s3.js';
+import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
+import { installMinio, repoRoot, startMinio } from './minio.js';
+import { memoryWatch } from './process-usage.js';
+
+const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
+const BUCKET = 'memory-bench';
+const MiB = 1024 * 1024;
+
+async function main(): Promise<void> {
+  process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
+  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' } } });
+  const levels = (values.concurrency ?? '1,4,16').split(',').map(Number);
+  const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((a) => a !== '');
+  const G = Number(values.G);
+  const N = Math.floor((16384 * 0.875) / G);
+  const L = PRESET.layers;
+  const S = G * PRESET.bytesPerTokenPerLayer;
+  const payload = N * L * S;
+  console.log(`node ${process.version}, ${cpus().length} cores; 16K G=${G}: N=${N}, S=${S / 1024} KiB, ${(payload / MiB).toFixed(0)} MiB per GET; C = ${levels.join(', ')}; gateway ${JSON.stringify(gatewayArgs)}`);
+
+  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')) });
+  const direct = directS3(minio, 32);
+  const rows: Record<string, unknown>[] = [];
+  try {
+    await directPut(direct, `/${BUCKET}`);
+    const keys = Array.from({ length: N }, (_, c) => `kv/mem-g${G}/${String(c).padStart(5, '0')}`);
+    await inParallel(N, 8, async (c) => directPut(direct, `/${BUCKET}/${keys[c]}`, syntheticChunk(G, c, L * S)));
+    const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: G, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
+    const warmUp: DescriptorInput = { ...descriptor, keys: keys.slice(0, 2) };
+    const target = new Uint8Array(payload);
+    for (const C of levels) {
+      // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
+      // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
+      const gateway = await startGatewayProcess({ minio, args: gatewayArgs });
+      const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
+      try {
+        await client.fetch(warmUp, { transport: 'post' });
+        await new Promise((r) => setTimeout(r, 1000));
+        // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
+        // buffers it leaves resident are the steady state, and count against the baseline).
+        const fresh = memoryWatch(gateway.child.pid as number).stop();
+        await client.fetch(descriptor, { transport: 'post', target });
+        const watch = memoryWatch(gateway.child.pid as number);
+        const started = performance.now();
+        const results = await Promise.all(Array.from({ length: C }, () => client.fetch(descriptor, { transport: 'post', target })));
+        const seconds = (performance.now() - started) / 1000;
+        const memory = watch.stop();
+        const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
+        const row = {
+          concurrency: C,
+          gbPerSec: (C * payload) / seconds / 1e9,
+          seconds,
+          gatewayIdleRssMiB: fresh.idleRssBytes / MiB,
+          gatewayPeakRssOverIdleMiB: (memory.peakRssBytes - fresh.idleRssBytes) / MiB,
+          tcpSocketPeakOverIdleMiB: (memory.peakTcpBytes - memory.idleTcpBytes) / MiB,
+          layer0Ms: { min: layer0[0], median: layer0[Math.floor(layer0.length / 2)], max: layer0.at(-1) },
+          backendReadsPerGet: results[0]?.summary.backendReads,
+        };
+        rows.push(row);
+        console.log(
+          `C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; gateway RSS idle ${row.gatewayIdleRssMiB.toFixed(0)} MiB, peak +${row.gatewayPeakRssOverIdleMiB.toFixed(0)} MiB; ` +
+            `TCP socket memory peak +${row.tcpSocketPeakOverIdleMiB.toFixed(0)} MiB; layer 0 at ${row.layer0Ms.min?.toFixed(0)} / ${row.layer0Ms.median?.toFixed(0)} / ${row.layer0Ms.max?.toFixed(0)} ms (min/median/max); ${row.backendReadsPerGet} backend reads per GET`,
+        );
+      } finally {
+        await client.close();
+        await gateway.stop();
+      }
+    }
+  } finally {
+    await minio.destroy();
+  }
+  const out = join(repoRoot(), 'bench', 'results');
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, 'memory-latest.json'), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, rows }, null, 2)}\n`);
+  console.log('wrote bench/results/memory-latest.json');
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
