@@ -66,7 +66,9 @@ async function main(): Promise<void> {
         await client.fetch(descriptor, { transport: 'post', target });
         const watch = memoryWatch(gateway.child.pid as number);
         const started = performance.now();
-        const results = await Promise.all(Array.from({ length: C }, () => client.fetch(descriptor, { transport: 'post', target })));
+        // One client per request, as C engines would be (one client queues beyond its 8 connections).
+        const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
+        const results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target }))).finally(() => Promise.all(engines.map((engine) => engine.close())));
         const seconds = (performance.now() - started) / 1000;
         const memory = watch.stop();
         const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
