@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { freePort, repoRoot } from './minio.js';
 import { onCpus } from './placement.js';
+import { processUsage } from './process-usage.js';
 
 export const BENCH_CLIENT = { accessKeyId: 'bench-client', secretAccessKey: 'bench-client-secret' } as const;
 
@@ -13,6 +14,11 @@ export interface GatewayProcess {
   readonly child: ChildProcess;
   readonly url: string;
   readonly adminUrl: string;
+  /**
+   * The process's resident memory once it listened (idle) and its peak since it started (VmHWM),
+   * in MiB: every benchmark reports them. Read before stop().
+   */
+  memory(): { idleRssMiB: number; peakRssMiB: number };
   stop(): Promise<void>;
 }
 
@@ -66,7 +72,11 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
   };
   for (let i = 0; i < 100; i++) {
     try {
-      if ((await fetch(`${adminUrl}/healthz`)).ok) return { child, url, adminUrl, stop };
+      if ((await fetch(`${adminUrl}/healthz`)).ok) {
+        const idle = processUsage(child.pid as number).rssBytes;
+        const memory = (): { idleRssMiB: number; peakRssMiB: number } => ({ idleRssMiB: idle / 1024 ** 2, peakRssMiB: processUsage(child.pid as number).peakRssBytes / 1024 ** 2 });
+        return { child, url, adminUrl, memory, stop };
+      }
     } catch {
       // not listening yet
     }

@@ -151,7 +151,9 @@ async function main(): Promise<void> {
     console.log(`mean: minio-direct ${mean('minio-direct').toFixed(1)} MiB/s, gateway ${mean('gateway').toFixed(1)} MiB/s, ratio gateway/direct = ${ratio.toFixed(3)} (target >= 0.9)`);
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
-    const report = { benchmark: 'passthrough-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, results, meanMiBps: { direct: mean('minio-direct'), relay: mean('tcp-relay'), gateway: mean('gateway') }, ratio, relayRatio, gatewayCpuSecondsPerGiB: gatewayCpuPerGiB };
+    const gatewayMemory = gateway.memory();
+    console.log(`gateway RSS: ${gatewayMemory.idleRssMiB.toFixed(0)} MiB idle, ${gatewayMemory.peakRssMiB.toFixed(0)} MiB at its peak`);
+    const report = { benchmark: 'passthrough-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, results, gatewayMemory, meanMiBps: { direct: mean('minio-direct'), relay: mean('tcp-relay'), gateway: mean('gateway') }, ratio, relayRatio, gatewayCpuSecondsPerGiB: gatewayCpuPerGiB };
     writeFileSync(join(outDir, 'passthrough-latest.json'), `${JSON.stringify(report, null, 2)}\n`);
   } finally {
     await direct.pool.close();

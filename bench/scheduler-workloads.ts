@@ -110,6 +110,8 @@ async function main(): Promise<void> {
   }
 
   const results: Record<string, unknown>[] = [];
+  /** The highest peak resident memory of the gateways the runs started. */
+  let gatewayPeakRssMiB = 0;
   try {
     for (const workload of workloadNames) {
       const w = table.workloads[workload];
@@ -137,6 +139,7 @@ async function main(): Promise<void> {
           runs[policy] = { ttft, rates };
         } finally {
           await client.close();
+          gatewayPeakRssMiB = Math.max(gatewayPeakRssMiB, gateway.memory().peakRssMiB);
           await gateway.stop();
         }
       }
@@ -156,7 +159,8 @@ async function main(): Promise<void> {
     }
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
-    writeFileSync(join(outDir, 'scheduler-latest.json'), `${JSON.stringify({ benchmark: 'scheduler-workloads', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, results }, null, 2)}\n`);
+    console.log(`gateway peak RSS (highest of the runs): ${gatewayPeakRssMiB.toFixed(0)} MiB`);
+    writeFileSync(join(outDir, 'scheduler-latest.json'), `${JSON.stringify({ benchmark: 'scheduler-workloads', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, gatewayPeakRssMiB, results }, null, 2)}\n`);
   } finally {
     await direct.pool.close();
     await minio.destroy();

@@ -97,6 +97,7 @@ async function main(): Promise<void> {
   const idle = openFds(pid);
   await client.close();
   const usage = processUsage(pid);
+  const gatewayMemory = gateway.memory();
   await gateway.stop();
   await minio.destroy();
 
@@ -115,7 +116,7 @@ async function main(): Promise<void> {
     samples,
   };
   mkdirSync(join(repoRoot(), 'bench', 'results'), { recursive: true });
-  writeFileSync(join(repoRoot(), 'bench', 'results', 'soak-latest.json'), `${JSON.stringify(report, null, 2)}\n`);
+  writeFileSync(join(repoRoot(), 'bench', 'results', 'soak-latest.json'), `${JSON.stringify({ ...report, gatewayMemory }, null, 2)}\n`);
   console.log(JSON.stringify({ requests: counts, unexpectedErrors: errorSamples.length, afterWarmup: report.afterWarmup, gateway: report.gateway }, null, 2));
   if (counts.errors > 0) process.exitCode = 1;
 }
