@@ -34,6 +34,7 @@ export const ERRORS = {
   OC_ERR_AUTH_NOT_YET_VALID: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL is dated in the future.' },
   OC_ERR_AUTH_EXPIRES_RANGE: { status: 400, s3Code: 'AuthorizationQueryParametersError', description: 'X-Amz-Expires is not a number, is negative, or is over 604800 seconds (0 is an expired URL: OC_ERR_AUTH_EXPIRED).' },
   OC_ERR_AUTH_SCOPE: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The credential scope names the wrong date, region or service.' },
+  OC_ERR_AUTH_HEADERS_NOT_SIGNED: { status: 403, s3Code: 'AccessDenied', description: 'A presigned request carries x-amz-* headers (or, for Signature Version 2, x-amz-* query parameters) that its signature does not cover.' },
   OC_ERR_ACCESS_DENIED: { status: 403, s3Code: 'AccessDenied', description: "The key's access policy does not allow this (an explicit Deny, or no Allow; the message names the action and resource). A descriptor, lookup or DeleteObjects naming any such key is refused as a whole, before anything is read or deleted." },
   OC_ERR_ACCESS_TENANT: { status: 403, s3Code: 'AccessDenied', description: "The descriptor's tenant is neither the key's own nor one its policy grants (objectcache:ActAsTenant)." },
   OC_ERR_AUTH_FORBIDDEN_HEADER: { status: 403, s3Code: 'AccessDenied', description: 'The request carries a header reserved for the object store (X-Minio-Internal-*).' },

@@ -297,6 +297,15 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     const allowed = await fetch(byA);
     expect(allowed.status).toBe(200);
     expect(Buffer.from(await allowed.arrayBuffer()).equals(A_OBJECT)).toBe(true);
+    // Whoever holds a URL cannot add x-amz-* headers its signer did not sign (here the
+    // administrator's URL, and a header with which MinIO would unpack a tar into other keys).
+    const byAdmin = await getSignedUrl(admin, new PutObjectCommand({ Bucket: bucket, Key: 'team-b/admin.tar' }), { expiresIn: 300 });
+    const smuggled = await fetch(byAdmin, { method: 'PUT', body: '', headers: { 'x-amz-meta-snowball-auto-extract': 'true' } });
+    expect([smuggled.status, smuggled.headers.get('x-objectcache-error-code')]).toEqual([403, 'OC_ERR_AUTH_HEADERS_NOT_SIGNED']);
+    expect(await exists('team-b/admin.tar')).toBe(false);
+    // (the SDK presigned the checksum of an empty body)
+    const plain = await fetch(byAdmin, { method: 'PUT', body: '' });
+    expect(plain.status, await plain.text()).toBe(200);
     const putByB = await getSignedUrl(as(TEAM_B), new PutObjectCommand({ Bucket: bucket, Key: 'team-a/presigned-put' }), { expiresIn: 300 });
     expect((await fetch(putByB, { method: 'PUT', body: 'x' })).status).toBe(403);
     expect(await exists('team-a/presigned-put')).toBe(false);

@@ -130,8 +130,22 @@ describe('what a request needs (gateway/auth/access.ts)', () => {
 
   it('checks the copy source of any request that names one, sub-resources included (MinIO routes the copy first)', () => {
     expect(checks(need('PUT', '/kvc/team-b/x', { 'x-amz-copy-source': 'kvc/team-a/secret' }))).toEqual(['s3:PutObject arn:aws:s3:::kvc/team-b/x', 's3:GetObject arn:aws:s3:::kvc/team-a/secret']);
+    expect(checks(need('DELETE', '/kvc/team-b/x?versionId=v1', { 'x-amz-bypass-governance-retention': 'true' }))).toEqual(['s3:DeleteObjectVersion arn:aws:s3:::kvc/team-b/x', 's3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x']);
     expect(checks(need('PUT', '/kvc/team-b/x?retention', { 'x-amz-copy-source': 'kvc/team-a/secret' }))).toContain('s3:GetObject arn:aws:s3:::kvc/team-a/secret');
     expect(checks(need('PUT', '/kvc/team-b/x?legal-hold', { 'x-amz-copy-source': '/kvc/team-a/secret?versionId=v1' }))).toContain('s3:GetObjectVersion arn:aws:s3:::kvc/team-a/secret');
+    // ... and the destination is written, locked and tagged as a PutObject would be.
+    expect(checks(need('PUT', '/kvc/team-b/x?legal-hold', { 'x-amz-copy-source': 'kvc/team-b/y', 'x-amz-object-lock-mode': 'COMPLIANCE', 'x-amz-tagging': 'a=b' }))).toEqual([
+      's3:PutObjectLegalHold arn:aws:s3:::kvc/team-b/x', 's3:GetObject arn:aws:s3:::kvc/team-b/y', 's3:PutObject arn:aws:s3:::kvc/team-b/x', 's3:PutObjectRetention arn:aws:s3:::kvc/team-b/x', 's3:PutObjectTagging arn:aws:s3:::kvc/team-b/x',
+    ]);
+    expect(checks(need('PUT', '/kvc/team-b/x?retention', { 'x-amz-bypass-governance-retention': 'true' }))).toContain('s3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x');
+  });
+
+  it('refuses two operations\' parameters together, and x-amz-* query parameters that MinIO would read as metadata', () => {
+    for (const [method, url] of [['GET', '/kvc/k?acl&uploadId=X'], ['GET', '/kvc/k?acl&attributes'], ['GET', '/kvc?versions&list-type=2'], ['GET', '/kvc?uploads&versions'], ['PUT', '/kvc/k?acl&partNumber=1&uploadId=X'], ['PUT', '/kvc/k?X-Amz-Tagging=a%3Db'], ['PUT', '/kvc/k?x-amz-meta-a=b']] as const) {
+      expect(need(method, url).kind, url).toBe('unclassified');
+    }
+    expect(checks(need('PUT', '/kvc/k?partNumber=2&uploadId=X'))).toEqual(['s3:PutObject arn:aws:s3:::kvc/k']);
+    expect(checks(need('GET', '/kvc?list-type=2&prefix=a%2F'))).toEqual(['s3:ListBucket arn:aws:s3:::kvc']);
   });
 
   it('refuses a sub-resource combined with another operation\'s parameter, which MinIO would route to that operation', () => {

@@ -100,6 +100,11 @@ describe.each<BackendKind>(['local', 's3'])('SigV2 through the gateway (%s backe
     expect(tampered.status).toBe(403);
     expect(tampered.headers.get('x-objectcache-error-code')).toBe('OC_ERR_AUTH_SIGNATURE');
     await tampered.body?.cancel();
+    // The holder of a SigV2 presigned URL cannot add x-amz-* query parameters (SigV2 does not sign them).
+    const added = await fetch(`${url}&x-amz-meta-snowball-auto-extract=true`);
+    expect(added.status).toBe(403);
+    expect(added.headers.get('x-objectcache-error-code')).toBe('OC_ERR_AUTH_HEADERS_NOT_SIGNED');
+    await added.body?.cancel();
     const refused = await fetch(url.replace(gw.url, off.url));
     expect(refused.status).toBe(403);
     expect(refused.headers.get('x-objectcache-error-code')).toBe('OC_ERR_AUTH_SIGV2_DISABLED');

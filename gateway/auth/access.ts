@@ -115,7 +115,10 @@ export function requirementOf(method: string, target: S3Target, headers: Incomin
   if (unsafe !== undefined) return { kind: 'unclassified', what: `a request with ${unsafe}` };
   let subresourceAction: Action | undefined;
   for (const [name] of target.query) {
-    if (ARGUMENTS.has(name) || name.toLowerCase().startsWith('x-amz-')) continue;
+    // x-amz-* query parameters left here (a presigned URL's were hoisted into headers before this)
+    // are read by MinIO as metadata and settings: administrator key only.
+    if (name.toLowerCase().startsWith('x-amz-')) return { kind: 'unclassified', what: `${method} with the query parameter ${name}` };
+    if (ARGUMENTS.has(name)) continue;
     const table = objectLevel ? OBJECT_SUBRESOURCES : BUCKET_SUBRESOURCES;
     const action = bucket === '' ? undefined : table[name]?.[method];
     if (action === undefined || (subresourceAction !== undefined && subresourceAction !== action)) {
@@ -128,8 +131,12 @@ export function requirementOf(method: string, target: S3Target, headers: Incomin
     // request that carries both would be checked as one operation and run as another.
     const other = target.query.find(([name]) => OPERATION_PARAMETERS.has(name));
     if (other !== undefined) return { kind: 'unclassified', what: `${method} with a sub-resource and ?${other[0]}` };
-    return { kind: 'checks', checks: withCopySource([{ action: subresourceAction, resource: objectLevel ? s3Arn(bucket, key) : s3Arn(bucket) }], headers) };
+    return { kind: 'checks', checks: [{ action: subresourceAction, resource: objectLevel ? s3Arn(bucket, key) : s3Arn(bucket) }, ...headerChecks(bucket, key, headers)] };
   }
+  // Two operations' parameters together: MinIO would pick one by its route order.
+  const operationParameters = target.query.filter(([name]) => OPERATION_PARAMETERS.has(name) || name === 'list-type').map(([name]) => name);
+  const multipartPart = operationParameters.length === 2 && operationParameters.includes('uploadId') && operationParameters.includes('partNumber');
+  if (new Set(operationParameters).size > 1 && !multipartPart) return { kind: 'unclassified', what: `${method} with ?${operationParameters.join('&?')}` };
 
   const operation = s3Operation(method, target);
   if (operation === undefined) return { kind: 'unclassified', what: `${method} ${objectLevel ? 'on an object' : bucket !== '' ? 'on a bucket' : 'on the service'}` };
@@ -145,28 +152,38 @@ export function requirementOf(method: string, target: S3Target, headers: Incomin
   if (action === undefined) return { kind: 'unclassified', what: operation };
   if (versioned && action === 's3:GetObject') action = 's3:GetObjectVersion';
   if (versioned && action === 's3:DeleteObject') action = 's3:DeleteObjectVersion';
-  const checks: Check[] = [{ action, resource: s3Arn(bucket, key) }];
-  if (operation === 'PutObject' || operation === 'UploadPart' || operation === 'CreateMultipartUpload') {
-    // What a write sets beside the bytes needs its own action, as at S3.
-    const has = (name: string): boolean => headers[name] !== undefined;
-    if (has('x-amz-object-lock-mode') || has('x-amz-object-lock-retain-until-date')) checks.push({ action: 's3:PutObjectRetention', resource: s3Arn(bucket, key) });
-    if (has('x-amz-object-lock-legal-hold')) checks.push({ action: 's3:PutObjectLegalHold', resource: s3Arn(bucket, key) });
-    if (has('x-amz-tagging')) checks.push({ action: 's3:PutObjectTagging', resource: s3Arn(bucket, key) });
-  }
-  if (headers['x-amz-bypass-governance-retention'] !== undefined) checks.push({ action: 's3:BypassGovernanceRetention', resource: s3Arn(bucket, key) });
-  return { kind: 'checks', checks: withCopySource(checks, headers) };
+  const checks = [{ action, resource: s3Arn(bucket, key) }, ...headerChecks(bucket, key, headers)];
+  // One check of each (action, resource): a copy's PutObject is the operation's own.
+  return { kind: 'checks', checks: checks.filter((c, i) => checks.findIndex((d) => d.action === c.action && d.resource === c.resource) === i) };
 }
 
 /**
- * A request that carries x-amz-copy-source reads its source, whatever else it is: MinIO routes a
- * PUT with that header to CopyObject (or UploadPartCopy) before its sub-resources, so the source
- * is checked on every request that names one (the store copies with the gateway's key).
+ * What headers ask beside the operation, checked on every request that carries them, whatever its
+ * operation (MinIO routes a PUT with x-amz-copy-source to CopyObject before ?retention or
+ * ?legal-hold, and honours object-lock and tagging headers there):
+ * - x-amz-copy-source: the source is read (`s3:GetObject`) and the named object written
+ *   (`s3:PutObject`); the store copies with the gateway's key;
+ * - object-lock, legal-hold and tagging headers: `s3:PutObjectRetention`, `s3:PutObjectLegalHold`,
+ *   `s3:PutObjectTagging`;
+ * - x-amz-bypass-governance-retention: `s3:BypassGovernanceRetention`.
  */
-function withCopySource(checks: Check[], headers: IncomingHttpHeaders): Check[] {
+export function headerChecks(bucket: string, key: string, headers: IncomingHttpHeaders): Check[] {
+  const checks: Check[] = [];
+  const object = s3Arn(bucket, key);
+  const has = (name: string): boolean => headers[name] !== undefined;
   const copySource = headers['x-amz-copy-source'];
-  if (copySource === undefined) return checks;
-  const source = parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource);
-  return [...checks, { action: source.versionId !== undefined ? 's3:GetObjectVersion' : 's3:GetObject', resource: s3Arn(source.bucket, source.key) }];
+  if (copySource !== undefined) {
+    const source = parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource);
+    checks.push({ action: source.versionId !== undefined ? 's3:GetObjectVersion' : 's3:GetObject', resource: s3Arn(source.bucket, source.key) });
+    if (key !== '') checks.push({ action: 's3:PutObject', resource: object });
+  }
+  if (key !== '') {
+    if (has('x-amz-object-lock-mode') || has('x-amz-object-lock-retain-until-date')) checks.push({ action: 's3:PutObjectRetention', resource: object });
+    if (has('x-amz-object-lock-legal-hold')) checks.push({ action: 's3:PutObjectLegalHold', resource: object });
+    if (has('x-amz-tagging')) checks.push({ action: 's3:PutObjectTagging', resource: object });
+    if (has('x-amz-bypass-governance-retention')) checks.push({ action: 's3:BypassGovernanceRetention', resource: object });
+  }
+  return checks;
 }
 
 function denied(credential: ClientCredential, action: Action, resource: string, explicit: boolean): ObjectCacheError {

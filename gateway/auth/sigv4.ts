@@ -175,6 +175,12 @@ export class SigV4Verifier {
       }
     }
     const result = verifySigV2({ method: info.method, headers: info.headers, rawPath: info.rawPath ?? info.canonicalPath, query: info.query }, this.#credentials, this.#now(), MAX_CLOCK_SKEW_MS);
+    // A SigV2 signature covers x-amz-* headers but not x-amz-* query parameters, which a
+    // presigned URL's holder could then add (the gateway would take them as headers).
+    const unsignedParameter = result.mode === 'presigned' ? info.query.find(([k]) => k.toLowerCase().startsWith('x-amz-')) : undefined;
+    if (unsignedParameter !== undefined) {
+      throw new ObjectCacheError('OC_ERR_AUTH_HEADERS_NOT_SIGNED', `The query parameter ${unsignedParameter[0]} is not covered by a Signature Version 2 presigned URL; send it as a header, or presign with SigV4`);
+    }
     return {
       credential: result.credential,
       mode: result.mode,
@@ -353,6 +359,12 @@ export class SigV4Verifier {
     const expected = String(presigned.query?.['X-Amz-Signature'] ?? '');
     if (!sameSignature(expected, signature)) {
       throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
+    }
+    // As S3 and MinIO: whoever holds a presigned URL may not add x-amz-* headers its signer did not
+    // sign (metadata, a copy source, object-lock settings would act with the signer's rights).
+    const unsigned = Object.keys(info.headers).find((name) => name.startsWith('x-amz-') && name !== 'x-amz-content-sha256' && !signedHeaders.includes(name));
+    if (unsigned !== undefined) {
+      throw new ObjectCacheError('OC_ERR_AUTH_HEADERS_NOT_SIGNED', `There were headers present in the request which were not signed: ${unsigned}`, { details: { HeadersNotSigned: unsigned } });
     }
     return this.#result(credential, 'presigned', signature, signingDate, parsed, request.headers['x-amz-content-sha256'] ?? UNSIGNED_PAYLOAD, signedHeaders);
   }
