@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { evaluate, iterator, parse as parseJson, type ObjectNode } from '@humanwhocodes/momoa';
 import { AccessPolicy, parsePolicy as parseAccessPolicy, PolicyError } from './auth/policy.js';
 import type { DescriptorLimits } from '../schemas/descriptor.js';
+import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
 import { parsePolicy, type Policy } from './scheduler/allocate.js';
 import { parseMargin, parseRate } from './scheduler/rate.js';
 import { defaultWorkerCount } from '../storage-worker/reader-pool.js';
@@ -46,7 +47,7 @@ export const SERVE_SETTINGS = {
   sigV2: { flag: 'sigv2', env: 'OBJECTCACHE_SIGV2', kind: 'enum', default: 'on', values: ['on', 'off'], description: 'Accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned AWSAccessKeyId/Signature/Expires URLs) as MinIO does.' },
   credentials: { flag: 'credentials', env: 'OBJECTCACHE_CREDENTIALS', kind: 'path', default: undefined, description: 'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?,"policy"?}]; a key may do only what its access policy allows (README.md "Access control").' },
   accessPolicies: { flag: 'access-policies', env: 'OBJECTCACHE_ACCESS_POLICIES', kind: 'path', default: undefined, description: 'JSON file of named access policies and the keys and tenants they are attached to: {"policies":{name:policy},"tenants":{tenant:[names]},"keys":{accessKeyId:[names]}}.' },
-  insecureTrialCredentials: { flag: 'insecure-trial-credentials', env: 'OBJECTCACHE_INSECURE_TRIAL_CREDENTIALS', kind: 'enum', default: 'off', values: ['off', 'on'], description: 'on: serve with the published trial secret (objectcache-secret) on an address other than loopback. Off, the gateway refuses to start that way.' },
+  insecureTrialCredentials: { flag: 'insecure-trial-credentials', env: 'OBJECTCACHE_INSECURE_TRIAL_CREDENTIALS', kind: 'enum', default: 'off', values: ['on', 'off'], description: 'on: serve with the published trial secret (objectcache-secret) on an address other than loopback. Off, the gateway refuses to start that way.' },
   accessKey: { flag: 'access-key', env: 'OBJECTCACHE_ACCESS_KEY', kind: 'string', default: 'objectcache', envOnly: true, description: 'Client access key id (environment only).' },
   secretKey: { flag: 'secret-key', env: 'OBJECTCACHE_SECRET_KEY', kind: 'string', default: 'objectcache-secret', envOnly: true, secret: true, description: 'Client secret key (environment only; the default is for local trials).' },
   backendAccessKey: { flag: 'backend-access-key', env: 'OBJECTCACHE_BACKEND_ACCESS_KEY', kind: 'string', default: undefined, envOnly: true, description: 'Access key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
@@ -89,7 +90,7 @@ export interface ClientCredential {
 }
 
 /** The published trial secret (README.md): accepted on loopback addresses only, unless opted out. */
-export const TRIAL_SECRET = 'objectcache-secret';
+export const TRIAL_SECRET: string = SERVE_SETTINGS.secretKey.default;
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
@@ -189,6 +190,17 @@ function integer(name: SettingName, raw: RawSettings): number {
   return value;
 }
 
+/** An `enum` setting's value, one of its spec's values. */
+function oneOf(name: SettingName, raw: RawSettings): string {
+  const spec: SettingSpec = SERVE_SETTINGS[name];
+  const value = nonEmpty(name, raw);
+  const values = spec.values ?? [];
+  if (!values.includes(value)) {
+    throw new ConfigError(spec.flag, `${label(spec)} must be ${values.length === 2 ? `${values[0]} or ${values[1]}` : `one of ${values.join(', ')}`}, got ${value}`);
+  }
+  return value;
+}
+
 function nonEmpty(name: SettingName, raw: RawSettings): string {
   const spec: SettingSpec = SERVE_SETTINGS[name];
   const value = raw[name];
@@ -230,6 +242,8 @@ function readJsonFile(path: string, setting: SettingName): unknown {
 }
 
 const POLICY_NAME = /^[A-Za-z0-9._-]{1,128}$/;
+/** A tenant a key belongs to is one a descriptor may name (schemas/descriptor-schema.ts). */
+const TENANT_NAME = new RegExp(DESCRIPTOR_SCHEMA.properties.tenant.pattern);
 
 /** A `policy` value: a policy name, a list of names, or a policy document written in place. */
 type PolicyRef = { readonly names: readonly string[] } | { readonly inline: AccessPolicy };
@@ -267,7 +281,7 @@ function readCredentialFile(path: string): CredentialEntry[] {
     if (typeof secretAccessKey !== 'string' || secretAccessKey.length < 8) {
       throw new ConfigError('credentials', `--credentials ${path}: entry ${index} needs a secretAccessKey of at least 8 characters`);
     }
-    if (tenant !== undefined && (typeof tenant !== 'string' || !/^[A-Za-z0-9._:-]{1,128}$/.test(tenant))) {
+    if (tenant !== undefined && (typeof tenant !== 'string' || !TENANT_NAME.test(tenant) || tenant.length > 128)) {
       throw new ConfigError('credentials', `--credentials ${path}: entry ${index} has a tenant that is not 1-128 of letters, digits and . _ : -`);
     }
     let policy: PolicyRef | undefined;
@@ -383,12 +397,8 @@ function parseDomains(text: string | undefined): string[] {
 export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv): GatewayConfig {
   const raw = readRaw(argv, env);
 
-  const sigV2 = nonEmpty('sigV2', raw);
-  if (sigV2 !== 'on' && sigV2 !== 'off') throw new ConfigError('sigv2', `--sigv2 / OBJECTCACHE_SIGV2 must be on or off, got ${sigV2}`);
-  const logLevel = nonEmpty('logLevel', raw);
-  if (!SERVE_SETTINGS.logLevel.values.includes(logLevel as LogLevel)) {
-    throw new ConfigError('log-level', `--log-level / OBJECTCACHE_LOG_LEVEL must be one of ${SERVE_SETTINGS.logLevel.values.join(', ')}, got ${logLevel}`);
-  }
+  const sigV2 = oneOf('sigV2', raw);
+  const logLevel = oneOf('logLevel', raw);
 
   const accessKeyId = nonEmpty('accessKey', raw);
   const secretAccessKey = nonEmpty('secretKey', raw);
@@ -399,8 +409,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
 
   // Protected mode: the trial secret is published, so it is served on loopback only.
   const host = nonEmpty('host', raw);
-  const insecure = nonEmpty('insecureTrialCredentials', raw);
-  if (insecure !== 'on' && insecure !== 'off') throw new ConfigError('insecure-trial-credentials', `--insecure-trial-credentials / OBJECTCACHE_INSECURE_TRIAL_CREDENTIALS must be on or off, got ${insecure}`);
+  const insecure = oneOf('insecureTrialCredentials', raw);
   const trial = credentials.find((c) => c.secretAccessKey === TRIAL_SECRET);
   if (trial && insecure === 'off' && !isLoopback(host)) {
     throw new ConfigError(

@@ -418,6 +418,8 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
   it('lets an explicit Deny win over a broader Allow, and gives a key without a policy nothing', async () => {
     expect((await get(as(FLEET), 'team-a/notes')).equals(A_OBJECT)).toBe(true);
     await expectDenied(as(FLEET).send(new GetObjectCommand({ Bucket: bucket, Key: 'secret/x' })));
+    const deniedByName = await as(FLEET).send(new GetObjectCommand({ Bucket: bucket, Key: 'secret/x' })).then(() => undefined, (e: S3ServiceException) => e);
+    expect(deniedByName?.message).toContain('an explicit Deny in its policy (statement NeverSecrets)');
     await expectDenied(as(FLEET).send(new PutObjectCommand({ Bucket: bucket, Key: 'team-a/by-fleet', Body: 'x' })));
     await expectDenied(kv(FLEET).fetch(descriptor([aKeys[0]!, 'secret/x'])));
     const error = await as(NOBODY).send(new GetObjectCommand({ Bucket: bucket, Key: 'team-a/notes' })).then(() => undefined, (e: S3ServiceException) => e);

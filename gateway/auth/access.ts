@@ -16,7 +16,7 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ClientCredential } from '../config.js';
 import { s3Operation, type S3Operation } from '../s3/operation.js';
 import { parseCopySource, queryValue, type S3Target } from '../s3/request.js';
-import { s3Arn, tenantArn, type Action, type ConditionContext } from './policy.js';
+import { s3Arn, tenantArn, type Action, type ConditionContext, type Decision } from './policy.js';
 
 export interface Check {
   readonly action: Action;
@@ -186,8 +186,10 @@ export function headerChecks(bucket: string, key: string, headers: IncomingHttpH
   return checks;
 }
 
-function denied(credential: ClientCredential, action: Action, resource: string, explicit: boolean): ObjectCacheError {
-  const why = explicit ? 'an explicit Deny in its policy' : credential.access.empty ? 'it has no access policy' : 'no statement of its policy allows it';
+function denied(credential: ClientCredential, action: Action, resource: string, decision: Extract<Decision, { allowed: false }>): ObjectCacheError {
+  const why = decision.explicit
+    ? `an explicit Deny in its policy${decision.sid === undefined ? '' : ` (statement ${decision.sid})`}`
+    : credential.access.empty ? 'it has no access policy' : 'no statement of its policy allows it';
   return new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${credential.accessKeyId} may not ${action} on ${resource} (${why})`, {
     details: { Action: action, Resource: resource },
   });
@@ -199,7 +201,7 @@ export function authorize(credential: ClientCredential, checks: readonly Check[]
   if (policy.unrestricted) return;
   for (const check of checks) {
     const decision = policy.decide(check.action, check.resource, check.context);
-    if (!decision.allowed) throw denied(credential, check.action, check.resource, decision.explicit);
+    if (!decision.allowed) throw denied(credential, check.action, check.resource, decision);
   }
 }
 
@@ -213,7 +215,7 @@ export function authorizeKeys(credential: ClientCredential, action: Action, buck
   const check = policy.objectChecker(action, bucket);
   for (const key of keys) {
     const decision = check(key);
-    if (!decision.allowed) throw denied(credential, action, s3Arn(bucket, key), decision.explicit);
+    if (!decision.allowed) throw denied(credential, action, s3Arn(bucket, key), decision);
   }
 }
 

@@ -210,3 +210,10 @@ export function uploadBody(req: IncomingMessage, auth: AuthResult, options: Uplo
   stream.on('error', () => {});
   return { stream, length, sha256Hex, contentMd5, checksum: claim, chunked, checksumValue: expected };
 }
+
+/** A small verified body read whole (XML documents, descriptors), at most `maxBytes`. */
+export async function readWholeBody(req: IncomingMessage, auth: AuthResult, maxBytes: number): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of uploadBody(req, auth, { maxBytes }).stream) parts.push(chunk as Buffer);
+  return Buffer.concat(parts);
+}

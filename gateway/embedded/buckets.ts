@@ -5,24 +5,20 @@
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { LocalStore, ObjectMeta } from '../../backends/embedded/local-store.js';
-import { uploadBody } from '../body/upload-body.js';
+import { readWholeBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { assertBucketName, queryValue } from '../s3/request.js';
 import { sendEmpty, sendXml } from '../s3/respond.js';
 import { readDeleteObjects } from '../s3/delete-objects.js';
 import { OWNER, sendBucketList } from '../s3/list-buckets.js';
-import { buildXml, parseXmlBody, xmlText } from '../s3/xml.js';
+import { buildXml, MAX_XML_BODY_BYTES, parseXmlBody, xmlText } from '../s3/xml.js';
 
-/** S3 returns at most 1000 keys per list page and accepts at most 1000 keys per DeleteObjects. */
+/** S3 returns at most 1000 keys per list page. */
 export const MAX_KEYS = 1000;
-const MAX_XML_BODY_BYTES = 2 * 1024 * 1024;
 
 /** Reads a small, verified request body (XML documents). */
 export async function readSmallBody(ctx: RequestContext): Promise<string> {
-  const body = uploadBody(ctx.req, ctx.auth, { maxBytes: MAX_XML_BODY_BYTES });
-  const parts: Buffer[] = [];
-  for await (const chunk of body.stream) parts.push(chunk as Buffer);
-  return Buffer.concat(parts).toString('utf8');
+  return (await readWholeBody(ctx.req, ctx.auth, MAX_XML_BODY_BYTES)).toString('utf8');
 }
 
 export function listBuckets(ctx: RequestContext, store: LocalStore): void {

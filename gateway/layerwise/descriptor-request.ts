@@ -6,7 +6,7 @@
  */
 import { DESCRIPTOR_HEADER, decodeDescriptorHeader, decodeDescriptorJson, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { uploadBody } from '../body/upload-body.js';
+import { readWholeBody } from '../body/upload-body.js';
 import type { LayerwiseConfig } from '../config.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { hasQuery } from '../s3/request.js';
@@ -27,10 +27,7 @@ export async function readSignedJsonBody(ctx: RequestContext, maxBytes: number):
   if (!/^[0-9a-f]{64}$/.test(ctx.auth.payloadHash) && !ctx.auth.payloadHash.startsWith('STREAMING-AWS4-HMAC-SHA256-PAYLOAD')) {
     throw new ObjectCacheError('OC_ERR_DESCRIPTOR_UNSIGNED', 'The body must be covered by the signature: send x-amz-content-sha256 with its SHA-256 (not UNSIGNED-PAYLOAD)');
   }
-  const body = uploadBody(ctx.req, ctx.auth, { maxBytes });
-  const parts: Buffer[] = [];
-  for await (const chunk of body.stream) parts.push(chunk as Buffer);
-  return decodeDescriptorJson(Buffer.concat(parts).toString('utf8'));
+  return decodeDescriptorJson((await readWholeBody(ctx.req, ctx.auth, maxBytes)).toString('utf8'));
 }
 
 export async function readDescriptor(ctx: RequestContext, config: LayerwiseConfig): Promise<Descriptor> {

@@ -9,13 +9,12 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import { authorize } from '../auth/access.js';
 import { s3Arn } from '../auth/policy.js';
-import { uploadBody } from '../body/upload-body.js';
+import { readWholeBody } from '../body/upload-body.js';
 import type { RequestContext } from '../context.js';
-import { parseXmlBody, S3_XMLNS, xmlList, xmlText } from './xml.js';
+import { MAX_XML_BODY_BYTES, parseXmlBody, S3_XMLNS, xmlList, xmlText } from './xml.js';
 
 /** S3 accepts at most 1000 keys per DeleteObjects. */
 export const MAX_DELETE_KEYS = 1000;
-const MAX_BODY_BYTES = 2 * 1024 * 1024;
 
 export interface DeleteObjectsRequest {
   /**
@@ -36,10 +35,7 @@ function xmlEscape(text: string): string {
 }
 
 export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObjectsRequest> {
-  const upload = uploadBody(ctx.req, ctx.auth, { maxBytes: MAX_BODY_BYTES });
-  const parts: Buffer[] = [];
-  for await (const chunk of upload.stream) parts.push(chunk as Buffer);
-  const body = Buffer.concat(parts);
+  const body = await readWholeBody(ctx.req, ctx.auth, MAX_XML_BODY_BYTES);
   const document = parseXmlBody(body.toString('utf8'), 'Delete');
   const elements = xmlList(document, 'Object');
   if (elements.length === 0 || elements.length > MAX_DELETE_KEYS) {

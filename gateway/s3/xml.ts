@@ -8,6 +8,9 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 
 export const S3_XMLNS = 'http://s3.amazonaws.com/doc/2006-03-01/';
 
+/** The largest XML request body read (DeleteObjects of 1000 keys of 1 KiB fits). */
+export const MAX_XML_BODY_BYTES = 2 * 1024 * 1024;
+
 const builder = new XMLBuilder({ ignoreAttributes: false, suppressEmptyNode: false, suppressBooleanAttributes: false });
 
 const parser = new XMLParser({
