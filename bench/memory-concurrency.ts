@@ -9,6 +9,11 @@
  * GETs are measured (peak resident memory over that baseline: the steady state's footprint).
  *
  *   npm run bench:memory [-- --concurrency 1,4,16] [-- --gateway-args "--read-ahead-bytes 268435456"]
+ *   [-- --compare-cli OTHER/dist/cli/main.js]  (another build's gateway, run at every level too:
+ *   before and after a change, in one run)
+ *
+ * Also reports every process's CPU-seconds per GiB delivered (gateway, MinIO, and this load
+ * generator as `client`).
  *
  * The concurrent GETs write into one shared target (the same bytes at the same places), so the
  * load generator's memory stays one payload whatever C is.
@@ -24,7 +29,7 @@ import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, inParallel } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
-import { memoryWatch } from './process-usage.js';
+import { cpuMeter, formatCpu, memoryWatch } from './process-usage.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
 const BUCKET = 'memory-bench';
@@ -32,7 +37,8 @@ const MiB = 1024 * 1024;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' } } });
+  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' } } });
+  const builds: { name: string; cli: string | undefined }[] = [{ name: 'this build', cli: undefined }, ...(values['compare-cli'] ? [{ name: values['compare-cli'], cli: values['compare-cli'] }] : [])];
   const levels = (values.concurrency ?? '1,4,16').split(',').map(Number);
   const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((a) => a !== '');
   const G = Number(values.G);
@@ -52,10 +58,10 @@ async function main(): Promise<void> {
     const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: G, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
     const warmUp: DescriptorInput = { ...descriptor, keys: keys.slice(0, 2) };
     const target = new Uint8Array(payload);
-    for (const C of levels) {
+    for (const C of levels) for (const build of builds) {
       // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
       // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
-      const gateway = await startGatewayProcess({ minio, args: gatewayArgs });
+      const gateway = await startGatewayProcess({ minio, args: gatewayArgs, cli: build.cli });
       const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
       try {
         await client.fetch(warmUp, { transport: 'post' });
@@ -65,14 +71,17 @@ async function main(): Promise<void> {
         const fresh = memoryWatch(gateway.child.pid as number).stop();
         await client.fetch(descriptor, { transport: 'post', target });
         const watch = memoryWatch(gateway.child.pid as number);
+        const meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
         const started = performance.now();
         // One client per request, as C engines would be (one client queues beyond its 8 connections).
         const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
         const results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target }))).finally(() => Promise.all(engines.map((engine) => engine.close())));
         const seconds = (performance.now() - started) / 1000;
         const memory = watch.stop();
+        const cpuSecondsPerGiB = meter(C * payload);
         const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
         const row = {
+          build: build.name,
           concurrency: C,
           gbPerSec: (C * payload) / seconds / 1e9,
           seconds,
@@ -81,12 +90,14 @@ async function main(): Promise<void> {
           tcpSocketPeakOverIdleMiB: (memory.peakTcpBytes - memory.idleTcpBytes) / MiB,
           layer0Ms: { min: layer0[0], median: layer0[Math.floor(layer0.length / 2)], max: layer0.at(-1) },
           backendReadsPerGet: results[0]?.summary.backendReads,
+          cpuSecondsPerGiB,
         };
         rows.push(row);
         console.log(
-          `C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; gateway RSS idle ${row.gatewayIdleRssMiB.toFixed(0)} MiB, peak +${row.gatewayPeakRssOverIdleMiB.toFixed(0)} MiB; ` +
+          `${builds.length > 1 ? `[${build.name}] ` : ''}C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; gateway RSS idle ${row.gatewayIdleRssMiB.toFixed(0)} MiB, peak +${row.gatewayPeakRssOverIdleMiB.toFixed(0)} MiB; ` +
             `TCP socket memory peak +${row.tcpSocketPeakOverIdleMiB.toFixed(0)} MiB; layer 0 at ${row.layer0Ms.min?.toFixed(0)} / ${row.layer0Ms.median?.toFixed(0)} / ${row.layer0Ms.max?.toFixed(0)} ms (min/median/max); ${row.backendReadsPerGet} backend reads per GET`,
         );
+        console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
       } finally {
         await client.close();
         await gateway.stop();

@@ -28,7 +28,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
   echo "engine-venv: installed in $(( $(date +%s) - started )) s" >&2
 fi
-# This checkout's package (its own light dependencies are in $reqs or already present).
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "botocore>=1.31" "crc32c>=2.4" >&2
+# This checkout's package (its own dependencies are pinned in $reqs).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$root/client/python" >&2
 echo "$venv"

@@ -30,27 +30,4 @@ describe('ByteBudget', () => {
     budget.release(10);
     expect(budget.used).toBe(0);
   });
-
-  it("serves priority acquisitions (a request's first layer group) ahead of ordinary waiters, FIFO among themselves", async () => {
-    const budget = new ByteBudget(100);
-    await budget.acquire(100);
-    const order: string[] = [];
-    const ordinary = budget.acquire(40).then(() => order.push('ordinary'));
-    const first = budget.acquire(30, undefined, true).then(() => order.push('first'));
-    const second = budget.acquire(30, undefined, true).then(() => order.push('second'));
-    budget.release(60);
-    await Promise.all([first, second]);
-    expect(order).toEqual(['first', 'second']);
-    expect(budget.used).toBe(100);
-    budget.release(60);
-    await ordinary;
-    expect(order).toEqual(['first', 'second', 'ordinary']);
-    // A priority acquisition that fits is granted even while ordinary waiters wait.
-    const waiting = budget.acquire(90);
-    await budget.acquire(20, undefined, true);
-    expect(budget.used).toBe(100);
-    budget.release(100);
-    await waiting;
-    expect(budget.used).toBe(90);
-  });
 });

@@ -145,8 +145,7 @@ export class ReadAhead {
     const { units, tasks, pool, budget } = this.#o;
     const signal = this.#cancel.signal;
     for (const [u, unit] of units.entries()) {
-      // The first unit (layer 0 onward) goes ahead of other requests' read-ahead.
-      await budget.acquire(unit.bytes, signal, u === 0);
+      await budget.acquire(unit.bytes, signal);
       this.#heldGlobal[u] = true;
       const pending: Promise<ReadResult>[] = [];
       // A unit larger than the window (one layer can be) is admitted alone, whole: taken task

@@ -159,7 +159,6 @@ def main() -> None:
 
                 runs = {"recompute": run_recompute, "s3-chunk-gets": run_chunk_gets, "oc-layerwise": run_layerwise, "kv-in-memory": run_in_memory, "lmcache-plugin": lmcache_run(plugin), "lmcache-s3": lmcache_run(s3)}
                 times: Dict[str, List[float]] = {m: [] for m in METHODS}
-                reference = None
                 with torch.no_grad():
                     prebuilt.append(cache_from_kv(memory_cache_kv, layout, model.dtype))
                     reference = run_in_memory()[0, -1]

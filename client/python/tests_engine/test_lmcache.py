@@ -161,7 +161,7 @@ def test_a_gateway_that_is_down_is_a_miss_and_a_missing_chunk_shortens_the_prefi
         assert isinstance(connector, lmcache_backend.ObjectCacheConnector)
         keys = [key for _, _, key in live.token_database.process_tokens(tokens=tokens)]
         with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
-            c.delete(lmcache_backend_name(keys[1]))
+            c.delete(connector.object_name(keys[1]))
         out = torch.zeros_like(kv)
         assert int(live.retrieve(tokens, kvcaches=out).sum()) == 256
         assert torch.equal(out[:, :, :256], kv[:, :, :256])
@@ -173,10 +173,6 @@ def test_a_gateway_that_is_down_is_a_miss_and_a_missing_chunk_shortens_the_prefi
         got[0].ref_count_down()
     finally:
         harness.destroy_engine("partial")
-
-
-def lmcache_backend_name(key: Any) -> str:
-    return str(key.to_string()).replace("/", "_")
 
 
 def test_a_fleet_key_confined_to_its_prefix_serves_lmcache_and_nothing_else(stack: Stack, bucket: str) -> None:

@@ -37,6 +37,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import torch
@@ -170,7 +171,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self.client_timeout = float(settings["timeout_s"] or 30)
         self.client = ObjectCacheClient(
             endpoints, settings["bucket"] or "", (settings["access_key_id"] or "", settings["secret_access_key"] or ""), settings["region"] or "us-east-1",
-            timeout=float(settings["timeout_s"] or 30), retries=int(settings["retries"] or 0),
+            timeout=self.client_timeout, retries=int(settings["retries"] or 0),
         )
         logger.info("ObjectCache backend %s: %s bucket %s, %s chunks of %d layers x %d bytes", self.plugin_name, self.client.endpoint, self.client.bucket, self.layout, layers, self.layer_bytes)
 
@@ -215,7 +216,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         """The longest leading run of ``keys`` fetched in one layerwise GET (empty on failure).
         A chunk the gateway reports missing shortens the run to the chunks before it, once."""
         names = [self.object_name(k) for k in keys]
-        for _attempt in range(2):
+        for attempt in range(2):
             objs = self._allocate(len(names))
             if not objs:
                 return []
@@ -223,18 +224,13 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
             try:
                 self.client.fetch_into(self._descriptor(names), self._place(objs))
                 return objs
-            except ObjectCacheError as error:
-                for obj in objs:
-                    obj.ref_count_down()
-                missing = error.details.get("ChunkIndex", error.details.get("chunk"))
-                if error.code == "OC_ERR_CHUNK_MISSING" and missing is not None and int(missing) > 0:
-                    names = names[:int(missing)]
-                    continue
-                self._miss("get", error, len(names))
-                return []
             except Exception as error:  # a broken connection, a bug: a miss, never the engine's crash
                 for obj in objs:
                     obj.ref_count_down()
+                missing = error.details.get("ChunkIndex") if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else None
+                if attempt == 0 and missing is not None and int(missing) > 0:
+                    names = names[:int(missing)]
+                    continue
                 self._miss("get", error, len(names))
                 return []
         return []
@@ -280,6 +276,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         layer = int(keys[0].layer_id)
         names = tuple(self.object_name(k) for k in keys)
         with self._lock:
+            self._drop_stale_streams()
             stream = self._streams.get(names)
             if stream is None or stream.first > layer or stream.taken[layer]:
                 if stream is not None:
@@ -290,6 +287,15 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
             if layer == self.layers - 1:
                 self._streams.pop(names, None)
         return await asyncio.wrap_future(stream.layers[layer])
+
+    def _drop_stale_streams(self) -> None:
+        """Forgets (and frees the layers of) streams whose retrieval stopped asking: ended more
+        than a request timeout ago with layers never taken (called under the lock)."""
+        now = time.monotonic()
+        for names, stream in list(self._streams.items()):
+            if stream.ended_at is not None and now - stream.ended_at > self.client_timeout:
+                stream.abandon()
+                del self._streams[names]
 
     def _layer_objects(self, staging: memoryview, chunks: int) -> List[MemoryObj]:
         """One delivered layer (per chunk: K then V, token-major) as LMCache's per-layer MemoryObjs."""
@@ -340,7 +346,8 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _put(self, name: str, body: bytes) -> None:
+    def _put(self, name: str, body: Any) -> None:
+        """Writes one chunk object (bytes, or an assembled chunk's uint8 array)."""
         try:
             self.client.put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes))
         except Exception as error:
@@ -353,7 +360,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         if isinstance(key, LayerCacheEngineKey):
             chunk = self._assemble(key, memory_obj)
             if chunk is not None:
-                await self._in_thread(self._put_bytes, self.object_name(key), chunk)
+                await self._in_thread(self._put, self.object_name(key), chunk.view(torch.uint8).numpy())
             return
         if memory_obj.get_physical_size() != self.full_chunk_size_bytes:
             # As LMCache's S3 connector: a partial chunk has no fixed-size object to be read as.
@@ -389,12 +396,6 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
             del self._assembling[name]
             return chunk
 
-    def _put_bytes(self, name: str, chunk: torch.Tensor) -> None:
-        try:
-            self.client.put_chunk(name, chunk.view(torch.uint8).numpy(), layout=(self.layout, self.layers, self.layer_bytes))
-        except Exception as error:
-            self._miss("put", error, 1)
-
     def remove_sync(self, key: CacheEngineKey) -> bool:
         try:
             self.client.delete(self.object_name(key))
@@ -419,33 +420,47 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         try:
             await self._in_thread(self.client.list_keys, self.key_prefix, 1)
             return 0
-        except Exception:
+        except Exception as error:
+            self._miss("ping", error, 0)
             return 1
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs a blocking call in a thread, counted until the thread is done with it, so that
         :meth:`close` waits for it (a thread still writing into a MemoryObj must finish before
         LMCache frees its memory)."""
-        with self._idle:
-            self._inflight += 1
+        self._enter()
         return await asyncio.to_thread(self._tracked, fn, *args)
 
     def _tracked(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
         finally:
-            with self._idle:
-                self._inflight -= 1
-                self._idle.notify_all()
+            self._leave()
+
+    def _enter(self) -> None:
+        with self._idle:
+            self._inflight += 1
+
+    def _leave(self) -> None:
+        with self._idle:
+            self._inflight -= 1
+            self._idle.notify_all()
 
     async def close(self) -> None:
         """Waits (up to the request timeout) for calls still running, then closes the client;
         calls queued after it do nothing (puts) or miss (reads)."""
         self._closed = True
-        deadline = self.client_timeout
-        with self._idle:
-            self._idle.wait_for(lambda: self._inflight == 0, timeout=deadline)
+        await asyncio.to_thread(self._wait_idle)  # not on LMCache's event loop
+        with self._lock:
+            for stream in self._streams.values():
+                stream.abandon()  # layers delivered but never asked for
+            self._streams.clear()
+            self._assembling.clear()  # chunks whose layers never all came
         self.client.close()
+
+    def _wait_idle(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._inflight == 0, timeout=self.client_timeout)
 
     def __repr__(self) -> str:
         return f"<ObjectCacheConnector {self.plugin_name} {self.client.endpoint}/{self.client.bucket}>"
@@ -463,8 +478,9 @@ class _LayerStream:
         self.layers: List["concurrent.futures.Future[List[MemoryObj]]"] = [concurrent.futures.Future() for _ in range(connector.layers)]
         self.taken = [False] * connector.layers
         self.abandoned = False
-        with connector._idle:
-            connector._inflight += 1
+        #: When the stream's thread ended (time.monotonic()), or None while it runs.
+        self.ended_at: Optional[float] = None
+        connector._enter()
         threading.Thread(target=self._run, name="objectcache-lmcache-layers", daemon=True).start()
 
     def abandon(self) -> None:
@@ -480,9 +496,8 @@ class _LayerStream:
         try:
             self._stream()
         finally:
-            with self.connector._idle:
-                self.connector._inflight -= 1
-                self.connector._idle.notify_all()
+            self.ended_at = time.monotonic()
+            self.connector._leave()
 
     def _stream(self) -> None:
         c = self.connector

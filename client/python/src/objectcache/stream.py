@@ -155,6 +155,8 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
             document: Dict[str, Any] = json.loads(body.decode("utf-8"))
             if ftype == ERROR:
                 details = {k: v for k, v in document.items() if k not in ("code", "message")}
+                if "chunk" in details:
+                    details["ChunkIndex"] = details.pop("chunk")  # the name an S3 error document uses (as the TypeScript client)
                 raise ObjectCacheError(str(document.get("code", "OC_ERR_INTERNAL")), str(document.get("message", "the gateway ended the stream")), details=details)
             done = next_layer == g.end if mode == "layerwise" else next_chunk == g.chunks
             if not done:
