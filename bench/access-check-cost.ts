@@ -7,7 +7,7 @@
  *   16K context, G=64 (Llama-3.1-8B layout, 87.5% hit): 224 chunks of 8 MiB
  *   4,096 chunks of 32 layers x 4 KiB (the per-key cost at its largest relative to the bytes)
  *
- * Reports the gateway's and MinIO's CPU-seconds per GiB and GB/s, median of the repetitions, for
+ * Reports the gateway's, MinIO's and the client's CPU-seconds per GiB and GB/s, median of the repetitions, for
  * each key, and the check alone timed in-process (ns per key). Writes
  * bench/results/access-check-latest.json.
  *
@@ -91,7 +91,7 @@ async function main(): Promise<void> {
       const payload = N * L * S;
       const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: 16, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
       const target = new Uint8Array(payload);
-      const samples: Record<'admin' | 'fleet', { seconds: number; gateway: number; minio: number }[]> = { admin: [], fleet: [] };
+      const samples: Record<'admin' | 'fleet', { seconds: number; gateway: number; minio: number; client: number }[]> = { admin: [], fleet: [] };
       for (const who of ['admin', 'fleet'] as const) await clients[who].fetch(descriptor, { transport: 'post', target }); // warm-up
       for (let r = 0; r < reps; r++) {
         for (const who of r % 2 === 0 ? (['admin', 'fleet'] as const) : (['fleet', 'admin'] as const)) {
@@ -100,7 +100,7 @@ async function main(): Promise<void> {
           await clients[who].fetch(descriptor, { transport: 'post', target });
           const seconds = (performance.now() - t0) / 1000;
           const cpu = meter(payload);
-          samples[who].push({ seconds, gateway: cpu['gateway'] ?? NaN, minio: cpu['minio'] ?? NaN });
+          samples[who].push({ seconds, gateway: cpu['gateway'] ?? NaN, minio: cpu['minio'] ?? NaN, client: cpu['client'] ?? NaN });
         }
       }
       console.log(`\n${name}: N=${N}, L=${L}, S=${S / 1024} KiB, ${(payload / 1024 ** 2).toFixed(0)} MiB per GET`);
@@ -111,9 +111,10 @@ async function main(): Promise<void> {
           gbPerSec: payload / median(list.map((s) => s.seconds)) / 1e9,
           gatewayCpuSecondsPerGiB: median(list.map((s) => s.gateway)),
           minioCpuSecondsPerGiB: median(list.map((s) => s.minio)),
+          clientCpuSecondsPerGiB: median(list.map((s) => s.client)),
         };
         rows.push(row);
-        console.log(`  ${who === 'admin' ? 'administrator key (no check)' : 'fleet key (every key checked)'}: ${row.gbPerSec.toFixed(2)} GB/s, gateway ${row.gatewayCpuSecondsPerGiB.toFixed(3)} CPU s/GiB, MinIO ${row.minioCpuSecondsPerGiB.toFixed(3)}`);
+        console.log(`  ${who === 'admin' ? 'administrator key (no check)' : 'fleet key (every key checked)'}: ${row.gbPerSec.toFixed(2)} GB/s, gateway ${row.gatewayCpuSecondsPerGiB.toFixed(3)} CPU s/GiB, MinIO ${row.minioCpuSecondsPerGiB.toFixed(3)}, client ${row.clientCpuSecondsPerGiB.toFixed(3)}`);
       }
     }
   } finally {
