@@ -1,6 +1,8 @@
 # ObjectCache gateway image: builds the TypeScript, then runs `objectcache serve` as a non-root user.
 FROM node:20.19-bookworm-slim AS build
 WORKDIR /app
+# A C compiler for native/socket-buffer.c (bounded receive buffers for streamed chunk reads).
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
@@ -11,7 +13,9 @@ COPY storage-worker ./storage-worker
 COPY client ./client
 COPY schemas ./schemas
 COPY bench ./bench
-RUN npx tsc -p tsconfig.json && npm prune --omit=dev
+COPY native ./native
+COPY scripts/build-native.mjs ./scripts/
+RUN npx tsc -p tsconfig.json && node scripts/build-native.mjs && npm prune --omit=dev
 
 FROM node:20.19-bookworm-slim
 ENV NODE_ENV=production

@@ -63,6 +63,10 @@ export const SERVE_SETTINGS = {
   taskBytes: { flag: 'task-bytes', env: 'OBJECTCACHE_TASK_BYTES', kind: 'integer', default: String(8 * 1024 * 1024), min: 4096, max: 1024 ** 3, description: 'Target bytes of one worker task (a layer group of a run of chunks).' },
   readAheadBytes: { flag: 'read-ahead-bytes', env: 'OBJECTCACHE_READ_AHEAD_BYTES', kind: 'integer', default: String(512 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes one layerwise GET may have read but not yet sent (a layer group is at most this, but at least one layer; the next group is read while the current one is sent, as far as this allows).' },
   maxBufferedBytes: { flag: 'max-buffered-bytes', env: 'OBJECTCACHE_MAX_BUFFERED_BYTES', kind: 'integer', default: String(1024 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes all layerwise GETs together may have read but not yet sent (also the shared memory reserved for task buffers, used as needed).' },
+  chunkReads: { flag: 'chunk-reads', env: 'OBJECTCACHE_CHUNK_READS', kind: 'enum', default: 'auto', values: ['auto', 'grouped'], description: 'auto: a layerwise GET from an S3 backend reads each chunk as a stream (a range GET for its first layer, then one for the rest, consumed layer by layer) when its chunk streams are free within --max-chunk-streams; grouped range reads otherwise (always with grouped, and on the embedded store).' },
+  streamWindowBytes: { flag: 'stream-window-bytes', env: 'OBJECTCACHE_STREAM_WINDOW_BYTES', kind: 'integer', default: String(128 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Layer buffers of one streamed layerwise GET (whole layers, at least two: one being sent, one being read); it is what such a request holds in memory.' },
+  maxChunkStreams: { flag: 'max-chunk-streams', env: 'OBJECTCACHE_MAX_CHUNK_STREAMS', kind: 'integer', default: '256', min: 1, max: 65_536, description: 'Backend chunk streams (one connection each) all streamed layerwise GETs together hold open; a request whose streams are not free at once is served with grouped range reads. Each open stream may hold the store\'s send buffer (MinIO: 4 MiB) in flight.' },
+  streamReceiveBufferBytes: { flag: 'stream-receive-buffer-bytes', env: 'OBJECTCACHE_STREAM_RECEIVE_BUFFER_BYTES', kind: 'integer', default: String(256 * 1024), min: 64 * 1024, max: 16 * 1024 * 1024, description: 'Kernel receive buffer (SO_RCVBUF; Linux doubles it) of each chunk stream connection: what a paused stream may hold in the kernel.' },
   threshold: { flag: 'threshold', env: 'OBJECTCACHE_THRESHOLD', kind: 'integer', default: String(32 * 1024 * 1024), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Mode threshold: requests of fewer bytes (N x layers x S) are served chunkwise, others layerwise.' },
   maxDescriptorKeys: { flag: 'max-descriptor-keys', env: 'OBJECTCACHE_MAX_DESCRIPTOR_KEYS', kind: 'integer', default: '8192', min: 1, max: 1_000_000, description: 'Most chunk keys one descriptor may name.' },
   maxLayers: { flag: 'max-layers', env: 'OBJECTCACHE_MAX_LAYERS', kind: 'integer', default: '512', min: 1, max: 65_535, description: 'Most layers a descriptor may declare.' },
@@ -103,6 +107,10 @@ export interface LayerwiseConfig {
   readonly taskBytes: number;
   readonly readAheadBytes: number;
   readonly maxBufferedBytes: number;
+  readonly chunkReads: 'auto' | 'grouped';
+  readonly streamWindowBytes: number;
+  readonly maxChunkStreams: number;
+  readonly streamReceiveBufferBytes: number;
   readonly threshold: number;
   readonly maxDescriptorBytes: number;
   readonly maxLayerwiseRequests: number;
@@ -479,6 +487,10 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       taskBytes: integer('taskBytes', raw),
       readAheadBytes: integer('readAheadBytes', raw),
       maxBufferedBytes: integer('maxBufferedBytes', raw),
+      chunkReads: oneOf('chunkReads', raw) as 'auto' | 'grouped',
+      streamWindowBytes: integer('streamWindowBytes', raw),
+      maxChunkStreams: integer('maxChunkStreams', raw),
+      streamReceiveBufferBytes: integer('streamReceiveBufferBytes', raw),
       threshold: integer('threshold', raw),
       maxDescriptorBytes: integer('maxDescriptorBytes', raw),
       maxLayerwiseRequests: integer('maxLayerwiseRequests', raw),

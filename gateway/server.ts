@@ -85,6 +85,9 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     // Task buffers live in shared memory: as much as may be buffered, in blocks of a task's size.
     arenaBytes: lw.maxBufferedBytes,
     arenaBlockBytes: lw.taskBytes,
+    maxChunkStreams: lw.maxChunkStreams,
+    streamReceiveBufferBytes: lw.streamReceiveBufferBytes,
+    streamTasksPerWorker: 16,
   });
   const budget = new ByteBudget(lw.maxBufferedBytes);
   const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;
@@ -191,7 +194,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           // Every chunk the descriptor names, and the tenant it claims, before any byte is read.
           authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
           ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
-          await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, observer: metrics.layerwise });
+          await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           active.layerwise--;
         }

@@ -4,6 +4,7 @@
  * not survive postMessage, so errors travel as codes.
  */
 import type { ErrorCode } from '../schemas/errors.js';
+import type { MessagePort } from 'node:worker_threads';
 import type { Layout } from '../schemas/layouts.js';
 
 export type WorkerBackend =
@@ -32,7 +33,58 @@ export interface WorkerInit {
   readonly cancelFlags: SharedArrayBuffer;
   /** The shared task-buffer arena (buffer-arena.ts): tasks with `arenaOffset` write here. */
   readonly arena: SharedArrayBuffer;
+  /** Most backend connections a worker's stream tasks hold open (one per chunk stream). */
+  readonly streamConnections: number;
+  /** SO_RCVBUF of each of those connections. */
+  readonly streamReceiveBufferBytes: number;
 }
+
+/**
+ * A streamed read (chunk-streams.ts): every chunk's layers [first, end) through one range GET per
+ * chunk (per half for KV_2LTD), into a ring of layer buffers. Slot s of the ring takes layers
+ * first + s, first + s + slots, ...; a slot's layer is split into runs of `runChunks` chunks, each
+ * run in its own block (`blocks[slot][run]`, byte offsets into `ring`), slices in chunk order.
+ * The worker posts a StreamLayer on `port` for each layer complete, in any order; the main thread
+ * posts a StreamControl once a layer is sent, which frees its slot for the layer `slots` later.
+ */
+export interface StreamTask {
+  readonly kind: 'stream';
+  readonly id: number;
+  readonly bucket: string;
+  readonly keys: readonly string[];
+  readonly chunkOffset: number;
+  readonly layout: Layout;
+  readonly layers: number;
+  readonly layerBytes: number;
+  readonly first: number;
+  readonly end: number;
+  readonly runChunks: number;
+  readonly ring: SharedArrayBuffer;
+  readonly blocks: readonly (readonly number[])[];
+  readonly port: MessagePort;
+  /** Time the store may take to answer, and between body bytes of a response being read. */
+  readonly timeoutMs: number;
+}
+
+/** Worker to main thread: a layer of every chunk is in its slot. */
+export interface StreamLayer {
+  readonly layer: number;
+  /** CRC32C of each chunk's slice of the layer, in chunk order. */
+  readonly crcs: Uint32Array;
+  /** So far every slice was checked against its recorded CRC32C. */
+  readonly verified: boolean;
+  /** Backend reads and retries so far. */
+  readonly reads: number;
+  readonly retries: number;
+}
+
+/** Main thread to worker: `layer` was sent; its slot is free. */
+export interface StreamControl {
+  readonly layer: number;
+}
+
+/** How a stream task ended. */
+export type StreamResult = { readonly ok: true; readonly reads: number; readonly retries: number; readonly readMs: number } | (ReadResult & { ok: false });
 
 /** Where the delivered bytes go inside the task's buffer. */
 export type TaskOrder = 'layer-major' | 'chunk-major';

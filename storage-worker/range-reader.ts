@@ -63,15 +63,15 @@ export interface RangeReader {
   close(): Promise<void>;
 }
 
-function sizeError(key: string, actual: number, expected: number): ReadError {
+export function sizeError(key: string, actual: number, expected: number): ReadError {
   return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is ${actual} bytes; the descriptor's layers x layerBytes is ${expected}`);
 }
 
-function changed(key: string): ReadError {
+export function changed(key: string): ReadError {
   return new ReadError('OC_ERR_CHUNK_CHANGED', `chunk ${key} was overwritten while it was being read`, true);
 }
 
-function cancelled(): ReadError {
+export function cancelled(): ReadError {
   return new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
 }
 
@@ -137,8 +137,35 @@ function parseContentRange(value: string | string[] | undefined): [number, numbe
   return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : undefined;
 }
 
+/** What a range answer's status and headers say: a failure, an error body to read, or the version read. */
+export function checkRangeAnswer(statusCode: number, headers: Record<string, string | string[] | undefined>, key: string, offset: number, length: number, objectBytes: number): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
+  if (statusCode !== 206) {
+    if (statusCode === 404 || statusCode === 416) return 'error-body';
+    if (statusCode === 200) return new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`);
+    if (statusCode >= 500) return new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store answered ${statusCode} for chunk ${key}`, true);
+    return new ReadError('OC_ERR_BACKEND_RANGE', `the object store answered ${statusCode} for chunk ${key}`);
+  }
+  const range = parseContentRange(headers['content-range']);
+  const last = offset + length - 1;
+  // The object size first: a short object also truncates the range the store answers with.
+  if (range && range[2] !== objectBytes) return sizeError(key, range[2], objectBytes);
+  if (!range || range[0] !== offset || range[1] !== last) {
+    return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: expected Content-Range bytes ${offset}-${last}, got ${String(headers['content-range'])}`);
+  }
+  const crcs = headers[`x-amz-meta-${LAYER_CRC_META}`];
+  const etag = headers['etag'];
+  return { layerCrcs: typeof crcs === 'string' ? crcs : undefined, etag: typeof etag === 'string' ? etag : undefined };
+}
+
+/** The failure a 404 or 416 answer's body names. */
+export function errorBodyFailure(status: number, text: string, bucket: string, key: string, objectBytes: number): ReadError {
+  if (status === 416) return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is shorter than the descriptor's layers x layerBytes (${objectBytes})`);
+  if (text.includes('<Code>NoSuchBucket</Code>')) return new ReadError('OC_ERR_STORE_NO_SUCH_BUCKET', `the bucket ${bucket} does not exist`);
+  return new ReadError('OC_ERR_CHUNK_MISSING', `chunk ${key} does not exist`);
+}
+
 /** The most of an error response body kept (to tell NoSuchBucket from NoSuchKey). */
-const ERROR_BODY_LIMIT = 16 * 1024;
+export const ERROR_BODY_LIMIT = 16 * 1024;
 
 /**
  * One range GET as an undici dispatch handler: the body is copied into the target's views as it
@@ -195,27 +222,14 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     this.#status = statusCode;
-    const key = this.#key;
-    if (statusCode !== 206) {
-      if (statusCode === 404 || statusCode === 416) {
-        this.#errorBody = [];
-        return;
-      }
-      if (statusCode === 200) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`));
-      if (statusCode >= 500) return this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store answered ${statusCode} for chunk ${key}`, true));
-      return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the object store answered ${statusCode} for chunk ${key}`));
+    const answer = checkRangeAnswer(statusCode, headers, this.#key, this.#target.offset, this.#target.length, this.#objectBytes);
+    if (answer instanceof ReadError) return this.#fail(answer);
+    if (answer === 'error-body') {
+      this.#errorBody = [];
+      return;
     }
-    const range = parseContentRange(headers['content-range']);
-    const last = this.#target.offset + this.#target.length - 1;
-    // The object size first: a short object also truncates the range the store answers with.
-    if (range && range[2] !== this.#objectBytes) return this.#fail(sizeError(key, range[2], this.#objectBytes));
-    if (!range || range[0] !== this.#target.offset || range[1] !== last) {
-      return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: expected Content-Range bytes ${this.#target.offset}-${last}, got ${String(headers['content-range'])}`));
-    }
-    const crcs = headers[`x-amz-meta-${LAYER_CRC_META}`];
-    this.#layerCrcs = typeof crcs === 'string' ? crcs : undefined;
-    const etag = headers['etag'];
-    this.etag = typeof etag === 'string' ? etag : undefined;
+    this.#layerCrcs = answer.layerCrcs;
+    this.etag = answer.etag;
   }
 
   onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -232,10 +246,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
     this.#signal.removeEventListener('abort', this);
     if (this.#failure) return this.#reject(this.#failure);
     if (this.#errorBody) {
-      const text = Buffer.concat(this.#errorBody).toString('utf8');
-      if (this.#status === 416) return this.#reject(new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${this.#key} is shorter than the descriptor's layers x layerBytes (${this.#objectBytes})`));
-      if (text.includes('<Code>NoSuchBucket</Code>')) return this.#reject(new ReadError('OC_ERR_STORE_NO_SUCH_BUCKET', `the bucket ${this.#bucket} does not exist`));
-      return this.#reject(new ReadError('OC_ERR_CHUNK_MISSING', `chunk ${this.#key} does not exist`));
+      return this.#reject(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#bucket, this.#key, this.#objectBytes));
     }
     if (this.#cursor.written !== this.#target.length) {
       return this.#reject(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.#key}: the range read returned ${this.#cursor.written} of ${this.#target.length} bytes`));
@@ -253,7 +264,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
   }
 }
 
-function pause(ms: number, signal: AbortSignal): Promise<void> {
+export function pause(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) return reject(cancelled());
     const onAbort = (): void => {

@@ -9,7 +9,9 @@ import { setMaxListeners } from 'node:events';
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { crc32c } from '@node-rs/crc32';
-import type { ReadTask, WorkerInit, WorkerResult } from './protocol.js';
+import type { ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
+import { ChunkStreams } from './chunk-streams.js';
+import { S3Backend } from '../backends/s3-backend.js';
 import { createRangeReader, ReadError, type RangeReader } from './range-reader.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
@@ -27,6 +29,27 @@ cancels.unref();
 function readerFor(): RangeReader {
   reader ??= createRangeReader(init.backend);
   return reader;
+}
+
+/** The connections of stream tasks: apart from the range reads' pool, sized for every open stream. */
+let streamBackend: S3Backend | undefined;
+
+function streamHttp(): S3Backend['http'] {
+  const backend = init.backend;
+  if (backend.kind !== 's3') throw new ReadError('OC_ERR_INTERNAL', 'streamed reads need an S3 backend');
+  streamBackend ??= new S3Backend({ ...backend, connections: init.streamConnections, receiveBufferBytes: init.streamReceiveBufferBytes, endpoint: new URL(backend.endpoint) });
+  return streamBackend.http;
+}
+
+async function runStreamTask(task: StreamTask, signal: AbortSignal): Promise<StreamResult> {
+  const started = performance.now();
+  const streams = new ChunkStreams(task, streamHttp(), signal);
+  try {
+    await streams.start();
+    return { ok: true, reads: streams.reads, retries: streams.retries, readMs: performance.now() - started };
+  } catch (error) {
+    return failed(error) as StreamResult;
+  }
 }
 
 function isCancelled(id: number): boolean {
@@ -124,13 +147,23 @@ function failed(error: unknown): WorkerResult {
   };
 }
 
-export default async function runReadTask(task: ReadTask): Promise<unknown> {
-  if (isCancelled(task.id)) return failed(new ReadError('OC_ERR_INTERNAL', 'the task was cancelled'));
+export default async function runReadTask(task: ReadTask | StreamTask): Promise<unknown> {
+  if (isCancelled(task.id)) {
+    if ('kind' in task) task.port.close();
+    return failed(new ReadError('OC_ERR_INTERNAL', 'the task was cancelled'));
+  }
   const controller = new AbortController();
   setMaxListeners(0, controller.signal); // every read in flight listens to it
   running.set(task.id, controller);
   // A cancellation posted before the task was registered is still in the flags.
   if (isCancelled(task.id)) controller.abort();
+  if ('kind' in task) {
+    try {
+      return await runStreamTask(task, controller.signal);
+    } finally {
+      running.delete(task.id);
+    }
+  }
   try {
     const result = await execute(task, controller.signal);
     if (!result.buffer) return result;

@@ -9,10 +9,12 @@ import { availableParallelism } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { BroadcastChannel, type Worker } from 'node:worker_threads';
+import { BroadcastChannel, MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import type { ReadResult, ReadTask, WorkerBackend, WorkerInit, WorkerResult } from './protocol.js';
+import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult } from './protocol.js';
+import { ByteBudget } from '../gateway/layerwise/byte-budget.js';
 import { BufferArena } from './buffer-arena.js';
+import { canBoundReceiveBuffers } from '../backends/socket-buffer.js';
 
 export interface ReaderPoolOptions {
   readonly backend: WorkerBackend;
@@ -26,6 +28,25 @@ export interface ReaderPoolOptions {
   /** Bytes of shared memory reserved for task buffers (virtual until used), and its block size. */
   readonly arenaBytes: number;
   readonly arenaBlockBytes: number;
+  /** Chunk streams open at once, in the whole gateway (streamed reads; one connection each). */
+  readonly maxChunkStreams: number;
+  /** SO_RCVBUF of each chunk stream's connection. */
+  readonly streamReceiveBufferBytes: number;
+  /** Stream tasks one worker runs at once, besides `tasksPerWorker` grouped ones. */
+  readonly streamTasksPerWorker: number;
+}
+
+/** A streamed read's ring of layer buffers (StreamTask's `ring` and `blocks`). */
+export interface StreamRing {
+  readonly ring: SharedArrayBuffer;
+  readonly blocks: readonly (readonly number[])[];
+}
+
+/** A stream task in the pool: its id (for `cancel`), its port and how it ends. */
+export interface RunningStream {
+  readonly id: number;
+  readonly port: MessagePort;
+  readonly result: Promise<StreamResult>;
 }
 
 export interface ReaderPoolStats {
@@ -92,6 +113,10 @@ export class ReaderPool {
   readonly #cancelFlags = new Int32Array(new SharedArrayBuffer(CANCEL_SLOTS * 4));
   readonly #cancels: BroadcastChannel;
   readonly #arena: BufferArena;
+  /** Chunk streams open in the gateway (streamed reads take theirs before they start). */
+  readonly streams: ByteBudget;
+  /** Stream tasks running in the gateway. */
+  readonly streamTasks: ByteBudget;
 
   constructor(options: ReaderPoolOptions) {
     this.#options = options;
@@ -100,13 +125,17 @@ export class ReaderPool {
     this.#cancels = new BroadcastChannel(cancelChannel);
     this.#cancels.unref();
     this.#arena = new BufferArena(options.arenaBytes, options.arenaBlockBytes);
-    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer };
+    this.streams = new ByteBudget(options.maxChunkStreams);
+    this.streamTasks = new ByteBudget(options.workers * options.streamTasksPerWorker);
+    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes };
     this.#pool = new Piscina({
       filename: workerFilename(),
       minThreads: options.workers,
       maxThreads: options.workers,
       maxQueue: options.maxQueue,
-      concurrentTasksPerWorker: options.tasksPerWorker,
+      // Stream tasks last as long as their request; they have slots of their own (`streamTasks`
+      // admits at most that many), so grouped tasks always find one.
+      concurrentTasksPerWorker: options.tasksPerWorker + options.streamTasksPerWorker,
       idleTimeout: 60_000,
       // Workers keep keep-alive sockets and timers alive between tasks: no Atomics.wait.
       atomics: 'disabled',
@@ -218,6 +247,68 @@ export class ReaderPool {
       this.#roomWaiters = [];
       for (const wake of waiters) wake();
     }
+  }
+
+  /**
+   * Whether streamed reads are possible: an S3 backend (the embedded store reads files) and
+   * connections whose receive buffer can be bounded (backends/socket-buffer.ts).
+   */
+  get streamsChunks(): boolean {
+    return this.#options.backend.kind === 's3' && canBoundReceiveBuffers();
+  }
+
+  get arenaBlockBytes(): number {
+    return this.#arena.blockBytes;
+  }
+
+  /**
+   * A ring of `slots` x `runs` blocks of `blockBytes` for a streamed read: blocks of the shared
+   * arena when enough are free, else a SharedArrayBuffer of its own (the byte budget, not the
+   * arena, bounds memory). Hand it back with `giveRing`.
+   */
+  takeRing(slots: number, runs: number, blockBytes: number): StreamRing {
+    const offsets: number[] = [];
+    if (blockBytes <= this.#arena.blockBytes && this.#arena.freeBlocks >= slots * runs) {
+      for (let i = 0; i < slots * runs; i++) offsets.push(this.#arena.take(blockBytes) as number);
+      return { ring: this.#arena.buffer, blocks: Array.from({ length: slots }, (_, s) => offsets.slice(s * runs, (s + 1) * runs)) };
+    }
+    return { ring: new SharedArrayBuffer(slots * runs * blockBytes), blocks: Array.from({ length: slots }, (_, s) => Array.from({ length: runs }, (_, r) => (s * runs + r) * blockBytes)) };
+  }
+
+  giveRing(ring: StreamRing): void {
+    if (ring.ring !== this.#arena.buffer) return;
+    for (const run of ring.blocks) for (const offset of run) this.#arena.give(offset);
+  }
+
+  /**
+   * Reserves a stream task slot and `streams` chunk streams if both are free now (never waits);
+   * give them back with `releaseStreams`.
+   */
+  tryStreams(streams: number): boolean {
+    if (!this.streamTasks.tryAcquire(1)) return false;
+    if (this.streams.tryAcquire(streams)) return true;
+    this.streamTasks.release(1);
+    return false;
+  }
+
+  releaseStreams(streams: number): void {
+    this.streams.release(streams);
+    this.streamTasks.release(1);
+  }
+
+  /** Starts a stream task (reserved by the caller with `tryStreams`). */
+  runStream(task: Omit<StreamTask, 'id' | 'port' | 'kind'>): RunningStream {
+    const id = this.taskId();
+    const channel = new MessageChannel();
+    const full: StreamTask = { ...task, kind: 'stream', id, port: channel.port2 };
+    this.#inflight++;
+    const result = (this.#pool.run(full, { transferList: [channel.port2] }) as Promise<StreamResult>).catch((error: unknown): StreamResult => {
+      channel.port1.close();
+      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, retryable: true };
+    }).finally(() => {
+      this.#inflight--;
+    });
+    return { id, port: channel.port1, result };
   }
 
   async close(): Promise<void> {

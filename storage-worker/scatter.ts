@@ -69,7 +69,7 @@ function coalesce(views: Uint8Array[]): Uint8Array[] {
  */
 let staging = new Uint8Array(64 * 1024 + 8);
 
-function copyInto(view: Uint8Array, at: number, source: Uint8Array): void {
+export function copyInto(view: Uint8Array, at: number, source: Uint8Array): void {
   const dst = view.byteOffset + at;
   if (!(view.buffer instanceof SharedArrayBuffer) || (dst - source.byteOffset) % 8 === 0) {
     view.set(source, at);

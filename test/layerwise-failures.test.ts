@@ -48,7 +48,8 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)
   const post = (descriptor: unknown): Promise<Raw> => raw('POST', `/${bucket}`, { objectcache: '' }, { 'content-type': 'application/json' }, typeof descriptor === 'string' ? descriptor : JSON.stringify(descriptor));
 
   beforeAll(async () => {
-    gw = await startTestGateway({ backend, minio, args: ['--max-descriptor-keys', '100', '--max-layers', '64', '--max-layer-bytes', '1048576', '--read-ahead-bytes', '4096', '--read-bytes', '262144'] });
+    // Grouped range reads (streamed ones: test/streamed-reads.test.ts).
+    gw = await startTestGateway({ backend, minio, args: ['--max-descriptor-keys', '100', '--max-layers', '64', '--max-layer-bytes', '1048576', '--read-ahead-bytes', '4096', '--read-bytes', '262144', '--chunk-reads', 'grouped'] });
     bucket = uniqueBucket('lwfail');
     client = testClient(gw, bucket);
     await client.ensureBucket();

@@ -27,6 +27,13 @@ export class ByteBudget {
     return this.#used === 0 || this.#used + bytes <= this.capacity;
   }
 
+  /** Takes `bytes` at once if they fit and nobody waits; never waits. */
+  tryAcquire(bytes: number): boolean {
+    if (this.#waiters.length > 0 || this.#used + bytes > this.capacity) return false;
+    this.#used += bytes;
+    return true;
+  }
+
   acquire(bytes: number, signal?: AbortSignal): Promise<void> {
     // An 'abort' listener added after the fact never fires: refuse at once.
     if (signal?.aborted) return Promise.reject(signal.reason);

@@ -53,13 +53,27 @@ export interface ReadAheadOptions {
   readonly observer?: LayerwiseObserver | undefined;
 }
 
-interface Deferred<T> {
+/** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */
+export interface UnitSource {
+  /** The reads of unit `u`, in plan order; rejects with the first failure among them. */
+  unit(u: number): Promise<TaskRead[]>;
+  /** Unit `u` has been sent (its frames written). */
+  release(u: number): void;
+  /** Unit `u`'s bytes are no longer referenced (the socket took its last frame). */
+  recycle(u: number): void;
+  /** Ends the reads: cancels what runs, returns every buffer and budget byte. */
+  close(): Promise<void>;
+  readonly backendReads: number;
+  readonly verified: boolean;
+}
+
+export interface Deferred<T> {
   readonly promise: Promise<T>;
   resolve(value: T): void;
   reject(error: unknown): void;
 }
 
-function deferred<T>(): Deferred<T> {
+export function deferred<T>(): Deferred<T> {
   let resolve!: (value: T) => void;
   let reject!: (error: unknown) => void;
   const promise = new Promise<T>((res, rej) => {
@@ -80,7 +94,7 @@ export function readFailure(result: ReadResult & { ok: false }): ObjectCacheErro
   return new ObjectCacheError(result.code, message, { details, retryable: result.retryable });
 }
 
-export class ReadAhead {
+export class ReadAhead implements UnitSource {
   readonly #o: ReadAheadOptions;
   readonly #cancel = new AbortController();
   readonly #window: ByteBudget;

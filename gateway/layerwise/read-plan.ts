@@ -97,3 +97,20 @@ export function planChunkwise(input: PlanInput): ReadPlan {
   const rangesPerChunk = input.layout === 'KV_2LTD' ? 2 : 1;
   return { groups: [[input.layerStart, input.layerEnd]], tasks, reads: input.chunks * rangesPerChunk };
 }
+
+/**
+ * Streamed (README, The layerwise GET: Streamed reads): each chunk read once (twice for KV_2LTD,
+ * a GET per half) as one stream covering every delivered layer; delivery goes layer by layer, each
+ * layer in runs of `runChunks` chunks (one buffer block each).
+ */
+export function planStreamed(input: Pick<PlanInput, 'layout' | 'layerStart' | 'layerEnd' | 'chunks'>, runChunks: number): ReadPlan {
+  const groups: [number, number][] = [];
+  const tasks: PlannedTask[] = [];
+  for (let layer = input.layerStart; layer < input.layerEnd; layer++) {
+    const group = groups.push([layer, layer + 1]) - 1;
+    for (let chunkStart = 0; chunkStart < input.chunks; chunkStart += runChunks) {
+      tasks.push({ group, first: layer, end: layer + 1, chunkStart, chunkEnd: Math.min(input.chunks, chunkStart + runChunks) });
+    }
+  }
+  return { groups, tasks, reads: input.chunks * (input.layout === 'KV_2LTD' ? 2 : 1) };
+}

@@ -14,7 +14,7 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
-import { planChunkwise, planLayerwise, type PlannedTask, type ReadPlan } from './read-plan.js';
+import { planChunkwise, planLayerwise, planStreamed, type PlannedTask, type ReadPlan } from './read-plan.js';
 import type { ReaderPool } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -23,7 +23,8 @@ import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
 import type { ByteBudget } from './byte-budget.js';
 import { jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
-import { ReadAhead, type TaskRead, type Unit } from './read-ahead.js';
+import { ReadAhead, type TaskRead, type Unit, type UnitSource } from './read-ahead.js';
+import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 
 export type DeliveryMode = 'layerwise' | 'chunkwise';
 
@@ -33,8 +34,29 @@ export function chooseMode(descriptor: Descriptor, threshold: number): DeliveryM
   return descriptor.totalBytes < threshold ? 'chunkwise' : 'layerwise';
 }
 
+/** How a request's chunks are read (README, The layerwise GET: Streamed reads). */
+export type ChunkReads = 'streamed' | 'grouped';
+
+/**
+ * Streamed when every condition holds: layerwise delivery of at least two layers, an S3 backend
+ * whose connections' receive buffers can be bounded (the embedded store's positional reads cost
+ * nothing per request), `--chunk-reads auto`, the request's chunk streams (one per chunk, two for
+ * KV_2LTD) within `--max-chunk-streams`, and one chunk's slice of a layer within a buffer block
+ * (`--task-bytes`). Grouped range reads otherwise. (At serve time the streams must also be free
+ * at once: see stream().)
+ */
+export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: LayerwiseConfig, streamsChunks: boolean): ChunkReads {
+  if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks) return 'grouped';
+  if (descriptor.layerEnd - descriptor.layerStart < 2) return 'grouped';
+  if (descriptor.chunks * (descriptor.layout === 'KV_2LTD' ? 2 : 1) > config.maxChunkStreams) return 'grouped';
+  if (descriptor.layerBytes > config.taskBytes) return 'grouped';
+  return 'streamed';
+}
+
 export interface LayerwiseDeps {
   readonly pool: ReaderPool;
+  /** Backend timeout (connect, headers, between body bytes) for streamed reads. */
+  readonly backendTimeoutMs: number;
   readonly config: LayerwiseConfig;
   /** Shared by every layerwise GET of the gateway. */
   readonly budget: ByteBudget;
@@ -97,33 +119,46 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
   const { config, pool } = deps;
   const started = ctx.startedAt;
   const tasksInFlight = pool.tasksPerRequest;
-  const plan = planFor(descriptor, mode, config, tasksInFlight);
-  const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
+  // Streamed only if the streams are free now: a request never waits for another's streams (it
+  // is served with grouped reads instead), so the kernel memory streams hold stays bounded.
+  const streams = descriptor.chunks * (descriptor.layout === 'KV_2LTD' ? 2 : 1);
+  const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
   const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
+  let plan: ReadPlan;
+  let readAhead: UnitSource;
+  if (reads === 'streamed') {
+    const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
+    plan = planStreamed(descriptor, runChunks);
+    const geometry = { bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, first: descriptor.layerStart, end: descriptor.layerEnd };
+    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer });
+  } else {
+    plan = planFor(descriptor, mode, config, tasksInFlight);
+    const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
+    readAhead = new ReadAhead({
+      pool,
+      tasks: plan.tasks,
+      units: unitsOf(plan, mode, taskBytes),
+      taskBytes,
+      toReadTask: (task) => ({
+        bucket: ctx.target.bucket,
+        keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
+        chunkOffset: task.chunkStart,
+        layout: descriptor.layout,
+        layers: descriptor.layers,
+        layerBytes: descriptor.layerBytes,
+        first: task.first,
+        end: task.end,
+        order,
+      }),
+      windowBytes: config.readAheadBytes,
+      budget: deps.budget,
+      tasksInFlight,
+      firstUnitAlone: mode === 'layerwise',
+      signal: ctx.signal,
+      observer: deps.observer,
+    });
+  }
   const units = unitsOf(plan, mode, taskBytes);
-  const readAhead = new ReadAhead({
-    pool,
-    tasks: plan.tasks,
-    units,
-    taskBytes,
-    toReadTask: (task) => ({
-      bucket: ctx.target.bucket,
-      keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
-      chunkOffset: task.chunkStart,
-      layout: descriptor.layout,
-      layers: descriptor.layers,
-      layerBytes: descriptor.layerBytes,
-      first: task.first,
-      end: task.end,
-      order,
-    }),
-    windowBytes: config.readAheadBytes,
-    budget: deps.budget,
-    tasksInFlight,
-    firstUnitAlone: mode === 'layerwise',
-    signal: ctx.signal,
-    observer: deps.observer,
-  });
   try {
     // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
     const first = await readAhead.unit(0);
@@ -136,6 +171,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
       'x-objectcache-layers': `${descriptor.layerStart}-${descriptor.layerEnd}`,
       'x-objectcache-payload-bytes': String(descriptor.totalBytes),
       'x-objectcache-plan-reads': String(plan.reads),
+      'x-objectcache-reads': reads,
       ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
     });
     const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant });
@@ -166,7 +202,7 @@ interface SourceInput {
   readonly mode: DeliveryMode;
   readonly plan: ReadPlan;
   readonly units: readonly Unit[];
-  readonly readAhead: ReadAhead;
+  readonly readAhead: UnitSource;
   readonly first: TaskRead[];
   readonly firstReadMs: number;
   readonly grant: Grant | undefined;

@@ -1,0 +1,390 @@
+/**
+ * Streamed chunk reads, the read worker's side (README, The layerwise GET: Streamed reads). One
+ * range GET per chunk (two for KV_2LTD, one per half) covers every delivered layer; each response
+ * is held open and consumed layer by layer into a ring of layer buffers that the main thread owns
+ * and hands back layer by layer. A response whose next layer has no buffer yet is paused (undici
+ * stops reading its socket), so TCP flow control holds the rest in the kernel, not this heap.
+ *
+ * - Version pinning: the first answer for a chunk pins its ETag; every later answer for that
+ *   chunk (its other half, a resumed read) must carry the same one, or the task fails with
+ *   OC_ERR_CHUNK_CHANGED.
+ * - Resume: a response that breaks off (the store cut a paused connection, a reset, a 5xx) is
+ *   reopened from its next unread byte under the same pin; a stream that broke while it waited
+ *   for a buffer is reopened only once the buffer is there. BACKEND_RETRY attempts without
+ *   progress, then the task fails.
+ * - Integrity: once every chunk has delivered a layer, its slices are checksummed (CRC32C) and
+ *   checked against the checksums recorded at store time, as grouped reads do.
+ * - Cancellation: the task's signal aborts every open response.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import { escapeUriPath } from '@smithy/util-uri-escape';
+import { crc32c } from '@node-rs/crc32';
+import type { Dispatcher } from 'undici';
+import type { ErrorCode } from '../schemas/errors.js';
+import { layerRanges } from '../schemas/layouts.js';
+import { decodeLayerCrcs } from '../schemas/integrity.js';
+import { BACKEND_RETRY, mapBackendError, retryPauseMs } from '../backends/s3-backend.js';
+import { ERROR_BODY_LIMIT, ReadError, cancelled, changed, checkRangeAnswer, errorBodyFailure, pause } from './range-reader.js';
+import { copyInto } from './scatter.js';
+import type { StreamControl, StreamLayer, StreamTask } from './protocol.js';
+
+/** One response stream: one chunk's range (or one half of it) from its next unread byte. */
+class PartStream implements Dispatcher.DispatchHandler {
+  readonly #owner: ChunkStreams;
+  readonly chunk: number;
+  readonly part: number;
+  readonly key: string;
+  readonly #path: string;
+  /** The range's first byte in the object and its length. */
+  readonly #start: number;
+  readonly #length: number;
+  /** Bytes of the range placed in layer buffers so far. */
+  pos = 0;
+  /** Bytes received but not yet placed: their layer has no buffer yet. */
+  #pending: Uint8Array | undefined;
+  #spare: Uint8Array | undefined;
+  #controller: Dispatcher.DispatchController | undefined;
+  #status = 0;
+  #errorBody: Buffer[] | undefined;
+  #errorBytes = 0;
+  /** A response is in progress (between dispatch and its end or error). */
+  #open = false;
+  /** The last response ended before the range's end (broke off, or its segment is done): open the rest. */
+  #reopen = false;
+  /** Where the response in progress ends (bytes of the range). */
+  #asked = 0;
+  /** Failed attempts since the last byte placed, and when the first of them failed (or its reopen after a wait began). */
+  #failures = 0;
+  #failingSince = 0;
+  #failure: ReadError | undefined;
+
+  constructor(owner: ChunkStreams, chunk: number, part: number, key: string, path: string, start: number, length: number) {
+    this.#owner = owner;
+    this.chunk = chunk;
+    this.part = part;
+    this.key = key;
+    this.#path = path;
+    this.#start = start;
+    this.#length = length;
+  }
+
+  get done(): boolean {
+    return this.pos === this.#length;
+  }
+
+  open(): void {
+    // Nothing is opened for a task that ended (a retry's pause or the first layer's wait can outlive it).
+    if (this.#owner.ended || this.done) return;
+    this.#open = true;
+    this.#reopen = false;
+    this.#failure = undefined;
+    this.#errorBody = undefined;
+    this.#errorBytes = 0;
+    this.#owner.reads++;
+    const from = this.#start + this.pos;
+    // The first layer comes alone: the streams' first bytes arrive together, as a layer group
+    // read's would, instead of behind the megabytes the store pushes into the first connections.
+    this.#asked = this.pos < this.#owner.pieceBytes ? this.#owner.pieceBytes : this.#length;
+    const headers = { range: `bytes=${from}-${this.#start + this.#asked - 1}` };
+    this.#owner.dispatch({ method: 'GET', path: this.#path, headers }, this);
+  }
+
+  /** The task was cancelled. */
+  abort(): void {
+    this.#controller?.abort(cancelled());
+  }
+
+  #fail(error: ReadError): void {
+    this.#failure ??= error;
+    this.#controller?.abort(error);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#owner.signal.aborted) controller.abort(cancelled());
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.#status = statusCode;
+    const from = this.#start + this.pos;
+    const answer = checkRangeAnswer(statusCode, headers, this.key, from, this.#asked - this.pos, this.#owner.objectBytes);
+    if (answer instanceof ReadError) return this.#fail(answer);
+    if (answer === 'error-body') {
+      this.#errorBody = [];
+      return;
+    }
+    const problem = this.#owner.pin(this.chunk, answer.etag, answer.layerCrcs);
+    if (problem) this.#fail(problem);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, data: Buffer): void {
+    if (this.#failure) return;
+    if (this.#owner.ended) return this.#fail(cancelled());
+    if (this.#errorBody) {
+      if (this.#errorBytes < ERROR_BODY_LIMIT) this.#errorBody.push(Buffer.from(data));
+      this.#errorBytes += data.byteLength;
+      return;
+    }
+    if (this.pos + data.byteLength > this.#asked) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the store sent more than the bytes asked for`));
+    const rest = this.#place(data);
+    if (rest === undefined) return;
+    // `data` is a view of the HTTP parser's memory: keep a copy of what has no place yet.
+    if (!this.#spare || this.#spare.byteLength < rest.byteLength) this.#spare = new Uint8Array(Math.max(rest.byteLength, 64 * 1024));
+    this.#spare.set(rest);
+    this.#pending = this.#spare.subarray(0, rest.byteLength);
+    controller.pause();
+    this.#owner.wait(this);
+  }
+
+  onResponseEnd(): void {
+    this.#open = false;
+    if (this.#failure) return this.#owner.fail(this.#failure, this.chunk);
+    if (this.#errorBody) return this.#owner.fail(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#owner.bucket, this.key, this.#owner.objectBytes), this.chunk);
+    const received = this.pos + (this.#pending?.byteLength ?? 0);
+    if (received < this.#asked) return this.#brokeOff(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `chunk ${this.key}: the response ended after ${received} of ${this.#asked} bytes`, true));
+    if (received < this.#length) {
+      // The first segment is done: the rest of the range, now or once the waiting bytes have a place.
+      this.#reopen = true;
+      if (!this.#pending) this.#owner.afterFirstLayer(this);
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    this.#open = false;
+    if (this.#owner.signal.aborted) return;
+    if (this.#failure) return this.#owner.fail(this.#failure, this.chunk);
+    if (error instanceof ReadError) return this.#owner.fail(error, this.chunk);
+    const mapped = mapBackendError(error) as { code?: ErrorCode; message: string };
+    this.#brokeOff(new ReadError(mapped.code ?? 'OC_ERR_BACKEND_UNAVAILABLE', `reading chunk ${this.key}: ${mapped.message}`, true));
+  }
+
+  /** The response broke off before its end: reopen from the next unread byte, now or once resumed. */
+  #brokeOff(error: ReadError): void {
+    if (this.#failures++ === 0) this.#failingSince = performance.now();
+    const delay = retryPauseMs(this.#failures);
+    // As grouped reads: attempts without progress stop after BACKEND_RETRY.attempts, or once
+    // another would end beyond the backend timeout from the first failure.
+    if (this.#failures >= BACKEND_RETRY.attempts || performance.now() - this.#failingSince + delay >= this.#owner.timeoutMs) return this.#owner.fail(error, this.chunk);
+    this.#owner.retries++;
+    this.#reopen = true;
+    if (this.#pending) return; // waiting for a buffer: reopened by resume()
+    void pause(delay, this.#owner.signal).then(
+      () => this.open(),
+      () => {},
+    );
+  }
+
+  /** Copies `data` into its layers' buffers as far as they exist; returns what has no place yet. */
+  #place(data: Uint8Array): Uint8Array | undefined {
+    const owner = this.#owner;
+    const piece = owner.pieceBytes;
+    let from = 0;
+    while (from < data.byteLength) {
+      const layer = owner.first + Math.floor(this.pos / piece);
+      if (layer >= owner.allowedEnd) return data.subarray(from);
+      const at = this.pos % piece;
+      const n = Math.min(piece - at, data.byteLength - from);
+      copyInto(owner.destination(layer, this.chunk, this.part), at, data.subarray(from, from + n));
+      this.pos += n;
+      from += n;
+      this.#failures = 0;
+      if (at + n === piece) owner.pieceDone(layer);
+    }
+    return undefined;
+  }
+
+  /** A buffer was handed back: place what was waiting, then read on (or reopen). */
+  resume(): void {
+    if (this.#pending) {
+      const rest = this.#place(this.#pending);
+      if (rest !== undefined) {
+        this.#pending = rest;
+        this.#owner.wait(this);
+        return;
+      }
+      this.#pending = undefined;
+    }
+    if (this.#reopen) {
+      // Broke off while it waited: the time spent waiting is not the store's.
+      this.#failingSince = performance.now();
+      if (!this.#open) this.open();
+      return;
+    }
+    // Only a response still open: a finished one's connection may be serving another read.
+    if (this.#open) this.#controller?.resume();
+  }
+}
+
+/** Runs one stream task: every chunk's streams, layer by layer, into the task's ring. */
+export class ChunkStreams {
+  readonly #task: StreamTask;
+  readonly #http: Dispatcher;
+  readonly signal: AbortSignal;
+  readonly #ring: Uint8Array;
+  readonly #streams: PartStream[] = [];
+  /** Pieces (chunk halves or whole slices) still to come, by layer - first. */
+  readonly #remaining: Int32Array;
+  #waiting: PartStream[] = [];
+  #afterFirst: PartStream[] = [];
+  readonly #etags: (string | undefined)[];
+  readonly #recorded: (number[] | undefined)[];
+  readonly #port: MessagePort;
+  readonly bucket: string;
+  readonly first: number;
+  readonly objectBytes: number;
+  readonly pieceBytes: number;
+  readonly timeoutMs: number;
+  /** Layers below this have a buffer to go to. */
+  allowedEnd: number;
+  reads = 0;
+  retries = 0;
+  verified = true;
+  #layersDone = 0;
+  #ended = false;
+  #failure: ReadError | undefined;
+  #settle!: (error?: ReadError) => void;
+  readonly finished: Promise<void>;
+
+  constructor(task: StreamTask, http: Dispatcher, signal: AbortSignal) {
+    this.#task = task;
+    this.#http = http;
+    this.signal = signal;
+    this.#port = task.port;
+    this.bucket = task.bucket;
+    this.first = task.first;
+    this.objectBytes = task.layers * task.layerBytes;
+    this.timeoutMs = task.timeoutMs;
+    const ranges = layerRanges(task.layout, task.layers, task.layerBytes, task.first, task.end);
+    this.pieceBytes = task.layout === 'KV_2LTD' ? task.layerBytes / 2 : task.layerBytes;
+    this.#ring = new Uint8Array(task.ring);
+    this.#remaining = new Int32Array(task.end - task.first).fill(task.keys.length * ranges.length);
+    this.#etags = new Array(task.keys.length);
+    this.#recorded = new Array(task.keys.length);
+    this.allowedEnd = Math.min(task.end, task.first + task.blocks.length);
+    this.finished = new Promise<void>((resolve, reject) => {
+      this.#settle = (error) => (error ? reject(error) : resolve());
+    });
+    this.finished.catch(() => {});
+    task.keys.forEach((key, chunk) => {
+      const path = escapeUriPath(`/${task.bucket}/${key}`);
+      ranges.forEach((range, part) => this.#streams.push(new PartStream(this, chunk, part, key, path, range.offset, range.length)));
+    });
+    this.#port.on('message', (message: StreamControl) => this.#freed(message.layer));
+    signal.addEventListener('abort', () => this.fail(cancelled()), { once: true });
+  }
+
+  start(): Promise<void> {
+    // Cancelled before it began: the abort listener above never fires for it.
+    if (this.signal.aborted) this.fail(cancelled());
+    for (const stream of this.#streams) stream.open();
+    return this.finished;
+  }
+
+  dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): void {
+    this.#http.dispatch({ ...options, headersTimeout: this.#task.timeoutMs, bodyTimeout: this.#task.timeoutMs }, handler);
+  }
+
+  /** Where `chunk`'s piece (`part`) of `layer` goes. */
+  destination(layer: number, chunk: number, part: number): Uint8Array {
+    const task = this.#task;
+    const slot = (layer - task.first) % task.blocks.length;
+    const run = Math.floor(chunk / task.runChunks);
+    const at = (task.blocks[slot] as number[])[run] as number;
+    const offset = at + (chunk - run * task.runChunks) * task.layerBytes + part * this.pieceBytes;
+    return this.#ring.subarray(offset, offset + this.pieceBytes);
+  }
+
+  /** The first answer for a chunk pins its version; later ones must match. */
+  pin(chunk: number, etag: string | undefined, layerCrcs: string | undefined): ReadError | undefined {
+    const pinned = this.#etags[chunk];
+    const key = this.#task.keys[chunk] as string;
+    if (pinned !== undefined && etag !== undefined && etag !== pinned) return changed(key);
+    this.#etags[chunk] ??= etag;
+    this.#recorded[chunk] ??= decodeLayerCrcs(layerCrcs, this.#task.layers);
+    return undefined;
+  }
+
+  /**
+   * Opens the rest of `stream`'s range once every stream has delivered the first layer: opened
+   * earlier, the store would push megabytes into those connections while others still wait for
+   * their first bytes.
+   */
+  afterFirstLayer(stream: PartStream): void {
+    if (this.#layersDone > 0) stream.open();
+    else this.#afterFirst.push(stream);
+  }
+
+  /** `stream` has bytes for a layer without a buffer: it is resumed when the buffer comes. */
+  wait(stream: PartStream): void {
+    this.#waiting.push(stream);
+  }
+
+  /** The main thread sent `layer`: its slot takes the layer one ring length later. */
+  #freed(layer: number): void {
+    const next = Math.min(this.#task.end, layer + this.#task.blocks.length + 1);
+    if (next <= this.allowedEnd) return;
+    this.allowedEnd = next;
+    const waiting = this.#waiting;
+    this.#waiting = [];
+    for (const stream of waiting) {
+      if (this.#failure) return;
+      stream.resume();
+    }
+  }
+
+  pieceDone(layer: number): void {
+    const index = layer - this.#task.first;
+    const left = (this.#remaining[index] as number) - 1;
+    this.#remaining[index] = left;
+    if (left === 0) this.#layerDone(layer);
+  }
+
+  #layerDone(layer: number): void {
+    const task = this.#task;
+    const chunks = task.keys.length;
+    const crcs = new Uint32Array(chunks);
+    for (let chunk = 0; chunk < chunks; chunk++) {
+      const slice = this.destination(layer, chunk, 0);
+      const crc = crc32c(Buffer.from(slice.buffer, slice.byteOffset, task.layerBytes)) >>> 0;
+      crcs[chunk] = crc;
+      const expected = this.#recorded[chunk];
+      if (!expected) {
+        this.verified = false;
+        continue;
+      }
+      if (expected[layer] !== crc) {
+        const key = task.keys[chunk] as string;
+        return this.fail(Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), { chunk: task.chunkOffset + chunk, key, layer }));
+      }
+    }
+    const message: StreamLayer = { layer, crcs, verified: this.verified, reads: this.reads, retries: this.retries };
+    this.#port.postMessage(message);
+    if (++this.#layersDone === task.end - task.first) return this.#finish();
+    const queued = this.#afterFirst;
+    this.#afterFirst = [];
+    for (const stream of queued) stream.open();
+  }
+
+  /** The task has ended: succeeded, failed or cancelled. */
+  get ended(): boolean {
+    return this.#ended;
+  }
+
+  #finish(error?: ReadError): void {
+    this.#ended = true;
+    this.#port.close();
+    this.#settle(error);
+  }
+
+  /** Ends the task with `error` (the first one wins): every open response is aborted. */
+  fail(error: ReadError, chunk?: number): void {
+    if (chunk !== undefined && error.chunk === undefined) {
+      error.chunk = this.#task.chunkOffset + chunk;
+      error.key = this.#task.keys[chunk] as string;
+    }
+    if (this.#failure || this.#layersDone === this.#task.end - this.#task.first) return;
+    this.#failure = error;
+    for (const s of this.#streams) s.abort();
+    this.#finish(error);
+  }
+}
