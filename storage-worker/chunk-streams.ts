@@ -226,6 +226,8 @@ export class ChunkStreams {
   readonly #remaining: Int32Array;
   #waiting: PartStream[] = [];
   #afterFirst: PartStream[] = [];
+  /** The main thread has sent the first layer. */
+  #firstSent = false;
   readonly #etags: (string | undefined)[];
   readonly #recorded: (number[] | undefined)[];
   readonly #port: MessagePort;
@@ -305,12 +307,12 @@ export class ChunkStreams {
   }
 
   /**
-   * Opens the rest of `stream`'s range once every stream has delivered the first layer: opened
-   * earlier, the store would push megabytes into those connections while others still wait for
-   * their first bytes.
+   * Opens the rest of `stream`'s range once the first layer has been sent: opened earlier, the
+   * store pushes megabytes into every connection at once (up to its send buffer, 4 MiB a
+   * connection at MinIO), which on shared cores delays the first layer's reads and its sending.
    */
   afterFirstLayer(stream: PartStream): void {
-    if (this.#layersDone > 0) stream.open();
+    if (this.#firstSent) stream.open();
     else this.#afterFirst.push(stream);
   }
 
@@ -321,6 +323,12 @@ export class ChunkStreams {
 
   /** The main thread sent `layer`: its slot takes the layer one ring length later. */
   #freed(layer: number): void {
+    if (layer === this.#task.first && !this.#firstSent) {
+      this.#firstSent = true;
+      const queued = this.#afterFirst;
+      this.#afterFirst = [];
+      for (const stream of queued) stream.open();
+    }
     const next = Math.min(this.#task.end, layer + this.#task.blocks.length + 1);
     if (next <= this.allowedEnd) return;
     this.allowedEnd = next;
@@ -359,10 +367,7 @@ export class ChunkStreams {
     }
     const message: StreamLayer = { layer, crcs, verified: this.verified, reads: this.reads, retries: this.retries };
     this.#port.postMessage(message);
-    if (++this.#layersDone === task.end - task.first) return this.#finish();
-    const queued = this.#afterFirst;
-    this.#afterFirst = [];
-    for (const stream of queued) stream.open();
+    if (++this.#layersDone === task.end - task.first) this.#finish();
   }
 
   /** The task has ended: succeeded, failed or cancelled. */

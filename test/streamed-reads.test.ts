@@ -4,17 +4,19 @@
  * rest, consumed layer by layer through a ring of two layers; a response the store cuts off is
  * resumed from its next unread byte under the chunk's ETag, so an overwrite or a delete in
  * between ends the stream with a stable code, never with mixed bytes; a request with more
- * streams than the gateway allows is served with grouped range reads; a client that leaves gives
- * every stream, buffer and task back.
+ * streams than the gateway allows, or whose streams another request holds, is served with
+ * grouped range reads; a client that leaves gives every stream, buffer and task back.
  */
 import { randomBytes } from 'node:crypto';
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { FaultProxy } from './helpers/fault-proxy.js';
 import { metricValue, startTestGateway, testClient, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
+import { signedHeaders } from './helpers/signing.js';
 import { until } from './helpers/wait.js';
 
 const minio = inject('minio');
@@ -170,6 +172,48 @@ describe('streamed chunk reads (s3 backend)', () => {
     await idle();
     const again = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' });
     expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expect(again.summary.backendReads).toBe(8 * 2);
+  });
+});
+
+describe('streamed chunk reads when the streams are taken (s3 backend)', () => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let pool: Pool;
+  let bucket: string;
+
+  beforeAll(async () => {
+    // No pacing: a request runs as fast as its reader reads. --max-chunk-streams 8: one 8-chunk request takes them all.
+    gw = await startTestGateway({ backend: 's3', minio, args: ['--threshold', '0', '--max-chunk-streams', '8'] });
+    bucket = uniqueBucket('taken');
+    client = testClient(gw, bucket);
+    await client.ensureBucket();
+    pool = new Pool(gw.url);
+  });
+
+  afterAll(async () => {
+    await pool?.close();
+    await client?.close();
+    await gw?.close();
+  });
+
+  it('serves a request whose streams are taken with grouped range reads at once, and streams again once they are free', async () => {
+    // 128 MiB: far more than the sockets between the gateway and a reader that stopped can hold.
+    const big = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 512 * KiB, layout: 'KV_L2TD' });
+    const prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 16 * KiB, layout: 'KV_L2TD' });
+    const body = Buffer.from(JSON.stringify(descriptorOf(big, { mode: 'layerwise' })));
+    const headers = await signedHeaders(gw.url, { method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, headers: { 'content-type': 'application/json' }, body });
+    const holder = await pool.request({ method: 'POST', path: `/${bucket}?objectcache=`, headers, body });
+    expect(holder.statusCode).toBe(200);
+    expect(holder.headers['x-objectcache-reads']).toBe('streamed');
+    // The holder's reader has stopped: its request keeps its streams.
+    const second = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' });
+    expect(Buffer.from(second.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expect(second.summary.plan.length).toBeGreaterThan(2);
+    expect(second.summary.backendReads).toBe(8 * second.summary.plan.length); // a read per chunk per group
+    holder.body.destroy();
+    await until(() => gw.gateway.poolStats().running + gw.gateway.bufferedBytes() + gw.gateway.poolStats().arenaBlocksInUse === 0);
+    const again = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' });
     expect(again.summary.backendReads).toBe(8 * 2);
   });
 });
