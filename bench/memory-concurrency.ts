@@ -10,7 +10,7 @@
  *
  *   npm run bench:memory [-- --concurrency 1,4,16] [-- --gateway-args "--read-ahead-bytes 268435456"]
  *   [-- --compare-cli OTHER/dist/cli/main.js]  (another build's gateway, run at every level too:
- *   before and after a change, in one run)
+ *   before and after a change, in one run)  [-- --minio-args="--send-buf-size 262144"]
  *
  * Also reports every process's CPU-seconds per GiB delivered (gateway, MinIO, and this load
  * generator as `client`).
@@ -37,18 +37,19 @@ const MiB = 1024 * 1024;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' } } });
+  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'minio-args': { type: 'string', default: '' } } });
   const builds: { name: string; cli: string | undefined }[] = [{ name: 'this build', cli: undefined }, ...(values['compare-cli'] ? [{ name: values['compare-cli'], cli: values['compare-cli'] }] : [])];
   const levels = (values.concurrency ?? '1,4,16').split(',').map(Number);
   const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((a) => a !== '');
+  const minioArgs = (values['minio-args'] ?? '').split(' ').filter((a) => a !== '');
   const G = Number(values.G);
   const N = Math.floor((16384 * 0.875) / G);
   const L = PRESET.layers;
   const S = G * PRESET.bytesPerTokenPerLayer;
   const payload = N * L * S;
-  console.log(`node ${process.version}, ${cpus().length} cores; 16K G=${G}: N=${N}, S=${S / 1024} KiB, ${(payload / MiB).toFixed(0)} MiB per GET; C = ${levels.join(', ')}; gateway ${JSON.stringify(gatewayArgs)}`);
+  console.log(`node ${process.version}, ${cpus().length} cores; 16K G=${G}: N=${N}, S=${S / 1024} KiB, ${(payload / MiB).toFixed(0)} MiB per GET; C = ${levels.join(', ')}; gateway ${JSON.stringify(gatewayArgs)}; minio ${JSON.stringify(minioArgs)}`);
 
-  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')) });
+  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')), extraArgs: minioArgs });
   const direct = directS3(minio, 32);
   const rows: Record<string, unknown>[] = [];
   try {
@@ -108,7 +109,7 @@ async function main(): Promise<void> {
   }
   const out = join(repoRoot(), 'bench', 'results');
   mkdirSync(out, { recursive: true });
-  writeFileSync(join(out, 'memory-latest.json'), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, rows }, null, 2)}\n`);
+  writeFileSync(join(out, 'memory-latest.json'), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rows }, null, 2)}\n`);
   console.log('wrote bench/results/memory-latest.json');
 }
 

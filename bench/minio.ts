@@ -83,6 +83,8 @@ export interface StartMinioOptions {
   readonly dataDir?: string;
   /** Run MinIO on these CPUs (taskset list, see placement.ts); default: any. */
   readonly cpus?: string;
+  /** More `minio server` arguments, e.g. ['--send-buf-size', '262144']. */
+  readonly extraArgs?: readonly string[];
 }
 
 export async function startMinio(options: StartMinioOptions): Promise<MinioServer> {
@@ -91,7 +93,7 @@ export async function startMinio(options: StartMinioOptions): Promise<MinioServe
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'objectcache-minio-'));
   const accessKey = 'minio-test-admin';
   const secretKey = 'minio-test-secret-key';
-  const [command, args] = onCpus(options.cpus, options.binary, ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet']);
+  const [command, args] = onCpus(options.cpus, options.binary, ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet', ...(options.extraArgs ?? [])]);
   const child = spawn(command, args, {
     env: { ...process.env, MINIO_ROOT_USER: accessKey, MINIO_ROOT_PASSWORD: secretKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', CI: 'true' },
     stdio: ['ignore', 'ignore', 'pipe'],

@@ -19,7 +19,8 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
 
   beforeAll(async () => {
     // Small reads and tasks so even small test prefixes use several groups and tasks.
-    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', '8192', '--task-bytes', '16384', '--threshold', '65536'] });
+    // Streamed chunk reads where they apply (from MinIO), so every case below covers them too.
+    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', '8192', '--task-bytes', '16384', '--threshold', '65536', '--chunk-reads', 'auto'] });
     client = testClient(gw, uniqueBucket('lw'));
     await client.ensureBucket();
   });

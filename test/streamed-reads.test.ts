@@ -37,7 +37,7 @@ describe('streamed chunk reads (s3 backend)', () => {
     gw = await startTestGateway({
       backend: 's3',
       minio: { ...minio, endpoint },
-      args: ['--threshold', '0', '--cap', '64MB/s', '--epoch-ms', '5', '--stream-window-bytes', '4096', '--stream-receive-buffer-bytes', '65536', '--max-chunk-streams', '8'],
+      args: ['--chunk-reads', 'auto', '--threshold', '0', '--cap', '64MB/s', '--epoch-ms', '5', '--stream-window-bytes', '4096', '--stream-receive-buffer-bytes', '65536', '--max-chunk-streams', '8'],
     });
     bucket = uniqueBucket('streamed');
     client = testClient(gw, bucket);
@@ -184,7 +184,7 @@ describe('streamed chunk reads when the streams are taken (s3 backend)', () => {
 
   beforeAll(async () => {
     // No pacing: a request runs as fast as its reader reads. --max-chunk-streams 8: one 8-chunk request takes them all.
-    gw = await startTestGateway({ backend: 's3', minio, args: ['--threshold', '0', '--max-chunk-streams', '8'] });
+    gw = await startTestGateway({ backend: 's3', minio, args: ['--chunk-reads', 'auto', '--threshold', '0', '--max-chunk-streams', '8'] });
     bucket = uniqueBucket('taken');
     client = testClient(gw, bucket);
     await client.ensureBucket();
