@@ -18,6 +18,7 @@ import type { RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
 import { ByteBudget } from './layerwise/byte-budget.js';
+import { FirstLayerGate } from './layerwise/first-layer-gate.js';
 import { objectCacheOperation, readDescriptor } from './layerwise/descriptor-request.js';
 import { servePrefixLookup } from './layerwise/lookup.js';
 import { serveLayerwise } from './layerwise/serve-layerwise.js';
@@ -90,6 +91,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     streamTasksPerWorker: 16,
   });
   const budget = new ByteBudget(lw.maxBufferedBytes);
+  const firstLayers = new FirstLayerGate();
   const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;
   const active = { layerwise: 0 };
   const metrics = createMetrics({
@@ -194,7 +196,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           // Every chunk the descriptor names, and the tenant it claims, before any byte is read.
           authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
           ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
-          await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           active.layerwise--;
         }

@@ -25,6 +25,7 @@ import type { ByteBudget } from './byte-budget.js';
 import { jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
 import { ReadAhead, type TaskRead, type Unit, type UnitSource } from './read-ahead.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
+import type { FirstLayerGate } from './first-layer-gate.js';
 
 export type DeliveryMode = 'layerwise' | 'chunkwise';
 
@@ -63,6 +64,8 @@ export interface LayerwiseDeps {
   /** Shares the egress among layerwise (not chunkwise) GETs; absent when the cap is unlimited. */
   readonly scheduler?: EpochScheduler | undefined;
   readonly observer?: LayerwiseObserver;
+  /** Shared by every layerwise GET of the gateway: streamed GETs yield to first layers. */
+  readonly firstLayers?: FirstLayerGate;
 }
 
 /** The read plan of a request in its delivery mode. */
@@ -130,7 +133,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
     const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
     plan = planStreamed(descriptor, runChunks);
     const geometry = { bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, first: descriptor.layerStart, end: descriptor.layerEnd };
-    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer });
+    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
   } else {
     plan = planFor(descriptor, mode, config, tasksInFlight);
     const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
@@ -161,7 +164,13 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
   const units = unitsOf(plan, mode, taskBytes);
   try {
     // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
-    const first = await readAhead.unit(0);
+    const firstIn = deps.firstLayers?.begin();
+    let first: TaskRead[];
+    try {
+      first = await readAhead.unit(0);
+    } finally {
+      firstIn?.();
+    }
     const firstReadMs = performance.now() - started;
     ctx.res.writeHead(200, {
       'content-type': STREAM_CONTENT_TYPE,

@@ -17,6 +17,7 @@ import type { LayerwiseObserver } from '../metrics.js';
 import type { ByteBudget } from './byte-budget.js';
 import { deferred, readFailure, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
 import type { PlannedTask, ReadPlan } from './read-plan.js';
+import type { FirstLayerGate } from './first-layer-gate.js';
 
 export interface StreamGeometry {
   readonly bucket: string;
@@ -50,6 +51,8 @@ export interface StreamReadAheadOptions {
   readonly timeoutMs: number;
   readonly signal: AbortSignal;
   readonly observer?: LayerwiseObserver | undefined;
+  /** Layer buffers go back to the worker only while no GET waits for its first layer group. */
+  readonly firstLayers?: FirstLayerGate | undefined;
 }
 
 export class StreamReadAhead implements UnitSource {
@@ -100,9 +103,14 @@ export class StreamReadAhead implements UnitSource {
 
   /** Layer `u` has been sent: its buffers go back to the worker for the layer a ring later. */
   recycle(u: number): void {
-    if (this.#freed[u] || !this.#running) return;
+    const running = this.#running;
+    if (this.#freed[u] || !running) return;
     this.#freed[u] = true;
-    this.#running.port.postMessage({ layer: this.#o.geometry.first + u });
+    const free = (): void => {
+      if (!this.#cancel.signal.aborted) running.port.postMessage({ layer: this.#o.geometry.first + u });
+    };
+    if (this.#o.firstLayers) this.#o.firstLayers.whenClear(free);
+    else free();
   }
 
   #fail(error: unknown): void {
