@@ -86,7 +86,13 @@ function boundedConnector(timeoutMs: number, receiveBufferBytes: number): buildC
   const connect = buildConnector({ timeout: timeoutMs });
   return (options, callback) =>
     connect(options, (...result) => {
-      if (result[0] === null) boundReceiveBuffer(result[1] as Socket, receiveBufferBytes);
+      if (result[0] === null) {
+        try {
+          boundReceiveBuffer(result[1] as Socket, receiveBufferBytes);
+        } catch {
+          // The kernel refused the size: the socket keeps its own (autotuned) buffer.
+        }
+      }
       callback(...result);
     });
 }

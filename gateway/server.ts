@@ -88,7 +88,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     arenaBlockBytes: lw.taskBytes,
     maxChunkStreams: lw.maxChunkStreams,
     streamReceiveBufferBytes: lw.streamReceiveBufferBytes,
-    streamTasksPerWorker: 16,
+    // Slots for stream tasks only where streamed reads may run (else grouped tasks keep 4 a worker).
+    streamTasksPerWorker: lw.chunkReads === 'auto' ? 16 : 0,
   });
   const budget = new ByteBudget(lw.maxBufferedBytes);
   const firstLayers = new FirstLayerGate();

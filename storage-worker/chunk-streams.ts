@@ -101,7 +101,8 @@ class PartStream implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller;
-    if (this.#owner.signal.aborted) controller.abort(cancelled());
+    // Queued in the pool while the task ended: never sent.
+    if (this.#owner.signal.aborted || this.#owner.ended) controller.abort(cancelled());
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
@@ -128,7 +129,7 @@ class PartStream implements Dispatcher.DispatchHandler {
     if (this.pos + data.byteLength > this.#asked) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the store sent more than the bytes asked for`));
     const rest = this.#place(data);
     if (rest === undefined) return;
-    // `data` is a view of the HTTP parser's memory: keep a copy of what has no place yet.
+    // `data` is a view of a socket read the parser hands on: keep a copy of what has no place yet.
     if (!this.#spare || this.#spare.byteLength < rest.byteLength) this.#spare = new Uint8Array(Math.max(rest.byteLength, 64 * 1024));
     this.#spare.set(rest);
     this.#pending = this.#spare.subarray(0, rest.byteLength);
@@ -138,7 +139,7 @@ class PartStream implements Dispatcher.DispatchHandler {
 
   onResponseEnd(): void {
     this.#open = false;
-    if (this.#failure) return this.#owner.fail(this.#failure, this.chunk);
+    if (this.#failure) return this.#failed(this.#failure);
     if (this.#errorBody) return this.#owner.fail(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#owner.bucket, this.key, this.#owner.objectBytes), this.chunk);
     const received = this.pos + (this.#pending?.byteLength ?? 0);
     if (received < this.#asked) return this.#brokeOff(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `chunk ${this.key}: the response ended after ${received} of ${this.#asked} bytes`, true));
@@ -152,10 +153,16 @@ class PartStream implements Dispatcher.DispatchHandler {
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     this.#open = false;
     if (this.#owner.signal.aborted) return;
-    if (this.#failure) return this.#owner.fail(this.#failure, this.chunk);
-    if (error instanceof ReadError) return this.#owner.fail(error, this.chunk);
+    if (this.#failure) return this.#failed(this.#failure);
+    if (error instanceof ReadError) return this.#failed(error);
     const mapped = mapBackendError(error) as { code?: ErrorCode; message: string };
     this.#brokeOff(new ReadError(mapped.code ?? 'OC_ERR_BACKEND_UNAVAILABLE', `reading chunk ${this.key}: ${mapped.message}`, true));
+  }
+
+  /** A failure the store may not repeat (a 5xx) is retried; what it answered deliberately is not. */
+  #failed(error: ReadError): void {
+    if (error.retryable && error.code === 'OC_ERR_BACKEND_UNAVAILABLE') return this.#brokeOff(error);
+    this.#owner.fail(error, this.chunk);
   }
 
   /** The response broke off before its end: reopen from the next unread byte, now or once resumed. */
@@ -272,6 +279,8 @@ export class ChunkStreams {
       ranges.forEach((range, part) => this.#streams.push(new PartStream(this, chunk, part, key, path, range.offset, range.length)));
     });
     this.#port.on('message', (message: StreamControl) => this.#freed(message.layer));
+    // The main thread closes its end when it ends the request: a cancellation that cannot be lost.
+    this.#port.on('close', () => this.fail(cancelled()));
     signal.addEventListener('abort', () => this.fail(cancelled()), { once: true });
   }
 

@@ -21,3 +21,17 @@ describe('FirstLayerGate', () => {
     expect(gate.pending).toBe(0);
   });
 });
+
+describe('FirstLayerGate hold limit', () => {
+  it('lets a held-back callback run after the hold limit even while a GET still waits', async () => {
+    const gate = new FirstLayerGate(20);
+    const done = gate.begin();
+    let ran = 0;
+    gate.whenClear(() => ran++);
+    expect(ran).toBe(0);
+    await new Promise((r) => setTimeout(r, 60));
+    expect(ran).toBe(1);
+    done(); // clearing later does not run it twice
+    expect(ran).toBe(1);
+  });
+});

@@ -6,8 +6,14 @@
  * median 3.8 s against 1.0 s with all four grouped.
  */
 export class FirstLayerGate {
+  /** The longest a streamed GET's layer buffer is held back. */
+  readonly maxHoldMs: number;
   #pending = 0;
   #waiting: (() => void)[] = [];
+
+  constructor(maxHoldMs = 1000) {
+    this.maxHoldMs = maxHoldMs;
+  }
 
   /** A GET starts reading its first layer group; call the result once it is in (or failed), once. */
   begin(): () => void {
@@ -25,10 +31,27 @@ export class FirstLayerGate {
     };
   }
 
-  /** Runs `go` now if no GET waits for its first layer group, else once none does. */
-  whenClear(go: () => void): void {
-    if (this.#pending === 0) go();
-    else this.#waiting.push(go);
+  /**
+   * Runs `go` now if no GET waits for its first layer group, else once none does or after
+   * `maxHoldMs`, whichever comes first: a GET waiting for its first layers may itself wait for
+   * byte budget a held-back streamed GET would release, and under steady arrivals the gate might
+   * never clear, so nothing is held back for long.
+   */
+  whenClear(go: () => void, maxHoldMs = this.maxHoldMs): void {
+    if (this.#pending === 0) return go();
+    let timer: NodeJS.Timeout | undefined;
+    const once = (): void => {
+      if (timer === undefined) return;
+      clearTimeout(timer);
+      timer = undefined;
+      go();
+    };
+    timer = setTimeout(() => {
+      this.#waiting = this.#waiting.filter((w) => w !== once);
+      once();
+    }, maxHoldMs);
+    timer.unref();
+    this.#waiting.push(once);
   }
 
   get pending(): number {

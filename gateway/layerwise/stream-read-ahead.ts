@@ -179,6 +179,8 @@ export class StreamReadAhead implements UnitSource {
   async close(): Promise<void> {
     this.#o.signal.removeEventListener('abort', this.#onClientGone);
     this.#cancel.abort();
+    // Closing the port cancels the stream task too, should the cancellation message be lost.
+    this.#running?.port.close();
     await this.#pump;
     if (this.#ring) this.#o.pool.giveRing(this.#ring);
     this.#ring = undefined;
