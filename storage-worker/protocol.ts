@@ -47,17 +47,8 @@ export interface WorkerInit {
  * The worker posts a StreamLayer on `port` for each layer complete, in any order; the main thread
  * posts a StreamControl once a layer is sent, which frees its slot for the layer `slots` later.
  */
-export interface StreamTask {
+export interface StreamTask extends ChunkRun {
   readonly kind: 'stream';
-  readonly id: number;
-  readonly bucket: string;
-  readonly keys: readonly string[];
-  readonly chunkOffset: number;
-  readonly layout: Layout;
-  readonly layers: number;
-  readonly layerBytes: number;
-  readonly first: number;
-  readonly end: number;
   readonly runChunks: number;
   readonly ring: SharedArrayBuffer;
   readonly blocks: readonly (readonly number[])[];
@@ -86,16 +77,8 @@ export interface StreamControl {
 /** How a stream task ended. */
 export type StreamResult = { readonly ok: true; readonly reads: number; readonly retries: number; readonly readMs: number } | (ReadResult & { ok: false });
 
-/** Where the delivered bytes go inside the task's buffer. */
-export type TaskOrder = 'layer-major' | 'chunk-major';
-
-/**
- * Read layers [first, end) of a run of consecutive chunks into one buffer.
- * layer-major: for each layer, each chunk's slice (the layer payload's piece for these chunks).
- * chunk-major: for each chunk, each layer's slice (whole CHUNK frame payloads).
- * Every slice is in KV_L2TD form (K part, then V part) whatever the stored layout.
- */
-export interface ReadTask {
+/** What every worker task reads: layers [first, end) of a run of consecutive chunks. */
+export interface ChunkRun {
   /** Unique within the pool: the handle for cancellation. */
   readonly id: number;
   readonly bucket: string;
@@ -107,6 +90,18 @@ export interface ReadTask {
   readonly layerBytes: number;
   readonly first: number;
   readonly end: number;
+}
+
+/** Where the delivered bytes go inside the task's buffer. */
+export type TaskOrder = 'layer-major' | 'chunk-major';
+
+/**
+ * Read layers [first, end) of a run of consecutive chunks into one buffer.
+ * layer-major: for each layer, each chunk's slice (the layer payload's piece for these chunks).
+ * chunk-major: for each chunk, each layer's slice (whole CHUNK frame payloads).
+ * Every slice is in KV_L2TD form (K part, then V part) whatever the stored layout.
+ */
+export interface ReadTask extends ChunkRun {
   readonly order: TaskOrder;
   /**
    * Each chunk's ETag as its first read saw it (index as in `keys`; undefined: not pinned yet).
