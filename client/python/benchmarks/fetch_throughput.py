@@ -7,7 +7,12 @@ separate node process) fetching it into a preallocated Uint8Array. Both use the 
 same gateway; each side is measured warm (after one fetch into the same target). Prints GB/s and CPU seconds per GiB of each client (and of the gateway and MinIO
 during the Python runs), and writes bench/results/python-client-latest.json.
 
-    .venv-python/bin/python client/python/benchmarks/fetch_throughput.py [--reps 3] [--context 16384] [--chunk-tokens 64]
+With --boto3 (needs `pip install boto3`, the `bench` extra), also boto3 GETting the same chunk
+objects whole, straight from MinIO (32 threads, each body copied into its place in the same
+preallocated array): what a Python engine gets from plain S3. --gateway-args passes settings to
+the gateway (for example "--chunk-reads auto").
+
+    .venv-python/bin/python client/python/benchmarks/fetch_throughput.py [--reps 3] [--context 16384] [--chunk-tokens 64] [--boto3] [--gateway-args "--chunk-reads auto"]
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from stack import CLIENT_KEY, CLIENT_SECRET, REPO, start_stack, synthetic_chunk, uid  # noqa: E402
+from stack import CLIENT_KEY, CLIENT_SECRET, MINIO_KEY, MINIO_SECRET, REPO, start_stack, synthetic_chunk, uid  # noqa: E402
 
 from objectcache import ObjectCacheClient, chunk_keys  # noqa: E402
 
@@ -43,18 +48,45 @@ def self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def boto3_whole_objects(endpoint: str, bucket: str, keys: list[str], target: np.ndarray, object_bytes: int, minio_pid: int) -> dict[str, object]:
+    """Every chunk object GET whole from MinIO with boto3, 32 at a time, copied into its place in `target`."""
+    import boto3  # the `bench` extra
+    from botocore.config import Config
+    from concurrent.futures import ThreadPoolExecutor
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=MINIO_KEY, aws_secret_access_key=MINIO_SECRET, region_name="us-east-1", config=Config(max_pool_connections=32))
+
+    def get(i: int) -> None:
+        body = s3.get_object(Bucket=bucket, Key=keys[i])["Body"].read()
+        assert len(body) == object_bytes
+        target[i * object_bytes : (i + 1) * object_bytes] = np.frombuffer(body, dtype=np.uint8)
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(get, range(len(keys))))  # warm: connections open, target pages touched
+        before = (self_cpu(), proc_cpu(minio_pid))
+        started = time.perf_counter()
+        list(pool.map(get, range(len(keys))))
+        seconds = time.perf_counter() - started
+        after = (self_cpu(), proc_cpu(minio_pid))
+    payload = len(keys) * object_bytes
+    gib = payload / 2**30
+    return {"seconds": seconds, "gbPerSec": payload / seconds / 1e9, "cpuSecondsPerGiB": {"client": (after[0] - before[0]) / gib, "minio": (after[1] - before[1]) / gib}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--context", type=int, default=16384)
     parser.add_argument("--chunk-tokens", type=int, default=64)
+    parser.add_argument("--boto3", action="store_true", help="also boto3 whole-object GETs straight from MinIO")
+    parser.add_argument("--gateway-args", default="", help="settings for the gateway, space-separated")
     args = parser.parse_args()
     G = args.chunk_tokens
     N = int(args.context * HIT) // G
     S = G * BYTES_PER_TOKEN_PER_LAYER
     payload = N * LAYERS * S
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {args.context // 1024}K context, G={G}: {N} chunks, {payload / 2**20:.0f} MiB, {args.reps} reps")
-    stack = start_stack()
+    stack = start_stack(gateway_args=args.gateway_args.split())
     gateway_pid, minio_pid = stack.processes[1].pid, stack.processes[0].pid
     try:
         client = ObjectCacheClient(stack.gateway_url, uid("pybench"), (CLIENT_KEY, CLIENT_SECRET))
@@ -69,7 +101,7 @@ def main() -> int:
             descriptor_file = f.name
         target = np.empty(payload, dtype=np.uint8)
         client.fetch(descriptor, target=target, transport="post")  # warm-up
-        python_runs, ts_runs = [], []
+        python_runs, ts_runs, boto3_runs = [], [], []
         env = dict(os.environ, OBJECTCACHE_ACCESS_KEY=CLIENT_KEY, OBJECTCACHE_SECRET_KEY=CLIENT_SECRET)
         for _ in range(args.reps):
             before = (self_cpu(), proc_cpu(gateway_pid), proc_cpu(minio_pid))
@@ -84,6 +116,8 @@ def main() -> int:
             # The second of two fetches in the node process: its target's pages touched and its code warm, as the Python side's.
             run = json.loads(out.stdout)["runs"][-1]
             ts_runs.append({"seconds": run["seconds"], "gbPerSec": run["bytes"] / run["seconds"] / 1e9, "cpuSecondsPerGiB": {"client": run["cpuSeconds"] / gib}})
+            if args.boto3:
+                boto3_runs.append(boto3_whole_objects(stack.minio_url, client.bucket, keys, target, LAYERS * S, minio_pid))
         client.close()
     finally:
         stack.stop()
@@ -94,9 +128,13 @@ def main() -> int:
     print(f"Python client     {py:.3f} GB/s, client CPU {py_cpu:.2f} s/GiB (gateway {statistics.median(r['cpuSecondsPerGiB']['gateway'] for r in python_runs):.2f}, MinIO {statistics.median(r['cpuSecondsPerGiB']['minio'] for r in python_runs):.2f})")
     print(f"TypeScript client {ts:.3f} GB/s, client CPU {ts_cpu:.2f} s/GiB")
     print(f"Python / TypeScript = {py / ts:.2f}x (target >= 0.8)")
+    if boto3_runs:
+        b3 = statistics.median(r["gbPerSec"] for r in boto3_runs)
+        print(f"boto3 whole objects from MinIO {b3:.3f} GB/s, client CPU {statistics.median(r['cpuSecondsPerGiB']['client'] for r in boto3_runs):.2f} s/GiB (MinIO {statistics.median(r['cpuSecondsPerGiB']['minio'] for r in boto3_runs):.2f})")
+        print(f"Python client through the gateway / boto3 whole objects = {py / b3:.2f}x (target >= 0.8)")
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "python-client-latest.json").write_text(json.dumps({"benchmark": "python-client-fetch", "date": datetime.now(timezone.utc).isoformat(), "python": sys.version.split()[0], "settings": {"context": args.context, "chunkTokens": G, "chunks": N, "layers": LAYERS, "layerBytes": S, "payloadBytes": payload, "reps": args.reps, "transport": "post"}, "python_runs": python_runs, "typescript_runs": ts_runs, "ratio": py / ts}, indent=2) + "\n")
+    (out_dir / "python-client-latest.json").write_text(json.dumps({"benchmark": "python-client-fetch", "date": datetime.now(timezone.utc).isoformat(), "python": sys.version.split()[0], "settings": {"context": args.context, "chunkTokens": G, "chunks": N, "layers": LAYERS, "layerBytes": S, "payloadBytes": payload, "reps": args.reps, "transport": "post"}, "gatewayArgs": args.gateway_args.split(), "python_runs": python_runs, "typescript_runs": ts_runs, "boto3_runs": boto3_runs, "ratio": py / ts}, indent=2) + "\n")
     return 0
 
 
