@@ -24,7 +24,7 @@ import type { ErrorCode } from '../schemas/errors.js';
 import { layerRanges } from '../schemas/layouts.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { BACKEND_RETRY, mapBackendError, retryPauseMs } from '../backends/s3-backend.js';
-import { ERROR_BODY_LIMIT, ReadError, cancelled, changed, checkRangeAnswer, errorBodyFailure, pause } from './range-reader.js';
+import { ERROR_BODY_LIMIT, ReadError, cancelled, changed, checkRangeAnswer, corruptSlice, errorBodyFailure, pause } from './range-reader.js';
 import { copyInto } from './scatter.js';
 import type { StreamControl, StreamLayer, StreamTask } from './protocol.js';
 
@@ -250,7 +250,6 @@ export class ChunkStreams {
   verified = true;
   #layersDone = 0;
   #ended = false;
-  #failure: ReadError | undefined;
   #settle!: (error?: ReadError) => void;
   readonly finished: Promise<void>;
 
@@ -344,7 +343,7 @@ export class ChunkStreams {
     const waiting = this.#waiting;
     this.#waiting = [];
     for (const stream of waiting) {
-      if (this.#failure) return;
+      if (this.#ended) return;
       stream.resume();
     }
   }
@@ -369,10 +368,7 @@ export class ChunkStreams {
         this.verified = false;
         continue;
       }
-      if (expected[layer] !== crc) {
-        const key = task.keys[chunk] as string;
-        return this.fail(Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), { chunk: task.chunkOffset + chunk, key, layer }));
-      }
+      if (expected[layer] !== crc) return this.fail(corruptSlice(task.keys[chunk] as string, task.chunkOffset + chunk, layer));
     }
     const message: StreamLayer = { layer, crcs, verified: this.verified, reads: this.reads, retries: this.retries };
     this.#port.postMessage(message);
@@ -390,14 +386,15 @@ export class ChunkStreams {
     this.#settle(error);
   }
 
-  /** Ends the task with `error` (the first one wins): every open response is aborted. */
+  /** Ends the task with `error`, unless it has ended already: every open response is aborted. */
   fail(error: ReadError, chunk?: number): void {
     if (chunk !== undefined && error.chunk === undefined) {
       error.chunk = this.#task.chunkOffset + chunk;
       error.key = this.#task.keys[chunk] as string;
     }
-    if (this.#failure || this.#layersDone === this.#task.end - this.#task.first) return;
-    this.#failure = error;
+    if (this.#ended) return;
+    // Ended before the aborts: each aborted response reports back, and the first error must win.
+    this.#ended = true;
     for (const s of this.#streams) s.abort();
     this.#finish(error);
   }

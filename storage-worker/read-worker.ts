@@ -12,7 +12,7 @@ import { crc32c } from '@node-rs/crc32';
 import type { ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
 import { ChunkStreams } from './chunk-streams.js';
 import { S3Backend } from '../backends/s3-backend.js';
-import { createRangeReader, ReadError, type RangeReader } from './range-reader.js';
+import { corruptSlice, createRangeReader, ReadError, type RangeReader } from './range-reader.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
 
@@ -113,10 +113,7 @@ function checksumSlices(task: ReadTask, region: Uint8Array, recorded: readonly (
     }
     for (let layer = task.first; layer < task.end; layer++) {
       const slice = task.order === 'layer-major' ? (layer - task.first) * chunks + chunk : chunk * groupLayers + (layer - task.first);
-      if (crcs[slice] !== expected[layer]) {
-        const key = task.keys[chunk] as string;
-        throw Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), { chunk: task.chunkOffset + chunk, key, layer });
-      }
+      if (crcs[slice] !== expected[layer]) throw corruptSlice(task.keys[chunk] as string, task.chunkOffset + chunk, layer);
     }
   }
   return { crcs, verified };

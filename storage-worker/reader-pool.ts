@@ -114,9 +114,9 @@ export class ReaderPool {
   readonly #cancels: BroadcastChannel;
   readonly #arena: BufferArena;
   /** Chunk streams open in the gateway (streamed reads take theirs before they start). */
-  readonly streams: ByteBudget;
+  readonly #streams: ByteBudget;
   /** Stream tasks running in the gateway. */
-  readonly streamTasks: ByteBudget;
+  readonly #streamTasks: ByteBudget;
 
   constructor(options: ReaderPoolOptions) {
     this.#options = options;
@@ -125,8 +125,8 @@ export class ReaderPool {
     this.#cancels = new BroadcastChannel(cancelChannel);
     this.#cancels.unref();
     this.#arena = new BufferArena(options.arenaBytes, options.arenaBlockBytes);
-    this.streams = new ByteBudget(options.maxChunkStreams);
-    this.streamTasks = new ByteBudget(options.workers * options.streamTasksPerWorker);
+    this.#streams = new ByteBudget(options.maxChunkStreams);
+    this.#streamTasks = new ByteBudget(options.workers * options.streamTasksPerWorker);
     const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes };
     this.#pool = new Piscina({
       filename: workerFilename(),
@@ -285,15 +285,15 @@ export class ReaderPool {
    * give them back with `releaseStreams`.
    */
   tryStreams(streams: number): boolean {
-    if (!this.streamTasks.tryAcquire(1)) return false;
-    if (this.streams.tryAcquire(streams)) return true;
-    this.streamTasks.release(1);
+    if (!this.#streamTasks.tryAcquire(1)) return false;
+    if (this.#streams.tryAcquire(streams)) return true;
+    this.#streamTasks.release(1);
     return false;
   }
 
   releaseStreams(streams: number): void {
-    this.streams.release(streams);
-    this.streamTasks.release(1);
+    this.#streams.release(streams);
+    this.#streamTasks.release(1);
   }
 
   /** Starts a stream task (reserved by the caller with `tryStreams`). */

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { until } from './helpers/wait.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { signedHeaders } from './helpers/signing.js';
+import { postDescriptor } from './helpers/signing.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
@@ -40,9 +40,8 @@ describe('admission control', () => {
 
     // The raw answer: S3's SlowDown, with Retry-After.
     const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
-    const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${client.bucket}`, query: { objectcache: '' }, body }) };
     const pool = new Pool(gw.url);
-    const raw = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body });
+    const raw = await postDescriptor(pool, gw.url, client.bucket, body);
     expect(raw.statusCode).toBe(503);
     expect(raw.headers['retry-after']).toBe('1');
     expect(await raw.body.text()).toContain('<Code>SlowDown</Code>');

@@ -11,7 +11,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { startMinio, type MinioServer } from '../bench/minio.js';
-import { signedHeaders } from './helpers/signing.js';
+import { postDescriptor } from './helpers/signing.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
@@ -172,8 +172,7 @@ describe('slow readers', () => {
     const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
     const pool = new Pool(gw.url, { connections: 25 });
     const slowReader = async (): Promise<string> => {
-      const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${client.bucket}`, query: { objectcache: '' }, body }) };
-      const res = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body, highWaterMark: 1024 });
+      const res = await postDescriptor(pool, gw.url, client.bucket, body, { highWaterMark: 1024 });
       const decoder = new FrameDecoder({ layerStart: 0, layerEnd: 32, chunks: 12, layerBytes: 128 * 1024, target: new Uint8Array(32 * 12 * 128 * 1024), layerStride: 12 * 128 * 1024 });
       try {
         for await (const chunk of res.body) {

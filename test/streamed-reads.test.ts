@@ -16,7 +16,7 @@ import { ObjectCacheError } from '../schemas/errors.js';
 import { FaultProxy } from './helpers/fault-proxy.js';
 import { metricValue, startTestGateway, testClient, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
-import { signedHeaders } from './helpers/signing.js';
+import { postDescriptor } from './helpers/signing.js';
 import { until } from './helpers/wait.js';
 
 const minio = inject('minio');
@@ -202,8 +202,7 @@ describe('streamed chunk reads when the streams are taken (s3 backend)', () => {
     const big = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 512 * KiB, layout: 'KV_L2TD' });
     const prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 16 * KiB, layout: 'KV_L2TD' });
     const body = Buffer.from(JSON.stringify(descriptorOf(big, { mode: 'layerwise' })));
-    const headers = await signedHeaders(gw.url, { method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, headers: { 'content-type': 'application/json' }, body });
-    const holder = await pool.request({ method: 'POST', path: `/${bucket}?objectcache=`, headers, body });
+    const holder = await postDescriptor(pool, gw.url, bucket, body);
     expect(holder.statusCode).toBe(200);
     expect(holder.headers['x-objectcache-reads']).toBe('streamed');
     // The holder's reader has stopped: its request keeps its streams.

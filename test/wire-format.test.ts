@@ -16,7 +16,7 @@ import { FrameDecoder } from '../client/frame-decoder.js';
 import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../schemas/frames.js';
-import { signedHeaders } from './helpers/signing.js';
+import { postDescriptor, signedHeaders } from './helpers/signing.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
@@ -127,8 +127,7 @@ describe('a Python reader written from the document', () => {
     const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: 64, layout: 'KV_2LTD' });
     for (const mode of ['layerwise', 'chunkwise'] as const) {
       const body = Buffer.from(JSON.stringify(descriptorOf(prefix, { mode, layerRange: [1, 4] })));
-      const signed = { headers: await signedHeaders(gw.url, { method: 'POST', path: `/${client.bucket}`, query: { objectcache: '' }, body }) };
-      const res = await pool.request({ method: 'POST', path: `/${client.bucket}?objectcache=`, headers: signed.headers, body });
+      const res = await postDescriptor(pool, gw.url, client.bucket, body);
       expect(res.statusCode).toBe(200);
       const stream = join(dir, `${mode}.bin`);
       writeFileSync(stream, Buffer.from(await res.body.arrayBuffer()));

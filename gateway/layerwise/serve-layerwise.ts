@@ -35,6 +35,11 @@ export function chooseMode(descriptor: Descriptor, threshold: number): DeliveryM
   return descriptor.totalBytes < threshold ? 'chunkwise' : 'layerwise';
 }
 
+/** Backend streams a streamed read of `descriptor` opens: one per chunk, two for KV_2LTD (K and V apart). */
+export function chunkStreams(descriptor: Pick<Descriptor, 'chunks' | 'layout'>): number {
+  return descriptor.chunks * (descriptor.layout === 'KV_2LTD' ? 2 : 1);
+}
+
 /** How a request's chunks are read (README, The layerwise GET: Streamed reads). */
 export type ChunkReads = 'streamed' | 'grouped';
 
@@ -49,7 +54,7 @@ export type ChunkReads = 'streamed' | 'grouped';
 export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: LayerwiseConfig, streamsChunks: boolean): ChunkReads {
   if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks) return 'grouped';
   if (descriptor.layerEnd - descriptor.layerStart < 2) return 'grouped';
-  if (descriptor.chunks * (descriptor.layout === 'KV_2LTD' ? 2 : 1) > config.maxChunkStreams) return 'grouped';
+  if (chunkStreams(descriptor) > config.maxChunkStreams) return 'grouped';
   if (descriptor.layerBytes > config.taskBytes) return 'grouped';
   return 'streamed';
 }
@@ -124,23 +129,22 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
   const tasksInFlight = pool.tasksPerRequest;
   // Streamed only if the streams are free now: a request never waits for another's streams (it
   // is served with grouped reads instead), so the kernel memory streams hold stays bounded.
-  const streams = descriptor.chunks * (descriptor.layout === 'KV_2LTD' ? 2 : 1);
+  const streams = chunkStreams(descriptor);
   const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
   const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
-  let plan: ReadPlan;
+  const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
+  const plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight);
+  const units = unitsOf(plan, mode, taskBytes);
   let readAhead: UnitSource;
   if (reads === 'streamed') {
-    const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
-    plan = planStreamed(descriptor, runChunks);
     const geometry = { bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, first: descriptor.layerStart, end: descriptor.layerEnd };
-    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
+    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, streams, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
   } else {
-    plan = planFor(descriptor, mode, config, tasksInFlight);
     const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
     readAhead = new ReadAhead({
       pool,
       tasks: plan.tasks,
-      units: unitsOf(plan, mode, taskBytes),
+      units,
       taskBytes,
       toReadTask: (task) => ({
         bucket: ctx.target.bucket,
@@ -161,7 +165,6 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
       observer: deps.observer,
     });
   }
-  const units = unitsOf(plan, mode, taskBytes);
   try {
     // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
     const firstIn = deps.firstLayers?.begin();

@@ -10,8 +10,7 @@
  * budget, FIFO).
  */
 import { once, setMaxListeners } from 'node:events';
-import type { Layout } from '../../schemas/layouts.js';
-import type { StreamLayer } from '../../storage-worker/protocol.js';
+import type { ChunkRun, StreamLayer } from '../../storage-worker/protocol.js';
 import type { ReaderPool, RunningStream, StreamRing } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseObserver } from '../metrics.js';
 import type { ByteBudget } from './byte-budget.js';
@@ -19,15 +18,8 @@ import { deferred, readFailure, type Deferred, type TaskRead, type UnitSource } 
 import type { PlannedTask, ReadPlan } from './read-plan.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
-export interface StreamGeometry {
-  readonly bucket: string;
-  readonly keys: readonly string[];
-  readonly layout: Layout;
-  readonly layers: number;
-  readonly layerBytes: number;
-  readonly first: number;
-  readonly end: number;
-}
+/** What is read: the chunks' layers [first, end), as a stream task names them. */
+export type StreamGeometry = Pick<ChunkRun, 'bucket' | 'keys' | 'layout' | 'layers' | 'layerBytes' | 'first' | 'end'>;
 
 /** Chunks whose slices of one layer share a buffer block (at least one). */
 export function runChunksFor(layerBytes: number, blockBytes: number): number {
@@ -45,6 +37,8 @@ export interface StreamReadAheadOptions {
   /** planStreamed's plan (a unit per layer, a task per run of chunks). */
   readonly plan: ReadPlan;
   readonly runChunks: number;
+  /** The chunk streams it opens, reserved by the caller (ReaderPool.tryStreams) and given back by close(). */
+  readonly streams: number;
   readonly windowBytes: number;
   readonly budget: ByteBudget;
   /** Backend timeout (connect, headers, between body bytes). */
@@ -60,7 +54,8 @@ export class StreamReadAhead implements UnitSource {
   readonly #cancel = new AbortController();
   readonly #units: Deferred<TaskRead[]>[];
   readonly #slots: number;
-  readonly #streams: number;
+  /** Runs of chunks in a layer (one buffer block each). */
+  readonly #runs: number;
   readonly #ringBytes: number;
   /** The stream task slot and chunk streams (reserved by the caller) and the ring's budget bytes. */
   #held = { streams: true, budget: false };
@@ -83,7 +78,7 @@ export class StreamReadAhead implements UnitSource {
     const layers = g.end - g.first;
     const layerPayload = g.keys.length * g.layerBytes;
     this.#slots = ringSlots(options.windowBytes, layerPayload, layers);
-    this.#streams = g.keys.length * (g.layout === 'KV_2LTD' ? 2 : 1);
+    this.#runs = Math.ceil(g.keys.length / options.runChunks);
     this.#ringBytes = this.#slots * layerPayload;
     this.#units = Array.from({ length: layers }, () => deferred<TaskRead[]>());
     this.#freed = new Array<boolean>(layers).fill(false);
@@ -124,8 +119,7 @@ export class StreamReadAhead implements UnitSource {
     await budget.acquire(this.#ringBytes, signal);
     this.#held.budget = true;
     if (signal.aborted) throw signal.reason;
-    const runs = Math.ceil(g.keys.length / runChunks);
-    this.#ring = pool.takeRing(this.#slots, runs, runChunks * g.layerBytes);
+    this.#ring = pool.takeRing(this.#slots, this.#runs, runChunks * g.layerBytes);
     const running = pool.runStream({ bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
     this.#running = running;
     const closed = once(running.port, 'close');
@@ -151,14 +145,13 @@ export class StreamReadAhead implements UnitSource {
   }
 
   #layer(message: StreamLayer): void {
-    const { geometry: g, plan, runChunks } = this.#o;
+    const { geometry: g, plan } = this.#o;
     const u = message.layer - g.first;
     const ring = this.#ring as StreamRing;
     const blocks = ring.blocks[u % this.#slots] as readonly number[];
-    const runs = Math.ceil(g.keys.length / runChunks);
     const reads: TaskRead[] = [];
-    for (let r = 0; r < runs; r++) {
-      const task = plan.tasks[u * runs + r] as PlannedTask;
+    for (let r = 0; r < this.#runs; r++) {
+      const task = plan.tasks[u * this.#runs + r] as PlannedTask;
       const chunks = task.chunkEnd - task.chunkStart;
       reads.push({ task, region: new Uint8Array(ring.ring, blocks[r] as number, chunks * g.layerBytes), crcs: message.crcs.subarray(task.chunkStart, task.chunkEnd) });
     }
@@ -185,7 +178,7 @@ export class StreamReadAhead implements UnitSource {
     if (this.#ring) this.#o.pool.giveRing(this.#ring);
     this.#ring = undefined;
     if (this.#held.budget) this.#o.budget.release(this.#ringBytes);
-    if (this.#held.streams) this.#o.pool.releaseStreams(this.#streams);
+    if (this.#held.streams) this.#o.pool.releaseStreams(this.#o.streams);
     this.#held = { streams: false, budget: false };
   }
 }

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { NodeSha256 } from '../../schemas/sigv4-signer.js';
 import { CLIENT_KEY, CLIENT_SECRET } from './gateway.js';
+import type { Dispatcher } from 'undici';
 
 export const clientSigner = new SignatureV4({ credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
 
@@ -32,3 +33,13 @@ export async function signedHeaders(origin: string, options: SignOptions): Promi
   );
   return signed.headers;
 }
+
+/**
+ * A signed `POST /{bucket}?objectcache` of `body` (a descriptor, JSON) through `pool`: the raw
+ * answer, body unread. `extra` adds request options (for example a small highWaterMark).
+ */
+export async function postDescriptor(pool: Dispatcher, origin: string, bucket: string, body: Buffer, extra: Partial<Dispatcher.RequestOptions> = {}): Promise<Dispatcher.ResponseData> {
+  const headers = await signedHeaders(origin, { method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, body });
+  return pool.request({ ...extra, method: 'POST', path: `/${bucket}?objectcache=`, headers, body });
+}
+
