@@ -1,7 +1,7 @@
 # ObjectCache gateway image: builds the TypeScript, then runs `objectcache serve` as a non-root user.
 FROM node:20.19-bookworm-slim AS build
 WORKDIR /app
-# A C compiler for native/socket-buffer.c (bounded receive buffers for streamed chunk reads).
+# A C compiler for native/*.c (bounded receive buffers for streamed chunk reads; a faster CRC-32C).
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund

@@ -6,34 +6,15 @@
  * module (no C compiler at build time) streamed reads are off and grouped range reads serve
  * every layerwise GET (README, The layerwise GET: Streamed reads).
  */
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { loadNative } from '../native/load.js';
 
 interface NativeSocketBuffer {
   setReceiveBuffer(fd: number, bytes: number): number;
 }
 
-let native: NativeSocketBuffer | null | undefined;
-
-function modulePath(): string {
-  const here = fileURLToPath(import.meta.url);
-  // From dist/backends/ the module is at dist/native/; from the TypeScript sources (tests), in dist/ too.
-  if (here.endsWith('.ts')) return join(dirname(dirname(here)), 'dist', 'native', 'socket-buffer.node');
-  return join(dirname(dirname(here)), 'native', 'socket-buffer.node');
-}
-
 function load(): NativeSocketBuffer | null {
-  if (native !== undefined) return native;
-  const path = modulePath();
-  try {
-    native = existsSync(path) ? (createRequire(import.meta.url)(path) as NativeSocketBuffer) : null;
-  } catch {
-    native = null;
-  }
-  return native;
+  return loadNative<NativeSocketBuffer>('socket-buffer');
 }
 
 /** Whether receive buffers can be bounded here (the native module is built and loads). */

@@ -5,7 +5,7 @@
  * must arrive in order, and a layer is announced ready when its frame ends (layerwise) or when
  * the last chunk has arrived (chunkwise).
  */
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../native/crc32c.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { checkPreamble, decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES, type EndSummary, type ErrorPayload, type FrameHeader } from '../schemas/frames.js';
 import { ERRORS, type ErrorCode } from '../schemas/errors.js';
@@ -94,7 +94,7 @@ export class FrameDecoder {
   /** Copies payload bytes of the current frame to their place. */
   #payload(bytes: Uint8Array): void {
     const header = this.#header as FrameHeader;
-    this.#crc = crc32c(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), this.#crc);
+    this.#crc = crc32c(bytes, this.#crc);
     if (header.type === FrameType.LAYER) {
       this.#layerView(header.index).set(bytes, this.#received);
     } else if (header.type === FrameType.CHUNK) {

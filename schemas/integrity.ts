@@ -5,7 +5,7 @@
  * gateway can check every slice it reads at no extra request. S3 allows 2 KB of user metadata,
  * which holds the checksums of up to 256 layers.
  */
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../native/crc32c.js';
 
 /** User metadata name (x-amz-meta-oc-layer-crc32c on the wire). */
 export const LAYER_CRC_META = 'oc-layer-crc32c';
@@ -27,5 +27,5 @@ export function decodeLayerCrcs(value: string | undefined, layers: number): numb
 
 /** CRC32C of each layer's slice of a chunk given in KV_L2TD form. */
 export function layerCrcs(canonicalChunk: Uint8Array, layers: number, layerBytes: number): number[] {
-  return Array.from({ length: layers }, (_, l) => crc32c(Buffer.from(canonicalChunk.buffer, canonicalChunk.byteOffset + l * layerBytes, layerBytes)) >>> 0);
+  return Array.from({ length: layers }, (_, l) => crc32c(canonicalChunk.subarray(l * layerBytes, (l + 1) * layerBytes)));
 }

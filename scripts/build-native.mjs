@@ -1,6 +1,7 @@
-// Builds native/socket-buffer.c into dist/native/socket-buffer.node (Node-API; see that file) with
-// the system C compiler (`CC`, else cc). Without a compiler the gateway still runs: streamed chunk
-// reads are then off and grouped range reads serve every layerwise GET (README, Streamed reads).
+// Builds the Node-API modules in native/ into dist/native/ with the system C compiler (`CC`, else
+// cc). Both are optional: without a compiler the gateway still runs, with grouped range reads for
+// every layerwise GET instead of streamed ones (socket-buffer.c; README, Streamed reads) and
+// @node-rs/crc32's slower CRC-32C (crc32c.c).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -8,11 +9,13 @@ import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
-const source = join(root, 'native', 'socket-buffer.c');
-const output = join(root, 'dist', 'native', 'socket-buffer.node');
 const include = dirname(createRequire(import.meta.url).resolve('node-api-headers/package.json'));
+const modules = {
+  'socket-buffer': 'streamed chunk reads are off, grouped range reads serve every layerwise GET',
+  crc32c: 'CRC-32C falls back to @node-rs/crc32',
+};
 
-function fresh() {
+function fresh(source, output) {
   try {
     return statSync(output).mtimeMs >= statSync(source).mtimeMs;
   } catch {
@@ -20,12 +23,15 @@ function fresh() {
   }
 }
 
-if (!fresh()) {
+const cc = process.env.CC || 'cc';
+for (const [name, without] of Object.entries(modules)) {
+  const source = join(root, 'native', `${name}.c`);
+  const output = join(root, 'dist', 'native', `${name}.node`);
+  if (fresh(source, output)) continue;
   mkdirSync(dirname(output), { recursive: true });
-  const cc = process.env.CC || 'cc';
   try {
     execFileSync(cc, ['-O2', '-shared', '-fPIC', '-Wall', '-Werror', '-I', join(include, 'include'), source, '-o', output], { stdio: 'inherit' });
   } catch (error) {
-    console.warn(`objectcache: could not build ${output} with ${cc} (${error.message}); streamed chunk reads are off, grouped range reads serve every layerwise GET`);
+    console.warn(`objectcache: could not build ${output} with ${cc} (${error.message}); ${without}`);
   }
 }

@@ -18,7 +18,7 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import { escapeUriPath } from '@smithy/util-uri-escape';
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../native/crc32c.js';
 import type { Dispatcher } from 'undici';
 import type { ErrorCode } from '../schemas/errors.js';
 import { layerRanges } from '../schemas/layouts.js';
@@ -361,7 +361,8 @@ export class ChunkStreams {
     const crcs = new Uint32Array(chunks);
     for (let chunk = 0; chunk < chunks; chunk++) {
       const slice = this.destination(layer, chunk, 0);
-      const crc = crc32c(Buffer.from(slice.buffer, slice.byteOffset, task.layerBytes)) >>> 0;
+      // The whole slice: for KV_2LTD the K half's view, with the V half right after it.
+      const crc = crc32c(new Uint8Array(slice.buffer, slice.byteOffset, task.layerBytes));
       crcs[chunk] = crc;
       const expected = this.#recorded[chunk];
       if (!expected) {

@@ -8,7 +8,7 @@
 import { setMaxListeners } from 'node:events';
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../native/crc32c.js';
 import type { ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
 import { ChunkStreams } from './chunk-streams.js';
 import { S3Backend } from '../backends/s3-backend.js';
@@ -100,9 +100,8 @@ function checksumSlices(task: ReadTask, region: Uint8Array, recorded: readonly (
   const chunks = task.keys.length;
   const groupLayers = task.end - task.first;
   const crcs = new Uint32Array(chunks * groupLayers);
-  const bytes = Buffer.from(region.buffer, region.byteOffset, region.byteLength);
   for (let slice = 0; slice < crcs.length; slice++) {
-    crcs[slice] = crc32c(bytes.subarray(slice * task.layerBytes, (slice + 1) * task.layerBytes));
+    crcs[slice] = crc32c(region.subarray(slice * task.layerBytes, (slice + 1) * task.layerBytes));
   }
   let verified = true;
   for (let chunk = 0; chunk < chunks; chunk++) {

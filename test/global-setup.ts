@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { installMinio, repoRoot, startMinio, type MinioInfo } from '../bench/minio.js';
 
-const SOURCES = ['cli', 'gateway', 'backends', 'storage-worker', 'schemas', 'client', 'bench'];
+const SOURCES = ['cli', 'gateway', 'backends', 'storage-worker', 'schemas', 'client', 'bench', 'native'];
 
 /** True when some compiled source is missing from dist/ or older than its .ts. */
 function distIsStale(root: string): boolean {
@@ -34,6 +34,8 @@ declare module 'vitest' {
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const root = repoRoot();
   if (distIsStale(root)) execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
+  // The native modules (rebuilt only when their source changed).
+  execFileSync(process.execPath, [join(root, 'scripts', 'build-native.mjs')], { stdio: 'inherit' });
   const binary = installMinio();
   const minio = await startMinio({ binary });
   project.provide('minio', { endpoint: minio.endpoint, accessKey: minio.accessKey, secretKey: minio.secretKey, binary });

@@ -4,7 +4,7 @@
  */
 import { createHash, type Hash } from 'node:crypto';
 import { crc32 } from 'node:zlib';
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../../native/crc32c.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 
 export type ChecksumAlgorithm = 'crc32' | 'crc32c' | 'sha1' | 'sha256';
@@ -59,7 +59,7 @@ export function createChecksum(algorithm: ChecksumAlgorithm | 'md5'): Incrementa
     case 'crc32':
       return new CrcChecksum((data, initial) => crc32(data, initial));
     case 'crc32c':
-      return new CrcChecksum((data, initial) => crc32c(Buffer.from(data.buffer, data.byteOffset, data.byteLength), initial));
+      return new CrcChecksum((data, initial) => crc32c(data, initial));
     case 'sha1':
       return new HashChecksum('sha1');
     case 'sha256':

@@ -9,7 +9,7 @@
  * here touches payload bytes.
  */
 import type { ServerResponse } from 'node:http';
-import { crc32c } from '@node-rs/crc32';
+import { crc32c } from '../../native/crc32c.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
 import { PACE_SLICE_BYTES, type Pacer } from '../scheduler/pacer.js';
