@@ -24,7 +24,8 @@ import type { ErrorCode } from '../schemas/errors.js';
 import { layerRanges } from '../schemas/layouts.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { BACKEND_RETRY, mapBackendError, retryPauseMs } from '../backends/s3-backend.js';
-import { ERROR_BODY_LIMIT, ReadError, cancelled, changed, checkRangeAnswer, corruptSlice, errorBodyFailure, pause } from './range-reader.js';
+import { ERROR_BODY_LIMIT, checkRangeAnswer, errorBodyFailure, pause } from './range-reader.js';
+import { ReadError, cancelled, changed, corruptSlice } from './read-errors.js';
 import { copyInto } from './scatter.js';
 import type { StreamControl, StreamLayer, StreamTask } from './protocol.js';
 

@@ -13,26 +13,14 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import type { Dispatcher } from 'undici';
-import type { ErrorCode } from '../schemas/errors.js';
 import { LAYER_CRC_META } from '../schemas/integrity.js';
 import { objectRelativePath, readFooter } from '../backends/embedded/object-file.js';
 import { BACKEND_RETRY, S3Backend, mapBackendError, retryPauseMs } from '../backends/s3-backend.js';
 import { ScatterCursor, type RangeTarget } from './scatter.js';
 import type { WorkerBackend } from './protocol.js';
-
-/** A failure of one read, carried to the task boundary and turned into a ReadResult. */
-export class ReadError extends Error {
-  readonly code: ErrorCode;
-  readonly retryable: boolean;
-  chunk?: number;
-  key?: string;
-  layer?: number;
-  constructor(code: ErrorCode, message: string, retryable = false) {
-    super(message);
-    this.code = code;
-    this.retryable = retryable;
-  }
-}
+import type { ErrorCode } from '../schemas/errors.js';
+import { ReadError, cancelled, changed, sizeError } from './read-errors.js';
+import { SocketRangeClient } from './socket-range-get.js';
 
 export interface ChunkRead {
   readonly bucket: string;
@@ -61,23 +49,6 @@ export interface ChunkReadInfo {
 export interface RangeReader {
   read(request: ChunkRead): Promise<ChunkReadInfo>;
   close(): Promise<void>;
-}
-
-export function sizeError(key: string, actual: number, expected: number): ReadError {
-  return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is ${actual} bytes; the descriptor's layers x layerBytes is ${expected}`);
-}
-
-/** A slice whose CRC32C is not the one recorded when its chunk was stored (`chunkIndex`: its prefix position). */
-export function corruptSlice(key: string, chunkIndex: number, layer: number): ReadError {
-  return Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), { chunk: chunkIndex, key, layer });
-}
-
-export function changed(key: string): ReadError {
-  return new ReadError('OC_ERR_CHUNK_CHANGED', `chunk ${key} was overwritten while it was being read`, true);
-}
-
-export function cancelled(): ReadError {
-  return new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
 }
 
 /** Reads `length` bytes at `position` into `views` with readv, continuing after short reads. */
@@ -286,8 +257,35 @@ export function pause(ms: number, signal: AbortSignal): Promise<void> {
 
 export class S3RangeReader implements RangeReader {
   readonly #backend: S3Backend;
-  constructor(backend: S3Backend) {
+  /** The socket reader, for a plain-HTTP store (socket-range-get.ts); else undici reads. */
+  readonly #sockets: SocketRangeClient | undefined;
+  constructor(backend: S3Backend, sockets?: SocketRangeClient) {
     this.#backend = backend;
+    this.#sockets = sockets;
+  }
+
+  /** One range GET through the socket reader, its body read straight into the target's views. */
+  async #socketRead(sockets: SocketRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+    let read: { etag: string | undefined; layerCrcs: string | undefined } | undefined;
+    const answer = await sockets.get(path, rangeHeader(target), {
+      onHead: (status, headers) => {
+        const checked = checkRangeAnswer(status, headers, key, target.offset, target.length, objectBytes);
+        if (checked === 'error-body') return { collect: ERROR_BODY_LIMIT };
+        if (checked instanceof ReadError) return checked;
+        read = checked;
+        return target.views;
+      },
+    }, signal);
+    if (answer.text !== undefined || !read) throw errorBodyFailure(answer.status, answer.text ?? '', bucket, key, objectBytes);
+    return read;
+  }
+
+  /** One range GET through undici. */
+  async #undiciRead(path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+    const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
+    this.#backend.http.dispatch({ method: 'GET', path, headers: { range: rangeHeader(target) }, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
+    const layerCrcs = await handler.done;
+    return { etag: handler.etag, layerCrcs };
   }
 
   /**
@@ -300,13 +298,9 @@ export class S3RangeReader implements RangeReader {
     const deadline = performance.now() + this.#backend.timeoutMs;
     for (let attempt = 1; ; attempt++) {
       if (signal.aborted) throw cancelled();
-      const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
-      const headers = { range: `bytes=${target.offset}-${target.offset + target.length - 1}` };
       counts.reads++;
-      this.#backend.http.dispatch({ method: 'GET', path, headers, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
       try {
-        const layerCrcs = await handler.done;
-        return { etag: handler.etag, layerCrcs };
+        return await (this.#sockets ? this.#socketRead(this.#sockets, path, bucket, key, target, objectBytes, signal) : this.#undiciRead(path, bucket, key, target, objectBytes, signal));
       } catch (error) {
         const delay = retryPauseMs(attempt);
         if (!(error instanceof ReadError) || !error.retryable || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;
@@ -335,11 +329,18 @@ export class S3RangeReader implements RangeReader {
   }
 
   async close(): Promise<void> {
+    await this.#sockets?.close();
     await this.#backend.close();
   }
 }
 
+function rangeHeader(target: RangeTarget): string {
+  return `bytes=${target.offset}-${target.offset + target.length - 1}`;
+}
+
 export function createRangeReader(backend: WorkerBackend): RangeReader {
   if (backend.kind === 'local') return new LocalRangeReader(backend.dataDir);
-  return new S3RangeReader(new S3Backend({ ...backend, endpoint: new URL(backend.endpoint) }));
+  const endpoint = new URL(backend.endpoint);
+  const sockets = endpoint.protocol === 'http:' ? new SocketRangeClient({ ...backend, endpoint }) : undefined;
+  return new S3RangeReader(new S3Backend({ ...backend, endpoint }), sockets);
 }

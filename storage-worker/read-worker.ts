@@ -12,7 +12,8 @@ import { crc32c } from '../native/crc32c.js';
 import type { ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
 import { ChunkStreams } from './chunk-streams.js';
 import { S3Backend } from '../backends/s3-backend.js';
-import { corruptSlice, createRangeReader, ReadError, type RangeReader } from './range-reader.js';
+import { createRangeReader, type RangeReader } from './range-reader.js';
+import { corruptSlice, ReadError } from './read-errors.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
 

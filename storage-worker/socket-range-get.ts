@@ -1,0 +1,303 @@
+/**
+ * Range GETs whose bodies the kernel writes straight into the task buffer. Each connection is a
+ * plain `net.Socket` with Node's `onread` option: before every socket read the connection names
+ * the buffer to read into, which is the next free bytes of the range's destination while a body
+ * is arriving. So a body byte is copied once, by the kernel, where undici copies it three times
+ * (into a fresh 64 KiB buffer, into llhttp's wasm memory, then into the shared task buffer with
+ * V8's relaxed atomics). Measured on one connection pool reading the same 2.25 MiB ranges from
+ * MinIO: 0.27 CPU-s/GiB against undici's 0.9-1.3 (README, Layerwise GET throughput).
+ *
+ * What it reads is a small subset of HTTP/1.1, enough for an S3 store's answers to a GET: a
+ * status line, headers, and a body framed by Content-Length, on keep-alive connections, one
+ * request at a time per connection. Anything else (a body without Content-Length, chunked
+ * transfer coding, a 1xx answer, bytes after the body) fails the read with
+ * OC_ERR_BACKEND_PROTOCOL and drops the connection. Plain `http:` endpoints only: behind TLS the
+ * range reads stay on undici (range-reader.ts).
+ */
+import { connect, type Socket } from 'node:net';
+import { RequestSigner } from '../schemas/sigv4-signer.js';
+import { ReadError, cancelled } from './read-errors.js';
+
+/** What a response's head says, and where its body goes. */
+export interface RangeAnswerSink {
+  /**
+   * Called once the head is in: the views the body fills in order (their lengths must add up to
+   * Content-Length), or `collect` to keep up to `limit` bytes of it (an error body), or a ReadError
+   * to fail the read (the connection is then dropped, not drained).
+   */
+  onHead(status: number, headers: Readonly<Record<string, string>>): readonly Uint8Array[] | { collect: number } | ReadError;
+}
+
+export interface RangeAnswer {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  /** The collected error body, when the sink asked for it. */
+  readonly text?: string;
+}
+
+const HEAD_LIMIT = 64 * 1024;
+
+function protocol(message: string): ReadError {
+  return new ReadError('OC_ERR_BACKEND_PROTOCOL', `the object store's answer: ${message}`);
+}
+
+/** One keep-alive connection; `get` runs one request at a time. */
+class Connection {
+  readonly socket: Socket;
+  readonly #scratch = Buffer.allocUnsafe(HEAD_LIMIT);
+  /** Head bytes received so far (in #scratch). */
+  #headBytes = 0;
+  #state: 'idle' | 'head' | 'body' | 'collect' | 'closed' = 'idle';
+  #sink: RangeAnswerSink | undefined;
+  #views: readonly Uint8Array[] = [];
+  #view = 0;
+  #offset = 0;
+  #remaining = 0;
+  #collected: Buffer[] = [];
+  #collectLimit = 0;
+  #answer: { status: number; headers: Record<string, string> } | undefined;
+  #keepAlive = true;
+  #settle: ((error: ReadError | undefined) => void) | undefined;
+  readonly connected: Promise<void>;
+
+  constructor(endpoint: URL, timeoutMs: number, onGone: (connection: Connection) => void) {
+    this.socket = connect({
+      host: endpoint.hostname,
+      port: Number(endpoint.port || 80),
+      noDelay: true,
+      onread: {
+        buffer: () => this.#nextBuffer(),
+        callback: (n: number, buffer: Uint8Array) => {
+          this.#onRead(n, buffer);
+          return true; // keep reading
+        },
+      },
+    });
+    this.connected = new Promise((resolve, reject) => {
+      this.socket.once('connect', resolve);
+      this.socket.once('error', reject);
+    });
+    this.connected.catch(() => {}); // also reported through the request that waits on it
+    // Also closes a connection idle that long (undici's pool closes them after 30 s).
+    this.socket.setTimeout(timeoutMs);
+    this.socket.on('timeout', () => this.#fail(new ReadError('OC_ERR_BACKEND_TIMEOUT', 'the object store did not answer in time', true)));
+    this.socket.on('error', (error) => this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store connection failed: ${error.message}`, true)));
+    this.socket.on('close', () => {
+      this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', 'the object store closed the connection mid-answer', true));
+      this.#state = 'closed';
+      onGone(this);
+    });
+    this.socket.on('end', () => this.socket.destroy());
+  }
+
+  get usable(): boolean {
+    return this.#state === 'idle' && !this.socket.destroyed;
+  }
+
+  /** Sends `head` (a whole request without a body) and reads the answer through `sink`. */
+  get(head: string, sink: RangeAnswerSink, signal: AbortSignal): Promise<RangeAnswer> {
+    this.#state = 'head';
+    this.#sink = sink;
+    this.#headBytes = 0;
+    this.#answer = undefined;
+    this.#collected = [];
+    this.#collectLimit = 0;
+    return new Promise<RangeAnswer>((resolve, reject) => {
+      const onAbort = (): void => this.#fail(cancelled());
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.#settle = (error) => {
+        signal.removeEventListener('abort', onAbort);
+        this.#settle = undefined;
+        if (error) return reject(error);
+        const answer = this.#answer as { status: number; headers: Record<string, string> };
+        resolve(this.#collectLimit > 0 ? { ...answer, text: Buffer.concat(this.#collected).toString('utf8') } : answer);
+      };
+      if (signal.aborted) return this.#fail(cancelled());
+      this.socket.write(head);
+    });
+  }
+
+  /** Drops the connection (it may hold unread bytes) and ends the request in flight, if any, with `error`. */
+  #fail(error: ReadError): void {
+    if (this.#state === 'closed') return;
+    this.socket.destroy();
+    this.#settle?.(error);
+  }
+
+  #done(): void {
+    this.#state = this.#keepAlive ? 'idle' : 'closed';
+    if (!this.#keepAlive) this.socket.destroy();
+    this.#settle?.(undefined);
+  }
+
+  /** Where the next socket read goes: the body's next free bytes, else the scratch buffer. */
+  #nextBuffer(): Uint8Array {
+    if (this.#state === 'head') return this.#scratch.subarray(this.#headBytes);
+    if (this.#state !== 'body') return this.#scratch;
+    const view = this.#views[this.#view] as Uint8Array;
+    return view.subarray(this.#offset);
+  }
+
+  #onRead(n: number, buffer: Uint8Array): void {
+    if (this.#state === 'body') return this.#bodyRead(n);
+    if (this.#state !== 'head' && this.#state !== 'collect') return this.#fail(protocol('bytes arrived with no request outstanding'));
+    if (this.#state === 'collect') return this.#collect(buffer.subarray(0, n));
+    this.#headBytes += n;
+    const end = this.#scratch.subarray(0, this.#headBytes).indexOf('\r\n\r\n', Math.max(0, this.#headBytes - n - 3), 'latin1');
+    if (end < 0) {
+      if (this.#headBytes >= HEAD_LIMIT) this.#fail(protocol(`a head longer than ${HEAD_LIMIT} bytes`));
+      return;
+    }
+    this.#onHead(this.#scratch.toString('latin1', 0, end), this.#scratch.subarray(end + 4, this.#headBytes));
+  }
+
+  #onHead(text: string, rest: Buffer): void {
+    const lines = text.split('\r\n');
+    const status = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '');
+    if (!status) return this.#fail(protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`));
+    const headers: Record<string, string> = Object.create(null);
+    for (let i = 1; i < lines.length; i++) {
+      const line = lines[i] as string;
+      const colon = line.indexOf(':');
+      if (colon <= 0) return this.#fail(protocol(`a malformed header line: ${JSON.stringify(line.slice(0, 80))}`));
+      const name = line.slice(0, colon).trim().toLowerCase();
+      const value = line.slice(colon + 1).trim();
+      const before = headers[name];
+      headers[name] = before === undefined ? value : `${before}, ${value}`;
+    }
+    const code = Number(status[1]);
+    if (code < 200) return this.#fail(protocol(`an interim ${code} answer`));
+    if (headers['transfer-encoding'] !== undefined) return this.#fail(protocol(`Transfer-Encoding ${headers['transfer-encoding']} (only Content-Length bodies are read)`));
+    const length = /^\d+$/.test(headers['content-length'] ?? '') ? Number(headers['content-length']) : -1;
+    if (length < 0) return this.#fail(protocol(`status ${code} without a Content-Length`));
+    this.#keepAlive = (headers['connection'] ?? '').toLowerCase() !== 'close';
+    this.#answer = { status: code, headers };
+    const plan = (this.#sink as RangeAnswerSink).onHead(code, headers);
+    if (plan instanceof ReadError) return this.#fail(plan);
+    this.#remaining = length;
+    if (rest.byteLength > length) return this.#fail(protocol('more bytes than its Content-Length'));
+    if ('collect' in plan) {
+      this.#state = 'collect';
+      this.#collectLimit = plan.collect;
+      if (length === 0) return this.#done();
+      return this.#collect(rest);
+    }
+    this.#collectLimit = 0;
+    const total = plan.reduce((sum, view) => sum + view.byteLength, 0);
+    if (total !== length) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${length} bytes where ${total} were asked for`));
+    this.#views = plan.filter((view) => view.byteLength > 0);
+    this.#view = 0;
+    this.#offset = 0;
+    this.#state = 'body';
+    if (length === 0) return this.#done();
+    // Body bytes that came in with the head: copied once, the rest goes straight to its place.
+    let from = 0;
+    while (from < rest.byteLength) {
+      const view = this.#views[this.#view] as Uint8Array;
+      const n = Math.min(view.byteLength - this.#offset, rest.byteLength - from);
+      view.set(rest.subarray(from, from + n), this.#offset);
+      from += n;
+      this.#bodyRead(n);
+    }
+  }
+
+  #bodyRead(n: number): void {
+    this.#offset += n;
+    this.#remaining -= n;
+    if (this.#offset === (this.#views[this.#view] as Uint8Array).byteLength) {
+      this.#view++;
+      this.#offset = 0;
+    }
+    if (this.#remaining === 0) this.#done();
+  }
+
+  #collect(bytes: Uint8Array): void {
+    if (bytes.byteLength > this.#remaining) return this.#fail(protocol('more bytes than its Content-Length'));
+    const kept = this.#collected.reduce((sum, b) => sum + b.byteLength, 0);
+    if (kept < this.#collectLimit) this.#collected.push(Buffer.from(bytes.subarray(0, this.#collectLimit - kept)));
+    this.#remaining -= bytes.byteLength;
+    if (this.#remaining === 0) this.#done();
+  }
+}
+
+/**
+ * Up to `connections` keep-alive connections to one plain-HTTP store, signing each request with
+ * the project's SigV4 signer. A request waits for a free connection in arrival order.
+ */
+export class SocketRangeClient {
+  readonly #endpoint: URL;
+  readonly #timeoutMs: number;
+  readonly #limit: number;
+  readonly #signer: RequestSigner;
+  readonly #all = new Set<Connection>();
+  readonly #idle: Connection[] = [];
+  readonly #waiting: ((connection: Connection | undefined) => void)[] = [];
+
+  constructor(options: { endpoint: URL; connections: number; timeoutMs: number; accessKeyId: string; secretAccessKey: string; region: string }) {
+    if (options.endpoint.protocol !== 'http:') throw new TypeError('SocketRangeClient reads plain http: endpoints only');
+    this.#endpoint = options.endpoint;
+    this.#timeoutMs = options.timeoutMs;
+    this.#limit = options.connections;
+    this.#signer = new RequestSigner(options);
+  }
+
+  /** GET `path` (already S3-encoded) with `range`, its answer read through `sink`. */
+  async get(path: string, range: string, sink: RangeAnswerSink, signal: AbortSignal): Promise<RangeAnswer> {
+    const headers = this.#signer.sign({ method: 'GET', path, headers: { host: this.#endpoint.host, range } });
+    let head = `GET ${path} HTTP/1.1\r\n`;
+    for (const name in headers) head += `${name}: ${headers[name]}\r\n`;
+    head += '\r\n';
+    const connection = await this.#take(signal);
+    try {
+      await connection.connected;
+    } catch (error) {
+      connection.socket.destroy();
+      throw new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `cannot connect to the object store: ${(error as Error).message}`, true);
+    }
+    try {
+      return await connection.get(head, sink, signal);
+    } finally {
+      this.#give(connection);
+    }
+  }
+
+  #take(signal: AbortSignal): Promise<Connection> {
+    for (let idle = this.#idle.pop(); idle; idle = this.#idle.pop()) if (idle.usable) return Promise.resolve(idle);
+    if (this.#all.size < this.#limit) {
+      const connection = new Connection(this.#endpoint, this.#timeoutMs, (gone) => this.#gone(gone));
+      this.#all.add(connection);
+      return Promise.resolve(connection);
+    }
+    return new Promise((resolve, reject) => {
+      const onAbort = (): void => {
+        this.#waiting.splice(this.#waiting.indexOf(waiter), 1);
+        reject(cancelled());
+      };
+      const waiter = (connection: Connection | undefined): void => {
+        signal.removeEventListener('abort', onAbort);
+        if (connection) return resolve(connection);
+        this.#take(signal).then(resolve, reject); // a connection closed: open another
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.#waiting.push(waiter);
+    });
+  }
+
+  #give(connection: Connection): void {
+    if (!connection.usable) return; // #gone hands its slot on
+    const waiter = this.#waiting.shift();
+    if (waiter) return waiter(connection);
+    this.#idle.push(connection);
+  }
+
+  #gone(connection: Connection): void {
+    this.#all.delete(connection);
+    const at = this.#idle.indexOf(connection);
+    if (at >= 0) this.#idle.splice(at, 1);
+    this.#waiting.shift()?.(undefined);
+  }
+
+  async close(): Promise<void> {
+    for (const connection of this.#all) connection.socket.destroy();
+  }
+}
