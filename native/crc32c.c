@@ -13,6 +13,7 @@
  * x86-64 with SSE4.2 only (checked when the module loads); elsewhere the module exports nothing
  * and native/crc32c.ts uses @node-rs/crc32. Node-API only; built by scripts/build-native.mjs.
  */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -98,9 +99,9 @@ static napi_value crc32c_js(napi_env env, napi_callback_info info) {
   }
   uint32_t previous = 0;
   if (argc > 1) {
-    napi_valuetype kind;
-    napi_typeof(env, argv[1], &kind);
-    if (kind != napi_undefined && (kind != napi_number || napi_get_value_uint32(env, argv[1], &previous) != napi_ok)) return fail(env, "crc32c's previous CRC is a number");
+    napi_valuetype kind = napi_undefined;
+    if (napi_typeof(env, argv[1], &kind) != napi_ok) return fail(env, "crc32c's previous CRC is a number");
+    if (kind != napi_undefined && kind != napi_null && (kind != napi_number || napi_get_value_uint32(env, argv[1], &previous) != napi_ok)) return fail(env, "crc32c's previous CRC is a number");
   }
   napi_value result;
   napi_create_uint32(env, crc32c(previous, (const unsigned char *)data, length), &result);
@@ -112,7 +113,9 @@ NAPI_MODULE_INIT() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("sse4.2")) {
-    build_advance();
+    // Once per process: every worker thread loads the module, and they share the table.
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, build_advance);
     napi_value fn;
     napi_create_function(env, "crc32c", NAPI_AUTO_LENGTH, crc32c_js, NULL, &fn);
     napi_set_named_property(env, exports, "crc32c", fn);

@@ -37,8 +37,8 @@ export interface RangeAnswer {
 
 const HEAD_LIMIT = 64 * 1024;
 
-function protocol(message: string): ReadError {
-  return new ReadError('OC_ERR_BACKEND_PROTOCOL', `the object store's answer: ${message}`);
+function protocol(message: string, retryable = false): ReadError {
+  return new ReadError('OC_ERR_BACKEND_PROTOCOL', `the object store's answer: ${message}`, retryable);
 }
 
 /** One keep-alive connection; `get` runs one request at a time. */
@@ -58,11 +58,12 @@ class Connection {
   #answer: { status: number; headers: Record<string, string> } | undefined;
   #keepAlive = true;
   #settle: ((error: ReadError | undefined) => void) | undefined;
-  readonly connected: Promise<void>;
+  /** Answers read whole on this connection: a bad head on a reused one may be a stray byte of the last. */
+  #served = 0;
 
   constructor(endpoint: URL, timeoutMs: number, onGone: (connection: Connection) => void) {
     this.socket = connect({
-      host: endpoint.hostname,
+      host: endpoint.hostname.replace(/^\[(.*)\]$/, '$1'), // an IPv6 literal without its brackets
       port: Number(endpoint.port || 80),
       noDelay: true,
       onread: {
@@ -73,17 +74,14 @@ class Connection {
         },
       },
     });
-    this.connected = new Promise((resolve, reject) => {
-      this.socket.once('connect', resolve);
-      this.socket.once('error', reject);
-    });
-    this.connected.catch(() => {}); // also reported through the request that waits on it
+    // A request is written at once: the socket queues it until it connects, and a connection that
+    // fails, times out or is closed first fails the request through the handlers below.
     // Also closes a connection idle that long (undici's pool closes them after 30 s).
     this.socket.setTimeout(timeoutMs);
     this.socket.on('timeout', () => this.#fail(new ReadError('OC_ERR_BACKEND_TIMEOUT', 'the object store did not answer in time', true)));
     this.socket.on('error', (error) => this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store connection failed: ${error.message}`, true)));
     this.socket.on('close', () => {
-      this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', 'the object store closed the connection mid-answer', true));
+      this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', 'the object store connection closed before the answer ended', true));
       this.#state = 'closed';
       onGone(this);
     });
@@ -125,6 +123,7 @@ class Connection {
   }
 
   #done(): void {
+    this.#served++;
     this.#state = this.#keepAlive ? 'idle' : 'closed';
     if (!this.#keepAlive) this.socket.destroy();
     this.#settle?.(undefined);
@@ -154,12 +153,13 @@ class Connection {
   #onHead(text: string, rest: Buffer): void {
     const lines = text.split('\r\n');
     const status = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '');
-    if (!status) return this.#fail(protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`));
+    // On a reused connection, stray bytes after the last answer would land here: worth another try.
+    if (!status) return this.#fail(protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`, this.#served > 0));
     const headers: Record<string, string> = Object.create(null);
     for (let i = 1; i < lines.length; i++) {
       const line = lines[i] as string;
       const colon = line.indexOf(':');
-      if (colon <= 0) return this.#fail(protocol(`a malformed header line: ${JSON.stringify(line.slice(0, 80))}`));
+      if (colon <= 0) return this.#fail(protocol(`a malformed header line: ${JSON.stringify(line.slice(0, 80))}`, this.#served > 0));
       const name = line.slice(0, colon).trim().toLowerCase();
       const value = line.slice(colon + 1).trim();
       const before = headers[name];
@@ -172,7 +172,13 @@ class Connection {
     if (length < 0) return this.#fail(protocol(`status ${code} without a Content-Length`));
     this.#keepAlive = (headers['connection'] ?? '').toLowerCase() !== 'close';
     this.#answer = { status: code, headers };
-    const plan = (this.#sink as RangeAnswerSink).onHead(code, headers);
+    let plan: ReturnType<RangeAnswerSink['onHead']>;
+    try {
+      plan = (this.#sink as RangeAnswerSink).onHead(code, headers);
+    } catch (error) {
+      // Thrown here, it would escape into Node's socket read callback and end the worker.
+      return this.#fail(new ReadError('OC_ERR_INTERNAL', `checking the object store's answer: ${(error as Error).message}`));
+    }
     if (plan instanceof ReadError) return this.#fail(plan);
     this.#remaining = length;
     if (rest.byteLength > length) return this.#fail(protocol('more bytes than its Content-Length'));
@@ -232,6 +238,7 @@ export class SocketRangeClient {
   readonly #all = new Set<Connection>();
   readonly #idle: Connection[] = [];
   readonly #waiting: ((connection: Connection | undefined) => void)[] = [];
+  #closed = false;
 
   constructor(options: { endpoint: URL; connections: number; timeoutMs: number; accessKeyId: string; secretAccessKey: string; region: string }) {
     if (options.endpoint.protocol !== 'http:') throw new TypeError('SocketRangeClient reads plain http: endpoints only');
@@ -249,12 +256,6 @@ export class SocketRangeClient {
     head += '\r\n';
     const connection = await this.#take(signal);
     try {
-      await connection.connected;
-    } catch (error) {
-      connection.socket.destroy();
-      throw new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `cannot connect to the object store: ${(error as Error).message}`, true);
-    }
-    try {
       return await connection.get(head, sink, signal);
     } finally {
       this.#give(connection);
@@ -262,6 +263,8 @@ export class SocketRangeClient {
   }
 
   #take(signal: AbortSignal): Promise<Connection> {
+    if (this.#closed) return Promise.reject(closedError());
+    if (signal.aborted) return Promise.reject(cancelled());
     for (let idle = this.#idle.pop(); idle; idle = this.#idle.pop()) if (idle.usable) return Promise.resolve(idle);
     if (this.#all.size < this.#limit) {
       const connection = new Connection(this.#endpoint, this.#timeoutMs, (gone) => this.#gone(gone));
@@ -270,13 +273,14 @@ export class SocketRangeClient {
     }
     return new Promise((resolve, reject) => {
       const onAbort = (): void => {
-        this.#waiting.splice(this.#waiting.indexOf(waiter), 1);
+        const at = this.#waiting.indexOf(waiter);
+        if (at >= 0) this.#waiting.splice(at, 1);
         reject(cancelled());
       };
       const waiter = (connection: Connection | undefined): void => {
         signal.removeEventListener('abort', onAbort);
         if (connection) return resolve(connection);
-        this.#take(signal).then(resolve, reject); // a connection closed: open another
+        this.#take(signal).then(resolve, reject); // a connection closed: open another (or the client did)
       };
       signal.addEventListener('abort', onAbort, { once: true });
       this.#waiting.push(waiter);
@@ -284,7 +288,7 @@ export class SocketRangeClient {
   }
 
   #give(connection: Connection): void {
-    if (!connection.usable) return; // #gone hands its slot on
+    if (!connection.usable || this.#closed) return; // #gone hands its slot on
     const waiter = this.#waiting.shift();
     if (waiter) return waiter(connection);
     this.#idle.push(connection);
@@ -297,7 +301,16 @@ export class SocketRangeClient {
     this.#waiting.shift()?.(undefined);
   }
 
+  /** Closes every connection; reads in flight or waiting fail, and no read starts after. */
   async close(): Promise<void> {
+    this.#closed = true;
+    for (const waiter of this.#waiting.splice(0)) waiter(undefined);
+    const closing = [...this.#all].map((connection) => new Promise((resolve) => (connection.socket.closed ? resolve(undefined) : connection.socket.once('close', resolve))));
     for (const connection of this.#all) connection.socket.destroy();
+    await Promise.all(closing);
   }
+}
+
+function closedError(): ReadError {
+  return new ReadError('OC_ERR_INTERNAL', 'the range reader was closed');
 }

@@ -96,9 +96,11 @@ describe('socket range reads refuse what they do not read', () => {
   /** What the server answers to the next request, raw; then whether it closes. */
   let script: { answer: (socket: Socket) => void } = { answer: () => {} };
   const connections = new Set<Socket>();
+  let accepted = 0;
 
   beforeAll(async () => {
     server = createServer((socket) => {
+      accepted++;
       connections.add(socket);
       socket.on('close', () => connections.delete(socket));
       socket.on('error', () => {}); // the reader drops connections mid-answer on purpose
@@ -171,6 +173,49 @@ describe('socket range reads refuse what they do not read', () => {
     await Promise.all(targets.map((t) => c.get('/b/k', 'bytes=0-1', accept([t]), live)));
     expect(targets.map((t) => Buffer.from(t).toString()).sort()).toEqual(['00', '01', '02', '03']);
     await c.close();
+  });
+
+  it('serves one request after another on one keep-alive connection', async () => {
+    const c = client();
+    const before = accepted;
+    script = { answer: (socket) => socket.write(ok('kept!')) };
+    for (let i = 0; i < 3; i++) {
+      const target = new Uint8Array(5);
+      await c.get('/b/k', 'bytes=0-4', accept([target]), live);
+      expect(Buffer.from(target).toString()).toBe('kept!');
+    }
+    expect(accepted - before).toBe(1);
+    await c.close();
+  });
+
+  it('ends a read cancelled mid-body, and a read cancelled while it waits for a connection', async () => {
+    const c = client();
+    script = { answer: (socket) => socket.write('HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n\r\nhal') };
+    const first = new AbortController();
+    const inFlight = c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), first.signal);
+    const second = new AbortController();
+    const queued = c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), second.signal); // one connection: waits
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    second.abort();
+    await expect(queued).rejects.toMatchObject({ message: 'the task was cancelled' });
+    first.abort();
+    await expect(inFlight).rejects.toMatchObject({ message: 'the task was cancelled' });
+    script = { answer: (socket) => socket.write(ok('after')) };
+    const target = new Uint8Array(5);
+    await c.get('/b/k', 'bytes=0-4', accept([target]), live);
+    expect(Buffer.from(target).toString()).toBe('after');
+    await c.close();
+  });
+
+  it('fails reads in flight and waiting when closed, connecting or not, and refuses reads after', async () => {
+    const c = client();
+    script = { answer: () => {} }; // never answers
+    const connecting = c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live).catch((e: unknown) => e);
+    const waiting = c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live).catch((e: unknown) => e);
+    await c.close();
+    expect(await connecting).toMatchObject({ code: 'OC_ERR_BACKEND_UNAVAILABLE' });
+    expect(await waiting).toMatchObject({ code: 'OC_ERR_INTERNAL', retryable: false, message: 'the range reader was closed' });
+    await expect(c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live)).rejects.toMatchObject({ message: 'the range reader was closed' });
   });
 
   it('refuses an endpoint behind TLS (those reads stay on undici)', () => {
