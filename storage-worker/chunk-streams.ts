@@ -1,9 +1,10 @@
 /**
  * Streamed chunk reads, the read worker's side (README, The layerwise GET: Streamed reads). One
  * range GET per chunk (two for KV_2LTD, one per half) covers every delivered layer; each response
- * is held open and consumed layer by layer into a ring of layer buffers that the main thread owns
- * and hands back layer by layer. A response whose next layer has no buffer yet is paused (undici
- * stops reading its socket), so TCP flow control holds the rest in the kernel, not this heap.
+ * is held open and read by the socket range reader (socket-range-get.ts) straight into a ring of
+ * layer buffers that the main thread owns and hands back layer by layer. A response whose next
+ * layer has no buffer yet stops reading its socket, so TCP flow control holds the rest in the
+ * kernel (in a receive buffer bounded by SO_RCVBUF), not in this heap.
  *
  * - Version pinning: the first answer for a chunk pins its ETag; every later answer for that
  *   chunk (its other half, a resumed read) must carry the same one, or the task fails with
@@ -14,23 +15,26 @@
  *   progress, then the task fails.
  * - Integrity: once every chunk has delivered a layer, its slices are checksummed (CRC32C) and
  *   checked against the checksums recorded at store time, as grouped reads do.
- * - Cancellation: the task's signal aborts every open response.
+ * - Cancellation: the task's end (its signal, a failure, the port closing) aborts every read in
+ *   flight or queued, and closes their connections before the task answers, so nothing is
+ *   written into the ring after it is handed back.
  */
 import type { MessagePort } from 'node:worker_threads';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { crc32c } from '../native/crc32c.js';
-import type { Dispatcher } from 'undici';
-import type { ErrorCode } from '../schemas/errors.js';
 import { layerRanges } from '../schemas/layouts.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
-import { BACKEND_RETRY, mapBackendError, retryPauseMs } from '../backends/s3-backend.js';
+import { BACKEND_RETRY, retryPauseMs } from '../backends/s3-backend.js';
 import { ERROR_BODY_LIMIT, checkRangeAnswer, errorBodyFailure, pause } from './range-reader.js';
 import { ReadError, cancelled, changed, corruptSlice } from './read-errors.js';
-import { copyInto } from './scatter.js';
+import type { BodyTarget, RangeAnswer, RangeAnswerSink, SocketRangeClient } from './socket-range-get.js';
 import type { StreamControl, StreamLayer, StreamTask } from './protocol.js';
 
-/** One response stream: one chunk's range (or one half of it) from its next unread byte. */
-class PartStream implements Dispatcher.DispatchHandler {
+/**
+ * One response stream: one chunk's range (or one half of it) from its next unread byte, read by
+ * the socket range reader straight into the ring's layer buffers (it is the read's BodyTarget).
+ */
+class PartStream implements RangeAnswerSink, BodyTarget {
   readonly #owner: ChunkStreams;
   readonly chunk: number;
   readonly part: number;
@@ -41,14 +45,7 @@ class PartStream implements Dispatcher.DispatchHandler {
   readonly #length: number;
   /** Bytes of the range placed in layer buffers so far. */
   pos = 0;
-  /** Bytes received but not yet placed: their layer has no buffer yet. */
-  #pending: Uint8Array | undefined;
-  #spare: Uint8Array | undefined;
-  #controller: Dispatcher.DispatchController | undefined;
-  #status = 0;
-  #errorBody: Buffer[] | undefined;
-  #errorBytes = 0;
-  /** A response is in progress (between dispatch and its end or error). */
+  /** A request is in flight. */
   #open = false;
   /** The last response ended before the range's end (broke off, or its segment is done): open the rest. */
   #reopen = false;
@@ -57,7 +54,10 @@ class PartStream implements Dispatcher.DispatchHandler {
   /** Failed attempts since the last byte placed, and when the first of them failed (or its reopen after a wait began). */
   #failures = 0;
   #failingSince = 0;
-  #failure: ReadError | undefined;
+  /** Set while the connection is stopped for want of a buffer: reads on when called. */
+  #readOn: (() => void) | undefined;
+  /** In the owner's list of streams waiting for a buffer. */
+  #waiting = false;
 
   constructor(owner: ChunkStreams, chunk: number, part: number, key: string, path: string, start: number, length: number) {
     this.#owner = owner;
@@ -75,95 +75,74 @@ class PartStream implements Dispatcher.DispatchHandler {
 
   open(): void {
     // Nothing is opened for a task that ended (a retry's pause or the first layer's wait can outlive it).
-    if (this.#owner.ended || this.done) return;
+    if (this.#owner.ended || this.done || this.#open) return;
     this.#open = true;
     this.#reopen = false;
-    this.#failure = undefined;
-    this.#errorBody = undefined;
-    this.#errorBytes = 0;
     this.#owner.reads++;
     const from = this.#start + this.pos;
     // The first layer comes alone: the streams' first bytes arrive together, as a layer group
     // read's would, instead of behind the megabytes the store pushes into the first connections.
     this.#asked = this.pos < this.#owner.pieceBytes ? this.#owner.pieceBytes : this.#length;
-    const headers = { range: `bytes=${from}-${this.#start + this.#asked - 1}` };
-    this.#owner.dispatch({ method: 'GET', path: this.#path, headers }, this);
+    this.#owner.sockets.get(this.#path, `bytes=${from}-${this.#start + this.#asked - 1}`, this, this.#owner.stopped).then(
+      (answer) => this.#answered(answer),
+      (error: unknown) => this.#broke(error),
+    );
   }
 
-  /** The task was cancelled. */
-  abort(): void {
-    this.#controller?.abort(cancelled());
+  onHead(status: number, headers: Readonly<Record<string, string>>): BodyTarget | { collect: number } | ReadError {
+    const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, this.#asked - this.pos, this.#owner.objectBytes);
+    if (answer === 'error-body') return { collect: ERROR_BODY_LIMIT };
+    if (answer instanceof ReadError) return answer;
+    return this.#owner.pin(this.chunk, answer.etag, answer.layerCrcs) ?? this;
   }
 
-  #fail(error: ReadError): void {
-    this.#failure ??= error;
-    this.#controller?.abort(error);
+  /** The next bytes' place: the rest of the current layer's piece, if that layer has a buffer. */
+  next(): Uint8Array | undefined {
+    const owner = this.#owner;
+    const layer = owner.first + Math.floor(this.pos / owner.pieceBytes);
+    if (layer >= owner.allowedEnd || owner.ended) return undefined;
+    return owner.destination(layer, this.chunk, this.part).subarray(this.pos % owner.pieceBytes);
   }
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller;
-    // Queued in the pool while the task ended: never sent.
-    if (this.#owner.signal.aborted || this.#owner.ended) controller.abort(cancelled());
+  wrote(n: number): void {
+    const piece = this.#owner.pieceBytes;
+    const layer = this.#owner.first + Math.floor(this.pos / piece);
+    const at = this.pos % piece;
+    this.pos += n;
+    this.#failures = 0;
+    if (at + n === piece) this.#owner.pieceDone(layer);
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
-    this.#status = statusCode;
-    const from = this.#start + this.pos;
-    const answer = checkRangeAnswer(statusCode, headers, this.key, from, this.#asked - this.pos, this.#owner.objectBytes);
-    if (answer instanceof ReadError) return this.#fail(answer);
-    if (answer === 'error-body') {
-      this.#errorBody = [];
-      return;
-    }
-    const problem = this.#owner.pin(this.chunk, answer.etag, answer.layerCrcs);
-    if (problem) this.#fail(problem);
+  paused(readOn: () => void): void {
+    this.#readOn = readOn;
+    this.#wait();
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, data: Buffer): void {
-    if (this.#failure) return;
-    if (this.#owner.ended) return this.#fail(cancelled());
-    if (this.#errorBody) {
-      if (this.#errorBytes < ERROR_BODY_LIMIT) this.#errorBody.push(Buffer.from(data));
-      this.#errorBytes += data.byteLength;
-      return;
-    }
-    if (this.pos + data.byteLength > this.#asked) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the store sent more than the bytes asked for`));
-    const rest = this.#place(data);
-    if (rest === undefined) return;
-    // `data` is a view of a socket read the parser hands on: keep a copy of what has no place yet.
-    if (!this.#spare || this.#spare.byteLength < rest.byteLength) this.#spare = new Uint8Array(Math.max(rest.byteLength, 64 * 1024));
-    this.#spare.set(rest);
-    this.#pending = this.#spare.subarray(0, rest.byteLength);
-    controller.pause();
+  #wait(): void {
+    if (this.#waiting) return;
+    this.#waiting = true;
     this.#owner.wait(this);
   }
 
-  onResponseEnd(): void {
+  #answered(answer: RangeAnswer): void {
     this.#open = false;
-    if (this.#failure) return this.#failed(this.#failure);
-    if (this.#errorBody) return this.#owner.fail(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#owner.bucket, this.key, this.#owner.objectBytes), this.chunk);
-    const received = this.pos + (this.#pending?.byteLength ?? 0);
-    if (received < this.#asked) return this.#brokeOff(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `chunk ${this.key}: the response ended after ${received} of ${this.#asked} bytes`, true));
-    if (received < this.#length) {
-      // The first segment is done: the rest of the range, now or once the waiting bytes have a place.
+    if (this.#owner.ended) return;
+    if (answer.text !== undefined) return this.#owner.fail(errorBodyFailure(answer.status, answer.text, this.#owner.bucket, this.key, this.#owner.objectBytes), this.chunk);
+    if (this.pos < this.#length) {
+      // The first segment is done: the rest of the range once the first layer has been sent.
       this.#reopen = true;
-      if (!this.#pending) this.#owner.afterFirstLayer(this);
+      this.#owner.afterFirstLayer(this);
     }
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+  #broke(error: unknown): void {
     this.#open = false;
-    if (this.#owner.signal.aborted) return;
-    if (this.#failure) return this.#failed(this.#failure);
-    if (error instanceof ReadError) return this.#failed(error);
-    const mapped = mapBackendError(error) as { code?: ErrorCode; message: string };
-    this.#brokeOff(new ReadError(mapped.code ?? 'OC_ERR_BACKEND_UNAVAILABLE', `reading chunk ${this.key}: ${mapped.message}`, true));
-  }
-
-  /** A failure the store may not repeat (a 5xx) is retried; what it answered deliberately is not. */
-  #failed(error: ReadError): void {
-    if (error.retryable && error.code === 'OC_ERR_BACKEND_UNAVAILABLE') return this.#brokeOff(error);
-    this.#owner.fail(error, this.chunk);
+    this.#readOn = undefined;
+    if (this.#owner.ended) return;
+    const failure = error instanceof ReadError ? error : new ReadError('OC_ERR_INTERNAL', `reading chunk ${this.key}: ${String(error)}`);
+    // A cut, a reset, a timeout or a 5xx is read again; what the store answered deliberately is not.
+    if (failure.retryable && failure.code !== 'OC_ERR_CHUNK_CHANGED') return this.#brokeOff(failure);
+    this.#owner.fail(failure, this.chunk);
   }
 
   /** The response broke off before its end: reopen from the next unread byte, now or once resumed. */
@@ -175,59 +154,35 @@ class PartStream implements Dispatcher.DispatchHandler {
     if (this.#failures >= BACKEND_RETRY.attempts || performance.now() - this.#failingSince + delay >= this.#owner.timeoutMs) return this.#owner.fail(error, this.chunk);
     this.#owner.retries++;
     this.#reopen = true;
-    if (this.#pending) return; // waiting for a buffer: reopened by resume()
+    // Broke while it waited for a buffer, or stands before a layer without one: reopened by resume().
+    if (this.#waiting || this.next() === undefined) return this.#wait();
     void pause(delay, this.#owner.signal).then(
       () => this.open(),
       () => {},
     );
   }
 
-  /** Copies `data` into its layers' buffers as far as they exist; returns what has no place yet. */
-  #place(data: Uint8Array): Uint8Array | undefined {
-    const owner = this.#owner;
-    const piece = owner.pieceBytes;
-    let from = 0;
-    while (from < data.byteLength) {
-      const layer = owner.first + Math.floor(this.pos / piece);
-      if (layer >= owner.allowedEnd) return data.subarray(from);
-      const at = this.pos % piece;
-      const n = Math.min(piece - at, data.byteLength - from);
-      copyInto(owner.destination(layer, this.chunk, this.part), at, data.subarray(from, from + n));
-      this.pos += n;
-      from += n;
-      this.#failures = 0;
-      if (at + n === piece) owner.pieceDone(layer);
-    }
-    return undefined;
-  }
-
-  /** A buffer was handed back: place what was waiting, then read on (or reopen). */
+  /** A buffer was handed back: read on, or reopen what broke off meanwhile. */
   resume(): void {
-    if (this.#pending) {
-      const rest = this.#place(this.#pending);
-      if (rest !== undefined) {
-        this.#pending = rest;
-        this.#owner.wait(this);
-        return;
-      }
-      this.#pending = undefined;
-    }
-    if (this.#reopen) {
+    this.#waiting = false;
+    const readOn = this.#readOn;
+    this.#readOn = undefined;
+    if (readOn) return readOn();
+    if (this.#reopen && !this.#open) {
       // Broke off while it waited: the time spent waiting is not the store's.
       this.#failingSince = performance.now();
-      if (!this.#open) this.open();
-      return;
+      this.open();
     }
-    // Only a response still open: a finished one's connection may be serving another read.
-    if (this.#open) this.#controller?.resume();
   }
 }
 
 /** Runs one stream task: every chunk's streams, layer by layer, into the task's ring. */
 export class ChunkStreams {
   readonly #task: StreamTask;
-  readonly #http: Dispatcher;
+  readonly sockets: SocketRangeClient;
   readonly signal: AbortSignal;
+  /** Aborted when the task ends, for whatever reason: every read in flight or queued stops. */
+  readonly #stop = new AbortController();
   readonly #ring: Uint8Array;
   readonly #streams: PartStream[] = [];
   /** Pieces (chunk halves or whole slices) still to come, by layer - first. */
@@ -254,9 +209,9 @@ export class ChunkStreams {
   #settle!: (error?: ReadError) => void;
   readonly finished: Promise<void>;
 
-  constructor(task: StreamTask, http: Dispatcher, signal: AbortSignal) {
+  constructor(task: StreamTask, sockets: SocketRangeClient, signal: AbortSignal) {
     this.#task = task;
-    this.#http = http;
+    this.sockets = sockets;
     this.signal = signal;
     this.#port = task.port;
     this.bucket = task.bucket;
@@ -291,8 +246,8 @@ export class ChunkStreams {
     return this.finished;
   }
 
-  dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): void {
-    this.#http.dispatch({ ...options, headersTimeout: this.#task.timeoutMs, bodyTimeout: this.#task.timeoutMs }, handler);
+  get stopped(): AbortSignal {
+    return this.#stop.signal;
   }
 
   /** Where `chunk`'s piece (`part`) of `layer` goes. */
@@ -397,7 +352,7 @@ export class ChunkStreams {
     if (this.#ended) return;
     // Ended before the aborts: each aborted response reports back, and the first error must win.
     this.#ended = true;
-    for (const s of this.#streams) s.abort();
+    this.#stop.abort();
     this.#finish(error);
   }
 }

@@ -11,7 +11,7 @@ import { Piscina } from 'piscina';
 import { crc32c } from '../native/crc32c.js';
 import type { ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
 import { ChunkStreams } from './chunk-streams.js';
-import { S3Backend } from '../backends/s3-backend.js';
+import { SocketRangeClient } from './socket-range-get.js';
 import { createRangeReader, type RangeReader } from './range-reader.js';
 import { corruptSlice, ReadError } from './read-errors.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
@@ -33,18 +33,18 @@ function readerFor(): RangeReader {
 }
 
 /** The connections of stream tasks: apart from the range reads' pool, sized for every open stream. */
-let streamBackend: S3Backend | undefined;
+let streamSockets: SocketRangeClient | undefined;
 
-function streamHttp(): S3Backend['http'] {
+function streamClient(): SocketRangeClient {
   const backend = init.backend;
   if (backend.kind !== 's3') throw new ReadError('OC_ERR_INTERNAL', 'streamed reads need an S3 backend');
-  streamBackend ??= new S3Backend({ ...backend, connections: init.streamConnections, receiveBufferBytes: init.streamReceiveBufferBytes, endpoint: new URL(backend.endpoint) });
-  return streamBackend.http;
+  streamSockets ??= new SocketRangeClient({ ...backend, endpoint: new URL(backend.endpoint), connections: init.streamConnections, receiveBufferBytes: init.streamReceiveBufferBytes });
+  return streamSockets;
 }
 
 async function runStreamTask(task: StreamTask, signal: AbortSignal): Promise<StreamResult> {
   const started = performance.now();
-  const streams = new ChunkStreams(task, streamHttp(), signal);
+  const streams = new ChunkStreams(task, streamClient(), signal);
   try {
     await streams.start();
     return { ok: true, reads: streams.reads, retries: streams.retries, readMs: performance.now() - started };

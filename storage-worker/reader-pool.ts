@@ -250,11 +250,13 @@ export class ReaderPool {
   }
 
   /**
-   * Whether streamed reads are possible: an S3 backend (the embedded store reads files) and
-   * connections whose receive buffer can be bounded (backends/socket-buffer.ts).
+   * Whether streamed reads are possible: an S3 backend (the embedded store reads files) over
+   * plain HTTP (the socket range reader, socket-range-get.ts, reads the streams) and connections
+   * whose receive buffer can be bounded (backends/socket-buffer.ts).
    */
   get streamsChunks(): boolean {
-    return this.#options.backend.kind === 's3' && canBoundReceiveBuffers();
+    const backend = this.#options.backend;
+    return backend.kind === 's3' && new URL(backend.endpoint).protocol === 'http:' && canBoundReceiveBuffers();
   }
 
   get arenaBlockBytes(): number {

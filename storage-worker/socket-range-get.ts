@@ -11,21 +11,59 @@
  * status line, headers, and a body framed by Content-Length, on keep-alive connections, one
  * request at a time per connection. Anything else (a body without Content-Length, chunked
  * transfer coding, a 1xx answer, bytes after the body) fails the read with
- * OC_ERR_BACKEND_PROTOCOL and drops the connection. Plain `http:` endpoints only: behind TLS the
- * range reads stay on undici (range-reader.ts).
+ * OC_ERR_BACKEND_PROTOCOL and drops the connection. A body can also go to a BodyTarget that
+ * places it piece by piece and may have no place for a while (streamed chunk reads,
+ * chunk-streams.ts): the connection then stops reading its socket until told to read on. Plain
+ * `http:` endpoints only: behind TLS grouped range reads stay on undici (range-reader.ts) and
+ * streamed reads are off (reader-pool.ts).
  */
 import { connect, type Socket } from 'node:net';
+import { boundReceiveBuffer } from '../backends/socket-buffer.js';
 import { RequestSigner } from '../schemas/sigv4-signer.js';
 import { ReadError, cancelled } from './read-errors.js';
+
+/**
+ * Where a body goes, piece by piece: a streamed chunk read's next layer may have no buffer yet.
+ * While it has none the connection stops reading its socket (TCP flow control holds the rest)
+ * and calls `paused`; the caller calls the function it was given once `next()` has a place again.
+ */
+export interface BodyTarget {
+  /** The place for the body's next bytes (at least one byte), or undefined for none yet. */
+  next(): Uint8Array | undefined;
+  /** `n` bytes were written at the start of the place `next()` gave last. */
+  wrote(n: number): void;
+  paused(resume: () => void): void;
+}
 
 /** What a response's head says, and where its body goes. */
 export interface RangeAnswerSink {
   /**
    * Called once the head is in: the views the body fills in order (their lengths must add up to
-   * Content-Length), or `collect` to keep up to `limit` bytes of it (an error body), or a ReadError
-   * to fail the read (the connection is then dropped, not drained).
+   * Content-Length) or a target that places it, or `collect` to keep up to `limit` bytes of it
+   * (an error body), or a ReadError to fail the read (the connection is then dropped, not drained).
    */
-  onHead(status: number, headers: Readonly<Record<string, string>>): readonly Uint8Array[] | { collect: number } | ReadError;
+  onHead(status: number, headers: Readonly<Record<string, string>>): readonly Uint8Array[] | BodyTarget | { collect: number } | ReadError;
+}
+
+/** A body into fixed views, in order. */
+class ViewsTarget implements BodyTarget {
+  readonly #views: readonly Uint8Array[];
+  #view = 0;
+  #offset = 0;
+  constructor(views: readonly Uint8Array[]) {
+    this.#views = views.filter((view) => view.byteLength > 0);
+  }
+  next(): Uint8Array | undefined {
+    return this.#views[this.#view]?.subarray(this.#offset);
+  }
+  wrote(n: number): void {
+    this.#offset += n;
+    if (this.#offset === (this.#views[this.#view] as Uint8Array).byteLength) {
+      this.#view++;
+      this.#offset = 0;
+    }
+  }
+  paused(): void {} // never: its views are all there
 }
 
 export interface RangeAnswer {
@@ -36,6 +74,8 @@ export interface RangeAnswer {
 }
 
 const HEAD_LIMIT = 64 * 1024;
+/** The buffer of a stopped socket's next read (copied once it has a place). */
+const STOPPED_READ_BYTES = 4096;
 
 function protocol(message: string, retryable = false): ReadError {
   return new ReadError('OC_ERR_BACKEND_PROTOCOL', `the object store's answer: ${message}`, retryable);
@@ -49,9 +89,11 @@ class Connection {
   #headBytes = 0;
   #state: 'idle' | 'head' | 'body' | 'collect' | 'closed' = 'idle';
   #sink: RangeAnswerSink | undefined;
-  #views: readonly Uint8Array[] = [];
-  #view = 0;
-  #offset = 0;
+  #target: BodyTarget | undefined;
+  /** The place the last socket read was given, when it was the target's (else #scratch). */
+  #place: Uint8Array | undefined;
+  /** Body bytes that arrived with no place to go: kept while the socket is stopped. */
+  #held: Uint8Array | undefined;
   #remaining = 0;
   #collected: Buffer[] = [];
   #collectLimit = 0;
@@ -61,19 +103,20 @@ class Connection {
   /** Answers read whole on this connection: a bad head on a reused one may be a stray byte of the last. */
   #served = 0;
 
-  constructor(endpoint: URL, timeoutMs: number, onGone: (connection: Connection) => void) {
+  constructor(endpoint: URL, timeoutMs: number, receiveBufferBytes: number | undefined, onGone: (connection: Connection) => void) {
     this.socket = connect({
       host: endpoint.hostname.replace(/^\[(.*)\]$/, '$1'), // an IPv6 literal without its brackets
       port: Number(endpoint.port || 80),
       noDelay: true,
       onread: {
         buffer: () => this.#nextBuffer(),
-        callback: (n: number, buffer: Uint8Array) => {
-          this.#onRead(n, buffer);
-          return true; // keep reading
-        },
+        // Returning false stops reading the socket (the body has no place to go).
+        callback: (n: number, buffer: Uint8Array) => this.#onRead(n, buffer),
       },
     });
+    // Bounded once connected, before the request (queued until then) is sent: what a stopped
+    // read leaves unread waits in this buffer (socket-buffer.ts).
+    if (receiveBufferBytes !== undefined) this.socket.once('connect', () => boundReceiveBuffer(this.socket, receiveBufferBytes));
     // A request is written at once: the socket queues it until it connects, and a connection that
     // fails, times out or is closed first fails the request through the handlers below.
     // Also closes a connection idle that long (undici's pool closes them after 30 s).
@@ -124,6 +167,8 @@ class Connection {
 
   #done(): void {
     this.#served++;
+    this.#target = undefined;
+    this.#held = undefined;
     this.#state = this.#keepAlive ? 'idle' : 'closed';
     if (!this.#keepAlive) this.socket.destroy();
     this.#settle?.(undefined);
@@ -131,26 +176,102 @@ class Connection {
 
   /** Where the next socket read goes: the body's next free bytes, else the scratch buffer. */
   #nextBuffer(): Uint8Array {
+    this.#place = undefined;
     if (this.#state === 'head') return this.#scratch.subarray(this.#headBytes);
-    if (this.#state !== 'body') return this.#scratch;
-    const view = this.#views[this.#view] as Uint8Array;
-    return view.subarray(this.#offset);
+    if (this.#state !== 'body' || this.#held) return this.#scratch;
+    const place = (this.#target as BodyTarget).next();
+    // No place (the socket has stopped, see #onRead): the first read once it reads again lands
+    // here and is copied to its place, so keep that read small.
+    if (!place) return this.#scratch.subarray(0, STOPPED_READ_BYTES);
+    // Never past the body: what follows it belongs to no request.
+    this.#place = place.byteLength > this.#remaining ? place.subarray(0, this.#remaining) : place;
+    return this.#place;
   }
 
-  #onRead(n: number, buffer: Uint8Array): void {
-    if (this.#state === 'body') return this.#bodyRead(n);
-    if (this.#state !== 'head' && this.#state !== 'collect') return this.#fail(protocol('bytes arrived with no request outstanding'));
-    if (this.#state === 'collect') return this.#collect(buffer.subarray(0, n));
+  /** Returns false to stop reading the socket. */
+  #onRead(n: number, buffer: Uint8Array): boolean {
+    if (this.#state === 'body') {
+      if (this.#place) {
+        const target = this.#target as BodyTarget;
+        this.#remaining -= n;
+        target.wrote(n);
+        if (this.#remaining === 0) {
+          this.#done();
+          return true;
+        }
+        if (target.next() !== undefined) return true;
+        // The next bytes have no place yet: stop reading before the socket hands over any.
+        target.paused(() => this.#resume());
+        return false;
+      }
+      // Read into the scratch buffer: the target had no place when the read was set up.
+      return this.#hold(buffer.subarray(0, n));
+    }
+    if (this.#state !== 'head' && this.#state !== 'collect') {
+      this.#fail(protocol('bytes arrived with no request outstanding'));
+      return true;
+    }
+    if (this.#state === 'collect') {
+      this.#collect(buffer.subarray(0, n));
+      return true;
+    }
     this.#headBytes += n;
     const end = this.#scratch.subarray(0, this.#headBytes).indexOf('\r\n\r\n', Math.max(0, this.#headBytes - n - 3), 'latin1');
     if (end < 0) {
       if (this.#headBytes >= HEAD_LIMIT) this.#fail(protocol(`a head longer than ${HEAD_LIMIT} bytes`));
-      return;
+      return true;
     }
-    this.#onHead(this.#scratch.toString('latin1', 0, end), this.#scratch.subarray(end + 4, this.#headBytes));
+    return this.#onHead(this.#scratch.toString('latin1', 0, end), this.#scratch.subarray(end + 4, this.#headBytes));
   }
 
-  #onHead(text: string, rest: Buffer): void {
+  /** Places body bytes that came in the scratch buffer; keeps what has no place and stops reading. */
+  #hold(bytes: Uint8Array): boolean {
+    if (bytes.byteLength > this.#remaining) {
+      this.#fail(protocol('more bytes than its Content-Length'));
+      return true;
+    }
+    this.#held = bytes;
+    this.#drain();
+    if (!this.#held) return true;
+    this.#held = new Uint8Array(this.#held); // a copy: the scratch buffer takes the next read
+    (this.#target as BodyTarget).paused(() => this.#resume());
+    return false;
+  }
+
+  /** Copies held bytes to their places as far as there are places. */
+  #drain(): void {
+    const target = this.#target as BodyTarget;
+    let held = this.#held as Uint8Array;
+    while (held.byteLength > 0) {
+      const place = target.next();
+      if (!place) break;
+      const n = Math.min(place.byteLength, held.byteLength);
+      place.set(held.subarray(0, n));
+      target.wrote(n);
+      this.#remaining -= n;
+      held = held.subarray(n);
+    }
+    this.#held = held.byteLength > 0 ? held : undefined;
+    if (!this.#held && this.#remaining === 0) this.#done();
+  }
+
+  /** The target has a place again: place what is held, then read the socket again. */
+  #resume(): void {
+    if (this.#state !== 'body') return;
+    if (this.#held) {
+      this.#drain();
+      if (this.#held) return (this.#target as BodyTarget).paused(() => this.#resume());
+    }
+    this.socket.resume();
+  }
+
+  #onHead(text: string, rest: Buffer): boolean {
+    this.#onHeadParsed(text, rest);
+    // Body bytes that came in with the head and found no place: the socket stops.
+    return !(this.#state === 'body' && this.#held);
+  }
+
+  #onHeadParsed(text: string, rest: Buffer): void {
     const lines = text.split('\r\n');
     const status = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '');
     // On a reused connection, stray bytes after the last answer would land here: worth another try.
@@ -189,32 +310,23 @@ class Connection {
       return this.#collect(rest);
     }
     this.#collectLimit = 0;
-    const total = plan.reduce((sum, view) => sum + view.byteLength, 0);
-    if (total !== length) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${length} bytes where ${total} were asked for`));
-    this.#views = plan.filter((view) => view.byteLength > 0);
-    this.#view = 0;
-    this.#offset = 0;
+    if (Array.isArray(plan)) {
+      const total = plan.reduce((sum: number, view: Uint8Array) => sum + view.byteLength, 0);
+      if (total !== length) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${length} bytes where ${total} were asked for`));
+    }
+    this.#target = Array.isArray(plan) ? new ViewsTarget(plan) : (plan as BodyTarget);
+    this.#held = undefined;
     this.#state = 'body';
     if (length === 0) return this.#done();
     // Body bytes that came in with the head: copied once, the rest goes straight to its place.
-    let from = 0;
-    while (from < rest.byteLength) {
-      const view = this.#views[this.#view] as Uint8Array;
-      const n = Math.min(view.byteLength - this.#offset, rest.byteLength - from);
-      view.set(rest.subarray(from, from + n), this.#offset);
-      from += n;
-      this.#bodyRead(n);
+    if (rest.byteLength > 0) {
+      this.#held = rest;
+      this.#drain();
+      if (this.#held) {
+        this.#held = new Uint8Array(this.#held);
+        (this.#target as BodyTarget).paused(() => this.#resume());
+      }
     }
-  }
-
-  #bodyRead(n: number): void {
-    this.#offset += n;
-    this.#remaining -= n;
-    if (this.#offset === (this.#views[this.#view] as Uint8Array).byteLength) {
-      this.#view++;
-      this.#offset = 0;
-    }
-    if (this.#remaining === 0) this.#done();
   }
 
   #collect(bytes: Uint8Array): void {
@@ -234,17 +346,19 @@ export class SocketRangeClient {
   readonly #endpoint: URL;
   readonly #timeoutMs: number;
   readonly #limit: number;
+  readonly #receiveBufferBytes: number | undefined;
   readonly #signer: RequestSigner;
   readonly #all = new Set<Connection>();
   readonly #idle: Connection[] = [];
   readonly #waiting: ((connection: Connection | undefined) => void)[] = [];
   #closed = false;
 
-  constructor(options: { endpoint: URL; connections: number; timeoutMs: number; accessKeyId: string; secretAccessKey: string; region: string }) {
+  constructor(options: { endpoint: URL; connections: number; timeoutMs: number; accessKeyId: string; secretAccessKey: string; region: string; receiveBufferBytes?: number | undefined }) {
     if (options.endpoint.protocol !== 'http:') throw new TypeError('SocketRangeClient reads plain http: endpoints only');
     this.#endpoint = options.endpoint;
     this.#timeoutMs = options.timeoutMs;
     this.#limit = options.connections;
+    this.#receiveBufferBytes = options.receiveBufferBytes;
     this.#signer = new RequestSigner(options);
   }
 
@@ -267,7 +381,7 @@ export class SocketRangeClient {
     if (signal.aborted) return Promise.reject(cancelled());
     for (let idle = this.#idle.pop(); idle; idle = this.#idle.pop()) if (idle.usable) return Promise.resolve(idle);
     if (this.#all.size < this.#limit) {
-      const connection = new Connection(this.#endpoint, this.#timeoutMs, (gone) => this.#gone(gone));
+      const connection = new Connection(this.#endpoint, this.#timeoutMs, this.#receiveBufferBytes, (gone) => this.#gone(gone));
       this.#all.add(connection);
       return Promise.resolve(connection);
     }

@@ -6,7 +6,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
-import { SocketRangeClient, type RangeAnswerSink } from '../storage-worker/socket-range-get.js';
+import { SocketRangeClient, type BodyTarget, type RangeAnswerSink } from '../storage-worker/socket-range-get.js';
 import { ReadError } from '../storage-worker/read-errors.js';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
 
@@ -216,6 +216,34 @@ describe('socket range reads refuse what they do not read', () => {
     expect(await connecting).toMatchObject({ code: 'OC_ERR_BACKEND_UNAVAILABLE' });
     expect(await waiting).toMatchObject({ code: 'OC_ERR_INTERNAL', retryable: false, message: 'the range reader was closed' });
     await expect(c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live)).rejects.toMatchObject({ message: 'the range reader was closed' });
+  });
+
+  it('stops reading while the body has no place, and places every byte once it has', async () => {
+    const c = client();
+    const body = randomBytes(300_000);
+    script = { answer: (socket) => socket.write(Buffer.concat([Buffer.from(`HTTP/1.1 206 Partial Content\r\nContent-Length: ${body.length}\r\n\r\n`), body])) };
+    const memory = new Uint8Array(new SharedArrayBuffer(body.length));
+    let pos = 0;
+    let allowed = 100_000; // the rest has no place until resumed
+    const pauses: (() => void)[] = [];
+    const target: BodyTarget = {
+      next: () => (pos < allowed ? memory.subarray(pos, allowed) : undefined),
+      wrote: (n) => {
+        pos += n;
+      },
+      paused: (readOn) => {
+        pauses.push(readOn);
+      },
+    };
+    const read = c.get('/b/k', 'bytes=0-299999', { onHead: () => target }, live);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(pos).toBe(100_000); // stopped at the end of its place, nothing lost
+    expect(pauses).toHaveLength(1);
+    allowed = body.length;
+    pauses.shift()?.();
+    await read;
+    expect(Buffer.from(memory).equals(body)).toBe(true);
+    await c.close();
   });
 
   it('refuses an endpoint behind TLS (those reads stay on undici)', () => {
