@@ -19,6 +19,7 @@
  *   flight or queued, and closes their connections before the task answers, so nothing is
  *   written into the ring after it is handed back.
  */
+import { setMaxListeners } from 'node:events';
 import type { MessagePort } from 'node:worker_threads';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { crc32c } from '../native/crc32c.js';
@@ -90,9 +91,11 @@ class PartStream implements RangeAnswerSink, BodyTarget {
   }
 
   onHead(status: number, headers: Readonly<Record<string, string>>): BodyTarget | { collect: number } | ReadError {
-    const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, this.#asked - this.pos, this.#owner.objectBytes);
+    const asked = this.#asked - this.pos;
+    const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, asked, this.#owner.objectBytes);
     if (answer === 'error-body') return { collect: ERROR_BODY_LIMIT };
     if (answer instanceof ReadError) return answer;
+    if (headers['content-length'] !== String(asked)) return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);
     return this.#owner.pin(this.chunk, answer.etag, answer.layerCrcs) ?? this;
   }
 
@@ -128,6 +131,7 @@ class PartStream implements RangeAnswerSink, BodyTarget {
     this.#open = false;
     if (this.#owner.ended) return;
     if (answer.text !== undefined) return this.#owner.fail(errorBodyFailure(answer.status, answer.text, this.#owner.bucket, this.key, this.#owner.objectBytes), this.chunk);
+    if (this.pos < this.#asked) return this.#brokeOff(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `chunk ${this.key}: the response ended at byte ${this.pos} of ${this.#asked}`, true));
     if (this.pos < this.#length) {
       // The first segment is done: the rest of the range once the first layer has been sent.
       this.#reopen = true;
@@ -229,6 +233,7 @@ export class ChunkStreams {
       this.#settle = (error) => (error ? reject(error) : resolve());
     });
     this.finished.catch(() => {});
+    setMaxListeners(0, this.#stop.signal); // every read in flight or queued listens to it
     task.keys.forEach((key, chunk) => {
       const path = escapeUriPath(`/${task.bucket}/${key}`);
       ranges.forEach((range, part) => this.#streams.push(new PartStream(this, chunk, part, key, path, range.offset, range.length)));
@@ -339,6 +344,7 @@ export class ChunkStreams {
 
   #finish(error?: ReadError): void {
     this.#ended = true;
+    this.#stop.abort(); // no read outlives the task
     this.#port.close();
     this.#settle(error);
   }
@@ -352,7 +358,6 @@ export class ChunkStreams {
     if (this.#ended) return;
     // Ended before the aborts: each aborted response reports back, and the first error must win.
     this.#ended = true;
-    this.#stop.abort();
     this.#finish(error);
   }
 }

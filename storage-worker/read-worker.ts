@@ -44,8 +44,8 @@ function streamClient(): SocketRangeClient {
 
 async function runStreamTask(task: StreamTask, signal: AbortSignal): Promise<StreamResult> {
   const started = performance.now();
-  const streams = new ChunkStreams(task, streamClient(), signal);
   try {
+    const streams = new ChunkStreams(task, streamClient(), signal);
     await streams.start();
     return { ok: true, reads: streams.reads, retries: streams.retries, readMs: performance.now() - started };
   } catch (error) {

@@ -103,7 +103,10 @@ class Connection {
   /** Answers read whole on this connection: a bad head on a reused one may be a stray byte of the last. */
   #served = 0;
 
+  readonly #timeoutMs: number;
+
   constructor(endpoint: URL, timeoutMs: number, receiveBufferBytes: number | undefined, onGone: (connection: Connection) => void) {
+    this.#timeoutMs = timeoutMs;
     this.socket = connect({
       host: endpoint.hostname.replace(/^\[(.*)\]$/, '$1'), // an IPv6 literal without its brackets
       port: Number(endpoint.port || 80),
@@ -111,12 +114,20 @@ class Connection {
       onread: {
         buffer: () => this.#nextBuffer(),
         // Returning false stops reading the socket (the body has no place to go).
-        callback: (n: number, buffer: Uint8Array) => this.#onRead(n, buffer),
+        callback: (n: number, buffer: Uint8Array) => this.#guarded(() => this.#onRead(n, buffer)),
       },
     });
     // Bounded once connected, before the request (queued until then) is sent: what a stopped
     // read leaves unread waits in this buffer (socket-buffer.ts).
-    if (receiveBufferBytes !== undefined) this.socket.once('connect', () => boundReceiveBuffer(this.socket, receiveBufferBytes));
+    if (receiveBufferBytes !== undefined) {
+      this.socket.once('connect', () => {
+        try {
+          boundReceiveBuffer(this.socket, receiveBufferBytes);
+        } catch {
+          // Refused: the socket stays as it was (the kernel's default, autotuned).
+        }
+      });
+    }
     // A request is written at once: the socket queues it until it connects, and a connection that
     // fails, times out or is closed first fails the request through the handlers below.
     // Also closes a connection idle that long (undici's pool closes them after 30 s).
@@ -201,8 +212,7 @@ class Connection {
         }
         if (target.next() !== undefined) return true;
         // The next bytes have no place yet: stop reading before the socket hands over any.
-        target.paused(() => this.#resume());
-        return false;
+        return this.#stop();
       }
       // Read into the scratch buffer: the target had no place when the read was set up.
       return this.#hold(buffer.subarray(0, n));
@@ -234,8 +244,7 @@ class Connection {
     this.#drain();
     if (!this.#held) return true;
     this.#held = new Uint8Array(this.#held); // a copy: the scratch buffer takes the next read
-    (this.#target as BodyTarget).paused(() => this.#resume());
-    return false;
+    return this.#stop();
   }
 
   /** Copies held bytes to their places as far as there are places. */
@@ -257,12 +266,40 @@ class Connection {
 
   /** The target has a place again: place what is held, then read the socket again. */
   #resume(): void {
-    if (this.#state !== 'body') return;
-    if (this.#held) {
-      this.#drain();
-      if (this.#held) return (this.#target as BodyTarget).paused(() => this.#resume());
+    this.#guarded(() => {
+      if (this.#state !== 'body') return true;
+      if (this.#held) {
+        this.#drain();
+        if (this.#held) return this.#stop();
+      }
+      this.socket.setTimeout(this.#timeoutMs);
+      this.socket.resume();
+      return true;
+    });
+  }
+
+  /**
+   * The body has no place to go: the read waits for the target, without a timeout (the wait is
+   * the gateway's, not the store's; undici does not time a paused body either). Returns false,
+   * which from the read callback stops reading the socket.
+   */
+  #stop(): false {
+    this.socket.setTimeout(0);
+    (this.#target as BodyTarget).paused(() => this.#resume());
+    return false;
+  }
+
+  /**
+   * Runs a step that calls the target from inside Node's socket read callback (or the target's
+   * resume): a throw there would end the worker, so it fails the read instead.
+   */
+  #guarded(step: () => boolean): boolean {
+    try {
+      return step();
+    } catch (error) {
+      this.#fail(new ReadError('OC_ERR_INTERNAL', `placing the object store's answer: ${(error as Error).message}`));
+      return true;
     }
-    this.socket.resume();
   }
 
   #onHead(text: string, rest: Buffer): boolean {
@@ -324,7 +361,7 @@ class Connection {
       this.#drain();
       if (this.#held) {
         this.#held = new Uint8Array(this.#held);
-        (this.#target as BodyTarget).paused(() => this.#resume());
+        this.#stop();
       }
     }
   }

@@ -246,6 +246,24 @@ describe('socket range reads refuse what they do not read', () => {
     await c.close();
   });
 
+  it('does not time a read stopped for want of a place (the wait is the reader\'s, not the store\'s)', async () => {
+    const c = client(); // timeoutMs 1000
+    const body = randomBytes(200_000);
+    script = { answer: (socket) => socket.write(Buffer.concat([Buffer.from(`HTTP/1.1 206 Partial Content\r\nContent-Length: ${body.length}\r\n\r\n`), body])) };
+    const memory = new Uint8Array(body.length);
+    let pos = 0;
+    let allowed = 50_000;
+    let readOn: (() => void) | undefined;
+    const read = c.get('/b/k', 'bytes=0-199999', { onHead: () => ({ next: () => (pos < allowed ? memory.subarray(pos, allowed) : undefined), wrote: (n: number) => void (pos += n), paused: (r: () => void) => void (readOn = r) }) }, live);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(readOn).toBeDefined();
+    allowed = body.length;
+    readOn?.();
+    await read;
+    expect(Buffer.from(memory).equals(body)).toBe(true);
+    await c.close();
+  });
+
   it('refuses an endpoint behind TLS (those reads stay on undici)', () => {
     expect(() => new SocketRangeClient({ endpoint: new URL('https://127.0.0.1:1'), connections: 1, timeoutMs: 1, accessKeyId: 'k', secretAccessKey: 's', region: 'r' })).toThrow(/http: endpoints only/);
   });
