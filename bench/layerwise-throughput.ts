@@ -16,6 +16,8 @@
  *   [-- --backend distributed]  (a 4-server, 8-drive erasure-coded MinIO; gateway and baselines
  *                               talk to its first server; "minio" CPU is all four servers)
  *   [-- --gateway-cli OTHER/dist/cli/main.js]  (another build's gateway, to compare builds)
+ *   [-- --placement pinned]  (the gateway on the last core, MinIO and the load generator on the
+ *                            others, as separate machines would be; placement.ts; default shared)
  *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
  *   a V8 CPU profile of the gateway process)
  */
@@ -30,6 +32,7 @@ import { PRESETS } from '../schemas/layouts.js';
 import { directGetInto, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startDistributedMinio, startMinio } from './minio.js';
+import { choosePlacement, pinThisProcess } from './placement.js';
 import { cpuMeter, formatCpu, memoryWatch, predictedGBps, type CpuPerGiB } from './process-usage.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
@@ -98,6 +101,7 @@ async function main(): Promise<void> {
       backend: { type: 'string', default: 'minio' },
       'gateway-cli': { type: 'string' },
       out: { type: 'string' },
+      placement: { type: 'string', default: 'shared' },
     },
   });
   const quick = values.quick ?? false;
@@ -106,12 +110,16 @@ async function main(): Promise<void> {
   const granularities = (values.granularities ?? '16,64,256').split(',').map(Number);
   const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((s) => s !== '');
   if (values.backend !== 'minio' && values.backend !== 'embedded' && values.backend !== 'distributed') throw new Error('--backend is minio, distributed or embedded');
-  const settings = { reps, contexts, granularities, hitRate: HIT, model: PRESET.modelId, clientConcurrency: CONCURRENCY, gatewayArgs, backend: values.backend };
-  console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
+  if (values.placement !== 'pinned' && values.placement !== 'shared') throw new Error('--placement is pinned or shared');
+  if (values.placement === 'pinned' && values.backend === 'distributed') throw new Error('--placement pinned runs one MinIO (--backend minio or embedded)');
+  const placement = choosePlacement(values.placement);
+  const settings = { reps, contexts, granularities, hitRate: HIT, model: PRESET.modelId, clientConcurrency: CONCURRENCY, gatewayArgs, backend: values.backend, placement: placement.mode };
+  console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}; placement ${placement.description}`);
+  if (placement.othersCpus !== undefined) pinThisProcess(placement.othersCpus);
 
   const embedded = values.backend === 'embedded';
   const cluster = values.backend === 'distributed' ? await startDistributedMinio({ binary: installMinio(), nodes: 4, drivesPerNode: 2 }) : undefined;
-  const single = cluster ? undefined : await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')) });
+  const single = cluster ? undefined : await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')), ...(placement.othersCpus !== undefined ? { cpus: placement.othersCpus } : {}) });
   const minio = cluster ?? (single as NonNullable<typeof single>);
   const minioPids = cluster ? cluster.nodes.map((n) => n.process.pid as number) : [single?.process.pid as number];
   const profileDir = values['profile-gateway'];
@@ -120,6 +128,7 @@ async function main(): Promise<void> {
     ...(embedded ? { dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-store-')) } : { minio }),
     args: gatewayArgs,
     cli: values['gateway-cli'],
+    cpus: placement.gatewayCpus,
     nodeArgs: [...nodeArgs, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])],
   });
   // The baselines read the same store the gateway serves: MinIO, or the embedded store through
