@@ -7,9 +7,7 @@
  */
 import type { Readable } from 'node:stream';
 import { escapeUri } from '@smithy/util-uri-escape';
-import type { Socket } from 'node:net';
-import { Pool, buildConnector, errors as undiciErrors, type Dispatcher } from 'undici';
-import { boundReceiveBuffer } from './socket-buffer.js';
+import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { EMPTY_PAYLOAD_SHA256 } from '../schemas/sigv4-signer.js';
 import { sigv4 } from '../schemas/signing-dispatcher.js';
@@ -23,8 +21,6 @@ export interface S3BackendOptions {
   readonly secretAccessKey: string;
   readonly connections: number;
   readonly timeoutMs: number;
-  /** Each connection's kernel receive buffer (SO_RCVBUF), for connections whose responses pause. */
-  readonly receiveBufferBytes?: number;
 }
 
 export interface BackendRequest {
@@ -81,22 +77,6 @@ export function mapBackendError(error: unknown, signal?: AbortSignal): unknown {
   return new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', 'The object store behind the gateway is unavailable', { cause: error, retryable: true });
 }
 
-/** undici's connector, with each new socket's receive buffer bounded before any request is sent on it. */
-function boundedConnector(timeoutMs: number, receiveBufferBytes: number): buildConnector.connector {
-  const connect = buildConnector({ timeout: timeoutMs });
-  return (options, callback) =>
-    connect(options, (...result) => {
-      if (result[0] === null) {
-        try {
-          boundReceiveBuffer(result[1] as Socket, receiveBufferBytes);
-        } catch {
-          // The kernel refused the size: the socket keeps its own (autotuned) buffer.
-        }
-      }
-      callback(...result);
-    });
-}
-
 export class S3Backend {
   readonly endpoint: URL;
   readonly #pool: Pool;
@@ -111,7 +91,7 @@ export class S3Backend {
     this.#timeoutMs = options.timeoutMs;
     this.#pool = new Pool(options.endpoint.origin, {
       connections: options.connections,
-      connect: options.receiveBufferBytes === undefined ? { timeout: options.timeoutMs } : boundedConnector(options.timeoutMs, options.receiveBufferBytes),
+      connect: { timeout: options.timeoutMs },
       headersTimeout: options.timeoutMs,
       bodyTimeout: options.timeoutMs,
       keepAliveTimeout: 30_000,

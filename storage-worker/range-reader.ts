@@ -256,12 +256,12 @@ export function pause(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 export class S3RangeReader implements RangeReader {
-  readonly #backend: S3Backend;
-  /** The socket reader, for a plain-HTTP store (socket-range-get.ts); else undici reads. */
-  readonly #sockets: SocketRangeClient | undefined;
-  constructor(backend: S3Backend, sockets?: SocketRangeClient) {
-    this.#backend = backend;
-    this.#sockets = sockets;
+  /** The socket reader for a plain-HTTP store (socket-range-get.ts); behind TLS, undici. */
+  readonly #transport: SocketRangeClient | S3Backend;
+  readonly #timeoutMs: number;
+  constructor(transport: SocketRangeClient | S3Backend, timeoutMs: number) {
+    this.#transport = transport;
+    this.#timeoutMs = timeoutMs;
   }
 
   /** One range GET through the socket reader, its body read straight into the target's views. */
@@ -281,9 +281,9 @@ export class S3RangeReader implements RangeReader {
   }
 
   /** One range GET through undici. */
-  async #undiciRead(path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #undiciRead(backend: S3Backend, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
-    this.#backend.http.dispatch({ method: 'GET', path, headers: { range: rangeHeader(target) }, headersTimeout: this.#backend.timeoutMs, bodyTimeout: this.#backend.timeoutMs }, handler);
+    backend.http.dispatch({ method: 'GET', path, headers: { range: rangeHeader(target) }, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, handler);
     const layerCrcs = await handler.done;
     return { etag: handler.etag, layerCrcs };
   }
@@ -295,12 +295,13 @@ export class S3RangeReader implements RangeReader {
    * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
    */
   async #readRange(path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
-    const deadline = performance.now() + this.#backend.timeoutMs;
+    const deadline = performance.now() + this.#timeoutMs;
     for (let attempt = 1; ; attempt++) {
       if (signal.aborted) throw cancelled();
       counts.reads++;
       try {
-        return await (this.#sockets ? this.#socketRead(this.#sockets, path, bucket, key, target, objectBytes, signal) : this.#undiciRead(path, bucket, key, target, objectBytes, signal));
+        const transport = this.#transport;
+        return await (transport instanceof SocketRangeClient ? this.#socketRead(transport, path, bucket, key, target, objectBytes, signal) : this.#undiciRead(transport, path, bucket, key, target, objectBytes, signal));
       } catch (error) {
         const delay = retryPauseMs(attempt);
         if (!(error instanceof ReadError) || !error.retryable || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;
@@ -329,8 +330,7 @@ export class S3RangeReader implements RangeReader {
   }
 
   async close(): Promise<void> {
-    await this.#sockets?.close();
-    await this.#backend.close();
+    await this.#transport.close();
   }
 }
 
@@ -341,6 +341,5 @@ function rangeHeader(target: RangeTarget): string {
 export function createRangeReader(backend: WorkerBackend): RangeReader {
   if (backend.kind === 'local') return new LocalRangeReader(backend.dataDir);
   const endpoint = new URL(backend.endpoint);
-  const sockets = endpoint.protocol === 'http:' ? new SocketRangeClient({ ...backend, endpoint }) : undefined;
-  return new S3RangeReader(new S3Backend({ ...backend, endpoint }), sockets);
+  return new S3RangeReader(endpoint.protocol === 'http:' ? new SocketRangeClient({ ...backend, endpoint }) : new S3Backend({ ...backend, endpoint }), backend.timeoutMs);
 }

@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { SocketRangeClient, type BodyTarget, type RangeAnswerSink } from '../storage-worker/socket-range-get.js';
 import { ReadError } from '../storage-worker/read-errors.js';
+import { S3RangeReader } from '../storage-worker/range-reader.js';
+import { S3Backend } from '../backends/s3-backend.js';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
 
 const live = new AbortController().signal;
@@ -61,6 +63,26 @@ describe('socket range reads from MinIO', () => {
     expect(Buffer.from(memory.subarray(7, 7 + object.byteLength)).equals(object)).toBe(true);
     expect(memory[6]).toBe(0);
     expect(memory[7 + object.byteLength]).toBe(0);
+  });
+
+  it('reads the same ranges through either transport of S3RangeReader (sockets; undici, as behind TLS), byte-exact, and names a missing chunk', async () => {
+    const credentials = { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', connections: 2, timeoutMs: 10_000, endpoint: new URL(minio.endpoint) };
+    const readers = [new S3RangeReader(new SocketRangeClient(credentials), 10_000), new S3RangeReader(new S3Backend(credentials), 10_000)];
+    for (const reader of readers) {
+      const memory = new Uint8Array(new SharedArrayBuffer(3000));
+      const targets = [
+        { offset: 10, length: 1000, views: views(memory, 0, [400, 1000]) },
+        { offset: object.byteLength - 2000, length: 2000, views: views(memory, 1000, [2000]) },
+      ];
+      const info = await reader.read({ bucket, key: 'a/b c.bin', targets, objectBytes: object.byteLength, signal: live });
+      expect(info.reads).toBe(2);
+      expect(info.etag).toMatch(/^"/);
+      expect(Buffer.from(memory.subarray(0, 1000)).equals(object.subarray(10, 1010))).toBe(true);
+      expect(Buffer.from(memory.subarray(1000)).equals(object.subarray(object.byteLength - 2000))).toBe(true);
+      const missing = await reader.read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, signal: live }).catch((e: unknown) => e);
+      expect(missing).toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
+      await reader.close();
+    }
   });
 
   it('collects an error body and keeps the connection for the next request', async () => {
