@@ -13,6 +13,7 @@ import http.client
 import json
 import threading
 import time
+import weakref
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ class ObjectCacheClient:
         self._timeout = timeout
         self._retries = retries
         self._idle: List[Tuple[int, http.client.HTTPConnection]] = []
+        #: The endpoint each connection was opened to (forgotten with the connection).
+        self._opened_to: "weakref.WeakKeyDictionary[http.client.HTTPConnection, int]" = weakref.WeakKeyDictionary()
         self._max_idle = max_idle_connections
         self._lock = threading.Lock()
 
@@ -110,7 +113,10 @@ class ObjectCacheClient:
     def _connect(self, index: int) -> http.client.HTTPConnection:
         _, https, host, port = self._endpoints[index]
         cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
-        return cls(host, port, timeout=self._timeout)
+        conn = cls(host, port, timeout=self._timeout)
+        with self._lock:
+            self._opened_to[conn] = index
+        return conn
 
     def _take(self, index: int) -> Tuple[http.client.HTTPConnection, bool]:
         with self._lock:
@@ -120,12 +126,15 @@ class ObjectCacheClient:
         return self._connect(index), False
 
     def _give(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        """Files a connection whose response has been read to its end as idle, under the gateway
+        it was opened to (not the one in use now: another thread may have moved on meanwhile)."""
         if response.will_close or not response.isclosed():
             conn.close()
             return
         with self._lock:
-            if len(self._idle) < self._max_idle:
-                self._idle.append((self._current, conn))
+            index = self._opened_to.get(conn)
+            if index is not None and len(self._idle) < self._max_idle:
+                self._idle.append((index, conn))
                 return
         conn.close()
 

@@ -1,0 +1,77 @@
+"""Keep-alive connections go back to the gateway they were opened to, whatever other threads did
+meanwhile (two small HTTP servers stand in for two gateways; no store is needed)."""
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator, Tuple
+
+import pytest
+
+from objectcache import ObjectCacheClient, ObjectCacheError
+
+
+def _gateway(name: bytes, arrived: threading.Event, release: threading.Event) -> ThreadingHTTPServer:
+    """Answers every GET with its name, keeping the connection alive; ``/bucket/slow`` sets
+    ``arrived`` and answers only once ``release`` is set."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            if self.path.endswith("/slow"):
+                arrived.set()
+                release.wait(10)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(name)))
+            self.end_headers()
+            self.wfile.write(name)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture()
+def gateways() -> Iterator[Tuple[ThreadingHTTPServer, ThreadingHTTPServer, threading.Event, threading.Event]]:
+    arrived, release = threading.Event(), threading.Event()
+    a, b = _gateway(b"A", arrived, release), _gateway(b"B", arrived, release)
+    yield a, b, arrived, release
+    release.set()
+    for server in (a, b):
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_connection_returns_to_the_gateway_it_was_opened_to(gateways: Tuple[ThreadingHTTPServer, ThreadingHTTPServer, threading.Event, threading.Event]) -> None:
+    a, b, arrived, release = gateways
+    url = lambda s: f"http://127.0.0.1:{s.server_address[1]}"  # noqa: E731
+    client = ObjectCacheClient([url(a), url(b)], "bucket", ("key", "secret"), retries=0)
+    # One thread's GET is in flight on gateway A ...
+    slow: list = []
+    reader = threading.Thread(target=lambda: slow.append(client.get_object("slow")))
+    reader.start()
+    assert arrived.wait(10)
+    # ... when A stops taking connections: another request moves the client on to B.
+    a.shutdown()
+    a.socket.close()
+    assert client.get_object("x") == b"B"
+    assert client.endpoint == url(b)
+    # A answers the first GET over its open connection, which goes back to the idle pool.
+    release.set()
+    reader.join(10)
+    assert slow == [b"A"]
+    # Every later request goes to B, the gateway in use: never over A's leftover connection.
+    for _ in range(3):
+        assert client.get_object("y") == b"B"
+    client.close()
+
+
+def test_no_endpoint_is_a_usage_error() -> None:
+    with pytest.raises(ObjectCacheError) as caught:
+        ObjectCacheClient([], "bucket", ("key", "secret"))
+    assert caught.value.code == "OC_ERR_CLIENT_USAGE"
