@@ -95,12 +95,23 @@ function parseErrorDocument(xml: string): { code?: string; message?: string } {
   }
 }
 
-function errorFromXml(status: number, xml: string, headerCode: string | undefined): ObjectCacheError {
-  const parsed = parseErrorDocument(xml);
+/**
+ * The gateway's answer to a refused request as an ObjectCacheError: its stable code (the
+ * `x-objectcache-error-code` header, else the S3 code's), whether a retry may succeed (the
+ * `x-objectcache-retryable` header, else the code's), and the request id (`x-amz-request-id`).
+ */
+function errorFromAnswer(status: number, parsed: { code?: string; message?: string }, header: (name: string) => string | undefined, cause?: unknown): ObjectCacheError {
   const s3Code = parsed.code ?? 'Unknown';
   const message = parsed.message ?? `the gateway answered ${status}`;
+  const headerCode = header('x-objectcache-error-code');
   const code = headerCode !== undefined && headerCode in ERRORS ? (headerCode as ErrorCode) : codeForS3(s3Code, status);
-  return new ObjectCacheError(code, message, { details: { S3Code: s3Code, Status: status } });
+  const retryable = header('x-objectcache-retryable');
+  const requestId = header('x-amz-request-id');
+  return new ObjectCacheError(code, message, {
+    details: { S3Code: s3Code, Status: status, ...(requestId !== undefined ? { RequestId: requestId } : {}) },
+    ...(retryable === 'true' || retryable === 'false' ? { retryable: retryable === 'true' } : {}),
+    ...(cause !== undefined ? { cause } : {}),
+  });
 }
 
 function codeForS3(s3Code: string, status: number): ErrorCode {
@@ -216,8 +227,10 @@ export class ObjectCacheClient {
   async #failure(response: { statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }): Promise<ObjectCacheError> {
     const chunks: Buffer[] = [];
     for await (const chunk of response.body) chunks.push(chunk as Buffer);
-    const header = response.headers['x-objectcache-error-code'];
-    return errorFromXml(response.statusCode, Buffer.concat(chunks).toString('utf8'), typeof header === 'string' ? header : undefined);
+    return errorFromAnswer(response.statusCode, parseErrorDocument(Buffer.concat(chunks).toString('utf8')), (name) => {
+      const value = response.headers[name];
+      return typeof value === 'string' ? value : undefined;
+    });
   }
 
   /**
@@ -245,9 +258,9 @@ export class ObjectCacheClient {
       return output.Body as Readable;
     } catch (error) {
       if (error instanceof S3ServiceException) {
-        const headerCode = (error.$response?.headers as Record<string, string> | undefined)?.['x-objectcache-error-code'];
-        const code = headerCode !== undefined && headerCode in ERRORS ? (headerCode as ErrorCode) : codeForS3(error.name, error.$metadata.httpStatusCode ?? 0);
-        throw new ObjectCacheError(code, error.message, { cause: error, details: { S3Code: error.name, Status: error.$metadata.httpStatusCode ?? 0 } });
+        const headers = (error.$response?.headers ?? {}) as Record<string, string | undefined>;
+        const status = error.$metadata.httpStatusCode ?? 0;
+        throw errorFromAnswer(status, { code: error.name, message: error.message }, (name) => headers[name] ?? (name === 'x-amz-request-id' ? error.$metadata.requestId : undefined), error);
       }
       throw error;
     }

@@ -146,7 +146,8 @@ export class FrameDecoder {
         if (payload.chunk !== undefined) details['ChunkIndex'] = payload.chunk;
         if (payload.key !== undefined) details['Key'] = payload.key;
         if (payload.layer !== undefined) details['Layer'] = payload.layer;
-        throw new ObjectCacheError(code, `the gateway failed mid-stream: ${payload.message ?? 'no message'}`, { details });
+        const retryable = typeof payload.retryable === 'boolean' ? { retryable: payload.retryable } : {};
+        throw new ObjectCacheError(code, `the gateway failed mid-stream: ${payload.message ?? 'no message'}`, { details, ...retryable });
       }
       case FrameType.END:
         if (this.#nextLayer !== o.layerEnd) throw protocolError(`END after ${this.#nextLayer - o.layerStart} of ${o.layerEnd - o.layerStart} layers`);

@@ -15,6 +15,12 @@ export interface ErrorSpec {
   readonly s3Code: string;
   /** One line for the error table in README.md. */
   readonly description: string;
+  /**
+   * Sending the same request again may succeed (an outage, throttling, a chunk overwritten while
+   * it was read). Carried on the wire: the `x-objectcache-retryable` header of an error answer and
+   * the ERROR frame's `retryable` (schemas/wire-format.md section 4).
+   */
+  readonly retryable?: true;
 }
 
 export const ERRORS = {
@@ -74,8 +80,8 @@ export const ERRORS = {
   OC_ERR_STORE_IO: { status: 500, s3Code: 'InternalError', description: 'The embedded store failed to read or write its data directory.' },
 
   // --- the S3 backend behind the gateway ---
-  OC_ERR_BACKEND_UNAVAILABLE: { status: 503, s3Code: 'ServiceUnavailable', description: 'The object store behind the gateway cannot be reached.' },
-  OC_ERR_BACKEND_TIMEOUT: { status: 503, s3Code: 'ServiceUnavailable', description: 'The object store did not answer within the backend timeout.' },
+  OC_ERR_BACKEND_UNAVAILABLE: { status: 503, s3Code: 'ServiceUnavailable', retryable: true, description: 'The object store behind the gateway cannot be reached.' },
+  OC_ERR_BACKEND_TIMEOUT: { status: 503, s3Code: 'ServiceUnavailable', retryable: true, description: 'The object store did not answer within the backend timeout.' },
   OC_ERR_BACKEND_PROTOCOL: { status: 502, s3Code: 'InternalError', description: 'The object store answered with something that is not valid S3.' },
 
   // --- descriptors and the layerwise GET (README, The layerwise GET) ---
@@ -86,13 +92,15 @@ export const ERRORS = {
   OC_ERR_DESCRIPTOR_KEY_MISMATCH: { status: 400, s3Code: 'InvalidArgument', description: 'The GET path does not name the descriptor\'s last chunk key.' },
   OC_ERR_CHUNK_MISSING: { status: 404, s3Code: 'NoSuchKey', description: 'A chunk named by the descriptor does not exist (the message names it).' },
   OC_ERR_CHUNK_SIZE: { status: 400, s3Code: 'InvalidArgument', description: 'A chunk object is not layers x layerBytes bytes long (the message names it).' },
-  OC_ERR_CHUNK_CHANGED: { status: 409, s3Code: 'OperationAborted', description: 'A chunk object was overwritten while the layerwise GET was reading it (its ETag changed between reads): nothing of the new version was delivered. Retry the GET.' },
+  OC_ERR_CHUNK_CHANGED: { status: 409, s3Code: 'OperationAborted', retryable: true, description: 'A chunk object was overwritten while the layerwise GET was reading it (its ETag changed between reads): nothing of the new version was delivered. Retry the GET.' },
   OC_ERR_CHUNK_CORRUPT: { status: 502, s3Code: 'InternalError', description: 'A slice read from a chunk does not match the CRC32C recorded when it was stored (the message names chunk and layer).' },
   OC_ERR_BACKEND_RANGE: { status: 502, s3Code: 'InternalError', description: 'A range read came back with the wrong status, Content-Range or length.' },
   OC_ERR_CLIENT_STALLED: { status: 408, s3Code: 'RequestTimeout', description: 'The client stopped reading the stream for longer than --client-stall-timeout-ms; the stream was ended to release its buffers.' },
-  OC_ERR_POOL_BUSY: { status: 503, s3Code: 'SlowDown', description: 'The read-worker queue is full; retry after the Retry-After delay.' },
-  OC_ERR_ADMISSION_LIMIT: { status: 503, s3Code: 'SlowDown', description: 'The gateway is at its limit of concurrent layerwise GETs or buffered bytes; retry after the Retry-After delay.' },
+  OC_ERR_POOL_BUSY: { status: 503, s3Code: 'SlowDown', retryable: true, description: 'The read-worker queue is full; retry after the Retry-After delay.' },
+  OC_ERR_ADMISSION_LIMIT: { status: 503, s3Code: 'SlowDown', retryable: true, description: 'The gateway is at its limit of concurrent layerwise GETs or buffered bytes; retry after the Retry-After delay.' },
   OC_ERR_POOL_WORKER: { status: 500, s3Code: 'InternalError', description: 'A read worker failed while executing a task; only its own request fails.' },
+  OC_ERR_CANCELLED: { status: 499, s3Code: 'RequestCancelled', description: 'The request ended before its reads did (the client went away, or the gateway is shutting down); its reads were cancelled. Logged and counted; a client that is still there never receives it.' },
+  OC_ERR_SCHEDULER_CLOSED: { status: 503, s3Code: 'ServiceUnavailable', retryable: true, description: 'The gateway is shutting down and admits no more layerwise GETs; retry against another gateway or later.' },
 
   // --- the client library (never sent by the gateway; status 0) ---
   OC_ERR_CLIENT_PROTOCOL: { status: 0, s3Code: '-', description: 'The response is not a valid ObjectCache stream (preamble, frame order, sizes).' },
@@ -111,7 +119,7 @@ export interface ObjectCacheErrorOptions {
   readonly cause?: unknown;
   /** Extra elements for the S3 XML body (BucketName, Key, ...). */
   readonly details?: Readonly<Record<string, string | number>>;
-  /** Whether retrying the same request may succeed (backend outages, throttling). */
+  /** Whether retrying the same request may succeed; the code's (ErrorSpec.retryable) unless given. */
   readonly retryable?: boolean;
 }
 
@@ -131,6 +139,6 @@ export class ObjectCacheError extends Error {
     this.status = spec.status;
     this.s3Code = spec.s3Code;
     this.details = options.details ?? {};
-    this.retryable = options.retryable ?? spec.status === 503;
+    this.retryable = options.retryable ?? spec.retryable === true;
   }
 }

@@ -91,6 +91,8 @@ export interface EndSummary {
 export interface ErrorPayload {
   readonly code: string;
   readonly message: string;
+  /** Sending the GET again may succeed. Absent from older gateways: then the code's (schemas/errors.ts). */
+  readonly retryable?: boolean;
   readonly chunk?: number;
   readonly key?: string;
   readonly layer?: number;

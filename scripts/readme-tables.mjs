@@ -10,8 +10,8 @@ const settings = ['| Flag | Environment variable | Default | Meaning |', '|---|-
 for (const s of Object.values(SERVE_SETTINGS)) {
   settings.push(`| ${s.envOnly ? '—' : `\`--${s.flag}\``} | \`${s.env}\` | ${s.default === undefined ? 'unset' : `\`${s.default}\``} | ${s.description} |`);
 }
-const errors = ['| Code | HTTP | S3 code | When |', '|---|---|---|---|'];
-for (const [code, e] of Object.entries(ERRORS)) errors.push(`| \`${code}\` | ${e.status === 0 ? '—' : e.status} | \`${e.s3Code}\` | ${e.description} |`);
+const errors = ['| Code | HTTP | S3 code | Retry | When |', '|---|---|---|---|---|'];
+for (const [code, e] of Object.entries(ERRORS)) errors.push(`| \`${code}\` | ${e.status === 0 ? '—' : e.status} | \`${e.s3Code}\` | ${e.retryable ? 'yes' : 'no'} | ${e.description} |`);
 
 const url = new URL('../README.md', import.meta.url);
 let readme = readFileSync(url, 'utf8');

@@ -32,5 +32,5 @@ export function changed(key: string): ReadError {
 }
 
 export function cancelled(): ReadError {
-  return new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
+  return new ReadError('OC_ERR_CANCELLED', 'the task was cancelled');
 }

@@ -13,7 +13,7 @@ import type { ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } fro
 import { ChunkStreams } from './chunk-streams.js';
 import { SocketRangeClient } from './socket-range-get.js';
 import { createRangeReader, type RangeReader } from './range-reader.js';
-import { corruptSlice, ReadError } from './read-errors.js';
+import { cancelled, corruptSlice, ReadError } from './read-errors.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
 
@@ -89,7 +89,7 @@ async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8A
   for (let i = 0; i < Math.min(init.readConcurrency, task.keys.length); i++) lanes.push(lane());
   await Promise.all(lanes);
   if (failure !== undefined) throw failure;
-  if (signal.aborted) throw new ReadError('OC_ERR_INTERNAL', 'the task was cancelled');
+  if (signal.aborted) throw cancelled();
   return { reads, retries, recorded, etags };
 }
 
@@ -147,7 +147,7 @@ function failed(error: unknown): WorkerResult {
 export default async function runReadTask(task: ReadTask | StreamTask): Promise<unknown> {
   if (isCancelled(task.id)) {
     if ('kind' in task) task.port.close();
-    return failed(new ReadError('OC_ERR_INTERNAL', 'the task was cancelled'));
+    return failed(cancelled());
   }
   const controller = new AbortController();
   setMaxListeners(0, controller.signal); // every read in flight listens to it

@@ -37,6 +37,8 @@ describe('admission control', () => {
     expect(refused).toBeInstanceOf(ObjectCacheError);
     expect((refused as ObjectCacheError).code).toBe('OC_ERR_ADMISSION_LIMIT');
     expect((refused as ObjectCacheError).details['Status']).toBe(503);
+    expect((refused as ObjectCacheError).retryable).toBe(true);
+    expect((refused as ObjectCacheError).details['RequestId']).toMatch(/^[0-9A-Za-z-]{8,}$/);
 
     // The raw answer: S3's SlowDown, with Retry-After.
     const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
@@ -44,6 +46,7 @@ describe('admission control', () => {
     const raw = await postDescriptor(pool, gw.url, client.bucket, body);
     expect(raw.statusCode).toBe(503);
     expect(raw.headers['retry-after']).toBe('1');
+    expect(raw.headers['x-objectcache-retryable']).toBe('true');
     expect(await raw.body.text()).toContain('<Code>SlowDown</Code>');
     await pool.close();
 

@@ -54,6 +54,8 @@ describe.each<BackendKind>(['local', 's3'])('chunks pinned for the whole stream 
     expect(failure).toBeInstanceOf(ObjectCacheError);
     expect((failure as ObjectCacheError).code).toBe('OC_ERR_CHUNK_CHANGED');
     expect((failure as ObjectCacheError).details['Key']).toBe(victim);
+    // Retry the GET, the ERROR frame says (and the client reads it from the frame).
+    expect((failure as ObjectCacheError).retryable).toBe(true);
     expect(ready.length).toBeLessThan(32);
   });
 

@@ -28,9 +28,19 @@ describe('README', () => {
       const row = readme.split('\n').find((line) => line.startsWith('|') && line.includes(`\`${code}\``));
       expect(row, code).toBeDefined();
       expect(row).toContain(spec.status === 0 ? '| — |' : `| ${spec.status} |`);
-      expect(row).toContain(`\`${spec.s3Code}\``);
+      expect(row).toContain(`\`${spec.s3Code}\` | ${'retryable' in spec ? 'yes' : 'no'} |`);
       expect(row, `${code}: run node scripts/readme-tables.mjs`).toContain(spec.description);
     }
+  });
+
+  it("gives the Python client the registry's retryable codes (for answers from gateways that do not say)", () => {
+    const python = readFileSync(new URL('../client/python/src/objectcache/errors.py', import.meta.url), 'utf8');
+    const table = python.slice(python.indexOf('RETRYABLE_CODES'), python.indexOf('class ObjectCacheError'));
+    const listed = [...table.matchAll(/"(OC_ERR_[A-Z0-9_]+)"/g)].map((m) => m[1]).sort();
+    const registry = Object.entries(ERRORS).filter(([, spec]) => 'retryable' in spec).map(([code]) => code).sort();
+    expect(listed).toEqual(registry);
+    // Every 503 is a retry-later answer.
+    for (const [code, spec] of Object.entries(ERRORS)) if (spec.status === 503) expect(registry, code).toContain(code);
   });
 
   it('names the test command that .ci/run runs', () => {

@@ -210,6 +210,15 @@ describe('EpochScheduler', () => {
     expect(order).toEqual(ids);
   });
 
+  it('refuses pending and new requests with OC_ERR_SCHEDULER_CLOSED once closed (retryable: another gateway may admit them)', async () => {
+    const clock = new FakeClock();
+    const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 1000, clock });
+    const pending = scheduler.admit({ id: 'waiting', tenant: 't', bytesPerLayer: 1 });
+    scheduler.close();
+    await expect(pending).rejects.toMatchObject({ code: 'OC_ERR_SCHEDULER_CLOSED', retryable: true, status: 503 });
+    await expect(scheduler.admit({ id: 'late', tenant: 't', bytesPerLayer: 1 })).rejects.toMatchObject({ code: 'OC_ERR_SCHEDULER_CLOSED' });
+  });
+
   it('drops a pending request whose client went away', async () => {
     const clock = new FakeClock();
     const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 1000, clock });

@@ -105,7 +105,7 @@ describe('socket range reads from MinIO', () => {
     const controller = new AbortController();
     const read = client.get(`/${bucket}/a/b%20c.bin`, `bytes=0-${object.byteLength - 1}`, accept([new Uint8Array(object.byteLength)]), controller.signal);
     controller.abort();
-    await expect(read).rejects.toMatchObject({ message: 'the task was cancelled' });
+    await expect(read).rejects.toMatchObject({ code: 'OC_ERR_CANCELLED', message: 'the task was cancelled' });
     const target = new Uint8Array(4);
     await client.get(`/${bucket}/a/b%20c.bin`, 'bytes=0-3', accept([target]), live);
     expect(Buffer.from(target).equals(object.subarray(0, 4))).toBe(true);
@@ -219,9 +219,9 @@ describe('socket range reads refuse what they do not read', () => {
     const queued = c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), second.signal); // one connection: waits
     await new Promise((resolve) => setTimeout(resolve, 100));
     second.abort();
-    await expect(queued).rejects.toMatchObject({ message: 'the task was cancelled' });
+    await expect(queued).rejects.toMatchObject({ code: 'OC_ERR_CANCELLED', message: 'the task was cancelled' });
     first.abort();
-    await expect(inFlight).rejects.toMatchObject({ message: 'the task was cancelled' });
+    await expect(inFlight).rejects.toMatchObject({ code: 'OC_ERR_CANCELLED', message: 'the task was cancelled' });
     script = { answer: (socket) => socket.write(ok('after')) };
     const target = new Uint8Array(5);
     await c.get('/b/k', 'bytes=0-4', accept([target]), live);

@@ -95,6 +95,17 @@ describe('FrameDecoder', () => {
     const failed = decode(Buffer.concat([encodePreamble(), encodeFrameHeader({ type: FrameType.LAYER, index: 0, length: 8, crc32c: crc32c(l0) }), l0, encodeFrameHeader({ type: FrameType.ERROR, index: 0, length: errorJson.length, crc32c: crc32c(errorJson) }), errorJson]));
     expect(codeOf(failed)).toBe('OC_ERR_CHUNK_MISSING');
     expect((failed as ObjectCacheError).details).toMatchObject({ ChunkIndex: 1, Key: 'k/1' });
+    expect((failed as ObjectCacheError).retryable).toBe(false);
+    // `retryable` as the gateway sends it; absent (an older gateway), the code's; unknown fields ignored.
+    const errorFrame = (payload: object): unknown => {
+      const json = Buffer.from(JSON.stringify(payload));
+      return decode(Buffer.concat([encodePreamble(), encodeFrameHeader({ type: FrameType.ERROR, index: 0, length: json.length, crc32c: crc32c(json) }), json]));
+    };
+    expect(errorFrame({ code: 'OC_ERR_CHUNK_CHANGED', message: 'm', retryable: true })).toMatchObject({ code: 'OC_ERR_CHUNK_CHANGED', retryable: true });
+    expect(errorFrame({ code: 'OC_ERR_CHUNK_CHANGED', message: 'm' })).toMatchObject({ code: 'OC_ERR_CHUNK_CHANGED', retryable: true });
+    expect(errorFrame({ code: 'OC_ERR_CHUNK_CHANGED', message: 'm', retryable: false, since: 'a later version' })).toMatchObject({ code: 'OC_ERR_CHUNK_CHANGED', retryable: false });
+    expect(errorFrame({ code: 'OC_ERR_BACKEND_TIMEOUT', message: 'm' })).toMatchObject({ retryable: true });
+    expect(errorFrame({ code: 'OC_ERR_CHUNK_CORRUPT', message: 'm' })).toMatchObject({ retryable: false });
     expect(codeOf(decode(Buffer.concat([good, Buffer.from([0])])))).toBe('OC_ERR_CLIENT_PROTOCOL');
   });
 

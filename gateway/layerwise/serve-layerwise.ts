@@ -253,6 +253,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     const payload: ErrorPayload = {
       code: e.code,
       message: e.message,
+      retryable: e.retryable,
       ...(e.details['ChunkIndex'] !== undefined ? { chunk: Number(e.details['ChunkIndex']) } : {}),
       ...(e.details['Key'] !== undefined ? { key: String(e.details['Key']) } : {}),
       ...(e.details['Layer'] !== undefined ? { layer: Number(e.details['Layer']) } : {}),

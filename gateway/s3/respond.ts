@@ -62,6 +62,8 @@ export function sendError(res: ServerResponse, error: ObjectCacheError, requestI
   // The stable ObjectCache code, for clients that want more than the S3 code.
   const headers: Record<string, string> = { 'x-objectcache-error-code': error.code };
   if (error.code === 'OC_ERR_STORE_INVALID_RANGE' && error.details['ObjectSize'] !== undefined) headers['content-range'] = `bytes */${error.details['ObjectSize']}`;
+  // Whether sending the request again may succeed (the ERROR frame's `retryable` after headers).
+  headers['x-objectcache-retryable'] = String(error.retryable);
   if (error.retryable) headers['retry-after'] = '1';
   const details = { ...error.details };
   delete details['ObjectSize'];

@@ -16,6 +16,7 @@
  * the loads ahead of it have finished. With `minRate = B / maxConcurrent`, at most
  * `maxConcurrent` requests are ever in flight.
  */
+import { ObjectCacheError } from '../../schemas/errors.js';
 import { allocate, type Allocation, type Policy } from './allocate.js';
 
 export interface Clock {
@@ -96,7 +97,7 @@ export class EpochScheduler {
 
   /** Resolves at the epoch boundary that admits the request. */
   admit(request: LoadRequest, signal?: AbortSignal): Promise<Grant> {
-    if (this.#closed) return Promise.reject(new Error('the scheduler is closed'));
+    if (this.#closed) return Promise.reject(new ObjectCacheError('OC_ERR_SCHEDULER_CLOSED', 'The gateway is shutting down: no more layerwise GETs are admitted'));
     if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<Grant>((resolve, reject) => {
       const entry: Pending = { request, arrived: this.#clock.now(), resolve, reject };
@@ -163,6 +164,6 @@ export class EpochScheduler {
   close(): void {
     this.#closed = true;
     if (this.#timer !== undefined) this.#clock.clearTimeout(this.#timer);
-    for (const p of this.#pending.splice(0)) p.reject(new Error('the scheduler is closed'));
+    for (const p of this.#pending.splice(0)) p.reject(new ObjectCacheError('OC_ERR_SCHEDULER_CLOSED', 'The gateway is shutting down: no more layerwise GETs are admitted'));
   }
 }

@@ -112,6 +112,11 @@ def test_errors_carry_the_stable_codes(client: ObjectCacheClient) -> None:
     with pytest.raises(ObjectCacheError) as missing:
         client.fetch({**descriptor, "keys": [keys[0], keys[1] + "-absent"]})
     assert missing.value.code.startswith("OC_ERR_") and missing.value.status == 404
+    # As the gateway answered: final, with the request id its log line names (as botocore's ClientError).
+    assert missing.value.retryable is False
+    assert missing.value.request_id and missing.value.request_id in str(missing.value)
+    assert missing.value.response["ResponseMetadata"]["RequestId"] == missing.value.request_id
+    assert missing.value.response["Error"]["Code"] == "NoSuchKey"
     with pytest.raises(ObjectCacheError) as wrong_size:
         client.fetch({**descriptor, "layerBytes": 256})
     assert wrong_size.value.code == "OC_ERR_CHUNK_SIZE"
@@ -133,6 +138,7 @@ def test_a_corrupt_chunk_ends_the_stream_with_its_code(client: ObjectCacheClient
     with pytest.raises(ObjectCacheError) as corrupt:
         client.fetch(ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=512))
     assert corrupt.value.code == "OC_ERR_CHUNK_CORRUPT"
+    assert corrupt.value.retryable is False and corrupt.value.request_id
 
 
 def _crc_meta(canonical: bytes) -> str:

@@ -62,6 +62,9 @@ def _writable_bytes(target: Any) -> memoryview:
 
 
 def _error_from_response(status: int, headers: http.client.HTTPMessage, body: bytes) -> ObjectCacheError:
+    """A refused request as an ObjectCacheError: the stable code (``x-objectcache-error-code``, else
+    one for the status), whether a retry may succeed (``x-objectcache-retryable``, else the code's),
+    and the request id (``x-amz-request-id``, else the XML document's RequestId)."""
     s3_code, message = "Unknown", f"the gateway answered {status}"
     details: Dict[str, Any] = {}
     try:
@@ -73,7 +76,10 @@ def _error_from_response(status: int, headers: http.client.HTTPMessage, body: by
     except ElementTree.ParseError:
         pass
     code = headers.get("x-objectcache-error-code") or ("OC_ERR_BACKEND_UNAVAILABLE" if status == 503 else "OC_ERR_INTERNAL")
-    return ObjectCacheError(code, message, status=status, details={**details, "S3Code": s3_code})
+    said = headers.get("x-objectcache-retryable")
+    retryable = said == "true" if said in ("true", "false") else None
+    request_id = headers.get("x-amz-request-id") or details.get("RequestId")
+    return ObjectCacheError(code, message, status=status, details={**details, "S3Code": s3_code}, retryable=retryable, request_id=request_id)
 
 
 class ObjectCacheClient:
@@ -189,7 +195,7 @@ class ObjectCacheClient:
                 return conn, response
             refused = _error_from_response(response.status, response.headers, response.read())
             self._give(conn, response)
-            if response.status == 503 and attempt < self._retries:
+            if refused.retryable and attempt < self._retries:
                 attempt += 1
                 retry_after = response.getheader("Retry-After")
                 try:
@@ -345,7 +351,12 @@ class ObjectCacheClient:
         opened.append(used)
         finished = False
         try:
-            summary = yield from read_frames(response, geometry)
+            try:
+                summary = yield from read_frames(response, geometry)
+            except ObjectCacheError as error:
+                # An ERROR frame (or a broken stream) names the request, as an error answer does.
+                error.request_id = error.request_id or response.getheader("x-amz-request-id")
+                raise
             if response.read(1) != b"":
                 raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", "bytes after the END frame")
             finished = True

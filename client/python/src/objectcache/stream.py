@@ -154,10 +154,18 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
                 raise ObjectCacheError("OC_ERR_CLIENT_CRC", "the CRC32C of a control frame does not match")
             document: Dict[str, Any] = json.loads(body.decode("utf-8"))
             if ftype == ERROR:
-                details = {k: v for k, v in document.items() if k not in ("code", "message")}
-                if "chunk" in details:
-                    details["ChunkIndex"] = details.pop("chunk")  # the name an S3 error document uses (as the TypeScript client)
-                raise ObjectCacheError(str(document.get("code", "OC_ERR_INTERNAL")), str(document.get("message", "the gateway ended the stream")), details=details)
+                details = {k: v for k, v in document.items() if k not in ("code", "message", "retryable")}
+                # The names an S3 error document (and the TypeScript client) uses.
+                for name, s3_name in (("chunk", "ChunkIndex"), ("key", "Key"), ("layer", "Layer")):
+                    if name in details:
+                        details[s3_name] = details.pop(name)
+                said = document.get("retryable")
+                raise ObjectCacheError(
+                    str(document.get("code", "OC_ERR_INTERNAL")),
+                    str(document.get("message", "the gateway ended the stream")),
+                    details=details,
+                    retryable=said if isinstance(said, bool) else None,  # older gateways: the code's
+                )
             done = next_layer == g.end if mode == "layerwise" else next_chunk == g.chunks
             if not done:
                 raise _protocol("END arrived before every layer")
