@@ -46,7 +46,7 @@ def test_fetches_layer_by_layer_into_a_bytearray_byte_exact(client: ObjectCacheC
     seen: List[int] = []
     expected = layer_major(chunks, 4096, 0, 8)
     views: List[bytes] = []
-    result = client.fetch(ObjectCacheClient.descriptor(keys, layers=8, chunk_tokens=16, layer_bytes=4096), on_layer_ready=lambda l, v: (seen.append(l), views.append(bytes(v))))
+    result = client.fetch(ObjectCacheClient.descriptor(keys, layers=8, chunk_tokens=16, layer_bytes=4096, mode="layerwise"), on_layer_ready=lambda l, v: (seen.append(l), views.append(bytes(v))))
     assert seen == list(range(8))
     assert bytes(result.target) == expected
     assert views[3] == expected[3 * 6 * 4096:4 * 6 * 4096]
@@ -54,6 +54,9 @@ def test_fetches_layer_by_layer_into_a_bytearray_byte_exact(client: ObjectCacheC
     assert result.summary["mode"] == "layerwise" and result.summary["verified"] is True
     assert result.summary["bytes"] == 6 * 8 * 4096
     assert [l for l, _ in result.timeline] == list(range(8))
+    # The default mode leaves it to the gateway: 192 KiB is below its threshold, so chunk by chunk.
+    auto = client.fetch(ObjectCacheClient.descriptor(keys, layers=8, chunk_tokens=16, layer_bytes=4096))
+    assert auto.summary["mode"] == "chunkwise" and bytes(auto.target) == expected
 
 
 def test_numpy_target_with_a_layer_stride_and_kv_2ltd_chunks(client: ObjectCacheClient) -> None:

@@ -75,3 +75,31 @@ def test_no_endpoint_is_a_usage_error() -> None:
     with pytest.raises(ObjectCacheError) as caught:
         ObjectCacheClient([], "bucket", ("key", "secret"))
     assert caught.value.code == "OC_ERR_CLIENT_USAGE"
+
+
+def test_boto3_keyword_names_reach_the_gateway(gateways: Tuple[ThreadingHTTPServer, ThreadingHTTPServer, threading.Event, threading.Event]) -> None:
+    a = gateways[0]
+    with ObjectCacheClient(endpoint_url=f"http://127.0.0.1:{a.server_address[1]}", bucket="bucket", aws_access_key_id="key", aws_secret_access_key="secret", region_name="eu-west-1") as client:
+        assert client.get_object("x") == b"A"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"endpoint": "http://127.0.0.1:1", "endpoint_url": "http://127.0.0.1:2", "bucket": "b", "credentials": ("k", "s")},
+        {"endpoint": "http://127.0.0.1:1", "bucket": "b", "credentials": ("k", "s"), "aws_access_key_id": "k"},
+        {"endpoint": "http://127.0.0.1:1", "bucket": "b", "credentials": ("k", "s"), "region": "r", "region_name": "r"},
+        {"endpoint": "http://127.0.0.1:1", "bucket": "b", "aws_access_key_id": "k"},
+        {"bucket": "b", "credentials": ("k", "s")},
+        {"endpoint": "http://127.0.0.1:1", "credentials": ("k", "s")},
+    ],
+)
+def test_missing_or_doubled_constructor_arguments_are_usage_errors(kwargs: dict) -> None:
+    with pytest.raises(ObjectCacheError) as caught:
+        ObjectCacheClient(**kwargs)
+    assert caught.value.code == "OC_ERR_CLIENT_USAGE"
+
+
+def test_a_descriptor_leaves_the_delivery_mode_to_the_gateway_unless_asked() -> None:
+    assert ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64)["mode"] == "auto"
+    assert ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64, mode="layerwise")["mode"] == "layerwise"

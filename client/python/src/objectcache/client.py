@@ -85,9 +85,43 @@ def _error_from_response(status: int, headers: http.client.HTTPMessage, body: by
 class ObjectCacheClient:
     """A client of one gateway and bucket. Thread-safe; close it (or use ``with``) when done."""
 
-    def __init__(self, endpoint: Union[str, Sequence[str]], bucket: str, credentials: Union[Tuple[str, str], Credentials], region: str = "us-east-1", *, timeout: float = 60.0, retries: int = 3, max_idle_connections: int = 8) -> None:
+    def __init__(
+        self,
+        endpoint: Union[str, Sequence[str], None] = None,
+        bucket: Optional[str] = None,
+        credentials: Union[Tuple[str, str], Credentials, None] = None,
+        region: Optional[str] = None,
+        *,
+        endpoint_url: Union[str, Sequence[str], None] = None,
+        region_name: Optional[str] = None,
+        aws_access_key_id: Optional[str] = None,
+        aws_secret_access_key: Optional[str] = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        max_idle_connections: int = 8,
+    ) -> None:
         """``endpoint``: a gateway URL, or several gateways in front of the same store (a request
-        that cannot reach one goes to the next; the client keeps the one that answered)."""
+        that cannot reach one goes to the next; the client keeps the one that answered).
+
+        boto3's names work too: ``ObjectCacheClient(endpoint_url=..., bucket=...,
+        aws_access_key_id=..., aws_secret_access_key=..., region_name=...)``. ``region`` defaults
+        to ``us-east-1``."""
+        if endpoint is not None and endpoint_url is not None:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "give endpoint or endpoint_url, not both")
+        if region is not None and region_name is not None:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "give region or region_name, not both")
+        if credentials is not None and (aws_access_key_id is not None or aws_secret_access_key is not None):
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "give credentials or aws_access_key_id and aws_secret_access_key, not both")
+        endpoint = endpoint if endpoint is not None else endpoint_url
+        if endpoint is None:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the client needs an endpoint (endpoint or endpoint_url)")
+        if bucket is None:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the client needs a bucket")
+        if credentials is None:
+            if aws_access_key_id is None or aws_secret_access_key is None:
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the client needs credentials: (key id, secret), or aws_access_key_id and aws_secret_access_key")
+            credentials = (aws_access_key_id, aws_secret_access_key)
+        region = region if region is not None else region_name if region_name is not None else "us-east-1"
         urls = [endpoint] if isinstance(endpoint, str) else list(endpoint)
         if not urls:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the client needs at least one endpoint")
@@ -312,8 +346,11 @@ class ObjectCacheClient:
     # -- the layerwise GET -------------------------------------------------------------------
 
     @staticmethod
-    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "layerwise", **extra: Any) -> Dict[str, Any]:
-        """A descriptor for ``keys`` (other fields, such as layerRange, tenant or computeMsPerLayer, as keywords)."""
+    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "auto", **extra: Any) -> Dict[str, Any]:
+        """A descriptor for ``keys`` (other fields, such as layerRange, tenant or computeMsPerLayer, as keywords).
+
+        ``mode``: ``auto`` (the gateway streams layer by layer at or above its size threshold,
+        chunk by chunk below it, as the TypeScript client's default), ``layerwise`` or ``chunkwise``."""
         document: Dict[str, Any] = {"version": 1, "keys": list(keys), "layers": layers, "chunkTokens": chunk_tokens, "layerBytes": layer_bytes, "layout": layout, "delivery": "layer-major", "mode": mode}
         document.update(extra)
         return document
