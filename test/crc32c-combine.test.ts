@@ -27,9 +27,19 @@ describe('crc32cCombine', () => {
   });
 
   it('handles slice lengths beyond 2^32 bytes without 32-bit overflow', () => {
-    // Shifting by 2^32 bytes twice equals shifting by 2^33 bytes once.
+    // A shift by 2^32 bytes is four shifts by 2^30 (a length 32-bit arithmetic still holds), so a
+    // shift computed with 32-bit operators (2^32 read as 0, the identity) cannot pass.
     const a = crc32c(Buffer.from('layer'));
-    const twice = crc32cCombine(crc32cCombine(a, 0, crc32cShift(2 ** 32)), 0, crc32cShift(2 ** 32));
-    expect(crc32cCombine(a, 0, crc32cShift(2 ** 33))).toBe(twice);
+    const by = (crc: number, bytes: number, times = 1): number => {
+      for (let i = 0; i < times; i++) crc = crc32cCombine(crc, 0, crc32cShift(bytes));
+      return crc;
+    };
+    expect(by(a, 2 ** 32)).not.toBe(a);
+    expect(by(a, 2 ** 32)).toBe(by(a, 2 ** 30, 4));
+    expect(by(a, 2 ** 33)).toBe(by(a, 2 ** 30, 8));
+    expect(by(a, 2 ** 32 + 5)).toBe(by(by(a, 2 ** 30, 4), 5));
+    expect(by(a, 3 * 2 ** 40 + 12_345)).toBe(by(by(by(a, 2 ** 40, 3), 12_000), 345));
+    // And shifting by zero bytes changes nothing.
+    expect(by(a, 0)).toBe(a);
   });
 });
