@@ -3,7 +3,10 @@
 
 Usage: read_stream.py STREAM_FILE CHUNKS LAYER_BYTES FIRST END OUT_FILE
 Reads a response body saved to STREAM_FILE, checks every rule of section 4, writes the delivered
-layers to OUT_FILE in layer-major order, and prints the END summary as JSON. Exits 1 on any error.
+layers to OUT_FILE in layer-major order, and prints the END summary as JSON. On any error it exits
+1 with the error's stable code first: OC_ERR_CLIENT_PROTOCOL (the format's rules),
+OC_ERR_CLIENT_CRC, OC_ERR_CLIENT_INCOMPLETE (the body ended early), or an ERROR frame's code
+followed by the frame's JSON.
 Standard library only (CRC-32C is computed bitwise, which is slow but needs nothing installed).
 """
 import json
@@ -32,49 +35,55 @@ def _table():
 crc32c.table = _table()
 
 
+def fail(code: str, message: str) -> SystemExit:
+    return SystemExit(f'{code}: {message}')
+
+
 def main() -> int:
     path, chunks, layer_bytes, first, end, out_path = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
     data = open(path, 'rb').read()
     if data[:4] != b'OCKV' or struct.unpack_from('<H', data, 4)[0] != 1:
-        raise SystemExit('bad preamble')
+        raise fail('OC_ERR_CLIENT_PROTOCOL', 'bad preamble')
     pos = 8
     layers = [None] * (end - first)
     chunk_payloads = []
     mode = None
     while True:
         if pos + 24 > len(data):
-            raise SystemExit('truncated: no END frame')
+            raise fail('OC_ERR_CLIENT_INCOMPLETE', 'no END frame')
         ftype, flags, reserved, index, length, crc, reserved2 = struct.unpack_from('<BBHIQII', data, pos)
         pos += 24
         payload = data[pos:pos + length]
         pos += length
-        if len(payload) != length or flags or reserved or reserved2:
-            raise SystemExit('malformed frame')
+        if flags or reserved or reserved2:
+            raise fail('OC_ERR_CLIENT_PROTOCOL', 'a reserved field is set')
+        if len(payload) != length:
+            raise fail('OC_ERR_CLIENT_INCOMPLETE', 'the body ends inside a frame')
         if crc32c(payload) != crc:
-            raise SystemExit('crc mismatch')
+            raise fail('OC_ERR_CLIENT_CRC', 'crc mismatch')
         if ftype == 1:
             if mode == 'chunkwise' or index != first + sum(x is not None for x in layers) or length != chunks * layer_bytes:
-                raise SystemExit('LAYER out of order')
+                raise fail('OC_ERR_CLIENT_PROTOCOL', 'LAYER out of order')
             mode = 'layerwise'
             layers[index - first] = payload
         elif ftype == 2:
             if mode == 'layerwise' or index != len(chunk_payloads) or length != (end - first) * layer_bytes:
-                raise SystemExit('CHUNK out of order')
+                raise fail('OC_ERR_CLIENT_PROTOCOL', 'CHUNK out of order')
             mode = 'chunkwise'
             chunk_payloads.append(payload)
         elif ftype == 3:
-            raise SystemExit('gateway error: ' + payload.decode())
+            raise fail(json.loads(payload).get('code', 'OC_ERR_INTERNAL'), payload.decode())
         elif ftype == 4:
             summary = json.loads(payload)
             break
         else:
-            raise SystemExit('unknown frame type')
+            raise fail('OC_ERR_CLIENT_PROTOCOL', 'unknown frame type')
     if pos != len(data):
-        raise SystemExit('bytes after END')
+        raise fail('OC_ERR_CLIENT_PROTOCOL', 'bytes after END')
     if mode == 'chunkwise':
         layers = [b''.join(c[(l * layer_bytes):(l + 1) * layer_bytes] for c in chunk_payloads) for l in range(end - first)]
     if any(x is None for x in layers):
-        raise SystemExit('missing layers')
+        raise fail('OC_ERR_CLIENT_PROTOCOL', 'END before every layer')
     with open(out_path, 'wb') as out:
         for layer in layers:
             out.write(layer)

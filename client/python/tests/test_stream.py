@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import struct
+from pathlib import Path
+from typing import Any, Dict
 
 import pytest
 from crc32c import crc32c
@@ -38,3 +40,42 @@ def test_without_retryable_the_code_decides_and_unknown_fields_are_kept_as_detai
     assert changed.details == {"ChunkIndex": 3, "Key": "k/3", "Layer": 1}
     corrupt = _read({"code": "OC_ERR_CHUNK_CORRUPT", "message": "m", "later": "field"})
     assert corrupt.retryable is False and corrupt.details == {"later": "field"}
+
+
+VECTORS = json.loads((Path(__file__).resolve().parents[3] / "schemas" / "test-vectors" / "streams.json").read_text())
+
+
+class _Trickle(io.BytesIO):
+    """A body that arrives a few bytes per read, as a socket may deliver it."""
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b)
+        return super().readinto(view[: min(len(view), 5)])
+
+
+@pytest.mark.parametrize("vector", VECTORS["vectors"], ids=lambda v: v["name"])
+@pytest.mark.parametrize("source", [io.BytesIO, _Trickle], ids=["whole", "trickle"])
+def test_the_shared_stream_vectors(vector: Dict[str, Any], source: Any) -> None:
+    g = VECTORS["geometry"]
+    target = bytearray((g["end"] - g["first"]) * g["chunks"] * g["layerBytes"])
+    geometry = Geometry(g["first"], g["end"], g["chunks"], g["layerBytes"], memoryview(target), g["chunks"] * g["layerBytes"])
+    expect = vector["expect"]
+    reader = read_frames(source(bytes.fromhex(vector["body"])), geometry)
+    if expect["outcome"] == "ok":
+        ready = []
+        try:
+            while True:
+                ready.append(next(reader)[0])
+        except StopIteration as done:
+            summary = done.value
+        assert ready == list(range(g["first"], g["end"]))
+        assert target.hex() == expect["layers"] and summary["mode"] == expect["mode"]
+        return
+    with pytest.raises(ObjectCacheError) as caught:
+        for _ in reader:
+            pass
+    assert caught.value.code == expect["code"]
+    if "retryable" in expect:
+        assert caught.value.retryable is expect["retryable"]
+    if "details" in expect:
+        assert dict(caught.value.details) == expect["details"]

@@ -394,8 +394,6 @@ class ObjectCacheClient:
                 # An ERROR frame (or a broken stream) names the request, as an error answer does.
                 error.request_id = error.request_id or response.getheader("x-amz-request-id")
                 raise
-            if response.read(1) != b"":
-                raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", "bytes after the END frame")
             finished = True
             return summary
         finally:

@@ -169,6 +169,8 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
             done = next_layer == g.end if mode == "layerwise" else next_chunk == g.chunks
             if not done:
                 raise _protocol("END arrived before every layer")
+            if source.readinto(memoryview(bytearray(1))):
+                raise _protocol("bytes after the END frame")
             return document
         else:
             raise _protocol(f"unknown frame type {ftype}")
