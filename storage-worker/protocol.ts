@@ -81,6 +81,8 @@ export type StreamResult = { readonly ok: true; readonly reads: number; readonly
 export interface ChunkRun {
   /** Unique within the pool: the handle for cancellation. */
   readonly id: number;
+  /** The gateway's id of the request the task reads for (x-amz-request-id): its failures and the worker's log lines name it. */
+  readonly requestId: string;
   readonly bucket: string;
   readonly keys: readonly string[];
   /** Prefix position of keys[0], for error messages. */
@@ -151,6 +153,8 @@ export type ReadResult =
       readonly code: ErrorCode;
       readonly message: string;
       readonly retryable: boolean;
+      /** The task's request (absent when the task never reached a worker). */
+      readonly requestId?: string;
       readonly chunk?: number;
       readonly key?: string;
       readonly layer?: number;

@@ -9,7 +9,7 @@ import { setMaxListeners } from 'node:events';
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { crc32c } from '../native/crc32c.js';
-import type { ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
+import type { ChunkRun, ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
 import { ChunkStreams } from './chunk-streams.js';
 import { SocketRangeClient } from './socket-range-get.js';
 import { createRangeReader, type RangeReader } from './range-reader.js';
@@ -49,7 +49,7 @@ async function runStreamTask(task: StreamTask, signal: AbortSignal): Promise<Str
     await streams.start();
     return { ok: true, reads: streams.reads, retries: streams.retries, readMs: performance.now() - started };
   } catch (error) {
-    return failed(error) as StreamResult;
+    return failed(error, task) as StreamResult;
   }
 }
 
@@ -131,23 +131,33 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResul
   return { ok: true, ...(own ? { buffer: own } : {}), crcs, etags, reads, retries, readMs: performance.now() - started, verified };
 }
 
-function failed(error: unknown): WorkerResult {
+function failed(error: unknown, task: ReadTask | StreamTask): WorkerResult {
   const e = error as Partial<ReadError>;
+  const expected = error instanceof ReadError;
+  // Anything but a read's own failure is a defect: worth a log line that names the request.
+  if (!expected) logLine('error', 'read task failed unexpectedly', task, error);
   return {
     ok: false,
-    code: error instanceof ReadError ? error.code : 'OC_ERR_POOL_WORKER',
+    code: expected ? (error as ReadError).code : 'OC_ERR_POOL_WORKER',
     message: e?.message ?? String(error),
     retryable: e?.retryable ?? false,
+    requestId: task.requestId,
     ...(e.chunk !== undefined ? { chunk: e.chunk } : {}),
     ...(e.key !== undefined ? { key: e.key } : {}),
     ...(e.layer !== undefined ? { layer: e.layer } : {}),
   };
 }
 
+/** One JSON line on stderr, shaped as the gateway's log lines (gateway/logger.ts), naming the task's request. */
+function logLine(level: 'error' | 'warn', msg: string, task: ChunkRun, error: unknown): void {
+  const err = error instanceof Error ? { type: error.name, message: error.message, stack: error.stack } : { message: String(error) };
+  process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), msg, requestId: task.requestId, taskId: task.id, bucket: task.bucket, error: err })}\n`);
+}
+
 export default async function runReadTask(task: ReadTask | StreamTask): Promise<unknown> {
   if (isCancelled(task.id)) {
     if ('kind' in task) task.port.close();
-    return failed(cancelled());
+    return failed(cancelled(), task);
   }
   const controller = new AbortController();
   setMaxListeners(0, controller.signal); // every read in flight listens to it
@@ -168,7 +178,7 @@ export default async function runReadTask(task: ReadTask | StreamTask): Promise<
     const movable = { [Piscina.transferableSymbol]: [result.buffer], [Piscina.valueSymbol]: result };
     return Piscina.move(movable as unknown as Parameters<typeof Piscina.move>[0]);
   } catch (error) {
-    return failed(error);
+    return failed(error, task);
   } finally {
     running.delete(task.id);
   }

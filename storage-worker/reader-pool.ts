@@ -240,7 +240,7 @@ export class ReaderPool {
       if (arenaOffset !== undefined) this.#arena.give(arenaOffset);
       const message = (error as Error).message;
       if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
-      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true };
+      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true, requestId: task.requestId };
     } finally {
       this.#inflight--;
       const waiters = this.#roomWaiters;
@@ -306,7 +306,7 @@ export class ReaderPool {
     this.#inflight++;
     const result = (this.#pool.run(full, { transferList: [channel.port2] }) as Promise<StreamResult>).catch((error: unknown): StreamResult => {
       channel.port1.close();
-      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, retryable: true };
+      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, retryable: true, requestId: task.requestId };
     }).finally(() => {
       this.#inflight--;
     });

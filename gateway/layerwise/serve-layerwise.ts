@@ -138,7 +138,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
   let readAhead: UnitSource;
   if (reads === 'streamed') {
     const geometry = { bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, first: descriptor.layerStart, end: descriptor.layerEnd };
-    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, streams, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
+    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, streams, requestId: ctx.requestId, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
   } else {
     const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
     readAhead = new ReadAhead({
@@ -147,6 +147,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
       units,
       taskBytes,
       toReadTask: (task) => ({
+        requestId: ctx.requestId,
         bucket: ctx.target.bucket,
         keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
         chunkOffset: task.chunkStart,

@@ -39,6 +39,8 @@ export interface StreamReadAheadOptions {
   readonly runChunks: number;
   /** The chunk streams it opens, reserved by the caller (ReaderPool.tryStreams) and given back by close(). */
   readonly streams: number;
+  /** The request's id, carried in its stream task. */
+  readonly requestId: string;
   readonly windowBytes: number;
   readonly budget: ByteBudget;
   /** Backend timeout (connect, headers, between body bytes). */
@@ -120,7 +122,7 @@ export class StreamReadAhead implements UnitSource {
     this.#held.budget = true;
     if (signal.aborted) throw signal.reason;
     this.#ring = pool.takeRing(this.#slots, this.#runs, runChunks * g.layerBytes);
-    const running = pool.runStream({ bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
+    const running = pool.runStream({ requestId: this.#o.requestId, bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
     this.#running = running;
     const closed = once(running.port, 'close');
     running.port.on('message', (message: StreamLayer) => this.#layer(message));
