@@ -142,7 +142,7 @@ export type ReadResult =
       readonly etags: readonly (string | undefined)[];
       /** Backend range reads this task issued (retries included). */
       readonly reads: number;
-      /** Range reads repeated after a retryable failure (range-reader.ts RetryPolicy). */
+      /** Range reads repeated after a retryable failure (BACKEND_RETRY in backends/s3-backend.ts). */
       readonly retries: number;
       readonly readMs: number;
       /** Every slice was checked against the CRC32C recorded in its chunk's metadata. */
