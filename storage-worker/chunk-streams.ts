@@ -30,6 +30,7 @@ import { ERROR_BODY_LIMIT, checkRangeAnswer, errorBodyFailure, pause } from './r
 import { ReadError, cancelled, changed, corruptSlice } from './read-errors.js';
 import type { BodyTarget, RangeAnswer, RangeAnswerSink, SocketRangeClient } from './socket-range-get.js';
 import type { StreamControl, StreamLayer, StreamTask } from './protocol.js';
+import { TaskLayout } from './task-layout.js';
 
 /**
  * One response stream: one chunk's range (or one half of it) from its next unread byte, read by
@@ -188,6 +189,8 @@ export class ChunkStreams {
   /** Aborted when the task ends, for whatever reason: every read in flight or queued stops. */
   readonly #stop = new AbortController();
   readonly #ring: Uint8Array;
+  /** The layout of each ring block (task-layout.ts): one layer of `runChunks` chunks. */
+  readonly #runLayout: TaskLayout;
   readonly #streams: PartStream[] = [];
   /** Pieces (chunk halves or whole slices) still to come, by layer - first. */
   readonly #remaining: Int32Array;
@@ -225,6 +228,7 @@ export class ChunkStreams {
     const ranges = layerRanges(task.layout, task.layers, task.layerBytes, task.first, task.end);
     this.pieceBytes = task.layout === 'KV_2LTD' ? task.layerBytes / 2 : task.layerBytes;
     this.#ring = new Uint8Array(task.ring);
+    this.#runLayout = new TaskLayout('layer-major', 0, 1, task.runChunks, task.layerBytes);
     this.#remaining = new Int32Array(task.end - task.first).fill(task.keys.length * ranges.length);
     this.#etags = new Array(task.keys.length);
     this.#recorded = new Array(task.keys.length);
@@ -261,7 +265,8 @@ export class ChunkStreams {
     const slot = (layer - task.first) % task.blocks.length;
     const run = Math.floor(chunk / task.runChunks);
     const at = (task.blocks[slot] as number[])[run] as number;
-    const offset = at + (chunk - run * task.runChunks) * task.layerBytes + part * this.pieceBytes;
+    // Each block is one layer of a run of chunks: a one-layer, layer-major task block.
+    const offset = at + this.#runLayout.sliceOffset(0, chunk - run * task.runChunks) + part * this.pieceBytes;
     return this.#ring.subarray(offset, offset + this.pieceBytes);
   }
 

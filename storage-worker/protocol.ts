@@ -6,6 +6,7 @@
 import type { ErrorCode } from '../schemas/errors.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { Layout } from '../schemas/layouts.js';
+import type { Delivery } from '../schemas/descriptor.js';
 
 export type WorkerBackend =
   | { readonly kind: 'local'; readonly dataDir: string }
@@ -94,17 +95,14 @@ export interface ChunkRun {
   readonly end: number;
 }
 
-/** Where the delivered bytes go inside the task's buffer. */
-export type TaskOrder = 'layer-major' | 'chunk-major';
-
 /**
- * Read layers [first, end) of a run of consecutive chunks into one buffer.
- * layer-major: for each layer, each chunk's slice (the layer payload's piece for these chunks).
- * chunk-major: for each chunk, each layer's slice (whole CHUNK frame payloads).
- * Every slice is in KV_L2TD form (K part, then V part) whatever the stored layout.
+ * Read layers [first, end) of a run of consecutive chunks into one block, its slices in `order`
+ * (task-layout.ts: layer-major for LAYER frames, chunk-major for CHUNK frames). Every slice is in
+ * KV_L2TD form (K part, then V part) whatever the stored layout.
  */
 export interface ReadTask extends ChunkRun {
-  readonly order: TaskOrder;
+  /** The order of the slices in the task's block (task-layout.ts). */
+  readonly order: Delivery;
   /**
    * Each chunk's ETag as its first read saw it (index as in `keys`; undefined: not pinned yet).
    * A later read of a pinned chunk must find the same version (its ETag), or the task fails with

@@ -17,7 +17,8 @@ import { SocketRangeClient } from './socket-range-get.js';
 import { createRangeReader, type RangeReader } from './range-reader.js';
 import { cancelled, corruptSlice, ReadError } from './read-errors.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
-import { rangeTargets, taskBufferBytes, type TaskGeometry } from './scatter.js';
+import { rangeTargets } from './scatter.js';
+import { TaskLayout } from './task-layout.js';
 
 const init = workerData as WorkerInit;
 let reader: RangeReader | undefined;
@@ -60,7 +61,7 @@ function isCancelled(id: number): boolean {
 }
 
 /** Reads every chunk of the task, `readConcurrency` chunks at a time. */
-async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8Array, signal: AbortSignal): Promise<{ reads: number; retries: number; recorded: (string | undefined)[]; etags: (string | undefined)[] }> {
+async function readChunks(task: ReadTask, layout: TaskLayout, region: Uint8Array, signal: AbortSignal): Promise<{ reads: number; retries: number; recorded: (string | undefined)[]; etags: (string | undefined)[] }> {
   const objectBytes = task.layers * task.layerBytes;
   const recorded = new Array<string | undefined>(task.keys.length);
   const etags = new Array<string | undefined>(task.keys.length);
@@ -73,7 +74,7 @@ async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8A
       const chunk = next++;
       const key = task.keys[chunk] as string;
       try {
-        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(geometry, region, chunk), objectBytes, etag: task.etags?.[chunk], signal });
+        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(task, layout, region, chunk), objectBytes, etag: task.etags?.[chunk], signal });
         recorded[chunk] = info.layerCrcs;
         etags[chunk] = info.etag;
         reads += info.reads;
@@ -99,10 +100,9 @@ async function readChunks(task: ReadTask, geometry: TaskGeometry, region: Uint8A
  * The CRC32C of every slice, in buffer order; each checked against the checksum recorded when its
  * chunk was stored, when there is one (end-to-end integrity).
  */
-function checksumSlices(task: ReadTask, region: Uint8Array, recorded: readonly (string | undefined)[]): { crcs: Uint32Array; verified: boolean } {
+function checksumSlices(task: ReadTask, layout: TaskLayout, region: Uint8Array, recorded: readonly (string | undefined)[]): { crcs: Uint32Array; verified: boolean } {
   const chunks = task.keys.length;
-  const groupLayers = task.end - task.first;
-  const crcs = new Uint32Array(chunks * groupLayers);
+  const crcs = new Uint32Array(chunks * layout.layers);
   for (let slice = 0; slice < crcs.length; slice++) {
     crcs[slice] = crc32c(region.subarray(slice * task.layerBytes, (slice + 1) * task.layerBytes));
   }
@@ -114,8 +114,7 @@ function checksumSlices(task: ReadTask, region: Uint8Array, recorded: readonly (
       continue;
     }
     for (let layer = task.first; layer < task.end; layer++) {
-      const slice = task.order === 'layer-major' ? (layer - task.first) * chunks + chunk : chunk * groupLayers + (layer - task.first);
-      if (crcs[slice] !== expected[layer]) throw corruptSlice(task.keys[chunk] as string, task.chunkOffset + chunk, layer);
+      if (crcs[layout.slice(layer, chunk)] !== expected[layer]) throw corruptSlice(task.keys[chunk] as string, task.chunkOffset + chunk, layer);
     }
   }
   return { crcs, verified };
@@ -123,13 +122,13 @@ function checksumSlices(task: ReadTask, region: Uint8Array, recorded: readonly (
 
 async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResult & { ok: true }> {
   const started = performance.now();
-  const geometry: TaskGeometry = { layout: task.layout, layers: task.layers, layerBytes: task.layerBytes, first: task.first, end: task.end, chunks: task.keys.length, order: task.order };
-  const needed = taskBufferBytes(geometry);
+  const layout = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes);
+  const needed = layout.bytes;
   // The task's bytes go to its block of the shared arena, or else to a buffer of its own.
   const own = task.arenaOffset === undefined ? (task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed)) : undefined;
   const region = own ? new Uint8Array(own, 0, needed) : arena.subarray(task.arenaOffset as number, (task.arenaOffset as number) + needed);
-  const { reads, retries, recorded, etags } = await readChunks(task, geometry, region, signal);
-  const { crcs, verified } = checksumSlices(task, region, recorded);
+  const { reads, retries, recorded, etags } = await readChunks(task, layout, region, signal);
+  const { crcs, verified } = checksumSlices(task, layout, region, recorded);
   return { ok: true, ...(own ? { buffer: own } : {}), crcs, etags, reads, retries, readMs: performance.now() - started, verified };
 }
 

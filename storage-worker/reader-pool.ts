@@ -14,6 +14,7 @@ import { Piscina } from 'piscina';
 import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult } from './protocol.js';
 import { ByteBudget } from '../gateway/layerwise/byte-budget.js';
 import { BufferArena } from './buffer-arena.js';
+import { TaskLayout } from './task-layout.js';
 import { canBoundReceiveBuffers } from '../backends/socket-buffer.js';
 
 export interface ReaderPoolOptions {
@@ -217,7 +218,7 @@ export class ReaderPool {
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
     }
-    const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
+    const bytes = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes).bytes;
     const arenaOffset = this.#arena.take(bytes);
     try {
       this.#inflight++;

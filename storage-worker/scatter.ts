@@ -4,44 +4,33 @@
  * per-layer pieces that go to different places of the task buffer. Pure.
  */
 import { layerRanges, type ByteRange, type Layout } from '../schemas/layouts.js';
-import type { TaskOrder } from './protocol.js';
+import type { TaskLayout } from './task-layout.js';
 
 export interface RangeTarget extends ByteRange {
   /** Destinations in the order the range's bytes arrive; their lengths add up to `length`. */
   readonly views: Uint8Array[];
 }
 
-export interface TaskGeometry {
+/** How a chunk object is stored: its layout and its layer count (the task's layers are `task`'s). */
+export interface StoredChunk {
   readonly layout: Layout;
   readonly layers: number;
-  readonly layerBytes: number;
-  readonly first: number;
-  readonly end: number;
-  readonly chunks: number;
-  readonly order: TaskOrder;
 }
 
-export function taskBufferBytes(g: TaskGeometry): number {
-  return (g.end - g.first) * g.chunks * g.layerBytes;
-}
-
-/** Offset of (layer, chunk)'s slice in the task buffer. */
-export function sliceOffset(g: TaskGeometry, layer: number, chunk: number): number {
-  const groupLayers = g.end - g.first;
-  const l = layer - g.first;
-  return g.order === 'layer-major' ? (l * g.chunks + chunk) * g.layerBytes : (chunk * groupLayers + l) * g.layerBytes;
-}
-
-/** The ranges to read for chunk `chunk` (index within the task) and where each byte goes in `region` (the task's buffer). */
-export function rangeTargets(g: TaskGeometry, region: Uint8Array, chunk: number): RangeTarget[] {
-  const ranges = layerRanges(g.layout, g.layers, g.layerBytes, g.first, g.end);
-  const half = g.layerBytes / 2;
+/**
+ * The ranges to read for chunk `chunk` (index within the task) and where each byte goes in
+ * `region` (the task's block, laid out as `task` says).
+ */
+export function rangeTargets(stored: StoredChunk, task: TaskLayout, region: Uint8Array, chunk: number): RangeTarget[] {
+  const { layerBytes, first, end } = task;
+  const ranges = layerRanges(stored.layout, stored.layers, layerBytes, first, end);
+  const half = layerBytes / 2;
   return ranges.map((range, part) => {
     const views: Uint8Array[] = [];
-    for (let layer = g.first; layer < g.end; layer++) {
-      const at = sliceOffset(g, layer, chunk);
-      if (g.layout === 'KV_2LTD') views.push(region.subarray(at + part * half, at + part * half + half));
-      else views.push(region.subarray(at, at + g.layerBytes));
+    for (let layer = first; layer < end; layer++) {
+      const at = task.sliceOffset(layer, chunk);
+      if (stored.layout === 'KV_2LTD') views.push(region.subarray(at + part * half, at + part * half + half));
+      else views.push(region.subarray(at, at + layerBytes));
     }
     // Consecutive destinations that touch can be one view (fewer copies and syscalls).
     return { ...range, views: coalesce(views) };

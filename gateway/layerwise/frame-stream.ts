@@ -1,18 +1,23 @@
 /**
- * Sending the framed stream (schemas/frames.ts): frames come from a source in order, pass
- * through a stage that turns them into socket writes (all at once, or paced at the request's
- * granted rate), and are written with backpressure. The source is pulled, never pushed: a frame
- * is produced only when the previous one has been handed to the socket, and when the response
- * closes the source is returned (its `finally` releases what it holds).
- *
- * A frame's checksum comes with it (built from the read workers' slice checksums), so nothing
- * here touches payload bytes.
+ * The framed stream (schemas/frames.ts), built and sent. Frames are built from the read tasks'
+ * blocks without copying (FrameBuilder: a frame's payload is a list of pieces of the blocks, laid
+ * out as storage-worker/task-layout.ts says), each with its CRC32C combined from the workers'
+ * slice checksums (schemas/crc32c-combine.ts), so nothing here touches payload bytes. They come
+ * from a source in order, pass through a stage that turns them into socket writes (all at once,
+ * or paced at the request's granted rate), and are written with backpressure. The source is
+ * pulled, never pushed: a frame is produced only when the previous one has been handed to the
+ * socket, and when the response closes the source is returned (its `finally` releases what it
+ * holds).
  */
 import type { ServerResponse } from 'node:http';
 import { crc32c } from '../../native/crc32c.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
+import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
 import { PACE_SLICE_BYTES, type Pacer } from '../scheduler/pacer.js';
+import type { TaskRead } from './read-ahead.js';
+import { layoutOf } from './read-plan.js';
+import type { TaskLayout } from '../../storage-worker/task-layout.js';
 
 export interface Frame {
   readonly type: FrameType;
@@ -23,6 +28,59 @@ export interface Frame {
   readonly crc32c: number;
   /** Runs once the socket has taken every byte of this frame (and of those before it). */
   readonly onFlushed?: (() => void) | undefined;
+}
+
+/** The data frames of read task blocks, for slices of `layerBytes` bytes. */
+export class FrameBuilder {
+  readonly #layerBytes: number;
+  /** crc32cShift of one slice: combining N slices' checksums costs N small multiplications. */
+  readonly #shift: number;
+
+  constructor(layerBytes: number) {
+    this.#layerBytes = layerBytes;
+    this.#shift = crc32cShift(layerBytes);
+  }
+
+  /** A layer group's LAYER frames: each layer's pieces from every task of the group (layer-major blocks), in chunk order. */
+  layerFrames(reads: readonly TaskRead[]): Frame[] {
+    const { first, end } = (reads[0] as TaskRead).task;
+    const layouts = reads.map(({ task }) => layoutOf(task, 'layer-major', this.#layerBytes));
+    const out: Frame[] = [];
+    for (let layer = first; layer < end; layer++) {
+      const pieces: Uint8Array[] = [];
+      let crc: number | undefined;
+      let length = 0;
+      reads.forEach(({ region, crcs }, r) => {
+        const layout = layouts[r] as TaskLayout;
+        const piece = layout.layerPiece(region, layer);
+        pieces.push(piece);
+        crc = this.#combined(crcs, layout.slice(layer, 0), layout.chunks, crc);
+        length += piece.byteLength;
+      });
+      out.push({ type: FrameType.LAYER, index: layer, pieces, length, crc32c: crc as number });
+    }
+    return out;
+  }
+
+  /** A task's CHUNK frames (a chunk-major block): each chunk's delivered layers. */
+  chunkFrames(reads: readonly TaskRead[]): Frame[] {
+    const out: Frame[] = [];
+    for (const { task, region, crcs } of reads) {
+      const layout = layoutOf(task, 'chunk-major', this.#layerBytes);
+      for (let i = 0; i < layout.chunks; i++) {
+        const payload = layout.chunkPiece(region, i);
+        out.push({ type: FrameType.CHUNK, index: task.chunkStart + i, pieces: [payload], length: payload.byteLength, crc32c: this.#combined(crcs, layout.slice(layout.first, i), layout.layers) as number });
+      }
+    }
+    return out;
+  }
+
+  /** The CRC32C of `count` consecutive slices (from their checksums) appended to `crc`'s bytes. */
+  #combined(crcs: Uint32Array, from: number, count: number, crc?: number): number | undefined {
+    let out = crc;
+    for (let i = from; i < from + count; i++) out = out === undefined ? (crcs[i] as number) : crc32cCombine(out, crcs[i] as number, this.#shift);
+    return out;
+  }
 }
 
 /** An ERROR or END frame: UTF-8 JSON. */

@@ -8,7 +8,9 @@
  * growing fourfold rather than twofold saves a read per chunk for a 32-layer model while layer 1
  * still follows layer 0 after a few layers' worth of transfer. Pure: a function of its inputs.
  */
+import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
+import { TaskLayout } from '../../storage-worker/task-layout.js';
 
 export interface PlanInput {
   readonly layout: Layout;
@@ -46,6 +48,11 @@ export interface ReadPlan {
   readonly tasks: readonly PlannedTask[];
   /** Range reads the plan issues (KV_2LTD needs two per chunk per group). */
   readonly reads: number;
+}
+
+/** The layout of a planned task's block (storage-worker/task-layout.ts), its slices in `order`. */
+export function layoutOf(task: PlannedTask, order: Delivery, layerBytes: number): TaskLayout {
+  return TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, layerBytes);
 }
 
 /** Bytes of one layer within one range read: the whole slice, or half of it for KV_2LTD. */

@@ -11,10 +11,9 @@
  * running tasks are cancelled and every budget byte is returned.
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
-import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
-import { planChunkwise, planLayerwise, planStreamed, type PlannedTask, type ReadPlan } from './read-plan.js';
+import { layoutOf, planChunkwise, planLayerwise, planStreamed, type PlannedTask, type ReadPlan } from './read-plan.js';
 import type { ReaderPool } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -22,7 +21,7 @@ import type { LayerwiseObserver } from '../metrics.js';
 import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
 import type { ByteBudget } from './byte-budget.js';
-import { jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
+import { FrameBuilder, jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
 import { ReadAhead, type TaskRead, type Unit, type UnitSource } from './read-ahead.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
@@ -131,7 +130,8 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
   // is served with grouped reads instead), so the kernel memory streams hold stays bounded.
   const streams = chunkStreams(descriptor);
   const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
-  const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * descriptor.layerBytes;
+  const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
+  const taskBytes = (task: PlannedTask): number => layoutOf(task, order, descriptor.layerBytes).bytes;
   const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
   const plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight);
   const units = unitsOf(plan, mode, taskBytes);
@@ -140,7 +140,6 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Layerwi
     const geometry = { bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, first: descriptor.layerStart, end: descriptor.layerEnd };
     readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, streams, requestId: ctx.requestId, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
   } else {
-    const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
     readAhead = new ReadAhead({
       pool,
       tasks: plan.tasks,
@@ -228,7 +227,7 @@ interface SourceInput {
 async function* frames(s: SourceInput): AsyncGenerator<Frame> {
   const { descriptor, readAhead, deps } = s;
   const started = s.ctx.startedAt;
-  const shift = crc32cShift(descriptor.layerBytes);
+  const build = new FrameBuilder(descriptor.layerBytes);
   let payloadBytes = 0;
   let firstFrameMs = 0;
   try {
@@ -236,7 +235,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
       const reads = u === 0 ? s.first : await readAhead.unit(u);
       // Once the socket has taken the unit's last frame, its buffers go back to the pool.
       const recycle = (): void => readAhead.recycle(u);
-      const unitFrames = s.mode === 'layerwise' ? layerFrames(reads, descriptor.layerBytes, shift) : chunkFrames(reads, descriptor.layerBytes, shift);
+      const unitFrames = s.mode === 'layerwise' ? build.layerFrames(reads) : build.chunkFrames(reads);
       for (let i = 0; i < unitFrames.length; i++) {
         const frame = unitFrames[i] as Frame;
         yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
@@ -278,45 +277,4 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
 
 function round(ms: number): number {
   return Math.round(ms * 10) / 10;
-}
-
-/** CRC32C of `count` consecutive slices from their checksums. */
-function combined(crcs: Uint32Array, from: number, count: number, crc: number | undefined, shift: number): number {
-  let out = crc;
-  for (let i = from; i < from + count; i++) out = out === undefined ? (crcs[i] as number) : crc32cCombine(out, crcs[i] as number, shift);
-  return out as number;
-}
-
-/** A layer group's LAYER frames: each layer's pieces from every task of the group, in chunk order. */
-function layerFrames(reads: readonly TaskRead[], layerBytes: number, shift: number): Frame[] {
-  const { first, end } = (reads[0] as TaskRead).task;
-  const out: Frame[] = [];
-  for (let layer = first; layer < end; layer++) {
-    const pieces: Uint8Array[] = [];
-    let crc: number | undefined;
-    let length = 0;
-    for (const { task, region, crcs } of reads) {
-      const chunks = task.chunkEnd - task.chunkStart;
-      const bytes = chunks * layerBytes;
-      pieces.push(region.subarray((layer - first) * bytes, (layer - first + 1) * bytes));
-      crc = combined(crcs, (layer - first) * chunks, chunks, crc, shift);
-      length += bytes;
-    }
-    out.push({ type: FrameType.LAYER, index: layer, pieces, length, crc32c: crc as number });
-  }
-  return out;
-}
-
-/** A task's CHUNK frames: each chunk's delivered layers. */
-function chunkFrames(reads: readonly TaskRead[], layerBytes: number, shift: number): Frame[] {
-  const out: Frame[] = [];
-  for (const { task, region, crcs } of reads) {
-    const layers = task.end - task.first;
-    const perChunk = layers * layerBytes;
-    for (let c = task.chunkStart; c < task.chunkEnd; c++) {
-      const i = c - task.chunkStart;
-      out.push({ type: FrameType.CHUNK, index: c, pieces: [region.subarray(i * perChunk, (i + 1) * perChunk)], length: perChunk, crc32c: combined(crcs, i * layers, layers, undefined, shift) });
-    }
-  }
-  return out;
 }

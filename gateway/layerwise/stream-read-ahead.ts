@@ -15,7 +15,8 @@ import type { ReaderPool, RunningStream, StreamRing } from '../../storage-worker
 import type { LayerwiseObserver } from '../metrics.js';
 import type { ByteBudget } from './byte-budget.js';
 import { deferred, readFailure, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
-import type { PlannedTask, ReadPlan } from './read-plan.js';
+import { layoutOf, type PlannedTask, type ReadPlan } from './read-plan.js';
+import { TaskLayout } from '../../storage-worker/task-layout.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
 /** What is read: the chunks' layers [first, end), as a stream task names them. */
@@ -121,7 +122,7 @@ export class StreamReadAhead implements UnitSource {
     await budget.acquire(this.#ringBytes, signal);
     this.#held.budget = true;
     if (signal.aborted) throw signal.reason;
-    this.#ring = pool.takeRing(this.#slots, this.#runs, runChunks * g.layerBytes);
+    this.#ring = pool.takeRing(this.#slots, this.#runs, new TaskLayout('layer-major', g.first, g.first + 1, runChunks, g.layerBytes).bytes);
     const running = pool.runStream({ requestId: this.#o.requestId, bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
     this.#running = running;
     const closed = once(running.port, 'close');
@@ -154,8 +155,9 @@ export class StreamReadAhead implements UnitSource {
     const reads: TaskRead[] = [];
     for (let r = 0; r < this.#runs; r++) {
       const task = plan.tasks[u * this.#runs + r] as PlannedTask;
-      const chunks = task.chunkEnd - task.chunkStart;
-      reads.push({ task, region: new Uint8Array(ring.ring, blocks[r] as number, chunks * g.layerBytes), crcs: message.crcs.subarray(task.chunkStart, task.chunkEnd) });
+      // A run's block holds one layer of its chunks: a one-layer, layer-major task block.
+      const bytes = layoutOf(task, 'layer-major', g.layerBytes).bytes;
+      reads.push({ task, region: new Uint8Array(ring.ring, blocks[r] as number, bytes), crcs: message.crcs.subarray(task.chunkStart, task.chunkEnd) });
     }
     this.backendReads = message.reads;
     this.verified = message.verified;

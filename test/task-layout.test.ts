@@ -1,0 +1,91 @@
+/**
+ * The layout of a read task's block (storage-worker/task-layout.ts) and the scatter of range
+ * bytes into it (storage-worker/scatter.ts): every slice has one place, the places tile the block,
+ * frame pieces are the slices they claim, and bytes copied into shared memory at any alignment
+ * land exactly.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { TaskLayout } from '../storage-worker/task-layout.js';
+import { ScatterCursor, copyInto, rangeTargets } from '../storage-worker/scatter.js';
+
+const layouts = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(8), layers: fc.integer({ min: 1, max: 6 }), chunks: fc.integer({ min: 1, max: 7 }), layerBytes: fc.integer({ min: 1, max: 64 }) }).map((r) => new TaskLayout(r.order, r.first, r.first + r.layers, r.chunks, r.layerBytes));
+
+describe('TaskLayout', () => {
+  it('gives every (layer, chunk) its own slice, and the slices tile the block', () => {
+    fc.assert(
+      fc.property(layouts, (layout) => {
+        const seen = new Set<number>();
+        for (let layer = layout.first; layer < layout.end; layer++) {
+          for (let chunk = 0; chunk < layout.chunks; chunk++) {
+            const slice = layout.slice(layer, chunk);
+            expect(seen.has(slice)).toBe(false);
+            seen.add(slice);
+            expect(layout.sliceOffset(layer, chunk)).toBe(slice * layout.layerBytes);
+          }
+        }
+        expect([...seen].sort((a, b) => a - b)).toEqual(Array.from({ length: layout.layers * layout.chunks }, (_, i) => i));
+        expect(layout.bytes).toBe(seen.size * layout.layerBytes);
+      }),
+    );
+  });
+
+  it("cuts a LAYER frame's piece and a CHUNK frame's payload out of exactly the slices they claim", () => {
+    fc.assert(
+      fc.property(layouts, (layout) => {
+        // Each slice's bytes say which (layer, chunk) it is.
+        const region = new Uint8Array(layout.bytes);
+        for (let layer = layout.first; layer < layout.end; layer++) for (let chunk = 0; chunk < layout.chunks; chunk++) region.fill((layer * 16 + chunk) & 0xff, layout.sliceOffset(layer, chunk), layout.sliceOffset(layer, chunk) + layout.layerBytes);
+        const mark = (layer: number, chunk: number): number[] => new Array<number>(layout.layerBytes).fill((layer * 16 + chunk) & 0xff);
+        if (layout.order === 'layer-major') {
+          for (let layer = layout.first; layer < layout.end; layer++) {
+            expect([...layout.layerPiece(region, layer)]).toEqual(Array.from({ length: layout.chunks }, (_, c) => mark(layer, c)).flat());
+          }
+        } else {
+          for (let chunk = 0; chunk < layout.chunks; chunk++) {
+            expect([...layout.chunkPiece(region, chunk)]).toEqual(Array.from({ length: layout.layers }, (_, l) => mark(layout.first + l, chunk)).flat());
+          }
+        }
+      }),
+    );
+  });
+});
+
+describe('scatter', () => {
+  it("places a chunk's ranges (KV_L2TD and KV_2LTD) at the task's slices, K half then V half", () => {
+    const layout = new TaskLayout('layer-major', 1, 3, 2, 8);
+    const region = new Uint8Array(layout.bytes);
+    // Chunk 1 of a 4-layer object: KV_2LTD stores all K halves, then all V halves.
+    const targets = rangeTargets({ layout: 'KV_2LTD', layers: 4 }, layout, region, 1);
+    expect(targets.map((t) => [t.offset, t.length])).toEqual([
+      [4, 8], // K of layers 1 and 2 (4 bytes each), after layer 0's K
+      [16 + 4, 8], // V of layers 1 and 2
+    ]);
+    new ScatterCursor(targets[0]?.views ?? []).write(Uint8Array.from([1, 1, 1, 1, 2, 2, 2, 2]));
+    new ScatterCursor(targets[1]?.views ?? []).write(Uint8Array.from([3, 3, 3, 3, 4, 4, 4, 4]));
+    expect([...layout.layerPiece(region, 1).subarray(8, 16)]).toEqual([1, 1, 1, 1, 3, 3, 3, 3]);
+    expect([...layout.layerPiece(region, 2).subarray(8, 16)]).toEqual([2, 2, 2, 2, 4, 4, 4, 4]);
+    expect([...layout.layerPiece(region, 1).subarray(0, 8)]).toEqual(new Array(8).fill(0)); // chunk 0 untouched
+    // KV_L2TD: one range, coalesced into one view where the slices touch (chunk-major).
+    const byChunk = new TaskLayout('chunk-major', 1, 3, 2, 8);
+    const plain = rangeTargets({ layout: 'KV_L2TD', layers: 4 }, byChunk, new Uint8Array(byChunk.bytes), 0);
+    expect(plain.map((t) => [t.offset, t.length, t.views.length])).toEqual([[8, 16, 1]]);
+  });
+
+  it('refuses bytes beyond the range, and copies into shared memory exactly at every alignment', () => {
+    const cursor = new ScatterCursor([new Uint8Array(4), new Uint8Array(4)]);
+    expect(cursor.write(new Uint8Array(6))).toBe(true);
+    expect(cursor.write(new Uint8Array(3))).toBe(false);
+    fc.assert(
+      fc.property(fc.nat(15), fc.nat(15), fc.uint8Array({ minLength: 1, maxLength: 300 }), (dst, src, bytes) => {
+        const shared = new Uint8Array(new SharedArrayBuffer(400));
+        const source = new Uint8Array(bytes.length + 16);
+        source.set(bytes, src);
+        copyInto(shared.subarray(8), dst, source.subarray(src, src + bytes.length));
+        expect([...shared.subarray(8 + dst, 8 + dst + bytes.length)]).toEqual([...bytes]);
+        expect(shared.subarray(0, 8 + dst).every((b) => b === 0)).toBe(true);
+        expect(shared.subarray(8 + dst + bytes.length).every((b) => b === 0)).toBe(true);
+      }),
+    );
+  });
+});
