@@ -114,6 +114,12 @@ function errorFromAnswer(status: number, parsed: { code?: string; message?: stri
   });
 }
 
+/** An error met while reading a stream (an ERROR frame, a broken stream), naming the request as an error answer does. */
+function withRequestId(error: unknown, requestId: string | undefined): unknown {
+  if (!(error instanceof ObjectCacheError) || requestId === undefined || error.details['RequestId'] !== undefined) return error;
+  return new ObjectCacheError(error.code, error.message, { details: { ...error.details, RequestId: requestId }, retryable: error.retryable, cause: error.cause ?? error });
+}
+
 function codeForS3(s3Code: string, status: number): ErrorCode {
   const match = (Object.entries(ERRORS) as [ErrorCode, { status: number; s3Code: string }][]).find(([, spec]) => spec.s3Code === s3Code && spec.status === status);
   return match ? match[0] : status === 503 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_INTERNAL';
@@ -246,16 +252,18 @@ export class ObjectCacheClient {
     return (JSON.parse(text) as { matched: number }).matched;
   }
 
-  async #open(input: DescriptorInput, transport: 'get' | 'post', signal?: AbortSignal): Promise<Readable> {
+  /** The response body of a layerwise GET, and the gateway's id of the request. */
+  async #open(input: DescriptorInput, transport: 'get' | 'post', signal?: AbortSignal): Promise<{ body: Readable; requestId: string | undefined }> {
     if (transport === 'post') {
       const response = await this.#signedPost('objectcache', Buffer.from(JSON.stringify(input)), signal);
       if (response.statusCode !== 200) throw await this.#failure(response);
-      return response.body;
+      const requestId = response.headers['x-amz-request-id'];
+      return { body: response.body, requestId: typeof requestId === 'string' ? requestId : undefined };
     }
     const key = (input.keyPrefix ?? '') + (input.keys.at(-1) ?? '');
     try {
       const output = await this.#failover((e) => e.s3.send(withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input), signal ? { abortSignal: signal } : {}));
-      return output.Body as Readable;
+      return { body: output.Body as Readable, requestId: output.$metadata.requestId };
     } catch (error) {
       if (error instanceof S3ServiceException) {
         const headers = (error.$response?.headers ?? {}) as Record<string, string | undefined>;
@@ -287,14 +295,14 @@ export class ObjectCacheClient {
         options.onLayerReady?.(layer, view);
       },
     });
-    const body = await this.#open(input, transport, options.signal);
+    const { body, requestId } = await this.#open(input, transport, options.signal);
     try {
       for await (const chunk of body) decoder.push(chunk as Uint8Array);
+      return { target, layerStride, summary: decoder.finish(), timeline, transport };
     } catch (error) {
       body.destroy();
-      throw error;
+      throw withRequestId(error, requestId);
     }
-    return { target, layerStride, summary: decoder.finish(), timeline, transport };
   }
 
   /** The same fetch as an async iterator of ready layers; leaving the loop early cancels it. */

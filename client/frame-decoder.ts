@@ -30,6 +30,18 @@ function protocolError(message: string): ObjectCacheError {
   return new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', message);
 }
 
+/** An ERROR or END frame's payload: a JSON object, or the stream breaks the format. */
+function jsonObject(pieces: readonly Buffer[], frame: 'ERROR' | 'END'): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(pieces)));
+  } catch {
+    throw protocolError(`an ${frame} frame that is not UTF-8 JSON`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw protocolError(`an ${frame} frame that is not a JSON object`);
+  return value as Record<string, unknown>;
+}
+
 export class FrameDecoder {
   readonly #o: DecoderOptions;
   #preambleSeen = false;
@@ -135,14 +147,12 @@ export class FrameDecoder {
         }
         break;
       case FrameType.ERROR: {
-        let payload: Partial<ErrorPayload> = {};
-        try {
-          payload = JSON.parse(Buffer.concat(this.#json).toString('utf8')) as ErrorPayload;
-        } catch {
-          throw protocolError('an ERROR frame with invalid JSON');
-        }
-        const code = (payload.code !== undefined && payload.code in ERRORS ? payload.code : 'OC_ERR_INTERNAL') as ErrorCode;
+        const payload = jsonObject(this.#json, 'ERROR') as Partial<ErrorPayload>;
+        const known = typeof payload.code === 'string' && payload.code in ERRORS;
+        const code = (known ? payload.code : 'OC_ERR_INTERNAL') as ErrorCode;
         const details: Record<string, string | number> = {};
+        // A code this client does not know (a newer gateway): internal, the code kept.
+        if (!known && payload.code !== undefined) details['Code'] = String(payload.code);
         if (payload.chunk !== undefined) details['ChunkIndex'] = payload.chunk;
         if (payload.key !== undefined) details['Key'] = payload.key;
         if (payload.layer !== undefined) details['Layer'] = payload.layer;
@@ -151,11 +161,7 @@ export class FrameDecoder {
       }
       case FrameType.END:
         if (this.#nextLayer !== o.layerEnd) throw protocolError(`END after ${this.#nextLayer - o.layerStart} of ${o.layerEnd - o.layerStart} layers`);
-        try {
-          this.#summary = JSON.parse(Buffer.concat(this.#json).toString('utf8')) as EndSummary;
-        } catch {
-          throw protocolError('an END frame with invalid JSON');
-        }
+        this.#summary = jsonObject(this.#json, 'END') as unknown as EndSummary;
         break;
     }
     this.#header = undefined;

@@ -80,6 +80,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const pool = new ReaderPool({
     backend: backend.workers,
     workers: lw.workers,
+    logErrors: config.logLevel !== 'silent',
     maxQueue: lw.workerQueue,
     readConcurrency: lw.readConcurrency,
     tasksPerWorker: 4,
@@ -237,7 +238,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       const xml = errorXml({ code: 'RequestHeaderSectionTooLarge', message: `Your request's headers exceed the maximum of ${config.maxHeaderBytes} bytes`, resource: '/', requestId });
       socket.end(
         `HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\ncontent-length: ${Buffer.byteLength(xml)}\r\n` +
-          `x-amz-request-id: ${requestId}\r\nx-objectcache-error-code: OC_ERR_REQUEST_HEADER_TOO_LARGE\r\nserver: ObjectCache\r\nconnection: close\r\n\r\n${xml}`,
+          `x-amz-request-id: ${requestId}\r\nx-objectcache-error-code: OC_ERR_REQUEST_HEADER_TOO_LARGE\r\nx-objectcache-retryable: false\r\nserver: ObjectCache\r\nconnection: close\r\n\r\n${xml}`,
       );
       return;
     }
@@ -278,12 +279,13 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // GETs still waiting for admission are refused now (503, retryable), not cut later.
+        scheduler?.close();
         server.closeIdleConnections();
         const timer = setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS);
         await closed;
         clearTimeout(timer);
         await adminServer.close();
-        scheduler?.close();
         await pool.close();
         await backend.close();
       })();

@@ -99,7 +99,7 @@ export const ERRORS = {
   OC_ERR_POOL_BUSY: { status: 503, s3Code: 'SlowDown', retryable: true, description: 'The read-worker queue is full; retry after the Retry-After delay.' },
   OC_ERR_ADMISSION_LIMIT: { status: 503, s3Code: 'SlowDown', retryable: true, description: 'The gateway is at its limit of concurrent layerwise GETs or buffered bytes; retry after the Retry-After delay.' },
   OC_ERR_POOL_WORKER: { status: 500, s3Code: 'InternalError', description: 'A read worker failed while executing a task; only its own request fails.' },
-  OC_ERR_CANCELLED: { status: 499, s3Code: 'RequestCancelled', description: 'The request ended before its reads did (the client went away, or the gateway is shutting down); its reads were cancelled. Logged and counted; a client that is still there never receives it.' },
+  OC_ERR_CANCELLED: { status: 499, s3Code: 'RequestCancelled', description: 'A read task was cancelled because its request ended first (the client went away, or a failure elsewhere ended the stream); it is what the worker answers for the task, and never what a client still connected receives.' },
   OC_ERR_SCHEDULER_CLOSED: { status: 503, s3Code: 'ServiceUnavailable', retryable: true, description: 'The gateway is shutting down and admits no more layerwise GETs; retry against another gateway or later.' },
 
   // --- the client library (never sent by the gateway; status 0) ---

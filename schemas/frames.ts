@@ -68,6 +68,7 @@ export function checkPreamble(bytes: Uint8Array): string | undefined {
   if (view.toString('latin1', 0, 4) !== STREAM_MAGIC) return 'the response does not start with the OCKV preamble';
   const version = view.readUInt16LE(4);
   if (version !== STREAM_VERSION) return `unsupported stream version ${version}`;
+  if (view.readUInt16LE(6) !== 0) return 'the preamble has a non-zero reserved field';
   return undefined;
 }
 

@@ -44,6 +44,9 @@ const vectors = [
   ['bytes-after-end', 'A byte after the END frame.', Buffer.concat([layerwise, Buffer.from([0])]), fails('OC_ERR_CLIENT_PROTOCOL')],
   ['bad-preamble', 'The body does not start with OCKV version 1.', Buffer.concat([Buffer.from('HTTP'), layerwise.subarray(4)]), fails('OC_ERR_CLIENT_PROTOCOL')],
   ['unknown-frame-type', 'A frame of type 9.', Buffer.concat([encodePreamble(), frame(9, 0, l0), end(layerwiseEnd)]), fails('OC_ERR_CLIENT_PROTOCOL')],
+  ['preamble-reserved-set', 'A preamble whose reserved field is not zero.', (() => { const b = Buffer.from(layerwise); b[6] = 1; return b; })(), fails('OC_ERR_CLIENT_PROTOCOL')],
+  ['error-frame-not-json', 'An ERROR frame whose payload is not JSON.', Buffer.concat([encodePreamble(), frame(FrameType.ERROR, 0, Buffer.from('gateway on fire'))]), fails('OC_ERR_CLIENT_PROTOCOL')],
+  ['end-frame-not-an-object', 'An END frame whose payload is JSON but not an object.', Buffer.concat([encodePreamble(), layer(0, l0), layer(1, l1), frame(FrameType.END, 0, json([1, 2]))]), fails('OC_ERR_CLIENT_PROTOCOL')],
   ['reserved-field-set', 'A LAYER frame whose flags byte is not zero.', Buffer.concat([encodePreamble(), (() => { const f = layer(0, l0); f[1] = 1; return f; })(), layer(1, l1), end(layerwiseEnd)]), fails('OC_ERR_CLIENT_PROTOCOL')],
 ];
 

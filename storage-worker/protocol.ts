@@ -38,6 +38,8 @@ export interface WorkerInit {
   readonly streamConnections: number;
   /** SO_RCVBUF of each of those connections. */
   readonly streamReceiveBufferBytes: number;
+  /** Whether a worker writes its log lines (unexpected failures) to stderr: the gateway's log level allows errors. */
+  readonly logErrors: boolean;
 }
 
 /**
@@ -150,6 +152,7 @@ export type ReadResult =
       readonly ok: false;
       readonly code: ErrorCode;
       readonly message: string;
+      /** The worker could read again (a transient failure); what the client is told is the code's (schemas/errors.ts). */
       readonly retryable: boolean;
       /** The task's request (absent when the task never reached a worker). */
       readonly requestId?: string;

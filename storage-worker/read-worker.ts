@@ -151,6 +151,7 @@ function failed(error: unknown, task: ReadTask | StreamTask): WorkerResult {
 
 /** One JSON line on stderr, shaped as the gateway's log lines (gateway/logger.ts), naming the task's request. */
 function logLine(level: 'error' | 'warn', msg: string, task: ChunkRun, error: unknown): void {
+  if (!init.logErrors) return;
   const err = error instanceof Error ? { type: error.name, message: error.message, stack: error.stack } : { message: String(error) };
   process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), msg, requestId: task.requestId, taskId: task.id, bucket: task.bucket, error: err })}\n`);
 }

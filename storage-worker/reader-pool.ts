@@ -35,6 +35,8 @@ export interface ReaderPoolOptions {
   readonly streamReceiveBufferBytes: number;
   /** Stream tasks one worker runs at once, besides `tasksPerWorker` grouped ones. */
   readonly streamTasksPerWorker: number;
+  /** Workers write a JSON line on stderr for an unexpected failure (default true; off when the gateway logs nothing). */
+  readonly logErrors?: boolean;
 }
 
 /** A streamed read's ring of layer buffers (StreamTask's `ring` and `blocks`). */
@@ -128,7 +130,7 @@ export class ReaderPool {
     this.#arena = new BufferArena(options.arenaBytes, options.arenaBlockBytes);
     this.#streams = new ByteBudget(options.maxChunkStreams);
     this.#streamTasks = new ByteBudget(options.workers * options.streamTasksPerWorker);
-    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes };
+    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes, logErrors: options.logErrors ?? true };
     this.#pool = new Piscina({
       filename: workerFilename(),
       minThreads: options.workers,

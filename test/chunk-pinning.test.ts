@@ -56,6 +56,7 @@ describe.each<BackendKind>(['local', 's3'])('chunks pinned for the whole stream 
     expect((failure as ObjectCacheError).details['Key']).toBe(victim);
     // Retry the GET, the ERROR frame says (and the client reads it from the frame).
     expect((failure as ObjectCacheError).retryable).toBe(true);
+    expect((failure as ObjectCacheError).details['RequestId']).toMatch(/^[0-9A-Za-z-]{8,}$/);
     expect(ready.length).toBeLessThan(32);
   });
 

@@ -33,9 +33,11 @@ describe('README', () => {
     }
   });
 
-  it("gives the Python client the registry's retryable codes (for answers from gateways that do not say)", () => {
+  it("gives the Python client the registry's codes and retryable codes (for answers from gateways that do not say)", () => {
     const python = readFileSync(new URL('../client/python/src/objectcache/errors.py', import.meta.url), 'utf8');
-    const table = python.slice(python.indexOf('RETRYABLE_CODES'), python.indexOf('class ObjectCacheError'));
+    const table = python.slice(python.indexOf('RETRYABLE_CODES'), python.indexOf('KNOWN_CODES'));
+    const known = python.slice(python.indexOf('KNOWN_CODES = '), python.indexOf('class ObjectCacheError'));
+    expect([...known.matchAll(/"(OC_ERR_[A-Z0-9_]+)"/g)].map((m) => m[1]).sort()).toEqual(Object.keys(ERRORS).sort());
     const listed = [...table.matchAll(/"(OC_ERR_[A-Z0-9_]+)"/g)].map((m) => m[1]).sort();
     const registry = Object.entries(ERRORS).filter(([, spec]) => 'retryable' in spec).map(([code]) => code).sort();
     expect(listed).toEqual(registry);

@@ -9,12 +9,36 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
+import { ObjectCacheError } from '../schemas/errors.js';
 import { runCli } from './helpers/cli.js';
 import { until } from './helpers/wait.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 const CAP = 40_000_000; // bytes per second
+
+describe('a gateway shutting down while a layerwise GET waits for its epoch', () => {
+  it('answers the waiting GET 503 OC_ERR_SCHEDULER_CLOSED, retryable, instead of cutting it', async () => {
+    // A 10 s epoch: the GET waits for the first boundary when the gateway is asked to close.
+    const gw = await startTestGateway({ backend: 'local', args: ['--cap', '40MB/s', '--epoch-ms', '10000', '--threshold', '0'] });
+    const client = testClient(gw, uniqueBucket('closing'));
+    try {
+      await client.ensureBucket();
+      const prefix = await seedPrefix(client, { chunks: 2, layers: 2, layerBytes: 4096, layout: 'KV_L2TD' });
+      const waiting = client.fetch(descriptorOf(prefix), { transport: 'post' }).catch((e: unknown) => e);
+      await until(async () => gw.gateway.schedulerSnapshot()?.pending === 1, 5000);
+      const closing = gw.close();
+      const refused = await waiting;
+      expect(refused).toBeInstanceOf(ObjectCacheError);
+      expect(refused).toMatchObject({ code: 'OC_ERR_SCHEDULER_CLOSED', retryable: true });
+      expect((refused as ObjectCacheError).details['Status']).toBe(503);
+      await client.close(); // its keep-alive connection would hold the close for the grace period
+      await closing;
+    } finally {
+      await client.close();
+    }
+  });
+});
 
 describe('paced layerwise delivery (embedded store)', () => {
   let gw: TestGateway;

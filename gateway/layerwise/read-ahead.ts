@@ -13,7 +13,6 @@ import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ReadResult, ReadTask } from '../../storage-worker/protocol.js';
 import type { PlannedTask } from './read-plan.js';
-import type { ReaderPool } from '../../storage-worker/reader-pool.js';
 import type { LayerwiseObserver } from '../metrics.js';
 import { ByteBudget } from './byte-budget.js';
 
@@ -32,8 +31,22 @@ export interface Unit {
   readonly bytes: number;
 }
 
+/**
+ * What the read-ahead needs of the read-worker pool (storage-worker/reader-pool.ts, ReaderPool):
+ * room in its queue, task ids, running and cancelling tasks, and taking task blocks back.
+ */
+export interface TaskRunner {
+  room(signal?: AbortSignal): Promise<void>;
+  taskId(): number;
+  /** Never rejects: a failure is a result. */
+  run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult>;
+  cancel(id: number): void;
+  /** A task's block is no longer referenced: the pool may hand it out again. */
+  recycle(region: Uint8Array): void;
+}
+
 export interface ReadAheadOptions {
-  readonly pool: ReaderPool;
+  readonly pool: TaskRunner;
   readonly tasks: readonly PlannedTask[];
   readonly units: readonly Unit[];
   /** Bytes of one planned task's buffer. */
@@ -84,14 +97,18 @@ export function deferred<T>(): Deferred<T> {
   return { promise, resolve, reject };
 }
 
-/** A worker failure as the one error type the stream knows. */
+/**
+ * A worker failure as the one error type the stream knows. Whether the client may retry is the
+ * code's (schemas/errors.ts), not the result's `retryable`, which says whether the worker could
+ * read again (a cut connection, say) and was used up by the worker's own retries.
+ */
 export function readFailure(result: ReadResult & { ok: false }): ObjectCacheError {
   const details: Record<string, string | number> = {};
   if (result.key !== undefined) details['Key'] = result.key;
   if (result.chunk !== undefined) details['ChunkIndex'] = result.chunk;
   if (result.layer !== undefined) details['Layer'] = result.layer;
   const message = result.chunk !== undefined ? `chunk ${result.chunk}: ${result.message}` : result.message;
-  return new ObjectCacheError(result.code, message, { details, retryable: result.retryable });
+  return new ObjectCacheError(result.code, message, { details });
 }
 
 export class ReadAhead implements UnitSource {

@@ -19,6 +19,10 @@
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { allocate, type Allocation, type Policy } from './allocate.js';
 
+function closedError(): ObjectCacheError {
+  return new ObjectCacheError('OC_ERR_SCHEDULER_CLOSED', 'The gateway is shutting down: no more layerwise GETs are admitted');
+}
+
 export interface Clock {
   now(): number;
   setTimeout(callback: () => void, ms: number): unknown;
@@ -97,7 +101,7 @@ export class EpochScheduler {
 
   /** Resolves at the epoch boundary that admits the request. */
   admit(request: LoadRequest, signal?: AbortSignal): Promise<Grant> {
-    if (this.#closed) return Promise.reject(new ObjectCacheError('OC_ERR_SCHEDULER_CLOSED', 'The gateway is shutting down: no more layerwise GETs are admitted'));
+    if (this.#closed) return Promise.reject(closedError());
     if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<Grant>((resolve, reject) => {
       const entry: Pending = { request, arrived: this.#clock.now(), resolve, reject };
@@ -164,6 +168,6 @@ export class EpochScheduler {
   close(): void {
     this.#closed = true;
     if (this.#timer !== undefined) this.#clock.clearTimeout(this.#timer);
-    for (const p of this.#pending.splice(0)) p.reject(new ObjectCacheError('OC_ERR_SCHEDULER_CLOSED', 'The gateway is shutting down: no more layerwise GETs are admitted'));
+    for (const p of this.#pending.splice(0)) p.reject(closedError());
   }
 }

@@ -42,7 +42,7 @@ def fail(code: str, message: str) -> SystemExit:
 def main() -> int:
     path, chunks, layer_bytes, first, end, out_path = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
     data = open(path, 'rb').read()
-    if data[:4] != b'OCKV' or struct.unpack_from('<H', data, 4)[0] != 1:
+    if data[:4] != b'OCKV' or struct.unpack_from('<HH', data, 4) != (1, 0):
         raise fail('OC_ERR_CLIENT_PROTOCOL', 'bad preamble')
     pos = 8
     layers = [None] * (end - first)
@@ -71,10 +71,16 @@ def main() -> int:
                 raise fail('OC_ERR_CLIENT_PROTOCOL', 'CHUNK out of order')
             mode = 'chunkwise'
             chunk_payloads.append(payload)
-        elif ftype == 3:
-            raise fail(json.loads(payload).get('code', 'OC_ERR_INTERNAL'), payload.decode())
-        elif ftype == 4:
-            summary = json.loads(payload)
+        elif ftype in (3, 4):
+            try:
+                document = json.loads(payload.decode('utf-8'))
+            except ValueError:
+                raise fail('OC_ERR_CLIENT_PROTOCOL', 'an ERROR or END frame that is not UTF-8 JSON')
+            if not isinstance(document, dict):
+                raise fail('OC_ERR_CLIENT_PROTOCOL', 'an ERROR or END frame that is not a JSON object')
+            if ftype == 3:
+                raise fail(str(document.get('code', 'OC_ERR_INTERNAL')), payload.decode())
+            summary = document
             break
         else:
             raise fail('OC_ERR_CLIENT_PROTOCOL', 'unknown frame type')

@@ -79,3 +79,16 @@ def test_the_shared_stream_vectors(vector: Dict[str, Any], source: Any) -> None:
         assert caught.value.retryable is expect["retryable"]
     if "details" in expect:
         assert dict(caught.value.details) == expect["details"]
+
+
+def test_a_code_this_client_does_not_know_is_internal_with_the_code_kept() -> None:
+    newer = _read({"code": "OC_ERR_FROM_THE_FUTURE", "message": "m", "retryable": True})
+    assert newer.code == "OC_ERR_INTERNAL" and newer.details["Code"] == "OC_ERR_FROM_THE_FUTURE" and newer.retryable is True
+
+
+def test_the_request_id_shows_in_the_message_and_botocore_shape_once_known() -> None:
+    error = _read({"code": "OC_ERR_CHUNK_CORRUPT", "message": "m"})
+    assert error.request_id is None and "request" not in str(error)
+    error.request_id = "req-1"  # as the client sets it from the response's x-amz-request-id
+    assert str(error) == "OC_ERR_CHUNK_CORRUPT: m (request req-1)"
+    assert error.response["ResponseMetadata"]["RequestId"] == "req-1"

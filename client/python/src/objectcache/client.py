@@ -173,7 +173,8 @@ class ObjectCacheClient:
             return
         with self._lock:
             index = self._opened_to.get(conn)
-            if index is not None and len(self._idle) < self._max_idle:
+            # A connection to a gateway the client has moved on from is closed, not kept.
+            if index == self._current and len(self._idle) < self._max_idle:
                 self._idle.append((index, conn))
                 return
         conn.close()

@@ -68,7 +68,7 @@ SETTINGS: Dict[str, Optional[str]] = {
     "mode": "auto",  # layerwise, chunkwise or auto (the gateway's size threshold)
     "compute_ms_per_layer": None,  # the engine's per-layer compute window, for the scheduler
     "timeout_s": "30",
-    "retries": "2",  # 503 SlowDown answers retried after their Retry-After
+    "retries": "2",  # answers the gateway marks retryable, retried after their Retry-After
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Generator, Optional, Protocol, Sequence,
 
 from crc32c import crc32c
 
-from .errors import ObjectCacheError
+from .errors import KNOWN_CODES, ObjectCacheError
 
 PREAMBLE = b"OCKV"
 HEADER = struct.Struct("<BBHIQII")
@@ -152,7 +152,12 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
             body = bytearray(length)
             if _fill(source, memoryview(body)) != crc:
                 raise ObjectCacheError("OC_ERR_CLIENT_CRC", "the CRC32C of a control frame does not match")
-            document: Dict[str, Any] = json.loads(body.decode("utf-8"))
+            try:
+                document = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as error:
+                raise _protocol("an ERROR or END frame that is not UTF-8 JSON") from error
+            if not isinstance(document, dict):
+                raise _protocol("an ERROR or END frame that is not a JSON object")
             if ftype == ERROR:
                 details = {k: v for k, v in document.items() if k not in ("code", "message", "retryable")}
                 # The names an S3 error document (and the TypeScript client) uses.
@@ -160,8 +165,13 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
                     if name in details:
                         details[s3_name] = details.pop(name)
                 said = document.get("retryable")
+                code = document.get("code")
+                if code not in KNOWN_CODES:
+                    # A code this client does not know (a newer gateway): internal, the code kept.
+                    details["Code"] = code
+                    code = "OC_ERR_INTERNAL"
                 raise ObjectCacheError(
-                    str(document.get("code", "OC_ERR_INTERNAL")),
+                    str(code),
                     str(document.get("message", "the gateway ended the stream")),
                     details=details,
                     retryable=said if isinstance(said, bool) else None,  # older gateways: the code's

@@ -1,0 +1,148 @@
+/**
+ * The read-ahead of one layerwise GET (gateway/layerwise/read-ahead.ts) against a scripted task
+ * runner standing in for the worker pool, so that timing and failures are under the test's
+ * control: two requests sharing a budget smaller than their windows both finish, a cancellation
+ * mid-group leaves nothing running or held, and every block is handed back exactly once.
+ * (The real pool is exercised by the integration suites, test/layerwise.test.ts among them.)
+ */
+import { describe, expect, it } from 'vitest';
+import { ByteBudget } from '../gateway/layerwise/byte-budget.js';
+import { ReadAhead, type TaskRunner, type Unit } from '../gateway/layerwise/read-ahead.js';
+import { planLayerwise, type PlannedTask } from '../gateway/layerwise/read-plan.js';
+import type { ReadResult, ReadTask } from '../storage-worker/protocol.js';
+
+const LAYER_BYTES = 1024;
+
+/** Answers each task after `delayMs` with a block of its own, and counts what comes back. */
+class ScriptedRunner implements TaskRunner {
+  #next = 1;
+  readonly running = new Map<number, () => void>();
+  readonly cancelled = new Set<number>();
+  readonly handedOut = new Set<Uint8Array>();
+  readonly recycled = new Set<Uint8Array>();
+  doubleRecycles = 0;
+  constructor(private readonly delayMs: number) {}
+
+  async room(): Promise<void> {}
+  taskId(): number {
+    return this.#next++;
+  }
+  run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult> {
+    const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
+    return new Promise((resolve) => {
+      const finish = (): void => {
+        this.running.delete(task.id);
+        if (this.cancelled.has(task.id)) return resolve({ ok: false, code: 'OC_ERR_CANCELLED', message: 'cancelled', retryable: false, requestId: task.requestId });
+        const region = new Uint8Array(bytes);
+        this.handedOut.add(region);
+        const slices = (task.end - task.first) * task.keys.length;
+        resolve({ ok: true, region, crcs: new Uint32Array(slices), etags: task.keys.map(() => '"e"'), reads: task.keys.length, retries: 0, readMs: 1, verified: true });
+      };
+      const timer = setTimeout(finish, this.delayMs);
+      this.running.set(task.id, () => {
+        clearTimeout(timer);
+        finish();
+      });
+    });
+  }
+  cancel(id: number): void {
+    this.cancelled.add(id);
+    this.running.get(id)?.();
+  }
+  recycle(region: Uint8Array): void {
+    if (this.recycled.has(region)) this.doubleRecycles++;
+    this.recycled.add(region);
+  }
+}
+
+function readAheadOf(runner: TaskRunner, budget: ByteBudget, signal: AbortSignal, chunks = 8, layers = 24): { readAhead: ReadAhead; units: Unit[] } {
+  const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: layers, layerBytes: LAYER_BYTES, chunks, readBytes: 4 * LAYER_BYTES, taskBytes: 8 * LAYER_BYTES, maxGroupBytes: 64 * LAYER_BYTES, firstGroupTasks: 4 });
+  const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * LAYER_BYTES;
+  const units: Unit[] = [];
+  for (let from = 0; from < plan.tasks.length; ) {
+    let to = from + 1;
+    while (to < plan.tasks.length && plan.tasks[to]?.group === plan.tasks[from]?.group) to++;
+    let bytes = 0;
+    for (let t = from; t < to; t++) bytes += taskBytes(plan.tasks[t] as PlannedTask);
+    units.push({ from, to, bytes });
+    from = to;
+  }
+  const keys = Array.from({ length: chunks }, (_, c) => `kv/${c}`);
+  const readAhead = new ReadAhead({
+    pool: runner,
+    tasks: plan.tasks,
+    units,
+    taskBytes,
+    toReadTask: (task) => ({ requestId: 'r', bucket: 'b', keys: keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: 'KV_L2TD', layers, layerBytes: LAYER_BYTES, first: task.first, end: task.end, order: 'layer-major' }),
+    windowBytes: 64 * LAYER_BYTES,
+    budget,
+    tasksInFlight: 4,
+    firstUnitAlone: true,
+    signal,
+  });
+  return { readAhead, units };
+}
+
+/** Sends every unit as serve-layerwise does: wait for it, release it, recycle its blocks. */
+async function consume(readAhead: ReadAhead, units: readonly Unit[]): Promise<number> {
+  let bytes = 0;
+  for (let u = 0; u < units.length; u++) {
+    const reads = await readAhead.unit(u);
+    bytes += reads.reduce((sum, r) => sum + r.region.byteLength, 0);
+    readAhead.release(u);
+    readAhead.recycle(u);
+  }
+  return bytes;
+}
+
+describe('ReadAhead', () => {
+  it('serves two requests whose windows together exceed the shared budget, to the end, without deadlock', async () => {
+    const runner = new ScriptedRunner(2);
+    // The budget holds one request's window and a bit: the two must take turns by unit.
+    const budget = new ByteBudget(80 * LAYER_BYTES);
+    const a = readAheadOf(runner, budget, new AbortController().signal);
+    const b = readAheadOf(runner, budget, new AbortController().signal);
+    const done = Promise.all([consume(a.readAhead, a.units), consume(b.readAhead, b.units)]);
+    const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('deadlock: the requests did not finish within 10 s')), 10_000));
+    const [bytesA, bytesB] = (await Promise.race([done, timeout])) as [number, number];
+    expect(bytesA).toBe(8 * 24 * LAYER_BYTES);
+    expect(bytesB).toBe(8 * 24 * LAYER_BYTES);
+    await Promise.all([a.readAhead.close(), b.readAhead.close()]);
+    expect(budget.used).toBe(0);
+    expect(runner.recycled.size).toBe(runner.handedOut.size);
+    expect(runner.doubleRecycles).toBe(0);
+  });
+
+  it('cancelled mid-group, ends what runs, gives every block back once and holds no budget', async () => {
+    const runner = new ScriptedRunner(20);
+    const budget = new ByteBudget(1024 * LAYER_BYTES);
+    const client = new AbortController();
+    const { readAhead, units } = readAheadOf(runner, budget, client.signal);
+    // Unit 0 sent; unit 1's tasks are in flight when the client leaves.
+    await readAhead.unit(0);
+    readAhead.release(0);
+    readAhead.recycle(0);
+    await new Promise((r) => setTimeout(r, 5));
+    expect(runner.running.size).toBeGreaterThan(0);
+    client.abort(new Error('client gone'));
+    await expect(readAhead.unit(units.length - 1)).rejects.toThrow();
+    await readAhead.close();
+    expect(runner.running.size).toBe(0);
+    expect(runner.cancelled.size).toBeGreaterThan(0);
+    expect(budget.used).toBe(0);
+    // Blocks of tasks that finished before the cancellation went back too, each once.
+    expect(runner.recycled.size).toBe(runner.handedOut.size);
+    expect(runner.doubleRecycles).toBe(0);
+  });
+
+  it('gives a block back once even when a unit is recycled twice (frame flushed, then close)', async () => {
+    const runner = new ScriptedRunner(1);
+    const budget = new ByteBudget(1024 * LAYER_BYTES);
+    const { readAhead, units } = readAheadOf(runner, budget, new AbortController().signal, 4, 6);
+    await consume(readAhead, units);
+    for (let u = 0; u < units.length; u++) readAhead.recycle(u);
+    await readAhead.close();
+    expect(runner.doubleRecycles).toBe(0);
+    expect(runner.recycled.size).toBe(runner.handedOut.size);
+  });
+});
