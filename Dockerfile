@@ -12,6 +12,7 @@ COPY backends ./backends
 COPY storage-worker ./storage-worker
 COPY client ./client
 COPY schemas ./schemas
+COPY sigv4 ./sigv4
 COPY bench ./bench
 COPY native ./native
 COPY scripts/build-native.mjs ./scripts/

@@ -1,7 +1,7 @@
 /**
  * The `s3` backend: requests to MinIO (or any S3) over a keep-alive undici pool, signed with the
  * gateway's own backend credentials by the project's one SigV4 interceptor
- * (schemas/signing-dispatcher.ts). Upstream failures are
+ * (sigv4/signing-dispatcher.ts). Upstream failures are
  * mapped in one place (as fastify-reply-from does): unreachable is 503, too slow is 503 with
  * OC_ERR_BACKEND_TIMEOUT, always with `{ cause }`.
  */
@@ -9,8 +9,8 @@ import type { Readable } from 'node:stream';
 import { escapeUri } from '@smithy/util-uri-escape';
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { EMPTY_PAYLOAD_SHA256 } from '../schemas/sigv4-signer.js';
-import { sigv4 } from '../schemas/signing-dispatcher.js';
+import { EMPTY_PAYLOAD_SHA256 } from '../sigv4/signer.js';
+import { sigv4 } from '../sigv4/signing-dispatcher.js';
 
 export { EMPTY_PAYLOAD_SHA256 };
 
@@ -77,6 +77,11 @@ export function mapBackendError(error: unknown, signal?: AbortSignal): unknown {
   return new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', 'The object store behind the gateway is unavailable', { cause: error, retryable: true });
 }
 
+/** The keep-alive pool every undici client of the store uses: `connections`, and the backend timeout on connect, headers and between body bytes. */
+export function storePoolOptions(connections: number, timeoutMs: number): Pool.Options {
+  return { connections, connect: { timeout: timeoutMs }, headersTimeout: timeoutMs, bodyTimeout: timeoutMs, keepAliveTimeout: 30_000 };
+}
+
 export class S3Backend {
   readonly endpoint: URL;
   readonly #pool: Pool;
@@ -89,13 +94,7 @@ export class S3Backend {
   constructor(options: S3BackendOptions) {
     this.endpoint = options.endpoint;
     this.#timeoutMs = options.timeoutMs;
-    this.#pool = new Pool(options.endpoint.origin, {
-      connections: options.connections,
-      connect: { timeout: options.timeoutMs },
-      headersTimeout: options.timeoutMs,
-      bodyTimeout: options.timeoutMs,
-      keepAliveTimeout: 30_000,
-    });
+    this.#pool = new Pool(options.endpoint.origin, storePoolOptions(options.connections, options.timeoutMs));
     this.#http = this.#pool.compose(sigv4({ endpoint: options.endpoint, accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey, region: options.region }));
   }
 

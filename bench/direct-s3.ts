@@ -3,7 +3,7 @@
  * SigV4-signed GET and PUT over an undici pool, plus a bounded-concurrency helper.
  */
 import type { Dispatcher, Pool } from 'undici';
-import { signingPool } from '../schemas/signing-dispatcher.js';
+import { signingPool } from '../sigv4/signing-dispatcher.js';
 
 export interface DirectS3 {
   readonly endpoint: URL;

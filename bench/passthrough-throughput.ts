@@ -15,7 +15,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Dispatcher, Pool } from 'undici';
-import { signingPool } from '../schemas/signing-dispatcher.js';
+import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { processUsage } from './process-usage.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { freePort, installMinio, repoRoot, startMinio } from './minio.js';

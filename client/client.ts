@@ -18,7 +18,7 @@ export { DESCRIPTOR_HEADER };
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
 import type { EndSummary } from '../schemas/frames.js';
-import { signingPool } from '../schemas/signing-dispatcher.js';
+import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
 import type { Layout } from '../schemas/layouts.js';
 import { FrameDecoder } from './frame-decoder.js';

@@ -12,10 +12,11 @@
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { escapeUriPath } from '@smithy/util-uri-escape';
-import type { Dispatcher } from 'undici';
+import type { Dispatcher, Pool } from 'undici';
 import { LAYER_CRC_META } from '../schemas/integrity.js';
 import { objectRelativePath, readFooter } from '../backends/embedded/object-file.js';
-import { BACKEND_RETRY, S3Backend, mapBackendError, retryPauseMs } from '../backends/s3-backend.js';
+import { BACKEND_RETRY, mapBackendError, retryPauseMs, storePoolOptions } from '../backends/s3-backend.js';
+import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { ScatterCursor, type RangeTarget } from './scatter.js';
 import type { WorkerBackend } from './protocol.js';
 import type { ErrorCode } from '../schemas/errors.js';
@@ -255,11 +256,26 @@ export function pause(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
+/** Range GETs through undici, for a store behind TLS: a keep-alive pool signing every request. */
+export class UndiciRangeClient {
+  readonly http: Dispatcher.ComposedDispatcher;
+  readonly #pool: Pool;
+  constructor(options: { readonly endpoint: URL; readonly region: string; readonly accessKeyId: string; readonly secretAccessKey: string; readonly connections: number; readonly timeoutMs: number }) {
+    const { pool, http } = signingPool({ ...options, pool: storePoolOptions(options.connections, options.timeoutMs) });
+    this.#pool = pool;
+    this.http = http;
+  }
+
+  close(): Promise<void> {
+    return this.#pool.close();
+  }
+}
+
 export class S3RangeReader implements RangeReader {
   /** The socket reader for a plain-HTTP store (socket-range-get.ts); behind TLS, undici. */
-  readonly #transport: SocketRangeClient | S3Backend;
+  readonly #transport: SocketRangeClient | UndiciRangeClient;
   readonly #timeoutMs: number;
-  constructor(transport: SocketRangeClient | S3Backend, timeoutMs: number) {
+  constructor(transport: SocketRangeClient | UndiciRangeClient, timeoutMs: number) {
     this.#transport = transport;
     this.#timeoutMs = timeoutMs;
   }
@@ -281,7 +297,7 @@ export class S3RangeReader implements RangeReader {
   }
 
   /** One range GET through undici. */
-  async #undiciRead(backend: S3Backend, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #undiciRead(backend: UndiciRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
     backend.http.dispatch({ method: 'GET', path, headers: { range: rangeHeader(target) }, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, handler);
     const layerCrcs = await handler.done;
@@ -341,5 +357,5 @@ function rangeHeader(target: RangeTarget): string {
 export function createRangeReader(backend: WorkerBackend): RangeReader {
   if (backend.kind === 'local') return new LocalRangeReader(backend.dataDir);
   const endpoint = new URL(backend.endpoint);
-  return new S3RangeReader(endpoint.protocol === 'http:' ? new SocketRangeClient({ ...backend, endpoint }) : new S3Backend({ ...backend, endpoint }), backend.timeoutMs);
+  return new S3RangeReader(endpoint.protocol === 'http:' ? new SocketRangeClient({ ...backend, endpoint }) : new UndiciRangeClient({ ...backend, endpoint }), backend.timeoutMs);
 }

@@ -19,7 +19,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { boundReceiveBuffer } from '../backends/socket-buffer.js';
-import { RequestSigner } from '../schemas/sigv4-signer.js';
+import { RequestSigner } from '../sigv4/signer.js';
 import { ReadError, cancelled } from './read-errors.js';
 
 /**

@@ -24,7 +24,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { NodeSha256 } from '../schemas/sigv4-signer.js';
+import { NodeSha256 } from '../sigv4/signer.js';
 import { metricValue, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
 interface Key {

@@ -9,7 +9,7 @@ import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteBucketCommand,
 import { describe, expect, it } from 'vitest';
 import { COMPAT_TARGETS, compatSuite, uniqueBucket } from './helpers/gateway.js';
 import { SignatureV4 } from '@smithy/signature-v4';
-import { EMPTY_PAYLOAD_SHA256, NodeSha256 } from '../schemas/sigv4-signer.js';
+import { EMPTY_PAYLOAD_SHA256, NodeSha256 } from '../sigv4/signer.js';
 
 const KEY = 'dir one/a b~c+d*e=f&g.txt';
 

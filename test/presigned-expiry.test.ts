@@ -5,7 +5,7 @@
  */
 import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { NodeSha256 } from '../schemas/sigv4-signer.js';
+import { NodeSha256 } from '../sigv4/signer.js';
 import { COMPAT_TARGETS, compatEndpoint, type CompatEndpoint } from './helpers/gateway.js';
 
 const minio = inject('minio');

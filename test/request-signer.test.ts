@@ -6,7 +6,7 @@
  */
 import { SignatureV4 } from '@smithy/signature-v4';
 import { describe, expect, it } from 'vitest';
-import { EMPTY_PAYLOAD_SHA256, NodeSha256, RequestSigner, toQueryBag } from '../schemas/sigv4-signer.js';
+import { EMPTY_PAYLOAD_SHA256, NodeSha256, RequestSigner, toQueryBag } from '../sigv4/signer.js';
 
 const credentials = { accessKeyId: 'backend-key', secretAccessKey: 'backend-secret-0123456789' };
 const host = '127.0.0.1:9000';

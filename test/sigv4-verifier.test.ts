@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { SigV4Verifier } from '../gateway/auth/sigv4.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { NodeSha256 } from '../schemas/sigv4-signer.js';
+import { NodeSha256 } from '../sigv4/signer.js';
 import { AccessPolicy } from '../gateway/auth/policy.js';
 
 const credential = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY', tenant: 'AKIDEXAMPLE', access: AccessPolicy.unrestricted };

@@ -8,8 +8,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { SocketRangeClient, type BodyTarget, type RangeAnswerSink } from '../storage-worker/socket-range-get.js';
 import { ReadError } from '../storage-worker/read-errors.js';
-import { S3RangeReader } from '../storage-worker/range-reader.js';
-import { S3Backend } from '../backends/s3-backend.js';
+import { S3RangeReader, UndiciRangeClient } from '../storage-worker/range-reader.js';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
 
 const live = new AbortController().signal;
@@ -67,7 +66,7 @@ describe('socket range reads from MinIO', () => {
 
   it('reads the same ranges through either transport of S3RangeReader (sockets; undici, as behind TLS), byte-exact, and names a missing chunk', async () => {
     const credentials = { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', connections: 2, timeoutMs: 10_000, endpoint: new URL(minio.endpoint) };
-    const readers = [new S3RangeReader(new SocketRangeClient(credentials), 10_000), new S3RangeReader(new S3Backend(credentials), 10_000)];
+    const readers = [new S3RangeReader(new SocketRangeClient(credentials), 10_000), new S3RangeReader(new UndiciRangeClient(credentials), 10_000)];
     for (const reader of readers) {
       const memory = new Uint8Array(new SharedArrayBuffer(3000));
       const targets = [

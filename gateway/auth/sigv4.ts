@@ -14,7 +14,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { SignatureV4 } from '@smithy/signature-v4';
 import type { HttpRequest } from '@smithy/types';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { NodeSha256, toQueryBag } from '../../schemas/sigv4-signer.js';
+import { NodeSha256, toQueryBag } from '../../sigv4/signer.js';
 import type { ClientCredential } from '../config.js';
 import { isSigV2, verifySigV2 } from './sigv2.js';
 
@@ -29,7 +29,7 @@ export const STREAMING_SIGNED = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD';
 export const STREAMING_SIGNED_TRAILER = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER';
 export const STREAMING_UNSIGNED_TRAILER = 'STREAMING-UNSIGNED-PAYLOAD-TRAILER';
 /** The SHA-256 of an empty body (one definition, with the backend signer's). */
-export { EMPTY_PAYLOAD_SHA256 as EMPTY_SHA256 } from '../../schemas/sigv4-signer.js';
+export { EMPTY_PAYLOAD_SHA256 as EMPTY_SHA256 } from '../../sigv4/signer.js';
 
 export interface SignedRequestInfo {
   readonly method: string;

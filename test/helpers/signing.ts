@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { SignatureV4 } from '@smithy/signature-v4';
-import { NodeSha256 } from '../../schemas/sigv4-signer.js';
+import { NodeSha256 } from '../../sigv4/signer.js';
 import { CLIENT_KEY, CLIENT_SECRET } from './gateway.js';
 import type { Dispatcher } from 'undici';
 

@@ -11,7 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { Pool, type Dispatcher } from 'undici';
-import { EMPTY_PAYLOAD_SHA256, RequestSigner } from './sigv4-signer.js';
+import { EMPTY_PAYLOAD_SHA256, RequestSigner } from './signer.js';
 
 export interface SigningOptions {
   /** The origin the requests go to (its host is signed). */
