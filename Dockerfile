@@ -9,7 +9,7 @@ COPY tsconfig.json ./
 COPY cli ./cli
 COPY gateway ./gateway
 COPY backends ./backends
-COPY storage-worker ./storage-worker
+COPY read-worker ./read-worker
 COPY client ./client
 COPY schemas ./schemas
 COPY sigv4 ./sigv4

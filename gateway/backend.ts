@@ -9,7 +9,7 @@ import { escapeUriPath } from '@smithy/util-uri-escape';
 import { LocalStore } from '../backends/embedded/local-store.js';
 import { S3Backend, type BackendStats } from '../backends/s3-backend.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import type { WorkerBackend } from '../storage-worker/protocol.js';
+import type { WorkerBackend } from '../read-worker/protocol.js';
 import type { GatewayConfig } from './config.js';
 import type { RequestContext } from './context.js';
 import { serveEmbedded } from './embedded/router.js';

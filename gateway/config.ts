@@ -12,7 +12,7 @@ import type { DescriptorLimits } from '../schemas/descriptor.js';
 import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
 import { parsePolicy, type Policy } from './scheduler/allocate.js';
 import { parseMargin, parseRate } from './scheduler/rate.js';
-import { defaultWorkerCount } from '../storage-worker/reader-pool.js';
+import { defaultWorkerCount } from './read-pool/reader-pool.js';
 import type { S3BackendOptions } from '../backends/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';

@@ -3,7 +3,7 @@
  * settings. Built once per request by the server.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AuthResult } from './auth/sigv4.js';
+import type { AuthResult } from './auth/request-verifier.js';
 import type { GatewayConfig } from './config.js';
 import type { Logger } from './logger.js';
 import type { S3Target } from './s3/request.js';

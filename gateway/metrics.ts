@@ -4,7 +4,7 @@
  * (pool, buffers, scheduler shares) are read in collect(), not refreshed by timers.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { ReaderPoolStats } from '../storage-worker/reader-pool.js';
+import type { ReaderPoolStats } from './read-pool/reader-pool.js';
 import type { BackendStats } from '../backends/s3-backend.js';
 import type { SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 

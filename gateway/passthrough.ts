@@ -12,7 +12,7 @@
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { UNSIGNED_PAYLOAD } from './auth/sigv4.js';
+import { UNSIGNED_PAYLOAD } from './auth/request-verifier.js';
 import { BACKEND_RETRY, EMPTY_PAYLOAD_SHA256, mapBackendError, retryPauseMs, type S3Backend } from '../backends/s3-backend.js';
 import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js';
 import { uploadBody } from './body/upload-body.js';

@@ -10,20 +10,20 @@ import type { BackendStats } from '../backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
 import { authorize, authorizeKeys, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
 import { s3Arn } from './auth/policy.js';
-import { SigV4Verifier } from './auth/sigv4.js';
+import { RequestVerifier } from './auth/request-verifier.js';
 import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
 import { s3Operation } from './s3/operation.js';
 import type { GatewayConfig } from './config.js';
 import type { RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
-import { ByteBudget } from './layerwise/byte-budget.js';
+import { FifoBudget } from './fifo-budget.js';
 import { FirstLayerGate } from './layerwise/first-layer-gate.js';
 import { objectCacheOperation, readDescriptor } from './layerwise/descriptor-request.js';
 import { servePrefixLookup } from './layerwise/lookup.js';
 import { serveLayerwise } from './layerwise/serve-layerwise.js';
 import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
-import { ReaderPool, type ReaderPoolStats } from '../storage-worker/reader-pool.js';
+import { ReaderPool, type ReaderPoolStats } from './read-pool/reader-pool.js';
 import { bucketFromHost, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
 import { isPostObject, servePostObject } from './s3/post-object.js';
 import { openBackend } from './backend.js';
@@ -92,7 +92,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     // Slots for stream tasks only where streamed reads may run (else grouped tasks keep 4 a worker).
     streamTasksPerWorker: lw.chunkReads === 'auto' ? 16 : 0,
   });
-  const budget = new ByteBudget(lw.maxBufferedBytes);
+  const budget = new FifoBudget(lw.maxBufferedBytes);
   const firstLayers = new FirstLayerGate();
   const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;
   const active = { layerwise: 0 };
@@ -104,7 +104,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => active.layerwise,
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
-  const verifier = new SigV4Verifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...(deps.now ? { now: deps.now } : {}) });
+  const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...(deps.now ? { now: deps.now } : {}) });
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
   function admissionRefusal(): ObjectCacheError | undefined {

@@ -6,10 +6,10 @@
  * (The real pool is exercised by the integration suites, test/layerwise.test.ts among them.)
  */
 import { describe, expect, it } from 'vitest';
-import { ByteBudget } from '../gateway/layerwise/byte-budget.js';
+import { FifoBudget } from '../gateway/fifo-budget.js';
 import { ReadAhead, type TaskRunner, type Unit } from '../gateway/layerwise/read-ahead.js';
 import { planLayerwise, type PlannedTask } from '../gateway/layerwise/read-plan.js';
-import type { ReadResult, ReadTask } from '../storage-worker/protocol.js';
+import type { ReadResult, ReadTask } from '../read-worker/protocol.js';
 
 const LAYER_BYTES = 1024;
 
@@ -55,7 +55,7 @@ class ScriptedRunner implements TaskRunner {
   }
 }
 
-function readAheadOf(runner: TaskRunner, budget: ByteBudget, signal: AbortSignal, chunks = 8, layers = 24): { readAhead: ReadAhead; units: Unit[] } {
+function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal, chunks = 8, layers = 24): { readAhead: ReadAhead; units: Unit[] } {
   const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: layers, layerBytes: LAYER_BYTES, chunks, readBytes: 4 * LAYER_BYTES, taskBytes: 8 * LAYER_BYTES, maxGroupBytes: 64 * LAYER_BYTES, firstGroupTasks: 4 });
   const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * LAYER_BYTES;
   const units: Unit[] = [];
@@ -99,7 +99,7 @@ describe('ReadAhead', () => {
   it('serves two requests whose windows together exceed the shared budget, to the end, without deadlock', async () => {
     const runner = new ScriptedRunner(2);
     // The budget holds one request's window and a bit: the two must take turns by unit.
-    const budget = new ByteBudget(80 * LAYER_BYTES);
+    const budget = new FifoBudget(80 * LAYER_BYTES);
     const a = readAheadOf(runner, budget, new AbortController().signal);
     const b = readAheadOf(runner, budget, new AbortController().signal);
     const done = Promise.all([consume(a.readAhead, a.units), consume(b.readAhead, b.units)]);
@@ -115,7 +115,7 @@ describe('ReadAhead', () => {
 
   it('cancelled mid-group, ends what runs, gives every block back once and holds no budget', async () => {
     const runner = new ScriptedRunner(20);
-    const budget = new ByteBudget(1024 * LAYER_BYTES);
+    const budget = new FifoBudget(1024 * LAYER_BYTES);
     const client = new AbortController();
     const { readAhead, units } = readAheadOf(runner, budget, client.signal);
     // Unit 0 sent; unit 1's tasks are in flight when the client leaves.
@@ -137,7 +137,7 @@ describe('ReadAhead', () => {
 
   it('gives a block back once even when a unit is recycled twice (frame flushed, then close)', async () => {
     const runner = new ScriptedRunner(1);
-    const budget = new ByteBudget(1024 * LAYER_BYTES);
+    const budget = new FifoBudget(1024 * LAYER_BYTES);
     const { readAhead, units } = readAheadOf(runner, budget, new AbortController().signal, 4, 6);
     await consume(readAhead, units);
     for (let u = 0; u < units.length; u++) readAhead.recycle(u);

@@ -22,6 +22,7 @@ describe('a gateway shutting down while a layerwise GET waits for its epoch', ()
     // A 10 s epoch: the GET waits for the first boundary when the gateway is asked to close.
     const gw = await startTestGateway({ backend: 'local', args: ['--cap', '40MB/s', '--epoch-ms', '10000', '--threshold', '0'] });
     const client = testClient(gw, uniqueBucket('closing'));
+    let clientOpen = true;
     try {
       await client.ensureBucket();
       const prefix = await seedPrefix(client, { chunks: 2, layers: 2, layerBytes: 4096, layout: 'KV_L2TD' });
@@ -32,10 +33,11 @@ describe('a gateway shutting down while a layerwise GET waits for its epoch', ()
       expect(refused).toBeInstanceOf(ObjectCacheError);
       expect(refused).toMatchObject({ code: 'OC_ERR_SCHEDULER_CLOSED', retryable: true });
       expect((refused as ObjectCacheError).details['Status']).toBe(503);
+      clientOpen = false;
       await client.close(); // its keep-alive connection would hold the close for the grace period
       await closing;
     } finally {
-      await client.close();
+      if (clientOpen) await client.close();
     }
   });
 });

@@ -5,7 +5,7 @@
  * `--sigv2 off` refuses them with a stable code.
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { SigV4Verifier } from '../gateway/auth/sigv4.js';
+import { RequestVerifier } from '../gateway/auth/request-verifier.js';
 import { signV2, stringToSignV2 } from '../gateway/auth/sigv2.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
@@ -16,8 +16,8 @@ import { AccessPolicy } from '../gateway/auth/policy.js';
 // ("Signing and authenticating REST requests"), bucket johnsmith, path-style here.
 const EXAMPLE = { accessKeyId: 'AKIAIOSFODNN7EXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY', tenant: 'example', access: AccessPolicy.unrestricted };
 
-function verifierAt(iso: string, sigV2 = true): SigV4Verifier {
-  return new SigV4Verifier({ credentials: [EXAMPLE], region: 'us-east-1', now: () => Date.parse(iso), sigV2 });
+function verifierAt(iso: string, sigV2 = true): RequestVerifier {
+  return new RequestVerifier({ credentials: [EXAMPLE], region: 'us-east-1', now: () => Date.parse(iso), sigV2 });
 }
 
 async function codeOf(promise: Promise<unknown>): Promise<string> {

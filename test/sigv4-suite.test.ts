@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { escapeUri } from '@smithy/util-uri-escape';
 import { describe, expect, it } from 'vitest';
-import { SigV4Verifier } from '../gateway/auth/sigv4.js';
+import { RequestVerifier } from '../gateway/auth/request-verifier.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { AccessPolicy } from '../gateway/auth/policy.js';
@@ -24,7 +24,7 @@ interface Vector {
 }
 
 const suite = JSON.parse(readFileSync(new URL('./fixtures/sigv4-suite.json', import.meta.url), 'utf8')) as { accessKeyId: string; secretAccessKey: string; region: string; service: string; date: string; vectors: Vector[] };
-const verifier = new SigV4Verifier({
+const verifier = new RequestVerifier({
   credentials: [{ accessKeyId: suite.accessKeyId, secretAccessKey: suite.secretAccessKey, tenant: 'suite', access: AccessPolicy.unrestricted }],
   region: suite.region,
   service: suite.service,

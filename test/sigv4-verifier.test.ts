@@ -4,7 +4,7 @@
  */
 import { SignatureV4 } from '@smithy/signature-v4';
 import { describe, expect, it } from 'vitest';
-import { SigV4Verifier } from '../gateway/auth/sigv4.js';
+import { RequestVerifier } from '../gateway/auth/request-verifier.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { NodeSha256 } from '../sigv4/signer.js';
@@ -25,7 +25,7 @@ async function presignedTarget(expiresIn: number, path = '/bucket/some%20key'): 
 }
 
 async function verifyAt(now: number, url: string): Promise<unknown> {
-  const verifier = new SigV4Verifier({ credentials: [credential], region: 'us-east-1', now: () => now });
+  const verifier = new RequestVerifier({ credentials: [credential], region: 'us-east-1', now: () => now });
   const target = parseTarget(url);
   try {
     return await verifier.verify({ method: 'GET', headers: { host: 'gateway.test' }, canonicalPath: target.canonicalPath, query: target.query });
@@ -65,7 +65,7 @@ describe('presigned URLs', () => {
     expect(codeOf(await verifyAt(T0, url.replace('x-id=GetObject', 'x-id=PutObject')))).toBe('OC_ERR_AUTH_SIGNATURE');
     expect(codeOf(await verifyAt(T0, `${url}&extra=1`))).toBe('OC_ERR_AUTH_SIGNATURE');
     expect(codeOf(await verifyAt(T0, url.replace(/X-Amz-Signature=[0-9a-f]/, 'X-Amz-Signature=z')))).toBe('OC_ERR_AUTH_SIGNATURE');
-    const verifier = new SigV4Verifier({ credentials: [credential], region: 'us-east-1', now: () => T0 });
+    const verifier = new RequestVerifier({ credentials: [credential], region: 'us-east-1', now: () => T0 });
     const target = parseTarget(url);
     const asPut = await verifier.verify({ method: 'PUT', headers: { host: 'gateway.test' }, canonicalPath: target.canonicalPath, query: target.query }).catch((e: unknown) => e);
     expect(codeOf(asPut)).toBe('OC_ERR_AUTH_SIGNATURE');

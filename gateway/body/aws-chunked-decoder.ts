@@ -15,7 +15,7 @@ import { sameSignature } from '../auth/same-signature.js';
 import { createHash } from 'node:crypto';
 import { Transform, type TransformCallback } from 'node:stream';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { EMPTY_SHA256 } from '../auth/sigv4.js';
+import { EMPTY_SHA256 } from '../auth/request-verifier.js';
 
 /** Largest single aws-chunked chunk accepted (SDKs send 64 KiB to 8 MiB). */
 export const MAX_CHUNK_BYTES = 16 * 1024 * 1024;

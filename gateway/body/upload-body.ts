@@ -11,7 +11,7 @@ import { createHash, type Hash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { pipeline, type Readable, Transform, type TransformCallback, type Writable } from 'node:stream';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER, type AuthResult } from '../auth/sigv4.js';
+import { STREAMING_SIGNED, STREAMING_SIGNED_TRAILER, STREAMING_UNSIGNED_TRAILER, type AuthResult } from '../auth/request-verifier.js';
 import { AwsChunkedDecoder } from './aws-chunked-decoder.js';
 import { assertChecksumValue, checksumAlgorithmOf, createChecksum, type ChecksumAlgorithm, type IncrementalChecksum } from './checksum.js';
 

@@ -11,10 +11,10 @@
  */
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { ReadResult, ReadTask } from '../../storage-worker/protocol.js';
+import type { ReadResult, ReadTask } from '../../read-worker/protocol.js';
 import type { PlannedTask } from './read-plan.js';
 import type { LayerwiseObserver } from '../metrics.js';
-import { ByteBudget } from './byte-budget.js';
+import { FifoBudget } from '../fifo-budget.js';
 
 /** A completed task: its plan entry and what the worker read. */
 export interface TaskRead {
@@ -32,7 +32,7 @@ export interface Unit {
 }
 
 /**
- * What the read-ahead needs of the read-worker pool (storage-worker/reader-pool.ts, ReaderPool):
+ * What the read-ahead needs of the read-worker pool (gateway/read-pool/reader-pool.ts, ReaderPool):
  * room in its queue, task ids, running and cancelling tasks, and taking task blocks back.
  */
 export interface TaskRunner {
@@ -56,7 +56,7 @@ export interface ReadAheadOptions {
   /** This request's read-ahead window (bytes). */
   readonly windowBytes: number;
   /** The gateway-wide budget of read but unsent bytes. */
-  readonly budget: ByteBudget;
+  readonly budget: FifoBudget;
   /** The request's tasks kept in the pool at once. */
   readonly tasksInFlight: number;
   /** Read nothing beyond unit 0 until it is complete (layer 0 gets every worker slot). */
@@ -114,8 +114,8 @@ export function readFailure(result: ReadResult & { ok: false }): ObjectCacheErro
 export class ReadAhead implements UnitSource {
   readonly #o: ReadAheadOptions;
   readonly #cancel = new AbortController();
-  readonly #window: ByteBudget;
-  readonly #slots: ByteBudget;
+  readonly #window: FifoBudget;
+  readonly #slots: FifoBudget;
   readonly #units: Deferred<TaskRead[]>[];
   /** Results by task index, as they are dispatched. */
   readonly #results: (Promise<ReadResult> | undefined)[];
@@ -139,8 +139,8 @@ export class ReadAhead implements UnitSource {
 
   constructor(options: ReadAheadOptions) {
     this.#o = options;
-    this.#window = new ByteBudget(options.windowBytes);
-    this.#slots = new ByteBudget(options.tasksInFlight);
+    this.#window = new FifoBudget(options.windowBytes);
+    this.#slots = new FifoBudget(options.tasksInFlight);
     setMaxListeners(0, this.#cancel.signal); // every budget wait listens to it
     this.#units = options.units.map(() => deferred<TaskRead[]>());
     this.#results = new Array(options.tasks.length);

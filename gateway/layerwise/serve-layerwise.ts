@@ -14,13 +14,13 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
 import { layoutOf, planChunkwise, planLayerwise, planStreamed, type PlannedTask, type ReadPlan } from './read-plan.js';
-import type { ReaderPool } from '../../storage-worker/reader-pool.js';
+import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { LayerwiseConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
 import type { LayerwiseObserver } from '../metrics.js';
 import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
-import type { ByteBudget } from './byte-budget.js';
+import type { FifoBudget } from '../fifo-budget.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
 import { ReadAhead, type TaskRead, type Unit, type UnitSource } from './read-ahead.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
@@ -64,7 +64,7 @@ export interface LayerwiseDeps {
   readonly backendTimeoutMs: number;
   readonly config: LayerwiseConfig;
   /** Shared by every layerwise GET of the gateway. */
-  readonly budget: ByteBudget;
+  readonly budget: FifoBudget;
   /** Shares the egress among layerwise (not chunkwise) GETs; absent when the cap is unlimited. */
   readonly scheduler?: EpochScheduler | undefined;
   readonly observer?: LayerwiseObserver;

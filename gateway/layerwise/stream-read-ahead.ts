@@ -1,6 +1,6 @@
 /**
  * Streamed reads, the main thread's side (README, The layerwise GET: Streamed reads): one stream
- * task (storage-worker/chunk-streams.ts) holds a GET per chunk open and fills a ring of layer
+ * task (read-worker/chunk-streams.ts) holds a GET per chunk open and fills a ring of layer
  * buffers; this hands each layer to the frame source as a unit, and hands each layer's buffers
  * back to the worker once the socket has taken them, so the ring's next layer can be read.
  *
@@ -10,13 +10,13 @@
  * budget, FIFO).
  */
 import { once, setMaxListeners } from 'node:events';
-import type { ChunkRun, StreamLayer } from '../../storage-worker/protocol.js';
-import type { ReaderPool, RunningStream, StreamRing } from '../../storage-worker/reader-pool.js';
+import type { ChunkRun, StreamLayer } from '../../read-worker/protocol.js';
+import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-pool.js';
 import type { LayerwiseObserver } from '../metrics.js';
-import type { ByteBudget } from './byte-budget.js';
+import type { FifoBudget } from '../fifo-budget.js';
 import { deferred, readFailure, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
 import { layoutOf, type PlannedTask, type ReadPlan } from './read-plan.js';
-import { TaskLayout } from '../../storage-worker/task-layout.js';
+import { TaskLayout } from '../../read-worker/task-layout.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
 /** What is read: the chunks' layers [first, end), as a stream task names them. */
@@ -43,7 +43,7 @@ export interface StreamReadAheadOptions {
   /** The request's id, carried in its stream task. */
   readonly requestId: string;
   readonly windowBytes: number;
-  readonly budget: ByteBudget;
+  readonly budget: FifoBudget;
   /** Backend timeout (connect, headers, between body bytes). */
   readonly timeoutMs: number;
   readonly signal: AbortSignal;

@@ -18,12 +18,12 @@ import { escapeUriPath } from '@smithy/util-uri-escape';
 import busboy from 'busboy';
 import type { LocalStore } from '../../backends/embedded/local-store.js';
 import type { S3Backend } from '../../backends/s3-backend.js';
-import { UNSIGNED_PAYLOAD } from '../auth/sigv4.js';
+import { UNSIGNED_PAYLOAD } from '../auth/request-verifier.js';
 import { authorize, authorizeUnclassified, UNSAFE_HEADERS } from '../auth/access.js';
 import { s3Arn } from '../auth/policy.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import type { SigV4Verifier } from '../auth/sigv4.js';
+import type { RequestVerifier } from '../auth/request-verifier.js';
 import type { S3Target } from './request.js';
 import { checkPostPolicy } from './post-policy.js';
 import { sendEmpty, sendXml } from './respond.js';
@@ -85,7 +85,7 @@ async function readField(stream: Readable): Promise<string> {
 }
 
 export interface PostObjectDeps {
-  readonly verifier: SigV4Verifier;
+  readonly verifier: RequestVerifier;
   readonly sink: PostSink;
   readonly maxObjectBytes: number;
   readonly now: () => number;

@@ -11,11 +11,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BroadcastChannel, MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult } from './protocol.js';
-import { ByteBudget } from '../gateway/layerwise/byte-budget.js';
+import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult } from '../../read-worker/protocol.js';
+import { FifoBudget } from '../fifo-budget.js';
 import { BufferArena } from './buffer-arena.js';
-import { TaskLayout } from './task-layout.js';
-import { canBoundReceiveBuffers } from '../backends/socket-buffer.js';
+import { TaskLayout } from '../../read-worker/task-layout.js';
+import { canBoundReceiveBuffers } from '../../backends/socket-buffer.js';
 
 export interface ReaderPoolOptions {
   readonly backend: WorkerBackend;
@@ -67,13 +67,13 @@ export function defaultWorkerCount(): number {
   return Math.max(1, Math.min(4, availableParallelism() - 1));
 }
 
-/** The compiled worker: next to this module in dist/, or dist/ when running from TypeScript sources (tests). */
+/** The compiled worker, in dist/read-worker/ (also when this module runs from TypeScript sources, in tests). */
 function workerFilename(): string {
   const here = fileURLToPath(import.meta.url);
-  // The CommonJS entry (read-worker-entry.cts) that import()s read-worker.js: piscina's require()
-  // of the ES module itself can abort the process on Node 20 (see that file).
-  if (here.endsWith('.ts')) return join(dirname(dirname(here)), 'dist', 'storage-worker', 'read-worker-entry.cjs');
-  return join(dirname(here), 'read-worker-entry.cjs');
+  // The CommonJS entry (read-worker/read-worker-entry.cts) that import()s read-worker.js:
+  // piscina's require() of the ES module itself can abort the process on Node 20 (see that file).
+  const root = dirname(dirname(dirname(here))); // the checkout (sources) or dist/ (compiled)
+  return here.endsWith('.ts') ? join(root, 'dist', 'read-worker', 'read-worker-entry.cjs') : join(root, 'read-worker', 'read-worker-entry.cjs');
 }
 
 /** Recycled task buffers kept at most (bytes); beyond it returned buffers are left to the GC. */
@@ -117,9 +117,9 @@ export class ReaderPool {
   readonly #cancels: BroadcastChannel;
   readonly #arena: BufferArena;
   /** Chunk streams open in the gateway (streamed reads take theirs before they start). */
-  readonly #streams: ByteBudget;
+  readonly #streams: FifoBudget;
   /** Stream tasks running in the gateway. */
-  readonly #streamTasks: ByteBudget;
+  readonly #streamTasks: FifoBudget;
 
   constructor(options: ReaderPoolOptions) {
     this.#options = options;
@@ -128,8 +128,8 @@ export class ReaderPool {
     this.#cancels = new BroadcastChannel(cancelChannel);
     this.#cancels.unref();
     this.#arena = new BufferArena(options.arenaBytes, options.arenaBlockBytes);
-    this.#streams = new ByteBudget(options.maxChunkStreams);
-    this.#streamTasks = new ByteBudget(options.workers * options.streamTasksPerWorker);
+    this.#streams = new FifoBudget(options.maxChunkStreams);
+    this.#streamTasks = new FifoBudget(options.workers * options.streamTasksPerWorker);
     const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes, logErrors: options.logErrors ?? true };
     this.#pool = new Piscina({
       filename: workerFilename(),

@@ -1,5 +1,7 @@
 /**
- * SigV4 verification of client requests, Authorization header and presigned query alike.
+ * Who sent a client request, verified (RequestVerifier): SigV4 in the Authorization header or a
+ * presigned query, Signature Version 2 (sigv2.ts, unless --sigv2 off), and the signed policy of a
+ * browser-form upload (verifyPostPolicy). The answer is the key's credential and how it signed.
  *
  * The canonical request, string to sign and HMAC chain are computed by @smithy/signature-v4:
  * the verifier rebuilds the request exactly as the client signed it (the headers it listed in
@@ -139,7 +141,7 @@ function isPayloadHash(value: string): boolean {
   );
 }
 
-export class SigV4Verifier {
+export class RequestVerifier {
   readonly #credentials: Map<string, ClientCredential>;
   readonly #signers = new Map<string, SignatureV4>();
   readonly #region: string;

@@ -1,16 +1,18 @@
 /**
- * A byte budget: read-ahead is bounded per request and in total (README, The layerwise GET: Read-ahead), so memory
- * stays flat under load. Acquisition waits in FIFO order; a single grant larger than the budget is
- * allowed when nothing else is held, so one oversized task cannot deadlock a request.
+ * A budget of units taken and given back in FIFO order: bytes read but not yet sent (per request
+ * and gateway-wide, README, The layerwise GET: Read-ahead, so memory stays flat under load), a
+ * request's task slots in the worker pool, stream tasks and chunk streams. Acquisition waits in
+ * FIFO order, so nobody starves; a single grant larger than the budget is allowed when nothing
+ * else is held, so one oversized task cannot deadlock a request.
  */
 
 interface Waiter {
-  readonly bytes: number;
+  readonly units: number;
   readonly resolve: () => void;
   readonly reject: (error: unknown) => void;
 }
 
-export class ByteBudget {
+export class FifoBudget {
   readonly capacity: number;
   #used = 0;
   readonly #waiters: Waiter[] = [];
@@ -23,27 +25,27 @@ export class ByteBudget {
     return this.#used;
   }
 
-  #fits(bytes: number): boolean {
-    return this.#used === 0 || this.#used + bytes <= this.capacity;
+  #fits(units: number): boolean {
+    return this.#used === 0 || this.#used + units <= this.capacity;
   }
 
-  /** Takes `bytes` at once if they fit and nobody waits; never waits. */
-  tryAcquire(bytes: number): boolean {
-    if (this.#waiters.length > 0 || this.#used + bytes > this.capacity) return false;
-    this.#used += bytes;
+  /** Takes `units` at once if they fit and nobody waits; never waits. */
+  tryAcquire(units: number): boolean {
+    if (this.#waiters.length > 0 || this.#used + units > this.capacity) return false;
+    this.#used += units;
     return true;
   }
 
-  acquire(bytes: number, signal?: AbortSignal): Promise<void> {
+  acquire(units: number, signal?: AbortSignal): Promise<void> {
     // An 'abort' listener added after the fact never fires: refuse at once.
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (this.#waiters.length === 0 && this.#fits(bytes)) {
-      this.#used += bytes;
+    if (this.#waiters.length === 0 && this.#fits(units)) {
+      this.#used += units;
       return Promise.resolve();
     }
     return new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
-        bytes,
+        units,
         resolve: () => {
           signal?.removeEventListener('abort', onAbort);
           resolve();
@@ -61,17 +63,17 @@ export class ByteBudget {
     });
   }
 
-  release(bytes: number): void {
-    this.#used = Math.max(0, this.#used - bytes);
+  release(units: number): void {
+    this.#used = Math.max(0, this.#used - units);
     this.#grant();
   }
 
   #grant(): void {
     while (this.#waiters.length > 0) {
       const head = this.#waiters[0] as Waiter;
-      if (!this.#fits(head.bytes)) return;
+      if (!this.#fits(head.units)) return;
       this.#waiters.shift();
-      this.#used += head.bytes;
+      this.#used += head.units;
       head.resolve();
     }
   }

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { ByteBudget } from '../gateway/layerwise/byte-budget.js';
+import { FifoBudget } from '../gateway/fifo-budget.js';
 
-describe('ByteBudget', () => {
+describe('FifoBudget', () => {
   it('grants in FIFO order within capacity, and one oversized grant when nothing is held', async () => {
-    const budget = new ByteBudget(100);
+    const budget = new FifoBudget(100);
     await budget.acquire(60);
     const order: string[] = [];
     const a = budget.acquire(50).then(() => order.push('a'));
@@ -20,7 +20,7 @@ describe('ByteBudget', () => {
   });
 
   it('rejects waiters on abort, and refuses at once when the signal is already aborted', async () => {
-    const budget = new ByteBudget(10);
+    const budget = new FifoBudget(10);
     await budget.acquire(10);
     const controller = new AbortController();
     const waiting = budget.acquire(5, controller.signal);
