@@ -20,8 +20,10 @@ export interface RequestContext {
   readonly signal: AbortSignal;
   /** performance.now() when the request arrived. */
   readonly startedAt: number;
-  /** The operation name for logs and metrics (GetObject, PutObject, ...). */
-  operation: string;
+  /** What the request is (gateway/classify.ts: GetObject, PutObject, DescriptorGet, ...), decided once. */
+  readonly operation: string;
+  /** A descriptor GET's delivery mode, once chosen (its metrics label: classify.ts operationLabel). */
+  mode?: 'layerwise' | 'chunkwise';
   /**
    * The tenant the request is scheduled and counted as: the key's, or the one a layerwise GET's
    * descriptor names once its policy allows it (gateway/auth/access.ts tenantFor).

@@ -18,7 +18,6 @@ import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js'
 import { uploadBody } from './body/upload-body.js';
 import { headerOf, type RequestContext } from './context.js';
 import { readDeleteObjects } from './s3/delete-objects.js';
-import { s3Operation } from './s3/operation.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 
 /** Request headers forwarded as they are. */
@@ -96,7 +95,6 @@ function hasBody(ctx: RequestContext): boolean {
 export type RetryObserver = (kind: 'passthrough') => void;
 
 export async function servePassthrough(ctx: RequestContext, backend: S3Backend, onRetry?: RetryObserver): Promise<void> {
-  ctx.operation = s3Operation(ctx.req.method ?? 'GET', ctx.target) ?? 'Other';
   if (ctx.operation === 'DeleteObjects') {
     // Read whole (at most 1000 keys) so that every key is checked before the store sees any.
     // The store gets the request rebuilt from the checked keys, with its own digest.

@@ -12,20 +12,20 @@ import { authorize, authorizeKeys, authorizeUnclassified, requirementOf, tenantF
 import { s3Arn } from './auth/policy.js';
 import { RequestVerifier } from './auth/request-verifier.js';
 import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
-import { s3Operation } from './s3/operation.js';
+import { classify, operationLabel, type Classified } from './classify.js';
 import type { GatewayConfig } from './config.js';
 import type { RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
 import { FifoBudget } from './fifo-budget.js';
 import { FirstLayerGate } from './layerwise/first-layer-gate.js';
-import { objectCacheOperation, readDescriptor } from './layerwise/descriptor-request.js';
+import { readDescriptor } from './layerwise/descriptor-request.js';
 import { servePrefixLookup } from './layerwise/lookup.js';
 import { serveLayerwise } from './layerwise/serve-layerwise.js';
 import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 import { ReaderPool, type ReaderPoolStats } from './read-pool/reader-pool.js';
 import { bucketFromHost, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
-import { isPostObject, servePostObject } from './s3/post-object.js';
+import { servePostObject } from './s3/post-object.js';
 import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
@@ -140,11 +140,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     const log = logger.child({ requestId });
     let target: S3Target | undefined;
     let ctx: RequestContext | undefined;
-    /** The operation of a request served without a context (a form upload authenticates itself). */
-    let operationName: string | undefined;
+    /** What the request is (classify.ts); labels it once authenticated, or a form upload (which authenticates itself). */
+    let classified: Classified | undefined;
     let failure: ObjectCacheError | undefined;
     res.once('close', () => {
-      const operation = ctx?.operation ?? operationName ?? 'Unauthenticated';
+      const operation = ctx ? operationLabel(ctx.operation, ctx.mode) : classified?.kind === 'post-object' ? classified.operation : 'Unauthenticated';
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const status = res.writableFinished ? res.statusCode : 499;
       metrics.requests.inc({ operation, status: String(status) });
@@ -167,9 +167,9 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
       }
       target = parseTarget(req.url ?? '/', bucketFromHost(req.headers.host, config.domains));
-      if (isPostObject(req, target)) {
+      classified = classify(req.method ?? 'GET', target, req.headers);
+      if (classified.kind === 'post-object') {
         // A browser-form upload: the signed policy in the form is its authentication.
-        operationName = 'PostObject';
         await servePostObject(req, res, target, { verifier, sink: backend.postSink, maxObjectBytes: config.maxObjectBytes, now: deps.now ?? Date.now });
         return;
       }
@@ -180,14 +180,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
       }
       ctx = {
-        req, res, requestId, target, auth, config, logger: log, startedAt, operation: 'Unknown', tenant: auth.credential.tenant,
+        req, res, requestId, target, auth, config, logger: log, startedAt, operation: classified.operation, tenant: auth.credential.tenant,
         get signal() {
           return signal();
         },
       };
-      const special = objectCacheOperation(ctx);
-      if (special === 'LayerwiseGet') {
-        ctx.operation = 'LayerwiseGet';
+      if (classified.kind === 'descriptor-get') {
         // Admission control, before the descriptor is read: refuse early and cheaply rather than
         // degrade every request in flight.
         const refusal = admissionRefusal();
@@ -202,9 +200,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         } finally {
           active.layerwise--;
         }
-      } else if (special === 'PrefixLookup') await servePrefixLookup(ctx, lw, backend);
+      } else if (classified.kind === 'prefix-lookup') await servePrefixLookup(ctx, lw, backend);
       else {
-        ctx.operation = s3Operation(req.method ?? 'GET', target) ?? 'Unknown';
         const requirement = requirementOf(req.method ?? 'GET', target, req.headers);
         if (requirement.kind === 'checks') authorize(auth.credential, requirement.checks);
         else if (requirement.kind === 'unclassified') authorizeUnclassified(auth.credential, requirement.what);

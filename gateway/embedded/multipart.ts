@@ -53,7 +53,6 @@ export async function uploadPart(ctx: RequestContext, store: LocalStore): Promis
  * x-amz-copy-source-range `bytes=first-last`, with the copy-source conditions of CopyObject.
  */
 async function uploadPartCopy(ctx: RequestContext, store: LocalStore): Promise<void> {
-  ctx.operation = 'UploadPartCopy';
   const { bucket, key } = ctx.target;
   const partNumber = partNumberOf(queryValue(ctx.target, 'partNumber'));
   const uploadId = uploadIdOf(ctx);

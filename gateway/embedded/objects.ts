@@ -262,7 +262,6 @@ export function copyStream(handle: FileHandle, start: number, end: number): Read
  * (REPLACE); the destination's own If-Match / If-None-Match apply as on PUT.
  */
 async function copyObject(ctx: RequestContext, store: LocalStore): Promise<void> {
-  ctx.operation = 'CopyObject';
   const { bucket, key } = ctx.target;
   const directive = (headerOf(ctx.req, 'x-amz-metadata-directive') ?? 'COPY').toUpperCase();
   if (directive !== 'COPY' && directive !== 'REPLACE') {

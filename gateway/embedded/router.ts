@@ -57,7 +57,6 @@ const HANDLERS: Record<S3Operation, Handler> = {
 export async function serveEmbedded(ctx: RequestContext, store: LocalStore): Promise<void> {
   const subresource = unsupportedSubresource(ctx);
   if (subresource !== undefined) {
-    ctx.operation = 'Unsupported';
     throw new ObjectCacheError('OC_ERR_REQUEST_NOT_IMPLEMENTED', `The ?${subresource} sub-resource is not implemented by the embedded store`);
   }
   if (ctx.target.bucket !== '' && ctx.req.method !== 'PUT') {
@@ -77,6 +76,5 @@ export async function serveEmbedded(ctx: RequestContext, store: LocalStore): Pro
       details: { Method: method, ResourceType: key !== '' ? 'OBJECT' : bucket !== '' ? 'BUCKET' : 'SERVICE' },
     });
   }
-  ctx.operation = operation;
   await HANDLERS[operation](ctx, store);
 }

@@ -9,18 +9,6 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import { readWholeBody } from '../body/upload-body.js';
 import type { LayerwiseConfig } from '../config.js';
 import { headerOf, type RequestContext } from '../context.js';
-import { hasQuery } from '../s3/request.js';
-
-/** Is this request a layerwise GET (either form) or a prefix lookup? */
-export function objectCacheOperation(ctx: Pick<RequestContext, 'req' | 'target'>): 'LayerwiseGet' | 'PrefixLookup' | undefined {
-  const { req, target } = ctx;
-  if (req.method === 'GET' && target.key !== '' && req.headers[DESCRIPTOR_HEADER] !== undefined) return 'LayerwiseGet';
-  if (req.method === 'POST' && target.bucket !== '' && target.key === '') {
-    if (hasQuery(target, 'objectcache')) return 'LayerwiseGet';
-    if (hasQuery(target, 'objectcache-lookup')) return 'PrefixLookup';
-  }
-  return undefined;
-}
 
 /** Reads a small, signed JSON body (descriptor or lookup request). */
 export async function readSignedJsonBody(ctx: RequestContext, maxBytes: number): Promise<unknown> {

@@ -19,7 +19,6 @@ const WINDOW = 32;
 const LOOKUP_FIELDS = new Set(['keys', 'keyPrefix', 'layers', 'layerBytes']);
 
 export async function servePrefixLookup(ctx: RequestContext, config: LayerwiseConfig, backend: Pick<Backend, 'sizes'>): Promise<void> {
-  ctx.operation = 'PrefixLookup';
   const body = (await readSignedJsonBody(ctx, config.maxDescriptorBytes)) as Record<string, unknown> | null;
   const usage = 'The lookup body must be {"keys": [non-empty strings], "keyPrefix"?: string, "layers"?: integer, "layerBytes"?: integer}';
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', usage);

@@ -105,7 +105,7 @@ function unitsOf(plan: ReadPlan, mode: DeliveryMode, taskBytes: (task: PlannedTa
 
 export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps): Promise<void> {
   const mode = chooseMode(descriptor, deps.config.threshold);
-  ctx.operation = mode === 'layerwise' ? 'LayerwiseGet' : 'ChunkwiseGet';
+  ctx.mode = mode;
   deps.observer?.mode(mode);
   const tenant = ctx.tenant;
 

@@ -41,11 +41,6 @@ export type PostSink = (bucket: string, key: string, body: Readable, attributes:
 
 const STORED_FIELDS = ['cache-control', 'content-disposition', 'content-encoding', 'content-language', 'expires'] as const;
 
-/** Is this a browser-form POST upload (rather than an S3 API call)? */
-export function isPostObject(req: IncomingMessage, target: S3Target): boolean {
-  return req.method === 'POST' && target.bucket !== '' && target.key === '' && target.query.length === 0 && /^multipart\/form-data/i.test(req.headers['content-type'] ?? '');
-}
-
 /** Counts the file's bytes; fails past `max`, and at the end below `min`, before the store commits. */
 class SizeLimit extends Transform {
   #bytes = 0;
