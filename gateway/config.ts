@@ -99,7 +99,7 @@ export const TRIAL_SECRET: string = SERVE_SETTINGS.secretKey.default;
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
 /** Settings of the layerwise GET: workers, read plan, read-ahead, mode threshold, descriptor limits. */
-export interface LayerwiseConfig {
+export interface DescriptorGetConfig {
   readonly workers: number;
   readonly workerQueue: number;
   readonly readConcurrency: number;
@@ -133,7 +133,7 @@ export interface GatewayConfig {
   readonly maxObjectBytes: number;
   readonly maxHeaderBytes: number;
   readonly logLevel: LogLevel;
-  readonly layerwise: LayerwiseConfig;
+  readonly layerwise: DescriptorGetConfig;
   /** Undefined when --cap is unlimited. */
   readonly scheduler: SchedulerConfig | undefined;
 }

@@ -8,8 +8,8 @@ import type { ReaderPoolStats } from './read-pool/reader-pool.js';
 import type { BackendStats } from '../backends/s3-backend.js';
 import type { SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 
-/** What serve-layerwise reports while it runs. */
-export interface LayerwiseObserver {
+/** What serve-descriptor-get reports while it runs. */
+export interface DescriptorGetObserver {
   mode(mode: 'layerwise' | 'chunkwise'): void;
   delivered(tenant: string, bytes: number): void;
   layerReady(secondsSinceRequest: number): void;
@@ -28,7 +28,7 @@ export interface GatewayMetrics {
   readonly authFailures: Counter<'code'>;
   /** Backend requests repeated after a retryable failure, by kind (range, passthrough). */
   readonly backendRetries: Counter<'kind'>;
-  readonly layerwise: LayerwiseObserver;
+  readonly layerwise: DescriptorGetObserver;
 }
 
 export interface MetricSources {
@@ -139,7 +139,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     tenants.add(tenant);
     return tenant;
   };
-  const layerwise: LayerwiseObserver = {
+  const layerwise: DescriptorGetObserver = {
     mode: (mode) => modes.inc({ mode }),
     delivered: (tenant, bytes) => delivered.inc({ tenant: tenantLabel(tenant) }, bytes),
     layerReady: (seconds) => layerReady.observe(seconds),

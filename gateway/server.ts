@@ -18,10 +18,10 @@ import type { RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
 import { FifoBudget } from './fifo-budget.js';
-import { FirstLayerGate } from './layerwise/first-layer-gate.js';
-import { readDescriptor } from './layerwise/descriptor-request.js';
-import { servePrefixLookup } from './layerwise/lookup.js';
-import { serveLayerwise } from './layerwise/serve-layerwise.js';
+import { FirstLayerGate } from './descriptor-get/first-layer-gate.js';
+import { readDescriptor } from './descriptor-get/descriptor-request.js';
+import { servePrefixLookup } from './descriptor-get/lookup.js';
+import { serveDescriptorGet } from './descriptor-get/serve-descriptor-get.js';
 import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 import { ReaderPool, type ReaderPoolStats } from './read-pool/reader-pool.js';
 import { bucketFromHost, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
@@ -196,7 +196,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           // Every chunk the descriptor names, and the tenant it claims, before any byte is read.
           authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
           ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
-          await serveLayerwise(ctx, descriptor, { pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          await serveDescriptorGet(ctx, descriptor, { pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           active.layerwise--;
         }

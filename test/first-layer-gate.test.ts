@@ -1,6 +1,6 @@
 /** The first-layer gate: streamed GETs get layer buffers back only while no GET waits for its first layer group. */
 import { describe, expect, it } from 'vitest';
-import { FirstLayerGate } from '../gateway/layerwise/first-layer-gate.js';
+import { FirstLayerGate } from '../gateway/descriptor-get/first-layer-gate.js';
 
 describe('FirstLayerGate', () => {
   it('runs at once when no GET waits for its first layers, and holds back until every waiting GET has them', () => {

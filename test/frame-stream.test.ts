@@ -10,7 +10,7 @@ import { once } from 'node:events';
 import { Writable } from 'node:stream';
 import { crc32c } from '@node-rs/crc32';
 import { describe, expect, it } from 'vitest';
-import { paced, send, unpaced, type Frame } from '../gateway/layerwise/frame-stream.js';
+import { paced, send, unpaced, type Frame } from '../gateway/descriptor-get/frame-stream.js';
 import { Pacer } from '../gateway/scheduler/pacer.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { FrameType } from '../schemas/frames.js';

@@ -1,5 +1,5 @@
 /**
- * The read-ahead of one layerwise GET (gateway/layerwise/read-ahead.ts) against a scripted task
+ * The read-ahead of one layerwise GET (gateway/descriptor-get/read-ahead.ts) against a scripted task
  * runner standing in for the worker pool, so that timing and failures are under the test's
  * control: two requests sharing a budget smaller than their windows both finish, a cancellation
  * mid-group leaves nothing running or held, and every block is handed back exactly once.
@@ -7,8 +7,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FifoBudget } from '../gateway/fifo-budget.js';
-import { ReadAhead, type TaskRunner, type Unit } from '../gateway/layerwise/read-ahead.js';
-import { planLayerwise, type PlannedTask } from '../gateway/layerwise/read-plan.js';
+import { ReadAhead, type TaskRunner, type Unit } from '../gateway/descriptor-get/read-ahead.js';
+import { planLayerwise, type PlannedTask } from '../gateway/descriptor-get/read-plan.js';
 import type { ReadResult, ReadTask } from '../read-worker/protocol.js';
 
 const LAYER_BYTES = 1024;
@@ -83,7 +83,7 @@ function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal
   return { readAhead, units };
 }
 
-/** Sends every unit as serve-layerwise does: wait for it, release it, recycle its blocks. */
+/** Sends every unit as serve-descriptor-get does: wait for it, release it, recycle its blocks. */
 async function consume(readAhead: ReadAhead, units: readonly Unit[]): Promise<number> {
   let bytes = 0;
   for (let u = 0; u < units.length; u++) {

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { planChunkwise, planLayerwise, type PlanInput } from '../gateway/layerwise/read-plan.js';
+import { planChunkwise, planLayerwise, type PlanInput } from '../gateway/descriptor-get/read-plan.js';
 import type { Layout } from '../schemas/layouts.js';
 
 const inputs = fc.record({

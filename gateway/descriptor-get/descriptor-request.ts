@@ -7,7 +7,7 @@
 import { DESCRIPTOR_HEADER, decodeDescriptorHeader, decodeDescriptorJson, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { readWholeBody } from '../body/upload-body.js';
-import type { LayerwiseConfig } from '../config.js';
+import type { DescriptorGetConfig } from '../config.js';
 import { headerOf, type RequestContext } from '../context.js';
 
 /** Reads a small, signed JSON body (descriptor or lookup request). */
@@ -18,7 +18,7 @@ export async function readSignedJsonBody(ctx: RequestContext, maxBytes: number):
   return decodeDescriptorJson((await readWholeBody(ctx.req, ctx.auth, maxBytes)).toString('utf8'));
 }
 
-export async function readDescriptor(ctx: RequestContext, config: LayerwiseConfig): Promise<Descriptor> {
+export async function readDescriptor(ctx: RequestContext, config: DescriptorGetConfig): Promise<Descriptor> {
   if (ctx.req.method === 'GET') {
     if (!ctx.auth.signedHeaders.includes(DESCRIPTOR_HEADER)) {
       throw new ObjectCacheError('OC_ERR_DESCRIPTOR_UNSIGNED', `The ${DESCRIPTOR_HEADER} header must be one of the signed headers`);

@@ -1,7 +1,11 @@
 /**
- * The layerwise GET (README, The layerwise GET; schemas/wire-format.md): one streamed response that delivers the matched
- * prefix's KV layer by layer (LAYER frames) or chunk by chunk (CHUNK frames), assembled by the
- * read workers from range reads of every chunk.
+ * The descriptor GET (README, The layerwise GET; schemas/wire-format.md): a GET that carries a
+ * descriptor, answered with one streamed response that delivers the matched prefix's KV in one of
+ * two delivery modes, layerwise (LAYER frames, layer by layer) or chunkwise (CHUNK frames, chunk
+ * by chunk), assembled by the read workers from range reads of every chunk. The feature is named
+ * for its request (this directory, gateway/descriptor-get/); "layerwise" and "chunkwise" name the
+ * modes. Settings and metrics named "layerwise" (--max-layerwise-requests,
+ * objectcache_layerwise_*) count descriptor GETs of both modes, under the names users know.
  *
  * Flow: plan the layer groups and worker tasks; start the read-ahead; wait for the first unit
  * before answering, so a missing or short chunk (every chunk is touched by the first group) is an
@@ -15,9 +19,9 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
 import { layoutOf, planChunkwise, planLayerwise, planStreamed, type PlannedTask, type ReadPlan } from './read-plan.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
-import type { LayerwiseConfig } from '../config.js';
+import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
-import type { LayerwiseObserver } from '../metrics.js';
+import type { DescriptorGetObserver } from '../metrics.js';
 import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
 import type { FifoBudget } from '../fifo-budget.js';
@@ -50,7 +54,7 @@ export type ChunkReads = 'streamed' | 'grouped';
  * (`--task-bytes`). Grouped range reads otherwise. (At serve time the streams must also be free
  * at once: see stream().)
  */
-export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: LayerwiseConfig, streamsChunks: boolean): ChunkReads {
+export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, streamsChunks: boolean): ChunkReads {
   if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks) return 'grouped';
   if (descriptor.layerEnd - descriptor.layerStart < 2) return 'grouped';
   if (chunkStreams(descriptor) > config.maxChunkStreams) return 'grouped';
@@ -58,22 +62,22 @@ export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: 
   return 'streamed';
 }
 
-export interface LayerwiseDeps {
+export interface DescriptorGetDeps {
   readonly pool: ReaderPool;
   /** Backend timeout (connect, headers, between body bytes) for streamed reads. */
   readonly backendTimeoutMs: number;
-  readonly config: LayerwiseConfig;
+  readonly config: DescriptorGetConfig;
   /** Shared by every layerwise GET of the gateway. */
   readonly budget: FifoBudget;
   /** Shares the egress among layerwise (not chunkwise) GETs; absent when the cap is unlimited. */
   readonly scheduler?: EpochScheduler | undefined;
-  readonly observer?: LayerwiseObserver;
+  readonly observer?: DescriptorGetObserver;
   /** Shared by every layerwise GET of the gateway: streamed GETs yield to first layers. */
   readonly firstLayers?: FirstLayerGate;
 }
 
 /** The read plan of a request in its delivery mode. */
-export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: LayerwiseConfig, tasksInFlight: number): ReadPlan {
+export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, tasksInFlight: number): ReadPlan {
   const input = {
     layout: descriptor.layout,
     layerStart: descriptor.layerStart,
@@ -103,7 +107,7 @@ function unitsOf(plan: ReadPlan, mode: DeliveryMode, taskBytes: (task: PlannedTa
   return units;
 }
 
-export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps): Promise<void> {
+export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps): Promise<void> {
   const mode = chooseMode(descriptor, deps.config.threshold);
   ctx.mode = mode;
   deps.observer?.mode(mode);
@@ -122,7 +126,7 @@ export async function serveLayerwise(ctx: RequestContext, descriptor: Descriptor
   }
 }
 
-async function stream(ctx: RequestContext, descriptor: Descriptor, deps: LayerwiseDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined): Promise<void> {
+async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined): Promise<void> {
   const { config, pool } = deps;
   const started = ctx.startedAt;
   const tasksInFlight = pool.tasksPerRequest;
@@ -210,7 +214,7 @@ async function responseDone(res: RequestContext['res'], stallTimeoutMs: number):
 interface SourceInput {
   readonly ctx: RequestContext;
   readonly descriptor: Descriptor;
-  readonly deps: LayerwiseDeps;
+  readonly deps: DescriptorGetDeps;
   readonly mode: DeliveryMode;
   readonly plan: ReadPlan;
   readonly units: readonly Unit[];

@@ -12,7 +12,7 @@
 import { once, setMaxListeners } from 'node:events';
 import type { ChunkRun, StreamLayer } from '../../read-worker/protocol.js';
 import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-pool.js';
-import type { LayerwiseObserver } from '../metrics.js';
+import type { DescriptorGetObserver } from '../metrics.js';
 import type { FifoBudget } from '../fifo-budget.js';
 import { deferred, readFailure, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
 import { layoutOf, type PlannedTask, type ReadPlan } from './read-plan.js';
@@ -47,7 +47,7 @@ export interface StreamReadAheadOptions {
   /** Backend timeout (connect, headers, between body bytes). */
   readonly timeoutMs: number;
   readonly signal: AbortSignal;
-  readonly observer?: LayerwiseObserver | undefined;
+  readonly observer?: DescriptorGetObserver | undefined;
   /** Layer buffers go back to the worker only while no GET waits for its first layer group. */
   readonly firstLayers?: FirstLayerGate | undefined;
 }

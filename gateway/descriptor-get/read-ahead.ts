@@ -13,7 +13,7 @@ import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ReadResult, ReadTask } from '../../read-worker/protocol.js';
 import type { PlannedTask } from './read-plan.js';
-import type { LayerwiseObserver } from '../metrics.js';
+import type { DescriptorGetObserver } from '../metrics.js';
 import { FifoBudget } from '../fifo-budget.js';
 
 /** A completed task: its plan entry and what the worker read. */
@@ -63,7 +63,7 @@ export interface ReadAheadOptions {
   readonly firstUnitAlone: boolean;
   /** The client went away. */
   readonly signal: AbortSignal;
-  readonly observer?: LayerwiseObserver | undefined;
+  readonly observer?: DescriptorGetObserver | undefined;
 }
 
 /** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */

@@ -9,7 +9,7 @@
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { Backend } from '../backend.js';
-import type { LayerwiseConfig } from '../config.js';
+import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
 import { authorizeKeys } from '../auth/access.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
@@ -18,7 +18,7 @@ import { readSignedJsonBody } from './descriptor-request.js';
 const WINDOW = 32;
 const LOOKUP_FIELDS = new Set(['keys', 'keyPrefix', 'layers', 'layerBytes']);
 
-export async function servePrefixLookup(ctx: RequestContext, config: LayerwiseConfig, backend: Pick<Backend, 'sizes'>): Promise<void> {
+export async function servePrefixLookup(ctx: RequestContext, config: DescriptorGetConfig, backend: Pick<Backend, 'sizes'>): Promise<void> {
   const body = (await readSignedJsonBody(ctx, config.maxDescriptorBytes)) as Record<string, unknown> | null;
   const usage = 'The lookup body must be {"keys": [non-empty strings], "keyPrefix"?: string, "layers"?: integer, "layerBytes"?: integer}';
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', usage);
