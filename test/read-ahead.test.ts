@@ -7,8 +7,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { FifoBudget } from '../gateway/fifo-budget.js';
-import { ReadAhead, type TaskRunner, type Unit } from '../gateway/descriptor-get/read-ahead.js';
-import { planLayerwise, type PlannedTask } from '../gateway/descriptor-get/read-plan.js';
+import { ReadAhead, type TaskRunner } from '../gateway/descriptor-get/read-ahead.js';
+import { planLayerwise, planUnits, type Unit } from '../gateway/descriptor-get/read-plan.js';
 import type { ReadResult, ReadTask } from '../read-worker/protocol.js';
 
 const LAYER_BYTES = 1024;
@@ -57,23 +57,14 @@ class ScriptedRunner implements TaskRunner {
 
 function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal, chunks = 8, layers = 24): { readAhead: ReadAhead; units: Unit[] } {
   const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: layers, layerBytes: LAYER_BYTES, chunks, readBytes: 4 * LAYER_BYTES, taskBytes: 8 * LAYER_BYTES, maxGroupBytes: 64 * LAYER_BYTES, firstGroupTasks: 4 });
-  const taskBytes = (task: PlannedTask): number => (task.end - task.first) * (task.chunkEnd - task.chunkStart) * LAYER_BYTES;
-  const units: Unit[] = [];
-  for (let from = 0; from < plan.tasks.length; ) {
-    let to = from + 1;
-    while (to < plan.tasks.length && plan.tasks[to]?.group === plan.tasks[from]?.group) to++;
-    let bytes = 0;
-    for (let t = from; t < to; t++) bytes += taskBytes(plan.tasks[t] as PlannedTask);
-    units.push({ from, to, bytes });
-    from = to;
-  }
+  const units = planUnits(plan, true, 'layer-major', LAYER_BYTES);
   const keys = Array.from({ length: chunks }, (_, c) => `kv/${c}`);
   const readAhead = new ReadAhead({
     pool: runner,
-    tasks: plan.tasks,
+    plan,
     units,
-    taskBytes,
-    toReadTask: (task) => ({ requestId: 'r', bucket: 'b', keys: keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: 'KV_L2TD', layers, layerBytes: LAYER_BYTES, first: task.first, end: task.end, order: 'layer-major' }),
+    chunks: { requestId: 'r', bucket: 'b', keys, layout: 'KV_L2TD', layers, layerBytes: LAYER_BYTES },
+    order: 'layer-major',
     windowBytes: 64 * LAYER_BYTES,
     budget,
     tasksInFlight: 4,
@@ -83,7 +74,7 @@ function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal
   return { readAhead, units };
 }
 
-/** Sends every unit as serve-descriptor-get does: wait for it, release it, recycle its blocks. */
+/** Sends every unit as serve-descriptor-get.ts does: wait for it, release it, recycle its blocks. */
 async function consume(readAhead: ReadAhead, units: readonly Unit[]): Promise<number> {
   let bytes = 0;
   for (let u = 0; u < units.length; u++) {

@@ -12,7 +12,9 @@
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ReadResult, ReadTask } from '../../read-worker/protocol.js';
-import type { PlannedTask } from './read-plan.js';
+import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
+import type { Delivery } from '../../schemas/descriptor.js';
+import type { Layout } from '../../schemas/layouts.js';
 import type { DescriptorGetObserver } from '../metrics.js';
 import { FifoBudget } from '../fifo-budget.js';
 
@@ -24,11 +26,14 @@ export interface TaskRead {
   readonly crcs: Uint32Array;
 }
 
-/** A run of consecutive plan tasks sent together, [from, to). */
-export interface Unit {
-  readonly from: number;
-  readonly to: number;
-  readonly bytes: number;
+/** What every task of a request reads from: the chunks, as the descriptor names them. */
+export interface ChunkSource {
+  readonly requestId: string;
+  readonly bucket: string;
+  readonly keys: readonly string[];
+  readonly layout: Layout;
+  readonly layers: number;
+  readonly layerBytes: number;
 }
 
 /**
@@ -47,12 +52,12 @@ export interface TaskRunner {
 
 export interface ReadAheadOptions {
   readonly pool: TaskRunner;
-  readonly tasks: readonly PlannedTask[];
+  readonly plan: ReadPlan;
+  /** planUnits of the plan: what is sent together. */
   readonly units: readonly Unit[];
-  /** Bytes of one planned task's buffer. */
-  readonly taskBytes: (task: PlannedTask) => number;
-  /** The worker task for a planned task (everything but the id). */
-  readonly toReadTask: (task: PlannedTask) => Omit<ReadTask, 'id' | 'buffer'>;
+  readonly chunks: ChunkSource;
+  /** The order of each task's slices: layer-major for LAYER frames, chunk-major for CHUNK frames. */
+  readonly order: Delivery;
   /** This request's read-ahead window (bytes). */
   readonly windowBytes: number;
   /** The gateway-wide budget of read but unsent bytes. */
@@ -143,7 +148,7 @@ export class ReadAhead implements UnitSource {
     this.#slots = new FifoBudget(options.tasksInFlight);
     setMaxListeners(0, this.#cancel.signal); // every budget wait listens to it
     this.#units = options.units.map(() => deferred<TaskRead[]>());
-    this.#results = new Array(options.tasks.length);
+    this.#results = new Array(options.plan.tasks.length);
     this.#heldWindow = options.units.map(() => 0);
     this.#heldGlobal = options.units.map(() => false);
     this.#regions = options.units.map(() => undefined);
@@ -173,7 +178,8 @@ export class ReadAhead implements UnitSource {
   }
 
   async #dispatchAll(): Promise<void> {
-    const { units, tasks, pool, budget } = this.#o;
+    const { units, pool, budget } = this.#o;
+    const { tasks } = this.#o.plan;
     const signal = this.#cancel.signal;
     for (const [u, unit] of units.entries()) {
       await budget.acquire(unit.bytes, signal);
@@ -189,7 +195,7 @@ export class ReadAhead implements UnitSource {
       for (let t = unit.from; t < unit.to; t++) {
         const task = tasks[t] as PlannedTask;
         if (!whole) {
-          const bytes = this.#o.taskBytes(task);
+          const bytes = layoutOf(task, this.#o.order, this.#o.chunks.layerBytes).bytes;
           await this.#window.acquire(bytes, signal);
           this.#heldWindow[u] = (this.#heldWindow[u] as number) + bytes;
         }
@@ -198,7 +204,7 @@ export class ReadAhead implements UnitSource {
         const id = pool.taskId();
         this.#unfinished.set(t, id);
         const pins = this.#pins.slice(task.chunkStart, task.chunkEnd);
-        const result = pool.run({ ...this.#o.toReadTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) });
+        const result = pool.run({ ...this.#readTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) });
         this.#results[t] = result;
         void result.then(() => {
           this.#unfinished.delete(t);
@@ -209,6 +215,12 @@ export class ReadAhead implements UnitSource {
       const settled = Promise.all(pending).then((results) => this.#complete(u, results));
       if (u === 0 && this.#o.firstUnitAlone) await settled;
     }
+  }
+
+  /** The worker task of a planned task (all but its id): its chunks' layers, into a block in the request's order. */
+  #readTask(task: PlannedTask): Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'> {
+    const c = this.#o.chunks;
+    return { requestId: c.requestId, bucket: c.bucket, keys: c.keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: c.layout, layers: c.layers, layerBytes: c.layerBytes, first: task.first, end: task.end, order: this.#o.order };
   }
 
   /**
@@ -233,12 +245,12 @@ export class ReadAhead implements UnitSource {
         this.#o.observer?.taskFailed(result.code);
         return this.#fail(readFailure(result));
       }
-      const task = this.#o.tasks[unit.from + i] as PlannedTask;
+      const task = this.#o.plan.tasks[unit.from + i] as PlannedTask;
       result.etags.forEach((etag, c) => (this.#pins[task.chunkStart + c] ??= etag));
       this.backendReads += result.reads;
       this.verified &&= result.verified;
       this.#o.observer?.taskDone(result.reads, result.readMs / 1000, result.retries);
-      reads.push({ task: this.#o.tasks[unit.from + i] as PlannedTask, region: result.region, crcs: result.crcs });
+      reads.push({ task, region: result.region, crcs: result.crcs });
     }
     (this.#units[u] as Deferred<TaskRead[]>).resolve(reads);
   }

@@ -50,6 +50,32 @@ export interface ReadPlan {
   readonly reads: number;
 }
 
+/** A run of consecutive plan tasks sent together, [from, to), and the bytes of their blocks. */
+export interface Unit {
+  readonly from: number;
+  readonly to: number;
+  readonly bytes: number;
+}
+
+/**
+ * Units of delivery: the tasks of one layer group (`byGroup`: layerwise delivery, whose LAYER
+ * frames need every chunk of the group), or each task alone (chunkwise: a task's CHUNK frames are
+ * whole). Bytes are the tasks' blocks, laid out in `order`.
+ */
+export function planUnits(plan: ReadPlan, byGroup: boolean, order: Delivery, layerBytes: number): Unit[] {
+  const units: Unit[] = [];
+  const { tasks } = plan;
+  for (let from = 0; from < tasks.length; ) {
+    let to = from + 1;
+    if (byGroup) while (to < tasks.length && tasks[to]?.group === tasks[from]?.group) to++;
+    let bytes = 0;
+    for (let t = from; t < to; t++) bytes += layoutOf(tasks[t] as PlannedTask, order, layerBytes).bytes;
+    units.push({ from, to, bytes });
+    from = to;
+  }
+  return units;
+}
+
 /** The layout of a planned task's block (read-worker/task-layout.ts), its slices in `order`. */
 export function layoutOf(task: PlannedTask, order: Delivery, layerBytes: number): TaskLayout {
   return TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, layerBytes);

@@ -17,7 +17,7 @@
 import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
-import { layoutOf, planChunkwise, planLayerwise, planStreamed, type PlannedTask, type ReadPlan } from './read-plan.js';
+import { planChunkwise, planLayerwise, planStreamed, planUnits, type ReadPlan, type Unit } from './read-plan.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -26,7 +26,7 @@ import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
 import type { FifoBudget } from '../fifo-budget.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
-import { ReadAhead, type TaskRead, type Unit, type UnitSource } from './read-ahead.js';
+import { ReadAhead, type TaskRead, type UnitSource } from './read-ahead.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
@@ -92,21 +92,6 @@ export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: Desc
   return mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
 }
 
-/** Units of delivery: the tasks of one layer group (layerwise) or each task (chunkwise). */
-function unitsOf(plan: ReadPlan, mode: DeliveryMode, taskBytes: (task: PlannedTask) => number): Unit[] {
-  const units: Unit[] = [];
-  const { tasks } = plan;
-  for (let from = 0; from < tasks.length; ) {
-    let to = from + 1;
-    if (mode === 'layerwise') while (to < tasks.length && tasks[to]?.group === tasks[from]?.group) to++;
-    let bytes = 0;
-    for (let t = from; t < to; t++) bytes += taskBytes(tasks[t] as PlannedTask);
-    units.push({ from, to, bytes });
-    from = to;
-  }
-  return units;
-}
-
 export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps): Promise<void> {
   const mode = chooseMode(descriptor, deps.config.threshold);
   ctx.mode = mode;
@@ -135,10 +120,9 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   const streams = chunkStreams(descriptor);
   const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
   const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
-  const taskBytes = (task: PlannedTask): number => layoutOf(task, order, descriptor.layerBytes).bytes;
   const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
   const plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight);
-  const units = unitsOf(plan, mode, taskBytes);
+  const units = planUnits(plan, mode === 'layerwise', order, descriptor.layerBytes);
   let readAhead: UnitSource;
   if (reads === 'streamed') {
     const geometry = { bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, first: descriptor.layerStart, end: descriptor.layerEnd };
@@ -146,21 +130,10 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   } else {
     readAhead = new ReadAhead({
       pool,
-      tasks: plan.tasks,
+      plan,
       units,
-      taskBytes,
-      toReadTask: (task) => ({
-        requestId: ctx.requestId,
-        bucket: ctx.target.bucket,
-        keys: descriptor.keys.slice(task.chunkStart, task.chunkEnd),
-        chunkOffset: task.chunkStart,
-        layout: descriptor.layout,
-        layers: descriptor.layers,
-        layerBytes: descriptor.layerBytes,
-        first: task.first,
-        end: task.end,
-        order,
-      }),
+      chunks: { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes },
+      order,
       windowBytes: config.readAheadBytes,
       budget: deps.budget,
       tasksInFlight,
