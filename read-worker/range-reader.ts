@@ -4,10 +4,11 @@
  *
  * - The embedded store opens the chunk's file once, checks its footer once, and reads every range
  *   with positional scatter reads (readv).
- * - S3 sends range GETs through undici's dispatcher with a handler that copies each body chunk
- *   into its place as it arrives: no Readable, no async iterator, no per-read promise chains
- *   beyond one. Answers are checked (206, the expected Content-Range and object size, the
- *   expected length) before their bytes count.
+ * - An S3 store over plain HTTP gets its range GETs through the socket range reader
+ *   (socket-range-get.ts), which has the kernel write each body straight into its place. Behind
+ *   TLS, undici's dispatcher does, with a handler that copies each body chunk into its place as
+ *   it arrives. Either way answers are checked (206, the expected Content-Range and object size,
+ *   the expected length) before their bytes count.
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
