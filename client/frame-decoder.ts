@@ -8,7 +8,7 @@
 import { crc32c } from '../native/crc32c.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { checkPreamble, decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES, type EndSummary, type ErrorPayload, type FrameHeader } from '../schemas/frames.js';
-import { ERRORS, type ErrorCode } from '../schemas/errors.js';
+import { ERRORS, siteDetails, type ErrorCode } from '../schemas/errors.js';
 
 export interface DecoderGeometry {
   readonly layerStart: number;
@@ -150,12 +150,9 @@ export class FrameDecoder {
         const payload = jsonObject(this.#json, 'ERROR') as Partial<ErrorPayload>;
         const known = typeof payload.code === 'string' && payload.code in ERRORS;
         const code = (known ? payload.code : 'OC_ERR_INTERNAL') as ErrorCode;
-        const details: Record<string, string | number> = {};
+        const details = siteDetails(payload);
         // A code this client does not know (a newer gateway): internal, the code kept.
         if (!known && payload.code !== undefined) details['Code'] = String(payload.code);
-        if (payload.chunk !== undefined) details['ChunkIndex'] = payload.chunk;
-        if (payload.key !== undefined) details['Key'] = payload.key;
-        if (payload.layer !== undefined) details['Layer'] = payload.layer;
         const retryable = typeof payload.retryable === 'boolean' ? { retryable: payload.retryable } : {};
         throw new ObjectCacheError(code, `the gateway failed mid-stream: ${payload.message ?? 'no message'}`, { details, ...retryable });
       }

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { parseArgs } from 'node:util';
 import { evaluate, iterator, parse as parseJson, type ObjectNode } from '@humanwhocodes/momoa';
+import { ObjectCacheError } from '../schemas/errors.js';
 import { AccessPolicy, parsePolicy as parseAccessPolicy, PolicyError } from './auth/policy.js';
 import type { DescriptorLimits } from '../schemas/descriptor.js';
 import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
@@ -149,12 +150,14 @@ export type BackendConfig =
   | { readonly kind: 'local'; readonly dataDir: string }
   | ({ readonly kind: 's3' } & S3BackendOptions);
 
-/** A configuration error names the setting (flag and environment variable) that is wrong. */
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
+/**
+ * A configuration error names the setting (flag and environment variable) that is wrong. It is an
+ * ObjectCacheError with a stable code like every other failure (`objectcache serve` exits 2 on it).
+ */
+export class ConfigError extends ObjectCacheError {
   readonly setting: string;
   constructor(setting: string, message: string) {
-    super(message);
+    super('OC_ERR_CONFIG_INVALID', message, { details: { Setting: setting } });
     this.setting = setting;
   }
 }

@@ -3,7 +3,7 @@
  * thrown across the boundary: a worker answers every task with a ReadResult; class identity does
  * not survive postMessage, so errors travel as codes.
  */
-import type { ErrorCode } from '../schemas/errors.js';
+import type { ErrorCode, FailureSite } from '../schemas/errors.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { Layout } from '../schemas/layouts.js';
 import type { Delivery } from '../schemas/descriptor.js';
@@ -148,7 +148,7 @@ export type ReadResult =
       /** Every slice was checked against the CRC32C recorded in its chunk's metadata. */
       readonly verified: boolean;
     }
-  | {
+  | ({
       readonly ok: false;
       readonly code: ErrorCode;
       readonly message: string;
@@ -156,7 +156,4 @@ export type ReadResult =
       readonly retryable: boolean;
       /** The task's request (absent when the task never reached a worker). */
       readonly requestId?: string;
-      readonly chunk?: number;
-      readonly key?: string;
-      readonly layer?: number;
-    };
+    } & FailureSite);

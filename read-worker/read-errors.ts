@@ -2,10 +2,10 @@
  * The failures of a read task's reads, with the fields that name where they happened; carried to
  * the task boundary and turned into the task's result (read-worker.ts).
  */
-import type { ErrorCode } from '../schemas/errors.js';
+import type { ErrorCode, FailureSite } from '../schemas/errors.js';
 
-/** A failure of one read, carried to the task boundary and turned into a ReadResult. */
-export class ReadError extends Error {
+/** A failure of one read, carried to the task boundary and turned into a ReadResult (its site: schemas/errors.ts FailureSite). */
+export class ReadError extends Error implements FailureSite {
   readonly code: ErrorCode;
   readonly retryable: boolean;
   chunk?: number;

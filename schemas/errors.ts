@@ -102,6 +102,9 @@ export const ERRORS = {
   OC_ERR_CANCELLED: { status: 499, s3Code: 'RequestCancelled', description: 'A read task was cancelled because its request ended first (the client went away, or a failure elsewhere ended the stream); it is what the worker answers for the task, and never what a client still connected receives.' },
   OC_ERR_SCHEDULER_CLOSED: { status: 503, s3Code: 'ServiceUnavailable', retryable: true, description: 'The gateway is shutting down and admits no more layerwise GETs; retry against another gateway or later.' },
 
+  // --- start-up (never sent by the gateway; status 0) ---
+  OC_ERR_CONFIG_INVALID: { status: 0, s3Code: '-', description: 'A setting (flag, environment variable or file) is invalid; the message names it, and `objectcache serve` exits with code 2.' },
+
   // --- the client library (never sent by the gateway; status 0) ---
   OC_ERR_CLIENT_PROTOCOL: { status: 0, s3Code: '-', description: 'The response is not a valid ObjectCache stream (preamble, frame order, sizes).' },
   OC_ERR_CLIENT_CRC: { status: 0, s3Code: '-', description: 'A delivered payload does not match its CRC32C.' },
@@ -114,6 +117,37 @@ export const ERRORS = {
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;
+
+/**
+ * Where a read failed, in the one shape it keeps from the read worker to the wire: the chunk's
+ * position in the prefix, its key, the layer. A worker's failure (read-worker/read-errors.ts, its
+ * result in read-worker/protocol.ts) and the ERROR frame (schemas/frames.ts ErrorPayload) carry
+ * these fields; an ObjectCacheError carries them as details under the names of an S3 error
+ * document (ChunkIndex, Key, Layer), converted here and nowhere else.
+ */
+export interface FailureSite {
+  readonly chunk?: number | undefined;
+  readonly key?: string | undefined;
+  readonly layer?: number | undefined;
+}
+
+/** A site as an error's details (and XML elements): ChunkIndex, Key, Layer. */
+export function siteDetails(site: FailureSite): Record<string, string | number> {
+  const details: Record<string, string | number> = {};
+  if (site.chunk !== undefined) details['ChunkIndex'] = site.chunk;
+  if (site.key !== undefined) details['Key'] = site.key;
+  if (site.layer !== undefined) details['Layer'] = site.layer;
+  return details;
+}
+
+/** An error's site, from its details (for the ERROR frame). */
+export function siteOf(details: Readonly<Record<string, string | number>>): FailureSite {
+  return {
+    ...(details['ChunkIndex'] !== undefined ? { chunk: Number(details['ChunkIndex']) } : {}),
+    ...(details['Key'] !== undefined ? { key: String(details['Key']) } : {}),
+    ...(details['Layer'] !== undefined ? { layer: Number(details['Layer']) } : {}),
+  };
+}
 
 export interface ObjectCacheErrorOptions {
   readonly cause?: unknown;

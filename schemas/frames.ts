@@ -9,6 +9,7 @@
  *               payload (length bytes)
  */
 
+import type { FailureSite } from './errors.js';
 export const STREAM_MAGIC = 'OCKV';
 export const STREAM_VERSION = 1;
 export const PREAMBLE_BYTES = 8;
@@ -89,12 +90,9 @@ export interface EndSummary {
 }
 
 /** The ERROR frame's JSON payload. */
-export interface ErrorPayload {
+export interface ErrorPayload extends FailureSite {
   readonly code: string;
   readonly message: string;
   /** Sending the GET again may succeed. Absent from older gateways: then the code's (schemas/errors.ts). */
   readonly retryable?: boolean;
-  readonly chunk?: number;
-  readonly key?: string;
-  readonly layer?: number;
 }

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { ListBucketsCommand } from '@aws-sdk/client-s3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadServeConfig } from '../gateway/config.js';
+import { ObjectCacheError } from '../schemas/errors.js';
 import { sdkClient, startTestGateway } from './helpers/gateway.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'objectcache-config-'));
@@ -36,6 +37,19 @@ describe('loadServeConfig', () => {
     expect(config.clientCredentials.map((c) => [c.accessKeyId, c.tenant])).toEqual([['objectcache', 'objectcache'], ['team-a', 'tenant-a'], ['team-b', 'team-b']]);
     writeFileSync(file, JSON.stringify([{ accessKeyId: 'objectcache', secretAccessKey: 'another-secret' }]));
     expect(() => loadServeConfig(['--credentials', file], {})).toThrow(ConfigError);
+  });
+
+  it('refuses a bad setting with the stable code and the setting named, as any ObjectCacheError', () => {
+    let thrown: unknown;
+    try {
+      loadServeConfig(['--read-bytes', '12'], {});
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(ConfigError);
+    expect(thrown).toBeInstanceOf(ObjectCacheError);
+    expect(thrown).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: expect.stringContaining('read-bytes') });
+    expect((thrown as ObjectCacheError).details['Setting']).toContain('read-bytes');
   });
 
   it('authenticates a key from the credentials file through the gateway', async () => {

@@ -10,7 +10,7 @@
  * At most `tasksInFlight` of the request's tasks are in the pool at once.
  */
 import { setMaxListeners } from 'node:events';
-import { ObjectCacheError } from '../../schemas/errors.js';
+import { ObjectCacheError, siteDetails } from '../../schemas/errors.js';
 import type { ReadResult, ReadTask } from '../../read-worker/protocol.js';
 import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
 import type { Delivery } from '../../schemas/descriptor.js';
@@ -108,12 +108,8 @@ export function deferred<T>(): Deferred<T> {
  * read again (a cut connection, say) and was used up by the worker's own retries.
  */
 export function readFailure(result: ReadResult & { ok: false }): ObjectCacheError {
-  const details: Record<string, string | number> = {};
-  if (result.key !== undefined) details['Key'] = result.key;
-  if (result.chunk !== undefined) details['ChunkIndex'] = result.chunk;
-  if (result.layer !== undefined) details['Layer'] = result.layer;
   const message = result.chunk !== undefined ? `chunk ${result.chunk}: ${result.message}` : result.message;
-  return new ObjectCacheError(result.code, message, { details });
+  return new ObjectCacheError(result.code, message, { details: siteDetails(result) });
 }
 
 export class ReadAhead implements UnitSource {

@@ -15,7 +15,7 @@
  * running tasks are cancelled and every budget byte is returned.
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
-import { ObjectCacheError } from '../../schemas/errors.js';
+import { ObjectCacheError, siteOf } from '../../schemas/errors.js';
 import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
 import { planChunkwise, planLayerwise, planStreamed, planUnits, type ReadPlan, type Unit } from './read-plan.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
@@ -231,9 +231,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
       code: e.code,
       message: e.message,
       retryable: e.retryable,
-      ...(e.details['ChunkIndex'] !== undefined ? { chunk: Number(e.details['ChunkIndex']) } : {}),
-      ...(e.details['Key'] !== undefined ? { key: String(e.details['Key']) } : {}),
-      ...(e.details['Layer'] !== undefined ? { layer: Number(e.details['Layer']) } : {}),
+      ...siteOf(e.details),
     };
     yield jsonFrame(FrameType.ERROR, payload);
     return;

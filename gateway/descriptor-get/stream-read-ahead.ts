@@ -10,6 +10,7 @@
  * budget, FIFO).
  */
 import { once, setMaxListeners } from 'node:events';
+import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ChunkRun, StreamLayer } from '../../read-worker/protocol.js';
 import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-pool.js';
 import type { DescriptorGetObserver } from '../metrics.js';
@@ -136,7 +137,7 @@ export class StreamReadAhead implements UnitSource {
       // It closes its end after the last one, so either all of them arrive or the port closes.
       await Promise.race([this.#allReceived.promise, closed]);
       running.port.close();
-      if (this.#receivedCount < this.#units.length) throw new Error('the stream task ended before every layer was read');
+      if (this.#receivedCount < this.#units.length) throw new ObjectCacheError('OC_ERR_INTERNAL', 'the stream task ended before every layer was read');
       this.backendReads = result.reads;
       this.#o.observer?.taskDone(result.reads, result.readMs / 1000, result.retries);
       return;
