@@ -103,3 +103,5 @@ def test_missing_or_doubled_constructor_arguments_are_usage_errors(kwargs: dict)
 def test_a_descriptor_leaves_the_delivery_mode_to_the_gateway_unless_asked() -> None:
     assert ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64)["mode"] == "auto"
     assert ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64, mode="layerwise")["mode"] == "layerwise"
+    assert ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64, key_prefix="kv/ab/")["keyPrefix"] == "kv/ab/"
+    assert "keyPrefix" not in ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64)

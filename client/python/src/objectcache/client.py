@@ -347,12 +347,16 @@ class ObjectCacheClient:
     # -- the layerwise GET -------------------------------------------------------------------
 
     @staticmethod
-    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "auto", **extra: Any) -> Dict[str, Any]:
+    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "auto", key_prefix: Optional[str] = None, **extra: Any) -> Dict[str, Any]:
         """A descriptor for ``keys`` (other fields, such as layerRange, tenant or computeMsPerLayer, as keywords).
 
         ``mode``: ``auto`` (the gateway streams layer by layer at or above its size threshold,
-        chunk by chunk below it, as the TypeScript client's default), ``layerwise`` or ``chunkwise``."""
+        chunk by chunk below it, as the TypeScript client's default), ``layerwise`` or ``chunkwise``.
+        ``key_prefix``: prepended to every key (the descriptor's ``keyPrefix``, as ``objectcache
+        seed`` writes it), so long prefixes need not repeat it."""
         document: Dict[str, Any] = {"version": 1, "keys": list(keys), "layers": layers, "chunkTokens": chunk_tokens, "layerBytes": layer_bytes, "layout": layout, "delivery": "layer-major", "mode": mode}
+        if key_prefix is not None:
+            document["keyPrefix"] = key_prefix
         document.update(extra)
         return document
 
