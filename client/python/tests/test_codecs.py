@@ -78,4 +78,22 @@ def test_wrong_sizes_corrupt_input_and_unknown_names_are_refused() -> None:
     with pytest.raises(ObjectCacheError):
         register("none", lambda: codec("none"))
     with pytest.raises(ObjectCacheError):
-        SliceShape(4, 4, "int4").check()
+        SliceShape(4, 4, "int4")
+    with pytest.raises(ObjectCacheError):
+        SliceShape(0, 4, "bfloat16")
+
+
+def test_codecs_can_be_shared_by_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    shape = SliceShape(128, 64, "bfloat16")
+    slices = [kv_like(shape, seed) for seed in range(16)]
+    c = codec("bplane-zstd")
+
+    def round_trip(data: bytes) -> bool:
+        out = bytearray(shape.nbytes)
+        c.decode(c.encode(data, shape), shape, memoryview(out))
+        return bytes(out) == data
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(round_trip, slices * 4))

@@ -19,6 +19,7 @@ These need the ``codecs`` extra (``zstandard``, ``lz4``) for the compressors and
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Protocol
 
@@ -37,6 +38,9 @@ class SliceShape:
     tokens: int
     hidden: int
     dtype: str
+
+    def __post_init__(self) -> None:
+        self.check()
 
     @property
     def itemsize(self) -> int:
@@ -210,9 +214,20 @@ def _zstd() -> BytePlanes:
         import zstandard
     except ImportError as error:  # pragma: no cover - the codecs extra
         raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the bplane-zstd codec needs zstandard: pip install 'objectcache[codecs]'") from error
-    compressor = zstandard.ZstdCompressor(level=1)
-    decompressor = zstandard.ZstdDecompressor()
-    return BytePlanes("bplane-zstd", compressor.compress, lambda data, size: decompressor.decompress(data, max_output_size=size))
+    # zstandard's (de)compressor objects may not be used by two threads at once: one per thread.
+    local = threading.local()
+
+    def compress(data: bytes) -> bytes:
+        if not hasattr(local, "c"):
+            local.c = zstandard.ZstdCompressor(level=1)
+        return bytes(local.c.compress(data))
+
+    def decompress(data: bytes, size: int) -> bytes:
+        if not hasattr(local, "d"):
+            local.d = zstandard.ZstdDecompressor()
+        return bytes(local.d.decompress(data, max_output_size=size))
+
+    return BytePlanes("bplane-zstd", compress, decompress)
 
 
 def _lz4() -> BytePlanes:
