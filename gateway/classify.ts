@@ -33,7 +33,9 @@ export function classify(method: string, target: S3Target, headers: IncomingHttp
   }
   if (method === 'GET' && key !== '' && headers[DESCRIPTOR_HEADER] !== undefined) return { kind: 'descriptor-get', operation: 'DescriptorGet' };
   const operation = s3Operation(method, target);
-  const copies = headers['x-amz-copy-source'] !== undefined || target.query.some(([name]) => name.toLowerCase() === 'x-amz-copy-source');
+  // A presigned request's x-amz-* headers are in its query until authentication hoists them.
+  const presigned = target.query.some(([name]) => name === 'X-Amz-Signature');
+  const copies = headers['x-amz-copy-source'] !== undefined || (presigned && target.query.some(([name]) => name.toLowerCase() === 'x-amz-copy-source'));
   if (copies && operation === 'PutObject') return { kind: 's3', operation: 'CopyObject' };
   if (copies && operation === 'UploadPart') return { kind: 's3', operation: 'UploadPartCopy' };
   return { kind: 's3', operation: operation ?? 'Other' };

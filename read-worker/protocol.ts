@@ -32,7 +32,7 @@ export interface WorkerInit {
    */
   readonly cancelChannel: string;
   readonly cancelFlags: SharedArrayBuffer;
-  /** The shared task-buffer arena (buffer-arena.ts): tasks with `arenaOffset` write here. */
+  /** The shared task-buffer arena (gateway/read-pool/buffer-arena.ts): tasks with `arenaOffset` write here. */
   readonly arena: SharedArrayBuffer;
   /** Most backend connections a worker's stream tasks hold open (one per chunk stream). */
   readonly streamConnections: number;

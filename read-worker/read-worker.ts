@@ -1,7 +1,7 @@
 /**
  * The piscina read worker: executes one ReadTask (a layer group of a run of chunks) with bounded
  * concurrent chunk reads through its own backend connection pool, writes every slice straight
- * into its place in the task's block of the shared arena (buffer-arena.ts: nothing moves back,
+ * into its place in the task's block of the shared arena (gateway/read-pool/buffer-arena.ts: nothing moves back,
  * the main thread sends from the same memory; a task given its own ArrayBuffer instead hands it
  * back by transfer), and checksums every slice once (checked against the CRC32C recorded at store
  * time when there is one; the main thread builds the frame checksums from these). Stream tasks

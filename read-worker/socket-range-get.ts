@@ -15,7 +15,7 @@
  * places it piece by piece and may have no place for a while (streamed chunk reads,
  * chunk-streams.ts): the connection then stops reading its socket until told to read on. Plain
  * `http:` endpoints only: behind TLS grouped range reads stay on undici (range-reader.ts) and
- * streamed reads are off (reader-pool.ts).
+ * streamed reads are off (gateway/read-pool/reader-pool.ts).
  */
 import { connect, type Socket } from 'node:net';
 import { boundReceiveBuffer } from '../backends/socket-buffer.js';

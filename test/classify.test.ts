@@ -30,6 +30,8 @@ describe('classify', () => {
     expect(of('PUT', '/b/k?partNumber=2&uploadId=u', { 'x-amz-copy-source': '/b/src' })).toBe('s3:UploadPartCopy');
     expect(of('PUT', '/b/k?X-Amz-Copy-Source=%2Fb%2Fsrc&X-Amz-Signature=s')).toBe('s3:CopyObject');
     expect(of('PUT', '/b/k')).toBe('s3:PutObject');
+    // On a request signed in its header, a query parameter of that name is only a parameter.
+    expect(of('PUT', '/b/k?x-amz-copy-source=%2Fb%2Fsrc')).toBe('s3:PutObject');
   });
 
   it('labels descriptor GETs by delivery mode, as their metrics always were', () => {

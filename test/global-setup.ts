@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { installMinio, repoRoot, startMinio, type MinioInfo } from '../bench/minio.js';
 
-const SOURCES = ['cli', 'gateway', 'backends', 'read-worker', 'schemas', 'client', 'bench', 'native'];
+const SOURCES = ['cli', 'gateway', 'backends', 'read-worker', 'schemas', 'sigv4', 'client', 'bench', 'native'];
 
 /** True when some compiled source is missing from dist/ or older than its .ts. */
 function distIsStale(root: string): boolean {
@@ -18,7 +18,7 @@ function distIsStale(root: string): boolean {
     readdirSync(join(root, dir), { withFileTypes: true }).some((entry) => {
       const path = join(dir, entry.name);
       if (entry.isDirectory()) return walk(path);
-      if (!entry.name.endsWith('.ts') || entry.name.endsWith('.d.ts')) return false;
+      if (!(entry.name.endsWith('.ts') || entry.name.endsWith('.cts')) || entry.name.endsWith('.d.ts')) return false;
       const built = join(root, 'dist', path.replace(/\.ts$/, '.js'));
       return !existsSync(built) || statSync(built).mtimeMs < statSync(join(root, path)).mtimeMs;
     });

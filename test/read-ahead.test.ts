@@ -20,6 +20,8 @@ class ScriptedRunner implements TaskRunner {
   readonly cancelled = new Set<number>();
   readonly handedOut = new Set<Uint8Array>();
   readonly recycled = new Set<Uint8Array>();
+  /** Every task as it was handed over, in order. */
+  readonly tasks: Omit<ReadTask, 'buffer' | 'arenaOffset'>[] = [];
   doubleRecycles = 0;
   constructor(private readonly delayMs: number) {}
 
@@ -28,6 +30,7 @@ class ScriptedRunner implements TaskRunner {
     return this.#next++;
   }
   run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult> {
+    this.tasks.push(task);
     const bytes = (task.end - task.first) * task.keys.length * task.layerBytes;
     return new Promise((resolve) => {
       const finish = (): void => {
@@ -124,6 +127,20 @@ describe('ReadAhead', () => {
     // Blocks of tasks that finished before the cancellation went back too, each once.
     expect(runner.recycled.size).toBe(runner.handedOut.size);
     expect(runner.doubleRecycles).toBe(0);
+  });
+
+  it("hands the pool each planned task as a worker task: its chunks' keys and position, its layers, the order, the request, and the pins once known", async () => {
+    const runner = new ScriptedRunner(1);
+    const { readAhead, units } = readAheadOf(runner, new FifoBudget(1024 * LAYER_BYTES), new AbortController().signal, 8, 6);
+    await consume(readAhead, units);
+    await readAhead.close();
+    const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: 6, layerBytes: LAYER_BYTES, chunks: 8, readBytes: 4 * LAYER_BYTES, taskBytes: 8 * LAYER_BYTES, maxGroupBytes: 64 * LAYER_BYTES, firstGroupTasks: 4 });
+    expect(runner.tasks.map((t) => [t.first, t.end, t.chunkOffset, t.keys.join(',')])).toEqual(plan.tasks.map((t) => [t.first, t.end, t.chunkStart, Array.from({ length: t.chunkEnd - t.chunkStart }, (_, i) => `kv/${t.chunkStart + i}`).join(',')]));
+    for (const task of runner.tasks) expect(task).toMatchObject({ requestId: 'r', bucket: 'b', layout: 'KV_L2TD', layers: 6, layerBytes: LAYER_BYTES, order: 'layer-major' });
+    // The first unit reads every chunk unpinned; every later task carries its chunks' ETags.
+    const firstUnit = units[0]?.to ?? 0;
+    expect(runner.tasks.slice(0, firstUnit).every((t) => t.etags === undefined)).toBe(true);
+    expect(runner.tasks.slice(firstUnit).every((t) => t.etags?.length === t.keys.length && t.etags.every((e) => e === '"e"'))).toBe(true);
   });
 
   it('gives a block back once even when a unit is recycled twice (frame flushed, then close)', async () => {

@@ -83,6 +83,27 @@ def test_wrong_sizes_corrupt_input_and_unknown_names_are_refused() -> None:
         SliceShape(0, 4, "bfloat16")
 
 
+def test_int8_refuses_values_it_cannot_quantise_and_decoding_needs_a_writable_buffer() -> None:
+    shape = SliceShape(8, 4, "float32")
+    values = np.ones((2, 8, 4), dtype=np.float32)
+    for bad in (np.nan, np.inf):
+        values[0, 3, 1] = bad
+        with pytest.raises(ObjectCacheError) as refused:
+            codec("int8-kivi").encode(values.tobytes(), shape)
+        assert refused.value.code == "OC_ERR_CLIENT_USAGE"
+    # Extremes whose range overflows float32 are refused too, and large finite ones come back finite.
+    values[0, 3, 1], values[0, 4, 1] = 3e38, -3e38
+    with pytest.raises(ObjectCacheError):
+        codec("int8-kivi").encode(values.tobytes(), shape)
+    values[0, 3, 1], values[0, 4, 1] = 1e38, -1e38
+    out = bytearray(shape.nbytes)
+    codec("int8-kivi").decode(codec("int8-kivi").encode(values.tobytes(), shape), shape, memoryview(out))
+    assert np.isfinite(np.frombuffer(bytes(out), dtype=np.float32)).all()
+    with pytest.raises(ObjectCacheError) as readonly:
+        codec("none").decode(values.tobytes(), shape, memoryview(values.tobytes()))
+    assert readonly.value.code == "OC_ERR_CLIENT_TARGET"
+
+
 def test_codecs_can_be_shared_by_threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 

@@ -84,6 +84,10 @@ def test_the_shared_stream_vectors(vector: Dict[str, Any], source: Any) -> None:
 def test_a_code_this_client_does_not_know_is_internal_with_the_code_kept() -> None:
     newer = _read({"code": "OC_ERR_FROM_THE_FUTURE", "message": "m", "retryable": True})
     assert newer.code == "OC_ERR_INTERNAL" and newer.details["Code"] == "OC_ERR_FROM_THE_FUTURE" and newer.retryable is True
+    odd = _read({"code": [1], "message": "m"})
+    assert odd.code == "OC_ERR_INTERNAL" and odd.details["Code"] == [1]
+    none = _read({"message": "m"})
+    assert none.code == "OC_ERR_INTERNAL" and "Code" not in none.details
 
 
 def test_the_request_id_shows_in_the_message_and_botocore_shape_once_known() -> None:

@@ -74,6 +74,8 @@ def _bytes(data: Any, shape: SliceShape) -> memoryview:
 
 
 def _out(out: memoryview, shape: SliceShape) -> np.ndarray:
+    if memoryview(out).readonly:
+        raise ObjectCacheError("OC_ERR_CLIENT_TARGET", "the buffer a slice is decoded into must be writable")
     target = np.frombuffer(out, dtype=np.uint8)
     if target.nbytes != shape.nbytes:
         raise ObjectCacheError("OC_ERR_CLIENT_TARGET", f"a decoded slice of {shape} is {shape.nbytes} bytes; the buffer holds {target.nbytes}")
@@ -153,9 +155,10 @@ def _float_values(data: Any, shape: SliceShape) -> np.ndarray:
 def _store_values(values: np.ndarray, shape: SliceShape, target: np.ndarray) -> None:
     """Writes float32 values into ``target`` in the slice's dtype (bfloat16 rounded to nearest even)."""
     if shape.dtype == "bfloat16":
-        bits = values.astype(np.float32).view(np.uint32)
+        floats = values.astype(np.float32)
+        bits = floats.view(np.uint32).astype(np.uint64)  # no wrap-around past 0xFFFFFFFF
         rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-        target.view(np.uint16)[:] = rounded.reshape(-1)
+        target.view(np.uint16)[:] = np.where(np.isnan(floats), np.uint16(0x7FC0), rounded).reshape(-1)
     else:
         target.view(DTYPES[shape.dtype])[:] = values.astype(DTYPES[shape.dtype]).reshape(-1)
 
@@ -174,11 +177,18 @@ class Int8Kivi:
 
     def encode(self, data: Any, shape: SliceShape) -> bytes:
         values = _float_values(data, shape)
+        if not np.isfinite(values).all():
+            # A NaN or an infinity would turn its whole channel or token into NaN: refuse it.
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "int8-kivi encodes finite values only; this slice holds a NaN or an infinity")
         k, v = values[0], values[1]
         k_min, k_max = k.min(axis=0), k.max(axis=0)  # per channel
         v_min, v_max = v.min(axis=1), v.max(axis=1)  # per token
-        k_step = (k_max - k_min) / 255.0
-        v_step = (v_max - v_min) / 255.0
+        k_span = k_max.astype(np.float64) - k_min
+        v_span = v_max.astype(np.float64) - v_min
+        if max(k_span.max(), v_span.max()) > np.finfo(np.float32).max:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "int8-kivi: a channel's or token's range of values overflows float32")
+        k_step = (k_span / 255.0).astype(np.float32)
+        v_step = (v_span / 255.0).astype(np.float32)
         k_step[k_step == 0] = 1.0
         v_step[v_step == 0] = 1.0
         qk = np.clip(np.rint((k - k_min[None, :]) / k_step[None, :]), 0, 255).astype(np.uint8)

@@ -166,9 +166,10 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
                         details[s3_name] = details.pop(name)
                 said = document.get("retryable")
                 code = document.get("code")
-                if code not in KNOWN_CODES:
+                if not isinstance(code, str) or code not in KNOWN_CODES:
                     # A code this client does not know (a newer gateway): internal, the code kept.
-                    details["Code"] = code
+                    if code is not None:
+                        details["Code"] = code
                     code = "OC_ERR_INTERNAL"
                 raise ObjectCacheError(
                     str(code),
