@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
@@ -42,6 +42,17 @@ def load_model(dtype: torch.dtype = torch.float32) -> Any:
 
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir(), gguf_file=GGUF_FILE, dtype=dtype)
     return model.eval()
+
+
+def greedy(model: Any, logits: Any, cache: Any, steps: int) -> List[int]:
+    """``steps`` tokens of greedy decoding after ``logits`` (batch 1), extending ``cache``."""
+    out: List[int] = []
+    with torch.no_grad():
+        for _ in range(steps):
+            token = int(logits[0, -1].argmax())
+            out.append(token)
+            logits = model(input_ids=torch.tensor([[token]]), past_key_values=cache).logits
+    return out
 
 
 def load_tokenizer() -> Any:

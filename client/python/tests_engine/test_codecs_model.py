@@ -4,10 +4,11 @@ reused for a 256-token suffix. Lossless codecs must give back every bit (and so 
 int8-kivi must stay close to exact reuse on the same text (mean KL, top-1 agreement, NLL, greedy
 tokens). The measured figures are printed (``-s``) for the README."""
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import pytest
 import torch
+from harness import greedy
 
 from objectcache.codecs import SliceShape, codec
 from objectcache.hf_cache import KVLayout, cache_from_kv, kv_from_cache
@@ -49,16 +50,6 @@ def suffix_logits(model: Any, layout: KVLayout, kv: torch.Tensor, suffix: torch.
     cache = cache_from_kv(kv, layout, torch.float32)
     with torch.no_grad():
         return model(input_ids=suffix, past_key_values=cache).logits, cache
-
-
-def greedy(model: Any, logits: torch.Tensor, cache: Any, steps: int) -> List[int]:
-    out: List[int] = []
-    with torch.no_grad():
-        for _ in range(steps):
-            token = int(logits[0, -1].argmax())
-            out.append(token)
-            logits = model(input_ids=torch.tensor([[token]]), past_key_values=cache).logits
-    return out
 
 
 @pytest.fixture(scope="module")

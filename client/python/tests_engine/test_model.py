@@ -4,10 +4,11 @@ layer (one layerwise GET feeding each decoder layer's pre-hook as its frame land
 suffix runs. The logits must equal those of the same computation with the cache already in memory
 bit for bit, and those of a full prefill within 1e-4 (they are exact here in fp32); greedy
 generation must give the same tokens."""
-from typing import Any, List, Tuple
+from typing import Any, Tuple
 
 import pytest
 import torch
+from harness import greedy
 from stack import CLIENT_KEY, CLIENT_SECRET, Stack, uid
 
 from objectcache import ObjectCacheClient, ObjectCacheError, chunk_keys
@@ -30,16 +31,6 @@ def prompts(tokenizer: Any) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     assert len(ids) >= PREFIX_TOKENS + 2 * SUFFIX_TOKENS
     prefix = ids[:PREFIX_TOKENS].unsqueeze(0)
     return prefix, ids[PREFIX_TOKENS:PREFIX_TOKENS + SUFFIX_TOKENS].unsqueeze(0), ids[-SUFFIX_TOKENS:].unsqueeze(0)
-
-
-def greedy(model: Any, logits: torch.Tensor, cache: Any, steps: int) -> List[int]:
-    out: List[int] = []
-    with torch.no_grad():
-        for _ in range(steps):
-            token = int(logits[0, -1].argmax())
-            out.append(token)
-            logits = model(input_ids=torch.tensor([[token]]), past_key_values=cache).logits
-    return out
 
 
 @pytest.fixture()
