@@ -102,11 +102,6 @@ export class S3Backend {
     return { requests: this.#requests, inflight: this.#inflight, errors: this.#errors };
   }
 
-  /** The pool, signing every request (for dispatch-level readers; not counted in `stats`). */
-  get http(): Dispatcher {
-    return this.#http;
-  }
-
   get timeoutMs(): number {
     return this.#timeoutMs;
   }

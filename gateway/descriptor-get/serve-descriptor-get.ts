@@ -123,16 +123,17 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
   const plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight);
   const units = planUnits(plan, mode === 'layerwise', order, descriptor.layerBytes);
+  const chunks = { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes };
   let readAhead: UnitSource;
   if (reads === 'streamed') {
-    const geometry = { bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, first: descriptor.layerStart, end: descriptor.layerEnd };
-    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, streams, requestId: ctx.requestId, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
+    const geometry = { ...chunks, first: descriptor.layerStart, end: descriptor.layerEnd };
+    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, streams, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: ctx.signal, observer: deps.observer, firstLayers: deps.firstLayers });
   } else {
     readAhead = new ReadAhead({
       pool,
       plan,
       units,
-      chunks: { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes },
+      chunks,
       order,
       windowBytes: config.readAheadBytes,
       budget: deps.budget,

@@ -15,13 +15,13 @@ import type { ChunkRun, StreamLayer } from '../../read-worker/protocol.js';
 import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-pool.js';
 import type { DescriptorGetObserver } from '../metrics.js';
 import type { FifoBudget } from '../fifo-budget.js';
-import { deferred, readFailure, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
+import { deferred, readFailure, type ChunkSource, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
 import { layoutOf, type PlannedTask, type ReadPlan } from './read-plan.js';
 import { TaskLayout } from '../../read-worker/task-layout.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
-/** What is read: the chunks' layers [first, end), as a stream task names them. */
-export type StreamGeometry = Pick<ChunkRun, 'bucket' | 'keys' | 'layout' | 'layers' | 'layerBytes' | 'first' | 'end'>;
+/** What is read: the request's chunks (read-ahead.ts ChunkSource), layers [first, end). */
+export type StreamGeometry = ChunkSource & Pick<ChunkRun, 'first' | 'end'>;
 
 /** Chunks whose slices of one layer share a buffer block (at least one). */
 export function runChunksFor(layerBytes: number, blockBytes: number): number {
@@ -41,8 +41,6 @@ export interface StreamReadAheadOptions {
   readonly runChunks: number;
   /** The chunk streams it opens, reserved by the caller (ReaderPool.tryStreams) and given back by close(). */
   readonly streams: number;
-  /** The request's id, carried in its stream task. */
-  readonly requestId: string;
   readonly windowBytes: number;
   readonly budget: FifoBudget;
   /** Backend timeout (connect, headers, between body bytes). */
@@ -124,7 +122,7 @@ export class StreamReadAhead implements UnitSource {
     this.#held.budget = true;
     if (signal.aborted) throw signal.reason;
     this.#ring = pool.takeRing(this.#slots, this.#runs, new TaskLayout('layer-major', g.first, g.first + 1, runChunks, g.layerBytes).bytes);
-    const running = pool.runStream({ requestId: this.#o.requestId, bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
+    const running = pool.runStream({ requestId: g.requestId, bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
     this.#running = running;
     const closed = once(running.port, 'close');
     running.port.on('message', (message: StreamLayer) => this.#layer(message));
