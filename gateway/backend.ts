@@ -1,7 +1,7 @@
 /**
  * What the gateway serves from, chosen once at start-up: the embedded store on a local data
  * directory, or an S3 endpoint (MinIO, Ceph, AWS S3). Everything that differs between the two
- * sits behind this interface (chunk sizes for lookups, plain S3 requests, browser-form uploads,
+ * sits behind this interface (chunk sizes and metadata for lookups and encoded chunks, plain S3 requests, browser-form uploads,
  * what the read workers open, readiness and counters); the rest of the gateway never asks which
  * one it has.
  */
@@ -26,10 +26,12 @@ export interface Backend {
   /** Where a browser-form (POST Object) upload is written. */
   readonly postSink: PostSink;
   /**
-   * The size of each of `keys` in `bucket`, undefined where it does not exist; with `checkBucket`
-   * it first fails with OC_ERR_STORE_NO_SUCH_BUCKET when the bucket does not exist.
+   * The size, ETag and user metadata (lowercase names without x-amz-meta-) of each of `keys` in
+   * `bucket`, undefined where it does not exist; with `checkBucket` it first fails with
+   * OC_ERR_STORE_NO_SUCH_BUCKET when the bucket does not exist. Prefix lookups and encoded
+   * chunks' indexes read it.
    */
-  sizes(bucket: string, keys: readonly string[], signal: AbortSignal, checkBucket: boolean): Promise<(number | undefined)[]>;
+  heads(bucket: string, keys: readonly string[], signal: AbortSignal, checkBucket: boolean): Promise<(ObjectHead | undefined)[]>;
   /** Every bucket (for ListBuckets filtered by an access policy). */
   listBuckets(signal: AbortSignal): Promise<BucketEntry[]>;
   /** Answers a plain S3 request (the embedded handlers, or passthrough to the endpoint). */
@@ -41,6 +43,13 @@ export interface Backend {
   close(): Promise<void>;
 }
 
+/** What a HEAD tells about an object. */
+export interface ObjectHead {
+  readonly size: number;
+  readonly etag: string | undefined;
+  readonly meta: Readonly<Record<string, string>>;
+}
+
 const noSuchBucket = (bucket: string): ObjectCacheError => new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
 
 function embeddedBackend(store: LocalStore): Backend {
@@ -49,11 +58,12 @@ function embeddedBackend(store: LocalStore): Backend {
     workers: { kind: 'local', dataDir: store.dataDir },
     description: `local:${store.dataDir}`,
     postSink: localPostSink(store),
-    async sizes(bucket, keys) {
+    async heads(bucket, keys) {
       if (!store.hasBucket(bucket)) throw noSuchBucket(bucket);
       return keys.map((key) => {
         try {
-          return store.headObject(bucket, key).size;
+          const meta = store.headObject(bucket, key);
+          return { size: meta.size, etag: meta.etag, meta: meta.userMeta };
         } catch {
           return undefined;
         }
@@ -69,22 +79,25 @@ function embeddedBackend(store: LocalStore): Backend {
 
 function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, onRetry?: RetryObserver): Backend {
   const backend = new S3Backend(config);
-  const head = async (path: string, signal: AbortSignal): Promise<{ status: number; size: number }> => {
+  const head = async (path: string, signal: AbortSignal): Promise<{ status: number; object: ObjectHead }> => {
     const res = await backend.request({ method: 'HEAD', path: escapeUriPath(path), signal });
     await res.body.dump();
-    return { status: res.statusCode, size: Number(res.headers['content-length']) };
+    const meta: Record<string, string> = {};
+    for (const [name, value] of Object.entries(res.headers)) if (name.startsWith('x-amz-meta-') && typeof value === 'string') meta[name.slice(11)] = value;
+    const etag = res.headers['etag'];
+    return { status: res.statusCode, object: { size: Number(res.headers['content-length']), etag: typeof etag === 'string' ? etag : undefined, meta } };
   };
   return {
     kind: 's3',
     workers: { ...config, endpoint: config.endpoint.origin },
     description: config.endpoint.origin,
     postSink: backendPostSink(backend),
-    async sizes(bucket, keys, signal, checkBucket) {
+    async heads(bucket, keys, signal, checkBucket) {
       if (checkBucket && (await head(`/${bucket}`, signal)).status === 404) throw noSuchBucket(bucket);
       return Promise.all(
         keys.map(async (key) => {
-          const { status, size } = await head(`/${bucket}/${key}`, signal);
-          if (status === 200) return size;
+          const { status, object } = await head(`/${bucket}/${key}`, signal);
+          if (status === 200) return object;
           if (status === 404) return undefined;
           throw new ObjectCacheError(status >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `HEAD of ${key} answered ${status}`);
         }),

@@ -196,7 +196,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           // Every chunk the descriptor names, and the tenant it claims, before any byte is read.
           authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
           ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
-          await serveDescriptorGet(ctx, descriptor, { pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           active.layerwise--;
         }

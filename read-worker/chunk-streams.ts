@@ -27,6 +27,7 @@ import { layerRanges } from '../schemas/layouts.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { BACKEND_RETRY, retryPauseMs } from '../backends/s3-backend.js';
 import { ERROR_BODY_LIMIT, checkRangeAnswer, errorBodyFailure, pause } from './range-reader.js';
+import { RAW_CODEC } from '../schemas/encoded-chunk.js';
 import { ReadError, cancelled, changed, corruptSlice } from './read-errors.js';
 import type { BodyTarget, RangeAnswer, RangeAnswerSink, SocketRangeClient } from './socket-range-get.js';
 import type { StreamControl, StreamLayer, StreamTask } from './protocol.js';
@@ -93,7 +94,7 @@ class PartStream implements RangeAnswerSink, BodyTarget {
 
   onHead(status: number, headers: Readonly<Record<string, string>>): BodyTarget | { collect: number } | ReadError {
     const asked = this.#asked - this.pos;
-    const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, asked, this.#owner.objectBytes);
+    const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, asked, this.#owner.objectBytes, RAW_CODEC);
     if (answer === 'error-body') return { collect: ERROR_BODY_LIMIT };
     if (answer instanceof ReadError) return answer;
     if (headers['content-length'] !== String(asked)) return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);

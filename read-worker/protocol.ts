@@ -106,6 +106,12 @@ export interface ReadTask extends ChunkRun {
   /** The order of the slices in the task's block (task-layout.ts). */
   readonly order: Delivery;
   /**
+   * Encoded chunks (schemas/encoded-chunk.ts): their codec, and each chunk's stored slice lengths
+   * by layer (index as in `keys`, all L layers). Absent: raw chunks of `layerBytes` slices, and a
+   * chunk found encoded is refused (OC_ERR_CODEC_UNACCEPTED).
+   */
+  readonly encoded?: { readonly codec: string; readonly sliceBytes: readonly (readonly number[])[] };
+  /**
    * Each chunk's ETag as its first read saw it (index as in `keys`; undefined: not pinned yet).
    * A later read of a pinned chunk must find the same version (its ETag), or the task fails with
    * OC_ERR_CHUNK_CHANGED: a chunk overwritten mid-stream is never delivered half old, half new.

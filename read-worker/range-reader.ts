@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import type { Dispatcher, Pool } from 'undici';
 import { LAYER_CRC_META } from '../schemas/integrity.js';
+import { CODEC_META, RAW_CODEC } from '../schemas/encoded-chunk.js';
 import { objectRelativePath, readFooter } from '../backends/embedded/object-file.js';
 import { BACKEND_RETRY, mapBackendError, retryPauseMs, storePoolOptions } from '../backends/s3-backend.js';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
@@ -29,8 +30,10 @@ export interface ChunkRead {
   readonly key: string;
   /** The chunk's ranges, in the order they are read. */
   readonly targets: readonly RangeTarget[];
-  /** L * S: the size every chunk object must have. */
+  /** The size the chunk object must have: L * S, or its encoded slices' sum. */
   readonly objectBytes: number;
+  /** The encoding the object must be stored in (schemas/encoded-chunk.ts; `none`: raw, no `oc-codec` metadata). */
+  readonly codec: string;
   /** The version an earlier read saw: a different one is OC_ERR_CHUNK_CHANGED. */
   readonly etag?: string | undefined;
   readonly signal: AbortSignal;
@@ -82,7 +85,7 @@ export class LocalRangeReader implements RangeReader {
     this.#dataDir = dataDir;
   }
 
-  async read({ bucket, key, targets, objectBytes, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
+  async read({ bucket, key, targets, objectBytes, codec, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
     let fh;
     try {
       fh = await open(join(this.#dataDir, objectRelativePath(bucket, key)), 'r');
@@ -94,6 +97,8 @@ export class LocalRangeReader implements RangeReader {
       const meta = await readFooter(fh);
       if (meta.key !== key) throw new ReadError('OC_ERR_STORE_IO', `the file of chunk ${key} belongs to another key`);
       if (etag !== undefined && meta.etag !== etag) throw changed(key);
+      const stored = codecProblem(meta.userMeta[CODEC_META], codec, key);
+      if (stored) throw stored;
       if (meta.size !== objectBytes) throw sizeError(key, meta.size, objectBytes);
       // The open handle pins this version for every range below, whatever is renamed over it.
       for (const target of targets) {
@@ -116,13 +121,27 @@ function parseContentRange(value: string | string[] | undefined): [number, numbe
 }
 
 /** What a range answer's status and headers say: a failure, an error body to read, or the version read. */
-export function checkRangeAnswer(statusCode: number, headers: Record<string, string | string[] | undefined>, key: string, offset: number, length: number, objectBytes: number): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
+/**
+ * The failure of reading an object stored in encoding `stored` (its `oc-codec` metadata; absent:
+ * raw) where `expected` was planned: a raw read of an encoded chunk is refused (never delivered as
+ * raw bytes); any other difference means the chunk was rewritten since the gateway read its index.
+ */
+export function codecProblem(stored: string | string[] | undefined, expected: string, key: string): ReadError | undefined {
+  const codec = typeof stored === 'string' ? stored : RAW_CODEC;
+  if (codec === expected) return undefined;
+  if (expected === RAW_CODEC) return new ReadError('OC_ERR_CODEC_UNACCEPTED', `chunk ${key} is stored encoded (${codec}); the descriptor accepts raw bytes only (name the codec in its "codecs")`);
+  return changed(key);
+}
+
+export function checkRangeAnswer(statusCode: number, headers: Record<string, string | string[] | undefined>, key: string, offset: number, length: number, objectBytes: number, codec: string): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
   if (statusCode !== 206) {
     if (statusCode === 404 || statusCode === 416) return 'error-body';
     if (statusCode === 200) return new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`);
     if (statusCode >= 500) return new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store answered ${statusCode} for chunk ${key}`, true);
     return new ReadError('OC_ERR_BACKEND_RANGE', `the object store answered ${statusCode} for chunk ${key}`);
   }
+  const stored = codecProblem(headers[`x-amz-meta-${CODEC_META}`], codec, key);
+  if (stored) return stored;
   const range = parseContentRange(headers['content-range']);
   const last = offset + length - 1;
   // The object size first: a short object also truncates the range the store answers with.
@@ -154,6 +173,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
   readonly #bucket: string;
   readonly #target: RangeTarget;
   readonly #objectBytes: number;
+  readonly #codec: string;
   readonly #signal: AbortSignal;
   readonly #cursor: ScatterCursor;
   #controller: Dispatcher.DispatchController | undefined;
@@ -169,7 +189,8 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
   #reject!: (error: ReadError) => void;
   readonly done: Promise<string | undefined>;
 
-  constructor(bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal) {
+  constructor(bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal) {
+    this.#codec = codec;
     this.#bucket = bucket;
     this.#key = key;
     this.#target = target;
@@ -200,7 +221,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     this.#status = statusCode;
-    const answer = checkRangeAnswer(statusCode, headers, this.#key, this.#target.offset, this.#target.length, this.#objectBytes);
+    const answer = checkRangeAnswer(statusCode, headers, this.#key, this.#target.offset, this.#target.length, this.#objectBytes, this.#codec);
     if (answer instanceof ReadError) return this.#fail(answer);
     if (answer === 'error-body') {
       this.#errorBody = [];
@@ -282,11 +303,11 @@ export class S3RangeReader implements RangeReader {
   }
 
   /** One range GET through the socket reader, its body read straight into the target's views. */
-  async #socketRead(sockets: SocketRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #socketRead(sockets: SocketRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     let read: { etag: string | undefined; layerCrcs: string | undefined } | undefined;
     const answer = await sockets.get(path, rangeHeader(target), {
       onHead: (status, headers) => {
-        const checked = checkRangeAnswer(status, headers, key, target.offset, target.length, objectBytes);
+        const checked = checkRangeAnswer(status, headers, key, target.offset, target.length, objectBytes, codec);
         if (checked === 'error-body') return { collect: ERROR_BODY_LIMIT };
         if (checked instanceof ReadError) return checked;
         read = checked;
@@ -298,8 +319,8 @@ export class S3RangeReader implements RangeReader {
   }
 
   /** One range GET through undici. */
-  async #undiciRead(backend: UndiciRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
-    const handler = new RangeGetHandler(bucket, key, target, objectBytes, signal);
+  async #undiciRead(backend: UndiciRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+    const handler = new RangeGetHandler(bucket, key, target, objectBytes, codec, signal);
     backend.http.dispatch({ method: 'GET', path, headers: { range: rangeHeader(target) }, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, handler);
     const layerCrcs = await handler.done;
     return { etag: handler.etag, layerCrcs };
@@ -311,14 +332,14 @@ export class S3RangeReader implements RangeReader {
    * applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
    * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
    */
-  async #readRange(path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #readRange(path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     const deadline = performance.now() + this.#timeoutMs;
     for (let attempt = 1; ; attempt++) {
       if (signal.aborted) throw cancelled();
       counts.reads++;
       try {
         const transport = this.#transport;
-        return await (transport instanceof SocketRangeClient ? this.#socketRead(transport, path, bucket, key, target, objectBytes, signal) : this.#undiciRead(transport, path, bucket, key, target, objectBytes, signal));
+        return await (transport instanceof SocketRangeClient ? this.#socketRead(transport, path, bucket, key, target, objectBytes, codec, signal) : this.#undiciRead(transport, path, bucket, key, target, objectBytes, codec, signal));
       } catch (error) {
         const delay = retryPauseMs(attempt);
         if (!(error instanceof ReadError) || !error.retryable || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;
@@ -328,7 +349,7 @@ export class S3RangeReader implements RangeReader {
     }
   }
 
-  async read({ bucket, key, targets, objectBytes, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
+  async read({ bucket, key, targets, objectBytes, codec, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
     const path = escapeUriPath(`/${bucket}/${key}`);
     let layerCrcs: string | undefined;
     // Pinned: every range must come from the version an earlier read saw; the second range of a
@@ -338,7 +359,7 @@ export class S3RangeReader implements RangeReader {
     let pin = etag;
     const counts = { reads: 0, retries: 0 };
     for (const target of targets) {
-      const read = await this.#readRange(path, bucket, key, target, objectBytes, signal, counts);
+      const read = await this.#readRange(path, bucket, key, target, objectBytes, codec, signal, counts);
       layerCrcs = read.layerCrcs ?? layerCrcs;
       if (pin !== undefined && read.etag !== undefined && read.etag !== pin) throw changed(key);
       pin ??= read.etag;

@@ -19,6 +19,7 @@ import { cancelled, corruptSlice, ReadError } from './read-errors.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { rangeTargets } from './scatter.js';
 import { TaskLayout } from './task-layout.js';
+import { RAW_CODEC } from '../schemas/encoded-chunk.js';
 
 const init = workerData as WorkerInit;
 let reader: RangeReader | undefined;
@@ -62,7 +63,8 @@ function isCancelled(id: number): boolean {
 
 /** Reads every chunk of the task, `readConcurrency` chunks at a time. */
 async function readChunks(task: ReadTask, layout: TaskLayout, region: Uint8Array, signal: AbortSignal): Promise<{ reads: number; retries: number; recorded: (string | undefined)[]; etags: (string | undefined)[] }> {
-  const objectBytes = task.layers * task.layerBytes;
+  const rawBytes = task.layers * task.layerBytes;
+  const codec = task.encoded?.codec ?? RAW_CODEC;
   const recorded = new Array<string | undefined>(task.keys.length);
   const etags = new Array<string | undefined>(task.keys.length);
   let reads = 0;
@@ -74,7 +76,9 @@ async function readChunks(task: ReadTask, layout: TaskLayout, region: Uint8Array
       const chunk = next++;
       const key = task.keys[chunk] as string;
       try {
-        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(task, layout, region, chunk), objectBytes, etag: task.etags?.[chunk], signal });
+        const sizes = layout.sizes?.[chunk];
+        const objectBytes = sizes ? sizes.reduce((a, b) => a + b, 0) : rawBytes;
+        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(task, layout, region, chunk), objectBytes, codec, etag: task.etags?.[chunk], signal });
         recorded[chunk] = info.layerCrcs;
         etags[chunk] = info.etag;
         reads += info.reads;
@@ -104,7 +108,7 @@ function checksumSlices(task: ReadTask, layout: TaskLayout, region: Uint8Array, 
   const chunks = task.keys.length;
   const crcs = new Uint32Array(chunks * layout.layers);
   for (let slice = 0; slice < crcs.length; slice++) {
-    crcs[slice] = crc32c(region.subarray(slice * task.layerBytes, (slice + 1) * task.layerBytes));
+    crcs[slice] = crc32c(region.subarray(layout.offsetOf(slice), layout.offsetOf(slice + 1)));
   }
   let verified = true;
   for (let chunk = 0; chunk < chunks; chunk++) {
@@ -122,7 +126,7 @@ function checksumSlices(task: ReadTask, layout: TaskLayout, region: Uint8Array, 
 
 async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResult & { ok: true }> {
   const started = performance.now();
-  const layout = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes);
+  const layout = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes, task.encoded?.sliceBytes);
   const needed = layout.bytes;
   // The task's bytes go to its block of the shared arena, or else to a buffer of its own.
   const own = task.arenaOffset === undefined ? (task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed)) : undefined;

@@ -23,6 +23,20 @@ export interface StoredChunk {
  */
 export function rangeTargets(stored: StoredChunk, task: TaskLayout, region: Uint8Array, chunk: number): RangeTarget[] {
   const { layerBytes, first, end } = task;
+  if (task.sizes) {
+    // Encoded: the layers' slices lie back to back in the object, so [first, end) is one range.
+    const sizes = task.sizes[chunk] as readonly number[];
+    let offset = 0;
+    for (let layer = 0; layer < first; layer++) offset += sizes[layer] as number;
+    const views: Uint8Array[] = [];
+    let length = 0;
+    for (let layer = first; layer < end; layer++) {
+      const at = task.sliceOffset(layer, chunk);
+      views.push(region.subarray(at, at + (sizes[layer] as number)));
+      length += sizes[layer] as number;
+    }
+    return [{ offset, length, views: coalesce(views) }];
+  }
   const ranges = layerRanges(stored.layout, stored.layers, layerBytes, first, end);
   const half = layerBytes / 2;
   return ranges.map((range, part) => {

@@ -11,7 +11,11 @@
  * - chunk-major: for each chunk, each layer's slice. A chunk's slices lie together, a whole CHUNK
  *   frame's payload.
  *
- * A task's slice checksums (`crcs` in its result) are in the same order, one per slice. Pure.
+ * A task's slice checksums (`crcs` in its result) are in the same order, one per slice.
+ *
+ * Encoded chunks (schemas/encoded-chunk.ts) have slices of differing lengths: given `sizes`
+ * (each chunk's stored slice lengths, by layer), the slices lie in the same order, back to back,
+ * each as long as its own length. Pure.
  */
 import type { Delivery } from '../schemas/descriptor.js';
 
@@ -20,19 +24,33 @@ export class TaskLayout {
   readonly first: number;
   readonly end: number;
   readonly chunks: number;
+  /** Bytes of every slice when they are all alike (raw chunks). */
   readonly layerBytes: number;
+  /** Encoded: each chunk's slice lengths by layer (`sizes[chunk][layer]`, chunk counted from the run's first). */
+  readonly sizes: readonly (readonly number[])[] | undefined;
+  /** Encoded: the byte offset of every slice in slice order, and the block's length last. */
+  readonly #offsets: number[] | undefined;
 
-  constructor(order: Delivery, first: number, end: number, chunks: number, layerBytes: number) {
+  constructor(order: Delivery, first: number, end: number, chunks: number, layerBytes: number, sizes?: readonly (readonly number[])[]) {
     this.order = order;
     this.first = first;
     this.end = end;
     this.chunks = chunks;
     this.layerBytes = layerBytes;
+    this.sizes = sizes;
+    if (sizes) {
+      const count = (end - first) * chunks;
+      const lengths = new Array<number>(count);
+      for (let chunk = 0; chunk < chunks; chunk++) for (let layer = first; layer < end; layer++) lengths[this.slice(layer, chunk)] = (sizes[chunk] as readonly number[])[layer] as number;
+      this.#offsets = new Array<number>(count + 1);
+      this.#offsets[0] = 0;
+      for (let i = 0; i < count; i++) this.#offsets[i + 1] = (this.#offsets[i] as number) + (lengths[i] as number);
+    }
   }
 
-  /** The layout of a task over `layers` [first, end) of `chunks` chunks. */
-  static of(order: Delivery, layers: { readonly first: number; readonly end: number }, chunks: number, layerBytes: number): TaskLayout {
-    return new TaskLayout(order, layers.first, layers.end, chunks, layerBytes);
+  /** The layout of a task over `layers` [first, end) of `chunks` chunks (their slice lengths `sizes` when encoded). */
+  static of(order: Delivery, layers: { readonly first: number; readonly end: number }, chunks: number, layerBytes: number, sizes?: readonly (readonly number[])[]): TaskLayout {
+    return new TaskLayout(order, layers.first, layers.end, chunks, layerBytes, sizes);
   }
 
   get layers(): number {
@@ -41,7 +59,7 @@ export class TaskLayout {
 
   /** Bytes of the block. */
   get bytes(): number {
-    return this.layers * this.chunks * this.layerBytes;
+    return this.#offsets ? (this.#offsets.at(-1) as number) : this.layers * this.chunks * this.layerBytes;
   }
 
   /** Index of (layer, chunk)'s slice, among the slices and among the checksums; `chunk` counts from the run's first. */
@@ -52,18 +70,28 @@ export class TaskLayout {
 
   /** Byte offset of (layer, chunk)'s slice in the block. */
   sliceOffset(layer: number, chunk: number): number {
-    return this.slice(layer, chunk) * this.layerBytes;
+    return this.offsetOf(this.slice(layer, chunk));
+  }
+
+  /** Byte offset of slice number `slice` (in slice order); `offsetOf(count)` is the block's length. */
+  offsetOf(slice: number): number {
+    return this.#offsets ? (this.#offsets[slice] as number) : slice * this.layerBytes;
+  }
+
+  /** Bytes of (layer, chunk)'s slice. */
+  sliceBytes(layer: number, chunk: number): number {
+    return this.sizes ? ((this.sizes[chunk] as readonly number[])[layer] as number) : this.layerBytes;
   }
 
   /** Layer-major: the run's piece of `layer` (every chunk's slice, in chunk order). */
   layerPiece(region: Uint8Array, layer: number): Uint8Array {
-    const at = this.sliceOffset(layer, 0);
-    return region.subarray(at, at + this.chunks * this.layerBytes);
+    const from = this.slice(layer, 0);
+    return region.subarray(this.offsetOf(from), this.offsetOf(from + this.chunks));
   }
 
   /** Chunk-major: `chunk`'s delivered layers, a CHUNK frame's payload. */
   chunkPiece(region: Uint8Array, chunk: number): Uint8Array {
-    const at = this.sliceOffset(this.first, chunk);
-    return region.subarray(at, at + this.layers * this.layerBytes);
+    const from = this.slice(this.first, chunk);
+    return region.subarray(this.offsetOf(from), this.offsetOf(from + this.layers));
   }
 }

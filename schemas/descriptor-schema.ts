@@ -38,6 +38,14 @@ export const DESCRIPTOR_SCHEMA = {
     computeMsPerLayer: { type: 'number', exclusiveMinimum: 0, maximum: 3_600_000, description: 'Client compute window per layer, for the scheduler.' },
     tenant: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9._:-]+$', description: 'Tenant for bandwidth sharing and metrics.' },
     mode: { enum: ['auto', 'layerwise', 'chunkwise'], description: 'Delivery mode; auto applies the size threshold.' },
+    codecs: {
+      type: 'array',
+      minItems: 1,
+      maxItems: 16,
+      uniqueItems: true,
+      items: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,31}$' },
+      description: 'Encodings the client decodes ("none": raw). Present: the stream is version 2, each slice a segment in its stored encoding; absent: raw bytes only (version 1).',
+    },
     target: {
       type: 'object',
       additionalProperties: false,

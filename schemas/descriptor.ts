@@ -44,6 +44,8 @@ export interface Descriptor {
   readonly tenant: string | undefined;
   readonly mode: RequestedMode;
   readonly target: { readonly length: number; readonly layerStride: number } | undefined;
+  /** Encodings the client accepts (schemas/encoded-chunk.ts); undefined: raw bytes, stream version 1. */
+  readonly codecs: readonly string[] | undefined;
   /** N. */
   readonly chunks: number;
   /** Bytes of one delivered layer: N * S. */
@@ -155,6 +157,7 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
     tenant: d.tenant,
     mode: d.delivery === 'chunk-major' ? 'chunkwise' : (d.mode ?? 'auto'),
     target: d.target,
+    codecs: d.codecs,
     chunks,
     layerPayloadBytes,
     totalBytes,

@@ -3,7 +3,7 @@
  * schemas/wire-format.md). All integers little-endian.
  *
  *   stream   := preamble frame* END-or-ERROR
- *   preamble := "OCKV" (4 bytes) | version u16 = 1 | reserved u16 = 0          (8 bytes)
+ *   preamble := "OCKV" (4 bytes) | version u16 = 1 or 2 | reserved u16 = 0     (8 bytes)
  *   frame    := type u8 | flags u8 = 0 | reserved u16 = 0 | index u32 |
  *               length u64 | crc32c u32 (of the payload) | reserved u32 = 0    (24 bytes)
  *               payload (length bytes)
@@ -12,10 +12,17 @@
 import type { FailureSite } from './errors.js';
 export const STREAM_MAGIC = 'OCKV';
 export const STREAM_VERSION = 1;
+/**
+ * Version 2, sent only to a descriptor that names `codecs`: every LAYER and CHUNK payload starts
+ * with a segment table (one u32 LE length per slice) and its slices are in their stored encoding
+ * (wire-format.md section 6). A client that asks for raw bytes never receives it.
+ */
+export const STREAM_VERSION_SEGMENTED = 2;
 export const PREAMBLE_BYTES = 8;
 export const FRAME_HEADER_BYTES = 24;
 /** Media type of the response body. */
 export const STREAM_CONTENT_TYPE = 'application/vnd.objectcache.stream.v1';
+export const SEGMENTED_STREAM_CONTENT_TYPE = 'application/vnd.objectcache.stream.v2';
 
 export const FrameType = {
   /** One delivered layer: the matched chunks' slices of that layer in prefix order; index = layer. */
@@ -36,10 +43,10 @@ export interface FrameHeader {
   readonly crc32c: number;
 }
 
-export function encodePreamble(): Buffer {
+export function encodePreamble(version: number = STREAM_VERSION): Buffer {
   const out = Buffer.alloc(PREAMBLE_BYTES);
   out.write(STREAM_MAGIC, 0, 'latin1');
-  out.writeUInt16LE(STREAM_VERSION, 4);
+  out.writeUInt16LE(version, 4);
   return out;
 }
 
@@ -63,12 +70,12 @@ export function decodeFrameHeader(bytes: Uint8Array): FrameHeader | string {
   return { type: type as FrameType, index: view.readUInt32LE(4), length: Number(length), crc32c: view.readUInt32LE(16) };
 }
 
-/** Checks the 8-byte preamble; returns a reason string when it is wrong. */
-export function checkPreamble(bytes: Uint8Array): string | undefined {
+/** Checks the 8-byte preamble (the version the reader asked for); returns a reason string when it is wrong. */
+export function checkPreamble(bytes: Uint8Array, expected: number = STREAM_VERSION): string | undefined {
   const view = Buffer.from(bytes.buffer, bytes.byteOffset, PREAMBLE_BYTES);
   if (view.toString('latin1', 0, 4) !== STREAM_MAGIC) return 'the response does not start with the OCKV preamble';
   const version = view.readUInt16LE(4);
-  if (version !== STREAM_VERSION) return `unsupported stream version ${version}`;
+  if (version !== expected) return `unsupported stream version ${version} (expected ${expected})`;
   if (view.readUInt16LE(6) !== 0) return 'the preamble has a non-zero reserved field';
   return undefined;
 }
@@ -85,6 +92,8 @@ export interface EndSummary {
   readonly plan: readonly (readonly [number, number])[];
   readonly rateBytesPerSec: number | null;
   readonly verified: boolean;
+  /** Version 2 streams: the encoding of every segment (schemas/encoded-chunk.ts). */
+  readonly codec?: string;
   /** Milliseconds from the request's arrival: first layer group read, first frame sent, END. */
   readonly timings: { readonly firstReadMs: number; readonly firstFrameMs: number; readonly totalMs: number };
 }

@@ -60,7 +60,7 @@ class ScriptedRunner implements TaskRunner {
 
 function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal, chunks = 8, layers = 24): { readAhead: ReadAhead; units: Unit[] } {
   const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: layers, layerBytes: LAYER_BYTES, chunks, readBytes: 4 * LAYER_BYTES, taskBytes: 8 * LAYER_BYTES, maxGroupBytes: 64 * LAYER_BYTES, firstGroupTasks: 4 });
-  const units = planUnits(plan, true, 'layer-major', LAYER_BYTES);
+  const units = planUnits(plan, true, 'layer-major', { layerBytes: LAYER_BYTES });
   const keys = Array.from({ length: chunks }, (_, c) => `kv/${c}`);
   const readAhead = new ReadAhead({
     pool: runner,

@@ -73,12 +73,12 @@ describe('socket range reads from MinIO', () => {
         { offset: 10, length: 1000, views: views(memory, 0, [400, 1000]) },
         { offset: object.byteLength - 2000, length: 2000, views: views(memory, 1000, [2000]) },
       ];
-      const info = await reader.read({ bucket, key: 'a/b c.bin', targets, objectBytes: object.byteLength, signal: live });
+      const info = await reader.read({ bucket, key: 'a/b c.bin', targets, objectBytes: object.byteLength, codec: 'none', signal: live });
       expect(info.reads).toBe(2);
       expect(info.etag).toMatch(/^"/);
       expect(Buffer.from(memory.subarray(0, 1000)).equals(object.subarray(10, 1010))).toBe(true);
       expect(Buffer.from(memory.subarray(1000)).equals(object.subarray(object.byteLength - 2000))).toBe(true);
-      const missing = await reader.read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, signal: live }).catch((e: unknown) => e);
+      const missing = await reader.read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, codec: 'none', signal: live }).catch((e: unknown) => e);
       expect(missing).toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
       await reader.close();
     }

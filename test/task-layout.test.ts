@@ -12,6 +12,41 @@ import { ScatterCursor, copyInto, rangeTargets } from '../read-worker/scatter.js
 const layouts = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(8), layers: fc.integer({ min: 1, max: 6 }), chunks: fc.integer({ min: 1, max: 7 }), layerBytes: fc.integer({ min: 1, max: 64 }) }).map((r) => new TaskLayout(r.order, r.first, r.first + r.layers, r.chunks, r.layerBytes));
 
 describe('TaskLayout', () => {
+  it('lays encoded slices of differing lengths back to back, each readable by its place, in both orders', () => {
+    const encoded = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(3), layers: fc.integer({ min: 1, max: 4 }), sizes: fc.array(fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 8, maxLength: 8 }), { minLength: 1, maxLength: 5 }) });
+    fc.assert(
+      fc.property(encoded, ({ order, first, layers, sizes }) => {
+        const layout = new TaskLayout(order, first, first + layers, sizes.length, 64, sizes);
+        const region = new Uint8Array(layout.bytes);
+        let total = 0;
+        for (let layer = first; layer < first + layers; layer++) {
+          for (let chunk = 0; chunk < sizes.length; chunk++) {
+            const bytes = layout.sliceBytes(layer, chunk);
+            expect(bytes).toBe(sizes[chunk]?.[layer]);
+            total += bytes;
+            region.fill((layer * 16 + chunk) & 0xff, layout.sliceOffset(layer, chunk), layout.sliceOffset(layer, chunk) + bytes);
+          }
+        }
+        // The slices tile the block: every byte was written by exactly its slice's fill.
+        expect(layout.bytes).toBe(total);
+        const mark = (layer: number, chunk: number): number[] => new Array<number>(sizes[chunk]?.[layer] as number).fill((layer * 16 + chunk) & 0xff);
+        if (order === 'layer-major') {
+          for (let layer = first; layer < first + layers; layer++) expect([...layout.layerPiece(region, layer)]).toEqual(sizes.flatMap((_, chunk) => mark(layer, chunk)));
+        } else {
+          for (let chunk = 0; chunk < sizes.length; chunk++) expect([...layout.chunkPiece(region, chunk)]).toEqual(Array.from({ length: layers }, (_, i) => mark(first + i, chunk)).flat());
+        }
+        // A chunk's range covers its layers' stored bytes, from where layer `first` starts.
+        for (let chunk = 0; chunk < sizes.length; chunk++) {
+          const [range] = rangeTargets({ layout: 'KV_L2TD', layers: 8 }, layout, region, chunk);
+          const row = sizes[chunk] as number[];
+          expect(range?.offset).toBe(row.slice(0, first).reduce((a, b) => a + b, 0));
+          expect(range?.length).toBe(row.slice(first, first + layers).reduce((a, b) => a + b, 0));
+          expect(range?.views.reduce((n, v) => n + v.byteLength, 0)).toBe(range?.length);
+        }
+      }),
+    );
+  });
+
   it('gives every (layer, chunk) its own slice, and the slices tile the block', () => {
     fc.assert(
       fc.property(layouts, (layout) => {

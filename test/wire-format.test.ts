@@ -37,12 +37,39 @@ function exampleStream(): Buffer {
   ]);
 }
 
+/** The bytes a worked example of the document shows, between its markers. */
+function documented(marker: string): Buffer {
+  const block = doc.split(`<!-- ${marker}:start -->`)[1]?.split(`<!-- ${marker}:end -->`)[0] ?? '';
+  const lines = block.split('\n').filter((l) => /^[0-9a-f]{2}( |$)/.test(l) || l.startsWith('{'));
+  return Buffer.concat(lines.map((line) => (line.startsWith('{') ? Buffer.from(line) : Buffer.from((line.match(/^((?:[0-9a-f]{2} ?)+)/)?.[1] ?? '').trim().split(' ').join(''), 'hex'))));
+}
+
+/** Section 6's example: two encoded chunks of a codec named demo, a version 2 stream. */
+function segmentedExample(): Buffer {
+  const table = (lengths: number[]): Buffer => Buffer.concat(lengths.map((n) => Buffer.from(new Uint32Array([n]).buffer)));
+  const l0 = Buffer.concat([table([3, 1]), Buffer.from('a0a1a2b0', 'hex')]);
+  const l1 = Buffer.concat([table([1, 2]), Buffer.from('a3b1b2', 'hex')]);
+  const end = Buffer.from(JSON.stringify({ mode: 'layerwise', layers: [0, 2], chunks: 2, bytes: 23, backendReads: 4, plan: [[0, 1], [1, 2]], rateBytesPerSec: null, verified: true, codec: 'demo', timings: { firstFrameMs: 1.4, totalMs: 2.1 } }));
+  return Buffer.concat([
+    encodePreamble(2),
+    encodeFrameHeader({ type: FrameType.LAYER, index: 0, length: l0.length, crc32c: crc32c(l0) }),
+    l0,
+    encodeFrameHeader({ type: FrameType.LAYER, index: 1, length: l1.length, crc32c: crc32c(l1) }),
+    l1,
+    encodeFrameHeader({ type: FrameType.END, index: 0, length: end.length, crc32c: crc32c(end) }),
+    end,
+  ]);
+}
+
 describe('the written wire format', () => {
   it('shows exactly the bytes the encoder produces in its worked example', () => {
-    const block = doc.split('<!-- wire-example:start -->')[1]?.split('<!-- wire-example:end -->')[0] ?? '';
-    const lines = block.split('\n').filter((l) => /^[0-9a-f]{2}( |$)/.test(l) || l.startsWith('{'));
-    const bytes = Buffer.concat(lines.map((line) => (line.startsWith('{') ? Buffer.from(line) : Buffer.from((line.match(/^((?:[0-9a-f]{2} ?)+)/)?.[1] ?? '').trim().split(' ').join(''), 'hex'))));
-    expect(bytes.toString('hex')).toBe(exampleStream().toString('hex'));
+    expect(documented('wire-example').toString('hex')).toBe(exampleStream().toString('hex'));
+  });
+
+  it('shows exactly the bytes of a version 2 stream in its encoded-chunk example', () => {
+    expect(documented('wire-example-v2').toString('hex')).toBe(segmentedExample().toString('hex'));
+    // Its index values are what section 6 says they are.
+    expect(Buffer.from('AAAAAwAAAAE=', 'base64').equals(Buffer.from('0000000300000001', 'hex'))).toBe(true);
   });
 
   it('keeps descriptor.schema.json equal to the schema the gateway validates with', () => {

@@ -16,7 +16,7 @@ import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
 import { PACE_SLICE_BYTES, type Pacer } from '../scheduler/pacer.js';
 import type { TaskRead } from './read-ahead.js';
-import { layoutOf } from './read-plan.js';
+import { layoutOf, type Slices } from './read-plan.js';
 import type { TaskLayout } from '../../read-worker/task-layout.js';
 
 export interface Frame {
@@ -30,33 +30,52 @@ export interface Frame {
   readonly onFlushed?: (() => void) | undefined;
 }
 
-/** The data frames of read task blocks, for slices of `layerBytes` bytes. */
+/**
+ * The data frames of read task blocks. Raw slices (stream version 1) are all `layerBytes` long;
+ * with `segmented` (version 2, a descriptor that names `codecs`) each slice is a segment of its own
+ * stored length, and a frame's payload starts with its segment table: one u32 LE length per
+ * segment (schemas/wire-format.md section 6).
+ */
 export class FrameBuilder {
-  readonly #layerBytes: number;
-  /** crc32cShift of one slice: combining N slices' checksums costs N small multiplications. */
+  readonly #slices: Slices;
+  readonly #segmented: boolean;
+  /** crc32cShift of a raw slice: combining N slices' checksums costs N small multiplications. */
   readonly #shift: number;
 
-  constructor(layerBytes: number) {
-    this.#layerBytes = layerBytes;
-    this.#shift = crc32cShift(layerBytes);
+  constructor(slices: Slices, segmented: boolean) {
+    this.#slices = slices;
+    this.#segmented = segmented;
+    this.#shift = crc32cShift(slices.layerBytes);
   }
 
   /** A layer group's LAYER frames: each layer's pieces from every task of the group (layer-major blocks), in chunk order. */
   layerFrames(reads: readonly TaskRead[]): Frame[] {
     const { first, end } = (reads[0] as TaskRead).task;
-    const layouts = reads.map(({ task }) => layoutOf(task, 'layer-major', this.#layerBytes));
+    const layouts = reads.map(({ task }) => layoutOf(task, 'layer-major', this.#slices));
+    const chunks = layouts.reduce((n, layout) => n + layout.chunks, 0);
     const out: Frame[] = [];
     for (let layer = first; layer < end; layer++) {
       const pieces: Uint8Array[] = [];
       let crc: number | undefined;
       let length = 0;
+      let table: Buffer | undefined;
+      if (this.#segmented) {
+        table = Buffer.alloc(chunks * 4);
+        pieces.push(table);
+      }
+      let at = 0;
       reads.forEach(({ region, crcs }, r) => {
         const layout = layouts[r] as TaskLayout;
         const piece = layout.layerPiece(region, layer);
         pieces.push(piece);
-        crc = this.#combined(crcs, layout.slice(layer, 0), layout.chunks, crc);
+        for (let c = 0; c < layout.chunks; c++) table?.writeUInt32LE(layout.sliceBytes(layer, c), 4 * at++);
+        crc = this.#combined(crcs, layout, layout.slice(layer, 0), layout.chunks, crc);
         length += piece.byteLength;
       });
+      if (table) {
+        crc = crc32cCombine(crc32c(table), crc as number, crc32cShift(length));
+        length += table.byteLength;
+      }
       out.push({ type: FrameType.LAYER, index: layer, pieces, length, crc32c: crc as number });
     }
     return out;
@@ -66,19 +85,30 @@ export class FrameBuilder {
   chunkFrames(reads: readonly TaskRead[]): Frame[] {
     const out: Frame[] = [];
     for (const { task, region, crcs } of reads) {
-      const layout = layoutOf(task, 'chunk-major', this.#layerBytes);
+      const layout = layoutOf(task, 'chunk-major', this.#slices);
       for (let i = 0; i < layout.chunks; i++) {
         const payload = layout.chunkPiece(region, i);
-        out.push({ type: FrameType.CHUNK, index: task.chunkStart + i, pieces: [payload], length: payload.byteLength, crc32c: this.#combined(crcs, layout.slice(layout.first, i), layout.layers) as number });
+        let crc = this.#combined(crcs, layout, layout.slice(layout.first, i), layout.layers) as number;
+        if (!this.#segmented) {
+          out.push({ type: FrameType.CHUNK, index: task.chunkStart + i, pieces: [payload], length: payload.byteLength, crc32c: crc });
+          continue;
+        }
+        const table = Buffer.alloc(layout.layers * 4);
+        for (let layer = layout.first; layer < layout.end; layer++) table.writeUInt32LE(layout.sliceBytes(layer, i), 4 * (layer - layout.first));
+        crc = crc32cCombine(crc32c(table), crc, crc32cShift(payload.byteLength));
+        out.push({ type: FrameType.CHUNK, index: task.chunkStart + i, pieces: [table, payload], length: table.byteLength + payload.byteLength, crc32c: crc });
       }
     }
     return out;
   }
 
   /** The CRC32C of `count` consecutive slices (from their checksums) appended to `crc`'s bytes. */
-  #combined(crcs: Uint32Array, from: number, count: number, crc?: number): number | undefined {
+  #combined(crcs: Uint32Array, layout: TaskLayout, from: number, count: number, crc?: number): number | undefined {
     let out = crc;
-    for (let i = from; i < from + count; i++) out = out === undefined ? (crcs[i] as number) : crc32cCombine(out, crcs[i] as number, this.#shift);
+    for (let i = from; i < from + count; i++) {
+      const shift = layout.sizes ? crc32cShift(layout.offsetOf(i + 1) - layout.offsetOf(i)) : this.#shift;
+      out = out === undefined ? (crcs[i] as number) : crc32cCombine(out, crcs[i] as number, shift);
+    }
     return out;
   }
 }
@@ -101,8 +131,8 @@ function header(frame: Frame): Buffer {
 }
 
 /** The stream as writes: the preamble, then each frame (header and payload) in one write. */
-export async function* unpaced(frames: AsyncIterable<Frame>): AsyncGenerator<Write> {
-  yield { chunks: [encodePreamble()], payloadBytes: 0 };
+export async function* unpaced(frames: AsyncIterable<Frame>, version?: number): AsyncGenerator<Write> {
+  yield { chunks: [encodePreamble(version)], payloadBytes: 0 };
   for await (const frame of frames) yield { chunks: [header(frame), ...frame.pieces], payloadBytes: frame.type <= FrameType.CHUNK ? frame.length : 0, onFlushed: frame.onFlushed };
 }
 
@@ -110,8 +140,8 @@ export async function* unpaced(frames: AsyncIterable<Frame>): AsyncGenerator<Wri
  * The stream at the granted rate: payloads cut into slices, each released when the pacer allows
  * (ERROR and END frames are not held back).
  */
-export async function* paced(frames: AsyncIterable<Frame>, pacer: Pacer): AsyncGenerator<Write> {
-  yield { chunks: [encodePreamble()], payloadBytes: 0 };
+export async function* paced(frames: AsyncIterable<Frame>, pacer: Pacer, version?: number): AsyncGenerator<Write> {
+  yield { chunks: [encodePreamble(version)], payloadBytes: 0 };
   for await (const frame of frames) {
     if (frame.type === FrameType.ERROR || frame.type === FrameType.END) {
       yield { chunks: [header(frame), ...frame.pieces], payloadBytes: 0 };

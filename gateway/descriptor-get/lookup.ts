@@ -1,14 +1,16 @@
 /**
  * Prefix lookup in one round trip: `POST /{bucket}?objectcache-lookup` with
- * `{"keys": [...], "keyPrefix"?: "...", "layers"?: L, "layerBytes"?: S}` answers
+ * `{"keys": [...], "keyPrefix"?: "...", "layers"?: L, "layerBytes"?: S, "codecs"?: [...]}` answers
  * `{"matched": n, "keys": total}`, the number of leading chunks that exist (and, when the lookup
- * names the geometry, are exactly L x S bytes: a chunk the fetch would refuse is not a match).
+ * names the geometry, are exactly L x S bytes: a chunk the fetch would refuse is not a match; with
+ * `codecs`, a chunk matches when it is stored in one of them with a valid index for L layers).
  * Chunks of a prefix are written in order, so the first miss ends the match; keys are checked in
  * windows of concurrent HEADs and the check stops there.
  */
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { Backend } from '../backend.js';
+import type { Backend, ObjectHead } from '../backend.js';
+import { CODEC_NAME, chunkIndex, RAW_CODEC } from '../../schemas/encoded-chunk.js';
 import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
 import { authorizeKeys } from '../auth/access.js';
@@ -16,11 +18,11 @@ import { objectKeyProblem } from '../../schemas/object-key.js';
 import { readSignedJsonBody } from './descriptor-request.js';
 
 const WINDOW = 32;
-const LOOKUP_FIELDS = new Set(['keys', 'keyPrefix', 'layers', 'layerBytes']);
+const LOOKUP_FIELDS = new Set(['keys', 'keyPrefix', 'layers', 'layerBytes', 'codecs']);
 
-export async function servePrefixLookup(ctx: RequestContext, config: DescriptorGetConfig, backend: Pick<Backend, 'sizes'>): Promise<void> {
+export async function servePrefixLookup(ctx: RequestContext, config: DescriptorGetConfig, backend: Pick<Backend, 'heads'>): Promise<void> {
   const body = (await readSignedJsonBody(ctx, config.maxDescriptorBytes)) as Record<string, unknown> | null;
-  const usage = 'The lookup body must be {"keys": [non-empty strings], "keyPrefix"?: string, "layers"?: integer, "layerBytes"?: integer}';
+  const usage = 'The lookup body must be {"keys": [non-empty strings], "keyPrefix"?: string, "layers"?: integer, "layerBytes"?: integer, "codecs"?: [codec names]}';
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', usage);
   const unknown = Object.keys(body).filter((name) => !LOOKUP_FIELDS.has(name));
   if (unknown.length > 0) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `${usage}; unknown field ${JSON.stringify(unknown[0])}`);
@@ -35,8 +37,16 @@ export async function servePrefixLookup(ctx: RequestContext, config: DescriptorG
   if ((layers === undefined) !== (layerBytes === undefined) || (layers !== undefined && (!positive(layers) || !positive(layerBytes) || !Number.isSafeInteger(layers * (layerBytes as number))))) {
     throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `${usage}; "layers" and "layerBytes" come together, as positive integers`);
   }
-  /** The size a matching chunk must have, when the lookup names the geometry. */
-  const objectBytes = layers === undefined ? undefined : (layers as number) * (layerBytes as number);
+  const codecs = body['codecs'];
+  if (codecs !== undefined && (layers === undefined || !Array.isArray(codecs) || codecs.length === 0 || codecs.some((c) => typeof c !== 'string' || !CODEC_NAME.test(c)))) {
+    throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `${usage}; "codecs" is a non-empty array of codec names, and needs "layers" and "layerBytes"`);
+  }
+  /** Whether a chunk is one the fetch would serve, when the lookup names the geometry. */
+  const fits = (head: ObjectHead): boolean => {
+    if (layers === undefined) return true;
+    const index = chunkIndex(head.size, head.meta, layers as number, layerBytes as number, head.etag);
+    return typeof index !== 'string' && ((codecs as string[] | undefined) ?? [RAW_CODEC]).includes(index.codec);
+  };
   if (keys.length > config.limits.maxKeys) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_LIMIT', `The lookup names ${keys.length} keys; the limit is ${config.limits.maxKeys}`);
   const full = (keys as string[]).map((k) => prefix + k);
   full.forEach((key, i) => {
@@ -52,8 +62,8 @@ export async function servePrefixLookup(ctx: RequestContext, config: DescriptorG
   setMaxListeners(WINDOW + 8, ctx.signal);
   for (let at = 0; at < full.length; at += WINDOW) {
     const window = full.slice(at, at + WINDOW);
-    const sizes = await backend.sizes(ctx.target.bucket, window, ctx.signal, at === 0);
-    const miss = sizes.findIndex((size) => size === undefined || (objectBytes !== undefined && size !== objectBytes));
+    const heads = await backend.heads(ctx.target.bucket, window, ctx.signal, at === 0);
+    const miss = heads.findIndex((head) => head === undefined || !fits(head));
     if (miss !== -1) {
       matched = at + miss;
       break;

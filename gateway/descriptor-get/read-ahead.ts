@@ -34,6 +34,17 @@ export interface ChunkSource {
   readonly layout: Layout;
   readonly layers: number;
   readonly layerBytes: number;
+  /** The prefix's chunks are encoded (schemas/encoded-chunk.ts): their index, read before the plan. */
+  readonly encoded?: EncodedChunks | undefined;
+}
+
+/** An encoded prefix's index: one codec, each chunk's stored slice lengths, and the versions they describe. */
+export interface EncodedChunks {
+  readonly codec: string;
+  /** By prefix position, then layer (all L layers). */
+  readonly sliceBytes: readonly (readonly number[])[];
+  /** Each chunk's ETag when its index was read: every read of the chunk is pinned to it. */
+  readonly etags: readonly (string | undefined)[];
 }
 
 /**
@@ -148,6 +159,8 @@ export class ReadAhead implements UnitSource {
     this.#heldWindow = options.units.map(() => 0);
     this.#heldGlobal = options.units.map(() => false);
     this.#regions = options.units.map(() => undefined);
+    // An encoded prefix's plan was cut from its index: the first reads must find those versions.
+    if (options.chunks.encoded) this.#pins.push(...options.chunks.encoded.etags);
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));
@@ -191,7 +204,7 @@ export class ReadAhead implements UnitSource {
       for (let t = unit.from; t < unit.to; t++) {
         const task = tasks[t] as PlannedTask;
         if (!whole) {
-          const bytes = layoutOf(task, this.#o.order, this.#o.chunks.layerBytes).bytes;
+          const bytes = layoutOf(task, this.#o.order, this.#o.chunks).bytes;
           await this.#window.acquire(bytes, signal);
           this.#heldWindow[u] = (this.#heldWindow[u] as number) + bytes;
         }
@@ -216,7 +229,8 @@ export class ReadAhead implements UnitSource {
   /** The worker task of a planned task (all but its id): its chunks' layers, into a block in the request's order. */
   #readTask(task: PlannedTask): Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'> {
     const c = this.#o.chunks;
-    return { requestId: c.requestId, bucket: c.bucket, keys: c.keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: c.layout, layers: c.layers, layerBytes: c.layerBytes, first: task.first, end: task.end, order: this.#o.order };
+    const encoded = c.encoded ? { encoded: { codec: c.encoded.codec, sliceBytes: c.encoded.sliceBytes.slice(task.chunkStart, task.chunkEnd) } } : {};
+    return { requestId: c.requestId, bucket: c.bucket, keys: c.keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: c.layout, layers: c.layers, layerBytes: c.layerBytes, first: task.first, end: task.end, order: this.#o.order, ...encoded };
   }
 
   /**

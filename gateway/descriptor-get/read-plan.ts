@@ -62,23 +62,29 @@ export interface Unit {
  * frames need every chunk of the group), or each task alone (chunkwise: a task's CHUNK frames are
  * whole). Bytes are the tasks' blocks, laid out in `order`.
  */
-export function planUnits(plan: ReadPlan, byGroup: boolean, order: Delivery, layerBytes: number): Unit[] {
+export function planUnits(plan: ReadPlan, byGroup: boolean, order: Delivery, slices: Slices): Unit[] {
   const units: Unit[] = [];
   const { tasks } = plan;
   for (let from = 0; from < tasks.length; ) {
     let to = from + 1;
     if (byGroup) while (to < tasks.length && tasks[to]?.group === tasks[from]?.group) to++;
     let bytes = 0;
-    for (let t = from; t < to; t++) bytes += layoutOf(tasks[t] as PlannedTask, order, layerBytes).bytes;
+    for (let t = from; t < to; t++) bytes += layoutOf(tasks[t] as PlannedTask, order, slices).bytes;
     units.push({ from, to, bytes });
     from = to;
   }
   return units;
 }
 
+/** How long a request's slices are: all `layerBytes`, or (encoded chunks) each chunk's own, by prefix position then layer. */
+export interface Slices {
+  readonly layerBytes: number;
+  readonly encoded?: { readonly sliceBytes: readonly (readonly number[])[] } | undefined;
+}
+
 /** The layout of a planned task's block (read-worker/task-layout.ts), its slices in `order`. */
-export function layoutOf(task: PlannedTask, order: Delivery, layerBytes: number): TaskLayout {
-  return TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, layerBytes);
+export function layoutOf(task: PlannedTask, order: Delivery, slices: Slices): TaskLayout {
+  return TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, slices.layerBytes, slices.encoded?.sliceBytes.slice(task.chunkStart, task.chunkEnd));
 }
 
 /** Bytes of one layer within one range read: the whole slice, or half of it for KV_2LTD. */

@@ -13,10 +13,16 @@
  * budgets) through the pacing stage into the response; an ERROR frame if a later read fails, the
  * END summary otherwise. Whatever way the stream ends, the read-ahead is closed: queued and
  * running tasks are cancelled and every budget byte is returned.
+ *
+ * A descriptor that names `codecs` asks for the chunks in their stored encoding (encoded chunks,
+ * schemas/encoded-chunk.ts): their index is read first (chunk-index.ts, one HEAD per chunk), the
+ * plan and the blocks follow each slice's stored length, the stream is version 2 (each frame with
+ * its segment table), and every size the gateway decides by (the mode threshold, the scheduler's
+ * bytes per layer) counts the encoded bytes. Such requests use grouped reads.
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError, siteOf } from '../../schemas/errors.js';
-import { FrameType, STREAM_CONTENT_TYPE, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
+import { FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
 import { planChunkwise, planLayerwise, planStreamed, planUnits, type ReadPlan, type Unit } from './read-plan.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../config.js';
@@ -26,16 +32,18 @@ import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
 import type { FifoBudget } from '../fifo-budget.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
-import { ReadAhead, type TaskRead, type UnitSource } from './read-ahead.js';
+import { ReadAhead, type EncodedChunks, type TaskRead, type UnitSource } from './read-ahead.js';
+import { encodedPayloadBytes, largestSlice, readChunkIndex } from './chunk-index.js';
+import type { Backend } from '../backend.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
 export type DeliveryMode = 'layerwise' | 'chunkwise';
 
 /** Paper equation 2: chunkwise below the threshold Θ, layerwise at or above it, unless asked. */
-export function chooseMode(descriptor: Descriptor, threshold: number): DeliveryMode {
+export function chooseMode(descriptor: Descriptor, threshold: number, payloadBytes: number = descriptor.totalBytes): DeliveryMode {
   if (descriptor.mode === 'layerwise' || descriptor.mode === 'chunkwise') return descriptor.mode;
-  return descriptor.totalBytes < threshold ? 'chunkwise' : 'layerwise';
+  return payloadBytes < threshold ? 'chunkwise' : 'layerwise';
 }
 
 /** Backend streams a streamed read of `descriptor` opens: one per chunk, two for KV_2LTD (K and V apart). */
@@ -56,6 +64,7 @@ export type ChunkReads = 'streamed' | 'grouped';
  */
 export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, streamsChunks: boolean): ChunkReads {
   if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks) return 'grouped';
+  if (descriptor.codecs !== undefined) return 'grouped';
   if (descriptor.layerEnd - descriptor.layerStart < 2) return 'grouped';
   if (chunkStreams(descriptor) > config.maxChunkStreams) return 'grouped';
   if (descriptor.layerBytes > config.taskBytes) return 'grouped';
@@ -74,15 +83,17 @@ export interface DescriptorGetDeps {
   readonly observer?: DescriptorGetObserver;
   /** Shared by every layerwise GET of the gateway: streamed GETs yield to first layers. */
   readonly firstLayers?: FirstLayerGate;
+  /** Where encoded chunks' indexes are read (descriptors that name `codecs`). */
+  readonly backend: Pick<Backend, 'heads'>;
 }
 
 /** The read plan of a request in its delivery mode. */
-export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, tasksInFlight: number): ReadPlan {
+export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number = descriptor.layerBytes): ReadPlan {
   const input = {
     layout: descriptor.layout,
     layerStart: descriptor.layerStart,
     layerEnd: descriptor.layerEnd,
-    layerBytes: descriptor.layerBytes,
+    layerBytes,
     chunks: descriptor.chunks,
     readBytes: config.readBytes,
     taskBytes: config.taskBytes,
@@ -93,7 +104,10 @@ export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: Desc
 }
 
 export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps): Promise<void> {
-  const mode = chooseMode(descriptor, deps.config.threshold);
+  // An encoded request's sizes are its stored bytes: they choose the mode and set its share.
+  const encoded = descriptor.codecs ? await readChunkIndex(descriptor, ctx.target.bucket, deps.backend, ctx.signal) : undefined;
+  const payloadBytes = encoded ? encodedPayloadBytes(descriptor, encoded) : descriptor.totalBytes;
+  const mode = chooseMode(descriptor, deps.config.threshold, payloadBytes);
   ctx.mode = mode;
   deps.observer?.mode(mode);
   const tenant = ctx.tenant;
@@ -101,17 +115,18 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   // Layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.
   let grant: Grant | undefined;
   if (deps.scheduler && mode === 'layerwise') {
-    grant = await deps.scheduler.admit({ id: ctx.requestId, tenant, bytesPerLayer: descriptor.layerPayloadBytes, computeMsPerLayer: descriptor.computeMsPerLayer }, ctx.signal);
+    const bytesPerLayer = encoded ? Math.ceil(payloadBytes / (descriptor.layerEnd - descriptor.layerStart)) : descriptor.layerPayloadBytes;
+    grant = await deps.scheduler.admit({ id: ctx.requestId, tenant, bytesPerLayer, computeMsPerLayer: descriptor.computeMsPerLayer }, ctx.signal);
     deps.observer?.admissionWait(grant.waitedMs / 1000);
   }
   try {
-    await stream(ctx, descriptor, deps, mode, tenant, grant);
+    await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes);
   } finally {
     if (grant) deps.scheduler?.release(ctx.requestId);
   }
 }
 
-async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined): Promise<void> {
+async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined, encoded: EncodedChunks | undefined, payloadBytes: number): Promise<void> {
   const { config, pool } = deps;
   const started = ctx.startedAt;
   const tasksInFlight = pool.tasksPerRequest;
@@ -121,9 +136,9 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
   const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
   const runChunks = runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes);
-  const plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight);
-  const units = planUnits(plan, mode === 'layerwise', order, descriptor.layerBytes);
-  const chunks = { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes };
+  const plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes);
+  const chunks = { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, encoded };
+  const units = planUnits(plan, mode === 'layerwise', order, chunks);
   let readAhead: UnitSource;
   if (reads === 'streamed') {
     const geometry = { ...chunks, first: descriptor.layerStart, end: descriptor.layerEnd };
@@ -154,18 +169,20 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     }
     const firstReadMs = performance.now() - started;
     ctx.res.writeHead(200, {
-      'content-type': STREAM_CONTENT_TYPE,
+      'content-type': encoded ? SEGMENTED_STREAM_CONTENT_TYPE : STREAM_CONTENT_TYPE,
       'cache-control': 'no-store',
       'x-objectcache-mode': mode,
       'x-objectcache-chunks': String(descriptor.chunks),
       'x-objectcache-layers': `${descriptor.layerStart}-${descriptor.layerEnd}`,
-      'x-objectcache-payload-bytes': String(descriptor.totalBytes),
+      'x-objectcache-payload-bytes': String(payloadBytes),
+      ...(encoded ? { 'x-objectcache-codec': encoded.codec } : {}),
       'x-objectcache-plan-reads': String(plan.reads),
       'x-objectcache-reads': reads,
       ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
     });
-    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant });
-    const writes = grant ? paced(source, new Pacer(grant.rateBytesPerSec)) : unpaced(source);
+    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded });
+    const version = encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;
+    const writes = grant ? paced(source, new Pacer(grant.rateBytesPerSec), version) : unpaced(source, version);
     try {
       await send(ctx.res, writes, { stallTimeoutMs: config.clientStallTimeoutMs, onBytes: (bytes) => deps.observer?.delivered(tenant, bytes) });
     } catch (error) {
@@ -196,6 +213,7 @@ interface SourceInput {
   readonly first: TaskRead[];
   readonly firstReadMs: number;
   readonly grant: Grant | undefined;
+  readonly encoded: EncodedChunks | undefined;
 }
 
 /**
@@ -205,7 +223,7 @@ interface SourceInput {
 async function* frames(s: SourceInput): AsyncGenerator<Frame> {
   const { descriptor, readAhead, deps } = s;
   const started = s.ctx.startedAt;
-  const build = new FrameBuilder(descriptor.layerBytes);
+  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: s.encoded }, s.encoded !== undefined);
   let payloadBytes = 0;
   let firstFrameMs = 0;
   try {
@@ -246,6 +264,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     plan: s.plan.groups,
     rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
     verified: readAhead.verified,
+    ...(s.encoded ? { codec: s.encoded.codec } : {}),
     timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
   };
   yield jsonFrame(FrameType.END, summary);

@@ -155,7 +155,7 @@ export class StreamReadAhead implements UnitSource {
     for (let r = 0; r < this.#runs; r++) {
       const task = plan.tasks[u * this.#runs + r] as PlannedTask;
       // A run's block holds one layer of its chunks: a one-layer, layer-major task block.
-      const bytes = layoutOf(task, 'layer-major', g.layerBytes).bytes;
+      const bytes = layoutOf(task, 'layer-major', g).bytes;
       reads.push({ task, region: new Uint8Array(ring.ring, blocks[r] as number, bytes), crcs: message.crcs.subarray(task.chunkStart, task.chunkEnd) });
     }
     this.backendReads = message.reads;

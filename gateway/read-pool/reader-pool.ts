@@ -220,7 +220,7 @@ export class ReaderPool {
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
     }
-    const bytes = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes).bytes;
+    const bytes = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes, task.encoded?.sliceBytes).bytes;
     const arenaOffset = this.#arena.take(bytes);
     try {
       this.#inflight++;

@@ -1,0 +1,65 @@
+/**
+ * The index of an encoded prefix (schemas/encoded-chunk.ts), read before anything is planned: one
+ * HEAD per chunk, in concurrent windows, each answer's size and user metadata checked against the
+ * descriptor. One stream carries one encoding, so every chunk must share the codec of the first,
+ * and that codec must be one the descriptor accepts; a raw chunk is codec `none`.
+ */
+import { setMaxListeners } from 'node:events';
+import { ObjectCacheError, siteDetails } from '../../schemas/errors.js';
+import { chunkIndex, RAW_CODEC } from '../../schemas/encoded-chunk.js';
+import type { Descriptor } from '../../schemas/descriptor.js';
+import type { Backend } from '../backend.js';
+import type { EncodedChunks } from './read-ahead.js';
+
+const WINDOW = 32;
+
+/**
+ * Most bytes an encoded slice may take: a codec may grow incompressible bytes a little (frame
+ * headers, tables), never to more than twice the raw slice; anything larger is a broken index.
+ */
+export function maxEncodedSliceBytes(layerBytes: number): number {
+  return 2 * layerBytes + 4096;
+}
+
+export async function readChunkIndex(descriptor: Descriptor, bucket: string, backend: Pick<Backend, 'heads'>, signal: AbortSignal): Promise<EncodedChunks> {
+  const accepted = descriptor.codecs ?? [RAW_CODEC];
+  const sliceBytes: (readonly number[])[] = [];
+  const etags: (string | undefined)[] = [];
+  let codec: string | undefined;
+  setMaxListeners(WINDOW + 8, signal);
+  for (let at = 0; at < descriptor.keys.length; at += WINDOW) {
+    const window = descriptor.keys.slice(at, at + WINDOW);
+    const heads = await backend.heads(bucket, window, signal, at === 0);
+    heads.forEach((head, i) => {
+      const chunk = at + i;
+      const key = window[i] as string;
+      const site = { details: siteDetails({ chunk, key }) };
+      if (!head) throw new ObjectCacheError('OC_ERR_CHUNK_MISSING', `chunk ${chunk} (${key}) does not exist`, site);
+      const index = chunkIndex(head.size, head.meta, descriptor.layers, descriptor.layerBytes, head.etag);
+      if (typeof index === 'string') throw new ObjectCacheError(head.meta['oc-codec'] === undefined ? 'OC_ERR_CHUNK_SIZE' : 'OC_ERR_CHUNK_INDEX', `chunk ${chunk} (${key}) ${index}`, site);
+      const limit = maxEncodedSliceBytes(descriptor.layerBytes);
+      const big = index.sliceBytes.findIndex((n) => n > limit);
+      if (big !== -1) throw new ObjectCacheError('OC_ERR_CHUNK_INDEX', `chunk ${chunk} (${key}) has an encoded slice of ${index.sliceBytes[big]} bytes at layer ${big}, more than ${limit} for layerBytes ${descriptor.layerBytes}`, site);
+      if (!accepted.includes(index.codec)) throw new ObjectCacheError('OC_ERR_CODEC_UNACCEPTED', `chunk ${chunk} (${key}) is stored as ${index.codec}; the descriptor accepts ${accepted.join(', ')}`, site);
+      codec ??= index.codec;
+      if (index.codec !== codec) throw new ObjectCacheError('OC_ERR_CODEC_MIXED', `chunk ${chunk} (${key}) is stored as ${index.codec}, the chunks before it as ${codec}`, site);
+      sliceBytes.push(index.sliceBytes);
+      etags.push(index.etag);
+    });
+  }
+  return { codec: codec as string, sliceBytes, etags };
+}
+
+/** Payload bytes of an encoded prefix's delivered layers: the slices, and one u32 per slice for the segment tables. */
+export function encodedPayloadBytes(descriptor: Descriptor, encoded: EncodedChunks): number {
+  let bytes = 0;
+  for (const sizes of encoded.sliceBytes) for (let layer = descriptor.layerStart; layer < descriptor.layerEnd; layer++) bytes += (sizes[layer] as number) + 4;
+  return bytes;
+}
+
+/** The largest stored slice of the delivered layers: what the read plan sizes groups and tasks by. */
+export function largestSlice(descriptor: Descriptor, encoded: EncodedChunks): number {
+  let most = 1;
+  for (const sizes of encoded.sliceBytes) for (let layer = descriptor.layerStart; layer < descriptor.layerEnd; layer++) most = Math.max(most, sizes[layer] as number);
+  return most;
+}
