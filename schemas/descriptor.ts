@@ -124,6 +124,9 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
   if (d.layers > limits.maxLayers) throw overLimit('layers', d.layers, limits.maxLayers);
   if (d.layerBytes > limits.maxLayerBytes) throw overLimit('layerBytes', d.layerBytes, limits.maxLayerBytes);
   if (d.layout === 'KV_2LTD' && d.layerBytes % 2 !== 0) problems.push('layerBytes must be even for KV_2LTD (a K half and a V half)');
+  // Encoded chunks store their slices one layer after another (schemas/encoded-chunk.ts), and a
+  // version 2 stream serves raw chunks as whole slices too: the split K/V layout has no place there.
+  if (d.codecs !== undefined && d.layout === 'KV_2LTD') problems.push('codecs needs layout KV_L2TD or MLA (encoded chunks hold each layer\'s slice whole, in layer order)');
   const layerStart = d.layerRange?.[0] ?? 0;
   const layerEnd = d.layerRange?.[1] ?? d.layers;
   if (d.layerRange && !(layerStart < layerEnd && layerEnd <= d.layers)) {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import struct
 import threading
 import time
 import weakref
@@ -24,9 +25,11 @@ from botocore.auth import S3SigV4Auth  # type: ignore[import-untyped]
 from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
 from botocore.credentials import Credentials  # type: ignore[import-untyped]
 
+from crc32c import crc32c
+
 from .errors import ObjectCacheError
-from .layouts import LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, encode_layer_crcs, layer_crcs, to_canonical
-from .stream import Geometry, OnLayerReady, Place, ScatterGeometry, read_frames
+from .layouts import CODEC_META, SLICE_BYTES_META, LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, encode_layer_crcs, layer_crcs, to_canonical
+from .stream import Geometry, OnLayerReady, Place, ScatterGeometry, SegmentDecoder, read_frames
 
 #: Descriptors whose header would be longer go as a POST body (as the TypeScript client does).
 MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024
@@ -260,12 +263,32 @@ class ObjectCacheClient:
             if error.details.get("S3Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise
 
-    def put_chunk(self, key: str, data: Buffer, *, layout: Optional[Tuple[str, int, int]] = None) -> None:
+    def put_chunk(self, key: str, data: Buffer, *, layout: Optional[Tuple[str, int, int]] = None, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None) -> None:
         """Writes one chunk object (already in its stored layout). With
         ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the object's
-        metadata, so the gateway verifies each slice it serves (up to 256 layers)."""
+        metadata, so the gateway verifies each slice it serves (up to 256 layers).
+
+        With ``codec`` (a name of :mod:`objectcache.codecs` other than ``none``; needs ``layout``,
+        ``chunk_tokens`` and the KV ``dtype``) the chunk is stored encoded: each layer's slice (in
+        KV_L2TD form, whatever ``layout``) encoded on its own, back to back, with the index and
+        the encoded slices' CRC-32Cs in its metadata (schemas/wire-format.md section 6). Fetch it
+        with a descriptor that names the codec (``descriptor(..., codecs=[codec], layout="KV_L2TD")``)."""
         body = data if isinstance(data, bytes) else memoryview(data).tobytes()
         headers = {"Content-Type": "application/octet-stream"}
+        if codec is not None and codec != "none":
+            if layout is None or chunk_tokens is None or dtype is None:
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "an encoded chunk needs layout=(layout, layers, layer_bytes), chunk_tokens and dtype")
+            from .codecs import SliceShape, encode_chunk  # NumPy and the compressors: the codecs extra
+
+            name, layers, layer_bytes = layout
+            if len(body) != layers * layer_bytes:
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"chunk {key!r} has {len(body)} bytes, not layers x layer_bytes")
+            slices, lengths = encode_chunk(to_canonical(body, name, layers, layer_bytes), layers, SliceShape.of(layer_bytes, chunk_tokens, dtype), codec)
+            headers[f"x-amz-meta-{CODEC_META}"] = codec
+            headers[f"x-amz-meta-{SLICE_BYTES_META}"] = base64.b64encode(struct.pack(f">{layers}I", *lengths)).decode("ascii")
+            headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs([crc32c(s) for s in slices])
+            self._call("PUT", self._object_path(key), b"".join(slices), headers)
+            return
         if layout is not None and layout[1] <= MAX_CHECKSUMMED_LAYERS:
             name, layers, layer_bytes = layout
             if len(body) != layers * layer_bytes:
@@ -273,13 +296,13 @@ class ObjectCacheClient:
             headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs(layer_crcs(to_canonical(body, name, layers, layer_bytes), layers, layer_bytes))
         self._call("PUT", self._object_path(key), body, headers)
 
-    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8) -> None:
+    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None) -> None:
         """Writes chunk objects (each already in its stored layout), ``concurrency`` at a time,
-        each as :meth:`put_chunk` does."""
+        each as :meth:`put_chunk` does (encoded with ``codec`` when given)."""
         if len(keys) != len(objects):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "put_chunks needs one object per key")
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(keys)))) as pool:
-            for _ in pool.map(lambda i: self.put_chunk(keys[i], objects[i], layout=layout), range(len(keys))):
+            for _ in pool.map(lambda i: self.put_chunk(keys[i], objects[i], layout=layout, codec=codec, chunk_tokens=chunk_tokens, dtype=dtype), range(len(keys))):
                 pass
 
     def get_object(self, key: str, into: Optional[Buffer] = None) -> Any:
@@ -332,14 +355,17 @@ class ObjectCacheClient:
             if root.findtext(f"{ns}IsTruncated") != "true" or not token:
                 return keys
 
-    def lookup(self, keys: Sequence[str], key_prefix: str = "", *, layers: Optional[int] = None, layer_bytes: Optional[int] = None) -> int:
+    def lookup(self, keys: Sequence[str], key_prefix: str = "", *, layers: Optional[int] = None, layer_bytes: Optional[int] = None, codecs: Optional[Sequence[str]] = None) -> int:
         """How many leading chunks of ``keys`` the store holds (one round trip); with the geometry,
-        only chunks of exactly ``layers x layer_bytes`` bytes count."""
+        only chunks of exactly ``layers x layer_bytes`` bytes count, or with ``codecs`` chunks
+        stored in one of those encodings ("none": raw) with a valid index."""
         document: Dict[str, Any] = {"keys": list(keys), "keyPrefix": key_prefix}
-        if (layers is None) != (layer_bytes is None):
-            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "layers and layer_bytes come together")
+        if (layers is None) != (layer_bytes is None) or (codecs is not None and layers is None):
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "layers and layer_bytes come together, and codecs needs them")
         if layers is not None:
             document.update(layers=layers, layerBytes=layer_bytes)
+        if codecs is not None:
+            document["codecs"] = list(codecs)
         body = json.dumps(document).encode("utf-8")
         answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"})
         return int(json.loads(answer)["matched"])
@@ -347,16 +373,21 @@ class ObjectCacheClient:
     # -- the layerwise GET -------------------------------------------------------------------
 
     @staticmethod
-    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "auto", key_prefix: Optional[str] = None, **extra: Any) -> Dict[str, Any]:
+    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "auto", key_prefix: Optional[str] = None, codecs: Optional[Sequence[str]] = None, **extra: Any) -> Dict[str, Any]:
         """A descriptor for ``keys`` (other fields, such as layerRange, tenant or computeMsPerLayer, as keywords).
 
         ``mode``: ``auto`` (the gateway streams layer by layer at or above its size threshold,
         chunk by chunk below it, as the TypeScript client's default), ``layerwise`` or ``chunkwise``.
         ``key_prefix``: prepended to every key (the descriptor's ``keyPrefix``, as ``objectcache
-        seed`` writes it), so long prefixes need not repeat it."""
+        seed`` writes it), so long prefixes need not repeat it.
+        ``codecs``: the encodings this client decodes (``"none"``: raw chunks); the chunks come as
+        stored and each layer is decoded into the target before it is announced (fetch with the
+        KV ``dtype``)."""
         document: Dict[str, Any] = {"version": 1, "keys": list(keys), "layers": layers, "chunkTokens": chunk_tokens, "layerBytes": layer_bytes, "layout": layout, "delivery": "layer-major", "mode": mode}
         if key_prefix is not None:
             document["keyPrefix"] = key_prefix
+        if codecs is not None:
+            document["codecs"] = list(codecs)
         document.update(extra)
         return document
 
@@ -385,7 +416,24 @@ class ObjectCacheClient:
             target = bytearray((end - first - 1) * stride + chunks * layer_bytes)
         return Geometry(first, end, chunks, layer_bytes, _writable_bytes(target), stride), target
 
-    def _stream(self, descriptor: Mapping[str, Any], geometry: Geometry, transport: str, opened: List[str]) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
+    def _decoder(self, descriptor: Mapping[str, Any], response: http.client.HTTPResponse, dtype: Optional[str]) -> Optional[SegmentDecoder]:
+        """The decoder of a version 2 answer (a descriptor naming ``codecs``), for the codec the gateway says it sent."""
+        accepted = descriptor.get("codecs")
+        if accepted is None:
+            return None
+        name = response.getheader("x-objectcache-codec") or ""
+        if name not in accepted:
+            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the gateway sent codec {name!r}, not one of {list(accepted)}")
+        layer_bytes = int(descriptor["layerBytes"])
+        if name == "none":
+            return SegmentDecoder(None, None, layer_bytes)
+        if dtype is None:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"decoding {name} needs the KV dtype: fetch(..., dtype=...)")
+        from .codecs import SliceShape, codec  # the codecs extra
+
+        return SegmentDecoder(codec(name), SliceShape.of(layer_bytes, int(descriptor["chunkTokens"]), dtype), layer_bytes)
+
+    def _stream(self, descriptor: Mapping[str, Any], geometry: Geometry, transport: str, opened: List[str], dtype: Optional[str] = None) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
         """The ready layers of one fetch, then (as the generator's value) the END summary. The
         connection goes back to the pool only after a complete stream; closing the generator
         early closes it, which the gateway sees as the client leaving."""
@@ -394,7 +442,7 @@ class ObjectCacheClient:
         finished = False
         try:
             try:
-                summary = yield from read_frames(response, geometry)
+                summary = yield from read_frames(response, geometry, self._decoder(descriptor, response, dtype))
             except ObjectCacheError as error:
                 # An ERROR frame (or a broken stream) names the request, as an error answer does.
                 error.request_id = error.request_id or response.getheader("x-amz-request-id")
@@ -407,20 +455,22 @@ class ObjectCacheClient:
             else:
                 conn.close()
 
-    def layers(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, *, layer_stride: Optional[int] = None, transport: str = "auto") -> Iterator[Tuple[int, memoryview]]:
+    def layers(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, *, layer_stride: Optional[int] = None, transport: str = "auto", dtype: Optional[str] = None) -> Iterator[Tuple[int, memoryview]]:
         """Yields ``(layer, view)`` as each layer lands in ``target``; leaving the loop early
         cancels the download (the connection is closed, the gateway stops reading)."""
         geometry, _ = self._geometry(descriptor, target, layer_stride)
-        yield from self._stream(descriptor, geometry, transport, [])
+        yield from self._stream(descriptor, geometry, transport, [], dtype)
 
-    def fetch(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, on_layer_ready: Optional[OnLayerReady] = None, *, layer_stride: Optional[int] = None, transport: str = "auto") -> FetchResult:
+    def fetch(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, on_layer_ready: Optional[OnLayerReady] = None, *, layer_stride: Optional[int] = None, transport: str = "auto", dtype: Optional[str] = None) -> FetchResult:
         """Fetches the prefix's KV: every layer lands in ``target`` (allocated when absent) at
         ``(layer - first) * layer_stride``, each announced through ``on_layer_ready(layer, view)``
-        as its frame ends and its CRC-32C checks. Raises ObjectCacheError with the stable codes."""
+        as its frame ends and its CRC-32C checks (decoded first, when the descriptor names
+        ``codecs``: then ``dtype`` is the KV's, bfloat16, float16 or float32). Raises
+        ObjectCacheError with the stable codes."""
         geometry, target = self._geometry(descriptor, target, layer_stride)
-        return self._run(descriptor, geometry, target, on_layer_ready, transport)
+        return self._run(descriptor, geometry, target, on_layer_ready, transport, dtype)
 
-    def fetch_into(self, descriptor: Mapping[str, Any], place: Place, on_layer_ready: Optional[Callable[[int], None]] = None, *, transport: str = "auto") -> FetchResult:
+    def fetch_into(self, descriptor: Mapping[str, Any], place: Place, on_layer_ready: Optional[Callable[[int], None]] = None, *, transport: str = "auto", dtype: Optional[str] = None) -> FetchResult:
         """Fetches the prefix's KV into buffers of the caller's choosing: ``place(layer, chunk)``
         returns the writable views that receive chunk ``chunk``'s slice of ``layer`` in delivered
         order (its K half, then its V half), ``layerBytes`` in all; for example the two halves of
@@ -433,13 +483,13 @@ class ObjectCacheClient:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "the descriptor needs keys, layers and layerBytes") from error
         first, end = descriptor.get("layerRange", [0, layers])
         ready = None if on_layer_ready is None else (lambda layer, _view: on_layer_ready(layer))
-        return self._run(descriptor, ScatterGeometry(first, end, chunks, layer_bytes, place), None, ready, transport)
+        return self._run(descriptor, ScatterGeometry(first, end, chunks, layer_bytes, place), None, ready, transport, dtype)
 
-    def _run(self, descriptor: Mapping[str, Any], geometry: Geometry, target: Any, on_layer_ready: Optional[OnLayerReady], transport: str) -> FetchResult:
+    def _run(self, descriptor: Mapping[str, Any], geometry: Geometry, target: Any, on_layer_ready: Optional[OnLayerReady], transport: str, dtype: Optional[str] = None) -> FetchResult:
         started = time.perf_counter()
         timeline: List[Tuple[int, float]] = []
         used: List[str] = []
-        stream = self._stream(descriptor, geometry, transport, used)
+        stream = self._stream(descriptor, geometry, transport, used, dtype)
         try:
             while True:
                 try:

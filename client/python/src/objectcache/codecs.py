@@ -19,9 +19,10 @@ These need the ``codecs`` extra (``zstandard``, ``lz4``) for the compressors and
 """
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Protocol
+from typing import Any, Callable, Dict, List, Protocol, Tuple
 
 import numpy as np
 
@@ -49,6 +50,16 @@ class SliceShape:
     @property
     def nbytes(self) -> int:
         return 2 * self.tokens * self.hidden * self.itemsize
+
+    @classmethod
+    def of(cls, layer_bytes: int, chunk_tokens: int, dtype: str) -> "SliceShape":
+        """The shape of a slice of ``layer_bytes`` for chunks of ``chunk_tokens`` tokens of ``dtype``."""
+        if dtype not in DTYPES:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"KV dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        per_token = 2 * chunk_tokens * int(np.dtype(DTYPES[dtype]).itemsize)
+        if chunk_tokens <= 0 or layer_bytes <= 0 or layer_bytes % per_token:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"layer_bytes {layer_bytes} is not K and V of {chunk_tokens} tokens of {dtype}")
+        return cls(chunk_tokens, layer_bytes // per_token, dtype)
 
     def check(self) -> None:
         if self.dtype not in DTYPES:
@@ -252,8 +263,16 @@ _FACTORIES: Dict[str, Callable[[], Codec]] = {"none": NoneCodec, "bplane-zstd": 
 _MADE: Dict[str, Codec] = {}
 
 
+#: Codec names as the gateway and the stored metadata take them (schemas/encoded-chunk.ts).
+CODEC_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
+#: Most layers of an encoded chunk: its index must fit in S3's 2 KB of user metadata.
+MAX_ENCODED_LAYERS = 160
+
+
 def register(name: str, factory: Callable[[], Codec]) -> None:
     """Adds a codec (the gateway only moves its bytes, so nothing else needs to know it)."""
+    if not CODEC_NAME.match(name):
+        raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"a codec name is 1-32 of a-z, 0-9, '.', '_', '-' (starting with a letter or digit), not {name!r}")
     if name in _FACTORIES:
         raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"a codec named {name!r} exists already")
     _FACTORIES[name] = factory
@@ -266,3 +285,16 @@ def codec(name: str) -> Codec:
     if name not in _MADE:
         _MADE[name] = _FACTORIES[name]()
     return _MADE[name]
+
+
+def encode_chunk(canonical: Any, layers: int, shape: SliceShape, name: str) -> Tuple[List[bytes], List[int]]:
+    """A chunk's layers (``canonical``: KV_L2TD, ``layers x shape.nbytes`` bytes) encoded one slice
+    at a time: the encoded slices, and their lengths (the chunk's ``oc-slice-bytes`` index)."""
+    view = memoryview(canonical).cast("B")
+    if view.nbytes != layers * shape.nbytes:
+        raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"a chunk of {layers} layers of {shape} is {layers * shape.nbytes} bytes, not {view.nbytes}")
+    if layers > MAX_ENCODED_LAYERS:
+        raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"an encoded chunk has at most {MAX_ENCODED_LAYERS} layers (its index must fit in 2 KB of metadata), not {layers}")
+    c = codec(name)
+    slices = [c.encode(view[l * shape.nbytes:(l + 1) * shape.nbytes], shape) for l in range(layers)]
+    return slices, [len(s) for s in slices]

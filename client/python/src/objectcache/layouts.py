@@ -9,6 +9,9 @@ from crc32c import crc32c
 
 #: User metadata name of the per-layer CRC-32Cs (``x-amz-meta-oc-layer-crc32c`` on the wire).
 LAYER_CRC_META = "oc-layer-crc32c"
+#: An encoded chunk's index (schemas/wire-format.md section 6): its codec and each slice's length.
+CODEC_META = "oc-codec"
+SLICE_BYTES_META = "oc-slice-bytes"
 #: S3 allows 2 KB of user metadata: the checksums of up to 256 layers.
 MAX_CHECKSUMMED_LAYERS = 256
 

@@ -1,11 +1,15 @@
 """Reading the ObjectCache response stream (schemas/wire-format.md section 4) straight into the
 caller's buffer: every payload byte is read with ``readinto`` into its final place, the CRC-32C is
-extended piece by piece while the bytes are still in cache, and nothing is copied per frame."""
+extended piece by piece while the bytes are still in cache, and nothing is copied per frame.
+
+A version 2 stream (section 6: encoded chunks) carries each frame's slices as segments in their
+stored encoding, after a segment table: the frame is read whole into a scratch buffer, checked,
+and each segment decoded into the slice's place before the layer is announced ready."""
 from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Callable, Dict, Generator, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Protocol, Sequence, Tuple
 
 from crc32c import crc32c
 
@@ -97,17 +101,64 @@ class ScatterGeometry(Geometry):
         return [view for chunk in range(self.chunks) for view in self.segments(layer, chunk)]
 
 
-def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
+class SegmentDecoder:
+    """Decodes the segments of a version 2 stream: every slice of one codec (None: ``none``, raw
+    slices), of one shape (objectcache.codecs.SliceShape)."""
+
+    def __init__(self, codec: Any, shape: Any, layer_bytes: int) -> None:
+        self.codec, self.shape, self.layer_bytes = codec, shape, layer_bytes
+        #: The most bytes a stored slice may take (the gateway's limit, wire-format.md section 6).
+        self.max_segment = 2 * layer_bytes + 4096
+        self._scratch = bytearray(0)
+        self._slice = bytearray(layer_bytes)
+
+    def frame(self, source: Readable, length: int, count: int, what: str, crc: int) -> Tuple[memoryview, List[int]]:
+        """Reads a segmented payload of ``count`` segments whole and checks it: its segments and their lengths."""
+        if length < 4 * count:
+            raise _protocol(f"{what} is shorter than its segment table")
+        if len(self._scratch) < length:
+            self._scratch = bytearray(length)
+        payload = memoryview(self._scratch)[:length]
+        if _fill(source, payload) != crc:
+            raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of {what} does not match")
+        lengths = list(struct.unpack_from(f"<{count}I", payload))
+        if sum(lengths) != length - 4 * count or any(n == 0 or n > self.max_segment for n in lengths):
+            raise _protocol(f"the segment table of {what} does not describe its payload")
+        return payload[4 * count:], lengths
+
+    def decode(self, encoded: memoryview, views: Sequence[memoryview]) -> None:
+        """Decodes one slice into its place (one view, or the halves ``place`` gave)."""
+        if self.codec is None:  # "none": raw slices
+            if len(encoded) != self.layer_bytes:
+                raise _protocol(f"a raw segment of {len(encoded)} bytes where {self.layer_bytes} were expected")
+            at = 0
+            for view in views:
+                view[:] = encoded[at:at + len(view)]
+                at += len(view)
+            return
+        if len(views) == 1:
+            self.codec.decode(encoded, self.shape, views[0])
+            return
+        self.codec.decode(encoded, self.shape, memoryview(self._slice))
+        at = 0
+        for view in views:
+            view[:] = self._slice[at:at + len(view)]
+            at += len(view)
+
+
+def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder] = None) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
     """Yields ``(layer, view)`` as each layer is ready; the generator's return value is the END summary.
 
-    Raises ObjectCacheError: the gateway's code for an ERROR frame, ``OC_ERR_CLIENT_*`` for a
-    stream that breaks the format, fails a CRC or ends early.
+    With ``decoder`` the stream must be version 2 (the descriptor named ``codecs``), without it
+    version 1. Raises ObjectCacheError: the gateway's code for an ERROR frame, ``OC_ERR_CLIENT_*``
+    for a stream that breaks the format, fails a CRC or ends early.
     """
     header = bytearray(HEADER.size)
     preamble = bytearray(8)
     _fill(source, memoryview(preamble))
-    if bytes(preamble[:4]) != PREAMBLE or struct.unpack_from("<HH", preamble, 4) != (1, 0):
-        raise _protocol("the response does not start with the OCKV version 1 preamble")
+    version = 1 if decoder is None else 2
+    if bytes(preamble[:4]) != PREAMBLE or struct.unpack_from("<HH", preamble, 4) != (version, 0):
+        raise _protocol(f"the response does not start with the OCKV version {version} preamble")
     mode: Optional[str] = None
     next_layer = g.first
     next_chunk = 0
@@ -119,6 +170,16 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
         if ftype == LAYER:
             if mode == "chunkwise" or index != next_layer or index >= g.end:
                 raise _protocol(f"expected layer {next_layer}, got LAYER {index}")
+            if decoder is not None:
+                mode = "layerwise"
+                segments, lengths = decoder.frame(source, length, g.chunks, f"layer {index}", crc)
+                at = 0
+                for chunk, n in enumerate(lengths):
+                    decoder.decode(segments[at:at + n], g.segments(index, chunk))
+                    at += n
+                next_layer += 1
+                yield index, g.layer_view(index)
+                continue
             if length != g.layer_payload:
                 raise _protocol(f"LAYER {index} has {length} bytes, expected {g.layer_payload}")
             mode = "layerwise"
@@ -133,6 +194,18 @@ def read_frames(source: Readable, g: Geometry) -> Generator[Tuple[int, memoryvie
             layers = g.end - g.first
             if mode == "layerwise" or index != next_chunk or index >= g.chunks:
                 raise _protocol(f"expected chunk {next_chunk}, got CHUNK {index}")
+            if decoder is not None:
+                mode = "chunkwise"
+                segments, lengths = decoder.frame(source, length, layers, f"chunk {index}", crc)
+                at = 0
+                for i, n in enumerate(lengths):
+                    decoder.decode(segments[at:at + n], g.segments(g.first + i, index))
+                    at += n
+                next_chunk += 1
+                if next_chunk == g.chunks:
+                    for layer in range(g.first, g.end):
+                        yield layer, g.layer_view(layer)
+                continue
             if length != layers * g.layer_bytes:
                 raise _protocol(f"CHUNK {index} has {length} bytes, expected {layers * g.layer_bytes}")
             mode = "chunkwise"
