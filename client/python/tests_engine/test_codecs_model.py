@@ -2,13 +2,19 @@
 (bfloat16, cut into chunks of 256 tokens) is encoded slice by slice with each codec, decoded, and
 reused for a 256-token suffix. Lossless codecs must give back every bit (and so the same logits);
 int8-kivi must stay close to exact reuse on the same text (mean KL, top-1 agreement, NLL, greedy
-tokens). The measured figures are printed (``-s``) for the README."""
+tokens). The measured figures are printed (``-s``) for the README. Then the same KV through
+LMCache with the plugin's ``codec`` setting, on both backends: stored encoded, retrieved (whole
+and layer by layer) exactly as the codec decodes it locally."""
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
 import pytest
 import torch
+import harness
 from harness import greedy
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, uid
+
+from objectcache import ObjectCacheClient
 
 from objectcache.codecs import SliceShape, codec
 from objectcache.hf_cache import KVLayout, cache_from_kv, kv_from_cache
@@ -63,7 +69,7 @@ def reuse(model: Any, tokenizer: Any) -> Dict[str, Any]:
     # The KV as an engine would store it in bfloat16 (the model computes in float32 here).
     kv = kv_from_cache(first.past_key_values, layout, PREFIX_TOKENS).to(torch.bfloat16).contiguous()
     logits, cache = suffix_logits(model, layout, kv, suffix)
-    return {"layout": layout, "kv": kv, "suffix": suffix, "logits": logits, "greedy": greedy(model, logits, cache, 20)}
+    return {"layout": layout, "kv": kv, "tokens": prefix[0], "suffix": suffix, "logits": logits, "greedy": greedy(model, logits, cache, 20)}
 
 
 def compare(model: Any, reuse: Dict[str, Any], decoded: torch.Tensor) -> Dict[str, float]:
@@ -110,3 +116,39 @@ def test_int8_kivi_stays_close_to_exact_reuse(model: Any, reuse: Dict[str, Any])
     assert m["mean_kl"] <= INT8_MAX_MEAN_KL
     assert m["top1"] >= INT8_MIN_TOP1
     assert abs(m["nll"] - m["nll_exact"]) <= 0.05
+
+
+@pytest.mark.parametrize("name", ["bplane-zstd", "int8-kivi"])
+def test_lmcache_with_a_codec_stores_encoded_chunks_and_reads_them_back_decoded(reuse: Dict[str, Any], stack: Stack, name: str) -> None:
+    kv, tokens = reuse["kv"], reuse["tokens"]
+    layers, hidden = kv.shape[1], kv.shape[3]
+    bucket = uid("lmc-codec").replace("_", "-")
+    with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+        c.ensure_bucket()
+    config = harness.plugin_config(stack.gateway_url, bucket, CLIENT_KEY, CLIENT_SECRET, codec=name)
+    engine = lambda label, **more: harness.lmcache_engine(label, layers=layers, kv_heads=3, head_dim=hidden // 3, dtype=torch.bfloat16, **more, **config)  # noqa: E731
+    writer = engine(f"codec-writer-{name}")
+    try:
+        harness.store_and_wait(writer, tokens, kv, PREFIX_TOKENS)
+    finally:
+        harness.destroy_engine(f"codec-writer-{name}")
+    with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+        stored = sum(len(c.get_object(key)) for key in c.list_keys())
+    raw = kv.numel() * kv.element_size()
+    assert raw / stored >= (1.4 if name == "bplane-zstd" else 1.9)  # stored encoded
+
+    expected, _, _ = encode_decode(kv, name)
+    reader = engine(f"codec-reader-{name}")
+    try:
+        out = torch.zeros_like(kv)
+        assert int(reader.retrieve(tokens, kvcaches=out).sum()) == PREFIX_TOKENS
+        assert torch.equal(out.view(torch.uint16), expected.view(torch.uint16))
+    finally:
+        harness.destroy_engine(f"codec-reader-{name}")
+    layerwise = engine(f"codec-layerwise-{name}", use_layerwise=True)
+    try:
+        out = torch.zeros_like(kv)
+        assert int(harness.retrieve_layerwise(layerwise, tokens, out).sum()) == PREFIX_TOKENS
+        assert torch.equal(out.view(torch.uint16), expected.view(torch.uint16))
+    finally:
+        harness.destroy_engine(f"codec-layerwise-{name}")

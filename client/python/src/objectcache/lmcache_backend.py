@@ -18,6 +18,11 @@ What each LMCache call becomes (README, "Use it from LMCache and vLLM"):
   layer's K and V halves into their places in the chunk's KV_2LTD buffer), CRC-32C checked.
 - ``put``: one PUT of the chunk with its per-layer CRC-32Cs in its metadata.
 
+With ``remote_storage_plugin.objectcache.codec`` set (``bplane-zstd``, ``bplane-lz4``,
+``int8-kivi``, or a codec registered with ``objectcache.codecs.register``) every chunk is stored
+encoded, one layer slice at a time, and decoded layer by layer as it is fetched (README, "Compressed
+KV"); such objects are read through ObjectCache only, not by LMCache's S3 connector.
+
 With LMCache's ``use_layerwise: true`` the engine asks for one layer of every chunk at a time
 (per-layer keys). The plugin serves those from ONE layerwise GET per prefix as well: the request
 for layer 0 opens the stream, and the request for layer ``l`` is answered as soon as frame ``l``
@@ -69,7 +74,11 @@ SETTINGS: Dict[str, Optional[str]] = {
     "compute_ms_per_layer": None,  # the engine's per-layer compute window, for the scheduler
     "timeout_s": "30",
     "retries": "2",  # answers the gateway marks retryable, retried after their Retry-After
+    "codec": "none",  # store chunks encoded (bplane-zstd, bplane-lz4, int8-kivi, ...): README, "Compressed KV"
 }
+
+#: LMCache's KV dtypes, by the names objectcache.codecs gives them.
+CODEC_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
 def _counter() -> Any:
@@ -161,6 +170,16 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self._inflight = 0
         self._closed = False
         self.key_prefix = settings["key_prefix"] or ""
+        #: Encoded chunks (None: raw, in LMCache's own layout, readable by its S3 connector too).
+        self.codec = None if (settings["codec"] or "none") == "none" else str(settings["codec"])
+        self.codec_dtype: Optional[str] = None
+        if self.codec is not None:
+            from .codecs import codec as find_codec  # the codecs extra
+
+            find_codec(self.codec)  # an unknown name fails here, at start-up
+            if self.dtype not in CODEC_DTYPES:
+                raise ValueError(f"the {self.codec} codec encodes {', '.join(CODEC_DTYPES.values())} KV, not {self.dtype}")
+            self.codec_dtype = CODEC_DTYPES[self.dtype]
         self.mode = settings["mode"] or "auto"
         self.extra_descriptor: Dict[str, Any] = {}
         if settings["tenant"]:
@@ -185,6 +204,10 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         return self.key_prefix + str(key.to_string()).replace("/", "_")
 
     def _descriptor(self, names: Sequence[str]) -> Dict[str, Any]:
+        if self.codec is not None:
+            # Encoded chunks hold each layer's slice whole (K then V), whatever LMCache's layout.
+            layout = "MLA" if self.layout == "MLA" else "KV_L2TD"
+            return ObjectCacheClient.descriptor(names, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout=layout, mode=self.mode, codecs=[self.codec], **self.extra_descriptor)
         return ObjectCacheClient.descriptor(names, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout=self.layout, mode=self.mode, **self.extra_descriptor)
 
     def _place(self, objs: Sequence[MemoryObj]) -> Any:
@@ -222,7 +245,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
                 return []
             names = names[:len(objs)]
             try:
-                self.client.fetch_into(self._descriptor(names), self._place(objs))
+                self.client.fetch_into(self._descriptor(names), self._place(objs), dtype=self.codec_dtype)
                 return objs
             except Exception as error:  # a broken connection, a bug: a miss, never the engine's crash
                 for obj in objs:
@@ -321,7 +344,8 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     def _matched(self, keys: Sequence[CacheEngineKey]) -> int:
         try:
-            return self.client.lookup([self.object_name(k) for k in keys], layers=self.layers, layer_bytes=self.layer_bytes)
+            codecs = None if self.codec is None else [self.codec]
+            return self.client.lookup([self.object_name(k) for k in keys], layers=self.layers, layer_bytes=self.layer_bytes, codecs=codecs)
         except Exception as error:
             self._miss("lookup", error, len(keys))
             return 0
@@ -349,7 +373,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
     def _put(self, name: str, body: Any) -> None:
         """Writes one chunk object (bytes, or an assembled chunk's uint8 array)."""
         try:
-            self.client.put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes))
+            self.client.put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes), codec=self.codec, chunk_tokens=self.chunk_tokens, dtype=self.codec_dtype)
         except Exception as error:
             self._miss("put", error, 1)
 
@@ -517,7 +541,7 @@ class _LayerStream:
         try:
             descriptor = c._descriptor(list(self.names))
             descriptor.update(mode="layerwise", layerRange=[self.first, c.layers])
-            c.client.fetch_into(descriptor, lambda layer, chunk: (staging[chunk * size:(chunk + 1) * size],), ready)
+            c.client.fetch_into(descriptor, lambda layer, chunk: (staging[chunk * size:(chunk + 1) * size],), ready, dtype=c.codec_dtype)
         except Exception as error:
             c._miss("get", error, chunks)
             failure = error
