@@ -94,7 +94,7 @@ class PartStream implements RangeAnswerSink, BodyTarget {
 
   onHead(status: number, headers: Readonly<Record<string, string>>): BodyTarget | { collect: number } | ReadError {
     const asked = this.#asked - this.pos;
-    const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, asked, this.#owner.objectBytes, RAW_CODEC);
+    const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, asked, { objectBytes: this.#owner.objectBytes, codec: RAW_CODEC });
     if (answer === 'error-body') return { collect: ERROR_BODY_LIMIT };
     if (answer instanceof ReadError) return answer;
     if (headers['content-length'] !== String(asked)) return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);

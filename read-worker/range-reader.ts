@@ -133,13 +133,27 @@ export function codecProblem(stored: string | string[] | undefined, expected: st
   return changed(key);
 }
 
-export function checkRangeAnswer(statusCode: number, headers: Record<string, string | string[] | undefined>, key: string, offset: number, length: number, objectBytes: number, codec: string): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
+/** What a range answer must show: the object's size and encoding, and its version once pinned. */
+export interface Expected {
+  readonly objectBytes: number;
+  readonly codec: string;
+  /** The version an earlier read (or the encoded index's HEAD) saw. */
+  readonly etag?: string | undefined;
+}
+
+export function checkRangeAnswer(statusCode: number, headers: Record<string, string | string[] | undefined>, key: string, offset: number, length: number, expected: Expected): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
+  const { objectBytes, codec } = expected;
   if (statusCode !== 206) {
+    // A pinned chunk that no longer has the range was rewritten (shorter) since it was pinned.
+    if (statusCode === 416 && expected.etag !== undefined) return changed(key);
     if (statusCode === 404 || statusCode === 416) return 'error-body';
     if (statusCode === 200) return new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`);
     if (statusCode >= 500) return new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store answered ${statusCode} for chunk ${key}`, true);
     return new ReadError('OC_ERR_BACKEND_RANGE', `the object store answered ${statusCode} for chunk ${key}`);
   }
+  // The version first: a rewritten chunk has another size too, and is a retryable change.
+  const etag = headers['etag'];
+  if (expected.etag !== undefined && typeof etag === 'string' && etag !== expected.etag) return changed(key);
   const stored = codecProblem(headers[`x-amz-meta-${CODEC_META}`], codec, key);
   if (stored) return stored;
   const range = parseContentRange(headers['content-range']);
@@ -150,13 +164,12 @@ export function checkRangeAnswer(statusCode: number, headers: Record<string, str
     return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${key}: expected Content-Range bytes ${offset}-${last}, got ${String(headers['content-range'])}`);
   }
   const crcs = headers[`x-amz-meta-${LAYER_CRC_META}`];
-  const etag = headers['etag'];
   return { layerCrcs: typeof crcs === 'string' ? crcs : undefined, etag: typeof etag === 'string' ? etag : undefined };
 }
 
 /** The failure a 404 or 416 answer's body names. */
 export function errorBodyFailure(status: number, text: string, bucket: string, key: string, objectBytes: number): ReadError {
-  if (status === 416) return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is shorter than the descriptor's layers x layerBytes (${objectBytes})`);
+  if (status === 416) return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is shorter than the descriptor's layers x layerBytes (${objectBytes}); an encoded chunk is read with a descriptor that names its codec`);
   if (text.includes('<Code>NoSuchBucket</Code>')) return new ReadError('OC_ERR_STORE_NO_SUCH_BUCKET', `the bucket ${bucket} does not exist`);
   return new ReadError('OC_ERR_CHUNK_MISSING', `chunk ${key} does not exist`);
 }
@@ -172,8 +185,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
   readonly #key: string;
   readonly #bucket: string;
   readonly #target: RangeTarget;
-  readonly #objectBytes: number;
-  readonly #codec: string;
+  readonly #expected: Expected;
   readonly #signal: AbortSignal;
   readonly #cursor: ScatterCursor;
   #controller: Dispatcher.DispatchController | undefined;
@@ -189,12 +201,11 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
   #reject!: (error: ReadError) => void;
   readonly done: Promise<string | undefined>;
 
-  constructor(bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal) {
-    this.#codec = codec;
+  constructor(bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal) {
+    this.#expected = expected;
     this.#bucket = bucket;
     this.#key = key;
     this.#target = target;
-    this.#objectBytes = objectBytes;
     this.#signal = signal;
     this.#cursor = new ScatterCursor(target.views);
     this.done = new Promise((resolve, reject) => {
@@ -221,7 +232,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
     this.#status = statusCode;
-    const answer = checkRangeAnswer(statusCode, headers, this.#key, this.#target.offset, this.#target.length, this.#objectBytes, this.#codec);
+    const answer = checkRangeAnswer(statusCode, headers, this.#key, this.#target.offset, this.#target.length, this.#expected);
     if (answer instanceof ReadError) return this.#fail(answer);
     if (answer === 'error-body') {
       this.#errorBody = [];
@@ -245,7 +256,7 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
     this.#signal.removeEventListener('abort', this);
     if (this.#failure) return this.#reject(this.#failure);
     if (this.#errorBody) {
-      return this.#reject(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#bucket, this.#key, this.#objectBytes));
+      return this.#reject(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#bucket, this.#key, this.#expected.objectBytes));
     }
     if (this.#cursor.written !== this.#target.length) {
       return this.#reject(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.#key}: the range read returned ${this.#cursor.written} of ${this.#target.length} bytes`));
@@ -303,24 +314,24 @@ export class S3RangeReader implements RangeReader {
   }
 
   /** One range GET through the socket reader, its body read straight into the target's views. */
-  async #socketRead(sockets: SocketRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #socketRead(sockets: SocketRangeClient, path: string, bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     let read: { etag: string | undefined; layerCrcs: string | undefined } | undefined;
     const answer = await sockets.get(path, rangeHeader(target), {
       onHead: (status, headers) => {
-        const checked = checkRangeAnswer(status, headers, key, target.offset, target.length, objectBytes, codec);
+        const checked = checkRangeAnswer(status, headers, key, target.offset, target.length, expected);
         if (checked === 'error-body') return { collect: ERROR_BODY_LIMIT };
         if (checked instanceof ReadError) return checked;
         read = checked;
         return target.views;
       },
     }, signal);
-    if (answer.text !== undefined || !read) throw errorBodyFailure(answer.status, answer.text ?? '', bucket, key, objectBytes);
+    if (answer.text !== undefined || !read) throw errorBodyFailure(answer.status, answer.text ?? '', bucket, key, expected.objectBytes);
     return read;
   }
 
   /** One range GET through undici. */
-  async #undiciRead(backend: UndiciRangeClient, path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
-    const handler = new RangeGetHandler(bucket, key, target, objectBytes, codec, signal);
+  async #undiciRead(backend: UndiciRangeClient, path: string, bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+    const handler = new RangeGetHandler(bucket, key, target, expected, signal);
     backend.http.dispatch({ method: 'GET', path, headers: { range: rangeHeader(target) }, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, handler);
     const layerCrcs = await handler.done;
     return { etag: handler.etag, layerCrcs };
@@ -332,14 +343,14 @@ export class S3RangeReader implements RangeReader {
    * applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
    * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
    */
-  async #readRange(path: string, bucket: string, key: string, target: RangeTarget, objectBytes: number, codec: string, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #readRange(path: string, bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     const deadline = performance.now() + this.#timeoutMs;
     for (let attempt = 1; ; attempt++) {
       if (signal.aborted) throw cancelled();
       counts.reads++;
       try {
         const transport = this.#transport;
-        return await (transport instanceof SocketRangeClient ? this.#socketRead(transport, path, bucket, key, target, objectBytes, codec, signal) : this.#undiciRead(transport, path, bucket, key, target, objectBytes, codec, signal));
+        return await (transport instanceof SocketRangeClient ? this.#socketRead(transport, path, bucket, key, target, expected, signal) : this.#undiciRead(transport, path, bucket, key, target, expected, signal));
       } catch (error) {
         const delay = retryPauseMs(attempt);
         if (!(error instanceof ReadError) || !error.retryable || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;
@@ -359,7 +370,7 @@ export class S3RangeReader implements RangeReader {
     let pin = etag;
     const counts = { reads: 0, retries: 0 };
     for (const target of targets) {
-      const read = await this.#readRange(path, bucket, key, target, objectBytes, codec, signal, counts);
+      const read = await this.#readRange(path, bucket, key, target, { objectBytes, codec, etag: pin }, signal, counts);
       layerCrcs = read.layerCrcs ?? layerCrcs;
       if (pin !== undefined && read.etag !== undefined && read.etag !== pin) throw changed(key);
       pin ??= read.etag;

@@ -9,8 +9,8 @@
  *   x-amz-meta-oc-layer-crc32c base64 of L big-endian u32: each encoded slice's CRC32C (integrity.ts)
  *
  * Why metadata and not a header inside the object: the gateway must know every slice's length
- * before it plans a single read (to size buffer blocks and cut ranges), and a HEAD answers that
- * in one concurrent round without touching data; the object stays exactly its encoded slices, so
+ * before it plans a single read (to size buffer blocks and cut ranges), and HEADs answer that
+ * (32 chunks at a time) without touching data; the object stays exactly its encoded slices, so
  * layer l is one plain range; and a raw range GET of an encoded object carries `oc-codec` in its
  * answer, so a reader that asked for raw bytes is refused at no extra cost. The price is S3's
  * 2 KB of user metadata: the two tables fit for up to MAX_ENCODED_LAYERS layers.
@@ -31,6 +31,14 @@ export const CODEC_NAME = /^[a-z0-9][a-z0-9._-]{0,31}$/;
  * names stay under S3's 2 KB of user metadata.
  */
 export const MAX_ENCODED_LAYERS = 160;
+
+/**
+ * Most bytes an encoded slice may take: a codec may grow incompressible bytes a little (frame
+ * headers, tables), never to more than twice the raw slice; anything larger is a broken index.
+ */
+export function maxEncodedSliceBytes(layerBytes: number): number {
+  return 2 * layerBytes + 4096;
+}
 
 /** The index of one stored chunk: its codec, and each layer's slice length as stored. */
 export interface ChunkIndex {
@@ -66,5 +74,8 @@ export function chunkIndex(size: number, meta: Readonly<Record<string, string | 
   const total = sliceBytes.reduce((a, b) => a + b, 0);
   if (total !== size) return `has slices adding up to ${total} bytes, but the object is ${size} bytes`;
   if (sliceBytes.some((n) => n === 0)) return `has an empty encoded slice`;
+  const limit = maxEncodedSliceBytes(layerBytes);
+  const big = sliceBytes.findIndex((n) => n > limit);
+  if (big !== -1) return `has an encoded slice of ${sliceBytes[big]} bytes at layer ${big}, more than ${limit} for layerBytes ${layerBytes}`;
   return { codec, sliceBytes, etag };
 }

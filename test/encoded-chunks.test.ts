@@ -13,10 +13,12 @@ import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { crc32c } from '../native/crc32c.js';
 import { encodeLayerCrcs } from '../schemas/integrity.js';
-import { encodeSliceBytes } from '../schemas/encoded-chunk.js';
+import { chunkIndex, encodeSliceBytes } from '../schemas/encoded-chunk.js';
+import { checkRangeAnswer } from '../read-worker/range-reader.js';
 import { decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES } from '../schemas/frames.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
-import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { ObjectCacheError } from '../schemas/errors.js';
 import { postDescriptor } from './helpers/signing.js';
 import { CreateBucketCommand } from '@aws-sdk/client-s3';
 
@@ -147,7 +149,7 @@ describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (back
   it('sends raw chunks to a descriptor that accepts "none" as segments of layerBytes', async () => {
     const keys = ['p3/c0', 'p3/c1'];
     const objects = keys.map(() => randomBytes(L * S));
-    await Promise.all(keys.map((key, c) => s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: objects[c] }))));
+    await Promise.all(keys.map((key, c) => s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: objects[c] as Buffer }))));
     const res = await get(descriptor(keys, { codecs: ['test-codec', 'none'] }));
     expect(res.status).toBe(200);
     expect(res.headers['x-objectcache-codec']).toBe('none');
@@ -165,7 +167,7 @@ describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (back
       const res = await get(raw);
       expect(res.status).toBe(406);
       expect(res.headers['x-objectcache-error-code']).toBe('OC_ERR_CODEC_UNACCEPTED');
-      expect(res.body.toString('utf8')).toContain('p4/c0');
+      expect(res.body.toString('utf8')).toMatch(/p4\/c[01]/); // whichever chunk's read answered first
     }
   });
 
@@ -199,13 +201,24 @@ describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (back
     const lengths = lengthsOf(3);
     const slices = lengths.map((n) => randomBytes(n));
     const crcs = slices.map((slice) => crc32c(slice));
-    (slices[4] as Buffer)[7] ^= 0x5a;
+    const flipped = slices[4] as Buffer;
+    flipped[7] = (flipped[7] as number) ^ 0x5a;
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'p7/c0', Body: Buffer.concat(slices), Metadata: { 'oc-codec': 'test-codec', 'oc-slice-bytes': encodeSliceBytes(lengths), 'oc-layer-crc32c': encodeLayerCrcs(crcs) } }));
     const res = await get(descriptor(['p7/c0']));
     const { frames } = parse(res.body);
     const last = frames.at(-1) as Frame;
     expect(last.type).toBe(FrameType.ERROR);
     expect(JSON.parse(last.payload.toString('utf8'))).toMatchObject({ code: 'OC_ERR_CHUNK_CORRUPT', chunk: 0, layer: 4 });
+  });
+
+  it('has the TypeScript client refuse codecs with a usage error before any request', async () => {
+    const client = testClient(gw, bucket);
+    try {
+      const failure = await client.fetch(descriptor(['p1/c0'])).catch((e: unknown) => e);
+      expect((failure as ObjectCacheError).code).toBe('OC_ERR_CLIENT_USAGE');
+    } finally {
+      await client.close();
+    }
   });
 
   it('counts encoded chunks as matches in a lookup that names their codec', async () => {
@@ -221,5 +234,35 @@ describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (back
     expect(await lookup({ keys, layers: L, layerBytes: S, codecs: ['test-codec'] })).toEqual({ matched: 2, keys: 3 });
     expect(await lookup({ keys, layers: L, layerBytes: S })).toEqual({ matched: 0, keys: 3 });
     expect(await lookup({ keys, layers: L - 1, layerBytes: S, codecs: ['test-codec'] })).toEqual({ matched: 0, keys: 3 });
+  });
+});
+
+describe('encoded chunk checks (pure)', () => {
+  it('reads an index only when it describes the object exactly', () => {
+    const meta = (lengths: number[], codec = 'c1'): Record<string, string> => ({ 'oc-codec': codec, 'oc-slice-bytes': encodeSliceBytes(lengths) });
+    expect(chunkIndex(30, meta([10, 20]), 2, 16, '"e"')).toEqual({ codec: 'c1', sliceBytes: [10, 20], etag: '"e"' });
+    expect(chunkIndex(32, {}, 2, 16, undefined)).toMatchObject({ codec: 'none', sliceBytes: [16, 16] });
+    expect(typeof chunkIndex(31, {}, 2, 16, undefined)).toBe('string'); // raw, wrong size
+    expect(typeof chunkIndex(31, meta([10, 20]), 2, 16, undefined)).toBe('string'); // lengths do not add up
+    expect(typeof chunkIndex(30, meta([30]), 2, 16, undefined)).toBe('string'); // a table for 1 layer
+    expect(typeof chunkIndex(30, meta([30, 0]), 2, 16, undefined)).toBe('string'); // an empty slice
+    expect(typeof chunkIndex(30, meta([10, 20], 'none'), 2, 16, undefined)).toBe('string'); // "none" is not stored
+    expect(typeof chunkIndex(30, meta([10, 20], 'Bad Name'), 2, 16, undefined)).toBe('string');
+    expect(typeof chunkIndex(4200, meta([4100, 100]), 2, 1, undefined)).toBe('string'); // over 2 * S + 4096
+  });
+
+  it('takes a rewritten chunk for a change before anything else about it', () => {
+    const expected = { objectBytes: 100, codec: 'c1', etag: '"v1"' };
+    const answer = (status: number, headers: Record<string, string>): unknown => {
+      const got = checkRangeAnswer(status, headers, 'k', 0, 10, expected);
+      return typeof got === 'object' && 'code' in got ? got.code : got;
+    };
+    // A new version of another size and codec: a change (retryable), not a size or codec error.
+    expect(answer(206, { etag: '"v2"', 'content-range': 'bytes 0-9/55', 'x-amz-meta-oc-codec': 'c2' })).toBe('OC_ERR_CHUNK_CHANGED');
+    expect(answer(416, {})).toBe('OC_ERR_CHUNK_CHANGED');
+    expect(answer(206, { etag: '"v1"', 'content-range': 'bytes 0-9/100', 'x-amz-meta-oc-codec': 'c1' })).toMatchObject({ etag: '"v1"' });
+    // Unpinned raw reads of an encoded object are refused as such.
+    expect(typeof checkRangeAnswer(206, { 'content-range': 'bytes 0-9/55', 'x-amz-meta-oc-codec': 'c2' }, 'k', 0, 10, { objectBytes: 100, codec: 'none' })).toBe('object');
+    expect((checkRangeAnswer(206, { 'content-range': 'bytes 0-9/55', 'x-amz-meta-oc-codec': 'c2' }, 'k', 0, 10, { objectBytes: 100, codec: 'none' }) as { code: string }).code).toBe('OC_ERR_CODEC_UNACCEPTED');
   });
 });

@@ -1,6 +1,6 @@
 /**
  * The index of an encoded prefix (schemas/encoded-chunk.ts), read before anything is planned: one
- * HEAD per chunk, in concurrent windows, each answer's size and user metadata checked against the
+ * HEAD per chunk, 32 at a time (a window after another), each answer's size and user metadata checked against the
  * descriptor. One stream carries one encoding, so every chunk must share the codec of the first,
  * and that codec must be one the descriptor accepts; a raw chunk is codec `none`.
  */
@@ -12,14 +12,6 @@ import type { Backend } from '../backend.js';
 import type { EncodedChunks } from './read-ahead.js';
 
 const WINDOW = 32;
-
-/**
- * Most bytes an encoded slice may take: a codec may grow incompressible bytes a little (frame
- * headers, tables), never to more than twice the raw slice; anything larger is a broken index.
- */
-export function maxEncodedSliceBytes(layerBytes: number): number {
-  return 2 * layerBytes + 4096;
-}
 
 export async function readChunkIndex(descriptor: Descriptor, bucket: string, backend: Pick<Backend, 'heads'>, signal: AbortSignal): Promise<EncodedChunks> {
   const accepted = descriptor.codecs ?? [RAW_CODEC];
@@ -37,9 +29,6 @@ export async function readChunkIndex(descriptor: Descriptor, bucket: string, bac
       if (!head) throw new ObjectCacheError('OC_ERR_CHUNK_MISSING', `chunk ${chunk} (${key}) does not exist`, site);
       const index = chunkIndex(head.size, head.meta, descriptor.layers, descriptor.layerBytes, head.etag);
       if (typeof index === 'string') throw new ObjectCacheError(head.meta['oc-codec'] === undefined ? 'OC_ERR_CHUNK_SIZE' : 'OC_ERR_CHUNK_INDEX', `chunk ${chunk} (${key}) ${index}`, site);
-      const limit = maxEncodedSliceBytes(descriptor.layerBytes);
-      const big = index.sliceBytes.findIndex((n) => n > limit);
-      if (big !== -1) throw new ObjectCacheError('OC_ERR_CHUNK_INDEX', `chunk ${chunk} (${key}) has an encoded slice of ${index.sliceBytes[big]} bytes at layer ${big}, more than ${limit} for layerBytes ${descriptor.layerBytes}`, site);
       if (!accepted.includes(index.codec)) throw new ObjectCacheError('OC_ERR_CODEC_UNACCEPTED', `chunk ${chunk} (${key}) is stored as ${index.codec}; the descriptor accepts ${accepted.join(', ')}`, site);
       codec ??= index.codec;
       if (index.codec !== codec) throw new ObjectCacheError('OC_ERR_CODEC_MIXED', `chunk ${chunk} (${key}) is stored as ${index.codec}, the chunks before it as ${codec}`, site);

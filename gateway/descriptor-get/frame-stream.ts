@@ -41,6 +41,7 @@ export class FrameBuilder {
   readonly #segmented: boolean;
   /** crc32cShift of a raw slice: combining N slices' checksums costs N small multiplications. */
   readonly #shift: number;
+  readonly #shifts = new Map<number, number>();
 
   constructor(slices: Slices, segmented: boolean) {
     this.#slices = slices;
@@ -102,11 +103,22 @@ export class FrameBuilder {
     return out;
   }
 
+  /** crc32cShift of an encoded slice's length, made once per length (raw-sized slices share #shift). */
+  #shiftOf(bytes: number): number {
+    if (bytes === this.#slices.layerBytes) return this.#shift;
+    let shift = this.#shifts.get(bytes);
+    if (shift === undefined) {
+      shift = crc32cShift(bytes);
+      this.#shifts.set(bytes, shift);
+    }
+    return shift;
+  }
+
   /** The CRC32C of `count` consecutive slices (from their checksums) appended to `crc`'s bytes. */
   #combined(crcs: Uint32Array, layout: TaskLayout, from: number, count: number, crc?: number): number | undefined {
     let out = crc;
     for (let i = from; i < from + count; i++) {
-      const shift = layout.sizes ? crc32cShift(layout.offsetOf(i + 1) - layout.offsetOf(i)) : this.#shift;
+      const shift = layout.sizes ? this.#shiftOf(layout.offsetOf(i + 1) - layout.offsetOf(i)) : this.#shift;
       out = out === undefined ? (crcs[i] as number) : crc32cCombine(out, crcs[i] as number, shift);
     }
     return out;

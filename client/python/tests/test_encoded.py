@@ -100,7 +100,9 @@ def test_raw_chunks_through_codecs_none_and_the_refusals(client: ObjectCacheClie
     raw_keys = ["raw/c0", "raw/c1"]
     raw = kv_chunks(2, 3)
     client.put_chunks(raw_keys, raw, layout=("KV_L2TD", L, S))
-    result = client.fetch(client.descriptor(raw_keys, layers=L, chunk_tokens=T, layer_bytes=S, codecs=["bplane-zstd", "none"]))
+    # A descriptor that may get an encoding needs the dtype up front, whatever the gateway then sends.
+    result = client.fetch(client.descriptor(raw_keys, layers=L, chunk_tokens=T, layer_bytes=S, codecs=["bplane-zstd", "none"]), dtype=DTYPE)
+    assert bytes(client.fetch(client.descriptor(raw_keys, layers=L, chunk_tokens=T, layer_bytes=S, codecs=["none"])).target) == layer_major(raw)
     assert bytes(result.target) == layer_major(raw)
     assert result.summary["codec"] == "none"
 
@@ -141,3 +143,20 @@ def test_put_refuses_what_it_cannot_encode(client: ObjectCacheClient) -> None:
         client.put_chunk("bad/c0", chunk, layout=("KV_L2TD", L, S), codec="bplane-zstd", chunk_tokens=T + 1, dtype=DTYPE)
     assert shape.value.code == "OC_ERR_CLIENT_USAGE"
     assert client.list_keys("bad/") == []
+
+
+def test_a_version_2_frame_whose_length_no_segments_can_have_is_refused_before_any_allocation() -> None:
+    import io
+    import struct
+
+    from objectcache.stream import HEADER, Geometry, SegmentDecoder, read_frames
+
+    body = b"OCKV" + struct.pack("<HH", 2, 0) + HEADER.pack(1, 0, 0, 0, 1 << 50, 0, 0)
+    geometry = Geometry(0, 1, 2, 16, memoryview(bytearray(32)), 32)
+    with pytest.raises(ObjectCacheError) as huge:
+        list(read_frames(io.BytesIO(body), geometry, SegmentDecoder(None, None, 16)))
+    assert huge.value.code == "OC_ERR_CLIENT_PROTOCOL"
+    # A version 1 reader refuses a version 2 stream, and the other way round.
+    with pytest.raises(ObjectCacheError) as v1:
+        list(read_frames(io.BytesIO(body), geometry))
+    assert v1.value.code == "OC_ERR_CLIENT_PROTOCOL"

@@ -437,6 +437,9 @@ class ObjectCacheClient:
         """The ready layers of one fetch, then (as the generator's value) the END summary. The
         connection goes back to the pool only after a complete stream; closing the generator
         early closes it, which the gateway sees as the client leaving."""
+        codecs = descriptor.get("codecs")
+        if codecs is not None and dtype is None and any(c != "none" for c in codecs):
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "decoding encoded chunks needs the KV dtype: fetch(..., dtype=...)")
         conn, response, used = self._open(descriptor, transport)
         opened.append(used)
         finished = False

@@ -50,7 +50,14 @@ class KVLayout:
         return _DTYPES[self.dtype]
 
     def descriptor(self, keys: Sequence[str], **extra: Any) -> Dict[str, Any]:
-        return ObjectCacheClient.descriptor(keys, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout="KV_2LTD", **extra)
+        """A descriptor of chunks stored in this layout (KV_2LTD; with ``codecs``, encoded chunks,
+        whose slices are whole: KV_L2TD)."""
+        codecs = extra.get("codecs")
+        if codecs is not None and "none" in codecs:
+            # Raw chunks are stored KV_2LTD here; a version 2 stream serves raw slices whole (KV_L2TD).
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "codecs must name encodings only: raw chunks stored from a cache are KV_2LTD, fetched without codecs")
+        layout = "KV_L2TD" if codecs else "KV_2LTD"
+        return ObjectCacheClient.descriptor(keys, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout=layout, **extra)
 
 
 def kv_from_cache(cache: Any, layout: KVLayout, tokens: Optional[int] = None) -> torch.Tensor:
@@ -129,7 +136,7 @@ class LayerwiseLoad:
         if self.fetch_cpus is not None:
             os.sched_setaffinity(0, self.fetch_cpus)  # this thread only (Linux)
         try:
-            self.result = self.client.fetch(self.descriptor, memoryview(self._payload.numpy()), lambda layer, _view: self._ready[layer].set())
+            self.result = self.client.fetch(self.descriptor, memoryview(self._payload.numpy()), lambda layer, _view: self._ready[layer].set(), dtype=self.layout.dtype_name)
         except BaseException as error:  # noqa: BLE001 - handed to the waiting model thread
             self._failure = error
         finally:
@@ -177,7 +184,7 @@ def load_cache(client: ObjectCacheClient, model: Any, layout: KVLayout, keys: Se
     way of using a stored prefix, and the reference the layerwise load must match."""
     chunks = len(keys)
     payload = torch.empty(layout.layers * chunks * layout.layer_bytes, dtype=torch.uint8)
-    client.fetch(layout.descriptor(list(keys), **descriptor_fields), memoryview(payload.numpy()))
+    client.fetch(layout.descriptor(list(keys), **descriptor_fields), memoryview(payload.numpy()), dtype=layout.dtype_name)
     cache = DynamicCache()
     stride = chunks * layout.layer_bytes
     for layer in range(layout.layers):

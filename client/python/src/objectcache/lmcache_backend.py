@@ -174,12 +174,15 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self.codec = None if (settings["codec"] or "none") == "none" else str(settings["codec"])
         self.codec_dtype: Optional[str] = None
         if self.codec is not None:
-            from .codecs import codec as find_codec  # the codecs extra
+            from .codecs import MAX_ENCODED_LAYERS, SliceShape, codec as find_codec  # the codecs extra
 
-            find_codec(self.codec)  # an unknown name fails here, at start-up
+            find_codec(self.codec)  # what cannot be encoded fails here, at start-up, not at every put
             if self.dtype not in CODEC_DTYPES:
                 raise ValueError(f"the {self.codec} codec encodes {', '.join(CODEC_DTYPES.values())} KV, not {self.dtype}")
+            if layers > MAX_ENCODED_LAYERS:
+                raise ValueError(f"an encoded chunk has at most {MAX_ENCODED_LAYERS} layers (its index fits in 2 KB of metadata); this engine has {layers}")
             self.codec_dtype = CODEC_DTYPES[self.dtype]
+            SliceShape.of(self.layer_bytes, self.chunk_tokens, self.codec_dtype)
         self.mode = settings["mode"] or "auto"
         self.extra_descriptor: Dict[str, Any] = {}
         if settings["tenant"]:

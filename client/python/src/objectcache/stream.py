@@ -114,8 +114,8 @@ class SegmentDecoder:
 
     def frame(self, source: Readable, length: int, count: int, what: str, crc: int) -> Tuple[memoryview, List[int]]:
         """Reads a segmented payload of ``count`` segments whole and checks it: its segments and their lengths."""
-        if length < 4 * count:
-            raise _protocol(f"{what} is shorter than its segment table")
+        if length < 4 * count or length > count * (4 + self.max_segment):
+            raise _protocol(f"{what} has {length} bytes, which {count} segments cannot")
         if len(self._scratch) < length:
             self._scratch = bytearray(length)
         payload = memoryview(self._scratch)[:length]
