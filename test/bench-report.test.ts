@@ -122,3 +122,23 @@ describe('bench/data/table-a8.json', () => {
     for (const r of table.rows) expect(r.msPerLayer).toBeCloseTo(r.totalMs / 32, 1);
   });
 });
+
+describe('the compressed-KV TTFT report', () => {
+  it('puts the break-even link rate where decoding costs what the smaller transfer saves', async () => {
+    const { breakEvenBytesPerSec } = await import('../bench/ttft-codecs-report.js');
+    // Half the bytes, 1 CPU-s per GiB: saving 0.5 byte-times of the wire per byte pays until 0.5 GiB/s.
+    expect(breakEvenBytesPerSec(2, 1)).toBeCloseTo(0.5 * 1024 ** 3, 0);
+    expect(breakEvenBytesPerSec(1, 1)).toBe(0);
+  });
+
+  it('renders the committed run as tables and two well-formed figures', async () => {
+    const { figures, markdown } = await import('../bench/ttft-codecs-report.js');
+    const report = JSON.parse(readFileSync(new URL('../bench/results/ttft-codecs-latest.json', import.meta.url), 'utf8')) as Parameters<typeof markdown>[0];
+    const text = markdown(report);
+    expect(text).toContain('| `int8-kivi` |');
+    expect(text.split('\n').filter((l) => l.includes(' MB/s |')).length).toBe(report.real.rows.filter((r) => r.capMBps > 0).length);
+    const { real, a8 } = figures(report);
+    for (const svg of [real, a8]) expect(XMLValidator.validate(svg)).toBe(true);
+    expect(real.match(/<polyline/g)?.length).toBe(4);
+  });
+});

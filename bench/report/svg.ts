@@ -29,6 +29,26 @@ export function niceStep(range: number): number {
   return (unit <= 1 ? 1 : unit <= 2 ? 2 : unit <= 5 ? 5 : 10) * power;
 }
 
+/** A chart's opening lines: the svg element, a white ground and the title. */
+export function svgHead(width: number, height: number, title: string): string[] {
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="${width / 2}" y="20" text-anchor="middle" font-size="14">${escapeXml(title)}</text>`,
+  ];
+}
+
+/** Horizontal grid lines with their values from yMin to yMax (the zero line darker), and the y label. */
+export function yGrid(a: { left: number; right: number; top: number; plotH: number; yMin: number; yMax: number; step: number; y: (v: number) => number; label: string }): string[] {
+  const out: string[] = [];
+  for (let v = a.yMin; v <= a.yMax + a.step / 2; v += a.step) {
+    out.push(`<line x1="${a.left}" x2="${a.right}" y1="${a.y(v)}" y2="${a.y(v)}" stroke="${Math.abs(v) < a.step / 1e6 ? '#333' : '#ddd'}"/>`);
+    out.push(`<text x="${a.left - 6}" y="${a.y(v) + 4}" text-anchor="end">${Math.round(v * 1000) / 1000}</text>`);
+  }
+  out.push(`<text transform="translate(16 ${a.top + a.plotH / 2}) rotate(-90)" text-anchor="middle">${escapeXml(a.label)}</text>`);
+  return out;
+}
+
 export function groupedBarSvg(chart: BarChart): string {
   const width = Math.max(640, 160 + chart.groups.length * (chart.series.length * 14 + 26));
   const height = 380;
@@ -46,15 +66,8 @@ export function groupedBarSvg(chart: BarChart): string {
   const y = (v: number): number => top + ((yMax - v) / (yMax - yMin)) * plotH;
   const groupW = (width - left - right) / chart.groups.length;
   const barW = Math.min(14, (groupW - 10) / chart.series.length);
-  const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`);
-  out.push(`<rect width="100%" height="100%" fill="white"/>`);
-  out.push(`<text x="${width / 2}" y="20" text-anchor="middle" font-size="14">${escapeXml(chart.title)}</text>`);
-  for (let v = yMin; v <= yMax + step / 2; v += step) {
-    out.push(`<line x1="${left}" x2="${width - right}" y1="${y(v)}" y2="${y(v)}" stroke="${v === 0 ? '#333' : '#ddd'}"/>`);
-    out.push(`<text x="${left - 6}" y="${y(v) + 4}" text-anchor="end">${Math.round(v * 100) / 100}</text>`);
-  }
-  out.push(`<text transform="translate(16 ${top + plotH / 2}) rotate(-90)" text-anchor="middle">${escapeXml(chart.yLabel)}</text>`);
+  const out = svgHead(width, height, chart.title);
+  out.push(...yGrid({ left, right: width - right, top, plotH, yMin, yMax, step, y, label: chart.yLabel }));
   chart.groups.forEach((group, g) => {
     const x0 = left + g * groupW + (groupW - barW * chart.series.length) / 2;
     chart.series.forEach((series, s) => {

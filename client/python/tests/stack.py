@@ -16,7 +16,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[3]
 CLIENT_KEY, CLIENT_SECRET = "py-client", "py-client-secret"
@@ -92,27 +92,33 @@ def start_stack(gateway_args: Sequence[str] = (), backend: str = "s3", launcher:
     else:
         raise ValueError(f"backend is s3 or local, not {backend!r}")
     try:
-        gateway_env = dict(os.environ, OBJECTCACHE_ACCESS_KEY=CLIENT_KEY, OBJECTCACHE_SECRET_KEY=CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY=MINIO_KEY, OBJECTCACHE_BACKEND_SECRET_KEY=MINIO_SECRET)
-        gateway = subprocess.Popen([*launcher, "node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", *store_args, *gateway_args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        gateway, stack.gateway_url, stack.admin_url = start_gateway([*store_args, *gateway_args], launcher, stack.log)
         stack.processes.append(gateway)
-        assert gateway.stdout is not None
-        for line in gateway.stdout:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            stack.log.append(record)
-            if record.get("msg") == "gateway listening":
-                stack.gateway_url, stack.admin_url = record["url"], record["admin"]
-                break
-        else:
-            raise RuntimeError(f"the gateway exited: {stack.log}")
-        # Keep draining its log so the pipe never fills (the lines are not kept).
-        threading.Thread(target=lambda: [None for _ in gateway.stdout], daemon=True).start()  # type: ignore[union-attr]
     except BaseException:
         stack.stop()
         raise
     return stack
+
+
+def start_gateway(args: Sequence[str], launcher: Sequence[str] = (), log: Optional[List[dict]] = None) -> Tuple[subprocess.Popen, str, str]:
+    """A gateway process (``args``: its store and settings): the process, its URL and its admin
+    URL, once it listens. Its start-up log lines go to ``log``; later lines are drained."""
+    gateway_env = dict(os.environ, OBJECTCACHE_ACCESS_KEY=CLIENT_KEY, OBJECTCACHE_SECRET_KEY=CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY=MINIO_KEY, OBJECTCACHE_BACKEND_SECRET_KEY=MINIO_SECRET)
+    gateway = subprocess.Popen([*launcher, "node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", *args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert gateway.stdout is not None
+    for line in gateway.stdout:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if log is not None:
+            log.append(record)
+        if record.get("msg") == "gateway listening":
+            # Keep draining its log so the pipe never fills (the lines are not kept).
+            threading.Thread(target=lambda: [None for _ in gateway.stdout], daemon=True).start()  # type: ignore[union-attr]
+            return gateway, record["url"], record["admin"]
+    gateway.wait()
+    raise RuntimeError(f"the gateway exited: {log}")
 
 
 def synthetic_chunk(seed: int, chunk: int, size: int) -> bytes:
