@@ -4,4 +4,4 @@ from .errors import ObjectCacheError
 from .keys import chunk_hashes, chunk_keys, layout_fingerprint
 
 __all__ = ["FetchResult", "ObjectCacheClient", "ObjectCacheError", "chunk_hashes", "chunk_keys", "layout_fingerprint"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
