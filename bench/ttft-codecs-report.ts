@@ -91,7 +91,9 @@ export function markdown(report: CodecReport): string {
     });
     const rawOver = row.methods['none']?.overheadS;
     const int8Over = row.methods['int8-kivi']?.overheadS;
-    const cut = rawOver !== undefined && int8Over !== undefined && int8Over > 0.005 && rawOver > 0 ? `${f2(rawOver / int8Over)}x` : '—';
+    // The cut means something only where the raw transfer exceeds the compute; elsewhere all are level.
+    const transferBound = row.capMBps > 0 && raw / (row.capMBps * 1e6) > row.kvInMemoryS;
+    const cut = !transferBound ? 'level' : rawOver !== undefined && int8Over !== undefined && int8Over > 0.005 ? `${f2(rawOver / int8Over)}x` : '—';
     lines.push(`| ${capLabel(row.capMBps)} | ${ratio} | ${f2(row.kvInMemoryS)} | ${cells.join(' | ')} | ${cut} |`);
   }
   lines.push('');
