@@ -118,3 +118,18 @@ def test_codecs_can_be_shared_by_threads() -> None:
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(round_trip, slices * 4))
+
+
+def test_bfloat16_rounding_of_finite_values_is_round_to_nearest_even_at_the_extremes() -> None:
+    import numpy as np
+
+    from objectcache.codecs import SliceShape, _store_values
+
+    shape = SliceShape(2, 4, "bfloat16")
+    f32 = np.finfo(np.float32)
+    values = np.array([0.0, -0.0, 1.0, -1.0, f32.max, -f32.max, f32.tiny, 1e-45, 1.00390625, 1.01171875, 3.14159, -2.71828, 65504.0, 1e38, -1e-38, 0.5], dtype=np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    expected = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # the reference, in 64 bits
+    target = np.zeros(shape.nbytes, dtype=np.uint8)
+    _store_values(values.copy(), shape, target)
+    assert target.view(np.uint16).tolist() == expected.tolist()
