@@ -10,7 +10,7 @@
  *
  * Why metadata and not a header inside the object: the gateway must know every slice's length
  * before it plans a single read (to size buffer blocks and cut ranges), and HEADs answer that
- * (32 chunks at a time) without touching data; the object stays exactly its encoded slices, so
+ * (all chunks at once) without touching data; the object stays exactly its encoded slices, so
  * layer l is one plain range; and a raw range GET of an encoded object carries `oc-codec` in its
  * answer, so a reader that asked for raw bytes is refused at no extra cost. The price is S3's
  * 2 KB of user metadata: the two tables fit for up to MAX_ENCODED_LAYERS layers.

@@ -32,20 +32,18 @@ export interface Frame {
 
 /**
  * The data frames of read task blocks. Raw slices (stream version 1) are all `layerBytes` long;
- * with `segmented` (version 2, a descriptor that names `codecs`) each slice is a segment of its own
- * stored length, and a frame's payload starts with its segment table: one u32 LE length per
- * segment (schemas/wire-format.md section 6).
+ * encoded ones (`slices.encoded`: version 2, a descriptor that names `codecs`) are segments of
+ * their own stored lengths, and a frame's payload starts with its segment table: one u32 LE
+ * length per segment (schemas/wire-format.md section 6).
  */
 export class FrameBuilder {
   readonly #slices: Slices;
-  readonly #segmented: boolean;
   /** crc32cShift of a raw slice: combining N slices' checksums costs N small multiplications. */
   readonly #shift: number;
   readonly #shifts = new Map<number, number>();
 
-  constructor(slices: Slices, segmented: boolean) {
+  constructor(slices: Slices) {
     this.#slices = slices;
-    this.#segmented = segmented;
     this.#shift = crc32cShift(slices.layerBytes);
   }
 
@@ -53,31 +51,18 @@ export class FrameBuilder {
   layerFrames(reads: readonly TaskRead[]): Frame[] {
     const { first, end } = (reads[0] as TaskRead).task;
     const layouts = reads.map(({ task }) => layoutOf(task, 'layer-major', this.#slices));
-    const chunks = layouts.reduce((n, layout) => n + layout.chunks, 0);
     const out: Frame[] = [];
     for (let layer = first; layer < end; layer++) {
       const pieces: Uint8Array[] = [];
+      const lengths: number[] = []; // the segment table's, for encoded slices only
       let crc: number | undefined;
-      let length = 0;
-      let table: Buffer | undefined;
-      if (this.#segmented) {
-        table = Buffer.alloc(chunks * 4);
-        pieces.push(table);
-      }
-      let at = 0;
       reads.forEach(({ region, crcs }, r) => {
         const layout = layouts[r] as TaskLayout;
-        const piece = layout.layerPiece(region, layer);
-        pieces.push(piece);
-        for (let c = 0; c < layout.chunks; c++) table?.writeUInt32LE(layout.sliceBytes(layer, c), 4 * at++);
+        pieces.push(layout.layerPiece(region, layer));
+        if (layout.sizes) for (let c = 0; c < layout.chunks; c++) lengths.push(layout.sliceBytes(layer, c));
         crc = this.#combined(crcs, layout, layout.slice(layer, 0), layout.chunks, crc);
-        length += piece.byteLength;
       });
-      if (table) {
-        crc = crc32cCombine(crc32c(table), crc as number, crc32cShift(length));
-        length += table.byteLength;
-      }
-      out.push({ type: FrameType.LAYER, index: layer, pieces, length, crc32c: crc as number });
+      out.push(this.#frame(FrameType.LAYER, layer, pieces, lengths, crc as number));
     }
     return out;
   }
@@ -88,19 +73,24 @@ export class FrameBuilder {
     for (const { task, region, crcs } of reads) {
       const layout = layoutOf(task, 'chunk-major', this.#slices);
       for (let i = 0; i < layout.chunks; i++) {
-        const payload = layout.chunkPiece(region, i);
-        let crc = this.#combined(crcs, layout, layout.slice(layout.first, i), layout.layers) as number;
-        if (!this.#segmented) {
-          out.push({ type: FrameType.CHUNK, index: task.chunkStart + i, pieces: [payload], length: payload.byteLength, crc32c: crc });
-          continue;
-        }
-        const table = Buffer.alloc(layout.layers * 4);
-        for (let layer = layout.first; layer < layout.end; layer++) table.writeUInt32LE(layout.sliceBytes(layer, i), 4 * (layer - layout.first));
-        crc = crc32cCombine(crc32c(table), crc, crc32cShift(payload.byteLength));
-        out.push({ type: FrameType.CHUNK, index: task.chunkStart + i, pieces: [table, payload], length: table.byteLength + payload.byteLength, crc32c: crc });
+        const lengths: number[] = []; // the segment table's, for encoded slices only
+        if (layout.sizes) for (let layer = layout.first; layer < layout.end; layer++) lengths.push(layout.sliceBytes(layer, i));
+        out.push(this.#frame(FrameType.CHUNK, task.chunkStart + i, [layout.chunkPiece(region, i)], lengths, this.#combined(crcs, layout, layout.slice(layout.first, i), layout.layers) as number));
       }
     }
     return out;
+  }
+
+  /**
+   * A data frame of `pieces` (slices of `lengths`, whose CRC32C together is `crc`); encoded, its
+   * segment table goes first and its CRC in front of theirs.
+   */
+  #frame(type: FrameType, index: number, pieces: Uint8Array[], lengths: readonly number[], crc: number): Frame {
+    const length = pieces.reduce((n, piece) => n + piece.byteLength, 0);
+    if (!this.#slices.encoded) return { type, index, pieces, length, crc32c: crc };
+    const table = Buffer.alloc(lengths.length * 4);
+    lengths.forEach((n, i) => table.writeUInt32LE(n, 4 * i));
+    return { type, index, pieces: [table, ...pieces], length: table.byteLength + length, crc32c: crc32cCombine(crc32c(table), crc, crc32cShift(length)) };
   }
 
   /** crc32cShift of an encoded slice's length, made once per length (raw-sized slices share #shift). */

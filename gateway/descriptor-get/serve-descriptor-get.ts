@@ -223,7 +223,7 @@ interface SourceInput {
 async function* frames(s: SourceInput): AsyncGenerator<Frame> {
   const { descriptor, readAhead, deps } = s;
   const started = s.ctx.startedAt;
-  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: s.encoded }, s.encoded !== undefined);
+  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: s.encoded });
   let payloadBytes = 0;
   let firstFrameMs = 0;
   try {

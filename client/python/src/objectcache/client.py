@@ -427,8 +427,7 @@ class ObjectCacheClient:
         layer_bytes = int(descriptor["layerBytes"])
         if name == "none":
             return SegmentDecoder(None, None, layer_bytes)
-        if dtype is None:
-            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"decoding {name} needs the KV dtype: fetch(..., dtype=...)")
+        assert dtype is not None  # _stream refused a descriptor naming a codec without it, before the request
         from .codecs import SliceShape, codec  # the codecs extra
 
         return SegmentDecoder(codec(name), SliceShape.of(layer_bytes, int(descriptor["chunkTokens"]), dtype), layer_bytes)
