@@ -11,6 +11,7 @@ import { S3Backend, type BackendStats } from '../backends/s3-backend.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { WorkerBackend } from '../read-worker/protocol.js';
 import type { GatewayConfig } from './config.js';
+import type { Logger } from './logger.js';
 import type { RequestContext } from './context.js';
 import { serveEmbedded } from './embedded/router.js';
 import { servePassthrough, type RetryObserver } from './passthrough.js';
@@ -116,7 +117,16 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, on
   };
 }
 
-/** Opens the configured backend; `onRetry` counts passthrough requests repeated after a retryable failure. */
-export async function openBackend(config: GatewayConfig['backend'], onRetry?: RetryObserver): Promise<Backend> {
-  return config.kind === 'local' ? embeddedBackend(await LocalStore.open(config.dataDir)) : s3Backend(config, onRetry);
+/**
+ * Opens the configured backend; `onRetry` counts passthrough requests repeated after a retryable
+ * failure. `logger` gets a warning for each file the embedded store found unreadable at start-up
+ * and moved aside (it serves the rest): an operator must learn that objects went missing.
+ */
+export async function openBackend(config: GatewayConfig['backend'], onRetry?: RetryObserver, logger?: Pick<Logger, 'warn'>): Promise<Backend> {
+  if (config.kind !== 'local') return s3Backend(config, onRetry);
+  const store = await LocalStore.open(config.dataDir);
+  for (const { path, movedTo, reason } of store.damaged) {
+    logger?.warn({ file: path, movedTo, reason }, 'embedded store: moved an unreadable file aside; its object or part is no longer served');
+  }
+  return embeddedBackend(store);
 }

@@ -40,10 +40,12 @@ export const ERRORS = {
   OC_ERR_AUTH_NOT_YET_VALID: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL is dated in the future.' },
   OC_ERR_AUTH_EXPIRES_RANGE: { status: 400, s3Code: 'AuthorizationQueryParametersError', description: 'X-Amz-Expires is not a number, is negative, or is over 604800 seconds (0 is an expired URL: OC_ERR_AUTH_EXPIRED).' },
   OC_ERR_AUTH_SCOPE: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The credential scope names the wrong date, region or service.' },
-  OC_ERR_AUTH_HEADERS_NOT_SIGNED: { status: 403, s3Code: 'AccessDenied', description: 'A presigned request carries x-amz-* headers (or, for Signature Version 2, x-amz-* query parameters) that its signature does not cover.' },
+  OC_ERR_AUTH_HEADERS_NOT_SIGNED: { status: 403, s3Code: 'AccessDenied', description: 'The request carries x-amz-* headers (or, for Signature Version 2 presigned URLs, x-amz-* query parameters) that its signature does not cover (AWS S3: "There were headers present in the request which were not signed").' },
   OC_ERR_ACCESS_DENIED: { status: 403, s3Code: 'AccessDenied', description: "The key's access policy does not allow this (an explicit Deny, or no Allow; the message names the action and resource). A descriptor, lookup or DeleteObjects naming any such key is refused as a whole, before anything is read or deleted." },
   OC_ERR_ACCESS_TENANT: { status: 403, s3Code: 'AccessDenied', description: "The descriptor's tenant is neither the key's own nor one its policy grants (objectcache:ActAsTenant)." },
   OC_ERR_AUTH_FORBIDDEN_HEADER: { status: 403, s3Code: 'AccessDenied', description: 'The request carries a header reserved for the object store (X-Minio-Internal-*).' },
+  OC_ERR_ACCESS_RESERVED: { status: 403, s3Code: 'AccessDenied', description: "The request names one of the object store's reserved namespaces (--reserved-buckets: MinIO's admin, health, metrics and KMS APIs under /minio/, Ceph RGW's /admin/ and Swift paths) or an API that is not S3 (MinIO's STS); only the administrator key may send it." },
+  OC_ERR_KEY_CONCURRENCY: { status: 503, s3Code: 'SlowDown', retryable: true, description: 'The access key already has its limit of requests in flight (--max-requests-per-key); retry after the Retry-After delay. Other keys are served meanwhile.' },
 
   // --- request shape ---
   OC_ERR_REQUEST_CONTENT_SHA256: { status: 400, s3Code: 'XAmzContentSHA256Mismatch', description: 'The body does not match x-amz-content-sha256.' },
@@ -64,6 +66,8 @@ export const ERRORS = {
   OC_ERR_REQUEST_NOT_IMPLEMENTED: { status: 501, s3Code: 'NotImplemented', description: 'The S3 operation is not implemented by the embedded store.' },
   OC_ERR_REQUEST_METHOD_NOT_ALLOWED: { status: 405, s3Code: 'MethodNotAllowed', description: 'The HTTP method is not allowed on this resource.' },
   OC_ERR_REQUEST_HEADER_TOO_LARGE: { status: 400, s3Code: 'RequestHeaderSectionTooLarge', description: 'The request headers exceed the configured limit.' },
+  OC_ERR_REQUEST_TIMEOUT: { status: 400, s3Code: 'RequestTimeout', description: 'The client sent its request too slowly: no body byte for --body-idle-timeout-ms, or the whole request not within --request-timeout-ms. The connection is closed.' },
+  OC_ERR_REQUEST_METADATA_TOO_LARGE: { status: 400, s3Code: 'MetadataTooLarge', description: 'The user metadata (x-amz-meta-*) exceeds 2 KB, or the stored headers and metadata together exceed what an object may carry.' },
 
   // --- store semantics (both backends) ---
   OC_ERR_STORE_NO_SUCH_BUCKET: { status: 404, s3Code: 'NoSuchBucket', description: 'The bucket does not exist.' },

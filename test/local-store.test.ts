@@ -86,6 +86,42 @@ describe('LocalStore', () => {
     await store.close();
   });
 
+  it('lets exactly one of concurrent conditional writers commit; the losers fail 412 and leave no staged file', async () => {
+    const dataDir = tempDir();
+    const store = await LocalStore.open(dataDir);
+    await store.createBucket('kv');
+    const absent = (current: unknown): boolean => current === undefined;
+    const results = await Promise.allSettled(Array.from({ length: 8 }, (_, i) => store.putObject('kv', 'key', Readable.from([Buffer.from(`writer ${i}`)]), { ...attrs, precondition: absent })));
+    const winners = results.flatMap((r, i) => (r.status === 'fulfilled' ? [i] : []));
+    expect(winners).toHaveLength(1);
+    for (const r of results) if (r.status === 'rejected') expect(r.reason).toMatchObject({ code: 'OC_ERR_STORE_PRECONDITION_FAILED' });
+    expect(await read(store, 'kv', 'key')).toBe(`writer ${winners[0]}`);
+    expect(readdirSync(join(dataDir, '.tmp'))).toEqual([]);
+    await store.close();
+  });
+
+  it('keeps the upload of a CompleteMultipartUpload that lost a concurrent condition, so it can be retried', async () => {
+    const dataDir = tempDir();
+    const store = await LocalStore.open(dataDir);
+    await store.createBucket('kv');
+    const uploads = await Promise.all(
+      Array.from({ length: 8 }, async (_, i) => {
+        const uploadId = await store.createUpload('kv', 'key', attrs);
+        const part = await store.putPart('kv', 'key', uploadId, 1, Readable.from([Buffer.from(`upload ${i}`)]));
+        return { uploadId, etag: part.etag };
+      }),
+    );
+    const absent = (current: unknown): boolean => current === undefined;
+    const results = await Promise.allSettled(uploads.map(({ uploadId, etag }) => store.completeUpload('kv', 'key', uploadId, [{ partNumber: 1, etag }], absent)));
+    const winners = results.flatMap((r, i) => (r.status === 'fulfilled' ? [i] : []));
+    expect(winners).toHaveLength(1);
+    expect(await read(store, 'kv', 'key')).toBe(`upload ${winners[0]}`);
+    const losers = uploads.filter((_, i) => i !== winners[0]).map((u) => u.uploadId);
+    expect(store.listUploads('kv', '').map((u) => u.uploadId).sort()).toEqual(losers.sort());
+    expect(readdirSync(join(dataDir, '.tmp'))).toEqual([]);
+    await store.close();
+  });
+
   it('refuses a data directory another live process holds', async () => {
     const dataDir = tempDir();
     const store = await LocalStore.open(dataDir);

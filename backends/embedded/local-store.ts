@@ -8,6 +8,8 @@
  *   buckets/<bucket>/bucket.json           creation time
  *   buckets/<bucket>/objects/<hh>/<sha256> one object file (see object-file.ts)
  *   buckets/<bucket>/uploads/<id>/         upload.json and part-<n> files of a multipart upload
+ *   damaged/<start-up time>/buckets/...    files found unreadable at a start-up, moved aside under
+ *                                          the path they had (see `#moveAside`)
  *
  * File names come from validated bucket names, SHA-256 of keys, and upload ids the store made
  * itself, so no key (`..`, absolute paths, NUL, encoded separators) can name a path outside the
@@ -16,12 +18,12 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
-import { mkdir, open, readdir, readFile, rm, writeFile, type FileHandle } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { mkdir, open, readdir, readFile, rename, rm, writeFile, type FileHandle } from 'node:fs/promises';
+import { dirname, join, relative, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { KeyIndex, type ListOptions, type ListPage } from './key-index.js';
-import { commitStagedSync, discardStaged, objectRelativePath, parentOf, readFooter, stageFile, syncDirectory, type ObjectMeta, type StagedFile } from './object-file.js';
+import { commitStagedSync, discardStaged, encodeFooter, objectRelativePath, parentOf, readFooter, stageFile, syncDirectory, type ObjectMeta, type StagedFile } from './object-file.js';
 
 export { objectRelativePath } from './object-file.js';
 
@@ -49,6 +51,16 @@ export interface PutOptions extends ObjectAttributes {
 }
 
 export type WritePrecondition = (current: ObjectMeta | undefined) => boolean;
+
+/** A file found unreadable when the store opened, and moved out of the way. */
+export interface DamagedFile {
+  /** Where it was (absolute). */
+  readonly path: string;
+  /** Where it is now, under `<dataDir>/damaged/` (absolute). */
+  readonly movedTo: string;
+  /** Why it could not be read. */
+  readonly reason: string;
+}
 
 export interface OpenObject {
   readonly meta: ObjectMeta;
@@ -97,6 +109,26 @@ function noSuchUpload(uploadId: string): ObjectCacheError {
   return new ObjectCacheError('OC_ERR_STORE_NO_SUCH_UPLOAD', 'The specified multipart upload does not exist.', { details: { UploadId: uploadId } });
 }
 
+/**
+ * Fails (OC_ERR_REQUEST_METADATA_TOO_LARGE) before a body is read when `attributes` would make a
+ * footer over the store's limit (object-file.ts encodeFooter, which checks again at the write),
+ * counting the largest size, ETag, checksum and, for a multipart upload, part list it could get.
+ */
+function assertFooterFits(key: string, attributes: ObjectAttributes, multipart: boolean): void {
+  const largest = Number.MAX_SAFE_INTEGER;
+  encodeFooter({
+    key,
+    size: largest,
+    etag: `${'0'.repeat(32)}-${MAX_PART_NUMBER}`,
+    lastModified: largest,
+    contentType: attributes.contentType,
+    headers: attributes.headers,
+    userMeta: attributes.userMeta,
+    checksum: { algorithm: 'sha256', value: '0'.repeat(44) },
+    ...(multipart ? { parts: new Array<number>(MAX_PART_NUMBER).fill(largest) } : {}),
+  });
+}
+
 function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -110,11 +142,20 @@ export class LocalStore {
   readonly dataDir: string;
   readonly #buckets = new Map<string, BucketState>();
   readonly #tempDir: string;
+  readonly #damaged: DamagedFile[] = [];
   #closed = false;
 
   private constructor(dataDir: string) {
     this.dataDir = dataDir;
     this.#tempDir = join(dataDir, '.tmp');
+  }
+
+  /**
+   * Files found unreadable when the store opened and moved aside: the store serves everything
+   * else, and the caller reports these (gateway/backend.ts logs each one).
+   */
+  get damaged(): readonly DamagedFile[] {
+    return this.#damaged;
   }
 
   /** Opens (creating if needed) the data directory, takes its lock and rebuilds the index. */
@@ -164,26 +205,32 @@ export class LocalStore {
 
   async #load(): Promise<void> {
     const root = join(this.dataDir, 'buckets');
+    // One folder per start-up, so files moved aside by different start-ups never collide.
+    const damagedRoot = join(this.dataDir, 'damaged', new Date().toISOString().replaceAll(':', '-'));
     for (const name of await readdir(root)) {
       let created = Date.now();
+      const bucketFile = join(root, name, 'bucket.json');
       try {
-        created = (JSON.parse(await readFile(join(root, name, 'bucket.json'), 'utf8')) as { created: number }).created;
+        created = (JSON.parse(await readFile(bucketFile, 'utf8')) as { created: number }).created;
       } catch (error) {
-        if (!isNotFound(error)) throw error;
-        continue; // A bucket directory whose creation never committed.
+        if (isNotFound(error)) continue; // A bucket directory whose creation never committed.
+        throw new ObjectCacheError('OC_ERR_STORE_IO', `Cannot read ${bucketFile}: ${(error as Error).message}`, { cause: error });
       }
       const state: BucketState = { name, created, index: new KeyIndex(), uploads: new Map() };
       this.#buckets.set(name, state);
       const objects = join(root, name, 'objects');
       for (const shard of await readdir(objects).catch(() => [] as string[])) {
-        for (const file of await readdir(join(objects, shard))) {
-          const fh = await open(join(objects, shard, file), 'r');
-          try {
-            const meta = await readFooter(fh);
-            state.index.set(meta.key, meta);
-          } finally {
-            await fh.close();
+        for (const file of await this.#entries(join(objects, shard), damagedRoot, 'an object shard directory')) {
+          const path = join(objects, shard, file);
+          const meta = await this.#readFooterOrMoveAside(path, damagedRoot);
+          if (meta === undefined) continue;
+          // A footer naming a key whose file is elsewhere (a copied or renamed file) would be
+          // listed under one key and read from another's file.
+          if (path !== this.#path(name, meta.key)) {
+            await this.#moveAside(path, damagedRoot, 'its footer names a key that is stored under another file name');
+            continue;
           }
+          state.index.set(meta.key, meta);
         }
       }
       const uploads = join(root, name, 'uploads');
@@ -201,18 +248,74 @@ export class LocalStore {
         for (const file of await readdir(dir)) {
           const m = /^part-(\d+)$/.exec(file);
           if (!m) continue;
-          const fh = await open(join(dir, file), 'r');
-          try {
-            const meta = await readFooter(fh);
-            const partNumber = Number(m[1]);
-            parts.set(partNumber, { partNumber, size: meta.size, etag: meta.etag, lastModified: meta.lastModified });
-          } finally {
-            await fh.close();
-          }
+          // A damaged part is moved aside: the upload stays, and the client uploads that part again.
+          const meta = await this.#readFooterOrMoveAside(join(dir, file), damagedRoot);
+          if (meta === undefined) continue;
+          const partNumber = Number(m[1]);
+          parts.set(partNumber, { partNumber, size: meta.size, etag: meta.etag, lastModified: meta.lastModified });
         }
         state.uploads.set(uploadId, { ...info, parts });
       }
     }
+  }
+
+  /** The names in `dir`; when `dir` is not a directory, it is moved aside and there are none. */
+  async #entries(dir: string, damagedRoot: string, what: string): Promise<string[]> {
+    try {
+      return await readdir(dir);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOTDIR') throw new ObjectCacheError('OC_ERR_STORE_IO', `Cannot list ${dir}: ${(error as Error).message}`, { cause: error });
+      await this.#moveAside(dir, damagedRoot, `it is not ${what}`);
+      return [];
+    }
+  }
+
+  /**
+   * The footer of the object or part file at `path`, or undefined when the file is damaged (not a
+   * whole object file: see readFooter), in which case it has been moved aside. Failures of the file
+   * system itself (permissions, I/O errors) still stop the start-up, naming the file: moving
+   * files aside would hide a problem of the disk, not of one file.
+   */
+  async #readFooterOrMoveAside(path: string, damagedRoot: string): Promise<ObjectMeta | undefined> {
+    let fh: FileHandle;
+    try {
+      fh = await open(path, 'r');
+    } catch (error) {
+      throw new ObjectCacheError('OC_ERR_STORE_IO', `Cannot open ${path}: ${(error as Error).message}`, { cause: error });
+    }
+    let problem: string;
+    try {
+      return await readFooter(fh);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'EISDIR') {
+        problem = 'it is a directory, not an object file';
+      } else if (error instanceof ObjectCacheError && error.code === 'OC_ERR_STORE_IO') {
+        problem = error.message;
+      } else {
+        throw new ObjectCacheError('OC_ERR_STORE_IO', `Cannot read ${path}: ${(error as Error).message}`, { cause: error });
+      }
+    } finally {
+      await fh.close();
+    }
+    await this.#moveAside(path, damagedRoot, problem);
+    return undefined;
+  }
+
+  /**
+   * Moves a damaged file (or entry) to `<dataDir>/damaged/<start-up time>/<its path under the data
+   * directory>`: kept for inspection or recovery (moving it back restores it), out of the store's
+   * way, and recorded in {@link damaged}.
+   */
+  async #moveAside(path: string, damagedRoot: string, reason: string): Promise<void> {
+    const movedTo = join(damagedRoot, relative(this.dataDir, path));
+    try {
+      await mkdir(dirname(movedTo), { recursive: true });
+      await rename(path, movedTo);
+    } catch (error) {
+      throw new ObjectCacheError('OC_ERR_STORE_IO', `Cannot move the damaged file ${path} (${reason}) aside to ${movedTo}: ${(error as Error).message}`, { cause: error });
+    }
+    this.#damaged.push({ path, movedTo, reason });
   }
 
   #bucket(name: string): BucketState {
@@ -270,6 +373,7 @@ export class LocalStore {
   /** Streams `body` into a new object; resolves after the object is durable and visible. */
   async putObject(bucket: string, key: string, body: Readable, options: PutOptions): Promise<ObjectMeta> {
     if (options.precondition && !options.precondition(this.#bucket(bucket).index.get(key))) throw this.#preconditionFailed();
+    assertFooterFits(key, options, false);
     let meta: ObjectMeta | undefined;
     const staged = await stageFile(this.#tempDir, body, ({ size, md5Hex }) => {
       const checksum = options.checksum?.();
@@ -292,20 +396,21 @@ export class LocalStore {
     return new ObjectCacheError('OC_ERR_STORE_PRECONDITION_FAILED', 'At least one of the pre-conditions you specified did not hold');
   }
 
-  async #commitObject(bucket: string, key: string, staged: StagedFile, meta: ObjectMeta, precondition: WritePrecondition | undefined): Promise<ObjectMeta> {
-    const state = this.#buckets.get(bucket);
-    if (!state) {
-      await discardStaged(staged);
-      throw noSuchBucket(bucket);
-    }
-    if (precondition && !precondition(state.index.get(key))) {
-      await discardStaged(staged);
-      throw this.#preconditionFailed();
-    }
+  /**
+   * Makes `staged` the object `key` holds. Only the directory is made before the commit: from the
+   * precondition's check to the rename and the index update nothing awaits, so the check sees the
+   * object the commit replaces and, of concurrent conditional writers, exactly one can pass
+   * (If-None-Match: * or If-Match on one ETag). `claim` runs in the same tick, just before the
+   * rename, and may refuse the commit by throwing. On any failure the staged file is removed.
+   */
+  async #commitObject(bucket: string, key: string, staged: StagedFile, meta: ObjectMeta, precondition: WritePrecondition | undefined, claim?: () => void): Promise<ObjectMeta> {
     const finalPath = this.#path(bucket, key);
     try {
       await mkdir(parentOf(finalPath), { recursive: true });
-      if (!this.#buckets.has(bucket)) throw noSuchBucket(bucket);
+      const state = this.#buckets.get(bucket);
+      if (!state) throw noSuchBucket(bucket);
+      if (precondition && !precondition(state.index.get(key))) throw this.#preconditionFailed();
+      claim?.();
       commitStagedSync(staged, finalPath);
       state.index.set(key, meta);
     } catch (error) {
@@ -327,7 +432,7 @@ export class LocalStore {
       throw new ObjectCacheError('OC_ERR_STORE_IO', 'Cannot open the object file', { cause: error });
     }
     try {
-      const meta = await readFooter(handle);
+      const meta = await readFooter(handle, objectRelativePath(bucket, key));
       if (meta.key !== key) throw new ObjectCacheError('OC_ERR_STORE_IO', 'The object file belongs to another key');
       return { meta, handle };
     } catch (error) {
@@ -362,6 +467,7 @@ export class LocalStore {
 
   async createUpload(bucket: string, key: string, attributes: ObjectAttributes): Promise<string> {
     const state = this.#bucket(bucket);
+    assertFooterFits(key, attributes, true);
     const uploadId = randomBytes(16).toString('hex');
     const dir = this.#uploadDir(bucket, uploadId);
     await mkdir(dir, { recursive: true });
@@ -457,18 +563,13 @@ export class LocalStore {
       meta = { key, size, etag, lastModified: Date.now(), ...info.attributes, parts: chosen.map((part) => part.size) };
       return meta;
     });
-    // The upload may have been aborted or completed concurrently while the parts were copied.
-    if (this.#buckets.get(bucket)?.uploads.get(uploadId) !== info) {
-      await discardStaged(staged);
-      throw noSuchUpload(uploadId);
-    }
-    if (precondition && !precondition(this.#bucket(bucket).index.get(key))) {
-      await discardStaged(staged);
-      throw this.#preconditionFailed();
-    }
-    info.parts.clear();
-    this.#bucket(bucket).uploads.delete(uploadId);
-    const committed = await this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, precondition);
+    // Checked and taken in the commit's tick: the upload may have been aborted or completed
+    // concurrently while the parts were copied, and a failed condition must leave it in place.
+    const committed = await this.#commitObject(bucket, key, staged, meta as unknown as ObjectMeta, precondition, () => {
+      if (this.#buckets.get(bucket)?.uploads.get(uploadId) !== info) throw noSuchUpload(uploadId);
+      info.parts.clear();
+      this.#bucket(bucket).uploads.delete(uploadId);
+    });
     await rm(dir, { recursive: true, force: true });
     return committed;
   }

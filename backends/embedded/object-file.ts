@@ -20,7 +20,12 @@ export function objectRelativePath(bucket: string, key: string): string {
   return join('buckets', bucket, 'objects', digest.slice(0, 2), digest);
 }
 const TRAILER_BYTES = 8;
-const MAX_FOOTER_BYTES = 1024 * 1024;
+/**
+ * The largest footer read or written. The gateway keeps metadata far below it (gateway/s3/metadata.ts);
+ * this bound only stops a corrupt length from allocating gigabytes, and a write that would make
+ * a file no reader accepts.
+ */
+export const MAX_FOOTER_BYTES = 1024 * 1024;
 
 export interface ObjectMeta {
   readonly key: string;
@@ -42,24 +47,52 @@ function ioError(message: string, cause: unknown): ObjectCacheError {
   return new ObjectCacheError('OC_ERR_STORE_IO', message, { cause });
 }
 
-/** Reads the footer of an open object file. */
-export async function readFooter(fh: FileHandle): Promise<ObjectMeta> {
+/** True for a footer with every field the store reads (a JSON document of another shape is corrupt). */
+function isObjectMeta(value: unknown): value is ObjectMeta {
+  if (typeof value !== 'object' || value === null) return false;
+  const meta = value as Partial<ObjectMeta>;
+  const isRecord = (field: unknown): boolean => typeof field === 'object' && field !== null;
+  return typeof meta.key === 'string' && Number.isSafeInteger(meta.size) && (meta.size as number) >= 0 && typeof meta.etag === 'string'
+    && typeof meta.lastModified === 'number' && typeof meta.contentType === 'string' && isRecord(meta.headers) && isRecord(meta.userMeta);
+}
+
+/**
+ * Reads the footer of an open object file. A file that is not a whole object file (truncated, no
+ * footer, a corrupt length, JSON that does not parse or lacks fields, a size that disagrees) is
+ * OC_ERR_STORE_IO, named by `file` when given; errors of the file system itself pass through.
+ */
+export async function readFooter(fh: FileHandle, file?: string): Promise<ObjectMeta> {
+  const damaged = (problem: string, cause?: unknown): ObjectCacheError => ioError(file === undefined ? `object file ${problem}` : `object file ${file} ${problem}`, cause);
   const { size: fileSize } = await fh.stat();
-  if (fileSize < TRAILER_BYTES) throw ioError('object file is truncated', undefined);
+  if (fileSize < TRAILER_BYTES) throw damaged('is truncated');
   const trailer = Buffer.alloc(TRAILER_BYTES);
   await fh.read(trailer, 0, TRAILER_BYTES, fileSize - TRAILER_BYTES);
-  if (!trailer.subarray(4).equals(MAGIC)) throw ioError('object file has no footer', undefined);
+  if (!trailer.subarray(4).equals(MAGIC)) throw damaged('has no footer');
   const footerBytes = trailer.readUInt32BE(0);
-  if (footerBytes > MAX_FOOTER_BYTES || footerBytes + TRAILER_BYTES > fileSize) throw ioError('object file footer is corrupt', undefined);
+  if (footerBytes > MAX_FOOTER_BYTES || footerBytes + TRAILER_BYTES > fileSize) throw damaged('footer is corrupt');
   const footer = Buffer.alloc(footerBytes);
   await fh.read(footer, 0, footerBytes, fileSize - TRAILER_BYTES - footerBytes);
-  const meta = JSON.parse(footer.toString('utf8')) as ObjectMeta;
-  if (meta.size !== fileSize - TRAILER_BYTES - footerBytes) throw ioError('object file size does not match its footer', undefined);
+  let meta: unknown;
+  try {
+    meta = JSON.parse(footer.toString('utf8'));
+  } catch (error) {
+    throw damaged('footer is not valid JSON', error);
+  }
+  if (!isObjectMeta(meta)) throw damaged('footer lacks the fields of an object');
+  if (meta.size !== fileSize - TRAILER_BYTES - footerBytes) throw damaged('size does not match its footer');
   return meta;
 }
 
+/**
+ * The footer bytes of `meta`. Refuses one over {@link MAX_FOOTER_BYTES}, which readFooter would
+ * reject: the write fails (OC_ERR_REQUEST_METADATA_TOO_LARGE) instead of committing an object no
+ * one can read and that would stop the store from opening.
+ */
 export function encodeFooter(meta: ObjectMeta): Buffer {
   const json = Buffer.from(JSON.stringify(meta), 'utf8');
+  if (json.length > MAX_FOOTER_BYTES) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_METADATA_TOO_LARGE', `The object's metadata and headers take ${json.length} bytes stored, over the embedded store's limit of ${MAX_FOOTER_BYTES}`);
+  }
   const trailer = Buffer.alloc(TRAILER_BYTES);
   trailer.writeUInt32BE(json.length, 0);
   MAGIC.copy(trailer, 4);

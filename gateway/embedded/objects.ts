@@ -11,6 +11,7 @@ import type { FileHandle } from 'node:fs/promises';
 import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecondition } from '../../backends/embedded/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
+import { checkStoredMetadata } from '../s3/metadata.js';
 import { parseRange } from '../s3/range.js';
 import { parseCopySource, queryValue } from '../s3/request.js';
 import { sendEmpty, sendXml } from '../s3/respond.js';
@@ -28,7 +29,11 @@ const OVERRIDES: Record<string, string> = {
   'response-content-encoding': 'content-encoding',
 };
 
-/** Representation headers and user metadata of an upload (PUT or CreateMultipartUpload). */
+/**
+ * Representation headers and user metadata of an upload (PUT, CreateMultipartUpload, CopyObject
+ * with REPLACE), checked against S3's metadata limits (gateway/s3/metadata.ts) before any body
+ * byte is read: 400 MetadataTooLarge past 2 KB of user metadata, as MinIO answers.
+ */
 export function objectAttributes(req: IncomingMessage): ObjectAttributes {
   const headers: Record<string, string> = {};
   for (const name of STORED_HEADERS) {
@@ -42,7 +47,9 @@ export function objectAttributes(req: IncomingMessage): ObjectAttributes {
   for (const [name, value] of Object.entries(req.headers)) {
     if (name.startsWith('x-amz-meta-') && value !== undefined) userMeta[name.slice('x-amz-meta-'.length)] = Array.isArray(value) ? value.join(',') : value;
   }
-  return { contentType: headerOf(req, 'content-type') ?? 'binary/octet-stream', headers, userMeta };
+  const contentType = headerOf(req, 'content-type') ?? 'binary/octet-stream';
+  checkStoredMetadata({ ...headers, 'content-type': contentType }, userMeta);
+  return { contentType, headers, userMeta };
 }
 
 function quoted(etag: string): string {
@@ -194,9 +201,10 @@ export async function putObject(ctx: RequestContext, store: LocalStore): Promise
   if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) return copyObject(ctx, store);
   if (key === '') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_KEY', 'The object key must not be empty');
   if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+  const attributes = objectAttributes(ctx.req);
   const body = uploadBody(ctx.req, ctx.auth, { maxBytes: ctx.config.maxObjectBytes });
   const meta = await store.putObject(bucket, key, body.stream, {
-    ...objectAttributes(ctx.req),
+    ...attributes,
     precondition: writePrecondition(ctx.req),
     checksum: () => {
       const value = body.checksumValue();
@@ -268,6 +276,7 @@ async function copyObject(ctx: RequestContext, store: LocalStore): Promise<void>
     throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-metadata-directive must be COPY or REPLACE', { details: { ArgumentName: 'x-amz-metadata-directive', ArgumentValue: directive } });
   }
   if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+  const replaced = directive === 'REPLACE' ? objectAttributes(ctx.req) : undefined;
   const source = await openCopySource(ctx, store);
   const { meta, handle } = source;
   let copied: ObjectMeta;
@@ -275,7 +284,7 @@ async function copyObject(ctx: RequestContext, store: LocalStore): Promise<void>
     if (source.bucket === bucket && source.key === key && directive === 'COPY') {
       throw new ObjectCacheError('OC_ERR_REQUEST_COPY_TO_ITSELF', "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.");
     }
-    const attributes: ObjectAttributes = directive === 'REPLACE' ? objectAttributes(ctx.req) : { contentType: meta.contentType, headers: meta.headers, userMeta: meta.userMeta };
+    const attributes: ObjectAttributes = replaced ?? { contentType: meta.contentType, headers: meta.headers, userMeta: meta.userMeta };
     copied = await store.putObject(bucket, key, copyStream(handle, 0, meta.size - 1), { ...attributes, precondition: writePrecondition(ctx.req) });
   } finally {
     await handle.close();
