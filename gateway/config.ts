@@ -57,6 +57,15 @@ export const SERVE_SETTINGS = {
   backendTimeoutMs: { flag: 'backend-timeout-ms', env: 'OBJECTCACHE_BACKEND_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'Time the backend may take to connect, to send headers, and between body bytes.' },
   maxObjectBytes: { flag: 'max-object-bytes', env: 'OBJECTCACHE_MAX_OBJECT_BYTES', kind: 'integer', default: String(5 * 1024 ** 3), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Largest single PUT or part accepted (S3 allows 5 GiB).' },
   maxHeaderBytes: { flag: 'max-header-bytes', env: 'OBJECTCACHE_MAX_HEADER_BYTES', kind: 'integer', default: String(64 * 1024), min: 8 * 1024, max: 1024 * 1024, description: 'Largest request header section accepted.' },
+  reservedBuckets: { flag: 'reserved-buckets', env: 'OBJECTCACHE_RESERVED_BUCKETS', kind: 'string', default: 'minio,admin,swift,auth', description: "Path prefixes (first path segment, comma-separated) that are the object store's own APIs, not buckets: refused for every key but the administrator, on every request shape, before the store is asked. minio: MinIO's admin, health, metrics, KMS and peer APIs (/minio/...); admin, swift, auth: Ceph RGW's admin API and Swift entry points. Empty: none." },
+  maxConnections: { flag: 'max-connections', env: 'OBJECTCACHE_MAX_CONNECTIONS', kind: 'integer', default: '4096', min: 1, max: 1_000_000, description: 'Client connections held open at once; a connection beyond it is closed at once. Keep it below the open-file limit (ulimit -n), which every connection, backend connection and staged upload counts against.' },
+  maxRequestsPerKey: { flag: 'max-requests-per-key', env: 'OBJECTCACHE_MAX_REQUESTS_PER_KEY', kind: 'integer', default: '128', min: 1, max: 1_000_000, description: 'Requests one access key may have in flight at once (from its signature being verified to its response ending); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so one key cannot hold every connection, slot or file of the gateway.' },
+  maxLayerwisePerKey: { flag: 'max-layerwise-per-key', env: 'OBJECTCACHE_MAX_LAYERWISE_PER_KEY', kind: 'integer', default: 'auto', min: 1, max: 100_000, description: 'Layerwise GETs one access key may have admitted at once (auto: three quarters of --max-layerwise-requests, at least 1); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so the rest of the slots stay free for other keys.' },
+  headerTimeoutMs: { flag: 'header-timeout-ms', env: 'OBJECTCACHE_HEADER_TIMEOUT_MS', kind: 'integer', default: '20000', min: 100, max: 3_600_000, description: 'Time a client has to send a request\'s headers once it opened the connection or sent its previous request, and a browser-form upload\'s fields before its file (both are unauthenticated); then the connection is closed (408, or 400 RequestTimeout).' },
+  bodyIdleTimeoutMs: { flag: 'body-idle-timeout-ms', env: 'OBJECTCACHE_BODY_IDLE_TIMEOUT_MS', kind: 'integer', default: '20000', min: 100, max: 3_600_000, description: 'Time a request body may pause between bytes (as S3 does after about 20 s); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed. A response the client stops reading is cut after --client-stall-timeout-ms.' },
+  requestTimeoutMs: { flag: 'request-timeout-ms', env: 'OBJECTCACHE_REQUEST_TIMEOUT_MS', kind: 'integer', default: '3600000', min: 1000, max: 86_400_000, description: 'Time a client has to send a whole request, headers and body (a 5 GiB upload needs at least 1.5 MB/s for the default hour); then 408 and the connection is closed.' },
+  maxFormFieldsBytes: { flag: 'max-form-fields-bytes', env: 'OBJECTCACHE_MAX_FORM_FIELDS_BYTES', kind: 'integer', default: String(64 * 1024), min: 4096, max: 16 * 1024 * 1024, description: 'Bytes of all fields of a browser-form upload together, names and values, before its file: they are read before the form\'s signature can be checked (S3 allows a 20 KB policy and 2 KB of metadata).' },
+  sigV2MaxExpiresSeconds: { flag: 'sigv2-max-expires-seconds', env: 'OBJECTCACHE_SIGV2_MAX_EXPIRES_SECONDS', kind: 'integer', default: '604800', min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Longest lifetime of a Signature Version 2 presigned URL (its Expires less the time of the request), 7 days as SigV4 allows; 0: no limit (a URL that lives for years cannot be taken back short of rotating the key).' },
   workers: { flag: 'workers', env: 'OBJECTCACHE_WORKERS', kind: 'integer', default: 'auto', min: 1, max: 64, description: 'Read worker threads (auto: the number of cores minus one for the main thread, 1 to 4).' },
   workerQueue: { flag: 'worker-queue', env: 'OBJECTCACHE_WORKER_QUEUE', kind: 'integer', default: '256', min: 1, max: 100_000, description: 'Read tasks that may wait for a worker; beyond it layerwise GETs get 503 SlowDown.' },
   readConcurrency: { flag: 'read-concurrency', env: 'OBJECTCACHE_READ_CONCURRENCY', kind: 'integer', default: '16', min: 1, max: 1024, description: 'Range reads one read task keeps in flight.' },
@@ -74,7 +83,7 @@ export const SERVE_SETTINGS = {
   maxLayerBytes: { flag: 'max-layer-bytes', env: 'OBJECTCACHE_MAX_LAYER_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 1, max: 1024 ** 3, description: 'Largest per-layer slice S a descriptor may declare.' },
   maxRequestBytes: { flag: 'max-request-bytes', env: 'OBJECTCACHE_MAX_REQUEST_BYTES', kind: 'integer', default: String(64 * 1024 ** 3), min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Largest total payload (N x layers x S) of one layerwise GET.' },
   maxDescriptorBytes: { flag: 'max-descriptor-bytes', env: 'OBJECTCACHE_MAX_DESCRIPTOR_BYTES', kind: 'integer', default: String(4 * 1024 * 1024), min: 1024, max: 256 * 1024 * 1024, description: 'Largest descriptor body of POST /{bucket}?objectcache.' },
-  clientStallTimeoutMs: { flag: 'client-stall-timeout-ms', env: 'OBJECTCACHE_CLIENT_STALL_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'A layerwise GET whose client takes no data for this long is ended and its buffers released.' },
+  clientStallTimeoutMs: { flag: 'client-stall-timeout-ms', env: 'OBJECTCACHE_CLIENT_STALL_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'A response whose client takes no data for this long is ended and its buffers released (a layerwise GET with an ERROR frame where it can, any other by closing the connection).' },
   maxLayerwiseRequests: { flag: 'max-layerwise-requests', env: 'OBJECTCACHE_MAX_LAYERWISE_REQUESTS', kind: 'integer', default: '64', min: 1, max: 100_000, description: 'Layerwise GETs served at once; beyond it (or with all of --max-buffered-bytes held) new ones get 503 SlowDown.' },
   cap: { flag: 'cap', env: 'OBJECTCACHE_CAP', kind: 'string', default: 'unlimited', description: 'Egress shared by layerwise GETs, e.g. 10Gbps, 800MB/s, 1GiB/s; unlimited: no scheduling or pacing.' },
   policy: { flag: 'policy', env: 'OBJECTCACHE_POLICY', kind: 'enum', default: 'cal-stall-opt', values: ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'], description: 'Bandwidth allocation policy among concurrent layerwise GETs.' },
@@ -133,10 +142,28 @@ export interface GatewayConfig {
   readonly backend: BackendConfig;
   readonly maxObjectBytes: number;
   readonly maxHeaderBytes: number;
+  /** Bounds on what a client, above all an unauthenticated one, may make the gateway hold. */
+  readonly limits: ConnectionLimits;
+  /** First path segments that are the store's own APIs (--reserved-buckets). */
+  readonly reservedBuckets: ReadonlySet<string>;
+  /** Longest SigV2 presigned URL lifetime in seconds; 0: no limit. */
+  readonly sigV2MaxExpiresSeconds: number;
   readonly logLevel: LogLevel;
   readonly layerwise: DescriptorGetConfig;
   /** Undefined when --cap is unlimited. */
   readonly scheduler: SchedulerConfig | undefined;
+}
+
+/** What one connection, one request and one key may hold (gateway/server.ts enforces them). */
+export interface ConnectionLimits {
+  readonly maxConnections: number;
+  readonly maxRequestsPerKey: number;
+  readonly maxLayerwisePerKey: number;
+  readonly headerTimeoutMs: number;
+  readonly bodyIdleTimeoutMs: number;
+  readonly requestTimeoutMs: number;
+  readonly clientStallTimeoutMs: number;
+  readonly maxFormFieldsBytes: number;
 }
 
 export interface SchedulerConfig {
@@ -404,6 +431,15 @@ function parseDomains(text: string | undefined): string[] {
   return domains;
 }
 
+/** `--reserved-buckets`: first path segments, comma-separated (any name a path could start with). */
+function parseReserved(text: string | undefined): Set<string> {
+  const names = (text ?? '').split(',').map((n) => n.trim()).filter((n) => n !== '');
+  for (const name of names) {
+    if (!/^[A-Za-z0-9._-]{1,63}$/.test(name)) throw new ConfigError('reserved-buckets', `--reserved-buckets / OBJECTCACHE_RESERVED_BUCKETS must be path segments such as minio,admin (letters, digits, . _ -), got ${JSON.stringify(name)}`);
+  }
+  return new Set(names.map((n) => n.toLowerCase()));
+}
+
 /** Builds and validates the serve configuration from argv (after `serve`) and the environment. */
 export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv): GatewayConfig {
   const raw = readRaw(argv, env);
@@ -468,6 +504,15 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     scheduler = { capBytesPerSec: cap, policy, marginBytesPerSec: margin, epochMs: integer('epochMs', raw) };
   }
 
+  const maxLayerwiseRequests = integer('maxLayerwiseRequests', raw);
+  const maxLayerwisePerKey = raw.maxLayerwisePerKey === 'auto' ? Math.max(1, Math.floor((maxLayerwiseRequests * 3) / 4)) : integer('maxLayerwisePerKey', raw);
+  if (maxLayerwisePerKey > maxLayerwiseRequests) {
+    throw new ConfigError('max-layerwise-per-key', `--max-layerwise-per-key (${maxLayerwisePerKey}) is more than --max-layerwise-requests (${maxLayerwiseRequests}): one key could hold every slot`);
+  }
+  if (integer('maxRequestsPerKey', raw) > integer('maxConnections', raw)) {
+    throw new ConfigError('max-requests-per-key', `--max-requests-per-key (${raw.maxRequestsPerKey}) is more than --max-connections (${raw.maxConnections}): one key could hold every connection`);
+  }
+
   return {
     scheduler,
     host,
@@ -481,6 +526,18 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     backend,
     maxObjectBytes: integer('maxObjectBytes', raw),
     maxHeaderBytes: integer('maxHeaderBytes', raw),
+    limits: {
+      maxConnections: integer('maxConnections', raw),
+      maxRequestsPerKey: integer('maxRequestsPerKey', raw),
+      maxLayerwisePerKey,
+      headerTimeoutMs: integer('headerTimeoutMs', raw),
+      bodyIdleTimeoutMs: integer('bodyIdleTimeoutMs', raw),
+      requestTimeoutMs: integer('requestTimeoutMs', raw),
+      clientStallTimeoutMs: integer('clientStallTimeoutMs', raw),
+      maxFormFieldsBytes: integer('maxFormFieldsBytes', raw),
+    },
+    reservedBuckets: parseReserved(raw.reservedBuckets),
+    sigV2MaxExpiresSeconds: integer('sigV2MaxExpiresSeconds', raw),
     logLevel: logLevel as LogLevel,
     layerwise: {
       workers: raw.workers === 'auto' ? defaultWorkerCount() : integer('workers', raw),
@@ -496,7 +553,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       streamReceiveBufferBytes: integer('streamReceiveBufferBytes', raw),
       threshold: integer('threshold', raw),
       maxDescriptorBytes: integer('maxDescriptorBytes', raw),
-      maxLayerwiseRequests: integer('maxLayerwiseRequests', raw),
+      maxLayerwiseRequests,
       clientStallTimeoutMs: integer('clientStallTimeoutMs', raw),
       limits: {
         maxKeys: integer('maxDescriptorKeys', raw),

@@ -26,6 +26,8 @@ export interface GatewayMetrics {
   readonly requests: Counter<'operation' | 'status'>;
   readonly requestDuration: Histogram<'operation'>;
   readonly authFailures: Counter<'code'>;
+  /** Connections closed for a client too slow to send or to read (gateway/connection-guard.ts), by kind. */
+  readonly connectionTimeouts: Counter<'kind'>;
   /** Backend requests repeated after a retryable failure, by kind (range, passthrough). */
   readonly backendRetries: Counter<'kind'>;
   readonly layerwise: DescriptorGetObserver;
@@ -151,5 +153,11 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     },
     taskFailed: (code) => backendReadErrors.inc({ code }),
   };
-  return { registry, requests, requestDuration, authFailures, backendRetries, layerwise };
+  const connectionTimeouts = new Counter({
+    name: 'objectcache_connection_timeouts_total',
+    help: 'Connections closed because the client was too slow: headers (never sent a request in time), body-idle (paused its request body), client-stall (stopped reading its response).',
+    labelNames: ['kind'] as const,
+    registers,
+  });
+  return { registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, layerwise };
 }

@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { BackendStats } from '../backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
-import { authorize, authorizeKeys, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
+import { authorize, authorizeKeys, authorizeNamespace, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
 import { s3Arn } from './auth/policy.js';
 import { RequestVerifier } from './auth/request-verifier.js';
 import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
@@ -24,7 +24,10 @@ import { servePrefixLookup } from './descriptor-get/lookup.js';
 import { serveDescriptorGet } from './descriptor-get/serve-descriptor-get.js';
 import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 import { ReaderPool, type ReaderPoolStats } from './read-pool/reader-pool.js';
-import { bucketFromHost, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
+import { bucketFromHost, parseCopySource, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
+import { ConnectionGuard, CONNECTION_CHECK_INTERVAL_MS } from './connection-guard.js';
+import { KeyLimits } from './key-limits.js';
+import type { ClientCredential } from './config.js';
 import { servePostObject } from './s3/post-object.js';
 import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
@@ -60,6 +63,25 @@ export interface Gateway {
 const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
 const CLOSE_GRACE_MS = 5_000;
 
+/**
+ * Headers the gateway reads or passes to the store must be ASCII. Node reads header bytes as
+ * latin1 and the store (Go) as UTF-8, so raw UTF-8 would mean one name to the access check and
+ * another to the store; S3 wants non-ASCII metadata RFC 2047-encoded, and botocore refuses it.
+ */
+const INTERPRETED_HEADER = /^(x-amz-|x-objectcache-|x-minio-|content-|if-|authorization$|host$|range$|cache-control$|expires$)/;
+
+function assertAsciiHeaders(rawHeaders: readonly string[]): void {
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = (rawHeaders[i] as string).toLowerCase();
+    if (!INTERPRETED_HEADER.test(name)) continue;
+    if (/[^\x20-\x7e\t]/.test(rawHeaders[i + 1] as string)) {
+      throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The header ${name} holds bytes outside printable ASCII; encode non-ASCII metadata (RFC 2047, or percent-encoding for x-amz-copy-source)`, {
+        details: { ArgumentName: name },
+      });
+    }
+  }
+}
+
 /** Authentication failures: counted, and never forwarded to the backend. */
 function isAuthFailure(code: string): boolean {
   return code.startsWith('OC_ERR_AUTH_') || code === 'OC_ERR_REQUEST_MISSING_CONTENT_SHA256';
@@ -75,7 +97,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const logger = deps.logger ?? createLogger(config.logLevel);
   // Metrics need the backend's counters, and the backend reports retries to the metrics.
   let countRetry = (_kind: 'passthrough'): void => {};
-  const backend = await openBackend(config.backend, (kind) => countRetry(kind));
+  const backend = await openBackend(config.backend, (kind) => countRetry(kind), logger);
   const lw = config.layerwise;
   const pool = new ReaderPool({
     backend: backend.workers,
@@ -104,13 +126,17 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => active.layerwise,
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
-  const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...(deps.now ? { now: deps.now } : {}) });
+  const v2Cap = { sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds };
+  const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...v2Cap, ...(deps.now ? { now: deps.now } : {}) });
+  const keys = new KeyLimits(config.limits);
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
-  function admissionRefusal(): ObjectCacheError | undefined {
+  function admissionRefusal(credential: ClientCredential): ObjectCacheError | undefined {
     if (active.layerwise >= lw.maxLayerwiseRequests) {
       return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', `The gateway is serving its limit of ${lw.maxLayerwiseRequests} layerwise GETs; retry shortly`, { retryable: true });
     }
+    const own = keys.layerwiseRefusal(credential);
+    if (own) return own;
     if (budget.used >= budget.capacity) return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
     if (pool.saturated()) return new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
     return undefined;
@@ -125,7 +151,10 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     // The client going away aborts `ctx.signal`; its controller is made only when someone asks.
     let abort: AbortController | undefined;
     let clientGone = false;
+    /** What the request holds until its response closes: its connection's timer, its key's place. */
+    const releases: (() => void)[] = [guard.track(req, res)];
     res.once('close', () => {
+      for (const release of releases) release();
       if (res.writableFinished) return;
       clientGone = true;
       abort?.abort();
@@ -166,14 +195,31 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       for (const name of Object.keys(req.headers)) {
         if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
       }
+      assertAsciiHeaders(req.rawHeaders);
       target = parseTarget(req.url ?? '/', bucketFromHost(req.headers.host, config.domains));
       classified = classify(req.method ?? 'GET', target, req.headers);
       if (classified.kind === 'post-object') {
-        // A browser-form upload: the signed policy in the form is its authentication.
-        await servePostObject(req, res, target, { verifier, sink: backend.postSink, maxObjectBytes: config.maxObjectBytes, now: deps.now ?? Date.now });
+        // A browser-form upload: the signed policy in the form is its authentication. Nobody
+        // uploads into the store's own APIs by form (the administrator has a key for that).
+        authorizeNamespace(undefined, target.bucket, config.reservedBuckets);
+        await servePostObject(req, res, target, {
+          verifier,
+          sink: backend.postSink,
+          maxObjectBytes: config.maxObjectBytes,
+          maxFieldsBytes: config.limits.maxFormFieldsBytes,
+          fieldsTimeoutMs: config.limits.headerTimeoutMs,
+          admit: (credential) => releases.push(keys.admit(credential)),
+          now: deps.now ?? Date.now,
+        });
         return;
       }
       const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.signedPath, query: target.query, rawPath: target.sigV2Path });
+      // Before anything else is read or held for this key: its share of the gateway, and the
+      // store's own APIs (the path, and a copy's source).
+      authorizeNamespace(auth.credential, target.bucket, config.reservedBuckets);
+      const copySource = req.headers['x-amz-copy-source'] ?? (auth.mode === 'presigned' ? target.query.find(([name]) => name.toLowerCase() === 'x-amz-copy-source')?.[1] : undefined);
+      if (copySource !== undefined) authorizeNamespace(auth.credential, parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource).bucket, config.reservedBuckets, 'x-amz-copy-source');
+      releases.push(keys.admit(auth.credential));
       if (auth.mode === 'presigned') {
         const unhoisted = unhoistPresigned(target);
         target = unhoisted.target;
@@ -186,19 +232,22 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         },
       };
       if (classified.kind === 'descriptor-get') {
-        // Admission control, before the descriptor is read: refuse early and cheaply rather than
-        // degrade every request in flight.
-        const refusal = admissionRefusal();
+        // The descriptor is read (bounded by --max-descriptor-bytes and the body timeouts) and
+        // every chunk it names authorized before a slot is taken: a key that may read nothing
+        // cannot hold a slot, however slowly it sends. Admission control then refuses early and
+        // cheaply rather than degrade every request in flight.
+        const descriptor = await readDescriptor(ctx, lw);
+        authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
+        ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
+        const refusal = admissionRefusal(auth.credential);
         if (refusal) throw refusal;
         active.layerwise++;
+        const release = keys.takeLayerwise(auth.credential);
         try {
-          const descriptor = await readDescriptor(ctx, lw);
-          // Every chunk the descriptor names, and the tenant it claims, before any byte is read.
-          authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
-          ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
           await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           active.layerwise--;
+          release();
         }
       } else if (classified.kind === 'prefix-lookup') await servePrefixLookup(ctx, lw, backend);
       else {
@@ -216,19 +265,33 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       if (clientGone) return; // The client is gone: nothing to answer.
       failure = toObjectCacheError(error);
       if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
+      // Nothing more is read of a request refused before its key was known (a client that never
+      // authenticated gets no 64 MiB of grace), nor of one too slow to send: the answer closes it.
+      const closing = (ctx === undefined || failure.code === 'OC_ERR_REQUEST_TIMEOUT') && !req.complete;
+      if (closing && !res.headersSent) res.setHeader('connection', 'close');
       if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || failure.status === 503) {
         log.error({ error: failure }, 'request failed');
       }
-      sendError(res, failure, requestId, target?.path ?? req.url ?? '/', DRAIN_LIMIT_BYTES);
+      sendError(res, failure, requestId, target?.path ?? req.url ?? '/', closing ? 0 : DRAIN_LIMIT_BYTES);
     }
   }
 
-  const server: Server = createServer({ maxHeaderSize: config.maxHeaderBytes, requestTimeout: 0, headersTimeout: 60_000, keepAliveTimeout: 65_000 }, (req, res) => {
-    handle(req, res).catch((error: unknown) => {
-      logger.error({ error }, 'unhandled request failure');
-      res.destroy();
-    });
-  });
+  const server: Server = createServer(
+    {
+      maxHeaderSize: config.maxHeaderBytes,
+      requestTimeout: config.limits.requestTimeoutMs,
+      headersTimeout: config.limits.headerTimeoutMs,
+      connectionsCheckingInterval: CONNECTION_CHECK_INTERVAL_MS,
+      keepAliveTimeout: 65_000,
+    },
+    (req, res) => {
+      handle(req, res).catch((error: unknown) => {
+        logger.error({ error }, 'unhandled request failure');
+        res.destroy();
+      });
+    },
+  );
+  const guard = new ConnectionGuard(server, config.limits, (kind) => metrics.connectionTimeouts.inc({ kind }));
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
     if (error.code === 'HPE_HEADER_OVERFLOW' && socket.writable) {
       const requestId = newRequestId();

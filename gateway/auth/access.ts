@@ -236,3 +236,18 @@ export function tenantFor(credential: ClientCredential, claimed: string | undefi
     details: { Tenant: claimed },
   });
 }
+
+/**
+ * The object store's own APIs (--reserved-buckets: MinIO's /minio/ admin, health, metrics and KMS
+ * routes, Ceph RGW's /admin/ and Swift entries) parse as a bucket and key, and a passthrough that
+ * re-signs them with the backend's key would hand any key the store's root rights. Only the
+ * administrator key reaches them; every other key is refused whatever its policy says, on every
+ * request shape (plain S3, descriptor, lookup, copy source, form upload).
+ */
+export function authorizeNamespace(credential: ClientCredential | undefined, bucket: string, reserved: ReadonlySet<string>, role = 'path'): void {
+  if (bucket === '' || !reserved.has(bucket.toLowerCase())) return;
+  if (credential?.access.unrestricted === true) return;
+  throw new ObjectCacheError('OC_ERR_ACCESS_RESERVED', `Access Denied: /${bucket}/ is the object store's own API, not a bucket (--reserved-buckets); only the administrator key may use it${role === 'path' ? '' : ` (in ${role})`}`, {
+    details: { BucketName: bucket },
+  });
+}

@@ -143,9 +143,15 @@ function checksumClaim(req: IncomingMessage, trailerNames: readonly string[]): C
  */
 function connectRequest(req: IncomingMessage, first: Writable): void {
   req.pipe(first);
-  req.once('close', () => {
+  const cut = (): void => {
     if (!req.complete && !first.destroyed) first.destroy(new ObjectCacheError('OC_ERR_REQUEST_INCOMPLETE_BODY', 'The client closed the connection before the body was complete'));
-  });
+  };
+  req.once('close', cut);
+  // A request whose response has already finished (a timeout answered it) is never closed by
+  // Node when its socket goes: the socket's closing is the end of its body too.
+  const socket = req.socket;
+  socket.once('close', cut);
+  req.once('end', () => socket.off('close', cut));
 }
 
 export interface UploadBodyOptions {

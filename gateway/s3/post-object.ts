@@ -12,7 +12,7 @@ import { mkdtemp, rm, stat } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Transform, type Readable, type TransformCallback } from 'node:stream';
+import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import busboy from 'busboy';
@@ -26,6 +26,8 @@ import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { RequestVerifier } from '../auth/request-verifier.js';
 import type { S3Target } from './request.js';
 import { checkPostPolicy } from './post-policy.js';
+import { checkStoredMetadata } from './metadata.js';
+import type { ClientCredential } from '../config.js';
 import { sendEmpty, sendXml } from './respond.js';
 import { buildXml } from './xml.js';
 
@@ -41,83 +43,117 @@ export type PostSink = (bucket: string, key: string, body: Readable, attributes:
 
 const STORED_FIELDS = ['cache-control', 'content-disposition', 'content-encoding', 'content-language', 'expires'] as const;
 
-/** Counts the file's bytes; fails past `max`, and at the end below `min`, before the store commits. */
-class SizeLimit extends Transform {
-  #bytes = 0;
-  constructor(
-    readonly min: number,
-    readonly max: number,
-  ) {
-    super();
+/**
+ * The file's bytes, counted: fails past `max`, and at the end below `min`, before the store
+ * commits. Pull-based, so the failure reaches whoever reads the stream (the store's writer, which
+ * then discards what it staged) and never fires while nobody listens.
+ */
+async function* limitSize(source: AsyncIterable<Buffer>, min: number, max: number): AsyncGenerator<Buffer> {
+  let bytes = 0;
+  for await (const chunk of source) {
+    bytes += chunk.byteLength;
+    if (bytes > max) throw new ObjectCacheError('OC_ERR_REQUEST_TOO_LARGE', `Your proposed upload exceeds the maximum allowed size of ${max} bytes`);
+    yield chunk;
   }
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.#bytes += chunk.byteLength;
-    if (this.#bytes > this.max) return callback(new ObjectCacheError('OC_ERR_REQUEST_TOO_LARGE', `Your proposed upload exceeds the maximum allowed size of ${this.max} bytes`));
-    callback(null, chunk);
-  }
-  override _flush(callback: TransformCallback): void {
-    if (this.#bytes < this.min) return callback(new ObjectCacheError('OC_ERR_POST_TOO_SMALL', `Your proposed upload is smaller than the minimum allowed size of ${this.min} bytes`));
-    callback();
-  }
+  if (bytes < min) throw new ObjectCacheError('OC_ERR_POST_TOO_SMALL', `Your proposed upload is smaller than the minimum allowed size of ${min} bytes`);
 }
 
-/** The largest form field accepted (S3 allows a 20 KB policy; MinIO takes fields to 1 MB in all). */
+/** The largest single form field accepted (S3 allows a 20 KB policy; MinIO takes fields to 1 MB in all). */
 const MAX_FIELD_BYTES = 64 * 1024;
 
-/** A form field sent as a file part, read whole; refused past {@link MAX_FIELD_BYTES}. */
-async function readField(stream: Readable): Promise<string> {
+/** A form field sent as a file part, read whole; refused past `max` bytes. */
+async function readField(stream: Readable, max: number): Promise<string> {
   const parts: Buffer[] = [];
   let bytes = 0;
   for await (const part of stream as AsyncIterable<Buffer>) {
     bytes += part.length;
-    if (bytes > MAX_FIELD_BYTES) {
+    if (bytes > max) {
       stream.resume();
-      throw new ObjectCacheError('OC_ERR_POST_FORM', `A form field is larger than ${MAX_FIELD_BYTES} bytes`);
+      throw new ObjectCacheError('OC_ERR_POST_FORM', `A form field is larger than ${max} bytes`);
     }
     parts.push(part);
   }
   return Buffer.concat(parts).toString('utf8');
 }
 
+/** Streams whose failure is reported elsewhere (to the awaiting upload) must not also end the process. */
+function ignoreErrors(stream: Readable): void {
+  stream.on('error', () => {});
+}
+
 export interface PostObjectDeps {
   readonly verifier: RequestVerifier;
   readonly sink: PostSink;
   readonly maxObjectBytes: number;
+  /** Bytes of all fields together, names and values (--max-form-fields-bytes): they are read before anyone is authenticated. */
+  readonly maxFieldsBytes: number;
+  /** Time from the request's headers to its file part, the unauthenticated part of a form (--header-timeout-ms). */
+  readonly fieldsTimeoutMs: number;
+  /** Counts the request against the key that signed the form (gateway/key-limits.ts); throws past its share. */
+  readonly admit: (credential: ClientCredential) => void;
   readonly now: () => number;
 }
 
 export async function servePostObject(req: IncomingMessage, res: ServerResponse, target: S3Target, deps: PostObjectDeps): Promise<void> {
   const fields = new Map<string, string>();
+  let fieldBytes = 0;
   let parser: busboy.Busboy;
   try {
     // Every part with a filename reaches busboy's 'file' event, the field named "file" and the
     // ordinary fields a client such as Python's requests sends with a filename alike: S3 and
     // MinIO take the latter as fields, so they are read (up to a field's size) as fields here.
-    parser = busboy({ headers: req.headers, limits: { files: 201, fields: 200, fieldSize: MAX_FIELD_BYTES, fieldNameSize: 256, parts: 202 } });
+    parser = busboy({ headers: req.headers, limits: { files: 201, fields: 200, fieldSize: Math.min(MAX_FIELD_BYTES, deps.maxFieldsBytes), fieldNameSize: 256, parts: 202 } });
   } catch (error) {
     throw new ObjectCacheError('OC_ERR_POST_FORM', `The body is not multipart/form-data: ${(error as Error).message}`);
   }
   /** Fields sent as file parts, still being read: the upload waits for them. */
   const pendingFields: Promise<void>[] = [];
+  /** Settled once: the stream of parts ends in a stored object or in one error. */
+  let fail: (error: unknown) => void = () => {};
+  let fieldsTimer: NodeJS.Timeout | undefined;
+  /** The file part, once it began: ended with the error when the form fails, so the store's writer lets go. */
+  let fileStream: Readable | undefined;
   const done = new Promise<{ key: string; etag: string }>((resolve, reject) => {
+    fail = reject;
     let file = false;
-    parser.on('field', (name, value) => {
+    /** A field's bytes count against the form's budget; past it the form is refused at once. */
+    const addField = (name: string, value: string): void => {
+      fieldBytes += Buffer.byteLength(name) + Buffer.byteLength(value);
+      if (fieldBytes > deps.maxFieldsBytes) {
+        reject(new ObjectCacheError('OC_ERR_POST_FORM', `The form's fields exceed ${deps.maxFieldsBytes} bytes together (--max-form-fields-bytes)`));
+        return;
+      }
       const lower = name.toLowerCase();
       if (!fields.has(lower)) fields.set(lower, value);
+    };
+    // The fields come before the file, unauthenticated: they must all arrive in time.
+    fieldsTimer = setTimeout(() => reject(new ObjectCacheError('OC_ERR_REQUEST_TIMEOUT', `The form's fields did not arrive within ${deps.fieldsTimeoutMs} ms`)), deps.fieldsTimeoutMs);
+    parser.on('field', (name, value, info) => {
+      // S3 reads the form up to the field named "file"; what follows is ignored.
+      if (file) return;
+      if (info.valueTruncated || info.nameTruncated) {
+        reject(new ObjectCacheError('OC_ERR_POST_FORM', `The form field ${JSON.stringify(name.slice(0, 64))} is larger than ${Math.min(MAX_FIELD_BYTES, deps.maxFieldsBytes)} bytes`));
+        return;
+      }
+      addField(name, value);
     });
+    for (const limit of ['partsLimit', 'filesLimit', 'fieldsLimit'] as const) {
+      parser.on(limit, () => reject(new ObjectCacheError('OC_ERR_POST_FORM', 'The form has more than 200 fields')));
+    }
     parser.on('file', (name, stream, info) => {
+      ignoreErrors(stream);
       const lower = name.toLowerCase();
       if (file) {
         stream.resume(); // S3 reads the form up to the field named "file"; the rest is ignored
         return;
       }
       if (lower !== 'file') {
-        pendingFields.push(readField(stream).then((value) => {
-          if (!fields.has(lower)) fields.set(lower, value);
-        }, reject));
+        pendingFields.push(readField(stream, Math.min(MAX_FIELD_BYTES, deps.maxFieldsBytes)).then((value) => addField(name, value), reject));
         return;
       }
       file = true;
+      fileStream = stream;
+      clearTimeout(fieldsTimer);
       upload(stream, info.filename ?? '').then(resolve, (error: unknown) => {
         stream.resume();
         reject(error);
@@ -128,12 +164,16 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
       if (!file) reject(new ObjectCacheError('OC_ERR_POST_FORM', 'POST requires exactly one file upload per request, in a field named "file" after the other fields'));
     });
   });
+  // A client that goes away mid-form ends the wait (busboy sees no end of a request cut short).
+  const onClose = (): void => fail(new ObjectCacheError('OC_ERR_POST_FORM', 'The client closed the connection before the form ended'));
+  res.once('close', onClose);
 
   async function upload(stream: Readable, filename: string): Promise<{ key: string; etag: string }> {
     await Promise.all(pendingFields);
     const policy = fields.get('policy');
     if (policy === undefined) throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a policy field (anonymous uploads are not allowed)');
     const credential = await deps.verifier.verifyPostPolicy((name) => fields.get(name), policy);
+    deps.admit(credential);
     const template = fields.get('key');
     if (template === undefined || template === '') throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a key field');
     const key = template.replaceAll('${filename}', filename);
@@ -154,9 +194,17 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     }
     const userMeta: Record<string, string> = {};
     for (const [name, value] of fields) if (name.startsWith('x-amz-meta-')) userMeta[name.slice('x-amz-meta-'.length)] = value;
-    const limited = stream.pipe(new SizeLimit(limits.minBytes, Math.min(limits.maxBytes, deps.maxObjectBytes)));
-    stream.on('error', (error) => limited.destroy(error));
-    const etag = await deps.sink(target.bucket, key, limited, { contentType: fields.get('content-type') ?? 'binary/octet-stream', headers, userMeta });
+    const contentType = fields.get('content-type') ?? 'binary/octet-stream';
+    // Stored fields go back out as headers: ASCII only, as the gateway takes headers (server.ts).
+    for (const [name, value] of [['content-type', contentType], ...Object.entries(headers), ...Object.entries(userMeta).map(([n, v]) => [`x-amz-meta-${n}`, v])] as [string, string][]) {
+      if (/[^\x00-\x7f]/.test(value)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The form field ${name} holds characters outside ASCII; encode non-ASCII metadata (RFC 2047)`, { details: { ArgumentName: name } });
+    }
+    // What S3 refuses at the upload (metadata over 2 KB, CR/LF in a value, a name that is no
+    // header token) is refused here too, before a byte is stored.
+    checkStoredMetadata({ 'content-type': contentType, ...headers }, userMeta);
+    const limited = Readable.from(limitSize(stream as AsyncIterable<Buffer>, limits.minBytes, Math.min(limits.maxBytes, deps.maxObjectBytes)), { objectMode: false });
+    ignoreErrors(limited);
+    const etag = await deps.sink(target.bucket, key, limited, { contentType, headers, userMeta });
     return { key, etag };
   }
 
@@ -166,9 +214,14 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     result = await done;
   } catch (error) {
     req.unpipe(parser);
+    if (fileStream !== undefined && !fileStream.destroyed) fileStream.destroy(error instanceof Error ? error : new Error(String(error)));
     throw error;
+  } finally {
+    clearTimeout(fieldsTimer);
+    res.off('close', onClose);
   }
   const { key, etag } = result;
+  // The fields as they were when the file began: one sent after it cannot redirect the answer.
   const redirect = fields.get('success_action_redirect') ?? fields.get('redirect');
   if (redirect !== undefined && /^https?:\/\//i.test(redirect)) {
     const location = new URL(redirect);

@@ -33,10 +33,11 @@ export function sendEmpty(res: ServerResponse, status: number, headers: Record<s
 
 /**
  * Discards the unread rest of a request body so the keep-alive connection stays usable after an
- * early error response, up to `limit` bytes; a body larger than that closes the connection.
+ * early error response, up to `limit` bytes; a body larger than that closes the connection. A
+ * limit of 0 reads none of it: the caller has set `connection: close`, and Node discards the rest.
  */
 export function drainRequest(req: IncomingMessage, limit: number): void {
-  if (req.complete || req.destroyed) return;
+  if (req.complete || req.destroyed || limit <= 0) return;
   req.unpipe();
   let drained = 0;
   req.on('data', (chunk: Buffer) => {
