@@ -126,8 +126,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => active.layerwise,
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
-  const v2Cap = { sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds };
-  const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, ...v2Cap, ...(deps.now ? { now: deps.now } : {}) });
+  const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds, ...(deps.now ? { now: deps.now } : {}) });
   const keys = new KeyLimits(config.limits);
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
@@ -231,6 +230,15 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           return signal();
         },
       };
+      if (classified.kind === 'descriptor-get' || classified.kind === 'prefix-lookup') {
+        // A key that may read no object of the bucket is refused before its descriptor is read
+        // (up to --max-descriptor-bytes of JSON otherwise, parsed on the main thread).
+        if (!auth.credential.access.mayEverOnSomeObject(['s3:GetObject'], target.bucket)) {
+          throw new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${auth.credential.accessKeyId} may not s3:GetObject on any object of ${target.bucket}`, {
+            details: { Action: 's3:GetObject', Resource: s3Arn(target.bucket, '*') },
+          });
+        }
+      }
       if (classified.kind === 'descriptor-get') {
         // The descriptor is read (bounded by --max-descriptor-bytes and the body timeouts) and
         // every chunk it names authorized before a slot is taken: a key that may read nothing

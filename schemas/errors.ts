@@ -38,7 +38,7 @@ export const ERRORS = {
   OC_ERR_AUTH_CLOCK_SKEW: { status: 403, s3Code: 'RequestTimeTooSkewed', description: 'The request time differs from the gateway clock by more than 15 minutes.' },
   OC_ERR_AUTH_EXPIRED: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL has expired.' },
   OC_ERR_AUTH_NOT_YET_VALID: { status: 403, s3Code: 'AccessDenied', description: 'The presigned URL is dated in the future.' },
-  OC_ERR_AUTH_EXPIRES_RANGE: { status: 400, s3Code: 'AuthorizationQueryParametersError', description: 'X-Amz-Expires is not a number, is negative, or is over 604800 seconds (0 is an expired URL: OC_ERR_AUTH_EXPIRED).' },
+  OC_ERR_AUTH_EXPIRES_RANGE: { status: 400, s3Code: 'AuthorizationQueryParametersError', description: 'X-Amz-Expires is not a number, is negative, or is over 604800 seconds (0 is an expired URL: OC_ERR_AUTH_EXPIRED); or a Signature Version 2 Expires lies more than --sigv2-max-expires-seconds after the request.' },
   OC_ERR_AUTH_SCOPE: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The credential scope names the wrong date, region or service.' },
   OC_ERR_AUTH_HEADERS_NOT_SIGNED: { status: 403, s3Code: 'AccessDenied', description: 'The request carries x-amz-* headers (or, for Signature Version 2 presigned URLs, x-amz-* query parameters) that its signature does not cover (AWS S3: "There were headers present in the request which were not signed").' },
   OC_ERR_ACCESS_DENIED: { status: 403, s3Code: 'AccessDenied', description: "The key's access policy does not allow this (an explicit Deny, or no Allow; the message names the action and resource). A descriptor, lookup or DeleteObjects naming any such key is refused as a whole, before anything is read or deleted." },

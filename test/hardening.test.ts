@@ -121,6 +121,21 @@ function closed(socket: Socket, since: number, limitMs: number): Promise<{ text:
   });
 }
 
+/** The head of the gateway's answer on `socket` (the connection may stay open). */
+function answered(socket: Socket, limitMs: number): Promise<string> {
+  let text = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no answer within ${limitMs} ms`)), limitMs);
+    socket.on('data', (data: Buffer) => {
+      text += data.toString('latin1');
+      if (text.includes('\r\n\r\n')) {
+        clearTimeout(timer);
+        resolve(text);
+      }
+    });
+  });
+}
+
 /** The raw request head of a signed request (for sockets that then stall). */
 function head(method: string, path: string, headers: Record<string, string>): string {
   return `${method} ${path} HTTP/1.1\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`;
@@ -393,20 +408,28 @@ describe.each(BACKENDS)('one key cannot starve another (%s)', (backend) => {
     rmSync(join(credentials, '..'), { recursive: true, force: true });
   });
 
-  it('serves team A\'s descriptor GETs while a key with no policy holds stalled descriptor POSTs', async () => {
+  it('serves team A\'s descriptor GETs while other keys hold stalled descriptor POSTs', async () => {
     const a = clientOf(gw, bucket, TEAM_A);
     const prefix = await seedPrefix(a, { chunks: 2, layers: 4, layerBytes: 4096, layout: 'KV_L2TD' });
     const sockets: Socket[] = [];
+    const refusals: Promise<string>[] = [];
     try {
-      for (let i = 0; i < 6; i++) {
-        const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
-        const headers = await sign(NOBODY, gw.url, { method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, body });
-        const socket = await rawSocket(gw.url);
-        socket.write(head('POST', `/${bucket}?objectcache=`, headers));
-        socket.write(body.subarray(0, 5));
-        sockets.push(socket);
+      // A key with no policy is refused at its headers; one that may read sends its body slowly.
+      for (const key of [NOBODY, WIDE]) {
+        for (let i = 0; i < 6; i++) {
+          const body = Buffer.from(JSON.stringify(descriptorOf(prefix)));
+          const headers = await sign(key, gw.url, { method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, body });
+          const socket = await rawSocket(gw.url);
+          if (key === NOBODY) refusals.push(answered(socket, 5000));
+          socket.write(head('POST', `/${bucket}?objectcache=`, headers));
+          socket.write(body.subarray(0, 5));
+          sockets.push(socket);
+        }
       }
-      await new Promise((r) => setTimeout(r, 300));
+      for (const text of await Promise.all(refusals)) {
+        expect(text).toMatch(/^HTTP\/1\.1 403/);
+        expect(text).toContain('OC_ERR_ACCESS_DENIED');
+      }
       for (let i = 0; i < 3; i++) {
         const result = await a.fetch(descriptorOf(prefix));
         expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);

@@ -9,7 +9,8 @@
  *
  * Evaluation is IAM's: an explicit Deny that matches wins, else an Allow that matches allows,
  * else the request is denied. `*` and `?` are wildcards in actions (case-insensitive) and in
- * resources (case-sensitive, `*` crossing `/`), matched against the whole ARN of the bucket
+ * resources (case-sensitive, `*` crossing `/`; `?` is one Unicode code point, so one emoji and
+ * not half of one), matched against the whole ARN of the bucket
  * (`arn:aws:s3:::bucket`) or object (`arn:aws:s3:::bucket/key`). Everything outside the subset
  * (NotAction, NotResource, Principal, policy variables, other condition operators or keys, an
  * action no S3 operation of the gateway checks) is refused when the policy is loaded, never
@@ -60,7 +61,9 @@ export class PolicyError extends Error {
 
 /**
  * A wildcard pattern (`*` any run of characters, `?` one character), compiled to the cheapest
- * test: equality, a prefix, or the general matcher.
+ * test: equality, a prefix, or the general matcher. A character is a Unicode code point, not a
+ * UTF-16 unit: `secret-?/*` must match `secret-😀/doc` (two units), or a Deny written that way
+ * would miss every key with an astral character in that place.
  */
 export type Matcher = (text: string) => boolean;
 
@@ -79,32 +82,83 @@ export function wildcard(pattern: string, ignoreCase = false): Matcher {
   return (text) => globMatch(pattern, text);
 }
 
+const STAR = 0x2a;
+const QUESTION = 0x3f;
+
+/** UTF-16 units of the code point at `i`: 2 for a surrogate pair, else 1 (a lone surrogate is one). */
+function unitsAt(text: string, i: number): number {
+  const c = text.charCodeAt(i);
+  if (c < 0xd800 || c > 0xdbff) return 1;
+  const next = text.charCodeAt(i + 1);
+  return next >= 0xdc00 && next <= 0xdfff ? 2 : 1;
+}
+
 /**
  * Wildcard matching without backtracking blow-up: the classic two-index scan that remembers the
- * last `*` only, O(pattern x text) at worst (keys are at most 1 KiB).
+ * last `*` only, O(pattern x text) at worst (keys are at most 1 KiB). `?` and each step of `*`
+ * advance by a code point, so the text is never split inside a surrogate pair; literals compare
+ * unit by unit, which for aligned positions is comparing code points.
  */
 function globMatch(pattern: string, text: string): boolean {
+  const patternLength = pattern.length;
+  const textLength = text.length;
   let p = 0;
   let t = 0;
   let starP = -1;
   let starT = 0;
-  while (t < text.length) {
-    const c = pattern[p];
-    if (c === '*') {
+  while (t < textLength) {
+    const c = p < patternLength ? pattern.charCodeAt(p) : -1;
+    if (c === STAR) {
       starP = p++;
       starT = t;
-    } else if (p < pattern.length && (c === '?' || c === text[t])) {
+    } else if (c === QUESTION) {
+      p++;
+      t += unitsAt(text, t);
+    } else if (c !== -1 && c === text.charCodeAt(t)) {
       p++;
       t++;
     } else if (starP !== -1) {
       p = starP + 1;
-      t = ++starT;
+      starT += unitsAt(text, starT);
+      t = starT;
     } else {
       return false;
     }
   }
-  while (pattern[p] === '*') p++;
-  return p === pattern.length;
+  while (p < patternLength && pattern.charCodeAt(p) === STAR) p++;
+  return p === patternLength;
+}
+
+/**
+ * Whether the resource pattern matches `prefix` followed by some non-empty text: a simulation of
+ * the pattern as an automaton over the prefix's code points (the prefix is a bucket's ARN, tens
+ * of characters), then any unconsumed pattern can match something non-empty.
+ */
+function matchesBeyond(pattern: string, prefix: string): boolean {
+  const closure = (positions: Iterable<number>): Set<number> => {
+    const out = new Set<number>();
+    for (let p of positions) {
+      out.add(p);
+      while (pattern.charCodeAt(p) === STAR) out.add(++p);
+    }
+    return out;
+  };
+  let states = closure([0]);
+  for (const ch of prefix) {
+    const code = ch.codePointAt(0);
+    const next: number[] = [];
+    for (const p of states) {
+      if (p >= pattern.length) continue;
+      const c = pattern.charCodeAt(p);
+      if (c === STAR) next.push(p);
+      else if (c === QUESTION) next.push(p + 1);
+      else if (pattern.codePointAt(p) === code) next.push(p + ch.length);
+    }
+    if (next.length === 0) return false;
+    states = closure(next);
+  }
+  for (const p of states) if (p < pattern.length) return true;
+  return false;
 }
 
 interface Condition {
@@ -118,7 +172,7 @@ interface Statement {
   readonly effect: 'Allow' | 'Deny';
   readonly actions: ReadonlySet<Action>;
   readonly resources: readonly Matcher[];
-  /** The resource patterns as written (for {@link AccessPolicy.objectChecker}). */
+  /** The resource patterns as written (for {@link AccessPolicy.objectChecker} and {@link AccessPolicy.mayEverOnSomeObject}). */
   readonly patterns: readonly string[];
   readonly conditions: readonly Condition[];
 }
@@ -215,6 +269,20 @@ export class AccessPolicy {
       for (const match of allows) if (match(key)) return ALLOWED;
       return IMPLICIT_DENY;
     };
+  }
+
+  /**
+   * Whether one of `actions` could be allowed on some object of `bucket`: some Allow statement
+   * names one of them with a resource pattern that matches `arn:aws:s3:::bucket/<some key>`,
+   * conditions ignored. Denies are ignored too, so it may answer yes for a key every object of
+   * the bucket is denied to: it is the cheap refusal before a request's body is read (a key that
+   * could never delete anything there makes the gateway parse no DeleteObjects XML), never the
+   * decision, which is made per key once the body is read.
+   */
+  mayEverOnSomeObject(actions: readonly Action[], bucket: string): boolean {
+    if (this.unrestricted) return true;
+    const prefix = s3Arn(bucket, '');
+    return this.#allows.some((s) => actions.some((action) => s.actions.has(action)) && s.patterns.some((pattern) => matchesBeyond(pattern, prefix)));
   }
 
   allows(action: Action, resource: string, context: ConditionContext = {}): boolean {

@@ -25,6 +25,36 @@ export const MAX_CLOCK_SKEW_MS = 15 * 60 * 1000;
 /** Presigned URLs live at most 7 days. */
 export const MAX_PRESIGNED_EXPIRES_S = 604_800;
 
+/**
+ * The one x-amz-* header a SigV4 signature need not list: its value is the canonical request's
+ * payload-hash line (header auth) or ignored for UNSIGNED-PAYLOAD (presigned), so it is covered
+ * either way. AWS S3 accepts it unlisted, and the AWS SigV4 test suite's requests carry it so.
+ * Every other x-amz-* header changes what S3 (and MinIO) do — a copy source, metadata, object-lock,
+ * tagging, checksums, trailers — and must be signed. @aws-sdk/client-s3 (with or without flexible
+ * checksums and trailers), the minio client and botocore (boto3, client/python) sign every x-amz-*
+ * header they send: their only unsigned headers are user-agent, expect, transfer-encoding,
+ * x-amzn-trace-id and the like, none of them x-amz-*.
+ */
+const UNLISTED_AMZ_HEADERS: ReadonlySet<string> = new Set(['x-amz-content-sha256']);
+
+/**
+ * The x-amz-* headers of a request that its SigV4 signature does not cover, sorted. AWS S3 refuses
+ * them ("There were headers present in the request which were not signed"), MinIO does not: a
+ * signed PUT replayed with an x-amz-copy-source added would run as a CopyObject.
+ */
+export function unsignedAmzHeaders(headers: IncomingHttpHeaders, signedHeaders: readonly string[]): string[] {
+  return Object.keys(headers)
+    .filter((name) => name.startsWith('x-amz-') && !UNLISTED_AMZ_HEADERS.has(name) && !signedHeaders.includes(name))
+    .sort();
+}
+
+function refuseUnsigned(headers: IncomingHttpHeaders, signedHeaders: readonly string[]): void {
+  const unsigned = unsignedAmzHeaders(headers, signedHeaders);
+  if (unsigned.length === 0) return;
+  const list = unsigned.join(', ');
+  throw new ObjectCacheError('OC_ERR_AUTH_HEADERS_NOT_SIGNED', `There were headers present in the request which were not signed: ${list}`, { details: { HeadersNotSigned: list } });
+}
+
 const ALGORITHM = 'AWS4-HMAC-SHA256';
 export const UNSIGNED_PAYLOAD = 'UNSIGNED-PAYLOAD';
 export const STREAMING_SIGNED = 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD';
@@ -69,6 +99,12 @@ export interface VerifierOptions {
   readonly now?: () => number;
   /** Accept Signature Version 2 (header and presigned query) as MinIO does; default true. */
   readonly sigV2?: boolean;
+  /**
+   * The longest a SigV2 presigned URL may still be valid, counted from the time of the request:
+   * SigV2's `Expires` is an absolute time with no signing date, so without a cap a URL could be
+   * made valid for ever. Default 604800 (7 days, SigV4's cap); 0 means no cap.
+   */
+  readonly sigV2MaxExpiresSeconds?: number;
 }
 
 function first(value: string | string[] | undefined): string | undefined {
@@ -148,9 +184,15 @@ export class RequestVerifier {
   readonly #service: string;
   readonly #now: () => number;
   readonly #sigV2: boolean;
+  readonly #sigV2MaxExpiresS: number;
 
   constructor(options: VerifierOptions) {
     this.#sigV2 = options.sigV2 ?? true;
+    const cap = options.sigV2MaxExpiresSeconds ?? MAX_PRESIGNED_EXPIRES_S;
+    if (!Number.isSafeInteger(cap) || cap < 0) {
+      throw new ObjectCacheError('OC_ERR_CONFIG_INVALID', `sigV2MaxExpiresSeconds must be a whole number of seconds, 0 or more (0: no cap), got ${cap}`);
+    }
+    this.#sigV2MaxExpiresS = cap;
     this.#credentials = new Map(options.credentials.map((c) => [c.accessKeyId, c]));
     this.#region = options.region;
     this.#service = options.service ?? 's3';
@@ -176,7 +218,7 @@ export class RequestVerifier {
         throw new ObjectCacheError('OC_ERR_AUTH_MULTIPLE', 'Only one authentication mechanism is allowed');
       }
     }
-    const result = verifySigV2({ method: info.method, headers: info.headers, rawPath: info.rawPath ?? info.canonicalPath, query: info.query }, this.#credentials, this.#now(), MAX_CLOCK_SKEW_MS);
+    const result = verifySigV2({ method: info.method, headers: info.headers, rawPath: info.rawPath ?? info.canonicalPath, query: info.query }, this.#credentials, this.#now(), MAX_CLOCK_SKEW_MS, this.#sigV2MaxExpiresS);
     // A SigV2 signature covers x-amz-* headers but not x-amz-* query parameters, which a
     // presigned URL's holder could then add (the gateway would take them as headers).
     const unsignedParameter = result.mode === 'presigned' ? info.query.find(([k]) => k.toLowerCase().startsWith('x-amz-')) : undefined;
@@ -322,6 +364,8 @@ export class RequestVerifier {
     if (!sameSignature(expected, fields.signature)) {
       throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
     }
+    // After the signature, so that only the key's holder learns which headers it left out.
+    refuseUnsigned(info.headers, signedHeaders);
     return this.#result(credential, 'header', fields.signature, signingDate, parsed, payloadHash, signedHeaders);
   }
 
@@ -364,10 +408,9 @@ export class RequestVerifier {
     }
     // As S3 and MinIO: whoever holds a presigned URL may not add x-amz-* headers its signer did not
     // sign (metadata, a copy source, object-lock settings would act with the signer's rights).
-    const unsigned = Object.keys(info.headers).find((name) => name.startsWith('x-amz-') && name !== 'x-amz-content-sha256' && !signedHeaders.includes(name));
-    if (unsigned !== undefined) {
-      throw new ObjectCacheError('OC_ERR_AUTH_HEADERS_NOT_SIGNED', `There were headers present in the request which were not signed: ${unsigned}`, { details: { HeadersNotSigned: unsigned } });
-    }
+    // A presigner hoists the x-amz-* headers it signs into the URL or lists them in
+    // X-Amz-SignedHeaders (SSE-C keys), so a URL's legitimate user sends no others.
+    refuseUnsigned(info.headers, signedHeaders);
     return this.#result(credential, 'presigned', signature, signingDate, parsed, request.headers['x-amz-content-sha256'] ?? UNSIGNED_PAYLOAD, signedHeaders);
   }
 }

@@ -7,7 +7,8 @@
  *
  * (https://docs.aws.amazon.com/AmazonS3/latest/userguide/RESTAuthentication.html). SigV2 covers
  * no body hash and no non-amz header, so what needs the body or a header signed (the layerwise
- * descriptor) still needs SigV4. Turned off with `--sigv2 off`.
+ * descriptor) still needs SigV4. Turned off with `--sigv2 off`. A presigned URL's `Expires` may
+ * lie at most a cap (default 7 days, as SigV4's) after the time of the request.
  */
 import { createHmac } from 'node:crypto';
 import { sameSignature } from './same-signature.js';
@@ -79,8 +80,13 @@ export function signV2(secretAccessKey: string, stringToSign: string): string {
   return createHmac('sha1', secretAccessKey).update(stringToSign, 'utf8').digest('base64');
 }
 
-/** Verifies a SigV2 request; throws the S3 error a client expects when it does not verify. */
-export function verifySigV2(request: SigV2Request, credentials: ReadonlyMap<string, ClientCredential>, now: number, maxSkewMs: number): SigV2Result {
+/**
+ * Verifies a SigV2 request; throws the S3 error a client expects when it does not verify.
+ * `maxExpiresS` caps how far past `now` a presigned URL's `Expires` may lie (0: no cap): SigV2
+ * signs an absolute expiry and no signing date, so the cap is all that stops a URL that never
+ * expires (SigV4's X-Amz-Expires is capped at 7 days).
+ */
+export function verifySigV2(request: SigV2Request, credentials: ReadonlyMap<string, ClientCredential>, now: number, maxSkewMs: number, maxExpiresS = 0): SigV2Result {
   const authorization = header(request.headers, 'authorization');
   let accessKeyId: string;
   let signature: string;
@@ -105,8 +111,15 @@ export function verifySigV2(request: SigV2Request, credentials: ReadonlyMap<stri
     signature = q('Signature') ?? '';
     const expires = q('Expires') ?? '';
     if (!/^\d+$/.test(expires)) throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'A SigV2 presigned URL needs Expires, in seconds since the epoch');
-    date = new Date(Number(expires) * 1000);
-    if (now > date.getTime()) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
+    const expiresMs = Number(expires) * 1000;
+    if (now > expiresMs) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
+    // Checked before the signature, as SigV4's X-Amz-Expires range is.
+    if (maxExpiresS > 0 && expiresMs - now > maxExpiresS * 1000) {
+      throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', `Expires must be at most ${maxExpiresS} seconds after the time of the request; this URL would be valid for another ${Math.ceil((expiresMs - now) / 1000)} seconds`);
+    }
+    date = new Date(expiresMs);
+    // Past the largest date (year 275760): no comparison with it would ever say "expired".
+    if (Number.isNaN(date.getTime())) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', 'Expires is beyond the largest date');
     dateField = expires;
     mode = 'presigned';
   }

@@ -2,7 +2,9 @@
  * The request of DeleteObjects (`POST /{bucket}?delete`), read, verified and checked in one place
  * for both backends: every key it names must be one the caller may delete, or nothing is deleted
  * (gateway/auth/access.ts). S3 itself would delete the allowed keys and report the others; the
- * gateway refuses the whole request instead, as it does for descriptors and lookups.
+ * gateway refuses the whole request instead, as it does for descriptors and lookups. A key that
+ * could not delete any object of the bucket is refused before the body is read, so that it
+ * cannot make the gateway read and parse megabytes of XML at all.
  */
 import { createHash } from 'node:crypto';
 import { ObjectCacheError } from '../../schemas/errors.js';
@@ -34,7 +36,24 @@ function xmlEscape(text: string): string {
   return text.replace(/[&<>"'\x00-\x1f\x7f]/g, (c) => `&#x${c.charCodeAt(0).toString(16).toUpperCase()};`);
 }
 
+/** The actions a DeleteObjects key needs: s3:DeleteObject, or s3:DeleteObjectVersion with a <VersionId>. */
+const DELETE_ACTIONS = ['s3:DeleteObject', 's3:DeleteObjectVersion'] as const;
+
+/**
+ * Throws OC_ERR_ACCESS_DENIED unless the key's policy could allow deleting some object of
+ * `bucket` (conditions and Denies ignored): the check that needs no body.
+ */
+function authorizeAnyDelete(ctx: RequestContext, bucket: string): void {
+  const { credential } = ctx.auth;
+  if (credential.access.mayEverOnSomeObject(DELETE_ACTIONS, bucket)) return;
+  const why = credential.access.empty ? 'it has no access policy' : 'no statement of its policy allows either on an object of this bucket';
+  throw new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${credential.accessKeyId} may not s3:DeleteObject or s3:DeleteObjectVersion on any object of ${bucket} (${why})`, {
+    details: { Action: 's3:DeleteObject', Resource: s3Arn(bucket, '*') },
+  });
+}
+
 export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObjectsRequest> {
+  authorizeAnyDelete(ctx, ctx.target.bucket);
   const body = await readWholeBody(ctx.req, ctx.auth, MAX_XML_BODY_BYTES);
   const document = parseXmlBody(body.toString('utf8'), 'Delete');
   const elements = xmlList(document, 'Object');
