@@ -82,6 +82,9 @@ function assertAsciiHeaders(rawHeaders: readonly string[]): void {
   }
 }
 
+/** 503s that are the gateway refusing more work, not a failure: counted, not logged as errors. */
+const THROTTLING: ReadonlySet<string> = new Set(['OC_ERR_ADMISSION_LIMIT', 'OC_ERR_KEY_CONCURRENCY', 'OC_ERR_POOL_BUSY']);
+
 /** Authentication failures: counted, and never forwarded to the backend. */
 function isAuthFailure(code: string): boolean {
   return code.startsWith('OC_ERR_AUTH_') || code === 'OC_ERR_REQUEST_MISSING_CONTENT_SHA256';
@@ -277,7 +280,9 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       // authenticated gets no 64 MiB of grace), nor of one too slow to send: the answer closes it.
       const closing = (ctx === undefined || failure.code === 'OC_ERR_REQUEST_TIMEOUT') && !req.complete;
       if (closing && !res.headersSent) res.setHeader('connection', 'close');
-      if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || failure.status === 503) {
+      // The gateway's own throttling (a full gateway, a key past its share) is the request line's
+      // code alone: a flood must not also flood the log with stacks.
+      if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || (failure.status === 503 && !THROTTLING.has(failure.code))) {
         log.error({ error: failure }, 'request failed');
       }
       sendError(res, failure, requestId, target?.path ?? req.url ?? '/', closing ? 0 : DRAIN_LIMIT_BYTES);
