@@ -5,6 +5,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { BackendStats } from '../backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
@@ -84,6 +85,17 @@ function assertAsciiHeaders(rawHeaders: readonly string[]): void {
 
 /** 503s that are the gateway refusing more work, not a failure: counted, not logged as errors. */
 const THROTTLING: ReadonlySet<string> = new Set(['OC_ERR_ADMISSION_LIMIT', 'OC_ERR_KEY_CONCURRENCY', 'OC_ERR_POOL_BUSY']);
+
+/** This process's soft limit on open files (Linux, /proc/self/limits), or undefined. */
+function openFileLimit(): number | undefined {
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const soft = line?.slice('Max open files'.length).trim().split(/\s+/)[0];
+    return soft === undefined || soft === 'unlimited' ? undefined : Number(soft);
+  } catch {
+    return undefined;
+  }
+}
 
 /** Authentication failures: counted, and never forwarded to the backend. */
 function isAuthFailure(code: string): boolean {
@@ -336,6 +348,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   }
   const address = server.address() as AddressInfo;
   logger.info({ url: urlOf(address), admin: admin.url, backend: backend.description }, 'gateway listening');
+  const files = openFileLimit();
+  const needed = config.limits.maxConnections + (config.backend.kind === 's3' ? config.backend.connections + lw.maxChunkStreams : 0) + 64;
+  if (files !== undefined && files < needed) {
+    // Past the limit every new file fails (EMFILE): another tenant's upload, a backend connection.
+    logger.warn({ openFileLimit: files, needed }, `the open-file limit (ulimit -n ${files}) is below what --max-connections and the backend connections may use (${needed}); lower --max-connections or raise the limit`);
+  }
 
   let closing: Promise<void> | undefined;
   const adminServer = admin;
