@@ -74,31 +74,36 @@ export class ConnectionGuard {
       if (req.complete) bodyDone();
     });
     req.once('end', bodyDone);
+    res.once('close', () => {
+      // Answered before its body was in (an early refusal drains the rest): the rest is timed as
+      // a body, not by the keep-alive timer Node set as the response finished.
+      if (!req.complete && this.#current.get(socket)?.req === req && !socket.destroyed) socket.setTimeout(this.#limits.bodyIdleTimeoutMs);
+    });
     return () => {
       req.off('end', bodyDone);
-      if (this.#current.get(socket)?.req !== req) return;
-      this.#current.delete(socket);
-      // Between requests: headers of the next one are due within the header bound again (Node
-      // times them too); the keep-alive timeout closes a connection that sends none.
-      if (!socket.destroyed) socket.setTimeout(this.#limits.headerTimeoutMs);
+      // Between requests the socket's timer is Node's keep-alive timeout (set as the response
+      // finished), whose firing #timedOut turns into the close the Keep-Alive header announced.
+      if (this.#current.get(socket)?.req === req) this.#current.delete(socket);
     };
   }
 
   #timedOut(socket: Socket): void {
     const exchange = this.#current.get(socket);
     if (exchange === undefined) {
-      // Never sent a request: an unauthenticated connection holding a socket. Idle between
-      // requests: left to the keep-alive timeout the client was told.
-      if (!this.#used.has(socket)) {
-        this.#onTimeout('headers');
-        socket.destroy();
-      }
+      // Never sent a request (the header bound: an unauthenticated connection holding a socket),
+      // or idle between requests for Node's keep-alive timeout: closed, as Node would.
+      if (!this.#used.has(socket)) this.#onTimeout('headers');
+      socket.destroy();
       return;
     }
     const { req, res } = exchange;
     if (!req.complete) {
-      // The gateway has not read what is buffered: it is the one waiting (on the store), not the client.
-      if (req.readableLength > 0) return;
+      // The gateway has not read what is buffered: it is the one waiting (on the store), not the
+      // client. Timed again, since only socket activity would re-arm the timer.
+      if (req.readableLength > 0) {
+        socket.setTimeout(this.#limits.bodyIdleTimeoutMs);
+        return;
+      }
       this.#onTimeout('body-idle');
       this.#answerTimeout(socket, res);
       return;

@@ -174,7 +174,7 @@ async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<st
       await new Promise<void>((resolve, reject) => {
         backend.dispatch(
           { method, path: ctx.target.canonicalPath, query: ctx.target.query, headers, ...(body ? { body } : {}), payloadHash },
-          new RelayHandler(ctx.res, ctx.requestId, resolve, reject, mayRetry),
+          new RelayHandler(ctx.res, ctx.signal, ctx.requestId, resolve, reject, mayRetry),
         );
       });
       return;
@@ -213,18 +213,23 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    */
   #error: { status: number; headers: Record<string, string | string[]>; body: Buffer[]; bytes: number } | undefined;
 
-  constructor(res: ServerResponse, requestId: string, resolve: () => void, reject: (error: unknown) => void, mayRetry = false) {
+  readonly #signal: AbortSignal;
+
+  /** `signal` is the request's: aborted when the client goes (the response closes or, queued behind a pipelined one, its socket does). */
+  constructor(res: ServerResponse, signal: AbortSignal, requestId: string, resolve: () => void, reject: (error: unknown) => void, mayRetry = false) {
     this.#res = res;
+    this.#signal = signal;
     this.#requestId = requestId;
     this.#resolve = resolve;
     this.#reject = reject;
     this.#mayRetry = mayRetry;
-    res.once('close', this.#onClose);
+    signal.addEventListener('abort', this.#onClose, { once: true });
   }
 
-  /** The client went away (or the response is done): stop the backend request if still running. */
+  /** The client went away: stop the backend request if still running (a paused one would hold its connection for ever). */
   readonly #onClose = (): void => {
     if (!this.#res.writableFinished) this.#controller?.abort(new Error('the client closed the connection'));
+    this.#settle();
   };
 
   readonly #onDrain = (): void => this.#controller?.resume();
@@ -232,7 +237,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   #settle(error?: unknown): void {
     if (this.#settled) return;
     this.#settled = true;
-    this.#res.off('close', this.#onClose);
+    this.#signal.removeEventListener('abort', this.#onClose);
     this.#res.off('drain', this.#onDrain);
     if (error === undefined) this.#resolve();
     else this.#reject(error);
@@ -240,7 +245,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller;
-    if (this.#res.destroyed) controller.abort(new Error('the client closed the connection'));
+    if (this.#res.destroyed || this.#signal.aborted) controller.abort(new Error('the client closed the connection'));
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {

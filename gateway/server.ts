@@ -25,7 +25,7 @@ import { servePrefixLookup } from './descriptor-get/lookup.js';
 import { serveDescriptorGet } from './descriptor-get/serve-descriptor-get.js';
 import { EpochScheduler, type SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 import { ReaderPool, type ReaderPoolStats } from './read-pool/reader-pool.js';
-import { bucketFromHost, parseCopySource, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
+import { assertBucketName, bucketFromHost, parseCopySource, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
 import { ConnectionGuard, CONNECTION_CHECK_INTERVAL_MS } from './connection-guard.js';
 import { KeyLimits } from './key-limits.js';
 import type { ClientCredential } from './config.js';
@@ -65,9 +65,11 @@ const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
 const CLOSE_GRACE_MS = 5_000;
 
 /**
- * Headers the gateway reads or passes to the store must be ASCII. Node reads header bytes as
- * latin1 and the store (Go) as UTF-8, so raw UTF-8 would mean one name to the access check and
- * another to the store; S3 wants non-ASCII metadata RFC 2047-encoded, and botocore refuses it.
+ * Headers the gateway reads or passes to the store must be printable ASCII. Node reads header
+ * bytes as latin1 and the store (Go) as UTF-8, so raw UTF-8 would mean one name to the access
+ * check and another to the store; and a byte over 0x7f in a header the gateway re-signs is hashed
+ * as two bytes here and one there (MinIO answers SignatureDoesNotMatch). S3 wants non-ASCII
+ * metadata RFC 2047-encoded (filename*= for Content-Disposition), and botocore refuses it raw.
  */
 const INTERPRETED_HEADER = /^(x-amz-|x-objectcache-|x-minio-|content-|if-|authorization$|host$|range$|cache-control$|expires$)/;
 
@@ -142,7 +144,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
   const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds, ...(deps.now ? { now: deps.now } : {}) });
-  const keys = new KeyLimits(config.limits);
+  const keys = new KeyLimits(config.limits, config.backend.kind === 's3' ? config.backend.connections : 0);
 
   /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
   function admissionRefusal(credential: ClientCredential): ObjectCacheError | undefined {
@@ -165,13 +167,46 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     // The client going away aborts `ctx.signal`; its controller is made only when someone asks.
     let abort: AbortController | undefined;
     let clientGone = false;
-    /** What the request holds until its response closes: its connection's timer, its key's place. */
+    /**
+     * What the request holds (its connection's timer, its key's places) until it is over both
+     * ways: its response closed and its body read or discarded, or its socket gone. Node emits no
+     * 'close' on the response of a pipelined request whose socket dies before its turn, so the
+     * socket's closing ends every request queued on it.
+     */
     const releases: (() => void)[] = [guard.track(req, res)];
-    res.once('close', () => {
-      for (const release of releases) release();
-      if (res.writableFinished) return;
+    let responseClosed = false;
+    let released = false;
+    const release = (): void => {
+      if (released) return;
+      released = true;
+      req.socket.off('close', socketClosed);
+      for (const r of releases) r();
+    };
+    /** Holds `r` until the request is over (at once if it already is: a place taken after an await). */
+    const hold = (r: () => void): void => {
+      if (released) r();
+      else releases.push(r);
+    };
+    const bodyDone = (): void => {
+      if (responseClosed) release();
+    };
+    const clientLeft = (): void => {
+      if (clientGone || res.writableFinished) return;
       clientGone = true;
       abort?.abort();
+    };
+    function socketClosed(): void {
+      clientLeft();
+      release();
+      logLine();
+    }
+    req.socket.once('close', socketClosed);
+    req.once('end', bodyDone);
+    req.once('close', bodyDone);
+    res.once('close', () => {
+      responseClosed = true;
+      if (req.complete || req.destroyed) release();
+      clientLeft();
     });
     const signal = (): AbortSignal => {
       if (!abort) {
@@ -186,7 +221,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     /** What the request is (classify.ts); labels it once authenticated, or a form upload (which authenticates itself). */
     let classified: Classified | undefined;
     let failure: ObjectCacheError | undefined;
-    res.once('close', () => {
+    let logged = false;
+    /** One log line and one count per request, when its response closes or its socket goes. */
+    function logLine(): void {
+      if (logged) return;
+      logged = true;
       const operation = ctx ? operationLabel(ctx.operation, ctx.mode) : classified?.kind === 'post-object' ? classified.operation : 'Unauthenticated';
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const status = res.writableFinished ? res.statusCode : 499;
@@ -203,7 +242,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         ...(failure ? { code: failure.code } : {}),
         ...(status === 499 ? { aborted: true } : {}),
       }, 'request');
-    });
+    }
+    res.once('close', logLine);
 
     try {
       for (const name of Object.keys(req.headers)) {
@@ -211,6 +251,9 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       }
       assertAsciiHeaders(req.rawHeaders);
       target = parseTarget(req.url ?? '/', bucketFromHost(req.headers.host, config.domains));
+      // A path-style bucket follows S3's naming rules like a virtual-hosted one: `.`, `..` or
+      // `.minio.sys` as a bucket would reach the store as a path it may resolve elsewhere.
+      if (target.bucket !== '' && !target.virtualHosted) assertBucketName(target.bucket);
       classified = classify(req.method ?? 'GET', target, req.headers);
       if (classified.kind === 'post-object') {
         // A browser-form upload: the signed policy in the form is its authentication. Nobody
@@ -222,7 +265,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           maxObjectBytes: config.maxObjectBytes,
           maxFieldsBytes: config.limits.maxFormFieldsBytes,
           fieldsTimeoutMs: config.limits.headerTimeoutMs,
-          admit: (credential) => releases.push(keys.admit(credential)),
+          admit: (credential) => hold(keys.admit(credential, 'form')),
           now: deps.now ?? Date.now,
         });
         return;
@@ -233,7 +276,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       authorizeNamespace(auth.credential, target.bucket, config.reservedBuckets);
       const copySource = req.headers['x-amz-copy-source'] ?? (auth.mode === 'presigned' ? target.query.find(([name]) => name.toLowerCase() === 'x-amz-copy-source')?.[1] : undefined);
       if (copySource !== undefined) authorizeNamespace(auth.credential, parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource).bucket, config.reservedBuckets, 'x-amz-copy-source');
-      releases.push(keys.admit(auth.credential));
+      hold(keys.admit(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
       if (auth.mode === 'presigned') {
         const unhoisted = unhoistPresigned(target);
         target = unhoisted.target;
@@ -282,6 +325,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           return;
         }
         // 'delete-objects': each backend reads the body and checks every key (s3/delete-objects.ts).
+        // A passthrough holds a backend connection for as long as its client takes.
+        if (config.backend.kind === 's3') hold(keys.takeBackend(auth.credential));
         await backend.serveS3(ctx);
       }
     } catch (error) {
@@ -290,7 +335,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
       // Nothing more is read of a request refused before its key was known (a client that never
       // authenticated gets no 64 MiB of grace), nor of one too slow to send: the answer closes it.
-      const closing = (ctx === undefined || failure.code === 'OC_ERR_REQUEST_TIMEOUT') && !req.complete;
+      const closing = ctx === undefined || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
       if (closing && !res.headersSent) res.setHeader('connection', 'close');
       // The gateway's own throttling (a full gateway, a key past its share) is the request line's
       // code alone: a flood must not also flood the log with stacks.

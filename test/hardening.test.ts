@@ -13,6 +13,7 @@
  */
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
@@ -394,5 +395,132 @@ describe('headers are read one way', () => {
     const { text } = await ended;
     expect(text).toMatch(/^HTTP\/1\.1 400/);
     expect(text).toContain('<Code>InvalidArgument</Code>');
+  });
+});
+
+describe('what a connection holds ends with it (s3)', () => {
+  let gw: TestGateway;
+  let credentials: string;
+  const bucket = uniqueBucket('ends');
+  const size = 32 * 1024 * 1024;
+
+  beforeAll(async () => {
+    credentials = credentialsFile();
+    gw = await startTestGateway({ backend: 's3', minio: inject('minio'), args: ['--credentials', credentials, '--max-requests-per-key', '8', '--backend-connections', '4', '--header-timeout-ms', '1000', '--body-idle-timeout-ms', '1000'] });
+    await clientOf(gw, bucket).ensureBucket();
+    const s3 = sdkClient(gw.url);
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'big', Body: randomBytes(size) }));
+    s3.destroy();
+  });
+  afterAll(async () => {
+    await gw?.close();
+    rmSync(join(credentials, '..'), { recursive: true, force: true });
+  });
+
+  /** `count` requests at once by `key`, each answered (any status): the statuses. */
+  const statuses = async (key: Key, count: number): Promise<number[]> => Promise.all(Array.from({ length: count }, async () => (await send(key, gw.url, { method: 'HEAD', path: `/${bucket}/big` })).status));
+
+  it('gives back the places and backend connections of pipelined requests whose connection is reset', async () => {
+    for (let c = 0; c < 2; c++) {
+      const socket = await rawSocket(gw.url);
+      socket.pause();
+      let pipelined = '';
+      for (let i = 0; i < 3; i++) pipelined += head('GET', `/${bucket}/big`, await sign(TEAM_A, gw.url, { method: 'GET', path: `/${bucket}/big` }));
+      socket.write(pipelined);
+      await new Promise((r) => setTimeout(r, 500));
+      socket.resetAndDestroy();
+    }
+    // Every place of the key is free again (8 at once), and the backend serves (no connection held).
+    await until(async () => (await statuses(TEAM_A, 8)).every((status) => status === 200), 10_000);
+    const back = await send(TEAM_A, gw.url, { method: 'GET', path: `/${bucket}/big`, headers: { range: 'bytes=0-99' } });
+    expect(back.status).toBe(206);
+  });
+
+  it('shares the backend connections out: one key\'s unread GETs hold at most three quarters', async () => {
+    const sockets: Socket[] = [];
+    try {
+      for (let i = 0; i < 3; i++) {
+        const socket = await rawSocket(gw.url);
+        socket.pause();
+        socket.write(head('GET', `/${bucket}/big`, await sign(TEAM_A, gw.url, { method: 'GET', path: `/${bucket}/big` })));
+        sockets.push(socket);
+      }
+      await new Promise((r) => setTimeout(r, 500));
+      const refused = await send(TEAM_A, gw.url, { method: 'HEAD', path: `/${bucket}/big` });
+      expect(refused.status).toBe(503);
+      expect(refused.code).toBe('OC_ERR_KEY_CONCURRENCY');
+      const other = await send(TEAM_B, gw.url, { method: 'GET', path: `/${bucket}/big`, headers: { range: 'bytes=0-9' } });
+      expect(other.status).toBe(206);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+    }
+  });
+
+  it('closes the connection of a request refused before its key is known', async () => {
+    const socket = await rawSocket(gw.url);
+    const ended = closed(socket, performance.now(), 5000);
+    socket.write(`GET /${bucket}/big HTTP/1.1\r\nhost: x\r\n\r\n`);
+    const { text, ms } = await ended;
+    expect(text).toMatch(/^HTTP\/1\.1 403/);
+    expect(ms).toBeLessThan(1000);
+  });
+
+  it('times the rest of a body after an early answer, and closes a stalled one', async () => {
+    const socket = await rawSocket(gw.url);
+    const path = `/${bucket}/x`;
+    // Refused once the key is known (no policy), before the body: the answer, then the rest of the body is drained.
+    const headers = await sign(NOBODY, gw.url, { method: 'PUT', path, payloadHash: 'UNSIGNED-PAYLOAD', headers: { 'content-length': String(10 * 1024 * 1024) } });
+    const ended = closed(socket, performance.now(), 8000);
+    socket.write(head('PUT', path, headers));
+    socket.write(Buffer.alloc(1000));
+    const { text, ms } = await ended;
+    expect(text).toMatch(/^HTTP\/1\.1 403/);
+    expect(ms).toBeLessThan(5000);
+  });
+
+  it('leaves a quarter of a key\'s places to the holders of its presigned URLs', async () => {
+    const sockets: Socket[] = [];
+    const s3 = sdkClient(gw.url, { ...TEAM_A });
+    const presignedPut = async (key: string): Promise<{ path: string; headers: Record<string, string> }> => {
+      const url = new URL(await getSignedUrl(s3, new PutObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: 300 }));
+      return { path: `${url.pathname}${url.search}`, headers: { host: url.host, 'content-length': '100000' } };
+    };
+    try {
+      for (let i = 0; i < 2; i++) {
+        const { path, headers } = await presignedPut(`a/presigned-${i}`);
+        const socket = await rawSocket(gw.url);
+        socket.write(head('PUT', path, headers));
+        socket.write(Buffer.alloc(10));
+        sockets.push(socket);
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      const third = await presignedPut('a/presigned-2');
+      const socket = await rawSocket(gw.url);
+      const answer = answered(socket, 5000);
+      socket.write(head('PUT', third.path, third.headers));
+      expect(await answer).toContain('OC_ERR_KEY_CONCURRENCY');
+      socket.destroy();
+      const own = await send(TEAM_A, gw.url, { method: 'PUT', path: `/${bucket}/a/own`, body: Buffer.from('x') });
+      expect(own.status, own.body).toBe(200);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      s3.destroy();
+    }
+  });
+
+  it('refuses path-style buckets S3 would not name (/./minio/...), and raw latin1 in a forwarded header', async () => {
+    // Sent as is (a URL library would resolve the dot segment first).
+    const socket = await rawSocket(gw.url);
+    const answer = answered(socket, 5000);
+    socket.write(head('GET', '/./minio/admin/v3/info', await sign(WIDE, gw.url, { method: 'GET', path: '/./minio/admin/v3/info' })));
+    const dot = await answer;
+    socket.destroy();
+    expect(dot).toMatch(/^HTTP\/1\.1 400/);
+    expect(dot).toContain('OC_ERR_REQUEST_INVALID_BUCKET_NAME');
+    // Re-signed for the store, a byte over 0x7f would be hashed as UTF-8 here and as one byte
+    // there: a clear 400 instead of the store's SignatureDoesNotMatch.
+    const put = await send(TEAM_A, gw.url, { method: 'PUT', path: `/${bucket}/a/latin1`, body: Buffer.from('x'), headers: { 'content-disposition': `attachment; filename="na${'\u00ef'}ve.txt"` } });
+    expect(put.status, put.body).toBe(400);
+    expect(put.code).toBe('OC_ERR_REQUEST_INVALID_ARGUMENT');
   });
 });

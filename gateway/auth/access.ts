@@ -144,6 +144,10 @@ export function requirementOf(method: string, target: S3Target, headers: Incomin
   if (operation === 'DeleteObjects') return { kind: 'delete-objects' };
   const versioned = queryValue(target, 'versionId') !== undefined;
   const bucketAction = BUCKET_ACTIONS[operation];
+  if (operation === 'CreateBucket' && headers['x-amz-bucket-object-lock-enabled'] !== undefined) {
+    // A bucket made with object lock on: as S3 and MinIO, that is also the lock configuration's.
+    return { kind: 'checks', checks: [{ action: 's3:CreateBucket', resource: s3Arn(bucket) }, { action: 's3:PutBucketObjectLockConfiguration', resource: s3Arn(bucket) }] };
+  }
   if (bucketAction !== undefined) {
     const list = bucketAction === 's3:ListBucket' || bucketAction === 's3:ListBucketVersions' || bucketAction === 's3:ListBucketMultipartUploads';
     return { kind: 'checks', checks: [{ action: bucketAction, resource: s3Arn(bucket), ...(list && operation !== 'HeadBucket' ? { context: listContext(target) } : {}) }] };

@@ -215,14 +215,21 @@ export class ReadAhead implements UnitSource {
         const pins = this.#pins.slice(task.chunkStart, task.chunkEnd);
         const result = pool.run({ ...this.#readTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) });
         this.#results[t] = result;
-        void result.then(() => {
+        const done = (): void => {
           this.#unfinished.delete(t);
           this.#slots.release(1);
-        });
+        };
+        void result.then(done, done);
         pending.push(result);
       }
-      const settled = Promise.all(pending).then((results) => this.#complete(u, results));
+      // A unit that cannot complete fails the stream (the consumer waits on #units), never the
+      // process: no rejection is left unhandled.
+      const settled = Promise.all(pending).then(
+        (results) => this.#complete(u, results),
+        (error: unknown) => this.#fail(error),
+      );
       if (u === 0 && this.#o.firstUnitAlone) await settled;
+      else settled.catch((error: unknown) => this.#fail(error));
     }
   }
 

@@ -223,8 +223,9 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
   const { key, etag } = result;
   // The fields as they were when the file began: one sent after it cannot redirect the answer.
   const redirect = fields.get('success_action_redirect') ?? fields.get('redirect');
-  if (redirect !== undefined && /^https?:\/\//i.test(redirect)) {
-    const location = new URL(redirect);
+  // A URL that cannot be read is ignored, as S3 ignores it: the object is stored either way.
+  const location = redirect !== undefined && /^https?:\/\//i.test(redirect) && URL.canParse(redirect) ? new URL(redirect) : undefined;
+  if (location !== undefined) {
     location.searchParams.set('bucket', target.bucket);
     location.searchParams.set('key', key);
     location.searchParams.set('etag', `"${etag}"`);

@@ -227,8 +227,11 @@ export function unhoistPresigned(target: S3Target): { target: S3Target; headers:
   for (const [name, value] of target.query) {
     const lower = name.toLowerCase();
     if (PRESIGN_PARAMS.has(lower)) continue;
-    if (lower.startsWith('x-amz-')) headers[lower] = value;
-    else query.push([name, value]);
+    if (lower.startsWith('x-amz-')) {
+      // One value, or the gateway's checks and the store could each read another.
+      if (headers[lower] !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The query parameter ${name} appears twice`, { details: { ArgumentName: name } });
+      headers[lower] = value;
+    } else query.push([name, value]);
   }
   return { target: { ...target, query }, headers };
 }
