@@ -8,8 +8,8 @@
  *    gateway closed them (every one must be closed: a connection still open after 60 s is a
  *    failure of the run).
  * 2. A flood from other keys: team A's descriptor-GET latency (median, p99) alone, then while a
- *    key with no policy holds stalled descriptor POSTs and stalled uploads, and a second key with
- *    a policy sends descriptor GETs from many loops at once. Reports team A's refusals (there
+ *    key with no policy holds 64 stalled descriptor POSTs, a second key holds 200 stalled uploads,
+ *    and a third sends descriptor GETs from many loops at once. Reports team A's refusals (there
  *    should be none) and the flooding key's (503 SlowDown beyond its share).
  *
  *   npm run bench:hostile [-- --connections 1000 --flood-loops 128 --samples 60]
@@ -35,6 +35,7 @@ const MiB = 1024 * 1024;
 const TEAM_A = { accessKeyId: 'team-a', secretAccessKey: 'team-a-secret-01' };
 const FLOODER = { accessKeyId: 'flooder', secretAccessKey: 'flooder-secret-01' };
 const NOBODY = { accessKeyId: 'nobody', secretAccessKey: 'nobody-secret-01' };
+const STALLER = { accessKeyId: 'staller', secretAccessKey: 'staller-secret-01' };
 const READ_WRITE = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:GetObject', 's3:PutObject'], Resource: `arn:aws:s3:::${BUCKET}/*` }] };
 /** Connections still open this long after they were opened fail the run. */
 const CLOSE_LIMIT_MS = 60_000;
@@ -128,7 +129,7 @@ async function main(): Promise<void> {
 
   const dir = mkdtempSync(join(tmpdir(), 'objectcache-bench-hostile-'));
   const credentials = join(dir, 'credentials.json');
-  writeFileSync(credentials, JSON.stringify([{ ...TEAM_A, policy: READ_WRITE }, { ...FLOODER, policy: READ_WRITE }, { ...NOBODY }]));
+  writeFileSync(credentials, JSON.stringify([{ ...TEAM_A, policy: READ_WRITE }, { ...FLOODER, policy: READ_WRITE }, { ...STALLER, policy: READ_WRITE }, { ...NOBODY }]));
   const minio = await startMinio({ binary: installMinio(), dataDir: join(dir, 'minio') });
   const gateway = await startGatewayProcess({ minio, args: ['--credentials', credentials] });
   const url = new URL(gateway.url);
@@ -170,7 +171,7 @@ async function main(): Promise<void> {
     }
     for (let i = 0; i < 200; i++) {
       const socket = await open(url);
-      socket.write(await signedHead(FLOODER, url, 'PUT', `/${BUCKET}/flood/${i}`, {}, { 'content-length': String(64 * MiB) }, 'UNSIGNED-PAYLOAD'));
+      socket.write(await signedHead(STALLER, url, 'PUT', `/${BUCKET}/flood/${i}`, {}, { 'content-length': String(64 * MiB) }, 'UNSIGNED-PAYLOAD'));
       socket.write(Buffer.alloc(1024));
       socket.resume();
       held.push(socket);
@@ -196,7 +197,7 @@ async function main(): Promise<void> {
     await Promise.all(loops);
     for (const socket of held) socket.destroy();
     console.log(`team A under the flood: median ${flooded.medianMs.toFixed(1)} ms, p99 ${flooded.p99Ms.toFixed(1)} ms, ${flooded.refused} refused ${JSON.stringify(flooded.codes)}`);
-    console.log(`flooding key: ${flood.sent} descriptor GETs, ${flood.refused} refused ${JSON.stringify(flood.codes)}; 64 stalled descriptor POSTs (no policy) and 200 stalled uploads held`);
+    console.log(`flooding key: ${flood.sent} descriptor GETs, ${flood.refused} refused ${JSON.stringify(flood.codes)}; meanwhile 64 stalled descriptor POSTs (a key with no policy) and 200 stalled uploads (a third key) held`);
 
     const out = join(repoRoot(), 'bench', 'results');
     mkdirSync(out, { recursive: true });
