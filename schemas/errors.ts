@@ -62,7 +62,7 @@ export const ERRORS = {
   OC_ERR_REQUEST_COPY_TO_ITSELF: { status: 400, s3Code: 'InvalidRequest', description: 'A CopyObject onto its own source changes nothing (use x-amz-metadata-directive: REPLACE to change its metadata).' },
   OC_ERR_REQUEST_INVALID_ARGUMENT: { status: 400, s3Code: 'InvalidArgument', description: 'A query parameter or header has an invalid value (the message names it).' },
   OC_ERR_REQUEST_MALFORMED_XML: { status: 400, s3Code: 'MalformedXML', description: 'The XML request body is not well formed or does not follow the S3 schema.' },
-  OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM: { status: 400, s3Code: 'InvalidRequest', description: 'The checksum algorithm is not supported (supported: CRC32, CRC32C, SHA1, SHA256).' },
+  OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM: { status: 400, s3Code: 'InvalidRequest', description: 'The checksum algorithm is not supported (supported: CRC32, CRC32C, CRC64NVME, SHA1, SHA256).' },
   OC_ERR_REQUEST_NOT_IMPLEMENTED: { status: 501, s3Code: 'NotImplemented', description: 'The S3 operation is not implemented by the embedded store.' },
   OC_ERR_REQUEST_METHOD_NOT_ALLOWED: { status: 405, s3Code: 'MethodNotAllowed', description: 'The HTTP method is not allowed on this resource.' },
   OC_ERR_REQUEST_HEADER_TOO_LARGE: { status: 400, s3Code: 'RequestHeaderSectionTooLarge', description: 'The request headers exceed the configured limit.' },

@@ -13,6 +13,7 @@ const include = dirname(createRequire(import.meta.url).resolve('node-api-headers
 const modules = {
   'socket-buffer': 'streamed chunk reads are off, grouped range reads serve every layerwise GET',
   crc32c: 'CRC-32C falls back to @node-rs/crc32',
+  crc64nvme: 'CRC-64/NVME falls back to @aws-sdk/crc64-nvme (about a quarter of the speed)',
 };
 
 function fresh(source, output) {

@@ -5,14 +5,15 @@
 import { createHash, type Hash } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 import { crc32c } from '../../native/crc32c.js';
+import { createCrc64nvme, type Crc64Nvme64 } from '../../native/crc64nvme.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 
-export type ChecksumAlgorithm = 'crc32' | 'crc32c' | 'sha1' | 'sha256';
+export type ChecksumAlgorithm = 'crc32' | 'crc32c' | 'crc64nvme' | 'sha1' | 'sha256';
 
-export const CHECKSUM_ALGORITHMS: readonly ChecksumAlgorithm[] = ['crc32', 'crc32c', 'sha1', 'sha256'];
+export const CHECKSUM_ALGORITHMS: readonly ChecksumAlgorithm[] = ['crc32', 'crc32c', 'crc64nvme', 'sha1', 'sha256'];
 
 /** Digest length in bytes, to validate the base64 a client sent. */
-const DIGEST_BYTES: Record<ChecksumAlgorithm, number> = { crc32: 4, crc32c: 4, sha1: 20, sha256: 32 };
+const DIGEST_BYTES: Record<ChecksumAlgorithm, number> = { crc32: 4, crc32c: 4, crc64nvme: 8, sha1: 20, sha256: 32 };
 
 /** Characters of the base64 value of a checksum (x-amz-checksum-* headers and trailers). */
 export function checksumValueLength(algorithm: ChecksumAlgorithm): number {
@@ -22,7 +23,7 @@ export function checksumValueLength(algorithm: ChecksumAlgorithm): number {
 export interface IncrementalChecksum {
   update(data: Uint8Array): void;
   /** Base64 of the big-endian digest, as S3 encodes x-amz-checksum-* values. */
-  digestBase64(): string;
+  digestBase64(): Promise<string>;
 }
 
 class CrcChecksum implements IncrementalChecksum {
@@ -34,10 +35,21 @@ class CrcChecksum implements IncrementalChecksum {
   update(data: Uint8Array): void {
     this.#value = this.#fn(data, this.#value);
   }
-  digestBase64(): string {
+  async digestBase64(): Promise<string> {
     const out = Buffer.alloc(4);
     out.writeUInt32BE(this.#value >>> 0);
     return out.toString('base64');
+  }
+}
+
+/** CRC-64/NVME (native/crc64nvme.ts: the native module, else the AWS SDK's JS). */
+class Crc64Checksum implements IncrementalChecksum {
+  readonly #crc: Crc64Nvme64 = createCrc64nvme();
+  update(data: Uint8Array): void {
+    this.#crc.update(data);
+  }
+  async digestBase64(): Promise<string> {
+    return Buffer.from(await this.#crc.digest()).toString('base64');
   }
 }
 
@@ -49,7 +61,7 @@ class HashChecksum implements IncrementalChecksum {
   update(data: Uint8Array): void {
     this.#hash.update(data);
   }
-  digestBase64(): string {
+  async digestBase64(): Promise<string> {
     return this.#hash.digest('base64');
   }
 }
@@ -60,6 +72,8 @@ export function createChecksum(algorithm: ChecksumAlgorithm | 'md5'): Incrementa
       return new CrcChecksum((data, initial) => crc32(data, initial));
     case 'crc32c':
       return new CrcChecksum((data, initial) => crc32c(data, initial));
+    case 'crc64nvme':
+      return new Crc64Checksum();
     case 'sha1':
       return new HashChecksum('sha1');
     case 'sha256':
@@ -73,7 +87,7 @@ export function createChecksum(algorithm: ChecksumAlgorithm | 'md5'): Incrementa
 export function checksumAlgorithmOf(name: string): ChecksumAlgorithm {
   const lower = name.toLowerCase().replace(/^x-amz-checksum-/, '');
   if ((CHECKSUM_ALGORITHMS as readonly string[]).includes(lower)) return lower as ChecksumAlgorithm;
-  throw new ObjectCacheError('OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM', `The checksum algorithm ${JSON.stringify(name)} is not supported; use CRC32, CRC32C, SHA1 or SHA256`);
+  throw new ObjectCacheError('OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM', `The checksum algorithm ${JSON.stringify(name)} is not supported; use CRC32, CRC32C, CRC64NVME, SHA1 or SHA256`);
 }
 
 /** Validates that `value` is base64 of the algorithm's digest length. */

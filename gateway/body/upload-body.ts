@@ -94,11 +94,24 @@ class BodyVerifier extends Transform {
         callback(new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `No x-amz-checksum-${e.checksum.algorithm} value arrived`));
         return;
       }
-      if (this.#checksum.digestBase64() !== expected) {
-        callback(new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${e.checksum.algorithm} you specified did not match the calculated checksum`));
-        return;
-      }
+      const algorithm = e.checksum.algorithm;
+      this.#checksum.digestBase64().then(
+        (actual) => {
+          if (actual !== expected) {
+            callback(new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${algorithm} you specified did not match the calculated checksum`));
+            return;
+          }
+          this.#release(callback);
+        },
+        (error: unknown) => callback(error as Error),
+      );
+      return;
     }
+    this.#release(callback);
+  }
+
+  /** Every check passed: the held-back piece goes out, and the stream ends. */
+  #release(callback: TransformCallback): void {
     if (this.#held !== undefined) this.push(this.#held);
     this.#held = undefined;
     callback();
