@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { CompleteMultipartUploadCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
 import { createCrc64nvme } from '../native/crc64nvme.js';
+import { crc32c } from '../native/crc32c.js';
 import { describe, expect, it } from 'vitest';
 import { COMPAT_TARGETS, compatSuite } from './helpers/gateway.js';
 
@@ -73,6 +74,73 @@ describe.each(COMPAT_TARGETS)('CRC64NVME checksums (%s)', (target) => {
     expect((refused as S3ServiceException).$metadata.httpStatusCode).toBe(400);
     expect(target === 'minio-direct' ? 'XAmzContentChecksumMismatch' : 'BadDigest').toBe((refused as S3ServiceException).name);
     const missing = await suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'wrong' })).catch((e: unknown) => e);
+    expect((missing as S3ServiceException).$metadata.httpStatusCode).toBe(404);
+  });
+});
+
+/**
+ * Multipart checksums as MinIO keeps them (x-amz-checksum-type): FULL_OBJECT is the CRC of the
+ * whole object, COMPOSITE the checksum of the parts' checksums followed by `-<parts>`; CRC64NVME is
+ * always FULL_OBJECT. The values are computed here independently and must be what the store
+ * answers on Complete, on HEAD and on GetObjectAttributes; a whole-object checksum claimed at
+ * Complete that the parts do not make stores nothing.
+ */
+describe.each(COMPAT_TARGETS)('multipart checksums (%s)', (target) => {
+  const suite = compatSuite(target, 'mpcrc');
+  const { bucket } = suite;
+  const first = randomBytes(5 * 1024 * 1024);
+  const second = randomBytes(1000);
+
+  async function digest(algorithm: 'CRC64NVME' | 'CRC32C', ...views: Uint8Array[]): Promise<string> {
+    if (algorithm === 'CRC64NVME') {
+      const crc = createCrc64nvme();
+      for (const view of views) crc.update(view);
+      return Buffer.from(await crc.digest()).toString('base64');
+    }
+    let value = 0;
+    for (const view of views) value = crc32c(view, value);
+    const out = Buffer.alloc(4);
+    out.writeUInt32BE(value >>> 0);
+    return out.toString('base64');
+  }
+
+  it.each([
+    ['CRC64NVME', 'FULL_OBJECT', 'FULL_OBJECT'],
+    ['CRC64NVME', 'COMPOSITE', 'FULL_OBJECT'],
+    ['CRC32C', 'FULL_OBJECT', 'FULL_OBJECT'],
+    ['CRC32C', 'COMPOSITE', 'COMPOSITE'],
+  ] as const)('%s asked as %s is kept as %s, with the value computed here', async (algorithm, asked, kept) => {
+    const Key = `mp-${algorithm}-${asked}`;
+    const field = `Checksum${algorithm}` as const;
+    const created = await suite.s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key, ChecksumAlgorithm: algorithm, ChecksumType: asked }));
+    expect(created.ChecksumType).toBe(kept);
+    const parts = [];
+    for (const [i, data] of [first, second].entries()) {
+      const part = await suite.s3.send(new UploadPartCommand({ Bucket: bucket, Key, UploadId: created.UploadId, PartNumber: i + 1, Body: data, ChecksumAlgorithm: algorithm }));
+      expect(part[field]).toBe(await digest(algorithm, data));
+      parts.push({ PartNumber: i + 1, ETag: part.ETag, [field]: part[field] });
+    }
+    const done = await suite.s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key, UploadId: created.UploadId, MultipartUpload: { Parts: parts } }));
+    const expected = kept === 'FULL_OBJECT'
+      ? await digest(algorithm, first, second)
+      : `${await digest(algorithm, ...parts.map((p) => Buffer.from(p[field] as string, 'base64')))}-2`;
+    expect(done[field]).toBe(expected);
+    const head = await suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key, ChecksumMode: 'ENABLED' }));
+    expect(head[field]).toBe(expected);
+    expect(head.ChecksumType).toBe(kept);
+    const body = Buffer.from(await (await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key }))).Body!.transformToByteArray());
+    expect(body.equals(Buffer.concat([first, second]))).toBe(true);
+  });
+  it('refuses a whole-object CRC64NVME claimed at Complete that the parts do not make, storing nothing', async () => {
+    const Key = 'mp-claim';
+    const created = await suite.s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key, ChecksumAlgorithm: 'CRC64NVME', ChecksumType: 'FULL_OBJECT' }));
+    const part = await suite.s3.send(new UploadPartCommand({ Bucket: bucket, Key, UploadId: created.UploadId, PartNumber: 1, Body: second, ChecksumAlgorithm: 'CRC64NVME' }));
+    const wrong = Buffer.from(await digest('CRC64NVME', first));
+    const refused = await suite.s3
+      .send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key, UploadId: created.UploadId, ChecksumCRC64NVME: wrong.toString(), ChecksumType: 'FULL_OBJECT', MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag, ChecksumCRC64NVME: part.ChecksumCRC64NVME }] } }))
+      .catch((e: unknown) => e);
+    expect((refused as S3ServiceException).$metadata?.httpStatusCode).toBe(400);
+    const missing = await suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key })).catch((e: unknown) => e);
     expect((missing as S3ServiceException).$metadata.httpStatusCode).toBe(404);
   });
 });

@@ -23,7 +23,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { KeyIndex, type ListOptions, type ListPage } from './key-index.js';
-import { commitStagedSync, discardStaged, encodeFooter, objectRelativePath, parentOf, readFooter, stageFile, syncDirectory, type ObjectMeta, type StagedFile } from './object-file.js';
+import { commitStagedSync, discardStaged, encodeFooter, objectRelativePath, parentOf, readFooter, stageFile, syncDirectory, type ChecksumType, type ObjectMeta, type StagedFile } from './object-file.js';
 
 export { objectRelativePath } from './object-file.js';
 
@@ -73,6 +73,14 @@ interface PartInfo {
   /** Hex MD5 of the part. */
   readonly etag: string;
   readonly lastModified: number;
+  /** The part's checksum (base64) in the upload's algorithm, when the upload has one. */
+  readonly checksum?: string;
+}
+
+/** The checksum an upload was created with (x-amz-checksum-algorithm and -type). */
+export interface UploadChecksum {
+  readonly algorithm: string;
+  readonly type: ChecksumType;
 }
 
 interface UploadInfo {
@@ -81,7 +89,18 @@ interface UploadInfo {
   readonly key: string;
   readonly initiated: number;
   readonly attributes: ObjectAttributes;
+  readonly checksum?: UploadChecksum;
   readonly parts: Map<number, PartInfo>;
+}
+
+/**
+ * What CompleteMultipartUpload gets to compute the object's checksum: for a COMPOSITE one, the
+ * checksum of the listed parts' checksums (`hash`); for a FULL_OBJECT one, a checksum fed every
+ * byte of the object as it is assembled (`full`).
+ */
+export interface CompleteChecksums {
+  readonly composite: (partChecksums: readonly Buffer[]) => Promise<string>;
+  readonly full: () => { update(bytes: Uint8Array): void; digestBase64(): Promise<string> };
 }
 
 interface BucketState {
@@ -252,7 +271,7 @@ export class LocalStore {
           const meta = await this.#readFooterOrMoveAside(join(dir, file), damagedRoot);
           if (meta === undefined) continue;
           const partNumber = Number(m[1]);
-          parts.set(partNumber, { partNumber, size: meta.size, etag: meta.etag, lastModified: meta.lastModified });
+          parts.set(partNumber, { partNumber, size: meta.size, etag: meta.etag, lastModified: meta.lastModified, ...(meta.checksum ? { checksum: meta.checksum.value } : {}) });
         }
         state.uploads.set(uploadId, { ...info, parts });
       }
@@ -465,13 +484,13 @@ export class LocalStore {
 
   // ---- multipart uploads ----
 
-  async createUpload(bucket: string, key: string, attributes: ObjectAttributes): Promise<string> {
+  async createUpload(bucket: string, key: string, attributes: ObjectAttributes, checksum?: UploadChecksum): Promise<string> {
     const state = this.#bucket(bucket);
     assertFooterFits(key, attributes, true);
     const uploadId = randomBytes(16).toString('hex');
     const dir = this.#uploadDir(bucket, uploadId);
     await mkdir(dir, { recursive: true });
-    const info = { uploadId, bucket, key, initiated: Date.now(), attributes };
+    const info = { uploadId, bucket, key, initiated: Date.now(), attributes, ...(checksum ? { checksum } : {}) };
     await writeFile(join(dir, 'upload.json'), JSON.stringify(info));
     state.uploads.set(uploadId, { ...info, parts: new Map() });
     return uploadId;
@@ -484,12 +503,20 @@ export class LocalStore {
     return info;
   }
 
-  async putPart(bucket: string, key: string, uploadId: string, partNumber: number, body: Readable): Promise<PartInfo> {
-    this.#upload(bucket, key, uploadId);
+  /** The checksum `uploadId` was created with, if any. */
+  uploadChecksum(bucket: string, key: string, uploadId: string): UploadChecksum | undefined {
+    return this.#upload(bucket, key, uploadId).checksum;
+  }
+
+  /** Stores a part; `checksum` (read once the body has ended) is its checksum in the upload's algorithm. */
+  async putPart(bucket: string, key: string, uploadId: string, partNumber: number, body: Readable | AsyncIterable<Uint8Array>, checksum?: () => string | undefined): Promise<PartInfo> {
+    const upload = this.#upload(bucket, key, uploadId);
     let part: PartInfo | undefined;
     const staged = await stageFile(this.#tempDir, body, ({ size, md5Hex }) => {
-      part = { partNumber, size, etag: md5Hex, lastModified: Date.now() };
-      return { key: String(partNumber), size, etag: md5Hex, lastModified: part.lastModified, contentType: '', headers: {}, userMeta: {} };
+      const value = checksum?.();
+      part = { partNumber, size, etag: md5Hex, lastModified: Date.now(), ...(value !== undefined ? { checksum: value } : {}) };
+      const recorded = value !== undefined && upload.checksum ? { checksum: { algorithm: upload.checksum.algorithm, value } } : {};
+      return { key: String(partNumber), size, etag: md5Hex, lastModified: part.lastModified, contentType: '', headers: {}, userMeta: {}, ...recorded };
     });
     const info = this.#buckets.get(bucket)?.uploads.get(uploadId);
     if (!info) {
@@ -516,19 +543,23 @@ export class LocalStore {
     return [...this.#bucket(bucket).uploads.values()].filter((u) => u.key.startsWith(prefix)).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.initiated - b.initiated));
   }
 
-  async completeUpload(bucket: string, key: string, uploadId: string, requested: readonly { partNumber: number; etag: string }[], precondition?: WritePrecondition): Promise<ObjectMeta> {
+  async completeUpload(bucket: string, key: string, uploadId: string, requested: readonly { partNumber: number; etag: string; checksum?: string | undefined }[], precondition?: WritePrecondition, checksums?: CompleteChecksums): Promise<ObjectMeta> {
     const info = this.#upload(bucket, key, uploadId);
     // A failed condition leaves both the object and the upload as they were (it can be retried).
     if (precondition && !precondition(this.#bucket(bucket).index.get(key))) throw this.#preconditionFailed();
     if (requested.length === 0) throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'CompleteMultipartUpload must list at least one part');
     const chosen: PartInfo[] = [];
     let previous = 0;
-    for (const { partNumber, etag } of requested) {
+    for (const { partNumber, etag, checksum } of requested) {
       if (partNumber <= previous) throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART_ORDER', 'The list of parts was not in ascending order', { details: { UploadId: uploadId } });
       previous = partNumber;
       const part = info.parts.get(partNumber);
       if (!part || part.etag !== etag.replace(/^"|"$/g, '')) {
         throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Part ${partNumber} could not be found or its ETag does not match`, { details: { UploadId: uploadId, PartNumber: partNumber } });
+      }
+      // A part's checksum named in the request must be the one recorded when it was uploaded.
+      if (checksum !== undefined && info.checksum && part.checksum !== checksum) {
+        throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Part ${partNumber}'s ${info.checksum.algorithm.toUpperCase()} checksum does not match the one it was uploaded with`, { details: { UploadId: uploadId, PartNumber: partNumber } });
       }
       chosen.push(part);
     }
@@ -558,9 +589,31 @@ export class LocalStore {
     const etagDigest = createHash('md5');
     for (const part of chosen) etagDigest.update(Buffer.from(part.etag, 'hex'));
     const etag = `${etagDigest.digest('hex')}-${chosen.length}`;
+    // The object's checksum: of the parts' checksums (COMPOSITE), or of every byte as the parts
+    // are joined (FULL_OBJECT), in the algorithm the upload was created with.
+    let objectChecksum: ObjectMeta['checksum'];
+    let source: AsyncIterable<Uint8Array> = concatenate();
+    if (info.checksum && checksums) {
+      const { algorithm, type } = info.checksum;
+      if (type === 'COMPOSITE') {
+        if (chosen.some((part) => part.checksum === undefined)) throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Every part of an upload created with ${algorithm.toUpperCase()} needs its checksum`, { details: { UploadId: uploadId } });
+        const value = await checksums.composite(chosen.map((part) => Buffer.from(part.checksum as string, 'base64')));
+        objectChecksum = { algorithm, value: `${value}-${chosen.length}`, type };
+      } else {
+        const whole = checksums.full();
+        const joined = source;
+        source = (async function* fed(): AsyncGenerator<Uint8Array> {
+          for await (const bytes of joined) {
+            whole.update(bytes);
+            yield bytes;
+          }
+          objectChecksum = { algorithm, value: await whole.digestBase64(), type };
+        })();
+      }
+    }
     let meta: ObjectMeta | undefined;
-    const staged = await stageFile(this.#tempDir, concatenate(), ({ size }) => {
-      meta = { key, size, etag, lastModified: Date.now(), ...info.attributes, parts: chosen.map((part) => part.size) };
+    const staged = await stageFile(this.#tempDir, source, ({ size }) => {
+      meta = { key, size, etag, lastModified: Date.now(), ...info.attributes, parts: chosen.map((part) => part.size), ...(objectChecksum ? { checksum: objectChecksum } : {}) };
       return meta;
     });
     // Checked and taken in the commit's tick: the upload may have been aborted or completed

@@ -14,6 +14,9 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 
 const MAGIC = Buffer.from('OCF1', 'latin1');
 
+/** S3's two kinds of multipart checksum (x-amz-checksum-type). */
+export type ChecksumType = 'FULL_OBJECT' | 'COMPOSITE';
+
 /** The file that holds `key` in `bucket`, relative to the data directory (see local-store.ts). Pure, for the read workers too. */
 export function objectRelativePath(bucket: string, key: string): string {
   const digest = createHash('sha256').update(key, 'utf8').digest('hex');
@@ -38,7 +41,12 @@ export interface ObjectMeta {
   readonly headers: Readonly<Record<string, string>>;
   /** User metadata, lowercase names without the x-amz-meta- prefix. */
   readonly userMeta: Readonly<Record<string, string>>;
-  readonly checksum?: { readonly algorithm: string; readonly value: string };
+  /**
+   * The S3 checksum recorded at the write (x-amz-checksum-*): its algorithm, base64 value, and for
+   * a multipart object whether it covers the whole object (FULL_OBJECT, also every single PUT) or
+   * is the checksum of the parts' checksums, `<value>-<parts>` (COMPOSITE).
+   */
+  readonly checksum?: { readonly algorithm: string; readonly value: string; readonly type?: ChecksumType };
   /** Sizes of the parts of a multipart object, in part order (absent: one part). */
   readonly parts?: readonly number[];
 }

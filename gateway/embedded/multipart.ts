@@ -3,7 +3,8 @@
  * ListMultipartUploads. https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpuoverview.html
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { MAX_PART_NUMBER, type LocalStore } from '../../backends/embedded/local-store.js';
+import { MAX_PART_NUMBER, type LocalStore, type UploadChecksum } from '../../backends/embedded/local-store.js';
+import { checksumAlgorithmOf, createChecksum, type ChecksumAlgorithm } from '../body/checksum.js';
 import { uploadBody } from '../body/upload-body.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { queryValue } from '../s3/request.js';
@@ -28,10 +29,58 @@ function partNumberOf(text: string | undefined): number {
   return value;
 }
 
+/**
+ * The checksum an upload is created with, as S3 and MinIO take it: `x-amz-checksum-algorithm`, and
+ * `x-amz-checksum-type` FULL_OBJECT (a CRC of the whole object, combined from the parts) or
+ * COMPOSITE (the checksum of the parts' checksums, `<value>-<parts>`). CRC64NVME is always
+ * FULL_OBJECT (MinIO answers a COMPOSITE request with FULL_OBJECT too); the others default to
+ * COMPOSITE; SHA-1 and SHA-256 cannot be FULL_OBJECT.
+ */
+function uploadChecksumOf(ctx: RequestContext): UploadChecksum | undefined {
+  const name = headerOf(ctx.req, 'x-amz-checksum-algorithm');
+  const typeText = headerOf(ctx.req, 'x-amz-checksum-type')?.trim().toUpperCase();
+  if (name === undefined) {
+    if (typeText !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-checksum-type needs x-amz-checksum-algorithm', { details: { ArgumentName: 'x-amz-checksum-type' } });
+    return undefined;
+  }
+  const algorithm = checksumAlgorithmOf(name.trim());
+  if (typeText !== undefined && typeText !== 'FULL_OBJECT' && typeText !== 'COMPOSITE') {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-checksum-type must be FULL_OBJECT or COMPOSITE', { details: { ArgumentName: 'x-amz-checksum-type', ArgumentValue: typeText } });
+  }
+  const crc = algorithm.startsWith('crc');
+  if (typeText === 'FULL_OBJECT' && !crc) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The FULL_OBJECT checksum type is for CRC algorithms, not ${algorithm.toUpperCase()}`, { details: { ArgumentName: 'x-amz-checksum-type', ArgumentValue: typeText } });
+  }
+  const type = algorithm === 'crc64nvme' ? 'FULL_OBJECT' : ((typeText ?? 'COMPOSITE') as UploadChecksum['type']);
+  return { algorithm, type };
+}
+
 export async function createMultipartUpload(ctx: RequestContext, store: LocalStore): Promise<void> {
   const { bucket, key } = ctx.target;
-  const uploadId = await store.createUpload(bucket, key, objectAttributes(ctx.req));
-  sendXml(ctx.res, 200, buildXml('InitiateMultipartUploadResult', { Bucket: bucket, Key: key, UploadId: uploadId }));
+  const checksum = uploadChecksumOf(ctx);
+  const uploadId = await store.createUpload(bucket, key, objectAttributes(ctx.req), checksum);
+  const headers = checksum ? { 'x-amz-checksum-algorithm': checksum.algorithm.toUpperCase(), 'x-amz-checksum-type': checksum.type } : undefined;
+  sendXml(ctx.res, 200, buildXml('InitiateMultipartUploadResult', { Bucket: bucket, Key: key, UploadId: uploadId }), headers);
+}
+
+/**
+ * The bytes of a part, with its checksum in the upload's algorithm computed as they pass (a part
+ * the client sent no checksum for still gets one, which a COMPOSITE or FULL_OBJECT object needs).
+ */
+function withChecksum(source: AsyncIterable<Uint8Array>, algorithm: ChecksumAlgorithm | undefined): { bytes: AsyncIterable<Uint8Array>; value: () => string | undefined } {
+  if (algorithm === undefined) return { bytes: source, value: () => undefined };
+  const sum = createChecksum(algorithm);
+  let value: string | undefined;
+  return {
+    bytes: (async function* fed(): AsyncGenerator<Uint8Array> {
+      for await (const chunk of source) {
+        sum.update(chunk);
+        yield chunk;
+      }
+      value = await sum.digestBase64();
+    })(),
+    value: () => value,
+  };
 }
 
 export async function uploadPart(ctx: RequestContext, store: LocalStore): Promise<void> {
@@ -39,12 +88,17 @@ export async function uploadPart(ctx: RequestContext, store: LocalStore): Promis
   if (headerOf(ctx.req, 'x-amz-copy-source') !== undefined) return uploadPartCopy(ctx, store);
   const partNumber = partNumberOf(queryValue(ctx.target, 'partNumber'));
   const uploadId = uploadIdOf(ctx);
-  store.assertUpload(bucket, key, uploadId); // NoSuchUpload before reading the body
+  const upload = store.uploadChecksum(bucket, key, uploadId); // NoSuchUpload before reading the body
   const body = uploadBody(ctx.req, ctx.auth, { maxBytes: ctx.config.maxObjectBytes });
-  const part = await store.putPart(bucket, key, uploadId, partNumber, body.stream);
+  if (upload && body.checksum && body.checksum.algorithm !== upload.algorithm) {
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The upload was created with ${upload.algorithm.toUpperCase()}; the part's checksum is ${body.checksum.algorithm.toUpperCase()}`, { details: { ArgumentName: `x-amz-checksum-${body.checksum.algorithm}` } });
+  }
+  const fed = withChecksum(body.stream, upload?.algorithm as ChecksumAlgorithm | undefined);
+  const part = await store.putPart(bucket, key, uploadId, partNumber, fed.bytes, fed.value);
   const headers: Record<string, string> = { etag: `"${part.etag}"` };
   const checksum = body.checksumValue();
   if (body.checksum && checksum !== undefined) headers[`x-amz-checksum-${body.checksum.algorithm}`] = checksum;
+  else if (upload && part.checksum !== undefined) headers[`x-amz-checksum-${upload.algorithm}`] = part.checksum;
   sendEmpty(ctx.res, 200, headers);
 }
 
@@ -56,7 +110,7 @@ async function uploadPartCopy(ctx: RequestContext, store: LocalStore): Promise<v
   const { bucket, key } = ctx.target;
   const partNumber = partNumberOf(queryValue(ctx.target, 'partNumber'));
   const uploadId = uploadIdOf(ctx);
-  store.assertUpload(bucket, key, uploadId);
+  const upload = store.uploadChecksum(bucket, key, uploadId);
   const source = await openCopySource(ctx, store);
   try {
     const rangeText = headerOf(ctx.req, 'x-amz-copy-source-range');
@@ -69,8 +123,10 @@ async function uploadPartCopy(ctx: RequestContext, store: LocalStore): Promise<v
       [start, end] = [Number(m[1]), Number(m[2])];
       if (end >= source.meta.size) throw new ObjectCacheError('OC_ERR_STORE_INVALID_RANGE', `The range ${rangeText} is outside the ${source.meta.size}-byte source`);
     }
-    const part = await store.putPart(bucket, key, uploadId, partNumber, copyStream(source.handle, start, end));
-    sendXml(ctx.res, 200, buildXml('CopyPartResult', { LastModified: new Date().toISOString(), ETag: `"${part.etag}"` }));
+    const fed = withChecksum(copyStream(source.handle, start, end), upload?.algorithm as ChecksumAlgorithm | undefined);
+    const part = await store.putPart(bucket, key, uploadId, partNumber, fed.bytes, fed.value);
+    const checksum = upload && part.checksum !== undefined ? { [`Checksum${upload.algorithm.toUpperCase()}`]: part.checksum } : {};
+    sendXml(ctx.res, 200, buildXml('CopyPartResult', { LastModified: new Date().toISOString(), ETag: `"${part.etag}"`, ...checksum }));
   } finally {
     await source.handle.close();
   }
@@ -79,15 +135,39 @@ async function uploadPartCopy(ctx: RequestContext, store: LocalStore): Promise<v
 export async function completeMultipartUpload(ctx: RequestContext, store: LocalStore): Promise<void> {
   const { bucket, key } = ctx.target;
   const uploadId = uploadIdOf(ctx);
-  store.assertUpload(bucket, key, uploadId);
+  const upload = store.uploadChecksum(bucket, key, uploadId);
   const document = parseXmlBody(await readSmallBody(ctx), 'CompleteMultipartUpload');
+  const element = upload ? `Checksum${upload.algorithm.toUpperCase()}` : undefined;
   const parts = xmlList(document, 'Part').map((part) => {
     const etag = xmlText(part, 'ETag');
     if (etag === undefined) throw new ObjectCacheError('OC_ERR_REQUEST_MALFORMED_XML', 'Every <Part> needs an <ETag>');
-    return { partNumber: partNumberOf(xmlText(part, 'PartNumber')?.trim()), etag: etag.trim() };
+    return { partNumber: partNumberOf(xmlText(part, 'PartNumber')?.trim()), etag: etag.trim(), checksum: element === undefined ? undefined : xmlText(part, element)?.trim() };
   });
-  const meta = await store.completeUpload(bucket, key, uploadId, parts, writePrecondition(ctx.req));
-  sendXml(ctx.res, 200, buildXml('CompleteMultipartUploadResult', { Location: `/${bucket}/${key}`, Bucket: bucket, Key: key, ETag: `"${meta.etag}"` }));
+  const algorithm = upload?.algorithm as ChecksumAlgorithm | undefined;
+  // A whole-object checksum the client claims (x-amz-checksum-<algorithm>) must be the one the
+  // parts make, or nothing is stored.
+  const claimed = algorithm === undefined ? undefined : headerOf(ctx.req, `x-amz-checksum-${algorithm}`);
+  const checksums = algorithm === undefined ? undefined : {
+    composite: async (partChecksums: readonly Buffer[]) => {
+      const sum = createChecksum(algorithm);
+      for (const value of partChecksums) sum.update(value);
+      return sum.digestBase64();
+    },
+    full: () => {
+      const sum = createChecksum(algorithm);
+      return {
+        update: (bytes: Uint8Array) => sum.update(bytes),
+        digestBase64: async () => {
+          const value = await sum.digestBase64();
+          if (claimed !== undefined && claimed.trim() !== value) throw new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${algorithm} you specified did not match the checksum of the parts`);
+          return value;
+        },
+      };
+    },
+  };
+  const meta = await store.completeUpload(bucket, key, uploadId, parts, writePrecondition(ctx.req), checksums);
+  const checksum = meta.checksum ? { [`Checksum${meta.checksum.algorithm.toUpperCase()}`]: meta.checksum.value, ChecksumType: meta.checksum.type ?? 'FULL_OBJECT' } : {};
+  sendXml(ctx.res, 200, buildXml('CompleteMultipartUploadResult', { Location: `/${bucket}/${key}`, Bucket: bucket, Key: key, ETag: `"${meta.etag}"`, ...checksum }));
 }
 
 export async function abortMultipartUpload(ctx: RequestContext, store: LocalStore): Promise<void> {

@@ -154,7 +154,7 @@ export function getObjectAttributes(ctx: RequestContext, store: LocalStore): voi
   if (wanted.size === 0) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-object-attributes must name at least one of ETag, Checksum, ObjectParts, StorageClass, ObjectSize', { details: { ArgumentName: 'x-amz-object-attributes' } });
   const body: Record<string, unknown> = {};
   if (wanted.has('etag')) body['ETag'] = meta.etag;
-  if (wanted.has('checksum') && meta.checksum) body['Checksum'] = { [`Checksum${meta.checksum.algorithm.toUpperCase()}`]: meta.checksum.value };
+  if (wanted.has('checksum') && meta.checksum) body['Checksum'] = { [`Checksum${meta.checksum.algorithm.toUpperCase()}`]: meta.checksum.value, ChecksumType: meta.checksum.type ?? 'FULL_OBJECT' };
   if (wanted.has('objectparts') && meta.parts) body['ObjectParts'] = { PartsCount: meta.parts.length };
   if (wanted.has('storageclass')) body['StorageClass'] = 'STANDARD';
   if (wanted.has('objectsize')) body['ObjectSize'] = meta.size;
@@ -182,6 +182,7 @@ export async function getObject(ctx: RequestContext, store: LocalStore): Promise
     if (range) headers['content-range'] = `bytes ${start}-${end}/${meta.size}`;
     if (!range && meta.checksum && headerOf(ctx.req, 'x-amz-checksum-mode')?.toUpperCase() === 'ENABLED') {
       headers[`x-amz-checksum-${meta.checksum.algorithm}`] = meta.checksum.value;
+      headers['x-amz-checksum-type'] = meta.checksum.type ?? 'FULL_OBJECT';
     }
     ctx.res.writeHead(range ? 206 : 200, headers);
     if (head || length === 0) {
