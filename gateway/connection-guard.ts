@@ -56,35 +56,49 @@ export class ConnectionGuard {
   }
 
   /**
-   * Called when a request's headers have arrived: its body is timed from now. Call the returned
-   * function when the response closes.
+   * Called when a request's headers have arrived: its body is timed from now. `over` runs once,
+   * when the request is over both ways (its response closed, its body read or discarded) or its
+   * socket is gone: Node emits no 'close' on the response of a pipelined request whose socket
+   * dies before its turn, so the socket's closing ends every request queued on it.
    */
-  track(req: IncomingMessage, res: ServerResponse): () => void {
+  track(req: IncomingMessage, res: ServerResponse, over: () => void): void {
     const socket = req.socket;
     this.#used.add(socket);
     this.#current.set(socket, { req, res });
     socket.setTimeout(this.#limits.bodyIdleTimeoutMs);
+    let responseClosed = false;
+    let ended = false;
+    const finish = (): void => {
+      if (ended) return;
+      ended = true;
+      socket.off('close', finish);
+      // Between requests the socket's timer is Node's keep-alive timeout (set as the response
+      // finished), whose firing #timedOut turns into the close the Keep-Alive header announced.
+      if (this.#current.get(socket)?.req === req) this.#current.delete(socket);
+      over();
+    };
     const bodyDone = (): void => {
+      if (responseClosed) return finish();
       // The body is in: from here on the silence that counts is the client not reading.
       if (this.#current.get(socket)?.req === req) socket.setTimeout(this.#limits.clientStallTimeoutMs);
     };
     // A request without a body is complete once the parser has run past its headers (just after
     // this 'request' event); one with a body once the handler has read it to its end.
     setImmediate(() => {
-      if (req.complete) bodyDone();
+      if (req.complete && !responseClosed) bodyDone();
     });
     req.once('end', bodyDone);
+    req.once('close', () => {
+      if (responseClosed) finish();
+    });
+    socket.once('close', finish);
     res.once('close', () => {
+      responseClosed = true;
+      if (req.complete || req.destroyed) return finish();
       // Answered before its body was in (an early refusal drains the rest): the rest is timed as
       // a body, not by the keep-alive timer Node set as the response finished.
-      if (!req.complete && this.#current.get(socket)?.req === req && !socket.destroyed) socket.setTimeout(this.#limits.bodyIdleTimeoutMs);
+      if (this.#current.get(socket)?.req === req && !socket.destroyed) socket.setTimeout(this.#limits.bodyIdleTimeoutMs);
     });
-    return () => {
-      req.off('end', bodyDone);
-      // Between requests the socket's timer is Node's keep-alive timeout (set as the response
-      // finished), whose firing #timedOut turns into the close the Keep-Alive header announced.
-      if (this.#current.get(socket)?.req === req) this.#current.delete(socket);
-    };
   }
 
   #timedOut(socket: Socket): void {

@@ -1,11 +1,13 @@
 /**
- * Per-key shares of the gateway: requests in flight (--max-requests-per-key) and layerwise slots
- * (--max-layerwise-per-key). The gateway-wide limits (connections, layerwise slots, buffered
- * bytes) protect the process; these protect tenants from each other, so one key's flood, slow or
- * refused as its requests may be, leaves room for every other key's.
+ * Per-key shares of the gateway: requests in flight (--max-requests-per-key, a quarter of them
+ * for the key's presigned URLs and forms together), layerwise slots (--max-layerwise-per-key) and
+ * backend connections (three quarters of --backend-connections). The gateway-wide limits
+ * (connections, layerwise slots, buffered bytes) protect the process; these protect tenants from
+ * each other, so one key's flood, slow or refused as its requests may be, leaves room for every
+ * other key's.
  *
- * A request counts from its signature being verified (nothing is known of its key before) to its
- * response closing, however it ends.
+ * A request counts from its signature being verified (nothing is known of its key before) until
+ * it is over (gateway/connection-guard.ts track), however it ends.
  */
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { ClientCredential, ConnectionLimits } from './config.js';
@@ -16,98 +18,81 @@ import type { ClientCredential, ConnectionLimits } from './config.js';
  */
 export type SignedBy = 'signed' | 'presigned' | 'form';
 
-export class KeyLimits {
-  readonly #maxRequests: number;
-  readonly #maxDelegated: number;
-  readonly #maxLayerwise: number;
-  readonly #maxBackend: number;
-  readonly #requests = new Map<string, number>();
-  readonly #delegated = new Map<string, number>();
-  readonly #layerwise = new Map<string, number>();
-  readonly #backend = new Map<string, number>();
+/** One share: how many of something each key holds, and the most it may. */
+class Share {
+  readonly #held = new Map<string, number>();
+  constructor(
+    readonly max: number,
+    /** Why a key holding `held` may not take another, for its 503. */
+    readonly why: (key: string, held: number) => string,
+  ) {}
 
-  /** `backendConnections`: the S3 backend's pool (0 on the embedded store). */
+  refusal(key: string): ObjectCacheError | undefined {
+    const held = this.#held.get(key) ?? 0;
+    return held < this.max ? undefined : new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `${this.why(key, held)}; retry shortly`, { details: { AccessKeyId: key } });
+  }
+
+  /** Takes one (unchecked: call refusal first); the returned function gives it back, once. */
+  take(key: string): () => void {
+    this.#held.set(key, (this.#held.get(key) ?? 0) + 1);
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      const left = (this.#held.get(key) ?? 1) - 1;
+      if (left <= 0) this.#held.delete(key);
+      else this.#held.set(key, left);
+    };
+  }
+}
+
+export class KeyLimits {
+  readonly #requests: Share;
+  readonly #delegated: Share;
+  readonly #layerwise: Share;
+  readonly #backend: Share;
+
+  /** `backendConnections`: the S3 backend's pool (0 on the embedded store, where there is none to share). */
   constructor(limits: Pick<ConnectionLimits, 'maxRequestsPerKey' | 'maxLayerwisePerKey'>, backendConnections = 0) {
-    this.#maxRequests = limits.maxRequestsPerKey;
-    // A quarter of the key's share for the holders of its presigned URLs and forms together.
-    this.#maxDelegated = Math.max(1, Math.floor(limits.maxRequestsPerKey / 4));
-    this.#maxLayerwise = limits.maxLayerwisePerKey;
-    // Three quarters of the backend's connections: a key's slow readers (a paused relay holds its
-    // connection) leave the rest to other keys.
-    this.#maxBackend = Math.max(1, Math.floor((backendConnections * 3) / 4));
+    this.#requests = new Share(limits.maxRequestsPerKey, (key, held) => `The key ${key} has ${held} requests in flight, its limit (--max-requests-per-key)`);
+    this.#delegated = new Share(Math.max(1, Math.floor(limits.maxRequestsPerKey / 4)), (key, held) => `The presigned URLs and forms of the key ${key} have ${held} requests in flight, a quarter of its limit (--max-requests-per-key)`);
+    this.#layerwise = new Share(limits.maxLayerwisePerKey, (key, held) => `The key ${key} holds ${held} layerwise GETs, its share of the gateway (--max-layerwise-per-key)`);
+    this.#backend = new Share(Math.max(1, Math.floor((backendConnections * 3) / 4)), (key, held) => `The key ${key} holds ${held} backend connections, three quarters of --backend-connections`);
   }
 
   /**
-   * Counts a request of `credential`; throws OC_ERR_KEY_CONCURRENCY past the key's share (or,
-   * for a presigned URL or a form, past the share of those). The returned function gives the
-   * place back, once.
+   * Counts a request of `credential`; throws OC_ERR_KEY_CONCURRENCY past the key's share (or, for
+   * a presigned URL or a form, past the share of those). The returned function gives the place
+   * back, once.
    */
   admit(credential: ClientCredential, by: SignedBy = 'signed'): () => void {
     const key = credential.accessKeyId;
-    const now = this.#requests.get(key) ?? 0;
-    if (now >= this.#maxRequests) {
-      throw new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `The key ${key} has ${now} requests in flight, its limit (--max-requests-per-key); retry shortly`, { details: { AccessKeyId: key } });
-    }
     const delegated = by !== 'signed';
-    const held = this.#delegated.get(key) ?? 0;
-    if (delegated && held >= this.#maxDelegated) {
-      throw new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `The presigned URLs and forms of the key ${key} have ${held} requests in flight, a quarter of its limit (--max-requests-per-key); retry shortly`, { details: { AccessKeyId: key } });
-    }
-    this.#requests.set(key, now + 1);
-    if (delegated) this.#delegated.set(key, held + 1);
-    return once(() => {
-      decrement(this.#requests, key);
-      if (delegated) decrement(this.#delegated, key);
-    });
+    const refusal = this.#requests.refusal(key) ?? (delegated ? this.#delegated.refusal(key) : undefined);
+    if (refusal) throw refusal;
+    const request = this.#requests.take(key);
+    if (!delegated) return request;
+    const delegation = this.#delegated.take(key);
+    return () => {
+      request();
+      delegation();
+    };
   }
 
-  /**
-   * Takes one of the backend connections `credential` may hold at once (a passthrough request to
-   * the S3 backend); throws OC_ERR_KEY_CONCURRENCY past its share. The returned function gives it
-   * back, once.
-   */
+  /** Takes one of the backend connections `credential` may hold at once (a passthrough); throws past its share. */
   takeBackend(credential: ClientCredential): () => void {
-    const key = credential.accessKeyId;
-    const now = this.#backend.get(key) ?? 0;
-    if (now >= this.#maxBackend) {
-      throw new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `The key ${key} holds ${now} backend connections, three quarters of --backend-connections; retry shortly`, { details: { AccessKeyId: key } });
-    }
-    this.#backend.set(key, now + 1);
-    return once(() => decrement(this.#backend, key));
+    const refusal = this.#backend.refusal(credential.accessKeyId);
+    if (refusal) throw refusal;
+    return this.#backend.take(credential.accessKeyId);
   }
 
-  /** Why `credential` may not take another layerwise slot, or undefined. */
+  /** Why `credential` may not take another layerwise slot, or undefined (admission control checks it in its order). */
   layerwiseRefusal(credential: ClientCredential): ObjectCacheError | undefined {
-    const key = credential.accessKeyId;
-    const now = this.#layerwise.get(key) ?? 0;
-    if (now < this.#maxLayerwise) return undefined;
-    return new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `The key ${key} holds ${now} layerwise GETs, its share of the gateway (--max-layerwise-per-key); retry shortly`, { details: { AccessKeyId: key } });
+    return this.#layerwise.refusal(credential.accessKeyId);
   }
 
-  /** Takes a layerwise slot for `credential`; the returned function gives it back (once). */
+  /** Takes a layerwise slot for `credential` once admitted; the returned function gives it back, once. */
   takeLayerwise(credential: ClientCredential): () => void {
-    const key = credential.accessKeyId;
-    this.#layerwise.set(key, (this.#layerwise.get(key) ?? 0) + 1);
-    return once(() => decrement(this.#layerwise, key));
+    return this.#layerwise.take(credential.accessKeyId);
   }
-
-  /** Requests in flight for `accessKeyId` (diagnostics and tests). */
-  inFlight(accessKeyId: string): number {
-    return this.#requests.get(accessKeyId) ?? 0;
-  }
-}
-
-function once(release: () => void): () => void {
-  let done = false;
-  return () => {
-    if (done) return;
-    done = true;
-    release();
-  };
-}
-
-function decrement(counts: Map<string, number>, key: string): void {
-  const left = (counts.get(key) ?? 1) - 1;
-  if (left <= 0) counts.delete(key);
-  else counts.set(key, left);
 }

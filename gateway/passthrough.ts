@@ -10,6 +10,7 @@
  * or per response is allocated beyond that (no Readable, no pipeline, no AbortController).
  */
 import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { UNSIGNED_PAYLOAD } from './auth/request-verifier.js';
@@ -174,7 +175,7 @@ async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<st
       await new Promise<void>((resolve, reject) => {
         backend.dispatch(
           { method, path: ctx.target.canonicalPath, query: ctx.target.query, headers, ...(body ? { body } : {}), payloadHash },
-          new RelayHandler(ctx.res, ctx.signal, ctx.requestId, resolve, reject, mayRetry),
+          new RelayHandler(ctx.res, ctx.requestId, resolve, reject, mayRetry),
         );
       });
       return;
@@ -213,22 +214,27 @@ class RelayHandler implements Dispatcher.DispatchHandler {
    */
   #error: { status: number; headers: Record<string, string | string[]>; body: Buffer[]; bytes: number } | undefined;
 
-  readonly #signal: AbortSignal;
+  /** The connection the response goes out on (known before the response is assigned to it). */
+  readonly #socket: Socket;
 
-  /** `signal` is the request's: aborted when the client goes (the response closes or, queued behind a pipelined one, its socket does). */
-  constructor(res: ServerResponse, signal: AbortSignal, requestId: string, resolve: () => void, reject: (error: unknown) => void, mayRetry = false) {
+  constructor(res: ServerResponse, requestId: string, resolve: () => void, reject: (error: unknown) => void, mayRetry = false) {
     this.#res = res;
-    this.#signal = signal;
+    this.#socket = res.req.socket;
     this.#requestId = requestId;
     this.#resolve = resolve;
     this.#reject = reject;
     this.#mayRetry = mayRetry;
-    signal.addEventListener('abort', this.#onClose, { once: true });
+    // The client going away: its response closes, or, for a pipelined request still queued behind
+    // another, only its socket does (Node closes no queued response). A paused relay would
+    // otherwise hold its backend connection for ever.
+    res.once('close', this.#onClose);
+    this.#socket.once('close', this.#onClose);
   }
 
-  /** The client went away: stop the backend request if still running (a paused one would hold its connection for ever). */
+  /** The client went away: stop the backend request if still running. */
   readonly #onClose = (): void => {
-    if (!this.#res.writableFinished) this.#controller?.abort(new Error('the client closed the connection'));
+    if (this.#res.writableFinished) return;
+    this.#controller?.abort(new Error('the client closed the connection'));
     this.#settle();
   };
 
@@ -237,7 +243,8 @@ class RelayHandler implements Dispatcher.DispatchHandler {
   #settle(error?: unknown): void {
     if (this.#settled) return;
     this.#settled = true;
-    this.#signal.removeEventListener('abort', this.#onClose);
+    this.#res.off('close', this.#onClose);
+    this.#socket.off('close', this.#onClose);
     this.#res.off('drain', this.#onDrain);
     if (error === undefined) this.#resolve();
     else this.#reject(error);
@@ -245,7 +252,7 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller;
-    if (this.#res.destroyed || this.#signal.aborted) controller.abort(new Error('the client closed the connection'));
+    if (this.#res.destroyed || this.#socket.destroyed) controller.abort(new Error('the client closed the connection'));
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {

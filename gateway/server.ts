@@ -9,13 +9,13 @@ import { readFileSync } from 'node:fs';
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { BackendStats } from '../backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
-import { authorize, authorizeKeys, authorizeNamespace, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
+import { authorize, authorizeKeys, authorizeNamespace, authorizeSomeObject, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
 import { s3Arn } from './auth/policy.js';
 import { RequestVerifier } from './auth/request-verifier.js';
 import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
 import { classify, operationLabel, type Classified } from './classify.js';
 import type { GatewayConfig } from './config.js';
-import type { RequestContext } from './context.js';
+import { headerOf, type RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
 import { FifoBudget } from './fifo-budget.js';
@@ -168,45 +168,30 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     let abort: AbortController | undefined;
     let clientGone = false;
     /**
-     * What the request holds (its connection's timer, its key's places) until it is over both
-     * ways: its response closed and its body read or discarded, or its socket gone. Node emits no
-     * 'close' on the response of a pipelined request whose socket dies before its turn, so the
-     * socket's closing ends every request queued on it.
+     * What the request holds (its key's places) until the connection guard says it is over: both
+     * ways, or its socket gone (gateway/connection-guard.ts track).
      */
-    const releases: (() => void)[] = [guard.track(req, res)];
-    let responseClosed = false;
-    let released = false;
-    const release = (): void => {
-      if (released) return;
-      released = true;
-      req.socket.off('close', socketClosed);
-      for (const r of releases) r();
-    };
+    const releases: (() => void)[] = [];
+    let over = false;
     /** Holds `r` until the request is over (at once if it already is: a place taken after an await). */
     const hold = (r: () => void): void => {
-      if (released) r();
+      if (over) r();
       else releases.push(r);
-    };
-    const bodyDone = (): void => {
-      if (responseClosed) release();
     };
     const clientLeft = (): void => {
       if (clientGone || res.writableFinished) return;
       clientGone = true;
       abort?.abort();
     };
-    function socketClosed(): void {
+    guard.track(req, res, () => {
+      over = true;
+      for (const r of releases) r();
       clientLeft();
-      release();
       logLine();
-    }
-    req.socket.once('close', socketClosed);
-    req.once('end', bodyDone);
-    req.once('close', bodyDone);
+    });
     res.once('close', () => {
-      responseClosed = true;
-      if (req.complete || req.destroyed) release();
       clientLeft();
+      logLine();
     });
     const signal = (): AbortSignal => {
       if (!abort) {
@@ -243,7 +228,6 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         ...(status === 499 ? { aborted: true } : {}),
       }, 'request');
     }
-    res.once('close', logLine);
 
     try {
       for (const name of Object.keys(req.headers)) {
@@ -274,29 +258,23 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       // Before anything else is read or held for this key: its share of the gateway, and the
       // store's own APIs (the path, and a copy's source).
       authorizeNamespace(auth.credential, target.bucket, config.reservedBuckets);
-      const copySource = req.headers['x-amz-copy-source'] ?? (auth.mode === 'presigned' ? target.query.find(([name]) => name.toLowerCase() === 'x-amz-copy-source')?.[1] : undefined);
-      if (copySource !== undefined) authorizeNamespace(auth.credential, parseCopySource(Array.isArray(copySource) ? copySource.join(',') : copySource).bucket, config.reservedBuckets, 'x-amz-copy-source');
       hold(keys.admit(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
       if (auth.mode === 'presigned') {
         const unhoisted = unhoistPresigned(target);
         target = unhoisted.target;
         for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
       }
+      const copySource = headerOf(req, 'x-amz-copy-source');
+      if (copySource !== undefined) authorizeNamespace(auth.credential, parseCopySource(copySource).bucket, config.reservedBuckets, 'x-amz-copy-source');
       ctx = {
         req, res, requestId, target, auth, config, logger: log, startedAt, operation: classified.operation, tenant: auth.credential.tenant,
         get signal() {
           return signal();
         },
       };
-      if (classified.kind === 'descriptor-get' || classified.kind === 'prefix-lookup') {
-        // A key that may read no object of the bucket is refused before its descriptor is read
-        // (up to --max-descriptor-bytes of JSON otherwise, parsed on the main thread).
-        if (!auth.credential.access.mayEverOnSomeObject(['s3:GetObject'], target.bucket)) {
-          throw new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${auth.credential.accessKeyId} may not s3:GetObject on any object of ${target.bucket}`, {
-            details: { Action: 's3:GetObject', Resource: s3Arn(target.bucket, '*') },
-          });
-        }
-      }
+      // A key that may read no object of the bucket is refused before its descriptor is read (up
+      // to --max-descriptor-bytes of JSON otherwise, parsed on the main thread).
+      if (classified.kind === 'descriptor-get' || classified.kind === 'prefix-lookup') authorizeSomeObject(auth.credential, ['s3:GetObject'], target.bucket);
       if (classified.kind === 'descriptor-get') {
         // The descriptor is read (bounded by --max-descriptor-bytes and the body timeouts) and
         // every chunk it names authorized before a slot is taken: a key that may read nothing

@@ -67,10 +67,13 @@ describe('checkStoredMetadata', () => {
     expect(thrown(() => checkStoredMetadata({}, metadata(20, 60 * 1024))).code).toBe('OC_ERR_REQUEST_METADATA_TOO_LARGE');
   });
 
-  it('counts bytes as they travel: a raw UTF-8 value (one character per byte, as Node parses headers) counts each byte', () => {
-    const euro = Buffer.from('€', 'utf8').toString('latin1'); // 3 bytes on the wire
-    checkStoredMetadata({}, { e: euro.repeat(682) }); // 1 + 2046
-    expect(thrown(() => checkStoredMetadata({}, { e: euro.repeat(683) })).code).toBe('OC_ERR_REQUEST_METADATA_TOO_LARGE');
+  it('refuses raw non-ASCII bytes in a value (as every header the gateway takes), whichever way they arrived', () => {
+    const euro = Buffer.from('€', 'utf8').toString('latin1'); // its 3 UTF-8 bytes, as Node parses a header
+    for (const value of [euro, 'caf\xe9', '\u00ff']) {
+      const error = thrown(() => checkStoredMetadata({}, { e: value }));
+      expect(error.code).toBe('OC_ERR_REQUEST_INVALID_ARGUMENT');
+      expect(error.message).toContain('RFC 2047');
+    }
   });
 
   it('bounds the stored headers and metadata together', () => {
@@ -90,7 +93,7 @@ describe('checkStoredMetadata', () => {
       expect(error.message).toContain('"x-amz-meta-note"');
     }
     expect(thrown(() => checkStoredMetadata({ 'cache-control': 'no\rcache' }, {})).message).toContain('"cache-control"');
-    checkStoredMetadata({ 'content-type': 'text/plain; charset=utf-8' }, { tabbed: 'a\tb', 'dash-and.dot_x': 'ok', latin1: 'caf\xe9' });
+    checkStoredMetadata({ 'content-type': 'text/plain; charset=utf-8' }, { tabbed: 'a\tb', 'dash-and.dot_x': 'ok', encoded: '=?UTF-8?B?Y2Fmw6k=?=' });
   });
 });
 

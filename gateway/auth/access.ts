@@ -223,6 +223,21 @@ export function authorizeKeys(credential: ClientCredential, action: Action, buck
   }
 }
 
+/**
+ * Throws OC_ERR_ACCESS_DENIED unless the key's policy could allow one of `actions` on some object
+ * of `bucket` (AccessPolicy.mayEverOnSomeObject: conditions and Denies ignored). The check that
+ * needs no body: a request that names its keys in a body (a descriptor, a lookup, DeleteObjects)
+ * from a key that can act on nothing there is refused before the body is read or parsed. The
+ * decision per key comes once the body is read.
+ */
+export function authorizeSomeObject(credential: ClientCredential, actions: readonly Action[], bucket: string): void {
+  if (credential.access.mayEverOnSomeObject(actions, bucket)) return;
+  const why = credential.access.empty ? 'it has no access policy' : 'no statement of its policy allows it on an object of this bucket';
+  throw new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${credential.accessKeyId} may not ${actions.join(' or ')} on any object of ${bucket} (${why})`, {
+    details: { Action: actions[0] as string, Resource: s3Arn(bucket, '*') },
+  });
+}
+
 /** The unclassified request's refusal: only the administrator key sends what policies cannot name. */
 export function authorizeUnclassified(credential: ClientCredential, what: string): void {
   if (credential.access.unrestricted) return;

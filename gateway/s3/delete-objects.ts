@@ -9,7 +9,7 @@
 import { createHash } from 'node:crypto';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import { authorize } from '../auth/access.js';
+import { authorize, authorizeSomeObject } from '../auth/access.js';
 import { s3Arn } from '../auth/policy.js';
 import { readWholeBody } from '../body/upload-body.js';
 import type { RequestContext } from '../context.js';
@@ -36,24 +36,8 @@ function xmlEscape(text: string): string {
   return text.replace(/[&<>"'\x00-\x1f\x7f]/g, (c) => `&#x${c.charCodeAt(0).toString(16).toUpperCase()};`);
 }
 
-/** The actions a DeleteObjects key needs: s3:DeleteObject, or s3:DeleteObjectVersion with a <VersionId>. */
-const DELETE_ACTIONS = ['s3:DeleteObject', 's3:DeleteObjectVersion'] as const;
-
-/**
- * Throws OC_ERR_ACCESS_DENIED unless the key's policy could allow deleting some object of
- * `bucket` (conditions and Denies ignored): the check that needs no body.
- */
-function authorizeAnyDelete(ctx: RequestContext, bucket: string): void {
-  const { credential } = ctx.auth;
-  if (credential.access.mayEverOnSomeObject(DELETE_ACTIONS, bucket)) return;
-  const why = credential.access.empty ? 'it has no access policy' : 'no statement of its policy allows either on an object of this bucket';
-  throw new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${credential.accessKeyId} may not s3:DeleteObject or s3:DeleteObjectVersion on any object of ${bucket} (${why})`, {
-    details: { Action: 's3:DeleteObject', Resource: s3Arn(bucket, '*') },
-  });
-}
-
 export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObjectsRequest> {
-  authorizeAnyDelete(ctx, ctx.target.bucket);
+  authorizeSomeObject(ctx.auth.credential, ['s3:DeleteObject', 's3:DeleteObjectVersion'], ctx.target.bucket);
   const body = await readWholeBody(ctx.req, ctx.auth, MAX_XML_BODY_BYTES);
   const document = parseXmlBody(body.toString('utf8'), 'Delete');
   const elements = xmlList(document, 'Object');

@@ -25,19 +25,13 @@ export const MAX_STORED_HEADER_BYTES = 8 * 1024;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 /**
- * Characters a field value may not hold: controls other than tab (CR and LF among them, which
- * would split the response's headers), DEL, and anything above U+00FF, which Node cannot send in
- * a header (it throws ERR_INVALID_CHAR) because a header is one byte per character.
+ * Characters a stored value may not hold: anything but tab and printable ASCII. Controls (CR and
+ * LF among them) would split the response's headers; bytes over 0x7f the gateway refuses in every
+ * header it reads or forwards (gateway/server.ts), since Node reads them as latin1 and the store
+ * as UTF-8, so a value that arrived by another way (a form field) must not be stored with them
+ * either. Values are counted in bytes: ASCII, one a character.
  */
-const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
-
-/**
- * Bytes as the value travels in a header. Node hands a received header value over one character
- * per byte (so raw UTF-8 counts its bytes), and INVALID_VALUE refuses anything wider.
- */
-function headerBytes(text: string): number {
-  return text.length;
-}
+const INVALID_VALUE = /[^\t\x20-\x7e]/;
 
 /** The field named in an error: quoted and escaped (a bad name may hold control characters), and short. */
 function invalid(field: string, problem: string): ObjectCacheError {
@@ -48,13 +42,10 @@ function invalid(field: string, problem: string): ObjectCacheError {
 /**
  * Checks what a write would store besides the bytes. `headers`: the representation headers kept
  * with the object (cache-control, content-disposition, ...; add content-type to have it checked
- * too). `userMeta`: the user metadata, names without the `x-amz-meta-` prefix. Strings are as Node
- * gives a received header, one character per byte; a caller holding UTF-8 decoded text (a form
- * field) converts it with `Buffer.from(value, 'utf8').toString('latin1')` first, which is also
- * what a GET must send back to return the client's bytes.
+ * too). `userMeta`: the user metadata, names without the `x-amz-meta-` prefix.
  *
  * Throws OC_ERR_REQUEST_INVALID_ARGUMENT, naming the field, for a metadata name that is not an
- * HTTP token or a value with a control character other than tab; OC_ERR_REQUEST_METADATA_TOO_LARGE
+ * HTTP token or a value with anything but tab and printable ASCII (RFC 2047 encodes the rest); OC_ERR_REQUEST_METADATA_TOO_LARGE
  * (400 MetadataTooLarge, as MinIO answers) for user metadata over 2 KB or headers and metadata
  * together over 8 KB. Pure.
  */
@@ -64,17 +55,17 @@ export function checkStoredMetadata(headers: Readonly<Record<string, string>>, u
   for (const [name, value] of Object.entries(userMeta)) {
     const field = `x-amz-meta-${name}`;
     if (!TOKEN.test(field)) throw invalid(field, 'is not a valid metadata name: an HTTP header name has no spaces, control characters or separators');
-    if (INVALID_VALUE.test(value)) throw invalid(field, 'has a value with a character a header cannot carry (a control character other than tab, CR and LF included)');
-    userBytes += headerBytes(name) + headerBytes(value);
-    totalBytes += headerBytes(field) + headerBytes(value);
+    if (INVALID_VALUE.test(value)) throw invalid(field, 'has a value outside printable ASCII (a control character, CR and LF included, or a byte over 0x7f; encode non-ASCII metadata with RFC 2047)');
+    userBytes += name.length + value.length;
+    totalBytes += field.length + value.length;
   }
   if (userBytes > MAX_USER_METADATA_BYTES) {
     throw new ObjectCacheError('OC_ERR_REQUEST_METADATA_TOO_LARGE', `Your metadata headers exceed the maximum allowed metadata size: the user metadata takes ${userBytes} bytes, over the limit of ${MAX_USER_METADATA_BYTES}`);
   }
   for (const [name, value] of Object.entries(headers)) {
     if (!TOKEN.test(name)) throw invalid(name, 'is not a valid header name');
-    if (INVALID_VALUE.test(value)) throw invalid(name, 'has a value with a character a header cannot carry (a control character other than tab, CR and LF included)');
-    totalBytes += headerBytes(name) + headerBytes(value);
+    if (INVALID_VALUE.test(value)) throw invalid(name, 'has a value outside printable ASCII (a control character, CR and LF included, or a byte over 0x7f; encode non-ASCII metadata with RFC 2047)');
+    totalBytes += name.length + value.length;
   }
   if (totalBytes > MAX_STORED_HEADER_BYTES) {
     throw new ObjectCacheError('OC_ERR_REQUEST_METADATA_TOO_LARGE', `Your metadata headers exceed the maximum allowed metadata size: the stored headers and user metadata take ${totalBytes} bytes, over the limit of ${MAX_STORED_HEADER_BYTES}`);

@@ -97,12 +97,13 @@ export interface PostObjectDeps {
 export async function servePostObject(req: IncomingMessage, res: ServerResponse, target: S3Target, deps: PostObjectDeps): Promise<void> {
   const fields = new Map<string, string>();
   let fieldBytes = 0;
+  const maxField = Math.min(MAX_FIELD_BYTES, deps.maxFieldsBytes);
   let parser: busboy.Busboy;
   try {
     // Every part with a filename reaches busboy's 'file' event, the field named "file" and the
     // ordinary fields a client such as Python's requests sends with a filename alike: S3 and
     // MinIO take the latter as fields, so they are read (up to a field's size) as fields here.
-    parser = busboy({ headers: req.headers, limits: { files: 201, fields: 200, fieldSize: Math.min(MAX_FIELD_BYTES, deps.maxFieldsBytes), fieldNameSize: 256, parts: 202 } });
+    parser = busboy({ headers: req.headers, limits: { files: 201, fields: 200, fieldSize: maxField, fieldNameSize: 256, parts: 202 } });
   } catch (error) {
     throw new ObjectCacheError('OC_ERR_POST_FORM', `The body is not multipart/form-data: ${(error as Error).message}`);
   }
@@ -132,7 +133,7 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
       // S3 reads the form up to the field named "file"; what follows is ignored.
       if (file) return;
       if (info.valueTruncated || info.nameTruncated) {
-        reject(new ObjectCacheError('OC_ERR_POST_FORM', `The form field ${JSON.stringify(name.slice(0, 64))} is larger than ${Math.min(MAX_FIELD_BYTES, deps.maxFieldsBytes)} bytes`));
+        reject(new ObjectCacheError('OC_ERR_POST_FORM', `The form field ${JSON.stringify(name.slice(0, 64))} is larger than ${maxField} bytes`));
         return;
       }
       addField(name, value);
@@ -148,7 +149,7 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
         return;
       }
       if (lower !== 'file') {
-        pendingFields.push(readField(stream, Math.min(MAX_FIELD_BYTES, deps.maxFieldsBytes)).then((value) => addField(name, value), reject));
+        pendingFields.push(readField(stream, maxField).then((value) => addField(name, value), reject));
         return;
       }
       file = true;
@@ -195,12 +196,9 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     const userMeta: Record<string, string> = {};
     for (const [name, value] of fields) if (name.startsWith('x-amz-meta-')) userMeta[name.slice('x-amz-meta-'.length)] = value;
     const contentType = fields.get('content-type') ?? 'binary/octet-stream';
-    // Stored fields go back out as headers: ASCII only, as the gateway takes headers (server.ts).
-    for (const [name, value] of [['content-type', contentType], ...Object.entries(headers), ...Object.entries(userMeta).map(([n, v]) => [`x-amz-meta-${n}`, v])] as [string, string][]) {
-      if (/[^\x00-\x7f]/.test(value)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The form field ${name} holds characters outside ASCII; encode non-ASCII metadata (RFC 2047)`, { details: { ArgumentName: name } });
-    }
     // What S3 refuses at the upload (metadata over 2 KB, CR/LF in a value, a name that is no
-    // header token) is refused here too, before a byte is stored.
+    // header token) is refused here too, before a byte is stored; stored fields go back out as
+    // headers, so they are ASCII like every header the gateway takes.
     checkStoredMetadata({ 'content-type': contentType, ...headers }, userMeta);
     const limited = Readable.from(limitSize(stream as AsyncIterable<Buffer>, limits.minBytes, Math.min(limits.maxBytes, deps.maxObjectBytes)), { objectMode: false });
     ignoreErrors(limited);

@@ -12,7 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
 import harness  # noqa: E402
-from stack import Stack, start_stack  # noqa: E402
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, start_stack, uid  # noqa: E402
+
+from objectcache import ObjectCacheClient  # noqa: E402
 
 DOMAIN = "oc.test"
 _stacks: Dict[str, Stack] = {}
@@ -49,3 +51,13 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     running = start_stack(["--domain", DOMAIN, "--credentials", str(credentials)], backend=request.param)
     yield running
     running.stop()
+
+
+@pytest.fixture()
+def bucket(stack: Stack) -> Iterator[str]:
+    """A fresh bucket on the stack, per test. A fixed name per test would collide across tests;
+    virtual hosts need it in /etc/hosts, so names stay short and DNS-safe."""
+    name = uid("eng").replace("_", "-")
+    with ObjectCacheClient(stack.gateway_url, name, (CLIENT_KEY, CLIENT_SECRET)) as c:
+        c.ensure_bucket()
+    yield name

@@ -10,11 +10,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, uid
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port
 
 import harness
 from objectcache import ObjectCacheClient
@@ -31,16 +31,6 @@ def descriptor_gets(stack: Stack) -> float:
 
     text = urllib.request.urlopen(f"{stack.admin_url}/metrics", timeout=10).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("objectcache_http_requests_total{") and ('operation="LayerwiseGet"' in line or 'operation="ChunkwiseGet"' in line))
-
-
-@pytest.fixture()
-def bucket(stack: Stack) -> Iterator[str]:
-    # A fixed name per test would collide across tests; virtual hosts need it in /etc/hosts, so
-    # names stay short and DNS-safe.
-    name = uid("lmc").replace("_", "-")
-    with ObjectCacheClient(stack.gateway_url, name, (CLIENT_KEY, CLIENT_SECRET)) as c:
-        c.ensure_bucket()
-    yield name
 
 
 def engine_with_plugin(name: str, stack: Stack, bucket: str, dtype: torch.dtype, use_layerwise: bool = False, **settings: str) -> Any:

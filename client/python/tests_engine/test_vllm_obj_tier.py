@@ -11,11 +11,10 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
-import pytest
 import torch
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, uid
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack
 
 from objectcache import ObjectCacheClient
 from objectcache.hf_cache import KVLayout, kv_from_cache
@@ -35,14 +34,6 @@ def requests_by(stack: Stack) -> Dict[str, float]:
         name = f"{labels['operation'].strip(chr(34))} {labels['status'].strip(chr(34))}"
         out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
-
-
-@pytest.fixture()
-def bucket(stack: Stack) -> Iterator[str]:
-    name = uid("vllm").replace("_", "-")
-    with ObjectCacheClient(stack.gateway_url, name, (CLIENT_KEY, CLIENT_SECRET)) as c:
-        c.ensure_bucket()
-    yield name
 
 
 def test_vllms_object_tier_round_trips_a_real_models_kv_with_its_default_checksums(model: Any, tokenizer: Any, stack: Stack, bucket: str, tmp_path: Path) -> None:
