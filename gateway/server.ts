@@ -340,17 +340,27 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     },
   );
   const guard = new ConnectionGuard(server, config.limits, (kind) => metrics.connectionTimeouts.inc({ kind }));
+  /** Errors Node finds on a connection before (or instead of) a request handler, answered as S3 does. */
+  const CLIENT_ERRORS: Readonly<Record<string, () => ObjectCacheError>> = {
+    HPE_HEADER_OVERFLOW: () => new ObjectCacheError('OC_ERR_REQUEST_HEADER_TOO_LARGE', `Your request's headers exceed the maximum of ${config.maxHeaderBytes} bytes`),
+    // --header-timeout-ms or --request-timeout-ms ran out (Node's own 408 would carry no S3 error).
+    ERR_HTTP_REQUEST_TIMEOUT: () => new ObjectCacheError('OC_ERR_REQUEST_TIMEOUT', 'Your socket connection to the server was not read from or written to within the timeout period; the connection is closed'),
+  };
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
-    if (error.code === 'HPE_HEADER_OVERFLOW' && socket.writable) {
-      const requestId = newRequestId();
-      const xml = errorXml({ code: 'RequestHeaderSectionTooLarge', message: `Your request's headers exceed the maximum of ${config.maxHeaderBytes} bytes`, resource: '/', requestId });
-      socket.end(
-        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\ncontent-length: ${Buffer.byteLength(xml)}\r\n` +
-          `x-amz-request-id: ${requestId}\r\nx-objectcache-error-code: OC_ERR_REQUEST_HEADER_TOO_LARGE\r\nx-objectcache-retryable: false\r\nserver: ObjectCache\r\nconnection: close\r\n\r\n${xml}`,
-      );
+    const known = CLIENT_ERRORS[error.code ?? ''];
+    // Nothing of a response may have gone out on it yet (a request timeout can come mid-body).
+    const answering = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
+    if (known === undefined || !socket.writable || answering?.headersSent === true) {
+      socket.destroy();
       return;
     }
-    socket.destroy();
+    const failure = known();
+    const requestId = newRequestId();
+    const xml = errorXml({ code: failure.s3Code, message: failure.message, resource: '/', requestId });
+    socket.end(
+      `HTTP/1.1 ${failure.status} Bad Request\r\ncontent-type: application/xml\r\ncontent-length: ${Buffer.byteLength(xml)}\r\n` +
+        `x-amz-request-id: ${requestId}\r\nx-objectcache-error-code: ${failure.code}\r\nx-objectcache-retryable: false\r\nserver: ObjectCache\r\nconnection: close\r\n\r\n${xml}`,
+    );
   });
 
   let admin: AdminServer | undefined;

@@ -52,6 +52,21 @@ describe('loadServeConfig', () => {
     expect((thrown as ObjectCacheError).details['Setting']).toContain('read-bytes');
   });
 
+  it('refuses limits that contradict each other, naming the setting (Node would throw a RangeError of its own)', () => {
+    const refused = (args: string[]): unknown => {
+      try {
+        loadServeConfig(args, {});
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    };
+    expect(refused(['--request-timeout-ms', '1500'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'request-timeout-ms' });
+    expect(refused(['--max-connections', '6'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'max-requests-per-key' });
+    expect(refused(['--max-layerwise-requests', '4', '--max-layerwise-per-key', '5'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'max-layerwise-per-key' });
+    expect(refused(['--request-timeout-ms', '1500', '--header-timeout-ms', '1000', '--max-connections', '6', '--max-requests-per-key', '4'])).toBeUndefined();
+  });
+
   it('authenticates a key from the credentials file through the gateway', async () => {
     const file = join(dir, 'gateway-creds.json');
     writeFileSync(file, JSON.stringify([{ accessKeyId: 'fleet-7', secretAccessKey: 'fleet-7-secret' }]));

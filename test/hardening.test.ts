@@ -524,3 +524,89 @@ describe('what a connection holds ends with it (s3)', () => {
     expect(put.code).toBe('OC_ERR_REQUEST_INVALID_ARGUMENT');
   });
 });
+
+describe('the bounds no other test reaches (local)', () => {
+  let gw: TestGateway;
+  let credentials: string;
+  const bucket = uniqueBucket('bounds');
+
+  beforeAll(async () => {
+    credentials = credentialsFile();
+    gw = await startTestGateway({
+      backend: 'local',
+      args: ['--credentials', credentials, '--max-connections', '6', '--max-requests-per-key', '4', '--request-timeout-ms', '1500', '--header-timeout-ms', '1000', '--body-idle-timeout-ms', '5000'],
+    });
+    await clientOf(gw, bucket).ensureBucket();
+  });
+  afterAll(async () => {
+    await gw?.close();
+    rmSync(join(credentials, '..'), { recursive: true, force: true });
+  });
+
+  it('closes a connection beyond --max-connections at once, and serves again once one goes', async () => {
+    const held: Socket[] = [];
+    try {
+      for (let i = 0; i < 6; i++) held.push(await rawSocket(gw.url));
+      await new Promise((r) => setTimeout(r, 100));
+      const extra = await rawSocket(gw.url);
+      const { ms } = await closed(extra, performance.now(), 5000);
+      expect(ms).toBeLessThan(1000);
+    } finally {
+      for (const socket of held) socket.destroy();
+    }
+    await until(async () => (await send(ADMIN, gw.url, { method: 'HEAD', path: `/${bucket}` }).catch(() => undefined))?.status === 200, 5000);
+  });
+
+  it('closes a body that keeps trickling past --request-timeout-ms (never idle long enough for the body timer)', async () => {
+    const socket = await rawSocket(gw.url);
+    const path = `/${bucket}/trickle`;
+    const headers = await sign(ADMIN, gw.url, { method: 'PUT', path, payloadHash: 'UNSIGNED-PAYLOAD', headers: { 'content-length': '100000' } });
+    const ended = closed(socket, performance.now(), 10_000);
+    socket.write(head('PUT', path, headers));
+    const drip = setInterval(() => socket.writable && socket.write(Buffer.alloc(10)), 200);
+    try {
+      const { text, ms } = await ended;
+      expect(text).toMatch(/^HTTP\/1\.1 400/);
+      expect(text).toContain('<Code>RequestTimeout</Code>');
+      expect(text).toContain('OC_ERR_REQUEST_TIMEOUT');
+      expect(ms).toBeLessThan(5000);
+    } finally {
+      clearInterval(drip);
+    }
+    expect((await send(ADMIN, gw.url, { method: 'HEAD', path })).status).toBe(404);
+  });
+});
+
+describe('a key\'s share of the layerwise slots (local)', () => {
+  let gw: TestGateway;
+  let credentials: string;
+  const bucket = uniqueBucket('lwshare');
+
+  beforeAll(async () => {
+    credentials = credentialsFile();
+    gw = await startTestGateway({ backend: 'local', args: ['--credentials', credentials, '--max-layerwise-requests', '4', '--max-layerwise-per-key', '1', '--cap', '4MB/s', '--threshold', '0', '--epoch-ms', '10'] });
+    await clientOf(gw, bucket).ensureBucket();
+  });
+  afterAll(async () => {
+    await gw?.close();
+    rmSync(join(credentials, '..'), { recursive: true, force: true });
+  });
+
+  it('holds a key to --max-layerwise-per-key layerwise GETs while another key is admitted', async () => {
+    const a = clientOf(gw, bucket, TEAM_A);
+    const b = clientOf(gw, bucket, TEAM_B);
+    try {
+      // Paced at 4 MB/s, a 4 MiB request holds its slot for about a second.
+      const prefix = await seedPrefix(a, { chunks: 4, layers: 8, layerBytes: 128 * 1024, layout: 'KV_L2TD' });
+      const first = a.fetch(descriptorOf(prefix));
+      await until(async () => /objectcache_layerwise_active_requests 1/.test(await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text()), 5000);
+      const refused = await a.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' }).catch((e: unknown) => e);
+      expect((refused as { code?: string }).code).toBe('OC_ERR_KEY_CONCURRENCY');
+      const other = await b.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' });
+      expect(Buffer.from(other.target).equals(Buffer.from(reference(prefix, 0, 1)))).toBe(true);
+      await first;
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+});
