@@ -187,7 +187,7 @@ def destroy_engine(name: str) -> None:
 
 
 def plugin_config(endpoint: str, bucket: str, access_key: str, secret_key: str, name: str = "objectcache", **settings: str) -> Dict[str, Any]:
-    """LMCache settings that load the ObjectCache plugin, exactly as the README's YAML does."""
+    """LMCache settings that load the ObjectCache plugin, exactly as docs/engines.md's YAML does."""
     prefix = f"remote_storage_plugin.{name}."
     extra = {prefix + "module_path": "objectcache.lmcache_backend", prefix + "class_name": "ObjectCacheAdapter", prefix + "endpoint": endpoint, prefix + "bucket": bucket, prefix + "access_key_id": access_key, prefix + "secret_access_key": secret_key}
     extra.update({prefix + k: v for k, v in settings.items()})

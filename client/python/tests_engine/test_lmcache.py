@@ -1,4 +1,4 @@
-"""LMCache's own engine with the ObjectCache plugin, configured as the README says, on both
+"""LMCache's own engine with the ObjectCache plugin, configured as docs/engines.md says, on both
 backends: a real model's KV stored by one engine is retrieved bit-identical by a fresh one (with
 ONE layerwise GET for the whole prefix) and gives the same logits; chunks stored by LMCache's own
 S3 connector (unchanged, virtual-hosted-style through ``--domain``) are read by the plugin and
@@ -17,6 +17,7 @@ import torch
 from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port
 
 import harness
+from engine_docs import block
 from objectcache import ObjectCacheClient
 from objectcache import lmcache_backend
 from objectcache.hf_cache import KVLayout, cache_from_kv, kv_from_cache
@@ -259,19 +260,17 @@ def test_lmcache_layerwise_mode_is_served_by_one_stream_and_shares_the_chunk_obj
         harness.destroy_engine("layerwise-plain")
 
 
-def test_the_readmes_lmcache_yaml_works_as_written(stack: Stack, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The YAML of README.md's "Use it from LMCache and vLLM", loaded by LMCache's own config
-    reader with only the endpoint and bucket changed (credentials from the environment, as the
-    README says): a fresh engine retrieves what another stored."""
+def test_the_documented_lmcache_yaml_works_as_written(stack: Stack, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The YAML of docs/engines.md's "LMCache, in process", loaded by LMCache's own config reader
+    with only the endpoint and bucket changed (credentials from the environment, as the page
+    says): a fresh engine retrieves what another stored."""
     import re
 
     from lmcache.v1.cache_engine import LMCacheEngineBuilder
     from lmcache.v1.config import LMCacheEngineConfig
     from lmcache.v1.metadata import LMCacheMetadata
 
-    readme = (HERE.parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Use it from LMCache and vLLM"):]
-    yaml_text = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    yaml_text = block("LMCache, in process (vLLM's LMCacheConnectorV1)", "yaml")
     assert "ObjectCacheAdapter" in yaml_text and "local_cpu: true" in yaml_text
     yaml_text = re.sub(r"(endpoint: ).*", rf"\g<1>{stack.gateway_url}", yaml_text)
     yaml_text = re.sub(r"(bucket: ).*", rf"\g<1>{bucket}", yaml_text)

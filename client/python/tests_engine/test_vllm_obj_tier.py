@@ -1,10 +1,12 @@
-"""vLLM 0.33.0's native object tier (``ObjectStoreSecondaryTierManager``: NIXL's OBJ plugin,
-aws-sdk-cpp inside) against the gateway on both backends, with its default settings: no
-AWS_REQUEST_CHECKSUM_CALCULATION workaround, so every store is an aws-chunked PUT with a
-CRC64NVME trailer (refused as an unsupported checksum before). A real model's KV, cut into vLLM
-blocks, is stored, found, loaded into other slots bit-identical, and a block never stored is a miss
-and a failed load, never wrong bytes. vLLM runs in a child process (vllm_obj_tier_child.py):
-NIXL and UCX keep process-wide state."""
+"""vLLM 0.33.0's native object tier against the gateway on both backends, built from docs/engines.md's
+``--kv-transfer-config`` by vLLM's own spec factory (a CPU primary tier, an ``obj`` secondary tier:
+``ObjectStoreSecondaryTierManager``, NIXL's OBJ plugin, aws-sdk-cpp inside) with its default
+settings: no AWS_REQUEST_CHECKSUM_CALCULATION workaround, so every store is an aws-chunked PUT
+with a CRC64NVME trailer (refused as an unsupported checksum before). One engine stores a real
+model's KV in vLLM blocks; another engine, with an empty CPU tier, finds them in the object tier,
+promotes them and loads them bit-identical; a block never stored is a miss. Each engine is a
+child process (vllm_obj_tier_child.py): NIXL and UCX keep process-wide state."""
+import hashlib
 import json
 import os
 import subprocess
@@ -14,7 +16,8 @@ from pathlib import Path
 from typing import Any, Dict
 
 import torch
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack
+from engine_docs import filled
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, uid
 
 from objectcache import ObjectCacheClient
 from objectcache.hf_cache import KVLayout, kv_from_cache
@@ -36,7 +39,18 @@ def requests_by(stack: Stack) -> Dict[str, float]:
     return out
 
 
-def test_vllms_object_tier_round_trips_a_real_models_kv_with_its_default_checksums(model: Any, tokenizer: Any, stack: Stack, bucket: str, tmp_path: Path) -> None:
+def engine(mode: str, config: Path, blocks_file: Path) -> Dict[str, Any]:
+    env = dict(os.environ, UCX_RCACHE_MAX_UNRELEASED="1024")
+    env.pop("AWS_REQUEST_CHECKSUM_CALCULATION", None)  # vLLM's defaults: aws-sdk-cpp's CRC64NVME
+    child = subprocess.run(
+        [sys.executable, str(HERE / "vllm_obj_tier_child.py"), mode, str(config), uid("oc-test"), str(blocks_file), str(BLOCKS)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def test_vllms_object_tier_round_trips_a_real_models_kv_from_the_readmes_configuration(model: Any, tokenizer: Any, stack: Stack, bucket: str, tmp_path: Path) -> None:
     from test_model import PREFIX_TOKENS, prompts
 
     prefix, first_suffix, _ = prompts(tokenizer)
@@ -47,32 +61,29 @@ def test_vllms_object_tier_round_trips_a_real_models_kv_with_its_default_checksu
     block_bytes = len(raw) // BLOCKS
     blocks_file = tmp_path / "blocks.bin"
     blocks_file.write_bytes(raw[: block_bytes * BLOCKS])
+    config = tmp_path / "kv-transfer.json"
+    config.write_text(filled("vLLM's native object tier", "json", {"endpoint": stack.gateway_url, "bucket": bucket, "access_key": CLIENT_KEY, "secret_key": CLIENT_SECRET}))
 
-    env = dict(os.environ, UCX_RCACHE_MAX_UNRELEASED="1024")
-    env.pop("AWS_REQUEST_CHECKSUM_CALCULATION", None)  # vLLM's defaults: aws-sdk-cpp's CRC64NVME
     before = requests_by(stack)
-    child = subprocess.run(
-        [sys.executable, str(HERE / "vllm_obj_tier_child.py"), stack.gateway_url, bucket, CLIENT_KEY, CLIENT_SECRET, str(blocks_file), str(BLOCKS)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert child.returncode == 0, child.stderr[-4000:]
-    result = json.loads(child.stdout.strip().splitlines()[-1])
+    stored = engine("store", config, blocks_file)
+    between = requests_by(stack)
+    loaded = engine("load", config, blocks_file)
     after = requests_by(stack)
 
-    assert result["before"] == ["MISS"] * BLOCKS
-    assert result["stored"] is True
-    assert result["after"] == ["HIT"] * BLOCKS + ["MISS"]
-    assert result["loaded"] is True
-    assert result["identical"] is True
-    assert result["missing_loaded"] is False
-    # On the wire: one PUT per block (aws-chunked, CRC64NVME trailer, all accepted) and ranged
-    # GETs to load them; nothing refused but the probe and the lookups of what is not there.
-    grew = lambda name: after.get(name, 0.0) - before.get(name, 0.0)  # noqa: E731
+    assert stored["tiers"] == ["obj"] and stored["pending"] is False
+    assert loaded["lookups"] == ["HIT"] * BLOCKS + ["MISS"]
+    assert loaded["steps"] > 1  # found in the object tier and promoted, not already in the CPU tier
+    assert loaded["loaded_sha256"] == [hashlib.sha256(raw[i * block_bytes : (i + 1) * block_bytes]).hexdigest() for i in range(BLOCKS)]
+    # On the wire: a store is one PUT per block (aws-chunked, CRC64NVME trailer, all accepted); a
+    # lookup a HEAD per block; a promotion ranged GETs. Nothing refused but the probe and the
+    # lookup of what is not there.
+    grew = lambda name, a=before, b=between: b.get(name, 0.0) - a.get(name, 0.0)  # noqa: E731
     assert grew("PutObject 200") == BLOCKS
-    assert grew("GetObject 206") >= BLOCKS
-    assert not any(name.startswith("PutObject 4") for name in after if grew(name) > 0)
+    assert not any(name.startswith("PutObject 4") for name in between if grew(name) > 0)
+    assert grew("HeadObject 200", between, after) == BLOCKS
+    assert grew("GetObject 206", between, after) >= BLOCKS
+    assert grew("PutObject 200", between, after) == 0
     # The objects are where vLLM's key names say, each one block of the model's bytes.
     with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
-        for i, key in enumerate(result["objects"]):
-            stored = c.get_object(key.replace("//", "/"))
-            assert stored == raw[i * block_bytes : (i + 1) * block_bytes]
+        for i, key in enumerate(stored["objects"]):
+            assert c.get_object(key.replace("//", "/")) == raw[i * block_bytes : (i + 1) * block_bytes]

@@ -9,7 +9,7 @@ LMCache loads it from its own configuration, no code needed::
       remote_storage_plugin.objectcache.endpoint: http://127.0.0.1:9080
       remote_storage_plugin.objectcache.bucket: kvcache
 
-What each LMCache call becomes (README, "Use it from LMCache and vLLM"):
+What each LMCache call becomes (docs/engines.md, "LMCache, in process"):
 
 - ``batched_async_contains`` / ``exists``: ONE prefix lookup (``POST /bucket?objectcache-lookup``)
   that also checks every chunk's size against this engine's layout.
