@@ -3,7 +3,9 @@ engine's transfer agent does: DRAM registered as the local side, objects registe
 remote side, WRITE and READ transfers between them, ``query_memory`` to ask what exists. In a
 process of its own (NIXL and UCX keep process-wide state). Called by test_nixl_obj.py:
 
-    python nixl_obj_child.py ENDPOINT BUCKET ACCESS_KEY SECRET_KEY VIRTUAL(true|false) DATA_FILE
+    python nixl_obj_child.py PARAMS_JSON DATA_FILE
+
+PARAMS_JSON holds the OBJ back end's parameters (docs/engines.md's, filled in by the test).
 
 DATA_FILE holds a real model's KV. It is written as two objects (its first half, and its tail
 from an unaligned offset in DRAM), then read back: the first at that offset, the second whole.
@@ -13,6 +15,7 @@ import hashlib
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -21,15 +24,11 @@ from nixl_cu12._bindings import nixlBackendError
 
 
 def main() -> None:
-    endpoint, bucket, access_key, secret_key, virtual, data_file = sys.argv[1:7]
+    params_file, data_file = sys.argv[1:3]
     data = np.fromfile(data_file, dtype=np.uint8)
     half, offset = data.size // 2, 4096 + 13  # an unaligned offset into the object
     agent = nixl_agent("objectcache-test", nixl_agent_config(backends=[]))
-    # The OBJ plugin's parameters, as an engine's configuration passes them (all strings).
-    agent.create_backend("OBJ", {
-        "bucket": bucket, "endpoint_override": endpoint, "scheme": "http", "region": "us-east-1",
-        "access_key": access_key, "secret_key": secret_key, "use_virtual_addressing": virtual,
-    })
+    agent.create_backend("OBJ", json.loads(Path(params_file).read_text()))
     # Remote side: the plugin maps a descriptor's device id to an object key.
     objects = {1: "nixl/kv-first-half", 2: "nixl/kv-tail", 3: "nixl/never-written"}
 

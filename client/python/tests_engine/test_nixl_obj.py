@@ -1,9 +1,10 @@
 """NIXL's OBJ plugin (``nixl_cu12`` 1.5.1, aws-sdk-cpp inside; the object back end of vLLM's
 object tier and of Dynamo KVBM) against the gateway on both backends, in both addressing styles,
-with its default checksums: a real model's KV written from DRAM (from an unaligned offset too),
+with docs/engines.md's parameters and its default checksums: a real model's KV written from DRAM (from an unaligned offset too),
 read back at an offset and whole, byte for byte, and ``query_memory`` telling what exists. A read
 of an object that does not exist fails. NIXL runs in a child process
 (nixl_obj_child.py): NIXL and UCX keep process-wide state."""
+import ast
 import hashlib
 import json
 import os
@@ -11,10 +12,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict
 
 import pytest
 import torch
+from engine_docs import filled
 from stack import CLIENT_KEY, CLIENT_SECRET, Stack
 from test_vllm_obj_tier import requests_by
 
@@ -25,20 +27,29 @@ HERE = Path(__file__).parent
 OFFSET = 4096 + 13  # as in nixl_obj_child.py
 
 
-def run_child(stack: Stack, bucket: str, data_file: Path, virtual: bool) -> Any:
+def obj_params(stack: Stack, bucket: str, virtual: bool) -> Dict[str, str]:
+    """docs/engines.md's OBJ parameters for this stack (virtual-hosted: the --domain host)."""
+    text = filled("NIXL's OBJ plugin and Dynamo KVBM", "python", {"endpoint": stack.gateway_url, "bucket": bucket, "access_key": CLIENT_KEY, "secret_key": CLIENT_SECRET})
+    params: Dict[str, str] = ast.literal_eval(text[text.index("{") : text.rindex("}") + 1])
+    if virtual:
+        params.update(use_virtual_addressing="true", endpoint_override=f"http://oc.test:{stack.gateway_url.rsplit(':', 1)[1]}")
+    return params
+
+
+def run_child(stack: Stack, bucket: str, data_file: Path, virtual: bool, tmp_path: Path) -> Any:
     env = dict(os.environ, UCX_RCACHE_MAX_UNRELEASED="1024")
     env.pop("AWS_REQUEST_CHECKSUM_CALCULATION", None)  # NIXL's defaults: aws-sdk-cpp's CRC64NVME
-    port = stack.gateway_url.rsplit(":", 1)[1]
+    params = tmp_path / "obj-params.json"
+    params.write_text(json.dumps(obj_params(stack, bucket, virtual)))
     if not virtual:
-        args = [sys.executable, str(HERE / "nixl_obj_child.py"), stack.gateway_url, bucket, CLIENT_KEY, CLIENT_SECRET, "false", str(data_file)]
-        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, str(HERE / "nixl_obj_child.py"), str(params), str(data_file)], env=env, capture_output=True, text=True, timeout=300)
     else:
         # Virtual-hosted style: <bucket>.oc.test resolved by a private /etc/hosts (a mount
         # namespace of the child's own; aws-sdk-cpp resolves names in C).
         with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as hosts:
             hosts.write(f"127.0.0.1 localhost\n127.0.0.1 {bucket}.oc.test\n")
         try:
-            command = f'mount --bind "{hosts.name}" /etc/hosts && exec "{sys.executable}" "{HERE / "nixl_obj_child.py"}" http://oc.test:{port} {bucket} {CLIENT_KEY} {CLIENT_SECRET} true "{data_file}"'
+            command = f'mount --bind "{hosts.name}" /etc/hosts && exec "{sys.executable}" "{HERE / "nixl_obj_child.py"}" "{params}" "{data_file}"'
             done = subprocess.run(["unshare", "--mount", "--", "sh", "-c", command], env=env, capture_output=True, text=True, timeout=300)
         finally:
             os.unlink(hosts.name)
@@ -60,7 +71,7 @@ def test_nixls_obj_plugin_writes_reads_at_offsets_and_queries_through_the_gatewa
     half = len(raw) // 2
 
     before = requests_by(stack)
-    result = run_child(stack, bucket, data_file, virtual)
+    result = run_child(stack, bucket, data_file, virtual, tmp_path)
     after = requests_by(stack)
     grew = lambda name: after.get(name, 0.0) - before.get(name, 0.0)  # noqa: E731
 
