@@ -18,6 +18,7 @@ Commands:
   seed      Write synthetic KV chunks of a model preset and print their descriptor
   fetch     Fetch a descriptor's KV layer by layer and print the ready timeline
   plan      Show the bandwidth the scheduler would grant a list of requests
+  capacity  Show budgeted buckets' usage, quotas and the chunks eviction takes next
   bench     Run the TTFT benchmark against a MinIO it starts (--quick: a few minutes)
 
 Run "objectcache <command> --help" for the options of a command.`;
@@ -33,6 +34,8 @@ async function main(argv: string[]): Promise<number> {
       return (await import('./fetch.js')).runFetch(rest, process.env, process.stdin, process.stdout);
     case 'plan':
       return (await import('./plan.js')).runPlan(rest, process.stdin, process.stdout);
+    case 'capacity':
+      return (await import('./capacity.js')).runCapacity(rest, process.stdout);
     case 'bench': {
       const bench = await import('../bench/ttft-matrix.js');
       if (rest.includes('--help') || rest.includes('-h')) {

@@ -252,6 +252,21 @@ export class ObjectCacheClient {
     return (JSON.parse(text) as { matched: number }).matched;
   }
 
+  /**
+   * Retains `keys` of a budgeted bucket until `until` (eviction never takes them before then), or
+   * removes their pins with `null`. Needs objectcache:PinObject on each key. Resolves to the time
+   * the pins hold until, or null.
+   */
+  async pin(keys: readonly string[], until: Date | null): Promise<Date | null> {
+    const body = { keys, until: until === null ? null : until.toISOString() };
+    const response = await this.#signedPost('objectcache-pin', Buffer.from(JSON.stringify(body)));
+    if (response.statusCode !== 200) throw await this.#failure(response);
+    let text = '';
+    for await (const chunk of response.body) text += (chunk as Buffer).toString('utf8');
+    const answer = JSON.parse(text) as { until: string | null };
+    return answer.until === null ? null : new Date(answer.until);
+  }
+
   /** The response body of a layerwise GET, and the gateway's id of the request. */
   async #open(input: DescriptorInput, transport: 'get' | 'post', signal?: AbortSignal): Promise<{ body: Readable; requestId: string | undefined }> {
     if (transport === 'post') {

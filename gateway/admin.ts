@@ -1,7 +1,8 @@
 /**
  * The admin endpoint, on its own port because every S3 path (`/metrics` included) is a bucket
  * name: /healthz (the process serves), /readyz (the store or backend answers), /metrics
- * (Prometheus text format from the gateway's own registry).
+ * (Prometheus text format from the gateway's own registry), /capacity (budgeted buckets' usage
+ * and the chunks eviction would take next, as JSON; `objectcache capacity` prints it).
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -13,6 +14,8 @@ export interface AdminOptions {
   readonly port: number;
   readonly registry: Registry;
   readonly ready: () => Promise<boolean>;
+  /** The /capacity document for `?top=n` coldest chunks per bucket; undefined: no budget is set. */
+  readonly capacity?: (top: number) => unknown;
 }
 
 export interface AdminServer {
@@ -26,7 +29,7 @@ function json(status: number, body: unknown): [number, Record<string, string>, s
 
 export async function startAdminServer(options: AdminOptions): Promise<AdminServer> {
   const server = createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const [path, query = ''] = (req.url ?? '/').split('?');
     const respond = ([status, headers, body]: [number, Record<string, string>, string]): void => {
       res.writeHead(status, { ...headers, 'content-length': String(Buffer.byteLength(body)) });
       res.end(req.method === 'HEAD' ? undefined : body);
@@ -47,8 +50,13 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
           (error: Error) => respond(json(500, { error: error.message })),
         );
         return;
+      case '/capacity': {
+        if (!options.capacity) return respond(json(404, { error: 'no bucket has a --budget' }));
+        const top = Number(new URLSearchParams(query).get('top') ?? '10');
+        return respond(json(200, options.capacity(Number.isSafeInteger(top) ? Math.min(Math.max(top, 0), 1000) : 10)));
+      }
       default:
-        return respond(json(404, { error: 'not found', paths: ['/healthz', '/readyz', '/metrics'] }));
+        return respond(json(404, { error: 'not found', paths: ['/healthz', '/readyz', '/metrics', '/capacity'] }));
     }
   });
   server.listen(options.port, options.host);

@@ -13,6 +13,7 @@ import type { WorkerBackend } from '../read-worker/protocol.js';
 import type { GatewayConfig } from './config.js';
 import type { Logger } from './logger.js';
 import type { RequestContext } from './context.js';
+import { embeddedCapacityStore, s3CapacityStore, type CapacityStore } from './capacity/store.js';
 import { serveEmbedded } from './embedded/router.js';
 import { servePassthrough, type RetryObserver } from './passthrough.js';
 import { parseBucketList, type BucketEntry } from './s3/list-buckets.js';
@@ -37,6 +38,8 @@ export interface Backend {
   listBuckets(signal: AbortSignal): Promise<BucketEntry[]>;
   /** Answers a plain S3 request (the embedded handlers, or passthrough to the endpoint). */
   serveS3(ctx: RequestContext): Promise<void>;
+  /** What capacity management (gateway/capacity/) lists, reads, writes and deletes through. */
+  readonly capacity: CapacityStore;
   /** The endpoint's request counters; undefined for the embedded store. */
   stats(): BackendStats | undefined;
   /** For /readyz: the embedded store is ready once open, an endpoint when it answers HTTP. */
@@ -72,6 +75,7 @@ function embeddedBackend(store: LocalStore): Backend {
     },
     listBuckets: async () => store.listBuckets(),
     serveS3: (ctx) => serveEmbedded(ctx, store),
+    capacity: embeddedCapacityStore(store),
     stats: () => undefined,
     ready: async () => true,
     close: () => store.close(),
@@ -111,6 +115,7 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, on
       return parseBucketList(text);
     },
     serveS3: (ctx) => servePassthrough(ctx, backend, onRetry),
+    capacity: s3CapacityStore(backend),
     stats: () => backend.stats(),
     ready: () => backend.reachable(2_000),
     close: () => backend.close(),

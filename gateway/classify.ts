@@ -21,6 +21,8 @@ export type Classified =
    */
   | { readonly kind: 'descriptor-get'; readonly operation: 'DescriptorGet' }
   | { readonly kind: 'prefix-lookup'; readonly operation: 'PrefixLookup' }
+  /** `POST /{bucket}?objectcache-pin`: retain chunks of a budgeted bucket until a time (gateway/capacity/pin-request.ts). */
+  | { readonly kind: 'pin'; readonly operation: 'PinObjects' }
   /** An S3 API call; `Other` when it is none this gateway names (passed through, or refused by the embedded store). */
   | { readonly kind: 's3'; readonly operation: S3Operation | 'CopyObject' | 'UploadPartCopy' | 'Other' };
 
@@ -30,6 +32,7 @@ export function classify(method: string, target: S3Target, headers: IncomingHttp
     if (target.query.length === 0 && /^multipart\/form-data/i.test(headers['content-type'] ?? '')) return { kind: 'post-object', operation: 'PostObject' };
     if (hasQuery(target, 'objectcache')) return { kind: 'descriptor-get', operation: 'DescriptorGet' };
     if (hasQuery(target, 'objectcache-lookup')) return { kind: 'prefix-lookup', operation: 'PrefixLookup' };
+    if (hasQuery(target, 'objectcache-pin')) return { kind: 'pin', operation: 'PinObjects' };
   }
   if (method === 'GET' && key !== '' && headers[DESCRIPTOR_HEADER] !== undefined) return { kind: 'descriptor-get', operation: 'DescriptorGet' };
   const operation = s3Operation(method, target);

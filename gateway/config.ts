@@ -66,6 +66,15 @@ export const SERVE_SETTINGS = {
   requestTimeoutMs: { flag: 'request-timeout-ms', env: 'OBJECTCACHE_REQUEST_TIMEOUT_MS', kind: 'integer', default: '3600000', min: 1000, max: 86_400_000, description: 'Time a client has to send a whole request, headers and body (a 5 GiB upload needs at least 1.5 MB/s for the default hour); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed.' },
   maxFormFieldsBytes: { flag: 'max-form-fields-bytes', env: 'OBJECTCACHE_MAX_FORM_FIELDS_BYTES', kind: 'integer', default: String(64 * 1024), min: 4096, max: 16 * 1024 * 1024, description: 'Bytes of all fields of a browser-form upload together, names and values, before its file: they are read before the form\'s signature can be checked (S3 allows a 20 KB policy and 2 KB of metadata).' },
   sigV2MaxExpiresSeconds: { flag: 'sigv2-max-expires-seconds', env: 'OBJECTCACHE_SIGV2_MAX_EXPIRES_SECONDS', kind: 'integer', default: '604800', min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Longest lifetime of a Signature Version 2 presigned URL (its Expires less the time of the request), 7 days as SigV4 allows; 0: no limit (a URL that lives for years cannot be taken back short of rotating the key).' },
+  budget: { flag: 'budget', env: 'OBJECTCACHE_BUDGET', kind: 'string', default: undefined, description: 'Byte budgets of buckets, comma-separated bucket=size (size in bytes or with KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. kvcache=500GiB. A budgeted bucket is trimmed by access-based, prefix-aware eviction once it passes --budget-high-percent, down to --budget-low-percent (docs/capacity.md). Unset: nothing is ever evicted.' },
+  tenantQuota: { flag: 'tenant-quota', env: 'OBJECTCACHE_TENANT_QUOTA', kind: 'string', default: undefined, description: "Byte quotas of tenants over the budgeted buckets together, comma-separated tenant=size. A write that would take a tenant past its quota first evicts that tenant's own coldest chunks; when nothing of its own can go, it is refused (403 QuotaExceeded, OC_ERR_QUOTA_EXCEEDED). Needs --budget." },
+  budgetHighPercent: { flag: 'budget-high-percent', env: 'OBJECTCACHE_BUDGET_HIGH_PERCENT', kind: 'integer', default: '95', min: 1, max: 100, description: 'Percentage of a bucket\'s budget at which trimming starts.' },
+  budgetLowPercent: { flag: 'budget-low-percent', env: 'OBJECTCACHE_BUDGET_LOW_PERCENT', kind: 'integer', default: '85', min: 0, max: 99, description: 'Percentage of a bucket\'s budget trimming stops at; below --budget-high-percent.' },
+  evictIdle: { flag: 'evict-idle', env: 'OBJECTCACHE_EVICT_IDLE', kind: 'string', default: 'off', description: 'Evict a chunk of a budgeted bucket not read or written for this long (e.g. 7d, 12h, 30m, 90s), budget or not, tail first; off: only the budget trims.' },
+  evictRate: { flag: 'evict-rate', env: 'OBJECTCACHE_EVICT_RATE', kind: 'integer', default: '100', min: 1, max: 100_000, description: 'Most chunks eviction deletes per second (one at a time), so trimming never crowds out reads at the store.' },
+  capacityStateBucket: { flag: 'capacity-state-bucket', env: 'OBJECTCACHE_CAPACITY_STATE_BUCKET', kind: 'string', default: 'objectcache-capacity', description: 'Bucket of capacity management\'s own state (access journals, snapshot, the eviction lease), shared by every gateway in front of the store; created when missing, and reserved like --reserved-buckets.' },
+  capacitySyncMs: { flag: 'capacity-sync-ms', env: 'OBJECTCACHE_CAPACITY_SYNC_MS', kind: 'integer', default: '2000', min: 100, max: 600_000, description: 'How often a gateway writes its access journal and reads the other gateways\' (what it records in between is lost if it dies).' },
+  capacityLeaseMs: { flag: 'capacity-lease-ms', env: 'OBJECTCACHE_CAPACITY_LEASE_MS', kind: 'integer', default: '15000', min: 1000, max: 3_600_000, description: 'Lifetime of the eviction lease: one gateway at a time trims; another takes over this long after the holder stops renewing it (at least three --capacity-sync-ms).' },
   workers: { flag: 'workers', env: 'OBJECTCACHE_WORKERS', kind: 'integer', default: 'auto', min: 1, max: 64, description: 'Read worker threads (auto: the number of cores minus one for the main thread, 1 to 4).' },
   workerQueue: { flag: 'worker-queue', env: 'OBJECTCACHE_WORKER_QUEUE', kind: 'integer', default: '256', min: 1, max: 100_000, description: 'Read tasks that may wait for a worker; beyond it layerwise GETs get 503 SlowDown.' },
   readConcurrency: { flag: 'read-concurrency', env: 'OBJECTCACHE_READ_CONCURRENCY', kind: 'integer', default: '16', min: 1, max: 1024, description: 'Range reads one read task keeps in flight.' },
@@ -152,6 +161,24 @@ export interface GatewayConfig {
   readonly layerwise: DescriptorGetConfig;
   /** Undefined when --cap is unlimited. */
   readonly scheduler: SchedulerConfig | undefined;
+  /** Undefined when no bucket has a --budget. */
+  readonly capacity: CapacityConfig | undefined;
+}
+
+/** Budgets, quotas and eviction (gateway/capacity/). */
+export interface CapacityConfig {
+  /** Bytes per budgeted bucket. */
+  readonly budgets: ReadonlyMap<string, number>;
+  /** Bytes per tenant over the budgeted buckets. */
+  readonly quotas: ReadonlyMap<string, number>;
+  readonly highFraction: number;
+  readonly lowFraction: number;
+  /** Evict what was not accessed for this long; undefined: off. */
+  readonly idleMs: number | undefined;
+  readonly evictPerSecond: number;
+  readonly stateBucket: string;
+  readonly syncMs: number;
+  readonly leaseMs: number;
 }
 
 /** What one connection, one request and one key may hold (gateway/server.ts enforces them). */
@@ -440,6 +467,67 @@ function parseReserved(text: string | undefined): Set<string> {
   return new Set(names.map((n) => n.toLowerCase()));
 }
 
+const SIZE_UNITS: Readonly<Record<string, number>> = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3, tib: 1024 ** 4 };
+
+/** `500GiB`, `2.5GB`, `1048576`: bytes, or a message saying what is wrong. */
+export function parseSize(text: string): number | string {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
+  const unit = SIZE_UNITS[(m?.[2] ?? '').toLowerCase() || 'b'];
+  if (!m || unit === undefined) return `${JSON.stringify(text)} is not a size such as 500GiB, 2.5GB or 1048576`;
+  const bytes = Math.floor(Number(m[1]) * unit);
+  if (!Number.isSafeInteger(bytes) || bytes <= 0) return `${JSON.stringify(text)} must be a positive size`;
+  return bytes;
+}
+
+/** `name=size,name=size` (--budget, --tenant-quota). */
+function parseSizes(setting: 'budget' | 'tenantQuota', text: string | undefined): Map<string, number> {
+  const spec = SERVE_SETTINGS[setting];
+  const out = new Map<string, number>();
+  for (const item of (text ?? '').split(',').map((i) => i.trim()).filter((i) => i !== '')) {
+    const at = item.lastIndexOf('=');
+    const name = item.slice(0, at).trim();
+    const size = at > 0 ? parseSize(item.slice(at + 1)) : `${JSON.stringify(item)} is not name=size`;
+    if (typeof size === 'string') throw new ConfigError(spec.flag, `--${spec.flag} / ${spec.env}: ${size}`);
+    if (out.has(name)) throw new ConfigError(spec.flag, `--${spec.flag} / ${spec.env} names ${name} twice`);
+    out.set(name, size);
+  }
+  return out;
+}
+
+/** `7d`, `12h`, `30m`, `90s`, `off`: ms, or undefined for off. */
+function parseIdle(text: string): number | undefined {
+  if (text.trim().toLowerCase() === 'off') return undefined;
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s)\s*$/.exec(text);
+  const unit = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1000 }[m?.[2] as 'd' | 'h' | 'm' | 's'];
+  const ms = m && unit ? Math.round(Number(m[1]) * unit) : NaN;
+  if (!(ms > 0)) throw new ConfigError('evict-idle', `--evict-idle / OBJECTCACHE_EVICT_IDLE must be a duration such as 7d, 12h, 30m or 90s, or off; got ${JSON.stringify(text)}`);
+  return ms;
+}
+
+function loadCapacity(raw: RawSettings): CapacityConfig | undefined {
+  const budgets = parseSizes('budget', raw.budget);
+  const quotas = parseSizes('tenantQuota', raw.tenantQuota);
+  const idleMs = parseIdle(nonEmpty('evictIdle', raw));
+  if (budgets.size === 0) {
+    if (quotas.size > 0) throw new ConfigError('tenant-quota', '--tenant-quota counts the chunks of budgeted buckets, and no bucket has a --budget');
+    if (idleMs !== undefined) throw new ConfigError('evict-idle', '--evict-idle evicts from budgeted buckets, and no bucket has a --budget');
+    return undefined;
+  }
+  for (const bucket of budgets.keys()) {
+    if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket)) throw new ConfigError('budget', `--budget / OBJECTCACHE_BUDGET: ${JSON.stringify(bucket)} is not a bucket name`);
+  }
+  const high = integer('budgetHighPercent', raw);
+  const low = integer('budgetLowPercent', raw);
+  if (low >= high) throw new ConfigError('budget-low-percent', `--budget-low-percent (${low}) must be below --budget-high-percent (${high}): trimming stops at the low mark`);
+  const stateBucket = nonEmpty('capacityStateBucket', raw);
+  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(stateBucket)) throw new ConfigError('capacity-state-bucket', `--capacity-state-bucket / OBJECTCACHE_CAPACITY_STATE_BUCKET: ${JSON.stringify(stateBucket)} is not a bucket name`);
+  if (budgets.has(stateBucket)) throw new ConfigError('capacity-state-bucket', `--capacity-state-bucket ${stateBucket} is also a budgeted bucket: its state would be evicted with its chunks`);
+  const syncMs = integer('capacitySyncMs', raw);
+  const leaseMs = integer('capacityLeaseMs', raw);
+  if (leaseMs < 3 * syncMs) throw new ConfigError('capacity-lease-ms', `--capacity-lease-ms (${leaseMs}) must be at least three --capacity-sync-ms (${syncMs}): the holder renews the lease once a sync`);
+  return { budgets, quotas, highFraction: high / 100, lowFraction: low / 100, idleMs, evictPerSecond: integer('evictRate', raw), stateBucket, syncMs, leaseMs };
+}
+
 /** Builds and validates the serve configuration from argv (after `serve`) and the environment. */
 export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv): GatewayConfig {
   const raw = readRaw(argv, env);
@@ -516,8 +604,14 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     throw new ConfigError('max-requests-per-key', `--max-requests-per-key (${raw.maxRequestsPerKey}) is more than --max-connections (${raw.maxConnections}): one key could hold every connection`);
   }
 
+  const capacity = loadCapacity(raw);
+  const reservedBuckets = parseReserved(raw.reservedBuckets);
+  // Clients never reach capacity management's own state (the administrator key still can).
+  if (capacity) reservedBuckets.add(capacity.stateBucket);
+
   return {
     scheduler,
+    capacity,
     host,
     port: integer('port', raw),
     metricsHost: nonEmpty('metricsHost', raw),
@@ -539,7 +633,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       clientStallTimeoutMs: integer('clientStallTimeoutMs', raw),
       maxFormFieldsBytes: integer('maxFormFieldsBytes', raw),
     },
-    reservedBuckets: parseReserved(raw.reservedBuckets),
+    reservedBuckets,
     sigV2MaxExpiresSeconds: integer('sigV2MaxExpiresSeconds', raw),
     logLevel: logLevel as LogLevel,
     layerwise: {

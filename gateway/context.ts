@@ -29,6 +29,8 @@ export interface RequestContext {
    * descriptor names once its policy allows it (gateway/auth/access.ts tenantFor).
    */
   tenant: string;
+  /** A DeleteObjects request's keys, once read and authorized (gateway/s3/delete-objects.ts): capacity management forgets them. */
+  deleteKeys?: readonly string[];
 }
 
 /** A header as one string (repeated headers joined with commas), or undefined. */

@@ -7,6 +7,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import type { ReaderPoolStats } from './read-pool/reader-pool.js';
 import type { BackendStats } from '../backends/s3-backend.js';
 import type { SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
+import type { Capacity, CapacityObserver } from './capacity/capacity.js';
 
 /** What serve-descriptor-get reports while it runs. */
 export interface DescriptorGetObserver {
@@ -31,6 +32,10 @@ export interface GatewayMetrics {
   /** Backend requests repeated after a retryable failure, by kind (range, passthrough). */
   readonly backendRetries: Counter<'kind'>;
   readonly layerwise: DescriptorGetObserver;
+  /** What capacity management reports (evictions, sync failures). */
+  readonly capacity: CapacityObserver;
+  /** Gauges of usage against budgets and quotas, read from `capacity` at each scrape. */
+  watchCapacity(capacity: Capacity | undefined): void;
 }
 
 export interface MetricSources {
@@ -159,5 +164,43 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     labelNames: ['kind'] as const,
     registers,
   });
-  return { registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, layerwise };
+
+  // --- capacity (gateway/capacity/) ---
+  let watched: Capacity | undefined;
+  const evictions = new Counter({ name: 'objectcache_evictions_total', help: 'Chunks evicted, by bucket and reason: lru (the budget, coldest tail first), idle (--evict-idle), dead (a chunk whose predecessor was gone), quota (a tenant\u2019s write past its quota).', labelNames: ['bucket', 'reason'] as const, registers });
+  const evictedBytes = new Counter({ name: 'objectcache_evicted_bytes_total', help: 'Bytes evicted, by bucket and reason.', labelNames: ['bucket', 'reason'] as const, registers });
+  const capacitySyncFailures = new Counter({ name: 'objectcache_capacity_sync_failures_total', help: 'Capacity-management operations against the store that failed and will be retried, by what (sync, trim, head).', labelNames: ['what'] as const, registers });
+  new Gauge({ name: 'objectcache_capacity_bytes', help: 'Bytes stored in each budgeted bucket, as this gateway knows them.', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.bytes); } });
+  new Gauge({ name: 'objectcache_capacity_budget_bytes', help: 'The --budget of each budgeted bucket.', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.budget); } });
+  new Gauge({ name: 'objectcache_capacity_chunks', help: 'Objects in each budgeted bucket.', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.chunks); } });
+  new Gauge({ name: 'objectcache_capacity_pinned_bytes', help: 'Bytes of each budgeted bucket pinned now.', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.pinnedBytes); } });
+  new Gauge({
+    name: 'objectcache_capacity_tenant_bytes',
+    help: 'Bytes each tenant stores in the budgeted buckets together (tenants with a quota, and up to 256 others).',
+    labelNames: ['tenant'] as const,
+    registers,
+    collect() {
+      this.reset();
+      if (!watched) return;
+      let others = 0;
+      for (const [tenant, bytes] of watched.tenants()) {
+        if (watched.quota(tenant) !== undefined || others++ < MAX_TENANT_LABELS) this.set({ tenant }, bytes);
+      }
+    },
+  });
+  new Gauge({ name: 'objectcache_capacity_quota_bytes', help: 'The --tenant-quota of each tenant that has one.', labelNames: ['tenant'] as const, registers, collect() { this.reset(); for (const [tenant, bytes] of watched?.quotas ?? []) this.set({ tenant }, bytes); } });
+  new Gauge({ name: 'objectcache_capacity_leader', help: '1 while this gateway holds the eviction lease (one gateway over a store evicts at a time).', registers, collect() { this.set(watched?.isLeader ? 1 : 0); } });
+  const capacity: CapacityObserver = {
+    evicted: (bucket, reason, bytes) => {
+      evictions.inc({ bucket, reason });
+      evictedBytes.inc({ bucket, reason }, bytes);
+    },
+    syncFailed: (what) => capacitySyncFailures.inc({ what }),
+  };
+  return {
+    registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, layerwise, capacity,
+    watchCapacity(c) {
+      watched = c;
+    },
+  };
 }

@@ -33,6 +33,8 @@ import { servePostObject } from './s3/post-object.js';
 import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
+import { Capacity } from './capacity/capacity.js';
+import { servePin } from './capacity/pin-request.js';
 
 export interface GatewayDependencies {
   readonly logger?: Logger;
@@ -57,6 +59,8 @@ export interface Gateway {
   readonly readerPool: ReaderPool;
   /** The bandwidth scheduler's state; undefined when --cap is unlimited. */
   schedulerSnapshot(): SchedulerSnapshot | undefined;
+  /** Capacity management; undefined when no bucket has a --budget. */
+  readonly capacity: Capacity | undefined;
   close(): Promise<void>;
 }
 
@@ -143,6 +147,10 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => active.layerwise,
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
+  const capacity = config.capacity
+    ? new Capacity({ config: config.capacity, store: backend.capacity, logger, observer: metrics.capacity })
+    : undefined;
+  metrics.watchCapacity(capacity);
   const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds, ...(deps.now ? { now: deps.now } : {}) });
   const keys = new KeyLimits(config.limits, config.backend.kind === 's3' ? config.backend.connections : 0);
 
@@ -156,6 +164,51 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     if (budget.used >= budget.capacity) return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
     if (pool.saturated()) return new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
     return undefined;
+  }
+
+  /**
+   * A plain S3 request on a budgeted bucket, with what capacity management must know: a GET holds
+   * its chunk against eviction; a write passes the tenant's quota first and records its tenant
+   * with the object; writes and deletes are learnt once the store answered them.
+   */
+  async function serveBudgeted(ctx: RequestContext, budgeted: Capacity): Promise<void> {
+    const { bucket, key } = ctx.target;
+    const op = ctx.operation;
+    if (op === 'GetObject') {
+      const release = await budgeted.reading(bucket, [key]);
+      try {
+        await backend.serveS3(ctx);
+      } finally {
+        // The response is written through by now, or the client is gone.
+        release();
+      }
+      return;
+    }
+    if (op === 'PutObject' || op === 'CopyObject' || op === 'UploadPart' || op === 'UploadPartCopy') {
+      const declared = Number(headerOf(ctx.req, 'x-amz-decoded-content-length') ?? headerOf(ctx.req, 'content-length') ?? 0);
+      const bytes = Number.isSafeInteger(declared) && declared > 0 ? declared : 0;
+      // A part is checked against the quota as it arrives; the object counts once completed.
+      const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes);
+      if (op === 'PutObject') ctx.req.headers['x-amz-meta-objectcache-tenant'] = ctx.tenant;
+      let written: { etag: string | undefined; size: number | undefined } | undefined;
+      try {
+        await backend.serveS3(ctx);
+        if (ctx.res.statusCode === 200 && (op === 'PutObject' || op === 'CopyObject')) {
+          const etag = ctx.res.getHeader('etag');
+          // A PUT's answer names the version stored, and its size is what was sent; a copy's is asked.
+          written = op === 'PutObject' && typeof etag === 'string' ? { etag, size: bytes } : { etag: undefined, size: undefined };
+        }
+      } finally {
+        finish(written);
+      }
+      return;
+    }
+    if (op === 'CreateMultipartUpload') ctx.req.headers['x-amz-meta-objectcache-tenant'] = ctx.tenant;
+    await backend.serveS3(ctx);
+    const status = ctx.res.statusCode;
+    if (op === 'CompleteMultipartUpload' && status === 200) budgeted.written(bucket, key, ctx.tenant);
+    else if (op === 'DeleteObject' && status < 300) budgeted.deleted(bucket, key);
+    else if (op === 'DeleteObjects' && status === 200) for (const deleted of ctx.deleteKeys ?? []) budgeted.deleted(bucket, deleted);
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -275,6 +328,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       // A key that may read no object of the bucket is refused before its descriptor is read (up
       // to --max-descriptor-bytes of JSON otherwise, parsed on the main thread).
       if (classified.kind === 'descriptor-get' || classified.kind === 'prefix-lookup') authorizeSomeObject(auth.credential, ['s3:GetObject'], target.bucket);
+      if (classified.kind === 'pin') {
+        authorizeSomeObject(auth.credential, ['objectcache:PinObject'], target.bucket);
+        await servePin(ctx, capacity, lw.maxDescriptorBytes);
+        return;
+      }
+      const budgeted = capacity?.manages(target.bucket) === true ? capacity : undefined;
       if (classified.kind === 'descriptor-get') {
         // The descriptor is read (bounded by --max-descriptor-bytes and the body timeouts) and
         // every chunk it names authorized before a slot is taken: a key that may read nothing
@@ -283,6 +342,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         const descriptor = await readDescriptor(ctx, lw);
         authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
         ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
+        if (budgeted) {
+          // The chain the descriptor names, an access of each chunk, and no eviction under the read.
+          budgeted.link(target.bucket, descriptor.keys);
+          hold(await budgeted.reading(target.bucket, descriptor.keys));
+        }
         const refusal = admissionRefusal(auth.credential);
         if (refusal) throw refusal;
         active.layerwise++;
@@ -293,8 +357,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           active.layerwise--;
           release();
         }
-      } else if (classified.kind === 'prefix-lookup') await servePrefixLookup(ctx, lw, backend);
-      else {
+      } else if (classified.kind === 'prefix-lookup') {
+        const looked = await servePrefixLookup(ctx, lw, backend);
+        budgeted?.link(target.bucket, looked.keys);
+        budgeted?.accessed(target.bucket, looked.keys.slice(0, looked.matched));
+      } else {
         const requirement = requirementOf(req.method ?? 'GET', target, req.headers);
         if (requirement.kind === 'checks') authorize(auth.credential, requirement.checks);
         else if (requirement.kind === 'unclassified') authorizeUnclassified(auth.credential, requirement.what);
@@ -305,7 +372,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         // 'delete-objects': each backend reads the body and checks every key (s3/delete-objects.ts).
         // A passthrough holds a backend connection for as long as its client takes.
         if (config.backend.kind === 's3') hold(keys.takeBackend(auth.credential));
-        await backend.serveS3(ctx);
+        if (budgeted) await serveBudgeted(ctx, budgeted);
+        else await backend.serveS3(ctx);
       }
     } catch (error) {
       if (clientGone) return; // The client is gone: nothing to answer.
@@ -365,6 +433,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
 
   let admin: AdminServer | undefined;
   try {
+    await capacity?.start();
     server.listen(config.port, config.host);
     await once(server, 'listening');
     admin = await startAdminServer({
@@ -372,9 +441,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       port: config.metricsPort,
       registry: metrics.registry,
       ready: () => backend.ready(),
+      ...(capacity ? { capacity: (top: number) => capacity.report(top) } : {}),
     });
   } catch (error) {
     server.close();
+    await capacity?.close();
     await pool.close();
     await backend.close();
     throw error;
@@ -400,6 +471,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     readerPool: pool,
     bufferedBytes: () => budget.used,
     schedulerSnapshot: () => scheduler?.snapshot(),
+    capacity,
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -410,6 +482,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         await closed;
         clearTimeout(timer);
         await adminServer.close();
+        await capacity?.close();
         await pool.close();
         await backend.close();
       })();

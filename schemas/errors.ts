@@ -45,6 +45,9 @@ export const ERRORS = {
   OC_ERR_ACCESS_TENANT: { status: 403, s3Code: 'AccessDenied', description: "The descriptor's tenant is neither the key's own nor one its policy grants (objectcache:ActAsTenant)." },
   OC_ERR_AUTH_FORBIDDEN_HEADER: { status: 403, s3Code: 'AccessDenied', description: 'The request carries a header reserved for the object store (X-Minio-Internal-*).' },
   OC_ERR_ACCESS_RESERVED: { status: 403, s3Code: 'AccessDenied', description: "The request names one of the object store's reserved namespaces (--reserved-buckets: MinIO's admin, health, metrics and KMS APIs under /minio/, Ceph RGW's /admin/ and Swift paths) or an API that is not S3 (MinIO's STS); only the administrator key may send it." },
+  OC_ERR_QUOTA_EXCEEDED: { status: 403, s3Code: 'QuotaExceeded', description: "The write would take the tenant past its --tenant-quota, and not enough of the tenant's own chunks can be evicted (pinned, being read or written); nothing was stored. Another tenant's chunks are never evicted for it." },
+  OC_ERR_CAPACITY_UNMANAGED: { status: 400, s3Code: 'InvalidRequest', description: 'A pin names a bucket without a --budget: only budgeted buckets evict, so only their chunks can be pinned.' },
+  OC_ERR_PIN_INVALID: { status: 400, s3Code: 'InvalidArgument', description: 'The pin request is not {"keys": [object keys], "until": an RFC 3339 time or null}; the message says what is wrong.' },
   OC_ERR_KEY_CONCURRENCY: { status: 503, s3Code: 'SlowDown', retryable: true, description: 'The access key already has its limit of requests in flight (--max-requests-per-key); retry after the Retry-After delay. Other keys are served meanwhile.' },
 
   // --- request shape ---

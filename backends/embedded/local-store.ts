@@ -466,9 +466,17 @@ export class LocalStore {
     return meta;
   }
 
-  /** Deletes an object; deleting a missing key succeeds, as in S3. */
-  async deleteObject(bucket: string, key: string): Promise<void> {
+  /**
+   * Deletes an object; deleting a missing key succeeds, as in S3. With `ifEtag` (unquoted), only
+   * that version: another one is left alone and the call fails with a precondition failure
+   * (checked and unlinked in one tick, so no write can commit between them).
+   */
+  async deleteObject(bucket: string, key: string, ifEtag?: string): Promise<void> {
     const state = this.#bucket(bucket);
+    if (ifEtag !== undefined) {
+      const current = state.index.get(key);
+      if (current !== undefined && current.etag !== ifEtag) throw this.#preconditionFailed();
+    }
     const path = this.#path(bucket, key);
     try {
       unlinkSync(path);

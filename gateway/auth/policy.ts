@@ -17,7 +17,10 @@
  * ignored: an ignored clause would widen or narrow access silently.
  */
 
-/** The actions the gateway checks. `objectcache:ActAsTenant` lets a descriptor name a tenant. */
+/**
+ * The actions the gateway checks. `objectcache:ActAsTenant` lets a descriptor name a tenant;
+ * `objectcache:PinObject` lets a key retain chunks of a budgeted bucket (gateway/capacity/).
+ */
 export const ACTIONS = [
   's3:ListAllMyBuckets', 's3:CreateBucket', 's3:DeleteBucket', 's3:ListBucket', 's3:ListBucketVersions', 's3:ListBucketMultipartUploads',
   's3:GetBucketLocation', 's3:GetBucketAcl', 's3:PutBucketAcl', 's3:GetBucketPolicy', 's3:PutBucketPolicy', 's3:DeleteBucketPolicy',
@@ -29,7 +32,7 @@ export const ACTIONS = [
   's3:GetObjectAcl', 's3:PutObjectAcl', 's3:GetObjectTagging', 's3:PutObjectTagging', 's3:DeleteObjectTagging',
   's3:GetObjectRetention', 's3:PutObjectRetention', 's3:GetObjectLegalHold', 's3:PutObjectLegalHold', 's3:RestoreObject',
   's3:ListMultipartUploadParts', 's3:AbortMultipartUpload', 's3:BypassGovernanceRetention',
-  'objectcache:ActAsTenant',
+  'objectcache:ActAsTenant', 'objectcache:PinObject',
 ] as const;
 
 export type Action = (typeof ACTIONS)[number];

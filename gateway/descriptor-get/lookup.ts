@@ -20,7 +20,8 @@ import { readSignedJsonBody } from './descriptor-request.js';
 const WINDOW = 32;
 const LOOKUP_FIELDS = new Set(['keys', 'keyPrefix', 'layers', 'layerBytes', 'codecs']);
 
-export async function servePrefixLookup(ctx: RequestContext, config: DescriptorGetConfig, backend: Pick<Backend, 'heads'>): Promise<void> {
+/** Answers the lookup; resolves to the keys it named (keyPrefix applied) and how many matched. */
+export async function servePrefixLookup(ctx: RequestContext, config: DescriptorGetConfig, backend: Pick<Backend, 'heads'>): Promise<{ keys: string[]; matched: number }> {
   const body = (await readSignedJsonBody(ctx, config.maxDescriptorBytes)) as Record<string, unknown> | null;
   const usage = 'The lookup body must be {"keys": [non-empty strings], "keyPrefix"?: string, "layers"?: integer, "layerBytes"?: integer, "codecs"?: [codec names]}';
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', usage);
@@ -73,4 +74,5 @@ export async function servePrefixLookup(ctx: RequestContext, config: DescriptorG
   const json = Buffer.from(JSON.stringify({ matched, keys: full.length }));
   ctx.res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(json.length) });
   ctx.res.end(json);
+  return { keys: full, matched };
 }

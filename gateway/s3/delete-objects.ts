@@ -65,6 +65,7 @@ export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObje
       '</Delete>',
     'utf8',
   );
+  ctx.deleteKeys = objects.map((o) => o.key);
   return {
     forward,
     forwardMd5: createHash('md5').update(forward).digest('base64'),

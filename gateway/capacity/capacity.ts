@@ -1,0 +1,545 @@
+/**
+ * Capacity management: keeps each budgeted bucket within its budget and each tenant within its
+ * quota, by access-based, prefix-aware eviction (the order: gateway/capacity/chunk-index.ts),
+ * with pins, and never under a read in flight or over a newer version of a chunk. The state
+ * every gateway in front of the store shares (access journals, a snapshot, the eviction lease)
+ * lives in the store itself: gateway/capacity/shared-state.ts. docs/capacity.md is the user's
+ * account; docs/architecture.md, "Capacity", the design and its failure modes.
+ *
+ * What the server tells it (gateway/server.ts): a read starting and ending (`reading`), which
+ * also counts as an access; a chain of keys (`link`, from descriptors and lookups); a write about
+ * to happen (`admitWrite`, which enforces the tenant's quota) and done (`written`); a delete
+ * (`deleted`); a pin (`pin`).
+ */
+import { ObjectCacheError } from '../../schemas/errors.js';
+import type { CapacityConfig } from '../config.js';
+import type { Logger } from '../logger.js';
+import { ChunkIndex, type Chunk } from './chunk-index.js';
+import type { CapacityStore } from './store.js';
+import { SharedState, type CapacityEvent } from './shared-state.js';
+
+export type EvictionCause = 'lru' | 'idle' | 'dead' | 'quota';
+
+export interface CapacityObserver {
+  evicted(bucket: string, cause: EvictionCause, bytes: number): void;
+  syncFailed(what: string): void;
+}
+
+/** The time before now within which an access keeps a chunk from eviction even if its read is at another gateway. */
+const RECENT_ACCESS_GRACE_SYNCS = 2;
+/** Victims a quota decision may delete for one write. */
+const MAX_QUOTA_VICTIMS = 256;
+/** How often the leader checks the budgets, ms. */
+const TRIM_INTERVAL_MS = 250;
+
+const slot = (bucket: string, key: string): string => `${bucket}\0${key}`;
+
+export interface BucketUsage {
+  readonly bucket: string;
+  readonly budget: number;
+  readonly bytes: number;
+  readonly chunks: number;
+  readonly pinnedBytes: number;
+}
+
+export interface ColdPrefix {
+  /** The chunk that would go next (the tail of its prefix). */
+  readonly tail: string;
+  /** Chunks before it in its prefix. */
+  readonly depth: number;
+  readonly bytes: number;
+  readonly lastAccess: number;
+  readonly reason: 'dead' | 'lru';
+}
+
+export class Capacity {
+  readonly #config: CapacityConfig;
+  readonly #store: CapacityStore;
+  readonly #log: Pick<Logger, 'info' | 'warn' | 'error'>;
+  readonly #observer: CapacityObserver;
+  readonly #now: () => number;
+  readonly #indexes = new Map<string, ChunkIndex>();
+  /** Reads in flight at this gateway, per bucket and key. */
+  readonly #readers = new Map<string, number>();
+  /** Deletes in flight: a read that starts meanwhile waits for it. */
+  readonly #deleting = new Map<string, Promise<void>>();
+  /** Writes in flight per bucket and key: not evicted under them. */
+  readonly #writing = new Map<string, number>();
+  /** Bytes admitted for writes in flight, per tenant. */
+  readonly #reserved = new Map<string, number>();
+  /** Chunks decided for eviction and not yet deleted (not chosen twice; their bytes count as freed). */
+  readonly #queued = new Set<string>();
+  readonly #pendingFree = new Map<string, number>();
+  /** Pins: retain until this time, ms. */
+  readonly #pins = new Map<string, number>();
+  readonly #shared: SharedState;
+  #trimTimer: NodeJS.Timeout | undefined;
+  #trimming = false;
+  #closed = false;
+
+  constructor(options: { config: CapacityConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string }) {
+    this.#config = options.config;
+    this.#store = options.store;
+    this.#log = options.logger;
+    this.#observer = options.observer;
+    this.#now = options.now ?? Date.now;
+    for (const bucket of this.#config.budgets.keys()) this.#indexes.set(bucket, new ChunkIndex());
+    this.#shared = new SharedState({
+      store: options.store,
+      config: options.config,
+      logger: options.logger,
+      now: this.#now,
+      ...(options.gatewayId ? { gatewayId: options.gatewayId } : {}),
+      apply: (event) => this.#apply(event),
+      reset: (events) => this.#reset(events),
+      snapshot: () => this.#snapshot(),
+      reconcile: () => this.#reconcile(),
+      onFailure: (what) => options.observer.syncFailed(what),
+    });
+  }
+
+  /** Loads the shared state (snapshot and journals) and starts syncing and, when leader, trimming. */
+  async start(): Promise<void> {
+    await this.#shared.start();
+    this.#trimTimer = setInterval(() => void this.#trimOnce(), TRIM_INTERVAL_MS);
+    this.#trimTimer.unref();
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#trimTimer) clearInterval(this.#trimTimer);
+    await this.#shared.close();
+  }
+
+  /** Whether the bucket has a budget. */
+  manages(bucket: string): boolean {
+    return this.#indexes.has(bucket);
+  }
+
+  get isLeader(): boolean {
+    return this.#shared.isLeader;
+  }
+
+  // ---- what the server reports ----
+
+  /**
+   * A read of `keys` starting: they count as accessed, and are not evicted until `release`. A
+   * read of a chunk being deleted waits for the delete (then finds it gone, never torn).
+   */
+  async reading(bucket: string, keys: readonly string[]): Promise<() => void> {
+    const index = this.#indexes.get(bucket);
+    if (!index) return () => {};
+    const at = this.#now();
+    const taken: string[] = [];
+    for (const key of keys) {
+      const s = slot(bucket, key);
+      this.#readers.set(s, (this.#readers.get(s) ?? 0) + 1);
+      taken.push(s);
+      if (index.touch(key, at)) this.#shared.record({ t: 'acc', b: bucket, k: key, at });
+    }
+    const deletes = taken.map((s) => this.#deleting.get(s)).filter((p): p is Promise<void> => p !== undefined);
+    if (deletes.length > 0) await Promise.all(deletes);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      for (const s of taken) {
+        const left = (this.#readers.get(s) ?? 1) - 1;
+        if (left === 0) this.#readers.delete(s);
+        else this.#readers.set(s, left);
+      }
+    };
+  }
+
+  /** Lookup hits: an access each (nothing is held: a lookup reads metadata only). */
+  accessed(bucket: string, keys: readonly string[]): void {
+    const index = this.#indexes.get(bucket);
+    if (!index) return;
+    const at = this.#now();
+    for (const key of keys) if (index.touch(key, at)) this.#shared.record({ t: 'acc', b: bucket, k: key, at });
+  }
+
+  /** The key order of a descriptor or lookup: each key follows the one before it. */
+  link(bucket: string, keys: readonly string[]): void {
+    const index = this.#indexes.get(bucket);
+    if (!index || keys.length < 2) return;
+    index.link(keys);
+    this.#shared.recordLink(bucket, keys);
+  }
+
+  /**
+   * A write of `bytes` by `tenant` about to go to the store. Within its quota it passes; past
+   * it, the tenant's own coldest chunks are evicted first; when not enough of its own can go, it
+   * is refused (QuotaExceeded). Returns what the caller calls when the write is over: with what
+   * the store answered (its ETag; the size when the answer gives it), or undefined when it
+   * failed. The bytes stay reserved against the quota until the write is known.
+   */
+  async admitWrite(bucket: string, key: string, tenant: string, bytes: number): Promise<(written: { etag: string | undefined; size: number | undefined } | undefined) => void> {
+    if (!this.#indexes.has(bucket)) return () => {};
+    const s = slot(bucket, key);
+    const quota = this.#config.quotas.get(tenant);
+    if (quota !== undefined) {
+      const replaced = this.#indexes.get(bucket)?.get(key);
+      const current = this.tenantBytes(tenant) + (this.#reserved.get(tenant) ?? 0) - (replaced?.tenant === tenant ? replaced.size : 0);
+      const over = current + bytes - quota;
+      if (over > 0) await this.#evictForQuota(tenant, over, bytes, quota);
+      this.#reserved.set(tenant, (this.#reserved.get(tenant) ?? 0) + bytes);
+    }
+    this.#writing.set(s, (this.#writing.get(s) ?? 0) + 1);
+    let done = false;
+    return (written) => {
+      if (done) return;
+      done = true;
+      const left = (this.#writing.get(s) ?? 1) - 1;
+      if (left === 0) this.#writing.delete(s);
+      else this.#writing.set(s, left);
+      const unreserve = (): void => {
+        if (quota !== undefined) this.#reserved.set(tenant, Math.max(0, (this.#reserved.get(tenant) ?? 0) - bytes));
+      };
+      if (!written) return unreserve();
+      if (written.etag !== undefined && written.size !== undefined) {
+        this.#record(bucket, key, tenant, written.size, written.etag);
+        return unreserve();
+      }
+      void this.#learnWrite(bucket, key, tenant).finally(unreserve);
+    };
+  }
+
+  /** A write the server did not admit through `admitWrite` (a copy, a multipart completion) is done. */
+  written(bucket: string, key: string, tenant: string): void {
+    if (this.#indexes.has(bucket)) void this.#learnWrite(bucket, key, tenant);
+  }
+
+  /** A client deleted the key. */
+  deleted(bucket: string, key: string): void {
+    const index = this.#indexes.get(bucket);
+    if (!index?.remove(key)) return;
+    this.#shared.record({ t: 'del', b: bucket, k: key, at: this.#now() });
+  }
+
+  /** Retains `keys` until `until` (ms); a time not in the future removes their pins. */
+  pin(bucket: string, keys: readonly string[], until: number): void {
+    for (const key of keys) {
+      this.#applyPin(bucket, key, until);
+      this.#shared.record({ t: 'pin', b: bucket, k: key, until });
+    }
+  }
+
+  // ---- what operators ask ----
+
+  usage(): BucketUsage[] {
+    const now = this.#now();
+    return [...this.#indexes].map(([bucket, index]) => {
+      let pinnedBytes = 0;
+      for (const chunk of index.values()) if ((this.#pins.get(slot(bucket, chunk.key)) ?? 0) > now) pinnedBytes += chunk.size;
+      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes, chunks: index.size, pinnedBytes };
+    });
+  }
+
+  tenantBytes(tenant: string): number {
+    let bytes = 0;
+    for (const index of this.#indexes.values()) bytes += index.tenantBytes(tenant);
+    return bytes;
+  }
+
+  /** Bytes per tenant over the budgeted buckets. */
+  tenants(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const index of this.#indexes.values()) for (const [tenant, bytes] of index.tenants()) out.set(tenant, (out.get(tenant) ?? 0) + bytes);
+    return out;
+  }
+
+  quota(tenant: string): number | undefined {
+    return this.#config.quotas.get(tenant);
+  }
+
+  get quotas(): ReadonlyMap<string, number> {
+    return this.#config.quotas;
+  }
+
+  /** The next `count` chunks eviction would take from the bucket, with how deep each sits in its prefix. */
+  coldest(bucket: string, count: number): ColdPrefix[] {
+    const index = this.#indexes.get(bucket);
+    if (!index) return [];
+    const out: ColdPrefix[] = [];
+    for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, this.#now()) })) {
+      out.push({ tail: chunk.key, depth: index.depth(chunk), bytes: chunk.size, lastAccess: chunk.lastAccess, reason });
+      if (out.length >= count) break;
+    }
+    return out;
+  }
+
+  /** The admin endpoint's /capacity document. */
+  report(top: number): unknown {
+    const now = this.#now();
+    return {
+      leader: this.isLeader,
+      gateway: this.#shared.id,
+      buckets: this.usage().map((u) => ({
+        ...u,
+        highBytes: Math.floor(u.budget * this.#config.highFraction),
+        lowBytes: Math.floor(u.budget * this.#config.lowFraction),
+        coldest: this.coldest(u.bucket, top).map((c) => ({ ...c, idleSeconds: Math.max(0, Math.round((now - c.lastAccess) / 1000)) })),
+      })),
+      tenants: [...this.tenants()].map(([tenant, bytes]) => ({ tenant, bytes, quota: this.quota(tenant) ?? null })),
+    };
+  }
+
+  /** The chunk as this gateway knows it (tests, the admin endpoint). */
+  chunk(bucket: string, key: string): Chunk | undefined {
+    return this.#indexes.get(bucket)?.get(key);
+  }
+
+  // ---- eviction ----
+
+  #evictable(bucket: string, chunk: Chunk, now: number): boolean {
+    const s = slot(bucket, chunk.key);
+    if (this.#readers.has(s) || this.#writing.has(s) || this.#queued.has(s) || this.#deleting.has(s)) return false;
+    if ((this.#pins.get(s) ?? 0) > now) return false;
+    // A read at another gateway is known only from its journal: with other gateways about, what
+    // was read this recently stays. Alone, this gateway knows every read in flight.
+    return !this.#shared.hasPeers || chunk.lastAccess <= now - RECENT_ACCESS_GRACE_SYNCS * this.#config.syncMs;
+  }
+
+  /** One pass of the leader: buckets past their high mark trimmed to the low one, idle chunks evicted. */
+  async #trimOnce(): Promise<void> {
+    if (this.#trimming || this.#closed || !this.#shared.isLeader) return;
+    this.#trimming = true;
+    try {
+      for (const [bucket, index] of this.#indexes) {
+        const budget = this.#config.budgets.get(bucket) ?? 0;
+        const now = this.#now();
+        const victims: { chunk: Chunk; cause: EvictionCause }[] = [];
+        let free = index.bytes - (this.#pendingFree.get(bucket) ?? 0);
+        const idleBefore = this.#config.idleMs === undefined ? undefined : now - this.#config.idleMs;
+        const trim = free > budget * this.#config.highFraction;
+        if (!trim && idleBefore === undefined) continue;
+        const target = budget * this.#config.lowFraction;
+        for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, now) })) {
+          const idle = idleBefore !== undefined && chunk.lastAccess < idleBefore;
+          if (trim && free > target) {
+            victims.push({ chunk, cause: reason === 'dead' ? 'dead' : idle ? 'idle' : 'lru' });
+            free -= chunk.size;
+          } else if (idle) victims.push({ chunk, cause: reason === 'dead' ? 'dead' : 'idle' });
+          else if (reason === 'lru') break; // leaves come oldest first: nothing later is idle or needed
+        }
+        for (const victim of victims) this.#queue(bucket, victim.chunk);
+        for (const victim of victims) {
+          if (this.#closed || !this.#shared.isLeader) break;
+          await this.#paced();
+          await this.#evict(bucket, victim.chunk, victim.cause);
+        }
+      }
+    } catch (error) {
+      this.#log.warn({ error }, 'capacity: a trimming pass failed; the next one retries');
+      this.#observer.syncFailed('trim');
+    } finally {
+      this.#trimming = false;
+    }
+  }
+
+  #nextDeleteAt = 0;
+
+  /** Waits for the next delete the rate allows. */
+  async #paced(): Promise<void> {
+    const gap = 1000 / this.#config.evictPerSecond;
+    const now = performance.now();
+    const at = Math.max(now, this.#nextDeleteAt);
+    this.#nextDeleteAt = at + gap;
+    if (at > now) await new Promise((resolve) => setTimeout(resolve, at - now));
+  }
+
+  #queue(bucket: string, chunk: Chunk): void {
+    this.#queued.add(slot(bucket, chunk.key));
+    this.#pendingFree.set(bucket, (this.#pendingFree.get(bucket) ?? 0) + chunk.size);
+  }
+
+  #unqueue(bucket: string, chunk: Chunk): void {
+    if (!this.#queued.delete(slot(bucket, chunk.key))) return;
+    this.#pendingFree.set(bucket, Math.max(0, (this.#pendingFree.get(bucket) ?? 0) - chunk.size));
+  }
+
+  /**
+   * Deletes the version of the chunk that was decided on, unless a read or write started since
+   * (it stays), and unless it was rewritten (the store refuses, or its ETag changed). Reads that
+   * start meanwhile wait for the delete.
+   */
+  async #evict(bucket: string, chunk: Chunk, cause: EvictionCause): Promise<boolean> {
+    const s = slot(bucket, chunk.key);
+    try {
+      if (this.#readers.has(s) || this.#writing.has(s) || (this.#pins.get(s) ?? 0) > this.#now()) return false;
+      let finish = (): void => {};
+      this.#deleting.set(s, new Promise<void>((resolve) => (finish = resolve)));
+      let outcome: 'deleted' | 'changed' | 'gone';
+      try {
+        outcome = await this.#store.deleteVersion(bucket, chunk.key, chunk.etag);
+      } finally {
+        this.#deleting.delete(s);
+        finish();
+      }
+      const index = this.#indexes.get(bucket);
+      if (outcome === 'changed') {
+        // Rewritten since: learn the new version (its size and ETag) rather than delete it.
+        const now = await this.#store.head(bucket, chunk.key);
+        if (now && index?.get(chunk.key)?.etag === chunk.etag) {
+          const tenant = now.meta['objectcache-tenant'] ?? chunk.tenant;
+          index.put(chunk.key, { size: now.size, tenant, etag: now.etag, at: this.#now() });
+        }
+        return false;
+      }
+      if (index?.get(chunk.key)?.etag === chunk.etag) index.remove(chunk.key);
+      this.#shared.record({ t: 'del', b: bucket, k: chunk.key, at: this.#now() });
+      if (outcome === 'deleted') this.#observer.evicted(bucket, cause, chunk.size);
+      return outcome === 'deleted';
+    } finally {
+      this.#unqueue(bucket, chunk);
+    }
+  }
+
+  async #evictForQuota(tenant: string, over: number, incoming: number, quota: number): Promise<void> {
+    const now = this.#now();
+    const candidates: { bucket: string; chunk: Chunk; dead: boolean }[] = [];
+    for (const [bucket, index] of this.#indexes) {
+      let found = 0;
+      for (const { chunk, reason } of index.evictionOrder({ tenant, evictable: (c) => this.#evictable(bucket, c, now) })) {
+        candidates.push({ bucket, chunk, dead: reason === 'dead' });
+        found += chunk.size;
+        if (found >= over) break;
+      }
+    }
+    // Dead chunks first, then the coldest across the buckets.
+    candidates.sort((a, b) => (a.dead !== b.dead ? (a.dead ? -1 : 1) : a.chunk.lastAccess - b.chunk.lastAccess));
+    const victims: { bucket: string; chunk: Chunk; dead: boolean }[] = [];
+    let freed = 0;
+    for (const candidate of candidates) {
+      if (freed >= over || victims.length >= MAX_QUOTA_VICTIMS) break;
+      victims.push(candidate);
+      freed += candidate.chunk.size;
+    }
+    if (freed < over) {
+      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Storing ${incoming} bytes would take tenant ${tenant} past its quota of ${quota} bytes, and not enough of its own chunks can be evicted (pinned, being read or written)`, {
+        details: { Tenant: tenant, QuotaBytes: String(quota) },
+      });
+    }
+    for (const victim of victims) this.#queue(victim.bucket, victim.chunk);
+    let short = 0;
+    for (const victim of victims) {
+      if (!(await this.#evict(victim.bucket, victim.chunk, victim.dead ? 'dead' : 'quota'))) short += victim.chunk.size;
+    }
+    if (freed - short < over) {
+      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Storing ${incoming} bytes would take tenant ${tenant} past its quota of ${quota} bytes; its chunks chosen for eviction were read or rewritten meanwhile`, {
+        details: { Tenant: tenant, QuotaBytes: String(quota) },
+      });
+    }
+  }
+
+  #record(bucket: string, key: string, tenant: string, size: number, etag: string): void {
+    const index = this.#indexes.get(bucket);
+    if (!index) return;
+    const at = this.#now();
+    const e = etag.startsWith('"') ? etag : `"${etag}"`;
+    index.put(key, { size, tenant, etag: e, at });
+    this.#shared.record({ t: 'put', b: bucket, k: key, s: size, n: tenant, e, at });
+  }
+
+  /** After a write whose answer does not say its size (a copy, a multipart upload): ask the store. */
+  async #learnWrite(bucket: string, key: string, tenant: string): Promise<void> {
+    try {
+      const head = await this.#store.head(bucket, key);
+      if (head) this.#record(bucket, key, tenant, head.size, head.etag);
+    } catch (error) {
+      this.#log.warn({ error, bucket, key }, 'capacity: could not learn the size of a chunk just written; the next reconciliation will');
+      this.#observer.syncFailed('head');
+    }
+  }
+
+  // ---- shared state ----
+
+  #applyPin(bucket: string, key: string, until: number): void {
+    const s = slot(bucket, key);
+    if (until > this.#now()) this.#pins.set(s, until);
+    else this.#pins.delete(s);
+  }
+
+  #apply(event: CapacityEvent): void {
+    const index = this.#indexes.get(event.b);
+    if (!index) return;
+    switch (event.t) {
+      case 'put':
+        index.put(event.k, { size: event.s, tenant: event.n, etag: event.e, at: event.at });
+        break;
+      case 'del':
+        index.remove(event.k);
+        break;
+      case 'acc':
+        index.touch(event.k, event.at);
+        break;
+      case 'link':
+        index.link(event.keys);
+        break;
+      case 'pin':
+        this.#applyPin(event.b, event.k, event.until);
+        break;
+    }
+  }
+
+  /** Replaces everything known with a snapshot's events (then the journals are applied on top). */
+  #reset(events: Iterable<CapacityEvent>): void {
+    for (const bucket of this.#indexes.keys()) this.#indexes.set(bucket, new ChunkIndex());
+    this.#pins.clear();
+    for (const event of events) this.#apply(event);
+  }
+
+  /** Everything known, as events a snapshot holds. */
+  *#snapshot(): Generator<CapacityEvent> {
+    const now = this.#now();
+    for (const [bucket, index] of this.#indexes) {
+      for (const c of index.values()) {
+        yield { t: 'put', b: bucket, k: c.key, s: c.size, n: c.tenant, e: c.etag, at: c.written };
+        yield { t: 'acc', b: bucket, k: c.key, at: c.lastAccess };
+        if (c.pred !== undefined) yield { t: 'link', b: bucket, keys: [c.pred, c.key] };
+      }
+    }
+    for (const [s, until] of this.#pins) {
+      if (until <= now) continue;
+      const [b, k] = s.split('\0') as [string, string];
+      yield { t: 'pin', b, k, until };
+    }
+  }
+
+  /**
+   * Makes the index agree with the store: objects it does not know (written past the gateway, or
+   * whose journal was lost) are added, with their tenant from their metadata and their write
+   * time as their last access; chunks the store no longer has are forgotten. Only what was
+   * written before the listing began is forgotten, so a write racing the listing is kept.
+   */
+  async #reconcile(): Promise<void> {
+    for (const [bucket, index] of this.#indexes) {
+      const started = this.#now();
+      const seen = new Set<string>();
+      let after: string | undefined;
+      for (;;) {
+        const page = await this.#store.list(bucket, '', after);
+        for (const object of page.objects) {
+          seen.add(object.key);
+          const known = index.get(object.key);
+          if (known && known.etag === object.etag) continue;
+          const head = await this.#store.head(bucket, object.key);
+          if (!head) continue;
+          const tenant = head.meta['objectcache-tenant'] ?? known?.tenant ?? '';
+          const facts = { size: head.size, tenant, etag: head.etag, at: object.lastModified, lastAccess: known?.lastAccess ?? object.lastModified };
+          index.put(object.key, facts);
+          this.#shared.record({ t: 'put', b: bucket, k: object.key, s: head.size, n: tenant, e: head.etag, at: object.lastModified });
+        }
+        after = page.objects.at(-1)?.key;
+        if (!page.truncated || after === undefined) break;
+      }
+      for (const chunk of [...index.values()]) {
+        if (!seen.has(chunk.key) && chunk.written < started && !this.#writing.has(slot(bucket, chunk.key))) {
+          index.remove(chunk.key);
+          this.#shared.record({ t: 'del', b: bucket, k: chunk.key, at: started });
+        }
+      }
+    }
+  }
+}

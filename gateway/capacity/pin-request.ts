@@ -1,0 +1,50 @@
+/**
+ * `POST /{bucket}?objectcache-pin` with `{"keys": [...], "until": "2026-12-31T00:00:00Z"}`:
+ * retains the chunks (a paid prompt's prefix, say) until that time, whatever the budget asks;
+ * `"until": null` (or a time already past) removes their pins. Answers
+ * `{"bucket", "keys": n, "until": time or null}`. The key needs `objectcache:PinObject` on every
+ * chunk named. Pins apply to budgeted buckets only (others never evict), are shared with the other
+ * gateways through the journals, and hold for chunks not yet stored too.
+ */
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { objectKeyProblem } from '../../schemas/object-key.js';
+import { authorizeKeys } from '../auth/access.js';
+import type { RequestContext } from '../context.js';
+import { readSignedJsonBody } from '../descriptor-get/descriptor-request.js';
+import type { Capacity } from './capacity.js';
+
+const USAGE = 'The pin body must be {"keys": [non-empty object keys], "until": an RFC 3339 time such as 2026-12-31T00:00:00Z, or null to unpin}';
+/** Keys one pin may name (a 1M-token prefix in 256-token chunks is 4096). */
+const MAX_PIN_KEYS = 8192;
+
+export async function servePin(ctx: RequestContext, capacity: Capacity | undefined, maxBytes: number): Promise<void> {
+  const bucket = ctx.target.bucket;
+  if (!capacity?.manages(bucket)) {
+    throw new ObjectCacheError('OC_ERR_CAPACITY_UNMANAGED', `The bucket ${bucket} has no --budget, so nothing in it is ever evicted and there is nothing to pin`, { details: { BucketName: bucket } });
+  }
+  const body = (await readSignedJsonBody(ctx, maxBytes)) as Record<string, unknown> | null;
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ObjectCacheError('OC_ERR_PIN_INVALID', USAGE);
+  const unknown = Object.keys(body).find((name) => name !== 'keys' && name !== 'until');
+  if (unknown !== undefined) throw new ObjectCacheError('OC_ERR_PIN_INVALID', `${USAGE}; unknown field ${JSON.stringify(unknown)}`);
+  const keys = body['keys'];
+  if (!Array.isArray(keys) || keys.length === 0 || keys.some((k) => typeof k !== 'string' || k === '')) throw new ObjectCacheError('OC_ERR_PIN_INVALID', USAGE);
+  if (keys.length > MAX_PIN_KEYS) throw new ObjectCacheError('OC_ERR_PIN_INVALID', `The pin names ${keys.length} keys; the limit is ${MAX_PIN_KEYS}`);
+  (keys as string[]).forEach((key, i) => {
+    const problem = objectKeyProblem(key);
+    if (problem !== undefined) throw new ObjectCacheError('OC_ERR_PIN_INVALID', `keys[${i}] ${problem}`);
+  });
+  const untilField = body['until'];
+  let until = 0;
+  if (untilField !== null) {
+    // RFC 3339 with a zone, so every gateway reads the same instant.
+    const parsed = typeof untilField === 'string' && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(untilField) ? Date.parse(untilField) : NaN;
+    if (!Number.isFinite(parsed)) throw new ObjectCacheError('OC_ERR_PIN_INVALID', `${USAGE}; "until" is ${JSON.stringify(untilField)}`);
+    until = parsed;
+  }
+  authorizeKeys(ctx.auth.credential, 'objectcache:PinObject', bucket, keys as string[]);
+  capacity.pin(bucket, keys as string[], until);
+  const pinned = until > Date.now();
+  const json = Buffer.from(JSON.stringify({ bucket, keys: keys.length, until: pinned ? new Date(until).toISOString() : null }));
+  ctx.res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(json.length) });
+  ctx.res.end(json);
+}

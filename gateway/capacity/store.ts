@@ -1,0 +1,188 @@
+/**
+ * What capacity management asks of the store, on either backend: list a bucket, read and write
+ * its own state objects (conditionally: the lease and the snapshot), and delete one version of a
+ * chunk. ETags are kept quoted, as S3 answers them.
+ *
+ * Deleting one version: the embedded store checks the ETag and unlinks in one tick, so the
+ * delete is exact. S3 has `If-Match` on DeleteObject, which AWS S3 honours and MinIO (the pinned
+ * build) ignores; so before the DELETE the gateway HEADs the chunk and leaves it alone if its ETag
+ * changed. What remains on such a store is the time between that HEAD and the DELETE (one round
+ * trip) for a write through another gateway (docs/architecture.md, "Capacity").
+ */
+import { escapeUriPath } from '@smithy/util-uri-escape';
+import { XMLParser } from 'fast-xml-parser';
+import { Readable } from 'node:stream';
+import type { LocalStore } from '../../backends/embedded/local-store.js';
+import type { S3Backend } from '../../backends/s3-backend.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
+
+export interface ListedObject {
+  readonly key: string;
+  readonly size: number;
+  readonly etag: string;
+  /** ms since the epoch. */
+  readonly lastModified: number;
+}
+
+export interface CapacityStore {
+  /** Creates the bucket when it does not exist. */
+  ensureBucket(bucket: string): Promise<void>;
+  /** One page of keys under `prefix`, after `after`, in key order. */
+  list(bucket: string, prefix: string, after: string | undefined): Promise<{ objects: ListedObject[]; truncated: boolean }>;
+  /** An object's bytes and ETag, or undefined when it does not exist. */
+  get(bucket: string, key: string): Promise<{ body: Buffer; etag: string } | undefined>;
+  /**
+   * Writes an object only if it does not exist (`ifNoneMatch`) or still has the ETag `ifMatch`;
+   * resolves to the new ETag, or undefined when the condition failed.
+   */
+  put(bucket: string, key: string, body: Buffer, condition: { ifMatch?: string; ifNoneMatch?: true }, meta?: Readonly<Record<string, string>>): Promise<string | undefined>;
+  /** An object's size, ETag and user metadata, or undefined. */
+  head(bucket: string, key: string): Promise<{ size: number; etag: string; meta: Readonly<Record<string, string>> } | undefined>;
+  /** Deletes the object if it still has `etag`: 'deleted', 'changed' (left alone) or 'gone'. */
+  deleteVersion(bucket: string, key: string, etag: string): Promise<'deleted' | 'changed' | 'gone'>;
+  /** Deletes the object whatever it holds (the gateway's own state objects). */
+  delete(bucket: string, key: string): Promise<void>;
+}
+
+const quoted = (etag: string): string => (etag.startsWith('"') ? etag : `"${etag}"`);
+const unquoted = (etag: string): string => etag.replace(/^"(.*)"$/, '$1');
+
+export function embeddedCapacityStore(store: LocalStore): CapacityStore {
+  const head = (bucket: string, key: string): ReturnType<CapacityStore['head']> => {
+    if (!store.hasBucket(bucket)) return Promise.resolve(undefined);
+    try {
+      const meta = store.headObject(bucket, key);
+      return Promise.resolve({ size: meta.size, etag: quoted(meta.etag), meta: meta.userMeta });
+    } catch {
+      return Promise.resolve(undefined);
+    }
+  };
+  return {
+    async ensureBucket(bucket) {
+      if (!store.hasBucket(bucket)) await store.createBucket(bucket);
+    },
+    async list(bucket, prefix, after) {
+      const page = store.list(bucket, { prefix, delimiter: '', after, maxKeys: 1000 });
+      return { objects: page.contents.map((m) => ({ key: m.key, size: m.size, etag: quoted(m.etag), lastModified: m.lastModified })), truncated: page.isTruncated };
+    },
+    async get(bucket, key) {
+      let opened;
+      try {
+        opened = await store.openObject(bucket, key);
+      } catch (error) {
+        if (error instanceof ObjectCacheError && (error.code === 'OC_ERR_STORE_NO_SUCH_KEY' || error.code === 'OC_ERR_STORE_NO_SUCH_BUCKET')) return undefined;
+        throw error;
+      }
+      try {
+        const body = Buffer.alloc(opened.meta.size);
+        if (body.length > 0) await opened.handle.read(body, 0, body.length, 0);
+        return { body, etag: quoted(opened.meta.etag) };
+      } finally {
+        await opened.handle.close();
+      }
+    },
+    async put(bucket, key, body, condition, meta = {}) {
+      const ifMatch = condition.ifMatch === undefined ? undefined : unquoted(condition.ifMatch);
+      try {
+        const written = await store.putObject(bucket, key, Readable.from([body]), {
+          contentType: 'application/octet-stream',
+          headers: {},
+          userMeta: meta,
+          precondition: (current) => (condition.ifNoneMatch ? current === undefined : ifMatch === undefined || current?.etag === ifMatch),
+        });
+        return quoted(written.etag);
+      } catch (error) {
+        if (error instanceof ObjectCacheError && error.code === 'OC_ERR_STORE_PRECONDITION_FAILED') return undefined;
+        throw error;
+      }
+    },
+    head,
+    async deleteVersion(bucket, key, etag) {
+      if ((await head(bucket, key)) === undefined) return 'gone';
+      try {
+        await store.deleteObject(bucket, key, unquoted(etag));
+        return 'deleted';
+      } catch (error) {
+        if (error instanceof ObjectCacheError && error.code === 'OC_ERR_STORE_PRECONDITION_FAILED') return 'changed';
+        throw error;
+      }
+    },
+    async delete(bucket, key) {
+      if (store.hasBucket(bucket)) await store.deleteObject(bucket, key);
+    },
+  };
+}
+
+const listParser = new XMLParser({ ignoreAttributes: true, parseTagValue: false, isArray: (name) => name === 'Contents' });
+
+export function s3CapacityStore(backend: S3Backend): CapacityStore {
+  const path = (bucket: string, key?: string): string => (key === undefined ? `/${bucket}` : `/${bucket}/${escapeUriPath(key)}`);
+  const fail = (what: string, status: number): ObjectCacheError =>
+    new ObjectCacheError(status >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `${what} at the store answered ${status}`);
+  const head: CapacityStore['head'] = async (bucket, key) => {
+    const res = await backend.request({ method: 'HEAD', path: path(bucket, key) });
+    await res.body.dump();
+    if (res.statusCode === 404) return undefined;
+    if (res.statusCode !== 200) throw fail(`HEAD ${key}`, res.statusCode);
+    const meta: Record<string, string> = {};
+    for (const [name, value] of Object.entries(res.headers)) if (name.startsWith('x-amz-meta-') && typeof value === 'string') meta[name.slice(11)] = value;
+    return { size: Number(res.headers['content-length']), etag: quoted(String(res.headers['etag'] ?? '')), meta };
+  };
+  return {
+    async ensureBucket(bucket) {
+      const res = await backend.request({ method: 'PUT', path: path(bucket) });
+      await res.body.dump();
+      if (res.statusCode !== 200 && res.statusCode !== 409) throw fail(`CreateBucket ${bucket}`, res.statusCode);
+    },
+    async list(bucket, prefix, after) {
+      const query: [string, string][] = [['list-type', '2'], ['max-keys', '1000'], ['prefix', prefix]];
+      if (after !== undefined) query.push(['start-after', after]);
+      const res = await backend.request({ method: 'GET', path: path(bucket), query });
+      const text = await res.body.text();
+      if (res.statusCode !== 200) throw fail(`ListObjectsV2 ${bucket}`, res.statusCode);
+      const parsed = listParser.parse(text) as { ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string } };
+      const result = parsed.ListBucketResult ?? {};
+      return {
+        objects: (result.Contents ?? []).map((c) => ({ key: String(c.Key ?? ''), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '').replace(/&quot;/g, '"')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
+        truncated: result.IsTruncated === 'true',
+      };
+    },
+    async get(bucket, key) {
+      const res = await backend.request({ method: 'GET', path: path(bucket, key) });
+      if (res.statusCode === 404) {
+        await res.body.dump();
+        return undefined;
+      }
+      const body = Buffer.from(await res.body.arrayBuffer());
+      if (res.statusCode !== 200) throw fail(`GET ${key}`, res.statusCode);
+      return { body, etag: quoted(String(res.headers['etag'] ?? '')) };
+    },
+    async put(bucket, key, body, condition, meta = {}) {
+      const headers: Record<string, string> = { 'content-type': 'application/octet-stream' };
+      if (condition.ifNoneMatch) headers['if-none-match'] = '*';
+      if (condition.ifMatch !== undefined) headers['if-match'] = condition.ifMatch;
+      for (const [name, value] of Object.entries(meta)) headers[`x-amz-meta-${name}`] = value;
+      const res = await backend.request({ method: 'PUT', path: path(bucket, key), headers, body });
+      await res.body.dump();
+      if (res.statusCode === 412 || res.statusCode === 409) return undefined;
+      if (res.statusCode !== 200) throw fail(`PUT ${key}`, res.statusCode);
+      return quoted(String(res.headers['etag'] ?? ''));
+    },
+    head,
+    async deleteVersion(bucket, key, etag) {
+      const now = await head(bucket, key);
+      if (now === undefined) return 'gone';
+      if (now.etag !== etag) return 'changed';
+      const res = await backend.request({ method: 'DELETE', path: path(bucket, key), headers: { 'if-match': etag } });
+      await res.body.dump();
+      if (res.statusCode === 412) return 'changed';
+      if (res.statusCode !== 204 && res.statusCode !== 200) throw fail(`DELETE ${key}`, res.statusCode);
+      return 'deleted';
+    },
+    async delete(bucket, key) {
+      const res = await backend.request({ method: 'DELETE', path: path(bucket, key) });
+      await res.body.dump();
+      if (res.statusCode !== 204 && res.statusCode !== 200 && res.statusCode !== 404) throw fail(`DELETE ${key}`, res.statusCode);
+    },
+  };
+}

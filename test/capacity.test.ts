@@ -1,0 +1,315 @@
+/**
+ * Budgets, eviction, pins and quotas against the real gateway on both backends (MinIO built and
+ * started by the test setup): writes past a bucket's budget evict the coldest prefix from its
+ * tail and keep the hot ones; pins hold; a chunk being read is not deleted under its reader; a
+ * chunk rewritten after it was chosen is not deleted; one tenant's quota never evicts another
+ * tenant's chunks, and a write it cannot make room for is refused with nothing stored; what the
+ * gateway knows survives a restart.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import { GetObjectCommand, HeadObjectCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
+import { ObjectCacheClient } from '../client/client.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+
+const CHUNK = 64 * 1024;
+const open: TestGateway[] = [];
+afterEach(async () => {
+  for (const gw of open.splice(0)) await gw.close();
+});
+
+/** A gateway whose bucket has a budget of `chunks` chunks, syncing fast (tests must not wait seconds). */
+async function budgeted(backend: BackendKind, bucket: string, chunks: number, extra: string[] = [], dataDir?: string, stateBucket = `${bucket}-state`): Promise<TestGateway> {
+  const gw = await startTestGateway({
+    backend,
+    minio: inject('minio'),
+    ...(dataDir ? { dataDir } : {}),
+    args: ['--budget', `${bucket}=${chunks * CHUNK}`, '--capacity-state-bucket', stateBucket, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000', ...extra],
+  });
+  open.push(gw);
+  return gw;
+}
+
+async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+async function read(s3: S3Client, bucket: string, key: string): Promise<Buffer> {
+  const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+  return Buffer.from(await got.Body!.transformToByteArray());
+}
+
+/** How many leading keys exist, asked without reading them (a lookup would count as an access). */
+async function present(s3: S3Client, bucket: string, keys: readonly string[]): Promise<number> {
+  let n = 0;
+  while (n < keys.length && (await exists(s3, bucket, keys[n] as string))) n++;
+  return n;
+}
+
+/** Writes a prefix of `n` chunks (each CHUNK bytes) and names its chain with a lookup, as an engine does. */
+async function storePrefix(client: ObjectCacheClient, name: string, n: number): Promise<{ keys: string[]; data: Buffer[] }> {
+  const keys = Array.from({ length: n }, (_, i) => `${name}/${String(i).padStart(3, '0')}`);
+  const data = keys.map(() => randomBytes(CHUNK));
+  await client.lookup(keys); // a miss: the engine then stores
+  for (let i = 0; i < n; i++) await client.putChunks([keys[i] as string], [data[i] as Buffer]);
+  await pause(5);
+  return { keys, data };
+}
+
+async function exists(s3: S3Client, bucket: string, key: string): Promise<boolean> {
+  try {
+    await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function quietly<T>(p: Promise<T>): Promise<T | ObjectCacheError> {
+  try {
+    return await p;
+  } catch (error) {
+    if (error instanceof ObjectCacheError) return error;
+    throw error;
+  }
+}
+
+describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) => {
+  it('trims the coldest prefix from its tail and keeps the hot ones', async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted(backend, bucket, 16);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const a = await storePrefix(client, 'a', 6);
+    const b = await storePrefix(client, 'b', 6);
+    // A is read again (one descriptor GET, or its lookup): hotter than B.
+    expect(await client.lookup(a.keys)).toBe(6);
+    await pause(5);
+    const c = await storePrefix(client, 'c', 4); // 16 chunks: past 95%; trimmed to 85% (13.6)
+    await until('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    expect(await client.lookup(a.keys)).toBe(6);
+    expect(await client.lookup(c.keys)).toBe(4);
+    // B lost its last three chunks, never its first ones: its prefix is shorter, not broken.
+    expect(await client.lookup(b.keys)).toBe(3);
+    const s3 = sdkClient(gw.url);
+    expect(await Promise.all(b.keys.map((k) => exists(s3, bucket, k)))).toEqual([true, true, true, false, false, false]);
+    expect(await metricValue(gw.gateway.adminUrl, 'objectcache_evictions_total')).toBe(3);
+    // What is left is byte for byte what was written.
+    expect(await read(s3, bucket, b.keys[2] as string)).toEqual(b.data[2]);
+    s3.destroy();
+  });
+
+  it('never evicts pinned chunks before their time', async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted(backend, bucket, 16);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const cold = await storePrefix(client, 'paid', 6);
+    const warm = await storePrefix(client, 'free', 6);
+    const hour = new Date(Date.now() + 3_600_000);
+    expect((await client.pin(cold.keys, hour))?.toISOString()).toBe(hour.toISOString());
+    await storePrefix(client, 'new', 4);
+    await until('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    const s3 = sdkClient(gw.url);
+    expect(await present(s3, bucket, cold.keys)).toBe(6); // the coldest, but pinned
+    expect(await present(s3, bucket, warm.keys)).toBe(3);
+    expect(gw.gateway.capacity?.usage()[0]?.pinnedBytes).toBe(6 * CHUNK);
+    // Unpinned, it goes next.
+    expect(await client.pin(cold.keys, null)).toBeNull();
+    await storePrefix(client, 'more', 3);
+    await until('the paid prefix is trimmed', async () => (await present(s3, bucket, cold.keys)) < 6);
+    expect(await present(s3, bucket, cold.keys)).toBeGreaterThan(0); // from its tail
+    s3.destroy();
+  });
+
+  it('refuses pins it cannot hold, with their codes', async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted(backend, bucket, 16);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const other = testClient(gw, uniqueBucket('nobudget'));
+    await other.ensureBucket();
+    expect(await quietly(other.pin(['x'], new Date(Date.now() + 1000)))).toMatchObject({ code: 'OC_ERR_CAPACITY_UNMANAGED' });
+    const bad = await fetch(`${gw.url}/${bucket}?objectcache-pin`, { method: 'POST', body: '{}' });
+    expect(bad.status).toBe(403); // unsigned: refused before the body is read
+    const raw = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+    expect(await quietly(raw.pin([], new Date()))).toMatchObject({ code: 'OC_ERR_PIN_INVALID' });
+  });
+
+  it('does not delete a chunk while it is being read', async () => {
+    const bucket = uniqueBucket('cap');
+    const big = 8 * 1024 * 1024;
+    const gw = await budgeted(backend, bucket, 256); // 16 MiB
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const payload = randomBytes(big);
+    await client.putChunks(['held/000'], [payload]);
+    await pause(5);
+    // A plain GET whose client reads nothing yet: its response stays in flight.
+    const s3 = sdkClient(gw.url);
+    const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'held/000' }));
+    await pause(20);
+    // Past the budget: the held chunk is the coldest, but it is being read.
+    await client.putChunks(['fill/000', 'fill/001'], [randomBytes(big / 2), randomBytes(big / 2)]);
+    await pause(400);
+    expect(await exists(s3, bucket, 'held/000')).toBe(true);
+    const body = Buffer.from(await got.Body!.transformToByteArray());
+    expect(body.equals(payload)).toBe(true);
+    // Read to its end, it is the coldest chunk that may go: the next trim takes it.
+    await pause(50);
+    await client.putChunks(['fill/002'], [randomBytes(big / 2)]);
+    await until('the chunk read is evicted', async () => !(await exists(s3, bucket, 'held/000')));
+    s3.destroy();
+  });
+
+  it('does not delete a chunk rewritten after it was chosen for eviction', async () => {
+    const bucket = uniqueBucket('cap');
+    // One delete a second: the second victim waits a second after the first is deleted.
+    const gw = await budgeted(backend, bucket, 10, ['--evict-rate', '1']);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const old = await storePrefix(client, 'old', 5);
+    await storePrefix(client, 'hot', 5); // 10 chunks: trimmed to 8.5: old loses two, tail first
+    const s3 = sdkClient(gw.url);
+    await until('the tail of old is deleted', async () => (await present(s3, bucket, old.keys)) === 4);
+    const rewritten = randomBytes(CHUNK);
+    await client.putChunks([old.keys[3] as string], [rewritten]); // the next victim, rewritten
+    await pause(1500);
+    expect(await read(s3, bucket, old.keys[3] as string)).toEqual(rewritten);
+    s3.destroy();
+    expect(gw.gateway.capacity?.chunk(bucket, old.keys[3] as string)).toBeDefined();
+  });
+
+  it("keeps each tenant to its quota with its own chunks, never another tenant's", async () => {
+    const bucket = uniqueBucket('cap');
+    const dir = mkdtempSync(join(tmpdir(), 'oc-quota-'));
+    const credentials = join(dir, 'credentials.json');
+    const allow = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:*', 'objectcache:PinObject'], Resource: ['arn:aws:s3:::*'] }] };
+    writeFileSync(credentials, JSON.stringify([
+      { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret', tenant: 'team-a', policy: allow },
+      { accessKeyId: 'team-b-key', secretAccessKey: 'team-b-secret', tenant: 'team-b', policy: allow },
+    ]));
+    try {
+      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`]);
+      await testClient(gw, bucket).ensureBucket();
+      const as = (key: string): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${key}-key`, secretAccessKey: `${key}-secret` } });
+      const a = as('team-a');
+      const b = as('team-b');
+      const first = await storePrefix(a, 'a1', 4);
+      const theirs = await storePrefix(b, 'b1', 6);
+      const second = await storePrefix(a, 'a2', 2); // past team-a's quota: its own coldest tail goes
+      expect(gw.gateway.capacity?.tenantBytes('team-a')).toBeLessThanOrEqual(4 * CHUNK);
+      expect(await a.lookup(first.keys)).toBe(2);
+      expect(await a.lookup(second.keys)).toBe(2);
+      expect(await b.lookup(theirs.keys)).toBe(6);
+      // Everything of team-a's pinned: nothing of its own can go, so the write is refused.
+      await a.pin([...first.keys, ...second.keys], new Date(Date.now() + 60_000));
+      const refused = await a.putChunks(['a3/000'], [randomBytes(CHUNK)]).then(() => undefined, (error: S3ServiceException) => error);
+      expect(refused?.name).toBe('QuotaExceeded');
+      expect(refused?.$metadata.httpStatusCode).toBe(403);
+      expect(refused?.$response?.headers['x-objectcache-error-code']).toBe('OC_ERR_QUOTA_EXCEEDED');
+      const s3 = sdkClient(gw.url);
+      expect(await exists(s3, bucket, 'a3/000')).toBe(false);
+      expect(await b.lookup(theirs.keys)).toBe(6);
+      // The tenant is recorded with the object itself.
+      const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: second.keys[0] }));
+      expect(head.Metadata?.['objectcache-tenant']).toBe('team-a');
+      s3.destroy();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('keeps what it knows across a restart', async () => {
+    const bucket = uniqueBucket('cap');
+    const dataDir = backend === 'local' ? mkdtempSync(join(tmpdir(), 'oc-restart-')) : undefined;
+    try {
+      const first = await budgeted(backend, bucket, 16, [], dataDir);
+      const client = testClient(first, bucket);
+      await client.ensureBucket();
+      const a = await storePrefix(client, 'a', 6);
+      const b = await storePrefix(client, 'b', 6);
+      expect(await client.lookup(a.keys)).toBe(6); // a read: A is the hot one
+      const before = first.gateway.capacity?.chunk(bucket, a.keys[5] as string)?.lastAccess;
+      await first.close();
+      open.splice(open.indexOf(first), 1);
+
+      const second = await budgeted(backend, bucket, 16, [], dataDir);
+      const again = testClient(second, bucket);
+      expect(second.gateway.capacity?.chunk(bucket, a.keys[5] as string)?.lastAccess).toBe(before);
+      expect(second.gateway.capacity?.chunk(bucket, b.keys[5] as string)?.pred).toBe(b.keys[4]);
+      await storePrefix(again, 'c', 4);
+      await until('the bucket is trimmed', () => (second.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+      expect(await again.lookup(a.keys)).toBe(6);
+      expect(await again.lookup(b.keys)).toBe(3);
+    } finally {
+      if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('capacity with two gateways over one MinIO', () => {
+  it('agree on what to evict, and one evicts at a time', async () => {
+    const bucket = uniqueBucket('cap');
+    const state = `${bucket}-state`;
+    const one = await budgeted('s3', bucket, 16, [], undefined, state);
+    const two = await budgeted('s3', bucket, 16, [], undefined, state);
+    await until('one holds the lease', () => (one.gateway.capacity?.isLeader ?? false) !== (two.gateway.capacity?.isLeader ?? false));
+    const leader = one.gateway.capacity?.isLeader ? one : two;
+    const follower = leader === one ? two : one;
+    const viaLeader = testClient(leader, bucket);
+    await viaLeader.ensureBucket();
+    const viaFollower = testClient(follower, bucket);
+    const a = await storePrefix(viaFollower, 'a', 6); // written through the follower
+    const b = await storePrefix(viaLeader, 'b', 6);
+    expect(await viaFollower.lookup(a.keys)).toBe(6); // read through the follower: A is hot
+    await pause(300); // the follower's journal reaches the leader
+    await storePrefix(viaLeader, 'c', 4);
+    await until('the leader trims', () => (leader.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    expect(await viaLeader.lookup(a.keys)).toBe(6);
+    expect(await viaLeader.lookup(b.keys)).toBe(3);
+    // The follower learns the evictions from the leader's journal and agrees on the usage.
+    await until('the follower agrees', () => follower.gateway.capacity?.usage()[0]?.bytes === leader.gateway.capacity?.usage()[0]?.bytes);
+    expect(await metricValue(follower.gateway.adminUrl, 'objectcache_evictions_total')).toBe(0);
+  });
+});
+
+describe('capacity settings', () => {
+  it('refuse contradictions with errors that name the setting', async () => {
+    const { loadServeConfig } = await import('../gateway/config.js');
+    const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET };
+    const fails = (args: string[]): unknown => {
+      try {
+        loadServeConfig(args, env);
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    };
+    expect(fails(['--budget', 'kvc=10GiB', '--budget-low-percent', '95'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'budget-low-percent' });
+    expect(fails(['--tenant-quota', 'a=1GiB'])).toMatchObject({ setting: 'tenant-quota' });
+    expect(fails(['--evict-idle', '7d'])).toMatchObject({ setting: 'evict-idle' });
+    expect(fails(['--budget', 'kvc=lots'])).toMatchObject({ setting: 'budget' });
+    expect(fails(['--budget', 'kvc=10GiB', '--evict-idle', 'soon'])).toMatchObject({ setting: 'evict-idle' });
+    expect(fails(['--budget', 'kvc=10GiB', '--capacity-state-bucket', 'kvc'])).toMatchObject({ setting: 'capacity-state-bucket' });
+    expect(fails(['--budget', 'kvc=10GiB', '--capacity-sync-ms', '1000', '--capacity-lease-ms', '2000'])).toMatchObject({ setting: 'capacity-lease-ms' });
+    expect(fails(['--budget', 'kvc=10GiB,kvc=5GiB'])).toMatchObject({ setting: 'budget' });
+    const ok = loadServeConfig(['--budget', 'kvc=1.5GiB,logs=100MB', '--tenant-quota', 'a=1GiB', '--evict-idle', '12h'], env);
+    expect(ok.capacity?.budgets.get('kvc')).toBe(1.5 * 1024 ** 3);
+    expect(ok.capacity?.budgets.get('logs')).toBe(100e6);
+    expect(ok.capacity?.idleMs).toBe(12 * 3_600_000);
+    // Clients never reach the capacity state.
+    expect(ok.reservedBuckets.has('objectcache-capacity')).toBe(true);
+  });
+});
+
