@@ -22,9 +22,9 @@ fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   started=$(date +%s)
   echo "engine-venv: installing client/python/engine/requirements*.txt" >&2
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-warn-conflicts -r "$reqs" >&2
   # lmcache's declared dependencies include CUDA-only packages; its run-time needs are in $reqs.
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$nodeps" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-warn-conflicts --no-deps -r "$nodeps" >&2
   echo "$want" > "$stamp"
   echo "engine-venv: installed in $(( $(date +%s) - started )) s" >&2
 fi
