@@ -89,6 +89,9 @@ function assertAsciiHeaders(rawHeaders: readonly string[]): void {
   }
 }
 
+/** The object metadata capacity management records a chunk's tenant in (gateway/capacity/). */
+const TENANT_META = 'x-amz-meta-objectcache-tenant';
+
 /** 503s that are the gateway refusing more work, not a failure: counted, not logged as errors. */
 const THROTTLING: ReadonlySet<string> = new Set(['OC_ERR_ADMISSION_LIMIT', 'OC_ERR_KEY_CONCURRENCY', 'OC_ERR_POOL_BUSY']);
 
@@ -184,31 +187,49 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       }
       return;
     }
+    // Only the gateway names an object's tenant: a client's own value is dropped on every write.
+    delete ctx.req.headers[TENANT_META];
     if (op === 'PutObject' || op === 'CopyObject' || op === 'UploadPart' || op === 'UploadPartCopy') {
-      const declared = Number(headerOf(ctx.req, 'x-amz-decoded-content-length') ?? headerOf(ctx.req, 'content-length') ?? 0);
-      const bytes = Number.isSafeInteger(declared) && declared > 0 ? declared : 0;
-      // A part is checked against the quota as it arrives; the object counts once completed.
-      const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes);
-      if (op === 'PutObject') ctx.req.headers['x-amz-meta-objectcache-tenant'] = ctx.tenant;
-      let written: { etag: string | undefined; size: number | undefined } | undefined;
+      const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, await writeSize(ctx));
+      const replaces = op === 'PutObject' || (op === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
+      if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
+      let stored = false;
       try {
         await backend.serveS3(ctx);
-        if (ctx.res.statusCode === 200 && (op === 'PutObject' || op === 'CopyObject')) {
-          const etag = ctx.res.getHeader('etag');
-          // A PUT's answer names the version stored, and its size is what was sent; a copy's is asked.
-          written = op === 'PutObject' && typeof etag === 'string' ? { etag, size: bytes } : { etag: undefined, size: undefined };
-        }
+        stored = ctx.res.statusCode === 200 && (op === 'PutObject' || op === 'CopyObject');
       } finally {
-        finish(written);
+        finish(stored);
       }
       return;
     }
-    if (op === 'CreateMultipartUpload') ctx.req.headers['x-amz-meta-objectcache-tenant'] = ctx.tenant;
+    if (op === 'CreateMultipartUpload') ctx.req.headers[TENANT_META] = ctx.tenant;
     await backend.serveS3(ctx);
     const status = ctx.res.statusCode;
+    const versioned = ctx.target.query.some(([name]) => name === 'versionId');
     if (op === 'CompleteMultipartUpload' && status === 200) budgeted.written(bucket, key, ctx.tenant);
-    else if (op === 'DeleteObject' && status < 300) budgeted.deleted(bucket, key);
-    else if (op === 'DeleteObjects' && status === 200) for (const deleted of ctx.deleteKeys ?? []) budgeted.deleted(bucket, deleted);
+    else if (op === 'DeleteObject' && status < 300) {
+      if (versioned) budgeted.verify(bucket, key);
+      else budgeted.deleted(bucket, key);
+    } else if (op === 'DeleteObjects' && status === 200) for (const deleted of ctx.deleteKeys ?? []) budgeted.verify(bucket, deleted);
+  }
+
+  /**
+   * The bytes a write will store, for the quota: the decoded length of an aws-chunked body, the
+   * Content-Length of any other, a copy's source size. What is recorded afterwards is what the
+   * store says it holds, never this.
+   */
+  async function writeSize(ctx: RequestContext): Promise<number> {
+    const whole = (text: string | undefined): number => {
+      const n = Number(text ?? 0);
+      return Number.isSafeInteger(n) && n > 0 ? n : 0;
+    };
+    const source = headerOf(ctx.req, 'x-amz-copy-source');
+    if (source !== undefined) {
+      const { bucket, key } = parseCopySource(source);
+      return (await backend.capacity.head(bucket, key).catch(() => undefined))?.size ?? 0;
+    }
+    const chunked = ctx.auth.payloadHash.startsWith('STREAMING-');
+    return whole(headerOf(ctx.req, chunked ? 'x-amz-decoded-content-length' : 'content-length'));
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -296,6 +317,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         // A browser-form upload: the signed policy in the form is its authentication. Nobody
         // uploads into the store's own APIs by form (the administrator has a key for that).
         authorizeNamespace(undefined, target.bucket, config.reservedBuckets);
+        const formBucket = target.bucket;
         await servePostObject(req, res, target, {
           verifier,
           sink: backend.postSink,
@@ -304,6 +326,18 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
           fieldsTimeoutMs: config.limits.headerTimeoutMs,
           admit: (credential) => hold(keys.admit(credential, 'form')),
           now: deps.now ?? Date.now,
+          storing: async (credential, key, userMeta) => {
+            const budgeted = capacity?.manages(formBucket) === true ? capacity : undefined;
+            if (!budgeted) return () => {};
+            const bucket = formBucket;
+            // The form's own tenant field is dropped: only the gateway names an object's tenant.
+            userMeta['objectcache-tenant'] = credential.tenant;
+            const admitted = await budgeted.admitWrite(bucket, key, credential.tenant, 0);
+            return (stored) => {
+              admitted(false); // a form's size is known once stored: learnt, and its quota kept, after
+              if (stored) budgeted.written(bucket, key, credential.tenant);
+            };
+          },
         });
         return;
       }
@@ -342,16 +376,16 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         const descriptor = await readDescriptor(ctx, lw);
         authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
         ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
-        if (budgeted) {
-          // The chain the descriptor names, an access of each chunk, and no eviction under the read.
-          budgeted.link(target.bucket, descriptor.keys);
-          hold(await budgeted.reading(target.bucket, descriptor.keys));
-        }
         const refusal = admissionRefusal(auth.credential);
         if (refusal) throw refusal;
         active.layerwise++;
         const release = keys.takeLayerwise(auth.credential);
         try {
+          if (budgeted) {
+            // The chain the descriptor names, an access of each chunk, and no eviction under the read.
+            budgeted.link(target.bucket, descriptor.keys, auth.credential.tenant);
+            hold(await budgeted.reading(target.bucket, descriptor.keys));
+          }
           await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           active.layerwise--;
@@ -359,7 +393,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         }
       } else if (classified.kind === 'prefix-lookup') {
         const looked = await servePrefixLookup(ctx, lw, backend);
-        budgeted?.link(target.bucket, looked.keys);
+        budgeted?.link(target.bucket, looked.keys, auth.credential.tenant);
         budgeted?.accessed(target.bucket, looked.keys.slice(0, looked.matched));
       } else {
         const requirement = requirementOf(req.method ?? 'GET', target, req.headers);

@@ -445,7 +445,8 @@ describe.each<BackendKind>(['local', 's3'])('through the gateway (%s backend)', 
     expect(await exists('src')).toBe(true);
   });
 
-  it.runIf(backend === 'local')('answers hostile CompleteMultipartUpload and CreateBucket XML with 400 MalformedXML', async () => {
+  // The embedded store's own XML readers (a passthrough's are MinIO's): defined on that backend only.
+  if (backend === 'local') it('answers hostile CompleteMultipartUpload and CreateBucket XML with 400 MalformedXML', async () => {
     const admin_ = { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET };
     const complete = Buffer.from('<!DOCTYPE CompleteMultipartUpload [<!ENTITY x SYSTEM "file:///etc/passwd">]><CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>&x;</ETag></Part></CompleteMultipartUpload>');
     const upload = await admin.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'big' }));

@@ -31,8 +31,8 @@ describe('ChunkIndex', () => {
     const index = new ChunkIndex();
     store(index, ['p0', 'p1', 'p2'], 100);
     store(index, ['q0', 'q1'], 100);
-    index.link(['p0', 'p1', 'p2']);
-    index.link(['q0', 'q1']);
+    index.link(['p0', 'p1', 'p2'], 'a');
+    index.link(['q0', 'q1'], 'a');
     // One descriptor GET reads the whole of q later: every chunk of q is hotter than p's.
     for (const key of ['q0', 'q1']) index.touch(key, 200);
     expect(order(index)).toEqual(['p2:lru', 'p1:lru', 'p0:lru', 'q1:lru', 'q0:lru']);
@@ -41,8 +41,8 @@ describe('ChunkIndex', () => {
   it('keeps a shared head until every prefix that starts with it is gone', () => {
     const index = new ChunkIndex();
     store(index, ['sys', 'a1', 'b1'], 100);
-    index.link(['sys', 'a1']);
-    index.link(['sys', 'b1']);
+    index.link(['sys', 'a1'], 'a');
+    index.link(['sys', 'b1'], 'a');
     index.touch('sys', 300); // read alone, by a plain GET: still a head of two prefixes
     index.touch('b1', 200);
     expect(order(index)).toEqual(['a1:lru', 'b1:lru', 'sys:lru']);
@@ -52,7 +52,7 @@ describe('ChunkIndex', () => {
     const index = new ChunkIndex();
     store(index, ['c0', 'c1', 'c2'], 100);
     store(index, ['cold'], 50);
-    index.link(['c0', 'c1', 'c2']);
+    index.link(['c0', 'c1', 'c2'], 'a');
     for (const key of ['c1', 'c2']) index.touch(key, 900);
     index.remove('c0'); // deleted by a client
     expect(index.isDead(index.get('c2')!)).toBe(true);
@@ -61,7 +61,7 @@ describe('ChunkIndex', () => {
 
   it('remembers a chain looked up before it was stored', () => {
     const index = new ChunkIndex();
-    index.link(['k0', 'k1']); // the engine's lookup misses, then it stores
+    index.link(['k0', 'k1'], 'a'); // the engine's lookup misses, then it stores
     store(index, ['k0', 'k1'], 100);
     expect(index.get('k1')!.pred).toBe('k0');
     expect(index.depth(index.get('k1')!)).toBe(1);
@@ -72,25 +72,45 @@ describe('ChunkIndex', () => {
     const index = new ChunkIndex();
     store(index, ['h', 't'], 100);
     store(index, ['other'], 150);
-    index.link(['h', 't']);
+    index.link(['h', 't'], 'a');
     expect(order(index, { evictable: (c) => c.key !== 't' })).toEqual(['other:lru']);
   });
 
-  it("limits a tenant's order to its own chunks, and never to a chunk another tenant's follows", () => {
+  it("limits a tenant's order to its own chunks", () => {
     const index = new ChunkIndex();
-    store(index, ['shared'], 100, 'a');
-    store(index, ['b-tail'], 100, 'b');
-    store(index, ['a-own'], 100, 'a');
-    index.link(['shared', 'b-tail']);
-    expect(order(index, { tenant: 'a' })).toEqual(['a-own:lru']);
-    expect(order(index, { tenant: 'b' })).toEqual(['b-tail:lru']);
+    store(index, ['a-old'], 50, 'a');
+    store(index, ['b-old'], 10, 'b');
+    store(index, ['a-new'], 100, 'a');
+    expect(order(index, { tenant: 'a' })).toEqual(['a-old:lru', 'a-new:lru']);
+    expect(order(index, { tenant: 'b' })).toEqual(['b-old:lru']);
   });
 
-  it('survives a loop of links (two requests disagreeing on an order) without hanging', () => {
+  it('refuses links that would loop, and relinks of a chunk already placed', () => {
     const index = new ChunkIndex();
     store(index, ['m', 'n'], 100);
-    index.link(['m', 'n']);
-    index.link(['n', 'm']);
-    expect(order(index).sort()).toEqual(['m:dead', 'n:dead']);
+    expect(index.link(['m', 'n'], 'a')).toBe(true);
+    expect(index.link(['n', 'm'], 'a')).toBe(false); // m after n would close a loop
+    expect(index.link(['x', 'n'], 'a')).toBe(false); // n already follows m
+    expect(index.link(['n', 'n'], 'a')).toBe(false);
+    expect(order(index)).toEqual(['n:lru', 'm:lru']);
+  });
+
+  it("takes links only from the tenant that owns the chunk, so no tenant can kill another's prefix", () => {
+    const index = new ChunkIndex();
+    store(index, ['v0', 'v1'], 100, 'victim');
+    expect(index.link(['gone', 'v0'], 'attacker')).toBe(false); // v0 would be dead
+    index.link(['planted', 'v2'], 'attacker'); // a link kept for a key the victim stores later
+    store(index, ['v2'], 100, 'victim');
+    expect(index.get('v2')!.pred).toBeUndefined();
+    expect(order(index).every((c) => c.endsWith(':lru'))).toBe(true);
+  });
+
+  it("does not let another tenant's successor hold a chunk against its owner's quota", () => {
+    const index = new ChunkIndex();
+    store(index, ['head'], 100, 'a');
+    store(index, ['tail'], 100, 'b');
+    index.link(['head', 'tail'], 'b');
+    expect(order(index, { tenant: 'a' })).toEqual(['head:lru']);
+    expect(order(index)).toEqual(['tail:lru', 'head:lru']); // the budget still trims tails first
   });
 });

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, inject, it } from 'vitest';
-import { GetObjectCommand, HeadObjectCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
+import { GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
@@ -230,6 +230,48 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     }
   });
 
+  it("gives a tenant no way to spoof sizes or tenants, or to kill, pin or hold another tenant's chunks", async () => {
+    const bucket = uniqueBucket('cap');
+    const dir = mkdtempSync(join(tmpdir(), 'oc-hostile-'));
+    const credentials = join(dir, 'credentials.json');
+    const allow = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:*', 'objectcache:PinObject'], Resource: ['arn:aws:s3:::*'] }] };
+    writeFileSync(credentials, JSON.stringify([
+      { accessKeyId: 'victim-key', secretAccessKey: 'victim-secret', tenant: 'victim', policy: allow },
+      { accessKeyId: 'mallory-key', secretAccessKey: 'mallory-secret', tenant: 'mallory', policy: allow },
+    ]));
+    try {
+      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `victim=${4 * CHUNK},mallory=${4 * CHUNK}`]);
+      await testClient(gw, bucket).ensureBucket();
+      const as = (who: string): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${who}-key`, secretAccessKey: `${who}-secret` } });
+      const victim = await storePrefix(as('victim'), 'v', 3);
+      const mallory = as('mallory');
+      // Links naming the victim's chunks after one that does not exist would make them dead.
+      await mallory.lookup(['nowhere', ...victim.keys]);
+      expect(gw.gateway.capacity?.chunk(bucket, victim.keys[0] as string)?.pred).toBeUndefined();
+      // Pins: only the key's own tenant's chunks.
+      const pinned = await fetch(`${gw.url}/${bucket}?objectcache-pin`, { method: 'POST' }).then((r) => r.status);
+      expect(pinned).toBe(403);
+      await mallory.pin(victim.keys, new Date(Date.now() + 3_600_000));
+      expect(gw.gateway.capacity?.usage()[0]?.pinnedBytes).toBe(0);
+      // A tenant named by the client, and a size the body does not have, are not what is recorded.
+      const s3 = sdkClient(gw.url, { accessKeyId: 'mallory-key', secretAccessKey: 'mallory-secret' });
+      s3.middlewareStack.add((next) => async (args) => {
+        const request = args.request as { headers: Record<string, string> };
+        request.headers['x-amz-meta-objectcache-tenant'] = 'victim';
+        return next(args);
+      }, { step: 'build', name: 'spoofTenant' });
+      await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'm/000', Body: randomBytes(CHUNK) }));
+      await until('the write is learnt', () => gw.gateway.capacity?.chunk(bucket, 'm/000') !== undefined);
+      expect(gw.gateway.capacity?.chunk(bucket, 'm/000')).toMatchObject({ tenant: 'mallory', size: CHUNK });
+      const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'm/000' }));
+      expect(head.Metadata?.['objectcache-tenant']).toBe('mallory');
+      expect(gw.gateway.capacity?.tenantBytes('victim')).toBe(3 * CHUNK);
+      s3.destroy();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('keeps what it knows across a restart', async () => {
     const bucket = uniqueBucket('cap');
     const dataDir = backend === 'local' ? mkdtempSync(join(tmpdir(), 'oc-restart-')) : undefined;
@@ -281,6 +323,39 @@ describe('capacity with two gateways over one MinIO', () => {
     // The follower learns the evictions from the leader's journal and agrees on the usage.
     await until('the follower agrees', () => follower.gateway.capacity?.usage()[0]?.bytes === leader.gateway.capacity?.usage()[0]?.bytes);
     expect(await metricValue(follower.gateway.adminUrl, 'objectcache_evictions_total')).toBe(0);
+  });
+});
+
+describe('capacity when the gateway holding the lease is killed', () => {
+  it('another takes the lease once it expires, and trims', async () => {
+    const { startGatewayProcess } = await import('../bench/gateway-process.js');
+    const bucket = uniqueBucket('cap');
+    const state = `${bucket}-state`;
+    const args = ['--budget', `${bucket}=${16 * CHUNK}`, '--capacity-state-bucket', state, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+    const first = await startGatewayProcess({ minio: inject('minio'), args });
+    try {
+      const leads = async (adminUrl: string): Promise<boolean> => ((await (await fetch(`${adminUrl}/capacity`)).json()) as { leader: boolean }).leader;
+      await until('the first gateway holds the lease', () => leads(first.adminUrl));
+      const second = await budgeted('s3', bucket, 16, [], undefined, state);
+      const client = testClient(second, bucket);
+      await client.ensureBucket();
+      await pause(300);
+      expect(second.gateway.capacity?.isLeader).toBe(false);
+      first.child.kill('SIGKILL'); // dies holding the lease: nothing released, no last snapshot
+      const killed = Date.now();
+      const a = await storePrefix(client, 'a', 10);
+      await storePrefix(client, 'b', 6);
+      // Nobody trims until the dead holder's lease (1 s) has run out.
+      expect(second.gateway.capacity?.isLeader).toBe(false);
+      await until('the second gateway takes the lease', () => second.gateway.capacity?.isLeader === true, 10_000);
+      expect(Date.now() - killed).toBeGreaterThanOrEqual(800);
+      await until('the second gateway trims', () => (second.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+      const s3 = sdkClient(second.url);
+      expect(await present(s3, bucket, a.keys)).toBe(7); // the coldest prefix, from its tail
+      s3.destroy();
+    } finally {
+      await first.stop();
+    }
   });
 });
 

@@ -83,7 +83,7 @@ export class PrefixAwarePolicy implements EvictionPolicy {
   }
 
   begin(request: TraceRequest): void {
-    this.index.link(request.keys);
+    this.index.link(request.keys, 'bench');
   }
 
   read(key: string, at: number): void {

@@ -31,6 +31,10 @@ const RECENT_ACCESS_GRACE_SYNCS = 2;
 const MAX_QUOTA_VICTIMS = 256;
 /** How often the leader checks the budgets, ms. */
 const TRIM_INTERVAL_MS = 250;
+/** How often the leader looks for idle chunks (a walk of the whole index), ms. */
+const IDLE_SCAN_MS = 30_000;
+/** The longest a pin may hold. */
+export const MAX_PIN_MS = 366 * 86_400_000;
 
 const slot = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
@@ -159,70 +163,121 @@ export class Capacity {
     for (const key of keys) if (index.touch(key, at)) this.#shared.record({ t: 'acc', b: bucket, k: key, at });
   }
 
-  /** The key order of a descriptor or lookup: each key follows the one before it. */
-  link(bucket: string, keys: readonly string[]): void {
+  /**
+   * The key order of a descriptor or lookup by a key of `tenant`: each key follows the one
+   * before it (kept only for the tenant's own chunks: ChunkIndex.link).
+   */
+  link(bucket: string, keys: readonly string[], tenant: string): void {
     const index = this.#indexes.get(bucket);
     if (!index || keys.length < 2) return;
-    index.link(keys);
-    this.#shared.recordLink(bucket, keys);
+    if (index.link(keys, tenant)) this.#shared.recordLink(bucket, keys, tenant);
   }
 
   /**
    * A write of `bytes` by `tenant` about to go to the store. Within its quota it passes; past
    * it, the tenant's own coldest chunks are evicted first; when not enough of its own can go, it
-   * is refused (QuotaExceeded). Returns what the caller calls when the write is over: with what
-   * the store answered (its ETag; the size when the answer gives it), or undefined when it
-   * failed. The bytes stay reserved against the quota until the write is known.
+   * is refused (QuotaExceeded). A write of a chunk being deleted waits for the delete, so the
+   * delete can never take the new version. Returns what the caller calls when the write is over,
+   * with whether the store took it: the object's size and ETag are then asked of the store (never
+   * taken from what the client declared), and the bytes stay reserved against the quota until
+   * they are known.
    */
-  async admitWrite(bucket: string, key: string, tenant: string, bytes: number): Promise<(written: { etag: string | undefined; size: number | undefined } | undefined) => void> {
+  async admitWrite(bucket: string, key: string, tenant: string, bytes: number): Promise<(succeeded: boolean) => void> {
     if (!this.#indexes.has(bucket)) return () => {};
     const s = slot(bucket, key);
     const quota = this.#config.quotas.get(tenant);
-    if (quota !== undefined) {
-      const replaced = this.#indexes.get(bucket)?.get(key);
-      const current = this.tenantBytes(tenant) + (this.#reserved.get(tenant) ?? 0) - (replaced?.tenant === tenant ? replaced.size : 0);
-      const over = current + bytes - quota;
-      if (over > 0) await this.#evictForQuota(tenant, over, bytes, quota);
-      this.#reserved.set(tenant, (this.#reserved.get(tenant) ?? 0) + bytes);
-    }
+    // Registered before anything awaits: an eviction deciding now sees the write and skips the chunk.
     this.#writing.set(s, (this.#writing.get(s) ?? 0) + 1);
-    let done = false;
-    return (written) => {
-      if (done) return;
-      done = true;
+    if (quota !== undefined) this.#reserved.set(tenant, (this.#reserved.get(tenant) ?? 0) + bytes);
+    const unreserve = (): void => {
+      if (quota !== undefined) this.#reserved.set(tenant, Math.max(0, (this.#reserved.get(tenant) ?? 0) - bytes));
+    };
+    const unregister = (): void => {
       const left = (this.#writing.get(s) ?? 1) - 1;
       if (left === 0) this.#writing.delete(s);
       else this.#writing.set(s, left);
-      const unreserve = (): void => {
-        if (quota !== undefined) this.#reserved.set(tenant, Math.max(0, (this.#reserved.get(tenant) ?? 0) - bytes));
-      };
-      if (!written) return unreserve();
-      if (written.etag !== undefined && written.size !== undefined) {
-        this.#record(bucket, key, tenant, written.size, written.etag);
-        return unreserve();
+    };
+    try {
+      await this.#deleting.get(s);
+      if (quota !== undefined) {
+        const replaced = this.#indexes.get(bucket)?.get(key);
+        const over = this.tenantBytes(tenant) + (this.#reserved.get(tenant) ?? 0) - (replaced?.tenant === tenant ? replaced.size : 0) - quota;
+        if (over > 0) await this.#evictForQuota(tenant, over, bytes, quota);
       }
+    } catch (error) {
+      unreserve();
+      unregister();
+      throw error;
+    }
+    let done = false;
+    return (succeeded) => {
+      if (done) return;
+      done = true;
+      unregister();
+      if (!succeeded) return unreserve();
       void this.#learnWrite(bucket, key, tenant).finally(unreserve);
     };
   }
 
-  /** A write the server did not admit through `admitWrite` (a copy, a multipart completion) is done. */
+  /**
+   * A write done without `admitWrite` (a completed multipart upload, a form upload): learnt
+   * from the store. Past its tenant's quota then (a multipart upload is counted once complete),
+   * the tenant's own coldest chunks are evicted to bring it back within it.
+   */
   written(bucket: string, key: string, tenant: string): void {
-    if (this.#indexes.has(bucket)) void this.#learnWrite(bucket, key, tenant);
+    if (!this.#indexes.has(bucket)) return;
+    void this.#learnWrite(bucket, key, tenant).then(async () => {
+      const quota = this.#config.quotas.get(tenant);
+      const over = quota === undefined ? 0 : this.tenantBytes(tenant) + (this.#reserved.get(tenant) ?? 0) - quota;
+      if (quota !== undefined && over > 0) {
+        await this.#evictForQuota(tenant, over, 0, quota).catch(() => {
+          this.#log.warn({ bucket, key, tenant }, 'capacity: a completed upload left its tenant past its quota, and not enough of its own chunks could be evicted');
+        });
+      }
+    });
+  }
+
+  /** A delete whose outcome per key is not known here (DeleteObjects, a version): asks the store. */
+  verify(bucket: string, key: string): void {
+    const index = this.#indexes.get(bucket);
+    if (!index?.get(key)) return;
+    void this.#store.head(bucket, key).then(
+      (head) => {
+        const chunk = index.get(key);
+        if (!chunk) return;
+        if (head === undefined) {
+          index.remove(key);
+          this.#shared.record({ t: 'del', b: bucket, k: key, e: chunk.etag, at: this.#now() });
+        } else if (head.etag !== chunk.etag) this.#record(bucket, key, chunk.tenant, head.size, head.etag);
+      },
+      () => this.#observer.syncFailed('head'),
+    );
   }
 
   /** A client deleted the key. */
   deleted(bucket: string, key: string): void {
-    const index = this.#indexes.get(bucket);
-    if (!index?.remove(key)) return;
-    this.#shared.record({ t: 'del', b: bucket, k: key, at: this.#now() });
+    const removed = this.#indexes.get(bucket)?.remove(key);
+    if (removed) this.#shared.record({ t: 'del', b: bucket, k: key, e: removed.etag, at: this.#now() });
   }
 
-  /** Retains `keys` until `until` (ms); a time not in the future removes their pins. */
-  pin(bucket: string, keys: readonly string[], until: number): void {
-    for (const key of keys) {
-      this.#applyPin(bucket, key, until);
-      this.#shared.record({ t: 'pin', b: bucket, k: key, until });
+  /**
+   * Retains `keys` until `until` (ms; at most MAX_PIN_MS ahead); a time not in the future removes
+   * their pins. Only stored chunks of `tenant` are pinned or unpinned (any, when `tenant` is
+   * undefined: the administrator). Returns how many were.
+   */
+  pin(bucket: string, keys: readonly string[], until: number, tenant: string | undefined): number {
+    const index = this.#indexes.get(bucket);
+    if (!index) return 0;
+    const capped = Math.min(until, this.#now() + MAX_PIN_MS);
+    let pinned = 0;
+    for (const key of new Set(keys)) {
+      const chunk = index.get(key);
+      if (!chunk || (tenant !== undefined && chunk.tenant !== tenant)) continue;
+      this.#applyPin(bucket, key, capped);
+      this.#shared.record({ t: 'pin', b: bucket, k: key, until: capped });
+      pinned++;
     }
+    return pinned;
   }
 
   // ---- what operators ask ----
@@ -292,30 +347,44 @@ export class Capacity {
 
   // ---- eviction ----
 
-  #evictable(bucket: string, chunk: Chunk, now: number): boolean {
+  /** Whether the chunk may be evicted now (`chosen`: it is the one being evicted, queued already). */
+  #evictable(bucket: string, chunk: Chunk, now: number, chosen = false): boolean {
     const s = slot(bucket, chunk.key);
-    if (this.#readers.has(s) || this.#writing.has(s) || this.#queued.has(s) || this.#deleting.has(s)) return false;
+    if (this.#readers.has(s) || this.#writing.has(s)) return false;
+    if (!chosen && (this.#queued.has(s) || this.#deleting.has(s))) return false;
+    if (this.#indexes.get(bucket)?.get(chunk.key) !== chunk) return false; // rewritten or gone since
     if ((this.#pins.get(s) ?? 0) > now) return false;
     // A read at another gateway is known only from its journal: with other gateways about, what
     // was read this recently stays. Alone, this gateway knows every read in flight.
     return !this.#shared.hasPeers || chunk.lastAccess <= now - RECENT_ACCESS_GRACE_SYNCS * this.#config.syncMs;
   }
 
-  /** One pass of the leader: buckets past their high mark trimmed to the low one, idle chunks evicted. */
+  #lastIdleScan = 0;
+
+  /**
+   * One pass of the leader: buckets past their high mark trimmed towards the low one, and (every
+   * IDLE_SCAN_MS) idle chunks evicted. A pass takes at most a second's worth of deletes at
+   * --evict-rate; the next pass decides again on what is then known.
+   */
   async #trimOnce(): Promise<void> {
     if (this.#trimming || this.#closed || !this.#shared.isLeader) return;
     this.#trimming = true;
     try {
+      const now = this.#now();
+      this.#prunePins(now);
+      const idleScan = this.#config.idleMs !== undefined && now - this.#lastIdleScan >= IDLE_SCAN_MS;
+      if (idleScan) this.#lastIdleScan = now;
       for (const [bucket, index] of this.#indexes) {
         const budget = this.#config.budgets.get(bucket) ?? 0;
-        const now = this.#now();
-        const victims: { chunk: Chunk; cause: EvictionCause }[] = [];
-        let free = index.bytes - (this.#pendingFree.get(bucket) ?? 0);
-        const idleBefore = this.#config.idleMs === undefined ? undefined : now - this.#config.idleMs;
-        const trim = free > budget * this.#config.highFraction;
-        if (!trim && idleBefore === undefined) continue;
         const target = budget * this.#config.lowFraction;
+        const usage = (): number => index.bytes - (this.#pendingFree.get(bucket) ?? 0);
+        const trim = usage() > budget * this.#config.highFraction;
+        if (!trim && !idleScan) continue;
+        const idleBefore = idleScan && this.#config.idleMs !== undefined ? now - this.#config.idleMs : undefined;
+        const victims: { chunk: Chunk; cause: EvictionCause }[] = [];
+        let free = usage();
         for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, now) })) {
+          if (victims.length >= this.#config.evictPerSecond) break;
           const idle = idleBefore !== undefined && chunk.lastAccess < idleBefore;
           if (trim && free > target) {
             victims.push({ chunk, cause: reason === 'dead' ? 'dead' : idle ? 'idle' : 'lru' });
@@ -324,10 +393,20 @@ export class Capacity {
           else if (reason === 'lru') break; // leaves come oldest first: nothing later is idle or needed
         }
         for (const victim of victims) this.#queue(bucket, victim.chunk);
-        for (const victim of victims) {
-          if (this.#closed || !this.#shared.isLeader) break;
-          await this.#paced();
-          await this.#evict(bucket, victim.chunk, victim.cause);
+        let at = 0;
+        try {
+          for (; at < victims.length; at++) {
+            const { chunk, cause } = victims[at] as { chunk: Chunk; cause: EvictionCause };
+            await this.#paced();
+            if (this.#closed || !this.#shared.isLeader) break;
+            // Still wanted? The pass may have waited; a chunk trimmed for the budget goes only while
+            // the bucket is above its low mark (other chunks may have gone meanwhile).
+            const still = cause === 'idle' || cause === 'dead' || index.bytes - (this.#pendingFree.get(bucket) ?? 0) + chunk.size > target;
+            if (still) await this.#evict(bucket, chunk, cause, () => this.#shared.isLeader);
+            else this.#unqueue(bucket, chunk);
+          }
+        } finally {
+          for (const left of victims.slice(at)) this.#unqueue(bucket, left.chunk);
         }
       }
     } catch (error) {
@@ -336,6 +415,10 @@ export class Capacity {
     } finally {
       this.#trimming = false;
     }
+  }
+
+  #prunePins(now: number): void {
+    for (const [s, until] of this.#pins) if (until <= now) this.#pins.delete(s);
   }
 
   #nextDeleteAt = 0;
@@ -360,18 +443,21 @@ export class Capacity {
   }
 
   /**
-   * Deletes the version of the chunk that was decided on, unless a read or write started since
-   * (it stays), and unless it was rewritten (the store refuses, or its ETag changed). Reads that
-   * start meanwhile wait for the delete.
+   * Deletes the version of the chunk that was decided on, unless it may no longer go (a read or
+   * write started, a pin, a recent read elsewhere; `allowed` false: the lease was lost), and
+   * unless it was rewritten (the store refuses, or its ETag changed). The chunk is marked as
+   * being deleted before the last check, in the same tick: a read or write that starts after it
+   * waits for the delete.
    */
-  async #evict(bucket: string, chunk: Chunk, cause: EvictionCause): Promise<boolean> {
+  async #evict(bucket: string, chunk: Chunk, cause: EvictionCause, allowed: () => boolean = () => true): Promise<boolean> {
     const s = slot(bucket, chunk.key);
     try {
-      if (this.#readers.has(s) || this.#writing.has(s) || (this.#pins.get(s) ?? 0) > this.#now()) return false;
+      if (this.#deleting.has(s)) return false;
       let finish = (): void => {};
       this.#deleting.set(s, new Promise<void>((resolve) => (finish = resolve)));
       let outcome: 'deleted' | 'changed' | 'gone';
       try {
+        if (!allowed() || !this.#evictable(bucket, chunk, this.#now(), true)) return false;
         outcome = await this.#store.deleteVersion(bucket, chunk.key, chunk.etag);
       } finally {
         this.#deleting.delete(s);
@@ -381,14 +467,11 @@ export class Capacity {
       if (outcome === 'changed') {
         // Rewritten since: learn the new version (its size and ETag) rather than delete it.
         const now = await this.#store.head(bucket, chunk.key);
-        if (now && index?.get(chunk.key)?.etag === chunk.etag) {
-          const tenant = now.meta['objectcache-tenant'] ?? chunk.tenant;
-          index.put(chunk.key, { size: now.size, tenant, etag: now.etag, at: this.#now() });
-        }
+        if (now && index?.get(chunk.key)?.etag === chunk.etag) this.#record(bucket, chunk.key, chunk.tenant, now.size, now.etag);
         return false;
       }
       if (index?.get(chunk.key)?.etag === chunk.etag) index.remove(chunk.key);
-      this.#shared.record({ t: 'del', b: bucket, k: chunk.key, at: this.#now() });
+      this.#shared.record({ t: 'del', b: bucket, k: chunk.key, e: chunk.etag, at: this.#now() });
       if (outcome === 'deleted') this.#observer.evicted(bucket, cause, chunk.size);
       return outcome === 'deleted';
     } finally {
@@ -424,6 +507,8 @@ export class Capacity {
     for (const victim of victims) this.#queue(victim.bucket, victim.chunk);
     let short = 0;
     for (const victim of victims) {
+      // Paced like trimming (the write waits): eviction never crowds out reads at the store.
+      await this.#paced();
       if (!(await this.#evict(victim.bucket, victim.chunk, victim.dead ? 'dead' : 'quota'))) short += victim.chunk.size;
     }
     if (freed - short < over) {
@@ -465,17 +550,24 @@ export class Capacity {
     const index = this.#indexes.get(event.b);
     if (!index) return;
     switch (event.t) {
-      case 'put':
-        index.put(event.k, { size: event.s, tenant: event.n, etag: event.e, at: event.at });
+      case 'put': {
+        // Journals of different gateways are applied gateway by gateway, not in time order: an
+        // older write never replaces a newer one.
+        const known = index.get(event.k);
+        if (!known || event.at >= known.written) index.put(event.k, { size: event.s, tenant: event.n, etag: event.e, at: event.at });
         break;
-      case 'del':
-        index.remove(event.k);
+      }
+      case 'del': {
+        // Only the version deleted (a write after the delete, through another gateway, stays).
+        const known = index.get(event.k);
+        if (known && (event.e === undefined || event.e === known.etag)) index.remove(event.k);
         break;
+      }
       case 'acc':
         index.touch(event.k, event.at);
         break;
       case 'link':
-        index.link(event.keys);
+        index.link(event.keys, event.n ?? '');
         break;
       case 'pin':
         this.#applyPin(event.b, event.k, event.until);
@@ -497,7 +589,7 @@ export class Capacity {
       for (const c of index.values()) {
         yield { t: 'put', b: bucket, k: c.key, s: c.size, n: c.tenant, e: c.etag, at: c.written };
         yield { t: 'acc', b: bucket, k: c.key, at: c.lastAccess };
-        if (c.pred !== undefined) yield { t: 'link', b: bucket, keys: [c.pred, c.key] };
+        if (c.pred !== undefined) yield { t: 'link', b: bucket, keys: [c.pred, c.key], n: c.tenant };
       }
     }
     for (const [s, until] of this.#pins) {
@@ -537,7 +629,7 @@ export class Capacity {
       for (const chunk of [...index.values()]) {
         if (!seen.has(chunk.key) && chunk.written < started && !this.#writing.has(slot(bucket, chunk.key))) {
           index.remove(chunk.key);
-          this.#shared.record({ t: 'del', b: bucket, k: chunk.key, at: started });
+          this.#shared.record({ t: 'del', b: bucket, k: chunk.key, e: chunk.etag, at: started });
         }
       }
     }

@@ -15,7 +15,10 @@
  *    (one descriptor GET reads a whole prefix) the deepest goes first.
  *
  * A chunk never seen in a chain (written, or read by a plain GET only) is a chain of one: a leaf
- * and a head, ordered by its last access like any other leaf. A chunk that cannot be evicted now
+ * and a head, ordered by its last access like any other leaf. Links are trusted only so far: a
+ * chunk's predecessor is set once, by a request of the tenant that owns the chunk (or, for a chunk
+ * not stored yet, kept for the tenant that names it and taken only when that tenant stores it),
+ * and never so that a chain loops; so no tenant can make another's chunks dead or re-order them. A chunk that cannot be evicted now
  * (pinned, being read: the caller's `evictable`) is skipped, and so, being no leaf, is every chunk
  * before it: a pinned or busy tail protects its whole prefix.
  */
@@ -43,7 +46,7 @@ export interface Candidate {
 }
 
 /** Links learned for keys not yet stored (an engine looks a prefix up before it stores it). */
-const MAX_PENDING_LINKS = 100_000;
+const MAX_PENDING_LINKS = 50_000;
 /** A chain longer than this is cut when its depth is measured (1M tokens in 256-token chunks). */
 const MAX_DEPTH = 4096;
 
@@ -51,7 +54,7 @@ export class ChunkIndex {
   private readonly chunks = new Map<string, Chunk>();
   /** For each key, the present chunks whose `pred` it is. */
   private readonly children = new Map<string, Set<string>>();
-  private readonly pendingLinks = new Map<string, string>();
+  private readonly pendingLinks = new Map<string, { readonly pred: string; readonly tenant: string }>();
   #bytes = 0;
   readonly #tenantBytes = new Map<string, number>();
 
@@ -85,8 +88,10 @@ export class ChunkIndex {
   put(key: string, facts: { size: number; tenant: string; etag: string; at: number; lastAccess?: number; pred?: string | undefined }): Chunk {
     const old = this.chunks.get(key);
     if (old) this.account(old, -1);
-    const pred = facts.pred ?? old?.pred ?? this.pendingLinks.get(key);
+    const pending = this.pendingLinks.get(key);
     this.pendingLinks.delete(key);
+    let pred = facts.pred ?? old?.pred ?? (pending?.tenant === facts.tenant ? pending.pred : undefined);
+    if (pred !== undefined && this.reaches(pred, key)) pred = undefined;
     const chunk: Chunk = { key, size: facts.size, tenant: facts.tenant, etag: facts.etag, written: facts.at, lastAccess: Math.max(facts.lastAccess ?? facts.at, old?.lastAccess ?? 0), pred };
     this.chunks.set(key, chunk);
     this.account(chunk, 1);
@@ -117,28 +122,45 @@ export class ChunkIndex {
   }
 
   /**
-   * The chain a descriptor or lookup names: each key follows the one before it. A key already
-   * linked elsewhere is relinked (the latest request wins); keys not stored yet keep the link
-   * until they are.
+   * The chain a descriptor or lookup of `tenant` names: each key follows the one before it. A
+   * chunk's predecessor is set once, and only for the tenant's own chunks; for keys not stored
+   * yet the link is kept until that tenant stores them. A link that would close a loop is
+   * ignored. Returns whether anything was learnt (what is worth journalling).
    */
-  link(keys: readonly string[]): void {
+  link(keys: readonly string[], tenant: string): boolean {
+    let learnt = false;
     for (let i = 1; i < keys.length; i++) {
       const key = keys[i] as string;
       const pred = keys[i - 1] as string;
+      if (key === pred) continue;
       const chunk = this.chunks.get(key);
       if (!chunk) {
-        if (this.pendingLinks.size >= MAX_PENDING_LINKS && !this.pendingLinks.has(key)) {
+        const known = this.pendingLinks.get(key);
+        if (known?.pred === pred && known.tenant === tenant) continue;
+        if (known === undefined && this.pendingLinks.size >= MAX_PENDING_LINKS) {
           const oldest = this.pendingLinks.keys().next().value as string;
           this.pendingLinks.delete(oldest);
         }
-        this.pendingLinks.set(key, pred);
+        this.pendingLinks.set(key, { pred, tenant });
+        learnt = true;
         continue;
       }
-      if (chunk.pred === pred) continue;
-      if (chunk.pred !== undefined) this.removeChild(chunk.pred, key);
+      if (chunk.pred !== undefined || chunk.tenant !== tenant || this.reaches(pred, key)) continue;
       chunk.pred = pred;
       this.addChild(pred, key);
+      learnt = true;
     }
+    return learnt;
+  }
+
+  /** Whether walking back from `from` through the present chunks' predecessors meets `key`. */
+  private reaches(from: string, key: string): boolean {
+    let at: string | undefined = from;
+    for (let steps = 0; at !== undefined && steps <= MAX_DEPTH; steps++) {
+      if (at === key) return true;
+      at = this.chunks.get(at)?.pred;
+    }
+    return false;
   }
 
   /** Whether one of the chunk's predecessors is gone (or the chain loops). */
@@ -176,6 +198,24 @@ export class ChunkIndex {
     const evictable = options.evictable ?? (() => true);
     const mine = (chunk: Chunk): boolean => options.tenant === undefined || chunk.tenant === options.tenant;
     const live = this.liveness(new Map());
+    const depths = new Map<string, number>();
+    /** Depth, memoised over this walk (a chain's depths cost one pass, not one pass each). */
+    const depthOf = (chunk: Chunk): number => {
+      const path: Chunk[] = [];
+      let at: Chunk | undefined = chunk;
+      let base = -1;
+      while (at && path.length <= MAX_DEPTH) {
+        const known = depths.get(at.key);
+        if (known !== undefined) {
+          base = known;
+          break;
+        }
+        path.push(at);
+        at = at.pred === undefined ? undefined : this.chunks.get(at.pred);
+      }
+      for (let i = path.length - 1; i >= 0; i--) depths.set((path[i] as Chunk).key, ++base);
+      return depths.get(chunk.key) ?? 0;
+    };
     const dead: Chunk[] = [];
     for (const chunk of this.chunks.values()) if (!live(chunk) && mine(chunk)) dead.push(chunk);
     dead.sort((a, b) => a.lastAccess - b.lastAccess);
@@ -186,7 +226,9 @@ export class ChunkIndex {
       yield { chunk, reason: 'dead' };
     }
     // Live chunks followed by no live chunk. A dead successor (skipped above as busy or pinned)
-    // does not keep its predecessor from being a leaf: it is unreachable either way.
+    // does not keep its predecessor from being a leaf: it is unreachable either way. In a
+    // tenant's order only the tenant's own successors count: another tenant building on its
+    // chunks cannot hold its quota.
     const remaining = new Map<string, number>();
     const heap = new LeafHeap();
     for (const chunk of this.chunks.values()) {
@@ -194,10 +236,10 @@ export class ChunkIndex {
       let after = 0;
       for (const child of this.children.get(chunk.key) ?? []) {
         const c = this.chunks.get(child);
-        if (c && live(c)) after++;
+        if (c && live(c) && mine(c)) after++;
       }
       remaining.set(chunk.key, after);
-      if (after === 0) heap.push(chunk, this.depth(chunk));
+      if (after === 0) heap.push(chunk, depthOf(chunk));
     }
     for (let next = heap.pop(); next !== undefined; next = heap.pop()) {
       const chunk = next;
@@ -205,10 +247,10 @@ export class ChunkIndex {
       gone.add(chunk.key);
       yield { chunk, reason: 'lru' };
       const pred = chunk.pred === undefined ? undefined : this.chunks.get(chunk.pred);
-      if (pred && !gone.has(pred.key)) {
+      if (pred && !gone.has(pred.key) && mine(chunk)) {
         const left = (remaining.get(pred.key) ?? 1) - 1;
         remaining.set(pred.key, left);
-        if (left === 0) heap.push(pred, this.depth(pred));
+        if (left === 0) heap.push(pred, depthOf(pred));
       }
     }
   }
@@ -228,10 +270,11 @@ export class ChunkIndex {
           result = cached;
           break;
         }
-        if (seen.has(current.key) || path.length > MAX_DEPTH) {
-          result = false; // a loop (two requests disagreeing on an order): nothing to keep it by
+        if (seen.has(current.key)) {
+          result = false; // a loop (link() never makes one; a snapshot from elsewhere might)
           break;
         }
+        if (path.length > MAX_DEPTH) break; // longer than any prefix: counted as live
         seen.add(current.key);
         path.push(current.key);
         if (current.pred === undefined) break;

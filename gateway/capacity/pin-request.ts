@@ -2,16 +2,18 @@
  * `POST /{bucket}?objectcache-pin` with `{"keys": [...], "until": "2026-12-31T00:00:00Z"}`:
  * retains the chunks (a paid prompt's prefix, say) until that time, whatever the budget asks;
  * `"until": null` (or a time already past) removes their pins. Answers
- * `{"bucket", "keys": n, "until": time or null}`. The key needs `objectcache:PinObject` on every
- * chunk named. Pins apply to budgeted buckets only (others never evict), are shared with the other
- * gateways through the journals, and hold for chunks not yet stored too.
+ * `{"bucket", "keys": n, "pinned": m, "until": time or null}`: m of the n chunks were pinned (or
+ * unpinned), those stored and belonging to the key's tenant (any, for the administrator). The key
+ * needs `objectcache:PinObject` on every chunk named; a pin holds at most 366 days. Pins apply to
+ * budgeted buckets only (others never evict) and are shared with the other gateways through the
+ * journals.
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import { authorizeKeys } from '../auth/access.js';
 import type { RequestContext } from '../context.js';
 import { readSignedJsonBody } from '../descriptor-get/descriptor-request.js';
-import type { Capacity } from './capacity.js';
+import { MAX_PIN_MS, type Capacity } from './capacity.js';
 
 const USAGE = 'The pin body must be {"keys": [non-empty object keys], "until": an RFC 3339 time such as 2026-12-31T00:00:00Z, or null to unpin}';
 /** Keys one pin may name (a 1M-token prefix in 256-token chunks is 4096). */
@@ -41,10 +43,14 @@ export async function servePin(ctx: RequestContext, capacity: Capacity | undefin
     if (!Number.isFinite(parsed)) throw new ObjectCacheError('OC_ERR_PIN_INVALID', `${USAGE}; "until" is ${JSON.stringify(untilField)}`);
     until = parsed;
   }
+  if (until > Date.now() + MAX_PIN_MS) throw new ObjectCacheError('OC_ERR_PIN_INVALID', `"until" is more than ${MAX_PIN_MS / 86_400_000} days ahead`);
   authorizeKeys(ctx.auth.credential, 'objectcache:PinObject', bucket, keys as string[]);
-  capacity.pin(bucket, keys as string[], until);
-  const pinned = until > Date.now();
-  const json = Buffer.from(JSON.stringify({ bucket, keys: keys.length, until: pinned ? new Date(until).toISOString() : null }));
+  // A key pins its own tenant's chunks (the administrator's, any): pins are never a way to hold
+  // another tenant's quota or budget.
+  const owner = ctx.auth.credential.access.unrestricted ? undefined : ctx.auth.credential.tenant;
+  const pinned = capacity.pin(bucket, keys as string[], until, owner);
+  const holding = until > Date.now();
+  const json = Buffer.from(JSON.stringify({ bucket, keys: keys.length, pinned, until: holding ? new Date(until).toISOString() : null }));
   ctx.res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(json.length) });
   ctx.res.end(json);
 }

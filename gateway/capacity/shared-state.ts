@@ -23,13 +23,17 @@ import type { CapacityStore } from './store.js';
 
 export type CapacityEvent =
   | { readonly t: 'put'; readonly b: string; readonly k: string; readonly s: number; readonly n: string; readonly e: string; readonly at: number }
-  | { readonly t: 'del'; readonly b: string; readonly k: string; readonly at: number }
+  | { readonly t: 'del'; readonly b: string; readonly k: string; readonly e?: string; readonly at: number }
   | { readonly t: 'acc'; readonly b: string; readonly k: string; readonly at: number }
-  | { readonly t: 'link'; readonly b: string; readonly keys: readonly string[] }
+  | { readonly t: 'link'; readonly b: string; readonly keys: readonly string[]; readonly n?: string }
   | { readonly t: 'pin'; readonly b: string; readonly k: string; readonly until: number };
 
 /** Syncs between snapshots (with the default 2 s sync, one a minute). */
 const SNAPSHOT_EVERY = 30;
+/** Events a gateway keeps for its next journal at most. */
+const MAX_PENDING_EVENTS = 200_000;
+/** The largest journal another gateway's reading takes (bigger ones are skipped with a warning). */
+const MAX_JOURNAL_BYTES = 256 * 1024 * 1024;
 /** The holder lists the budgeted buckets again this often, ms. */
 const RECONCILE_EVERY_MS = 10 * 60_000;
 const SEQ_DIGITS = 12;
@@ -58,12 +62,35 @@ interface Header {
   readonly folded: Record<string, number>;
 }
 
+const str = (v: unknown): v is string => typeof v === 'string';
+const num = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
+/** Whether a parsed line is an event of the right shape (anything else is skipped). */
+function isEvent(e: Record<string, unknown>): boolean {
+  if (!str(e['b'])) return false;
+  switch (e['t']) {
+    case 'put':
+      return str(e['k']) && num(e['s']) && str(e['n']) && str(e['e']) && num(e['at']);
+    case 'del':
+      return str(e['k']) && num(e['at']) && (e['e'] === undefined || str(e['e']));
+    case 'acc':
+      return str(e['k']) && num(e['at']);
+    case 'link':
+      return Array.isArray(e['keys']) && (e['keys'] as unknown[]).every(str) && (e['n'] === undefined || str(e['n']));
+    case 'pin':
+      return str(e['k']) && num(e['until']);
+    default:
+      return false;
+  }
+}
+
 function parseEvents(text: string): CapacityEvent[] {
   const out: CapacityEvent[] = [];
   for (const line of text.split('\n')) {
     if (line === '') continue;
     try {
-      out.push(JSON.parse(line) as CapacityEvent);
+      const parsed = JSON.parse(line) as unknown;
+      if (parsed !== null && typeof parsed === 'object' && isEvent(parsed as Record<string, unknown>)) out.push(parsed as CapacityEvent);
     } catch {
       // A torn line (a journal is written whole, so only from a damaged object): skipped.
     }
@@ -80,7 +107,7 @@ export class SharedState {
   #pending: CapacityEvent[] = [];
   /** Accesses since the last journal, latest per key (one line each, whatever the read rate). */
   #accesses = new Map<string, CapacityEvent>();
-  #links = new Set<string>();
+  #dropped = 0;
   /** The last journal applied, per gateway (this one's: the last written). */
   readonly #applied = new Map<string, number>();
   #snapshotEtag: string | undefined;
@@ -92,6 +119,7 @@ export class SharedState {
   #syncing: Promise<void> | undefined;
   #peersSeenAt = 0;
   #loaded = false;
+  #reconciling = false;
 
   constructor(options: SharedStateOptions) {
     this.#o = options;
@@ -101,7 +129,8 @@ export class SharedState {
 
   /** Whether this gateway holds the eviction lease with a sync's margin left. */
   get isLeader(): boolean {
-    return this.#leaseEtag !== undefined && this.#o.now() < this.#leaseUntil - this.#o.config.syncMs;
+    // The local deadline is on the monotonic clock: a wall-clock step cannot lengthen the lease.
+    return this.#leaseEtag !== undefined && performance.now() < this.#leaseUntil - this.#o.config.syncMs;
   }
 
   /** Whether another gateway wrote a journal within the lease's lifetime. */
@@ -110,15 +139,28 @@ export class SharedState {
   }
 
   record(event: CapacityEvent): void {
-    if (event.t === 'acc') this.#accesses.set(`${event.b}\0${event.k}`, event);
-    else this.#pending.push(event);
+    if (event.t === 'acc') {
+      const id = `${event.b}\0${event.k}`;
+      if (this.#accesses.has(id) || this.#accesses.size < MAX_PENDING_EVENTS) this.#accesses.set(id, event);
+    } else this.#push(event);
   }
 
-  recordLink(bucket: string, keys: readonly string[]): void {
-    const id = `${bucket}\0${keys.join('\0')}`;
-    if (this.#links.has(id)) return;
-    this.#links.add(id);
-    this.#pending.push({ t: 'link', b: bucket, keys: [...keys] });
+  /**
+   * Queues an event for the next journal. Past MAX_PENDING_EVENTS (a store unreachable for long)
+   * the oldest are dropped: the next holder's listing restores sizes and tenants, and what is
+   * lost is access times and chains, never an eviction decision.
+   */
+  #push(event: CapacityEvent): void {
+    if (this.#pending.length >= MAX_PENDING_EVENTS) {
+      this.#pending.shift();
+      this.#dropped++;
+    }
+    this.#pending.push(event);
+  }
+
+  /** A chain that taught the index something (ChunkIndex.link returned true). */
+  recordLink(bucket: string, keys: readonly string[], tenant: string): void {
+    this.#push({ t: 'link', b: bucket, keys: [...keys], n: tenant });
   }
 
   /**
@@ -173,9 +215,18 @@ export class SharedState {
     await this.#lease();
     this.#syncs++;
     if (this.#leaseEtag === undefined) return;
-    if (this.#o.now() - this.#lastReconcile > RECONCILE_EVERY_MS) {
+    if (this.#o.now() - this.#lastReconcile > RECONCILE_EVERY_MS && !this.#reconciling) {
+      // Beside the syncs, not in them: a long listing must not hold up the lease's renewal.
       this.#lastReconcile = this.#o.now();
-      await this.#o.reconcile();
+      this.#reconciling = true;
+      void this.#o
+        .reconcile()
+        .catch((error: unknown) => {
+          this.#o.logger.warn({ error }, 'capacity: listing the budgeted buckets failed; the next holder or period retries');
+          this.#o.onFailure('reconcile');
+          this.#lastReconcile = 0;
+        })
+        .finally(() => (this.#reconciling = false));
     }
     if (this.#syncs % SNAPSHOT_EVERY === 0) await this.#writeSnapshot();
   }
@@ -185,17 +236,28 @@ export class SharedState {
     if (events.length === 0) return;
     this.#pending = [];
     this.#accesses = new Map();
-    this.#links = new Set();
-    const seq = this.#seq + 1;
+    if (this.#dropped > 0) {
+      this.#o.logger.warn({ dropped: this.#dropped }, 'capacity: journal events were dropped while the store could not take them');
+      this.#dropped = 0;
+    }
     const body = Buffer.from(events.map((e) => JSON.stringify(e)).join('\n') + '\n');
     try {
-      const etag = await this.#o.store.put(this.#bucket, `journal/${this.id}/${String(seq).padStart(SEQ_DIGITS, '0')}`, body, { ifNoneMatch: true });
-      if (etag === undefined) throw new Error(`journal ${seq} of ${this.id} exists already`);
-      this.#seq = seq;
-      this.#applied.set(this.id, seq);
+      for (let attempt = 0; ; attempt++) {
+        const seq = this.#seq + 1;
+        const key = `journal/${this.id}/${String(seq).padStart(SEQ_DIGITS, '0')}`;
+        const etag = await this.#o.store.put(this.#bucket, key, body, { ifNoneMatch: true });
+        this.#seq = seq;
+        this.#applied.set(this.id, seq);
+        if (etag !== undefined) return;
+        // The name is taken: by this very journal (an answer lost on the way back), or by an
+        // earlier one; then the next number.
+        const there = await this.#o.store.get(this.#bucket, key);
+        if (there !== undefined && there.body.equals(body)) return;
+        if (attempt >= 3) throw new Error(`journal names of ${this.id} up to ${seq} are taken`);
+      }
     } catch (error) {
-      // Kept for the next sync rather than lost.
-      this.#pending = [...events, ...this.#pending];
+      // Kept for the next sync rather than lost (within the bound).
+      for (const event of events.reverse()) if (this.#pending.length < MAX_PENDING_EVENTS) this.#pending.unshift(event);
       throw error;
     }
   }
@@ -211,6 +273,11 @@ export class SharedState {
         if (gateway === undefined || !Number.isSafeInteger(seq)) continue;
         if (gateway === this.id && !own) continue;
         if (seq <= (this.#applied.get(gateway) ?? 0)) continue;
+        if (object.size > MAX_JOURNAL_BYTES) {
+          this.#o.logger.warn({ journal: object.key, bytes: object.size }, 'capacity: skipped a journal too large to read');
+          this.#applied.set(gateway, seq);
+          continue;
+        }
         const got = await this.#o.store.get(this.#bucket, object.key);
         if (got === undefined) continue; // folded and deleted meanwhile: the next snapshot has it
         for (const event of parseEvents(got.body.toString('utf8'))) this.#o.apply(event);
@@ -246,12 +313,13 @@ export class SharedState {
 
   async #lease(): Promise<void> {
     const now = this.#o.now();
+    const started = performance.now();
     const body = (): Buffer => Buffer.from(JSON.stringify({ holder: this.id, expires: this.#o.now() + this.#o.config.leaseMs }));
     if (this.#leaseEtag !== undefined) {
       const etag = await this.#o.store.put(this.#bucket, 'lease', body(), { ifMatch: this.#leaseEtag });
       if (etag !== undefined) {
         this.#leaseEtag = etag;
-        this.#leaseUntil = now + this.#o.config.leaseMs;
+        this.#leaseUntil = started + this.#o.config.leaseMs;
         return;
       }
       this.#o.logger.warn({ gateway: this.id }, 'capacity: lost the eviction lease (another gateway took it); eviction stops here');
@@ -272,7 +340,7 @@ export class SharedState {
     }
     if (etag === undefined) return; // another gateway took it first
     this.#leaseEtag = etag;
-    this.#leaseUntil = now + this.#o.config.leaseMs;
+    this.#leaseUntil = started + this.#o.config.leaseMs;
     this.#lastReconcile = 0; // a new holder first makes the index agree with the store
     this.#o.logger.info({ gateway: this.id }, 'capacity: holding the eviction lease');
   }

@@ -27,7 +27,7 @@ export interface ListedObject {
 export interface CapacityStore {
   /** Creates the bucket when it does not exist. */
   ensureBucket(bucket: string): Promise<void>;
-  /** One page of keys under `prefix`, after `after`, in key order. */
+  /** One page of keys under `prefix`, after `after`, in key order (none while the bucket does not exist). */
   list(bucket: string, prefix: string, after: string | undefined): Promise<{ objects: ListedObject[]; truncated: boolean }>;
   /** An object's bytes and ETag, or undefined when it does not exist. */
   get(bucket: string, key: string): Promise<{ body: Buffer; etag: string } | undefined>;
@@ -62,6 +62,7 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
       if (!store.hasBucket(bucket)) await store.createBucket(bucket);
     },
     async list(bucket, prefix, after) {
+      if (!store.hasBucket(bucket)) return { objects: [], truncated: false };
       const page = store.list(bucket, { prefix, delimiter: '', after, maxKeys: 1000 });
       return { objects: page.contents.map((m) => ({ key: m.key, size: m.size, etag: quoted(m.etag), lastModified: m.lastModified })), truncated: page.isTruncated };
     },
@@ -139,6 +140,7 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       if (after !== undefined) query.push(['start-after', after]);
       const res = await backend.request({ method: 'GET', path: path(bucket), query });
       const text = await res.body.text();
+      if (res.statusCode === 404) return { objects: [], truncated: false };
       if (res.statusCode !== 200) throw fail(`ListObjectsV2 ${bucket}`, res.statusCode);
       const parsed = listParser.parse(text) as { ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string } };
       const result = parsed.ListBucketResult ?? {};

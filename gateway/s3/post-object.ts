@@ -92,6 +92,11 @@ export interface PostObjectDeps {
   /** Counts the request against the key that signed the form (gateway/key-limits.ts); throws past its share. */
   readonly admit: (credential: ClientCredential) => void;
   readonly now: () => number;
+  /**
+   * Called once the form is authorized, before the store is written (capacity management: it may
+   * set metadata and refuse the write); what it returns is called with whether the store took it.
+   */
+  readonly storing?: (credential: ClientCredential, key: string, userMeta: Record<string, string>) => Promise<(stored: boolean) => void>;
 }
 
 export async function servePostObject(req: IncomingMessage, res: ServerResponse, target: S3Target, deps: PostObjectDeps): Promise<void> {
@@ -196,13 +201,21 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     const userMeta: Record<string, string> = {};
     for (const [name, value] of fields) if (name.startsWith('x-amz-meta-')) userMeta[name.slice('x-amz-meta-'.length)] = value;
     const contentType = fields.get('content-type') ?? 'binary/octet-stream';
-    // What S3 refuses at the upload (metadata over 2 KB, CR/LF in a value, a name that is no
-    // header token) is refused here too, before a byte is stored; stored fields go back out as
-    // headers, so they are ASCII like every header the gateway takes.
-    checkStoredMetadata({ 'content-type': contentType, ...headers }, userMeta);
+    const finish = (await deps.storing?.(credential, key, userMeta)) ?? (() => {});
     const limited = Readable.from(limitSize(stream as AsyncIterable<Buffer>, limits.minBytes, Math.min(limits.maxBytes, deps.maxObjectBytes)), { objectMode: false });
     ignoreErrors(limited);
-    const etag = await deps.sink(target.bucket, key, limited, { contentType, headers, userMeta });
+    let etag: string;
+    try {
+      // What S3 refuses at the upload (metadata over 2 KB, CR/LF in a value, a name that is no
+      // header token) is refused here too, before a byte is stored; stored fields go back out as
+      // headers, so they are ASCII like every header the gateway takes.
+      checkStoredMetadata({ 'content-type': contentType, ...headers }, userMeta);
+      etag = await deps.sink(target.bucket, key, limited, { contentType, headers, userMeta });
+    } catch (error) {
+      finish(false);
+      throw error;
+    }
+    finish(true);
     return { key, etag };
   }
 

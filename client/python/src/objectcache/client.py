@@ -9,6 +9,7 @@ a keep-alive connection the gateway closed meanwhile is replaced once, transpare
 from __future__ import annotations
 
 import base64
+import datetime
 import http.client
 import json
 import struct
@@ -369,6 +370,18 @@ class ObjectCacheClient:
         body = json.dumps(document).encode("utf-8")
         answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"})
         return int(json.loads(answer)["matched"])
+
+    def pin(self, keys: Sequence[str], until: Optional[datetime.datetime]) -> Optional[datetime.datetime]:
+        """Retains ``keys`` of a budgeted bucket until ``until`` (an aware datetime): eviction never
+        takes them before then; ``None`` removes their pins. Needs ``objectcache:PinObject`` on each
+        key. Returns the time the pins hold until, or None."""
+        if until is not None and until.tzinfo is None:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "until must be an aware datetime (with a time zone)")
+        stamp = None if until is None else until.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+        body = json.dumps({"keys": list(keys), "until": stamp}).encode("utf-8")
+        answer = json.loads(self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-pin=", body, {"Content-Type": "application/json"}))
+        held = answer.get("until")
+        return None if held is None else datetime.datetime.fromisoformat(str(held).replace("Z", "+00:00"))
 
     # -- the layerwise GET -------------------------------------------------------------------
 

@@ -1,0 +1,82 @@
+"""A budgeted bucket behind LMCache's engine and the ObjectCache plugin, on both backends: writes
+past the budget keep the prefix the engines read and trim the coldest one from its tail; after
+the eviction LMCache's lookup reports the shorter prefix and its retrieve is a partial hit,
+bit-identical for what is left (docs/capacity.md)."""
+import json
+import time
+import urllib.request
+from typing import Any, Iterator, Tuple
+
+import pytest
+import torch
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, start_stack, uid
+
+import harness
+from objectcache import ObjectCacheClient
+
+L, KV_HEADS, HEAD_DIM, CHUNK_TOKENS = 30, 3, 64, 256
+CHUNK_BYTES = 2 * L * CHUNK_TOKENS * KV_HEADS * HEAD_DIM * 2  # bf16
+BUDGET_CHUNKS = 11  # trimmed from 95% (10.45 chunks) to 85% (9.35)
+
+
+@pytest.fixture(params=["local", "s3"])
+def budgeted(request: pytest.FixtureRequest) -> Iterator[Tuple[Stack, str]]:
+    bucket = uid("cap").replace("_", "-")
+    stack = start_stack(["--budget", f"{bucket}={BUDGET_CHUNKS * CHUNK_BYTES}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"], backend=request.param)
+    try:
+        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+            c.ensure_bucket()
+        yield stack, bucket
+    finally:
+        stack.stop()
+
+
+def engine(name: str, stack: Stack, bucket: str) -> Any:
+    return harness.lmcache_engine(name, layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=torch.bfloat16, **harness.plugin_config(stack.gateway_url, bucket, CLIENT_KEY, CLIENT_SECRET))
+
+
+def capacity(stack: Stack) -> Any:
+    return json.loads(urllib.request.urlopen(f"{stack.admin_url}/capacity", timeout=10).read())
+
+
+def test_the_budget_keeps_the_hot_prefix_and_trims_the_cold_one_from_its_tail(budgeted: Tuple[Stack, str]) -> None:
+    stack, bucket = budgeted
+    generator = torch.Generator().manual_seed(33)
+    prefixes = [torch.arange(base, base + 4 * CHUNK_TOKENS) for base in (10_000, 20_000, 30_000)]
+    kvs = [torch.randn(2, L, 4 * CHUNK_TOKENS, KV_HEADS * HEAD_DIM, generator=generator).to(torch.bfloat16) for _ in prefixes]
+    full = 4 * CHUNK_TOKENS
+    writer = engine("capacity-writer", stack, bucket)
+    try:
+        harness.store_and_wait(writer, prefixes[0], kvs[0], full)
+        time.sleep(0.01)
+        harness.store_and_wait(writer, prefixes[1], kvs[1], full)
+        time.sleep(0.01)
+        # Another engine reads the first prefix (one descriptor GET): now it is the hot one.
+        reader = engine("capacity-reader", stack, bucket)
+        try:
+            out = torch.zeros_like(kvs[0])
+            assert int(reader.retrieve(prefixes[0], kvcaches=out).sum()) == full
+        finally:
+            harness.destroy_engine("capacity-reader")
+        time.sleep(0.01)
+        harness.store_and_wait(writer, prefixes[2], kvs[2], full)  # 12 chunks: past the budget
+    finally:
+        harness.destroy_engine("capacity-writer")
+
+    deadline = time.monotonic() + 30
+    while capacity(stack)["buckets"][0]["bytes"] > 0.85 * BUDGET_CHUNKS * CHUNK_BYTES:
+        assert time.monotonic() < deadline, capacity(stack)
+        time.sleep(0.05)
+    fresh = engine("capacity-fresh", stack, bucket)
+    try:
+        assert fresh.lookup(prefixes[0]) == full  # read: kept
+        assert fresh.lookup(prefixes[2]) == full  # newest: kept
+        assert fresh.lookup(prefixes[1]) == CHUNK_TOKENS  # the cold one lost its last three chunks
+        # A partial hit: the chunk left is loaded, bit-identical; LMCache recomputes the rest.
+        out = torch.zeros_like(kvs[1])
+        mask = fresh.retrieve(prefixes[1], kvcaches=out)
+        assert int(mask.sum()) == CHUNK_TOKENS and bool(mask[:CHUNK_TOKENS].all())
+        assert torch.equal(out[:, :, :CHUNK_TOKENS], kvs[1][:, :, :CHUNK_TOKENS])
+    finally:
+        harness.destroy_engine("capacity-fresh")
+    assert stack.metric("objectcache_evictions_total") == 3
