@@ -11,6 +11,8 @@
  *   npm run bench:memory [-- --concurrency 1,4,16] [-- --gateway-args "--read-ahead-bytes 268435456"]
  *   [-- --compare-cli OTHER/dist/cli/main.js]  (another build's gateway, run at every level too:
  *   before and after a change, in one run)  [-- --minio-args="--send-buf-size 262144"]
+ *   [-- --compare-gateway-args="--budget memory-bench=1TiB"]  (this build again with other
+ *   settings, at every level: a feature on and off, in one run)
  *
  * Also reports every process's CPU-seconds per GiB delivered (gateway, MinIO, and this load
  * generator as `client`).
@@ -37,10 +39,15 @@ const MiB = 1024 * 1024;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'minio-args': { type: 'string', default: '' } } });
-  const builds: { name: string; cli: string | undefined }[] = [{ name: 'this build', cli: undefined }, ...(values['compare-cli'] ? [{ name: values['compare-cli'], cli: values['compare-cli'] }] : [])];
-  const levels = (values.concurrency ?? '1,4,16').split(',').map(Number);
+  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' } } });
   const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((a) => a !== '');
+  const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
+  const builds: { name: string; cli: string | undefined; args: string[] }[] = [
+    { name: 'this build', cli: undefined, args: gatewayArgs },
+    ...(values['compare-cli'] ? [{ name: values['compare-cli'], cli: values['compare-cli'], args: gatewayArgs }] : []),
+    ...(compareArgs ? [{ name: `this build ${compareArgs.join(' ')}`, cli: undefined, args: [...gatewayArgs, ...compareArgs] }] : []),
+  ];
+  const levels = (values.concurrency ?? '1,4,16').split(',').map(Number);
   const minioArgs = (values['minio-args'] ?? '').split(' ').filter((a) => a !== '');
   const G = Number(values.G);
   const N = Math.floor((16384 * 0.875) / G);
@@ -62,7 +69,7 @@ async function main(): Promise<void> {
     for (const C of levels) for (const build of builds) {
       // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
       // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
-      const gateway = await startGatewayProcess({ minio, args: gatewayArgs, cli: build.cli });
+      const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli });
       const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
       try {
         await client.fetch(warmUp, { transport: 'post' });
