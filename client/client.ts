@@ -20,6 +20,7 @@ import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
 import type { EndSummary } from '../schemas/frames.js';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
+import { AFTER_META, MAX_AFTER_KEY } from '../schemas/chain.js';
 import type { Layout } from '../schemas/layouts.js';
 import { FrameDecoder } from './frame-decoder.js';
 import { toCanonical } from './kv-layout.js';
@@ -45,6 +46,11 @@ export interface PutChunksOptions {
   readonly concurrency?: number;
   /** The stored layout of the objects; when given, per-layer checksums are recorded. */
   readonly layout?: { readonly layout: Layout; readonly layers: number; readonly layerBytes: number };
+  /**
+   * The keys are one prefix in order (default true): each chunk records the one before it
+   * (`objectcache-after`), so a budgeted bucket trims the prefix from its tail.
+   */
+  readonly chain?: boolean;
 }
 
 export interface FetchOptions {
@@ -218,6 +224,9 @@ export class ObjectCacheClient {
           if (object.byteLength !== geometry.layers * geometry.layerBytes) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `chunk ${i} has ${object.byteLength} bytes, not layers x layerBytes`);
           metadata[LAYER_CRC_META] = encodeLayerCrcs(layerCrcs(toCanonical(object, geometry.layout, geometry.layers, geometry.layerBytes), geometry.layers, geometry.layerBytes));
         }
+        const after = i > 0 && options.chain !== false ? (keys[i - 1] as string) : undefined;
+        // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
+        if (after !== undefined && after.length <= MAX_AFTER_KEY && /^[\x20-\x7e]*$/.test(after)) metadata[AFTER_META] = after;
         await this.#failover((e) => e.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata })));
       }
     };

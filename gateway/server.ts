@@ -34,6 +34,8 @@ import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
 import { Capacity } from './capacity/capacity.js';
+import { AFTER_META } from '../schemas/chain.js';
+import { objectKeyProblem } from '../schemas/object-key.js';
 import { servePin } from './capacity/pin-request.js';
 
 export interface GatewayDependencies {
@@ -190,13 +192,20 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     // Only the gateway names an object's tenant: a client's own value is dropped on every write.
     delete ctx.req.headers[TENANT_META];
     if (op === 'PutObject' || op === 'CopyObject' || op === 'UploadPart' || op === 'UploadPartCopy') {
-      const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, await writeSize(ctx));
+      const bytes = await writeSize(ctx);
+      const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes);
       const replaces = op === 'PutObject' || (op === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
       if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
-      let stored = false;
+      let stored: boolean | { size: number; etag: string } = false;
       try {
         await backend.serveS3(ctx);
-        stored = ctx.res.statusCode === 200 && (op === 'PutObject' || op === 'CopyObject');
+        const etag = ctx.res.getHeader('etag');
+        // A PUT's body was checked against the length it declared (gateway/body/upload-body.ts), so
+        // that, and the store's answer, are what it holds; a copy's size is asked of the store.
+        if (ctx.res.statusCode === 200) stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag } : op === 'CopyObject';
+        // The writer's word on the chunk before it (schemas/chain.ts), taken for its own chunk.
+        const after = op === 'PutObject' ? headerOf(ctx.req, `x-amz-meta-${AFTER_META}`) : undefined;
+        if (stored !== false && after !== undefined && objectKeyProblem(after) === undefined) budgeted.link(bucket, [after, key], ctx.tenant);
       } finally {
         finish(stored);
       }

@@ -109,6 +109,29 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     s3.destroy();
   });
 
+  it("learns a prefix's chain from its writes alone, and trims it from its tail", async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted(backend, bucket, 16);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const write = async (name: string, n: number): Promise<string[]> => {
+      const keys = Array.from({ length: n }, (_, i) => `${name}/${String(i).padStart(3, '0')}`);
+      await client.putChunks(keys, keys.map(() => randomBytes(CHUNK)), { concurrency: 1 }); // no lookup first
+      await pause(5);
+      return keys;
+    };
+    const a = await write('a', 8);
+    await write('b', 8); // 16 chunks: past 95%, trimmed to 85%
+    await until('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    expect(gw.gateway.capacity?.chunk(bucket, a[1] as string)?.pred).toBe(a[0]);
+    const s3 = sdkClient(gw.url);
+    // The oldest prefix lost its tail; its head, written first of all, is there.
+    expect(await present(s3, bucket, a)).toBe(5);
+    const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: a[1] }));
+    expect(head.Metadata?.['objectcache-after']).toBe(a[0]);
+    s3.destroy();
+  });
+
   it('never evicts pinned chunks before their time', async () => {
     const bucket = uniqueBucket('cap');
     const gw = await budgeted(backend, bucket, 16);

@@ -12,6 +12,7 @@
  * (`deleted`); a pin (`pin`).
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
+import { AFTER_META } from '../../schemas/chain.js';
 import type { CapacityConfig } from '../config.js';
 import type { Logger } from '../logger.js';
 import { ChunkIndex, type Chunk } from './chunk-index.js';
@@ -177,12 +178,12 @@ export class Capacity {
    * A write of `bytes` by `tenant` about to go to the store. Within its quota it passes; past
    * it, the tenant's own coldest chunks are evicted first; when not enough of its own can go, it
    * is refused (QuotaExceeded). A write of a chunk being deleted waits for the delete, so the
-   * delete can never take the new version. Returns what the caller calls when the write is over,
-   * with whether the store took it: the object's size and ETag are then asked of the store (never
-   * taken from what the client declared), and the bytes stay reserved against the quota until
-   * they are known.
+   * delete can never take the new version. Returns what the caller calls when the write is over:
+   * with the size and ETag stored when the gateway knows them (a PUT whose body it checked
+   * against its length, and the store's answer), with true when the store is to be asked (a
+   * copy), with false when nothing was stored. The bytes stay reserved until they are known.
    */
-  async admitWrite(bucket: string, key: string, tenant: string, bytes: number): Promise<(succeeded: boolean) => void> {
+  async admitWrite(bucket: string, key: string, tenant: string, bytes: number): Promise<(stored: boolean | { readonly size: number; readonly etag: string }) => void> {
     if (!this.#indexes.has(bucket)) return () => {};
     const s = slot(bucket, key);
     const quota = this.#config.quotas.get(tenant);
@@ -210,12 +211,17 @@ export class Capacity {
       throw error;
     }
     let done = false;
-    return (succeeded) => {
+    return (stored) => {
       if (done) return;
       done = true;
       unregister();
-      if (!succeeded) return unreserve();
-      void this.#learnWrite(bucket, key, tenant).finally(unreserve);
+      if (stored === false) return unreserve();
+      if (stored === true) {
+        void this.#learnWrite(bucket, key, tenant).finally(unreserve);
+        return;
+      }
+      this.#record(bucket, key, tenant, stored.size, stored.etag);
+      unreserve();
     };
   }
 
@@ -619,9 +625,12 @@ export class Capacity {
           const head = await this.#store.head(bucket, object.key);
           if (!head) continue;
           const tenant = head.meta['objectcache-tenant'] ?? known?.tenant ?? '';
-          const facts = { size: head.size, tenant, etag: head.etag, at: object.lastModified, lastAccess: known?.lastAccess ?? object.lastModified };
+          // The chain the writer recorded with the object (schemas/chain.ts), when the journals lost it.
+          const after = head.meta[AFTER_META];
+          const facts = { size: head.size, tenant, etag: head.etag, at: object.lastModified, lastAccess: known?.lastAccess ?? object.lastModified, ...(after !== undefined && after !== object.key ? { pred: after } : {}) };
           index.put(object.key, facts);
           this.#shared.record({ t: 'put', b: bucket, k: object.key, s: head.size, n: tenant, e: head.etag, at: object.lastModified });
+          if (facts.pred !== undefined) this.#shared.record({ t: 'link', b: bucket, keys: [facts.pred, object.key], n: tenant });
         }
         after = page.objects.at(-1)?.key;
         if (!page.truncated || after === undefined) break;

@@ -41,6 +41,12 @@ MAX_RETRY_AFTER_S = 30.0
 Buffer = Union[bytearray, memoryview, Any]
 
 
+#: The object metadata naming the chunk before a chunk in its prefix (capacity management's chains).
+AFTER_META = "objectcache-after"
+#: Longer keys are not recorded (S3 allows 2 KB of metadata in all, per-layer CRC-32Cs included).
+MAX_AFTER_KEY = 512
+
+
 @dataclass
 class FetchResult:
     #: The buffer the layers landed in (the caller's, or a new bytearray).
@@ -264,10 +270,12 @@ class ObjectCacheClient:
             if error.details.get("S3Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise
 
-    def put_chunk(self, key: str, data: Buffer, *, layout: Optional[Tuple[str, int, int]] = None, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None) -> None:
+    def put_chunk(self, key: str, data: Buffer, *, layout: Optional[Tuple[str, int, int]] = None, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None, after: Optional[str] = None) -> None:
         """Writes one chunk object (already in its stored layout). With
         ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the object's
-        metadata, so the gateway verifies each slice it serves (up to 256 layers).
+        metadata, so the gateway verifies each slice it serves (up to 256 layers). ``after`` names
+        the chunk before it in its prefix (recorded with the object, ``objectcache-after``): a
+        budgeted bucket then never evicts that one first (docs/capacity.md).
 
         With ``codec`` (a name of :mod:`objectcache.codecs` other than ``none``; needs ``layout``,
         ``chunk_tokens`` and the KV ``dtype``) the chunk is stored encoded: each layer's slice (in
@@ -276,6 +284,8 @@ class ObjectCacheClient:
         with a descriptor that names the codec (``descriptor(..., codecs=[codec], layout="KV_L2TD")``)."""
         body = data if isinstance(data, bytes) else memoryview(data).tobytes()
         headers = {"Content-Type": "application/octet-stream"}
+        if after is not None and after.isascii() and len(after) <= MAX_AFTER_KEY:
+            headers[f"x-amz-meta-{AFTER_META}"] = after
         if codec is not None and codec != "none":
             if layout is None or chunk_tokens is None or dtype is None:
                 raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "an encoded chunk needs layout=(layout, layers, layer_bytes), chunk_tokens and dtype")
@@ -297,13 +307,15 @@ class ObjectCacheClient:
             headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs(layer_crcs(to_canonical(body, name, layers, layer_bytes), layers, layer_bytes))
         self._call("PUT", self._object_path(key), body, headers)
 
-    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None) -> None:
+    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None, chain: bool = True) -> None:
         """Writes chunk objects (each already in its stored layout), ``concurrency`` at a time,
-        each as :meth:`put_chunk` does (encoded with ``codec`` when given)."""
+        each as :meth:`put_chunk` does (encoded with ``codec`` when given). With ``chain`` (the
+        default) the keys are one prefix in order: each chunk records the one before it."""
         if len(keys) != len(objects):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "put_chunks needs one object per key")
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(keys)))) as pool:
-            for _ in pool.map(lambda i: self.put_chunk(keys[i], objects[i], layout=layout, codec=codec, chunk_tokens=chunk_tokens, dtype=dtype), range(len(keys))):
+            put = lambda i: self.put_chunk(keys[i], objects[i], layout=layout, codec=codec, chunk_tokens=chunk_tokens, dtype=dtype, after=keys[i - 1] if chain and i > 0 else None)  # noqa: E731
+            for _ in pool.map(put, range(len(keys))):
                 pass
 
     def get_object(self, key: str, into: Optional[Buffer] = None) -> Any:

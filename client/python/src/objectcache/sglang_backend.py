@@ -362,18 +362,20 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _put(self, key: str, body: bytes) -> bool:
+    def _put(self, key: str, body: bytes, after: Optional[str] = None) -> bool:
         form = self._page_form()
         try:
-            self.client.put_chunk(self.object_name(key), body, layout=(form.layout, form.layers, form.layer_bytes))
+            self.client.put_chunk(self.object_name(key), body, layout=(form.layout, form.layers, form.layer_bytes), after=None if after is None else self.object_name(after))
             return True
         except Exception as error:
             self._miss("put", error, 1)
             return False
 
     def _put_all(self, keys: Sequence[str], bodies: Callable[[int], bytes]) -> List[bool]:
-        """One PUT per page, ``put_concurrency`` at a time; each body is gathered in its own task."""
-        return list(self._puts.map(lambda i: self._put(keys[i], bodies(i)), range(len(keys))))
+        """One PUT per page, ``put_concurrency`` at a time; each body is gathered in its own task.
+        A batch's pages are one sequence in order: each records the page before it (a budgeted
+        bucket trims a sequence from its tail)."""
+        return list(self._puts.map(lambda i: self._put(keys[i], bodies(i), keys[i - 1] if i > 0 else None), range(len(keys))))
 
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         """Writes the pages at ``host_indices`` (page_size per key), one object each."""

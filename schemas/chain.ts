@@ -1,0 +1,12 @@
+/**
+ * A chunk's place in its prefix, recorded with the object by the writer: the user metadata
+ * `objectcache-after` names the chunk before it. The gateway's capacity management reads it on
+ * the write and again when it lists a bucket (gateway/capacity/), so a budgeted bucket knows the
+ * chains of chunks written without a lookup first, and after its journals are lost.
+ */
+
+/** The metadata name (without `x-amz-meta-`). */
+export const AFTER_META = 'objectcache-after';
+
+/** Longer keys are not recorded: S3 allows 2 KB of user metadata in all (per-layer CRC-32Cs too). */
+export const MAX_AFTER_KEY = 512;
