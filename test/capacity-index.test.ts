@@ -59,6 +59,15 @@ describe('ChunkIndex', () => {
     expect(order(index)).toEqual(['c1:dead', 'c2:dead', 'cold:lru']);
   });
 
+  it('does not count a chunk as dead while its predecessor may still be on its way', () => {
+    const index = new ChunkIndex();
+    index.link(['w0', 'w1', 'w2'], 'a');
+    store(index, ['w2'], 1_000); // written in parallel: w0 and w1 not stored yet
+    store(index, ['older'], 10);
+    expect(order(index, { deadIfWrittenBefore: 1_000 })).toEqual(['older:lru']);
+    expect(order(index, { deadIfWrittenBefore: 2_000 })).toEqual(['w2:dead', 'older:lru']);
+  });
+
   it('remembers a chain looked up before it was stored', () => {
     const index = new ChunkIndex();
     index.link(['k0', 'k1'], 'a'); // the engine's lookup misses, then it stores

@@ -34,6 +34,8 @@ const MAX_QUOTA_VICTIMS = 256;
 const TRIM_INTERVAL_MS = 250;
 /** How often the leader looks for idle chunks (a walk of the whole index), ms. */
 const IDLE_SCAN_MS = 30_000;
+/** A chunk whose predecessor is missing counts as dead only once it is this old, ms (its prefix may be mid-write). */
+const DEAD_AFTER_MS = 30_000;
 /** The longest a pin may hold. */
 export const MAX_PIN_MS = 366 * 86_400_000;
 
@@ -323,7 +325,7 @@ export class Capacity {
     const index = this.#indexes.get(bucket);
     if (!index) return [];
     const out: ColdPrefix[] = [];
-    for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, this.#now()) })) {
+    for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, this.#now()), deadIfWrittenBefore: this.#now() - DEAD_AFTER_MS })) {
       out.push({ tail: chunk.key, depth: index.depth(chunk), bytes: chunk.size, lastAccess: chunk.lastAccess, reason });
       if (out.length >= count) break;
     }
@@ -389,7 +391,7 @@ export class Capacity {
         const idleBefore = idleScan && this.#config.idleMs !== undefined ? now - this.#config.idleMs : undefined;
         const victims: { chunk: Chunk; cause: EvictionCause }[] = [];
         let free = usage();
-        for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, now) })) {
+        for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
           if (victims.length >= this.#config.evictPerSecond) break;
           const idle = idleBefore !== undefined && chunk.lastAccess < idleBefore;
           if (trim && free > target) {
@@ -490,7 +492,7 @@ export class Capacity {
     const candidates: { bucket: string; chunk: Chunk; dead: boolean }[] = [];
     for (const [bucket, index] of this.#indexes) {
       let found = 0;
-      for (const { chunk, reason } of index.evictionOrder({ tenant, evictable: (c) => this.#evictable(bucket, c, now) })) {
+      for (const { chunk, reason } of index.evictionOrder({ tenant, evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
         candidates.push({ bucket, chunk, dead: reason === 'dead' });
         found += chunk.size;
         if (found >= over) break;

@@ -191,10 +191,11 @@ export class ChunkIndex {
    * access, deepest first among equals, each chunk's predecessor becoming a leaf once everything
    * after it has been yielded. `evictable` skips (and so protects the prefix of) what cannot go
    * now; `tenant` limits the order to one tenant's chunks (a chunk followed by another tenant's
-   * is no leaf of its). Lazy: the caller stops when it has freed enough; chunks yielded are
+   * is no leaf of its); a chunk with a missing predecessor counts as dead only when written
+   * before `deadIfWrittenBefore` (its predecessor may still be on its way). Lazy: the caller stops when it has freed enough; chunks yielded are
    * counted as gone for the rest of the walk, not removed from the index.
    */
-  *evictionOrder(options: { evictable?: (chunk: Chunk) => boolean; tenant?: string } = {}): Generator<Candidate> {
+  *evictionOrder(options: { evictable?: (chunk: Chunk) => boolean; tenant?: string; deadIfWrittenBefore?: number } = {}): Generator<Candidate> {
     const evictable = options.evictable ?? (() => true);
     const mine = (chunk: Chunk): boolean => options.tenant === undefined || chunk.tenant === options.tenant;
     const live = this.liveness(new Map());
@@ -221,6 +222,9 @@ export class ChunkIndex {
     dead.sort((a, b) => a.lastAccess - b.lastAccess);
     const gone = new Set<string>();
     for (const chunk of dead) {
+      // A chunk written just now whose predecessor is missing may be one of a prefix written in
+      // parallel, its predecessor still on the way: not dead yet (and no leaf either).
+      if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) continue;
       if (!evictable(chunk)) continue;
       gone.add(chunk.key);
       yield { chunk, reason: 'dead' };
