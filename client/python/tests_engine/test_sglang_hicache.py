@@ -9,6 +9,7 @@ descriptor GET, and a missing, foreign or unreachable page is a failure value, n
 The comparison test runs SGLang's own S3 backend (``seaweedfs``: boto3, one object per page)
 on the same pages, through the gateway and (on the s3 stack) against MinIO directly."""
 import json
+import os
 import time
 from typing import Any, Dict, List, Tuple
 
@@ -114,8 +115,10 @@ def storage_config(is_page_first: bool, extra: Dict[str, Any]) -> HiCacheStorage
 def ours(stack: Stack, bucket: str, pool: Any, endpoint: str = "", **settings: Any) -> Any:
     """The backend as SGLang builds it from ``--hicache-storage-backend dynamic`` and
     docs/engines.md's extra configuration (``settings`` added or replaced)."""
-    values = {"endpoint": endpoint or stack.gateway_url, "bucket": bucket, "access_key": CLIENT_KEY, "secret_key": CLIENT_SECRET}
+    values = {"endpoint": endpoint or stack.gateway_url, "bucket": bucket}
     extra = {**json.loads(filled("SGLang HiCache", "json", values)), **settings}
+    # The key pair from the environment, as docs/engines.md says (SGLang logs the extra config).
+    os.environ["OBJECTCACHE_ACCESS_KEY"], os.environ["OBJECTCACHE_SECRET_KEY"] = CLIENT_KEY, CLIENT_SECRET
     backend = sglang_storage.StorageBackendFactory.create_backend("dynamic", storage_config(pool.layout != "layer_first", extra), pool)
     backend.register_mem_pool_host(pool)
     return backend

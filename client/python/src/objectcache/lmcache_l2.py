@@ -294,6 +294,8 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
     def _put(self, task: _StoreTask, key: ObjectKey, obj: MemoryObj) -> None:
         size = 0
         try:
+            if self._closed:
+                raise ObjectCacheError("OC_ERR_CANCELLED", "the adapter is closed")
             chunk = ChunkLayout.of_object(obj)
             body = memoryview(obj.byte_array).cast("B")[:chunk.size]
             self.client.put_chunk(object_name(key, chunk.dtype, self.key_prefix), body, layout=(chunk.layout, chunk.layers, chunk.layer_bytes))
@@ -315,11 +317,15 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
             self._finish_store(task, ok=task.ok)
 
     def _finish_store(self, task: _StoreTask, ok: bool) -> None:
-        if task.stored:
-            self._notify_keys_stored([k for k, _ in task.stored], [s for _, s in task.stored])
-        with self._lock:
-            self._stores[task.task_id] = L2StoreResult(ok, sum(s for _, s in task.stored))
-        self._signal(self._store_efd)
+        try:
+            if task.stored:
+                self._notify_keys_stored([k for k, _ in task.stored], [s for _, s in task.stored])
+        except Exception as error:  # a listener's failure must not leave the task unfinished
+            logger.warning("ObjectCache: notifying LMCache of stored keys failed: %s", error)
+        finally:
+            with self._lock:
+                self._stores[task.task_id] = L2StoreResult(ok, sum(s for _, s in task.stored))
+            self._signal(self._store_efd)
 
     def pop_completed_store_tasks(self) -> Dict[L2TaskId, L2StoreResult]:
         with self._lock:
@@ -369,21 +375,28 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
 
     def _load(self, task_id: L2TaskId, keys: List[ObjectKey], objects: List[MemoryObj]) -> None:
         loaded = Bitmap(len(keys))
-        accessed: List[ObjectKey] = []
-        runs: Dict[ChunkLayout, List[int]] = {}
-        for index, obj in enumerate(objects):
-            runs.setdefault(ChunkLayout.of_object(obj), []).append(index)
-        for chunk, indices in runs.items():
-            if self._closed:
-                break
-            got = self._fetch(chunk, [keys[i] for i in indices], [objects[i] for i in indices])
-            loaded.batched_set(indices[:got])
-            accessed.extend(keys[i] for i in indices[:got])
-        if accessed:
-            self._notify_keys_accessed(accessed)
-        with self._lock:
-            self._loads[task_id] = loaded
-        self._signal(self._load_efd)
+        try:
+            accessed: List[ObjectKey] = []
+            runs: Dict[ChunkLayout, List[int]] = {}
+            for index, obj in enumerate(objects):
+                runs.setdefault(ChunkLayout.of_object(obj), []).append(index)
+            for chunk, indices in runs.items():
+                if self._closed:
+                    break
+                got = self._fetch(chunk, [keys[i] for i in indices], [objects[i] for i in indices])
+                loaded.batched_set(indices[:got])
+                accessed.extend(keys[i] for i in indices[:got])
+            if accessed:
+                self._notify_keys_accessed(accessed)
+        except Exception as error:
+            # Whatever failed, the task ends (as a miss: nothing counts as loaded) and LMCache
+            # hears of it; a task that never signals would hold its buffers for good.
+            self._miss("get", error, len(keys))
+            loaded = Bitmap(len(keys))
+        finally:
+            with self._lock:
+                self._loads[task_id] = loaded
+            self._signal(self._load_efd)
 
     def _fetch(self, chunk: ChunkLayout, keys: List[ObjectKey], objects: List[MemoryObj]) -> int:
         """How many leading ``objects`` one descriptor GET filled (0 on failure: LMCache then drops
@@ -397,8 +410,9 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
                 return len(names)
             except Exception as error:
                 missing = error.details.get("ChunkIndex") if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else None
-                if attempt == 0 and missing is not None and 0 < int(missing) < len(names):
-                    names = names[:int(missing)]
+                shorter = int(missing) if isinstance(missing, (int, str)) and str(missing).isdigit() else 0
+                if attempt == 0 and 0 < shorter < len(names):
+                    names = names[:shorter]
                     continue
                 self._miss("get", error, len(names))
                 return 0
@@ -457,7 +471,8 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         """Lets the requests under way finish (each bounded by ``timeout_s``), then closes the
         client and the event fds; tasks submitted later complete at once as misses."""
         self._closed = True
-        self._writes.shutdown(wait=True)
+        # Queued PUTs are not sent (each would wait out timeout_s with the gateway down).
+        self._writes.shutdown(wait=True, cancel_futures=True)
         self._reads.shutdown(wait=True)
         self.client.close()
         with self._lock:

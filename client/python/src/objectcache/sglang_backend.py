@@ -7,6 +7,9 @@ from configuration alone::
         "module_path": "objectcache.sglang_backend", "class_name": "ObjectCacheHiCacheStorage",
         "interface_v1": 1, "endpoint": "http://127.0.0.1:9080", "bucket": "kvcache"}'
 
+with the key pair in the server's environment (``OBJECTCACHE_ACCESS_KEY``,
+``OBJECTCACHE_SECRET_KEY``): SGLang logs the extra config at start-up.
+
 ``interface_v1: 1`` makes SGLang's cache controller call the zero-copy interface
 (``batch_get_v1`` / ``batch_set_v1`` with host-pool indices); without it the controller uses the
 older ``batch_get`` / ``batch_set`` on flat staging pages, which it then copies into the host pool
@@ -33,9 +36,10 @@ over). Which host layouts are served with no copy:
   it is contiguous; the object is stored as one slice (``layers = 1``) whose K and V halves are
   the page's two contiguous blocks in the host buffer. No copy, but chunkwise delivery only.
 - MLA ``layer_first`` and ``page_first_direct`` (one slice per layer), ``page_first`` (one slice).
-- Any other host pool or layout (``page_unified``, ``page_first_kv_split``, asymmetric K/V heads,
-  DCP shards ...): the page's flat form is fetched into a staging buffer and installed with the
-  pool's ``set_from_flat_data_page``: one copy.
+- Any other host pool or layout with a flat page form: the page's flat form is fetched into a
+  staging buffer and installed with the pool's ``set_from_flat_data_page``: one copy. A pool
+  without one (asymmetric K/V heads, MXFP8, MHA ``page_unified``, MLA ``page_first_kv_split``)
+  is refused when the backend attaches, with a message naming it.
 
 Objects are named ``<key_prefix><model>/<rank scope>/<page form>-<dtype>/<page hash>``: the rank
 scope is ``tp<rank>of<size>`` for MHA (ranks hold different heads; MLA ranks share pages), plus
@@ -118,6 +122,9 @@ def backend_settings(extra_config: Optional[Mapping[str, Any]], overrides: Optio
     for name, default in SETTINGS.items():
         value = given.get(name)
         values[name] = default if value is None else str(value)
+    if values["secret_access_key"]:
+        # SGLang logs its server arguments, this extra config with them, at start-up.
+        logger.warning("ObjectCache HiCache backend: the secret key is in the extra config, which SGLang logs at start-up; set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY in the server's environment instead")
     values["access_key_id"] = values["access_key_id"] or os.environ.get("OBJECTCACHE_ACCESS_KEY")
     values["secret_access_key"] = values["secret_access_key"] or os.environ.get("OBJECTCACHE_SECRET_KEY")
     for required in ("endpoint", "bucket", "access_key_id", "secret_access_key"):
@@ -126,11 +133,12 @@ def backend_settings(extra_config: Optional[Mapping[str, Any]], overrides: Optio
             raise ValueError(f"hicache-storage-backend-extra-config: {required} is required{hint}")
     if values["mode"] not in ("auto", "layerwise", "chunkwise"):
         raise ValueError(f"hicache-storage-backend-extra-config: mode must be auto, layerwise or chunkwise, got {values['mode']!r}")
-    for number in ("timeout_s", "retries", "put_concurrency"):
+    for number, least in (("timeout_s", 0.001), ("retries", 0.0), ("put_concurrency", 1.0)):
         try:
-            float(values[number] or "")
+            if float(values[number] or "") < least:
+                raise ValueError
         except ValueError:
-            raise ValueError(f"hicache-storage-backend-extra-config: {number} must be a number, got {values[number]!r}") from None
+            raise ValueError(f"hicache-storage-backend-extra-config: {number} must be a number of at least {least:g}, got {values[number]!r}") from None
     return values
 
 
@@ -186,7 +194,10 @@ def page_form(pool: Any) -> PageForm:
 
     T, layout = int(pool.page_size), str(pool.layout)
     kv: Any = getattr(pool, "kv_buffer", None)
-    flat_bytes = pool.get_dummy_flat_data_page().numel() * pool.dtype.itemsize
+    try:
+        flat_bytes = pool.get_dummy_flat_data_page().numel() * pool.dtype.itemsize
+    except (NotImplementedError, ValueError) as error:
+        raise ValueError(f"the ObjectCache HiCache backend cannot store pages of this host pool ({type(pool).__name__}, layout {layout}): it has no flat page form ({error})") from error
     zero_copy = isinstance(kv, torch.Tensor) and kv.is_contiguous() and kv.device.type == "cpu"
     if zero_copy and type(pool) is MHATokenToKVPoolHost and pool.head_dim == pool.v_head_dim:
         it = kv.element_size()
@@ -210,6 +221,11 @@ def page_form(pool: Any) -> PageForm:
             return PageForm("mla-ltd", "MLA", L, T * row, flat_bytes, lambda i, layer: ((i // T * s[0] + layer * s[1], T * row),))
         if layout == "page_first":  # (size, L, 1, D): token-major, one slice
             return PageForm("mla-tld", "MLA", 1, T * L * row, flat_bytes, lambda i, layer: ((i * s[0], T * L * row),))
+    # Anything else goes through the pool's own flat pages, if it has them for this layout.
+    try:
+        pool.get_data_page(0, flat=True)
+    except (NotImplementedError, ValueError) as error:
+        raise ValueError(f"the ObjectCache HiCache backend cannot store pages of this host pool ({type(pool).__name__}, layout {layout}): {error}") from error
     return PageForm(f"flat-{type(pool).__name__}-{layout}", "KV_L2TD", 1, flat_bytes, flat_bytes)
 
 
@@ -286,8 +302,9 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
                 return len(names)
             except Exception as error:  # a broken connection, a bug: a miss, never the engine's crash
                 missing = error.details.get("ChunkIndex") if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else None
-                if attempt == 0 and missing is not None and int(missing) > 0:
-                    names = names[:int(missing)]
+                shorter = int(missing) if isinstance(missing, (int, str)) and str(missing).isdigit() else 0
+                if attempt == 0 and 0 < shorter < len(names):
+                    names = names[:shorter]
                     continue
                 self._miss("get", error, len(names))
                 return 0
@@ -362,10 +379,10 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _put(self, key: str, body: bytes, after: Optional[str] = None) -> bool:
-        form = self._page_form()
+    def _put(self, key: str, body: Callable[[], bytes], after: Optional[str] = None) -> bool:
         try:
-            self.client.put_chunk(self.object_name(key), body, layout=(form.layout, form.layers, form.layer_bytes), after=None if after is None else self.object_name(after))
+            form = self._page_form()
+            self.client.put_chunk(self.object_name(key), body(), layout=(form.layout, form.layers, form.layer_bytes), after=None if after is None else self.object_name(after))
             return True
         except Exception as error:
             self._miss("put", error, 1)
@@ -375,7 +392,11 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
         """One PUT per page, ``put_concurrency`` at a time; each body is gathered in its own task.
         A batch's pages are one sequence in order: each records the page before it (a budgeted
         bucket trims a sequence from its tail)."""
-        return list(self._puts.map(lambda i: self._put(keys[i], bodies(i), keys[i - 1] if i > 0 else None), range(len(keys))))
+        try:
+            return list(self._puts.map(lambda i: self._put(keys[i], lambda: bodies(i), keys[i - 1] if i > 0 else None), range(len(keys))))
+        except RuntimeError as error:  # closed meanwhile
+            self._miss("put", error, len(keys))
+            return [False] * len(keys)
 
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         """Writes the pages at ``host_indices`` (page_size per key), one object each."""
