@@ -410,7 +410,10 @@ export class Capacity {
             // Still wanted? The pass may have waited; a chunk trimmed for the budget goes only while
             // the bucket is above its low mark (other chunks may have gone meanwhile).
             const still = cause === 'idle' || cause === 'dead' || index.bytes - (this.#pendingFree.get(bucket) ?? 0) + chunk.size > target;
-            if (still) await this.#evict(bucket, chunk, cause, () => this.#shared.isLeader);
+            // Read since it was chosen (a lookup that found it, a GET about to load it), or no
+            // longer a tail (the chunk after it was stored meanwhile): the next pass decides again.
+            const changed = chunk.lastAccess > now || (cause !== 'dead' && index.successors(chunk.key) > 0);
+            if (still && !changed) await this.#evict(bucket, chunk, cause, () => this.#shared.isLeader);
             else this.#unqueue(bucket, chunk);
           }
         } finally {
