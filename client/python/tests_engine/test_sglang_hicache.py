@@ -326,3 +326,40 @@ def test_mla_and_other_host_pools_round_trip_bit_identical(stack: Stack, bucket:
         assert torch.equal(writer_pool.get_data_page(a, flat=True).view(torch.int16), reader_pool.get_data_page(b, flat=True).view(torch.int16))
     writer.close()
     reader.close()
+
+
+def test_a_full_batch_of_128_pages_is_one_lookup_and_one_descriptor_request(stack: Stack, bucket: str) -> None:
+    """HiCache's batches are up to 128 pages: the descriptor then no longer fits a header and the
+    client POSTs it; still one lookup and ONE descriptor request for the batch, bit-identical.
+    Each page records the one before it, the first the last page of the prefix before the batch."""
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+
+    pages = 128
+
+    def pool() -> Any:
+        device = MHATokenToKVPool(PAGE * (pages + 2), PAGE, torch.bfloat16, 2, 32, 4, "cpu", False, start_layer=0, end_layer=4)
+        return MHATokenToKVPoolHost(device.get_device_pool_infos()[0].buffer_info, 1.0, 0, PAGE, "layer_first", pin_memory=False, device="cpu", device_capacity_tokens=device.size, start_layer=0, end_layer=4)
+
+    writer_pool, reader_pool = pool(), pool()
+    writer_pool.kv_buffer.view(torch.uint8).copy_(torch.randint(0, 256, writer_pool.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(11)))
+    written, read = writer_pool.alloc(PAGE * pages), reader_pool.alloc(PAGE * pages)
+    writer, reader = ours(stack, bucket, writer_pool), ours(stack, bucket, reader_pool)
+    keys = [f"{i:064x}" for i in range(1000, 1000 + pages)]
+    requests = Requests(stack)
+    assert writer.batch_set_v1(keys, written, HiCacheStorageExtraInfo(prefix_keys=["f" * 64])) == [True] * pages
+    assert reader.batch_exists(keys) == pages
+    assert reader.batch_get_v1(keys, read) == [True] * pages
+    assert requests.take() == {"PutObject 200": pages, "PrefixLookup 200": 1, "ChunkwiseGet 200": 1}
+    for a, b in zip(starts_of(written), starts_of(read)):
+        assert torch.equal(writer_pool.get_data_page(a, flat=True).view(torch.int16), reader_pool.get_data_page(b, flat=True).view(torch.int16))
+    # The chain, recorded with each object.
+    import boto3
+
+    names = [writer.object_name(k) for k in keys]
+    s3 = boto3.client("s3", endpoint_url=stack.gateway_url, aws_access_key_id=CLIENT_KEY, aws_secret_access_key=CLIENT_SECRET, region_name="us-east-1")
+    assert s3.head_object(Bucket=bucket, Key=names[0])["Metadata"]["objectcache-after"] == writer.object_name("f" * 64)
+    assert s3.head_object(Bucket=bucket, Key=names[5])["Metadata"]["objectcache-after"] == names[4]
+    writer.close()
+    reader.close()

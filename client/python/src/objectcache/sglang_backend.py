@@ -388,12 +388,13 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
             self._miss("put", error, 1)
             return False
 
-    def _put_all(self, keys: Sequence[str], bodies: Callable[[int], bytes]) -> List[bool]:
+    def _put_all(self, keys: Sequence[str], bodies: Callable[[int], bytes], before: Optional[str] = None) -> List[bool]:
         """One PUT per page, ``put_concurrency`` at a time; each body is gathered in its own task.
-        A batch's pages are one sequence in order: each records the page before it (a budgeted
-        bucket trims a sequence from its tail)."""
+        A batch's pages are one sequence in order: each records the page before it (the first,
+        ``before``: the last page of the prefix before the batch), so a budgeted bucket trims a
+        sequence from its tail."""
         try:
-            return list(self._puts.map(lambda i: self._put(keys[i], lambda: bodies(i), keys[i - 1] if i > 0 else None), range(len(keys))))
+            return list(self._puts.map(lambda i: self._put(keys[i], lambda: bodies(i), keys[i - 1] if i > 0 else before), range(len(keys))))
         except RuntimeError as error:  # closed meanwhile
             self._miss("put", error, len(keys))
             return [False] * len(keys)
@@ -408,12 +409,14 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
         except Exception as error:
             self._miss("put", error, len(keys))
             return [False] * len(keys)
+        prefix = getattr(extra_info, "prefix_keys", None) or []
+        before = prefix[-1] if prefix and isinstance(prefix[-1], str) else None
         if form.slices is None:
             pool = self.mem_pool_host
-            return self._put_all(keys, lambda i: _tensor_bytes(pool.get_data_page(starts[i], flat=True)))
+            return self._put_all(keys, lambda i: _tensor_bytes(pool.get_data_page(starts[i], flat=True)), before)
         host = self._host
         assert host is not None
-        return self._put_all(keys, lambda i: b"".join(host[at:at + n] for at, n in form.object_runs(starts[i])))
+        return self._put_all(keys, lambda i: b"".join(host[at:at + n] for at, n in form.object_runs(starts[i])), before)
 
     def batch_set(self, keys: List[str], values: Optional[Any] = None, target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None) -> bool:
         """The older interface: each flat page tensor (``values``) as its page's object."""
