@@ -10,6 +10,20 @@
  * (128 KiB per token, 32 MiB per 256-token chunk) times --scale (default 1/128: 256 KiB a chunk);
  * hit rates do not depend on the scale, bytes read and written are reported at it.
  *
+ * Two scenarios on that trace. Without engine caches (--no-plain skips it) every request looks its
+ * whole prompt up in the bucket. Behind engine caches (--engines 0 skips it): --engines engines
+ * (default 8), each with a prefix cache of its own of --engine-share of the working set's chunks
+ * (default 0.02; --engine-chunks gives a count), an LRU that trims prompts from their tails;
+ * --routing affinity (default: a conversation stays on its engine, what session- and
+ * prefix-aware routers do) or random; every --restart-every requests (default 1000; 0 never) one
+ * engine, each in turn, restarts with an empty cache (a crash, an upgrade, a new replica). An
+ * engine serves the leading chunks it holds and asks the bucket for the rest, loads what the
+ * bucket has, computes the rest and stores the missing chunks, each naming the key before it
+ * (`x-amz-meta-objectcache-after`); the prefix-aware policy is also run with PUTs that name
+ * nothing (prefix-aware-no-after, the LMCache backends today). Reported: the end-to-end token hit
+ * rate (engine and bucket), the bucket's share of the prompt, of what was asked, and of the
+ * lookups from chunk 0 (an engine that held nothing of the prompt).
+ *
  * Then (unless --no-replay) a smaller trace from the same generator and seed (--replay-requests,
  * --replay-scale, and as many conversations in progress per request as the big trace) is
  * simulated under every policy and replayed through a real gateway at each budget
@@ -20,6 +34,7 @@
  * missing chunks that many at a time rather than one after the other.
  *
  *   npm run bench:capacity [-- --scale 1/128 --requests 20000 --seed 1 --budgets 0.1,0.25,0.5]
+ *   [-- --engines 8 --engine-share 0.02 --routing affinity --restart-every 1000] [-- --engines 0] [-- --no-plain]
  *   [-- --replay-requests 3000 --replay-scale 1/512 --replay-dir DIR --replay-put-concurrency 1] [-- --no-replay]
  *
  * Writes bench/results/capacity-latest.json and bench/results/capacity-hit-rate.svg (--out names
@@ -30,7 +45,7 @@ import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { makePolicy, POLICY_NAMES, simulate, LruPolicy, type PolicyName, type SimulationOptions, type SimulationResult } from './capacity/policies.js';
+import { makePolicy, planEngineTier, PrefixAwarePolicy, POLICY_NAMES, simulate, LruPolicy, type EngineTier, type EngineTierOptions, type PolicyName, type SimulationOptions, type SimulationResult } from './capacity/policies.js';
 import { replayThroughGateway, wholePercent, type ReplayResult } from './capacity/replay.js';
 import { DEFAULT_WORKLOAD, generateTrace, workingSetBytes, type Trace, type WorkloadParams } from './capacity/workload.js';
 import { COLORS, escapeXml, svgHead, yGrid } from './report/svg.js';
@@ -41,6 +56,7 @@ const MIB = 1024 ** 2;
 /** What each policy is called in the table and the figure. */
 const LABELS: Record<PolicyName, string> = {
   'prefix-aware': 'prefix-aware (ChunkIndex)',
+  'prefix-aware-no-after': 'prefix-aware, PUTs without after',
   lru: 'plain LRU',
   'write-age': 'write age (lifecycle expiry = FIFO)',
   belady: 'Belady with prefix rule (offline)',
@@ -51,6 +67,16 @@ interface Row extends SimulationResult {
   readonly budgetShare: number;
   readonly budgetBytes: number;
   readonly seconds: number;
+  /** ChunkIndex only: victims evicted as dead (a predecessor gone) rather than as LRU leaves. */
+  readonly evictedDead?: number;
+}
+
+/** The same trace behind engine caches. */
+interface TierReport {
+  readonly options: EngineTierOptions;
+  readonly facts: Record<string, number>;
+  readonly unbounded: SimulationResult;
+  readonly rows: Row[];
 }
 
 interface ReplayRow extends ReplayResult {
@@ -106,8 +132,12 @@ async function main(): Promise<void> {
       low: { type: 'string', default: '0.85' },
       warmup: { type: 'string', default: '0.2' },
       policies: { type: 'string', default: POLICY_NAMES.join(',') },
-      engines: { type: 'string', default: '0' },
-      'engine-chunks': { type: 'string', default: '0' },
+      engines: { type: 'string', default: '8' },
+      'engine-share': { type: 'string', default: '0.02' },
+      'engine-chunks': { type: 'string' },
+      routing: { type: 'string', default: 'affinity' },
+      'restart-every': { type: 'string', default: '1000' },
+      plain: { type: 'boolean', default: true },
       replay: { type: 'boolean', default: true },
       'replay-requests': { type: 'string', default: '3000' },
       'replay-scale': { type: 'string', default: '1/512' },
@@ -136,12 +166,14 @@ async function main(): Promise<void> {
     return p as PolicyName;
   });
   const engineCount = Number(values.engines);
-  const engineChunks = Number(values['engine-chunks']);
-  if (!Number.isInteger(engineCount) || engineCount < 0 || !Number.isInteger(engineChunks) || engineChunks < 0 || (engineCount > 0 && engineChunks === 0)) {
-    throw new Error(`--engines and --engine-chunks are whole numbers, --engine-chunks positive when --engines is (got ${values.engines}, ${values['engine-chunks']})`);
-  }
-  const engines = engineCount === 0 ? undefined : { count: engineCount, chunks: engineChunks };
-  if (engines && values.replay) throw new Error('--engines is simulated only (the replay is one engine without a cache of its own): add --no-replay');
+  if (!Number.isInteger(engineCount) || engineCount < 0) throw new Error(`--engines must be a whole number (0: no engine-cache scenario), not ${values.engines}`);
+  const engineShare = positive('engine-share', values['engine-share']);
+  const engineChunks = values['engine-chunks'] === undefined ? undefined : positive('engine-chunks', values['engine-chunks'], true);
+  const routing = values.routing;
+  if (routing !== 'affinity' && routing !== 'random') throw new Error(`--routing is affinity or random, not ${routing}`);
+  const restartEvery = Number(values['restart-every']);
+  if (!Number.isInteger(restartEvery) || restartEvery < 0) throw new Error(`--restart-every must be a whole number of requests (0: never), not ${values['restart-every']}`);
+  if (!values.plain && engineCount === 0) throw new Error('--no-plain with --engines 0 leaves nothing to simulate');
   if (values.replay && (wholePercent(high) === undefined || wholePercent(low) === undefined)) throw new Error(`--high (${high}) and --low (${low}) must be whole percents (hundredths) to replay: the gateway takes percents; or add --no-replay`);
   const replayRequests = positive('replay-requests', values['replay-requests'], true);
   const replay = values.replay
@@ -155,7 +187,8 @@ async function main(): Promise<void> {
         dir: values['replay-dir'],
       }
     : undefined;
-  const settings = { budgets, high, low, warmup, policies, engines: engines ?? null, workload: params, replay: replay ?? null };
+  const engineSettings = engineCount === 0 ? null : { count: engineCount, share: engineChunks === undefined ? engineShare : null, chunks: engineChunks ?? null, routing, restartEvery };
+  const settings = { budgets, high, low, warmup, policies, plain: values.plain, engines: engineSettings, workload: params, replay: replay ?? null };
   console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
 
   const started = performance.now();
@@ -164,8 +197,25 @@ async function main(): Promise<void> {
   const measureFrom = Math.floor(trace.requests.length * warmup);
   console.log(`\n${describeTrace(trace, workingSet)} (generated in ${((performance.now() - started) / 1000).toFixed(1)} s)`);
   console.log(`eviction from ${high} to ${low} of the budget, after each request; the first ${measureFrom} requests (${warmup * 100}%) warm up and are not counted`);
-  console.log(engines ? `engine caches: ${engines.count} engines of ${engines.chunks} chunks each in front of the bucket (a conversation sticks to one)\n` : 'no engine caches: every request looks its whole prompt up in the bucket\n');
-  const { unbounded, rows } = simulateBudgets(trace, workingSet, budgets, policies, { high, low, measureFrom, engines });
+  // Without engine caches every lookup names the prompt from chunk 0, so the index learns every
+  // link from the lookups and the PUTs' `after` adds nothing: the two prefix-aware runs are the same.
+  const plainPolicies = policies.filter((p) => p !== 'prefix-aware-no-after');
+  let unbounded: SimulationResult | undefined;
+  let rows: Row[] = [];
+  if (values.plain) {
+    console.log('\nNo engine caches: every request looks its whole prompt up in the bucket');
+    ({ unbounded, rows } = simulateBudgets(trace, workingSet, budgets, plainPolicies, { high, low, measureFrom }));
+  }
+  let tiered: TierReport | undefined;
+  if (engineSettings) {
+    const chunks = engineChunks ?? Math.max(1, Math.round((workingSet / trace.chunkBytes) * engineShare));
+    const tierOptions: EngineTierOptions = { count: engineCount, chunks, routing, restartEvery, seed: params.seed };
+    const plannedAt = performance.now();
+    const tier = planEngineTier(trace, tierOptions);
+    console.log(`\n${describeTier(trace, tier, workingSet, measureFrom)} (planned in ${((performance.now() - plannedAt) / 1000).toFixed(1)} s)`);
+    const simulated = simulateBudgets(trace, workingSet, budgets, policies, { high, low, measureFrom, tier });
+    tiered = { options: tierOptions, facts: tierFacts(trace, tier, workingSet, measureFrom), unbounded: simulated.unbounded, rows: simulated.rows };
+  }
 
   let replayed: ReplayReport | undefined;
   if (replay) {
@@ -175,7 +225,7 @@ async function main(): Promise<void> {
     const replayFrom = Math.floor(replayTrace.requests.length * warmup);
     console.log(`\nReplay trace (same generator and seed, ${replay.conversations} conversations in progress), simulated, then through the gateway:\n${describeTrace(replayTrace, replayWorkingSet)}`);
     console.log(`the first ${replayFrom} requests warm up; the gateway trims on its own (every 250 ms, --evict-rate 5000), on its embedded store in ${replay.dir}; ${replay.putConcurrency} PUT(s) at a time\n`);
-    const simulated = simulateBudgets(replayTrace, replayWorkingSet, budgets, policies, { high, low, measureFrom: replayFrom });
+    const simulated = simulateBudgets(replayTrace, replayWorkingSet, budgets, plainPolicies, { high, low, measureFrom: replayFrom });
     const gateway: ReplayRow[] = [];
     for (const share of budgets) {
       const budgetBytes = Math.floor(replayWorkingSet * share);
@@ -196,15 +246,23 @@ async function main(): Promise<void> {
     replayed = { params: replayParams, trace: replayTrace, workingSet: replayWorkingSet, measureFrom: replayFrom, unbounded: simulated.unbounded, simulated: simulated.rows, gateway };
   }
 
-  console.log(`\nSimulated, ${trace.requests.length}-request trace (chunks of ${trace.chunkBytes / 1024} KiB):\n${markdownTable(tableLines(rows, [], policies))}`);
-  if (replayed) console.log(`\nReplay trace, ${replayed.trace.requests.length} requests (chunks of ${replayed.trace.chunkBytes / 1024} KiB), simulated and through the gateway:\n${markdownTable(tableLines(replayed.simulated, replayed.gateway, policies))}`);
+  if (values.plain) console.log(`\nSimulated, ${trace.requests.length}-request trace (chunks of ${trace.chunkBytes / 1024} KiB), no engine caches:\n${markdownTable(tableLines(rows, [], plainPolicies))}`);
+  if (tiered) console.log(`\nSimulated, the same trace behind ${tiered.options.count} engine caches of ${tiered.options.chunks} chunks each (${tiered.options.routing} routing, a restart every ${tiered.options.restartEvery || 'never'} requests):\n${tierTable(tiered.rows, policies)}`);
+  if (replayed) console.log(`\nReplay trace, ${replayed.trace.requests.length} requests (chunks of ${replayed.trace.chunkBytes / 1024} KiB), simulated and through the gateway:\n${markdownTable(tableLines(replayed.simulated, replayed.gateway, plainPolicies))}`);
   const targets = checkTargets(rows, budgets);
-  console.log('\nTargets:');
-  for (const t of targets) console.log(`- ${t.met ? 'met' : 'NOT met'}: ${t.target} (${t.detail})`);
+  if (values.plain) {
+    console.log('\nTargets, no engine caches:');
+    for (const t of targets) console.log(`- ${t.met ? 'met' : 'NOT met'}: ${t.target} (${t.detail})`);
+  }
+  const tierTargets = tiered ? checkTargets(tiered.rows, budgets) : [];
+  if (tiered) {
+    console.log('\nTargets, behind engine caches (end-to-end hit rate; the engines serve the same tokens under every policy, so the points are the bucket\'s):');
+    for (const t of tierTargets) console.log(`- ${t.met ? 'met' : 'NOT met'}: ${t.target} (${t.detail})`);
+  }
 
   const out = values.out ?? defaultOut();
   mkdirSync(out, { recursive: true });
-  writeFileSync(join(out, 'capacity-hit-rate.svg'), hitRateSvg(rows, policies, unbounded.hitRate, params, replayed));
+  writeFileSync(join(out, 'capacity-hit-rate.svg'), hitRateSvg(values.plain ? { rows, policies: plainPolicies, ceiling: unbounded?.hitRate ?? 0 } : undefined, tiered, policies, params, replayed));
   const json = {
     benchmark: 'capacity',
     date: new Date().toISOString(),
@@ -212,9 +270,18 @@ async function main(): Promise<void> {
     cores: cpus().length,
     settings,
     trace: traceFacts(trace, workingSet, measureFrom),
-    unbounded: { hitRate: unbounded.hitRate, bytesRead: unbounded.bytesRead, bytesWritten: unbounded.bytesWritten },
+    unbounded: unbounded ? { hitRate: unbounded.hitRate, bytesRead: unbounded.bytesRead, bytesWritten: unbounded.bytesWritten } : null,
     results: rows,
     targets,
+    engineTier: tiered
+      ? {
+          options: tiered.options,
+          facts: tiered.facts,
+          unbounded: { hitRate: tiered.unbounded.hitRate, bucketHitRate: tiered.unbounded.bucketHitTokens / tiered.unbounded.prefixTokens, bytesRead: tiered.unbounded.bytesRead, bytesWritten: tiered.unbounded.bytesWritten },
+          results: tiered.rows,
+          targets: tierTargets,
+        }
+      : null,
     replay: replayed
       ? {
           trace: traceFacts(replayed.trace, replayed.workingSet, replayed.measureFrom),
@@ -232,16 +299,18 @@ async function main(): Promise<void> {
 function simulateBudgets(trace: Trace, workingSet: number, budgets: readonly number[], policies: readonly PolicyName[], options: Omit<SimulationOptions, 'budgetBytes'>): { unbounded: SimulationResult; rows: Row[] } {
   console.log(`bytes at scale ${trace.params.scale} of Llama-3.1-8B bf16 KV: ${trace.chunkBytes / 1024} KiB a chunk (full size ${(trace.chunkBytes / trace.params.scale / MIB).toFixed(0)} MiB)`);
   const unbounded = simulate(trace, new LruPolicy(trace.chunkBytes), { ...options, budgetBytes: Infinity });
-  console.log(`no budget (compulsory misses only): token hit rate ${pct(unbounded.hitRate)}`);
+  console.log(`no budget (compulsory misses only): token hit rate ${pct(unbounded.hitRate)}${options.tier ? `, bucket ${pct(unbounded.bucketHitTokens / unbounded.prefixTokens)}` : ''}`);
   const rows: Row[] = [];
   for (const share of budgets) {
     const budgetBytes = Math.floor(workingSet * share);
     for (const name of policies) {
       const started = performance.now();
-      const result = simulate(trace, makePolicy(name, trace), { ...options, budgetBytes });
+      const policy = makePolicy(name, trace, options.tier);
+      const result = simulate(trace, policy, { ...options, budgetBytes });
       const seconds = (performance.now() - started) / 1000;
-      rows.push({ ...result, budgetShare: share, budgetBytes, seconds });
-      const fromBucket = options.engines ? `  (bucket ${pct(result.bucketHitTokens / result.prefixTokens)})` : '';
+      const evictedDead = policy instanceof PrefixAwarePolicy ? policy.evicted.dead : undefined;
+      rows.push({ ...result, budgetShare: share, budgetBytes, seconds, ...(evictedDead === undefined ? {} : { evictedDead }) });
+      const fromBucket = options.tier ? `  bucket ${pct(result.bucketHitTokens / result.prefixTokens, 2)} (${pct(result.bucketHitTokens / result.askedTokens)} of asked, ${pct(result.coldHitTokens / result.coldPrefixTokens)} from chunk 0)` : '';
       console.log(`budget ${pct(share, 0)} ${LABELS[name].padEnd(36)} hit ${pct(result.hitRate, 2)}${fromBucket}  dead ${pct(result.deadShare)}  ${result.evictionRounds} rounds  ${seconds.toFixed(1)} s`);
     }
   }
@@ -261,6 +330,55 @@ function describeReplay(row: ReplayRow, simulated: Row | undefined): string {
 
 function traceFacts(trace: Trace, workingSet: number, measureFrom: number): Record<string, number> {
   return { requests: trace.requests.length, activeConversations: trace.params.activeConversations, chunkTokens: trace.chunkTokens, chunkBytes: trace.chunkBytes, workingSetBytes: workingSet, measuredFrom: measureFrom };
+}
+
+/** What the engines' own caches did, over the measured requests (the same under every bucket policy). */
+function tierFacts(trace: Trace, tier: EngineTier, workingSet: number, measureFrom: number): Record<string, number> {
+  let prefix = 0;
+  let local = 0;
+  let coldRequests = 0;
+  let coldTokens = 0;
+  for (let at = measureFrom; at < trace.requests.length; at++) {
+    const chunks = (trace.requests[at] as { keys: readonly string[] }).keys.length;
+    prefix += chunks;
+    local += tier.local[at] as number;
+    if (tier.local[at] === 0) {
+      coldRequests++;
+      coldTokens += chunks;
+    }
+  }
+  return {
+    engines: tier.options.count,
+    engineChunks: tier.options.chunks,
+    engineShareOfWorkingSet: (tier.options.chunks * trace.chunkBytes) / workingSet,
+    engineGiBFullSize: (tier.options.chunks * trace.chunkBytes) / trace.params.scale / GIB,
+    restarts: tier.restarts,
+    localHitRate: prefix === 0 ? 0 : local / prefix,
+    askedShare: prefix === 0 ? 0 : (prefix - local) / prefix,
+    coldRequests,
+    coldShareOfPrefixTokens: prefix === 0 ? 0 : coldTokens / prefix,
+  };
+}
+
+function describeTier(trace: Trace, tier: EngineTier, workingSet: number, measureFrom: number): string {
+  const f = tierFacts(trace, tier, workingSet, measureFrom);
+  const o = tier.options;
+  return [
+    `Behind engine caches: ${o.count} engines, each an LRU of ${o.chunks} chunks (${pct(f['engineShareOfWorkingSet'] ?? 0)} of the working set, ${(f['engineGiBFullSize'] ?? 0).toFixed(0)} GiB at full size), ${o.routing === 'affinity' ? 'session affinity (a conversation stays on its engine)' : 'random routing'}, one engine restarting empty every ${o.restartEvery || 'never'} requests (${tier.restarts} restarts)`,
+    `measured requests: the engines serve ${pct(f['localHitRate'] ?? 0, 2)} of the prefix tokens themselves and ask the bucket for the other ${pct(f['askedShare'] ?? 0, 2)}; ${f['coldRequests']} requests (${pct(f['coldShareOfPrefixTokens'] ?? 0)} of the prefix tokens) found nothing in their engine and look up from chunk 0`,
+  ].join('\n');
+}
+
+function tierTable(rows: readonly Row[], policies: readonly PolicyName[]): string {
+  const out = ['| policy | budget | end-to-end hit rate | bucket hit rate (of prompt) | bucket hit rate (of asked) | bucket hit, lookups from chunk 0 | GiB read | GiB written | dead share of budget |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'];
+  for (const share of [...new Set(rows.map((r) => r.budgetShare))]) {
+    for (const name of policies) {
+      const r = rows.find((x) => x.budgetShare === share && x.policy === name);
+      if (!r) continue;
+      out.push(`| ${LABELS[name]} | ${pct(share, 0)} (${(r.budgetBytes / GIB).toFixed(2)} GiB) | ${pct(r.hitRate, 2)} | ${pct(r.bucketHitTokens / r.prefixTokens, 2)} | ${pct(r.bucketHitTokens / r.askedTokens, 2)} | ${pct(r.coldHitTokens / r.coldPrefixTokens, 2)} | ${(r.bytesRead / GIB).toFixed(2)} | ${(r.bytesWritten / GIB).toFixed(2)} | ${pct(r.deadShare)} |`);
+    }
+  }
+  return out.join('\n');
 }
 
 function pct(value: number, digits = 1): string {
@@ -339,57 +457,96 @@ function checkTargets(rows: readonly Row[], budgets: readonly number[]): TargetC
 
 /**
  * Token hit rate against budget: one line per policy, the no-budget ceiling dashed; with a
- * replay, the smaller trace's simulated ChunkIndex and the gateway's replay of it, dashed.
+ * replay, the smaller trace's simulated ChunkIndex and the gateway's replay of it, dashed. Behind
+ * engine caches, a second panel: the end-to-end hit rate (the engines' own hits and the bucket's),
+ * the share the engines serve themselves dotted.
  */
-function hitRateSvg(rows: readonly Row[], policies: readonly PolicyName[], ceiling: number, params: WorkloadParams, replay: ReplayReport | undefined): string {
+function hitRateSvg(plain: { rows: readonly Row[]; policies: readonly PolicyName[]; ceiling: number } | undefined, tiered: TierReport | undefined, policies: readonly PolicyName[], params: WorkloadParams, replay: ReplayReport | undefined): string {
   const width = 800;
-  const height = 420;
+  const panelH = 420;
+  const panels = (plain ? 1 : 0) + (tiered ? 1 : 0);
+  const height = panelH * panels;
   const left = 64;
   const right = 290; // the legend
-  const top = 44;
-  const bottom = 56;
   const plotW = width - left - right;
-  const plotH = height - top - bottom;
-  const budgets = [...new Set(rows.map((r) => r.budgetShare))].sort((a, b) => a - b);
-  const xMax = Math.max(...budgets, 0.1);
-  const x = (v: number): number => left + (v / xMax) * plotW;
-  const y = (v: number): number => top + (1 - v) * plotH;
+  const plotH = panelH - 44 - 56;
   const title = `Token hit rate against budget (${params.requests} requests, seed ${params.seed}${replay ? `; replay ${replay.params.requests}` : ''})`;
   const out = svgHead(width, height, title);
-  out.push(...yGrid({ left, right: left + plotW, top, plotH, yMin: 0, yMax: 1, step: 0.2, y, label: 'token hit rate' }));
-  out.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}" stroke="#333"/>`);
-  for (const b of budgets) {
-    out.push(`<line x1="${x(b)}" x2="${x(b)}" y1="${top + plotH}" y2="${top + plotH + 4}" stroke="#333"/>`);
-    out.push(`<text x="${x(b)}" y="${top + plotH + 16}" text-anchor="middle">${Math.round(b * 100)}%</text>`);
-  }
-  out.push(`<text x="${left + plotW / 2}" y="${top + plotH + 36}" text-anchor="middle">budget, share of the working set</text>`);
-  out.push(`<line x1="${left}" x2="${left + plotW}" y1="${y(ceiling).toFixed(1)}" y2="${y(ceiling).toFixed(1)}" stroke="#888" stroke-dasharray="5 4"/>`);
-  const legendX = left + plotW + 20;
-  out.push(`<line x1="${legendX}" x2="${legendX + 18}" y1="${top + 6}" y2="${top + 6}" stroke="#888" stroke-dasharray="5 4"/>`);
-  out.push(`<text x="${legendX + 24}" y="${top + 10}">no budget (${pct(ceiling)})</text>`);
-  let entries = 0;
-  const series = (label: string, color: string, dashed: boolean, points: readonly { budgetShare: number; hitRate: number }[]): void => {
-    const dash = dashed ? ' stroke-dasharray="6 3"' : '';
-    const at = [...points].sort((a, b) => a.budgetShare - b.budgetShare).map((p) => [x(p.budgetShare), y(p.hitRate), p.hitRate, p.budgetShare] as const);
-    out.push(`<polyline fill="none" stroke="${color}" stroke-width="2"${dash} points="${at.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`).join(' ')}"/>`);
-    for (const [px, py, rate, b] of at) out.push(`<circle cx="${px.toFixed(1)}" cy="${py.toFixed(1)}" r="3" fill="${color}"><title>${escapeXml(`${label}: ${pct(rate)} at ${pct(b, 0)}`)}</title></circle>`);
-    const ly = top + 28 + entries++ * 20;
-    out.push(`<line x1="${legendX}" x2="${legendX + 18}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="2"${dash}/>`);
-    out.push(`<text x="${legendX + 24}" y="${ly}">${escapeXml(label)}</text>`);
+  const colorOf = (name: PolicyName): string => COLORS[POLICY_NAMES.indexOf(name) % COLORS.length] as string;
+  const panel = (offset: number, heading: string, rows: readonly Row[], names: readonly PolicyName[], ceiling: number, ceilingLabel: string, extra: (series: Series) => void, notes: readonly string[]): void => {
+    const top = offset + 44;
+    const budgets = [...new Set(rows.map((r) => r.budgetShare))].sort((a, b) => a - b);
+    const xMax = Math.max(...budgets, 0.1);
+    const x = (v: number): number => left + (v / xMax) * plotW;
+    const y = (v: number): number => top + (1 - v) * plotH;
+    if (offset > 0 || panels > 1) out.push(`<text x="${left}" y="${top - 12}" font-weight="bold">${escapeXml(heading)}</text>`);
+    out.push(...yGrid({ left, right: left + plotW, top, plotH, yMin: 0, yMax: 1, step: 0.2, y, label: 'token hit rate' }));
+    out.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}" stroke="#333"/>`);
+    for (const b of budgets) {
+      out.push(`<line x1="${x(b)}" x2="${x(b)}" y1="${top + plotH}" y2="${top + plotH + 4}" stroke="#333"/>`);
+      out.push(`<text x="${x(b)}" y="${top + plotH + 16}" text-anchor="middle">${Math.round(b * 100)}%</text>`);
+    }
+    out.push(`<text x="${left + plotW / 2}" y="${top + plotH + 36}" text-anchor="middle">budget, share of the working set</text>`);
+    out.push(`<line x1="${left}" x2="${left + plotW}" y1="${y(ceiling).toFixed(1)}" y2="${y(ceiling).toFixed(1)}" stroke="#888" stroke-dasharray="5 4"/>`);
+    const legendX = left + plotW + 20;
+    out.push(`<line x1="${legendX}" x2="${legendX + 18}" y1="${top + 6}" y2="${top + 6}" stroke="#888" stroke-dasharray="5 4"/>`);
+    out.push(`<text x="${legendX + 24}" y="${top + 10}">${escapeXml(ceilingLabel)} (${pct(ceiling)})</text>`);
+    let entries = 0;
+    const series: Series = (label, color, dash, points) => {
+      const dashAttr = dash ? ` stroke-dasharray="${dash}"` : '';
+      const at = [...points].sort((a, b) => a.budgetShare - b.budgetShare).map((p) => [x(p.budgetShare), y(p.hitRate), p.hitRate, p.budgetShare] as const);
+      out.push(`<polyline fill="none" stroke="${color}" stroke-width="2"${dashAttr} points="${at.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`).join(' ')}"/>`);
+      for (const [px, py, rate, b] of at) out.push(`<circle cx="${px.toFixed(1)}" cy="${py.toFixed(1)}" r="3" fill="${color}"><title>${escapeXml(`${label}: ${pct(rate)} at ${pct(b, 0)}`)}</title></circle>`);
+      const ly = top + 28 + entries++ * 20;
+      out.push(`<line x1="${legendX}" x2="${legendX + 18}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="2"${dashAttr}/>`);
+      out.push(`<text x="${legendX + 24}" y="${ly}">${escapeXml(label)}</text>`);
+    };
+    for (const name of names) series(LABELS[name], colorOf(name), undefined, rows.filter((r) => r.policy === name));
+    extra(series);
+    notes.forEach((note, i) => out.push(`<text x="${legendX}" y="${top + 40 + entries * 20 + i * 16}" fill="#555">${escapeXml(note)}</text>`));
   };
-  policies.forEach((name, s) => series(LABELS[name], COLORS[s % COLORS.length] as string, false, rows.filter((r) => r.policy === name)));
-  if (replay) {
-    const requests = replay.params.requests;
-    const chunkIndex = policies.indexOf('prefix-aware');
-    const simulated = replay.simulated.filter((r) => r.policy === 'prefix-aware');
-    if (chunkIndex !== -1) series(`ChunkIndex simulated, ${requests} req.`, COLORS[chunkIndex % COLORS.length] as string, true, simulated);
-    series(`through the gateway, ${requests} req.`, COLORS[policies.length % COLORS.length] as string, true, replay.gateway);
+  let offset = 0;
+  if (plain) {
+    panel(
+      offset,
+      'No engine caches: every lookup from chunk 0',
+      plain.rows,
+      plain.policies,
+      plain.ceiling,
+      'no budget',
+      (series) => {
+        if (!replay) return;
+        const requests = replay.params.requests;
+        const simulated = replay.simulated.filter((r) => r.policy === 'prefix-aware');
+        if (plain.policies.includes('prefix-aware')) series(`ChunkIndex simulated, ${requests} req.`, colorOf('prefix-aware'), '6 3', simulated);
+        series(`through the gateway, ${requests} req.`, COLORS[POLICY_NAMES.length % COLORS.length] as string, '6 3', replay.gateway);
+      },
+      [`chunk ${params.chunkTokens} tokens; bytes x ${params.scale}`, ...(replay ? [`replay trace: bytes x ${replay.params.scale}`] : [])],
+    );
+    offset += panelH;
   }
-  const notes = [`chunk ${params.chunkTokens} tokens; bytes x ${params.scale}`, ...(replay ? [`replay trace: bytes x ${replay.params.scale}`] : [])];
-  notes.forEach((note, i) => out.push(`<text x="${legendX}" y="${top + 40 + entries * 20 + i * 16}" fill="#555">${escapeXml(note)}</text>`));
+  if (tiered) {
+    const o = tiered.options;
+    const localRate = tiered.facts['localHitRate'] ?? 0;
+    panel(
+      offset,
+      `Behind ${o.count} engine caches of ${o.chunks} chunks (${o.routing}, a restart every ${o.restartEvery || 'never'} requests): end to end`,
+      tiered.rows,
+      policies,
+      tiered.unbounded.hitRate,
+      'no budget',
+      (series) => {
+        const budgets = [...new Set(tiered.rows.map((r) => r.budgetShare))];
+        series(`engines' own hits (${pct(localRate)})`, '#888', '2 3', budgets.map((budgetShare) => ({ budgetShare, hitRate: localRate })));
+      },
+      ['the bucket serves what lies between', 'the dotted line and a policy\'s line'],
+    );
+  }
   out.push('</svg>');
   return `${out.join('\n')}\n`;
 }
+
+type Series = (label: string, color: string, dash: string | undefined, points: readonly { budgetShare: number; hitRate: number }[]) => void;
 
 main().catch((error: unknown) => {
   console.error(error);

@@ -5,7 +5,7 @@
  * test, how the policies compare.
  */
 import { describe, expect, it } from 'vitest';
-import { BeladyPolicy, deadBytes, Heap, LruPolicy, PrefixAwarePolicy, simulate, WriteAgePolicy, type EvictionPolicy } from '../bench/capacity/policies.js';
+import { BeladyPolicy, deadBytes, Heap, LruPolicy, planEngineTier, PrefixAwarePolicy, simulate, WriteAgePolicy, type EngineTier, type EngineTierOptions, type EvictionPolicy } from '../bench/capacity/policies.js';
 import { DEFAULT_WORKLOAD, generateTrace, prng, workingSetBytes, zipf, type Trace } from '../bench/capacity/workload.js';
 
 const SMALL = { ...DEFAULT_WORKLOAD, requests: 400, activeConversations: 40, documents: 20 };
@@ -14,6 +14,18 @@ const SMALL = { ...DEFAULT_WORKLOAD, requests: 400, activeConversations: 40, doc
 function traceOf(...prompts: string[][]): Trace {
   return { params: DEFAULT_WORKLOAD, chunkTokens: 256, chunkBytes: 1, requests: prompts.map((keys, i) => ({ conversation: i, keys, tokens: keys.length * 256 })) };
 }
+
+/** A hand-made trace of one-byte chunks, each prompt a turn of the conversation named with it. */
+function turnsOf(...turns: [number, string[]][]): Trace {
+  return { params: DEFAULT_WORKLOAD, chunkTokens: 256, chunkBytes: 1, requests: turns.map(([conversation, keys]) => ({ conversation, keys, tokens: keys.length * 256 })) };
+}
+
+/** An engine tier given outright: request i's engine held its first local[i] chunks. */
+function tierOf(...local: number[]): EngineTier {
+  return { options: { count: 1, chunks: 1, routing: 'affinity', restartEvery: 0, seed: 1 }, engine: new Int32Array(local.length), local: Int32Array.from(local), restarts: 0 };
+}
+
+const TIER: EngineTierOptions = { count: 2, chunks: 100, routing: 'affinity', restartEvery: 0, seed: 1 };
 
 /** Replays the trace with a budget of `budget` chunks, trimmed to `low` of it once it is passed. */
 function run(trace: Trace, policy: EvictionPolicy, budget: number, low: number) {
@@ -138,14 +150,6 @@ describe('capacity policies', () => {
     for (const policy of [new PrefixAwarePolicy(trace.chunkBytes), new LruPolicy(trace.chunkBytes), new WriteAgePolicy(trace.chunkBytes)]) expect(best).toBeGreaterThanOrEqual(rate(policy));
   });
 
-  it('serves the leading chunks an engine holds itself and asks the bucket for the rest', () => {
-    const trace = traceOf(['a0', 'a1'], ['a0', 'a1', 'a2']);
-    const result = simulate(trace, new LruPolicy(1), { budgetBytes: Infinity, high: 1, low: 1, measureFrom: 0, engines: { count: 1, chunks: 100 } });
-    expect(result.hitTokens / 256).toBe(2);
-    expect(result.bucketHitTokens).toBe(0);
-    expect(result.bytesWritten).toBe(3);
-  });
-
   it('pops a heap in order', () => {
     const heap = new Heap<number>((a, b) => a < b);
     const values = Array.from({ length: 200 }, (_, i) => (i * 7919) % 211);
@@ -153,5 +157,104 @@ describe('capacity policies', () => {
     const out: number[] = [];
     for (let v = heap.pop(); v !== undefined; v = heap.pop()) out.push(v);
     expect(out).toEqual([...values].sort((a, b) => a - b));
+  });
+});
+
+describe('capacity engine tier', () => {
+  it("keeps a conversation on its engine and counts the leading chunks that engine holds", () => {
+    const trace = turnsOf([0, ['a0', 'a1']], [1, ['b0']], [0, ['a0', 'a1', 'a2']], [1, ['a0', 'x']]);
+    const tier = planEngineTier(trace, TIER);
+    expect([...tier.engine]).toEqual([0, 1, 0, 1]);
+    // Engine 1 never saw a0: the shared head counts only on the engine that holds it.
+    expect([...tier.local]).toEqual([0, 0, 2, 0]);
+    expect(tier.restarts).toBe(0);
+  });
+
+  it("trims an engine's cache from the tail of its prompts: the head stays", () => {
+    const trace = turnsOf([0, ['a0', 'a1', 'a2']], [0, ['a0', 'a1', 'a2', 'a3']]);
+    const tier = planEngineTier(trace, { ...TIER, count: 1, chunks: 2 });
+    expect([...tier.local]).toEqual([0, 2]);
+  });
+
+  it('restarts one engine in turn every so many requests, with an empty cache', () => {
+    const same = ['a0', 'a1'];
+    const trace = turnsOf(...Array.from({ length: 6 }, (_, i): [number, string[]] => [i % 2, same]));
+    const tier = planEngineTier(trace, { ...TIER, restartEvery: 2 });
+    // Engine 0 restarts before request 2, engine 1 before request 4, engine 0 again before 6.
+    expect([...tier.engine]).toEqual([0, 1, 0, 1, 0, 1]);
+    expect([...tier.local]).toEqual([0, 0, 0, 2, 2, 0]);
+    expect(tier.restarts).toBe(2);
+  });
+
+  it('routes at random, the same way for the same seed', () => {
+    const trace = turnsOf(...Array.from({ length: 200 }, (): [number, string[]] => [0, ['a0']]));
+    const a = planEngineTier(trace, { ...TIER, count: 4, routing: 'random' });
+    expect(new Set(a.engine).size).toBe(4);
+    expect([...planEngineTier(trace, { ...TIER, count: 4, routing: 'random' }).engine]).toEqual([...a.engine]);
+  });
+
+  it('asks the bucket only for the keys after the engine hits, and stores each missing chunk with the key before it', () => {
+    const begun: string[][] = [];
+    const written: [string, string | undefined][] = [];
+    const lru = new LruPolicy(1);
+    const spy: EvictionPolicy = {
+      name: 'spy',
+      get bytes() {
+        return lru.bytes;
+      },
+      has: (key) => lru.has(key),
+      begin: (request) => void begun.push([...request.keys]),
+      read: (key) => lru.read(key),
+      write: (key, pred) => {
+        written.push([key, pred]);
+        lru.write(key);
+      },
+      evict: (target) => lru.evict(target),
+      keys: () => lru.keys(),
+    };
+    const trace = turnsOf([0, ['a0', 'a1']], [0, ['a0', 'a1', 'a2', 'a3']], [1, ['a0', 'a1', 'a2']]);
+    const result = simulate(trace, spy, { budgetBytes: Infinity, high: 1, low: 1, measureFrom: 0, tier: tierOf(0, 2, 0) });
+    expect(begun).toEqual([['a0', 'a1'], ['a2', 'a3'], ['a0', 'a1', 'a2']]);
+    expect(written).toEqual([['a0', undefined], ['a1', 'a0'], ['a2', 'a1'], ['a3', 'a2']]);
+    expect(result.hitTokens / 256).toBe(0 + 2 + 3); // the engine's two, then the bucket's three
+    expect(result.bucketHitTokens / 256).toBe(3);
+    expect(result.askedTokens / 256).toBe(2 + 2 + 3);
+    expect(result.coldPrefixTokens / 256).toBe(2 + 3); // the requests whose engine held nothing
+    expect(result.coldHitTokens / 256).toBe(3);
+  });
+
+  it("keeps the heads the engines serve themselves when the PUTs name the chunk before; LRU and lookups alone lose them", () => {
+    // A cold engine stores h0 h1 a0; warm engines (h0 h1 held) store b0 and c0 after h1; five
+    // chunks in a budget of four, trimmed to two: three go. Then a cold engine looks up h0 h1 c0.
+    const trace = turnsOf([0, ['h0', 'h1', 'a0']], [1, ['h0', 'h1', 'b0']], [2, ['h0', 'h1', 'c0']], [2, ['h0', 'h1', 'c0']]);
+    const tier = tierOf(0, 2, 2, 0);
+    const hits = (policy: EvictionPolicy): number => simulate(trace, policy, { budgetBytes: 4, high: 1, low: 0.5, measureFrom: 3, tier }).bucketHitTokens / 256;
+    const withAfter = new PrefixAwarePolicy(1);
+    expect(hits(withAfter)).toBe(2); // a0 b0 c0 went, tails first; h0 h1 kept
+    expect(withAfter.index.get('h1')).toBeDefined();
+    const lookupsOnly = new PrefixAwarePolicy(1, { putPred: false });
+    expect(lookupsOnly.name).toBe('prefix-aware-no-after');
+    expect(hits(lookupsOnly)).toBe(0); // b0 c0 were chains of one: h1 a leaf as old as a0
+    expect(hits(new LruPolicy(1))).toBe(0); // h0 h1 a0, the oldest, went
+  });
+
+  it("Belady behind engine caches counts only the lookups at the bucket as uses", () => {
+    const trace = turnsOf([0, ['a0', 'a1']], [0, ['a0', 'a1', 'a2']], [1, ['a0', 'a1']]);
+    const tiered = new BeladyPolicy(trace, tierOf(0, 2, 0));
+    const plain = new BeladyPolicy(trace);
+    tiered.begin(trace.requests[0]!, 0);
+    plain.begin(trace.requests[0]!, 0);
+    expect(tiered.nextUse('a0')).toBe(2); // request 1's engine serves a0 itself
+    expect(plain.nextUse('a0')).toBe(1);
+    expect(tiered.nextUse('a2')).toBe(1);
+    tiered.begin(trace.requests[1]!, 1);
+    expect(tiered.nextUse('a2')).toBe(Infinity);
+  });
+
+  it('Belady without engine caches evicts as it did with leaves only: never a chunk before one it keeps', () => {
+    const trace = generateTrace(SMALL);
+    const belady = new BeladyPolicy(trace);
+    const result = simulate(trace, belady, { budgetBytes: workingSetBytes(trace) * 0.2, high: 0.95, low: 0.85, measureFrom: 0 });
+    expect(result.deadShare).toBe(0);
   });
 });

@@ -5,8 +5,13 @@
  * what they evict.
  *
  * - prefix-aware: the gateway's own ChunkIndex (gateway/capacity/chunk-index.ts), fed as the
- *   gateway feeds it: link() with each request's keys (the lookup), touch() on each hit read,
- *   put() on each write, and victims taken from evictionOrder(). The benchmark measures that code.
+ *   gateway feeds it: link() with the keys each lookup names, touch() on each hit read, put() on
+ *   each write with the key before the chunk as its `pred` (what `x-amz-meta-objectcache-after`
+ *   carries: the clients' putChunks / put_chunks and the SGLang backend set it), and victims taken
+ *   from evictionOrder(). The benchmark measures that code.
+ * - prefix-aware-no-after: the same, but the PUTs carry no `pred` (a writer that stores chunk by
+ *   chunk without naming the one before, as the LMCache backends do today): the index learns the
+ *   chains from the lookups alone.
  * - lru: least recently used chunk first, blind to prefixes. Accesses are ordered as the engine
  *   makes them (a prefix is read from its first chunk to its last, then the missing chunks are
  *   written in order), so within one request the head is the least recent: plain LRU trims a
@@ -26,11 +31,18 @@
  *   optimal for one-page-at-a-time demand paging; here eviction comes in watermark batches, the
  *   engine must store every chunk it computes (no bypass) and a hit counts only up to the first
  *   miss, so it is a heuristic upper reference, not a proven optimum. With engine caches in front
- *   (SimulationOptions.engines) its future counts uses the engines serve themselves too, so it is
- *   a rougher reference still.
+ *   (an EngineTier) it knows the bucket's own access stream: a chunk's next use is the next lookup
+ *   at the bucket that names it (an engine names only the keys after its local hits), not the next
+ *   prompt that holds it. That stream is the same under every bucket policy (an engine's cache
+ *   does not depend on what the bucket held), so it is known in advance. A chunk's next use is
+ *   then no longer bounded by its successor's (a head the engines serve themselves is named only
+ *   by a cold engine), so the order is farthest next use first over every chunk, deepest first
+ *   among equals; a pred named by the same lookup as its successor is named no later, so the
+ *   order still never opens a hole that the next lookup of a chunk would meet, and without
+ *   engine caches it is exactly the leaves-only order above.
  */
 import { ChunkIndex } from '../../gateway/capacity/chunk-index.js';
-import type { Trace, TraceRequest } from './workload.js';
+import { prng, type Trace, type TraceRequest } from './workload.js';
 
 export interface EvictionPolicy {
   readonly name: string;
@@ -49,30 +61,41 @@ export interface EvictionPolicy {
   keys(): Iterable<string>;
 }
 
-export const POLICY_NAMES = ['prefix-aware', 'lru', 'write-age', 'belady'] as const;
+export const POLICY_NAMES = ['prefix-aware', 'prefix-aware-no-after', 'lru', 'write-age', 'belady'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
-export function makePolicy(name: PolicyName, trace: Trace): EvictionPolicy {
+/** `tier`: the engine caches in front of the bucket, whose lookups the offline reference foresees. */
+export function makePolicy(name: PolicyName, trace: Trace, tier?: EngineTier): EvictionPolicy {
   switch (name) {
     case 'prefix-aware':
       return new PrefixAwarePolicy(trace.chunkBytes);
+    case 'prefix-aware-no-after':
+      return new PrefixAwarePolicy(trace.chunkBytes, { putPred: false });
     case 'lru':
       return new LruPolicy(trace.chunkBytes);
     case 'write-age':
       return new WriteAgePolicy(trace.chunkBytes);
     case 'belady':
-      return new BeladyPolicy(trace);
+      return new BeladyPolicy(trace, tier);
   }
 }
 
 /** The gateway's ChunkIndex and its eviction order. */
 export class PrefixAwarePolicy implements EvictionPolicy {
-  readonly name = 'prefix-aware';
+  readonly name: string;
   readonly index = new ChunkIndex();
   /** Victims by reason, for the report. */
   readonly evicted = { dead: 0, lru: 0 };
+  private readonly putPred: boolean;
 
-  constructor(private readonly chunkBytes: number) {}
+  /** `putPred` (default true): each PUT names the key before the chunk, as putChunks does. */
+  constructor(
+    private readonly chunkBytes: number,
+    options: { putPred?: boolean } = {},
+  ) {
+    this.putPred = options.putPred ?? true;
+    this.name = this.putPred ? 'prefix-aware' : 'prefix-aware-no-after';
+  }
 
   get bytes(): number {
     return this.index.bytes;
@@ -90,9 +113,10 @@ export class PrefixAwarePolicy implements EvictionPolicy {
     this.index.touch(key, at);
   }
 
-  write(key: string, _pred: string | undefined, at: number): void {
-    // No pred: a PUT does not name one; the index has it from the request's lookup (link).
-    this.index.put(key, { size: this.chunkBytes, tenant: 'bench', etag: '"0"', at });
+  write(key: string, pred: string | undefined, at: number): void {
+    // With putPred the PUT names the chunk before it (x-amz-meta-objectcache-after); without, the
+    // index has the link only if a lookup named both keys.
+    this.index.put(key, { size: this.chunkBytes, tenant: 'bench', etag: '"0"', at, pred: this.putPred ? pred : undefined });
   }
 
   evict(targetBytes: number): number {
@@ -173,31 +197,31 @@ export class WriteAgePolicy extends OrderedPolicy {
   read(): void {}
 }
 
-/** Farthest next use first among leaves; knows the whole trace. */
+/**
+ * Farthest next use first, deepest first among equals; knows the whole trace, and with engine
+ * caches in front the keys each lookup at the bucket will name.
+ */
 export class BeladyPolicy implements EvictionPolicy {
   readonly name = 'belady';
-  /** For each key, the indices of the requests whose prompt holds it, ascending. */
+  /** For each key, the indices of the requests whose lookup at the bucket names it, ascending. */
   private readonly uses = new Map<string, number[]>();
   /** For each key, how far `uses` has been consumed. */
   private readonly cursor = new Map<string, number>();
-  private readonly pred = new Map<string, string | undefined>();
+  /** For each key, its place in its prompt. */
   private readonly depthOf = new Map<string, number>();
   private readonly present = new Set<string>();
-  /** For each present key, how many present keys follow it. */
-  private readonly children = new Map<string, number>();
   private readonly chunkBytes: number;
   private now = -1;
 
-  constructor(trace: Trace) {
+  constructor(trace: Trace, tier?: EngineTier) {
     this.chunkBytes = trace.chunkBytes;
     trace.requests.forEach((request, at) => {
+      const from = tier?.local[at] ?? 0;
       request.keys.forEach((key, i) => {
+        if (!this.depthOf.has(key)) this.depthOf.set(key, i);
+        if (i < from) return;
         let list = this.uses.get(key);
-        if (!list) {
-          this.uses.set(key, (list = []));
-          this.pred.set(key, i === 0 ? undefined : request.keys[i - 1]);
-          this.depthOf.set(key, i);
-        }
+        if (!list) this.uses.set(key, (list = []));
         list.push(at);
       });
     });
@@ -218,13 +242,10 @@ export class BeladyPolicy implements EvictionPolicy {
   read(): void {}
 
   write(key: string): void {
-    if (this.present.has(key)) return;
     this.present.add(key);
-    const pred = this.pred.get(key);
-    if (pred !== undefined && this.present.has(pred)) this.children.set(pred, (this.children.get(pred) ?? 0) + 1);
   }
 
-  /** The first request after the current one that holds the key; Infinity if none. */
+  /** The first request after the current one whose lookup names the key; Infinity if none. */
   nextUse(key: string): number {
     const list = this.uses.get(key) ?? [];
     let i = this.cursor.get(key) ?? 0;
@@ -234,32 +255,16 @@ export class BeladyPolicy implements EvictionPolicy {
   }
 
   evict(targetBytes: number): number {
-    const next = new Map<string, number>();
-    const heap = new Heap<string>((a, b) => {
-      const na = next.get(a) as number;
-      const nb = next.get(b) as number;
-      if (na !== nb) return na > nb;
-      const da = this.depthOf.get(a) ?? 0;
-      const db = this.depthOf.get(b) ?? 0;
-      if (da !== db) return da > db;
-      return a < b;
-    });
-    for (const key of this.present) {
-      next.set(key, this.nextUse(key));
-      if ((this.children.get(key) ?? 0) === 0) heap.push(key);
-    }
+    // Without engine caches a chunk's next use is never later than its successor's, so the first
+    // of this order is always a leaf: the same order as taking leaves only.
+    const victims: { key: string; next: number; depth: number }[] = [];
+    for (const key of this.present) victims.push({ key, next: this.nextUse(key), depth: this.depthOf.get(key) ?? 0 });
+    victims.sort((a, b) => (a.next !== b.next ? b.next - a.next : a.depth !== b.depth ? b.depth - a.depth : a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     let evicted = 0;
-    while (this.bytes > targetBytes) {
-      const key = heap.pop();
-      if (key === undefined) break;
+    for (const { key } of victims) {
+      if (this.bytes <= targetBytes) break;
       this.present.delete(key);
-      this.children.delete(key);
       evicted++;
-      const pred = this.pred.get(key);
-      if (pred === undefined || !this.present.has(pred)) continue;
-      const left = (this.children.get(pred) ?? 1) - 1;
-      this.children.set(pred, left);
-      if (left === 0) heap.push(pred);
     }
     return evicted;
   }
@@ -310,6 +315,81 @@ export class Heap<T> {
   }
 }
 
+/** How requests reach engines, and how often an engine loses its cache. */
+export interface EngineTierOptions {
+  readonly count: number;
+  /** Chunks each engine's own prefix cache holds (host memory: LMCache's local CPU tier, HiCache's L2). */
+  readonly chunks: number;
+  /**
+   * 'affinity': a conversation's turns go to the engine that served its previous turn (session
+   * affinity, what a prefix- or session-aware router achieves; a conversation starts on the next
+   * engine in turn); 'random': any engine.
+   */
+  readonly routing: 'affinity' | 'random';
+  /** Every so many requests one engine (each in turn) restarts with an empty cache; 0: never. */
+  readonly restartEvery: number;
+  readonly seed: number;
+}
+
+/**
+ * What the engines in front of the bucket did with a trace. An engine's cache holds what it read
+ * or computed whatever the bucket held (it keeps the whole prompt either way), so this is the same
+ * under every bucket policy and is worked out once.
+ */
+export interface EngineTier {
+  readonly options: EngineTierOptions;
+  /** For each request, the engine that served it. */
+  readonly engine: Int32Array;
+  /** For each request, the leading chunks its engine held: the lookup at the bucket names the rest. */
+  readonly local: Int32Array;
+  readonly restarts: number;
+}
+
+/**
+ * Runs the engines' own caches over the trace. Each is an LRU of chunks; a request's prompt is
+ * put in tail first so that its head is the most recent (vLLM frees a finished request's blocks
+ * tail first and SGLang's radix cache evicts leaves first: both trim a prefix from its end).
+ */
+export function planEngineTier(trace: Trace, options: EngineTierOptions): EngineTier {
+  if (!(options.count > 0) || !(options.chunks > 0)) throw new Error('an engine tier needs engines and chunks');
+  const caches = Array.from({ length: options.count }, () => new Map<string, true>());
+  const random = prng(options.seed ^ 0x5bd1e995);
+  const home = new Map<number, number>();
+  let nextHome = 0;
+  let restarts = 0;
+  const n = trace.requests.length;
+  const engine = new Int32Array(n);
+  const local = new Int32Array(n);
+  trace.requests.forEach((request, at) => {
+    if (options.restartEvery > 0 && at > 0 && at % options.restartEvery === 0) {
+      const which = restarts++ % options.count;
+      caches[which]!.clear();
+    }
+    let e: number;
+    if (options.routing === 'random') e = Math.floor(random() * options.count);
+    else {
+      const known = home.get(request.conversation);
+      e = known ?? nextHome++ % options.count;
+      if (known === undefined) home.set(request.conversation, e);
+    }
+    const cache = caches[e]!;
+    let held = 0;
+    while (held < request.keys.length && cache.has(request.keys[held] as string)) held++;
+    engine[at] = e;
+    local[at] = held;
+    for (let i = request.keys.length - 1; i >= 0; i--) {
+      const key = request.keys[i] as string;
+      cache.delete(key);
+      cache.set(key, true);
+    }
+    for (const key of cache.keys()) {
+      if (cache.size <= options.chunks) break;
+      cache.delete(key);
+    }
+  });
+  return { options, engine, local, restarts };
+}
+
 export interface SimulationOptions {
   /** Bytes the bucket may hold; Infinity for no budget. */
   readonly budgetBytes: number;
@@ -320,13 +400,13 @@ export interface SimulationOptions {
   /** Requests before this index warm the bucket up and are not counted. */
   readonly measureFrom: number;
   /**
-   * Engines with a prefix cache of their own in front of the bucket (HBM or DRAM; an LRU of
-   * `chunks` chunks each); a conversation always goes to the same engine. The engine serves the
-   * leading chunks it holds itself and asks the bucket only about the rest (as a tiered engine
-   * cache does), so the bucket sees reads of tails without their heads. Absent: every request
-   * looks its whole prompt up in the bucket.
+   * Engines with a prefix cache of their own in front of the bucket (planEngineTier): each serves
+   * the leading chunks it holds itself and asks the bucket only about the rest (LMCache's storage
+   * manager asks the remote tier only for the keys after its local hits), loads what the bucket
+   * has, computes the rest and stores the missing chunks, each naming the key before it. Absent:
+   * every request looks its whole prompt up in the bucket.
    */
-  readonly engines?: { readonly count: number; readonly chunks: number } | undefined;
+  readonly tier?: EngineTier | undefined;
 }
 
 export interface SimulationResult {
@@ -334,19 +414,30 @@ export interface SimulationResult {
   readonly requests: number;
   /** Tokens of the measured requests' whole chunks. */
   readonly prefixTokens: number;
+  /** Tokens not computed: served by the engine's cache or the bucket. */
   readonly hitTokens: number;
   readonly hitRate: number;
   /** Of the hit tokens, those the bucket served (all of them without engine caches). */
   readonly bucketHitTokens: number;
-  /** Bytes of the hit chunks read. */
+  /** Tokens the lookups at the bucket named (the whole-chunk tokens after the engines' own hits). */
+  readonly askedTokens: number;
+  /**
+   * Prefix tokens of the requests whose engine held none of their prompt (a restarted or new
+   * engine, a conversation on another system prompt): their lookup names the prompt from chunk 0.
+   * All of them without engine caches.
+   */
+  readonly coldPrefixTokens: number;
+  /** Of those, the tokens the bucket served. */
+  readonly coldHitTokens: number;
+  /** Bytes of the hit chunks read from the bucket. */
   readonly bytesRead: number;
   readonly bytesWritten: number;
   readonly evictionRounds: number;
   readonly chunksEvicted: number;
   /**
-   * Share of the bucket's bytes that no lookup can reach (a chunk before them is gone), averaged
-   * over the eviction rounds: budget that holds nothing useful (with engine caches, nothing useful
-   * to an engine that lacks the missing chunk).
+   * Share of the bucket's bytes that a lookup from chunk 0 cannot reach (a chunk before them is
+   * gone), averaged over the eviction rounds: budget that holds nothing useful without engine
+   * caches, and nothing useful to an engine that lacks the missing chunk with them.
    */
   readonly deadShare: number;
   readonly peakBytes: number;
@@ -354,16 +445,23 @@ export interface SimulationResult {
 
 /**
  * Replays the trace as an engine would: look the prompt up (the hit is the longest run of leading
- * chunks present), read the hit chunks, compute the rest and store the chunks that are missing.
- * The bucket is trimmed after each request once it holds more than the high watermark (the
- * capacity manager trims behind the writes; a request's own chunks are busy while it runs).
+ * chunks present), read the hit chunks, compute the rest and store the chunks that are missing,
+ * each with the key before it. The bucket is trimmed after each request once it holds more than
+ * the high watermark (the capacity manager trims behind the writes; a request's own chunks are
+ * busy while it runs).
  */
 export function simulate(trace: Trace, policy: EvictionPolicy, options: SimulationOptions): SimulationResult {
   const high = options.budgetBytes * options.high;
   const low = options.budgetBytes * options.low;
   const pred = new Map<string, string | undefined>();
+  const tier = options.tier;
+  if (tier && tier.local.length !== trace.requests.length) throw new Error('the engine tier was planned for another trace');
   let prefixTokens = 0;
   let hitTokens = 0;
+  let bucketHitTokens = 0;
+  let askedTokens = 0;
+  let coldPrefixTokens = 0;
+  let coldHitTokens = 0;
   let bytesRead = 0;
   let bytesWritten = 0;
   let rounds = 0;
@@ -371,32 +469,14 @@ export function simulate(trace: Trace, policy: EvictionPolicy, options: Simulati
   let deadSum = 0;
   let deadRounds = 0;
   let peakBytes = 0;
-  const engines = Array.from({ length: options.engines?.count ?? 0 }, () => new Map<string, true>());
-  let bucketHitTokens = 0;
   trace.requests.forEach((request, at) => {
     const measured = at >= options.measureFrom;
-    const engine = engines.length === 0 ? undefined : engines[request.conversation % engines.length];
-    let local = 0;
-    if (engine) while (local < request.keys.length && engine.has(request.keys[local] as string)) local++;
+    const local = tier ? (tier.local[at] as number) : 0;
     const keys = local === 0 ? request.keys : request.keys.slice(local);
     policy.begin(local === 0 ? request : { ...request, keys }, at);
     let hits = 0;
     while (hits < keys.length && policy.has(keys[hits] as string)) hits++;
     for (let i = 0; i < hits; i++) policy.read(keys[i] as string, at);
-    if (engine) {
-      // The whole prompt is in the engine's cache now, most recently used, its head most of all:
-      // vLLM frees a finished request's blocks tail first so that its LRU evicts tails first.
-      for (let i = request.keys.length - 1; i >= 0; i--) {
-        const key = request.keys[i] as string;
-        engine.delete(key);
-        engine.set(key, true);
-      }
-      const limit = options.engines?.chunks ?? 0;
-      for (const key of engine.keys()) {
-        if (engine.size <= limit) break;
-        engine.delete(key);
-      }
-    }
     for (let i = hits; i < keys.length; i++) {
       const key = keys[i] as string;
       if (policy.has(key)) continue;
@@ -409,6 +489,11 @@ export function simulate(trace: Trace, policy: EvictionPolicy, options: Simulati
       prefixTokens += request.keys.length * trace.chunkTokens;
       hitTokens += (local + hits) * trace.chunkTokens;
       bucketHitTokens += hits * trace.chunkTokens;
+      askedTokens += keys.length * trace.chunkTokens;
+      if (local === 0) {
+        coldPrefixTokens += request.keys.length * trace.chunkTokens;
+        coldHitTokens += hits * trace.chunkTokens;
+      }
       bytesRead += hits * trace.chunkBytes;
     }
     peakBytes = Math.max(peakBytes, policy.bytes);
@@ -428,6 +513,9 @@ export function simulate(trace: Trace, policy: EvictionPolicy, options: Simulati
     hitTokens,
     hitRate: prefixTokens === 0 ? 0 : hitTokens / prefixTokens,
     bucketHitTokens,
+    askedTokens,
+    coldPrefixTokens,
+    coldHitTokens,
     bytesRead,
     bytesWritten,
     evictionRounds: rounds,
