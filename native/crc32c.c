@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <node_api.h>
+#include "napi-bytes.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -80,31 +81,16 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c(uint32_t previous, cons
   return ~run((uint32_t)a, p, n);
 }
 
-static napi_value fail(napi_env env, const char *message) {
-  napi_throw_type_error(env, "OC_ERR_INTERNAL", message);
-  return NULL;
-}
-
 static napi_value crc32c_js(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return fail(env, "crc32c(bytes, previous?) takes a Uint8Array");
-  bool is_typed = false;
-  napi_typedarray_type type;
+  const unsigned char *data;
   size_t length = 0;
-  void *data = NULL;
-  if (napi_is_typedarray(env, argv[0], &is_typed) != napi_ok || !is_typed ||
-      napi_get_typedarray_info(env, argv[0], &type, &length, &data, NULL, NULL) != napi_ok || type != napi_uint8_array) {
-    return fail(env, "crc32c(bytes, previous?) takes a Uint8Array");
-  }
+  napi_value given;
+  napi_valuetype kind;
+  if (!oc_bytes_args(env, info, "crc32c(bytes, previous?) takes a Uint8Array", &data, &length, &given, &kind)) return NULL;
   uint32_t previous = 0;
-  if (argc > 1) {
-    napi_valuetype kind = napi_undefined;
-    if (napi_typeof(env, argv[1], &kind) != napi_ok) return fail(env, "crc32c's previous CRC is a number");
-    if (kind != napi_undefined && kind != napi_null && (kind != napi_number || napi_get_value_uint32(env, argv[1], &previous) != napi_ok)) return fail(env, "crc32c's previous CRC is a number");
-  }
+  if (kind != napi_undefined && (kind != napi_number || napi_get_value_uint32(env, given, &previous) != napi_ok)) return oc_fail(env, "crc32c's previous CRC is a number");
   napi_value result;
-  napi_create_uint32(env, crc32c(previous, (const unsigned char *)data, length), &result);
+  napi_create_uint32(env, crc32c(previous, data, length), &result);
   return result;
 }
 #endif

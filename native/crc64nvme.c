@@ -8,6 +8,7 @@
 // `previous` being the CRC of the bytes before (0n to start), as crc32c.c does for CRC-32C.
 #define NAPI_VERSION 8
 #include <node_api.h>
+#include "napi-bytes.h"
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -44,35 +45,18 @@ static uint64_t crc64nvme(uint64_t previous, const unsigned char *p, size_t n) {
   return ~crc;
 }
 
-static napi_value fail(napi_env env, const char *message) {
-  napi_throw_type_error(env, "OC_ERR_INTERNAL", message);
-  return NULL;
-}
-
 static napi_value crc64nvme_js(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
   const char *usage = "crc64nvme(bytes, previous?) takes a Uint8Array and a bigint";
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return fail(env, usage);
-  bool is_typed = false;
-  napi_typedarray_type type;
+  const unsigned char *data;
   size_t length = 0;
-  void *data = NULL;
-  if (napi_is_typedarray(env, argv[0], &is_typed) != napi_ok || !is_typed ||
-      napi_get_typedarray_info(env, argv[0], &type, &length, &data, NULL, NULL) != napi_ok || type != napi_uint8_array) {
-    return fail(env, usage);
-  }
+  napi_value given;
+  napi_valuetype kind;
+  if (!oc_bytes_args(env, info, usage, &data, &length, &given, &kind)) return NULL;
   uint64_t previous = 0;
-  if (argc > 1) {
-    napi_valuetype kind = napi_undefined;
-    if (napi_typeof(env, argv[1], &kind) != napi_ok) return fail(env, usage);
-    bool lossless = false;
-    if (kind != napi_undefined && kind != napi_null && (kind != napi_bigint || napi_get_value_bigint_uint64(env, argv[1], &previous, &lossless) != napi_ok || !lossless)) {
-      return fail(env, usage);
-    }
-  }
+  bool lossless = false;
+  if (kind != napi_undefined && (kind != napi_bigint || napi_get_value_bigint_uint64(env, given, &previous, &lossless) != napi_ok || !lossless)) return oc_fail(env, usage);
   napi_value result;
-  napi_create_bigint_uint64(env, crc64nvme(previous, (const unsigned char *)data, length), &result);
+  napi_create_bigint_uint64(env, crc64nvme(previous, data, length), &result);
   return result;
 }
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 from engine_docs import filled
 from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port
+from test_vllm_obj_tier import requests_by
 
 import harness
 from objectcache import ObjectCacheClient, lmcache_l2
@@ -30,19 +31,6 @@ from objectcache.hf_cache import KVLayout, cache_from_kv, kv_from_cache
 
 L, KV_HEADS, HEAD_DIM, CHUNK = 30, 3, 64, 256
 HIDDEN = KV_HEADS * HEAD_DIM
-
-
-def requests_by(stack: Stack) -> Dict[str, float]:
-    """Requests answered so far, by ``operation status``."""
-    text = urllib.request.urlopen(f"{stack.admin_url}/metrics", timeout=10).read().decode()
-    out: Dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("objectcache_http_requests_total{"):
-            continue
-        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(","))
-        name = f"{labels['operation'].strip(chr(34))} {labels['status'].strip(chr(34))}"
-        out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def delta(after: Dict[str, float], before: Dict[str, float]) -> Dict[str, float]:

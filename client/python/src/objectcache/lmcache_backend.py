@@ -54,6 +54,7 @@ from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
+from .failures import EngineFailures
 
 logger = logging.getLogger("objectcache.lmcache")
 T = TypeVar("T")
@@ -81,27 +82,8 @@ SETTINGS: Dict[str, Optional[str]] = {
 CODEC_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
-def _counter() -> Any:
-    try:
-        from prometheus_client import Counter  # LMCache depends on it
-
-        return Counter("objectcache_lmcache_failures", "LMCache backend calls that failed and became a miss or a skipped store", ["op", "code"])
-    except Exception:  # pragma: no cover - a registry that already holds it, or no prometheus_client
-        return None
-
-
-_FAILURES = _counter()
-_FAILURES_LOCK = threading.Lock()
-#: Failures counted in this process, by (op, code): readable without Prometheus.
-FAILURES: Dict[Tuple[str, str], int] = {}
-
-
-def _count_failure(op: str, error: BaseException) -> None:
-    code = error.code if isinstance(error, ObjectCacheError) else type(error).__name__
-    with _FAILURES_LOCK:
-        FAILURES[(op, code)] = FAILURES.get((op, code), 0) + 1
-    if _FAILURES is not None:
-        _FAILURES.labels(op=op, code=code).inc()
+#: Calls that failed and became a miss, by (op, code) (objectcache.failures).
+FAILURES = EngineFailures("objectcache_lmcache_failures", "LMCache backend calls that failed and became a miss or a skipped store", logger, "chunk(s)")
 
 
 def plugin_settings(extra_config: Optional[Mapping[str, Any]], plugin_name: str) -> Dict[str, Optional[str]]:
@@ -262,14 +244,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         return []
 
     def _miss(self, op: str, error: BaseException, count: int) -> None:
-        _count_failure(op, error)
-        code = error.code if isinstance(error, ObjectCacheError) else None
-        if code in ("OC_ERR_ACCESS_DENIED", "OC_ERR_ACCESS_TENANT"):
-            # A configuration problem, not a passing failure: say what to change.
-            logger.error("ObjectCache %s of %d chunk(s) refused by the key's access policy, served as a miss (check the plugin's key_prefix and tenant against the key's policy, README 'Access control'): %s", op, count, error)
-            return
-        level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
-        logger.log(level, "ObjectCache %s of %d chunk(s) failed, served as a miss: %s", op, count, error)
+        FAILURES.miss(op, error, count)
 
     async def _get_run(self, keys: Sequence[CacheEngineKey]) -> List[MemoryObj]:
         if self._closed:

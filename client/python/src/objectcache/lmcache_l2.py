@@ -60,6 +60,7 @@ from lmcache.v1.platform import create_event_notifier
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
+from .failures import EngineFailures
 
 logger = logging.getLogger("objectcache.lmcache_l2")
 
@@ -80,27 +81,8 @@ SETTINGS: Dict[str, Any] = {
 }
 
 
-def _counter() -> Any:
-    try:
-        from prometheus_client import Counter  # LMCache depends on it
-
-        return Counter("objectcache_lmcache_l2_failures", "LMCache MP L2 calls that failed and became a miss or a skipped store", ["op", "code"])
-    except Exception:  # pragma: no cover - a registry that already holds it, or no prometheus_client
-        return None
-
-
-_FAILURES = _counter()
-_FAILURES_LOCK = threading.Lock()
-#: Failures counted in this process, by (op, code): readable without Prometheus.
-FAILURES: Dict[Tuple[str, str], int] = {}
-
-
-def _count_failure(op: str, error: BaseException) -> None:
-    code = error.code if isinstance(error, ObjectCacheError) else type(error).__name__
-    with _FAILURES_LOCK:
-        FAILURES[(op, code)] = FAILURES.get((op, code), 0) + 1
-    if _FAILURES is not None:
-        _FAILURES.labels(op=op, code=code).inc()
+#: Calls that failed and became a miss, by (op, code) (objectcache.failures).
+FAILURES = EngineFailures("objectcache_lmcache_l2_failures", "LMCache MP L2 calls that failed and became a miss or a skipped store", logger, "chunk(s)")
 
 
 class ObjectCacheL2AdapterConfig(L2AdapterConfigBase):  # type: ignore[misc]
@@ -453,18 +435,10 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
                 notifier.notify()
 
     def _miss(self, op: str, error: BaseException, count: int) -> None:
-        _count_failure(op, error)
-        code = error.code if isinstance(error, ObjectCacheError) else None
-        if code in ("OC_ERR_ACCESS_DENIED", "OC_ERR_ACCESS_TENANT"):
-            # A configuration problem, not a passing failure: say what to change.
-            logger.error("ObjectCache %s of %d chunk(s) refused by the key's access policy (check key_prefix and tenant against the key's policy, README 'Access control'): %s", op, count, error)
-            return
-        level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
-        logger.log(level, "ObjectCache %s of %d chunk(s) failed, served as a miss: %s", op, count, error)
+        FAILURES.miss(op, error, count)
 
     def report_status(self) -> Dict[str, Any]:
-        with _FAILURES_LOCK:
-            failures = sum(FAILURES.values())
+        failures = FAILURES.total()
         return {"is_healthy": not self._closed, "type": "ObjectCacheL2Adapter", "endpoint": self.client.endpoint, "bucket": self.client.bucket, "failures": failures}
 
     def close(self) -> None:

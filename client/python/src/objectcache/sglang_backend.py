@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -64,6 +63,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
+from .failures import EngineFailures
 
 logger = logging.getLogger("objectcache.sglang")
 
@@ -91,27 +91,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 Run = Tuple[int, int]
 
 
-def _counter() -> Any:
-    try:
-        from prometheus_client import Counter
-
-        return Counter("objectcache_sglang_failures", "SGLang HiCache backend calls that failed and became a miss or a failed store", ["op", "code"])
-    except Exception:  # pragma: no cover - a registry that already holds it, or no prometheus_client
-        return None
-
-
-_FAILURES = _counter()
-_FAILURES_LOCK = threading.Lock()
-#: Failures counted in this process, by (op, code): readable without Prometheus.
-FAILURES: Dict[Tuple[str, str], int] = {}
-
-
-def _count_failure(op: str, error: BaseException) -> None:
-    code = error.code if isinstance(error, ObjectCacheError) else type(error).__name__
-    with _FAILURES_LOCK:
-        FAILURES[(op, code)] = FAILURES.get((op, code), 0) + 1
-    if _FAILURES is not None:
-        _FAILURES.labels(op=op, code=code).inc()
+#: Calls that failed and became a miss, by (op, code) (objectcache.failures).
+FAILURES = EngineFailures("objectcache_sglang_failures", "SGLang HiCache backend calls that failed and became a miss or a failed store", logger, "page(s)")
 
 
 def backend_settings(extra_config: Optional[Mapping[str, Any]], overrides: Optional[Mapping[str, Any]] = None) -> Dict[str, Optional[str]]:
@@ -282,10 +263,7 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
         return ObjectCacheClient.descriptor(names, layers=form.layers, chunk_tokens=int(self.mem_pool_host.page_size), layer_bytes=form.layer_bytes, layout=form.layout, mode=self.mode, **self.extra_descriptor)
 
     def _miss(self, op: str, error: BaseException, count: int) -> None:
-        _count_failure(op, error)
-        code = error.code if isinstance(error, ObjectCacheError) else None
-        level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
-        logger.log(level, "ObjectCache %s of %d page(s) failed, served as a miss: %s", op, count, error)
+        FAILURES.miss(op, error, count)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -310,16 +288,25 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
                 return 0
         return 0
 
-    def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        """Reads pages straight into the host pool at ``host_indices`` (page_size per key)."""
+    def _placed(self, keys: Sequence[str], host_indices: torch.Tensor, op: str) -> Optional[Tuple[PageForm, List[int]]]:
+        """The page form and each key's first host index (page_size per key), or None (counted
+        as a failed ``op``) when no pool is registered or the indices do not match the keys."""
         try:
             form = self._page_form()
             starts = [int(i) for i in host_indices[:: self.mem_pool_host.page_size].tolist()]
             if len(starts) != len(keys):
                 raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"{len(keys)} keys but host indices for {len(starts)} pages")
         except Exception as error:
-            self._miss("get", error, len(keys))
+            self._miss(op, error, len(keys))
+            return None
+        return form, starts
+
+    def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        """Reads pages straight into the host pool at ``host_indices`` (page_size per key)."""
+        placed = self._placed(keys, host_indices, "get")
+        if placed is None:
             return [False] * len(keys)
+        form, starts = placed
         if form.slices is None:
             return self._get_staged(keys, starts)
         host, slices = self._host, form.slices
@@ -401,14 +388,10 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
 
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         """Writes the pages at ``host_indices`` (page_size per key), one object each."""
-        try:
-            form = self._page_form()
-            starts = [int(i) for i in host_indices[:: self.mem_pool_host.page_size].tolist()]
-            if len(starts) != len(keys):
-                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"{len(keys)} keys but host indices for {len(starts)} pages")
-        except Exception as error:
-            self._miss("put", error, len(keys))
+        placed = self._placed(keys, host_indices, "put")
+        if placed is None:
             return [False] * len(keys)
+        form, starts = placed
         prefix = getattr(extra_info, "prefix_keys", None) or []
         before = prefix[-1] if prefix and isinstance(prefix[-1], str) else None
         if form.slices is None:

@@ -1,0 +1,48 @@
+"""What the engine adapters (lmcache_backend, lmcache_l2, sglang_backend) do with a call that
+failed: it becomes a miss or a skipped store, never an exception into the engine, and it is
+counted and logged so that an operator sees it."""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, Tuple
+
+from .errors import ObjectCacheError
+
+#: Codes that mean the configuration is wrong (the key's policy), not that something failed once.
+_POLICY_CODES = ("OC_ERR_ACCESS_DENIED", "OC_ERR_ACCESS_TENANT")
+
+
+class EngineFailures(Dict[Tuple[str, str], int]):
+    """Failures counted by ``(op, code)``: this dict itself (readable without Prometheus) and, when
+    prometheus_client is importable (the engines depend on it), the counter ``metric``."""
+
+    def __init__(self, metric: str, description: str, logger: logging.Logger, unit: str = "chunk(s)") -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._logger = logger
+        self._unit = unit
+        self._counter: Any = None
+        try:
+            from prometheus_client import Counter
+
+            self._counter = Counter(metric, description, ["op", "code"])
+        except Exception:  # pragma: no cover - a registry that already holds it, or no prometheus_client
+            self._counter = None
+
+    def miss(self, op: str, error: BaseException, count: int) -> None:
+        """Counts and logs ``count`` items of ``op`` served as a miss because of ``error``."""
+        code = error.code if isinstance(error, ObjectCacheError) else type(error).__name__
+        with self._lock:
+            self[(op, code)] = self.get((op, code), 0) + 1
+        if self._counter is not None:
+            self._counter.labels(op=op, code=code).inc()
+        if code in _POLICY_CODES:
+            self._logger.error("ObjectCache %s of %d %s refused by the key's access policy, served as a miss (check key_prefix and tenant against the key's policy, README 'Access control'): %s", op, count, self._unit, error)
+            return
+        level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
+        self._logger.log(level, "ObjectCache %s of %d %s failed, served as a miss: %s", op, count, self._unit, error)
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.values())
