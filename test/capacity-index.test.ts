@@ -77,6 +77,15 @@ describe('ChunkIndex', () => {
     expect(index.successors('k0')).toBe(1);
   });
 
+  it('keeps at most 50,000 links for keys not stored yet, forgetting the oldest', () => {
+    const index = new ChunkIndex();
+    const keys = Array.from({ length: 50_002 }, (_, i) => `p/${i}`);
+    index.link(keys, 'a'); // 50,001 links, one too many
+    store(index, ['p/1', 'p/50001'], 100);
+    expect(index.get('p/1')!.pred).toBeUndefined(); // the oldest, forgotten
+    expect(index.get('p/50001')!.pred).toBe('p/50000');
+  });
+
   it('skips what cannot go now, and so protects every chunk before it', () => {
     const index = new ChunkIndex();
     store(index, ['h', 't'], 100);

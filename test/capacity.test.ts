@@ -167,6 +167,11 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     expect(bad.status).toBe(403); // unsigned: refused before the body is read
     const raw = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
     expect(await quietly(raw.pin([], new Date()))).toMatchObject({ code: 'OC_ERR_PIN_INVALID' });
+    // The bounds of what one pin may ask: 8192 keys, 366 days.
+    const many = Array.from({ length: 8193 }, (_, i) => `k/${i}`);
+    expect(await quietly(raw.pin(many, new Date(Date.now() + 60_000)))).toMatchObject({ code: 'OC_ERR_PIN_INVALID' });
+    expect(await quietly(raw.pin(['k/0'], new Date(Date.now() + 367 * 86_400_000)))).toMatchObject({ code: 'OC_ERR_PIN_INVALID' });
+    expect(await raw.pin(many.slice(0, 8192), new Date(Date.now() + 60_000))).toBeInstanceOf(Date);
   });
 
   it('does not delete a chunk while it is being read', async () => {

@@ -292,11 +292,15 @@ export class Capacity {
 
   usage(): BucketUsage[] {
     const now = this.#now();
-    return [...this.#indexes].map(([bucket, index]) => {
-      let pinnedBytes = 0;
-      for (const chunk of index.values()) if ((this.#pins.get(slot(bucket, chunk.key)) ?? 0) > now) pinnedBytes += chunk.size;
-      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes, chunks: index.size, pinnedBytes };
-    });
+    // From the pins, not the chunks: each metrics scrape asks, and pins are few beside chunks.
+    const pinned = new Map<string, number>();
+    for (const [s, until] of this.#pins) {
+      if (until <= now) continue;
+      const [bucket, key] = s.split('\0') as [string, string];
+      const size = this.#indexes.get(bucket)?.get(key)?.size ?? 0;
+      pinned.set(bucket, (pinned.get(bucket) ?? 0) + size);
+    }
+    return [...this.#indexes].map(([bucket, index]) => ({ bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 }));
   }
 
   tenantBytes(tenant: string): number {
