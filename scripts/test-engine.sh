@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The engine-integration tests (client/python/tests_engine): the real SmolLM2-135M model,
-# LMCache 0.5.6 and vLLM 0.33's object tier, on CPU, against the real gateway on both backends
+# The engine-integration tests (client/python/tests_engine): the real SmolLM2-135M model through
+# LMCache 0.5.6 (in process and multi-process), vLLM 0.33's object tier, NIXL's OBJ plugin and
+# SGLang 0.5.23's HiCache, on CPU, against the real gateway on both backends
 # (its embedded store, and the pinned MinIO). Makes or reuses the engine virtualenv
-# (scripts/engine-venv.sh: torch, transformers, LMCache, vLLM and NIXL; about 7.3 GB, kept in
+# (scripts/engine-venv.sh: torch, transformers, LMCache, vLLM, NIXL and SGLang; about 7.6 GB, kept in
 # ~/.cache/objectcache). Needs the Node build (dist/) and MinIO, which
 # `npm test` and scripts/install-minio.sh provide; the LMCache S3-connector test needs root (it
 # gives one child process its own /etc/hosts in a private mount namespace).
