@@ -1,0 +1,83 @@
+/**
+ * Plain S3 requests on a budgeted bucket: what capacity management (capacity.ts) must know of
+ * each, around the backend's own answer (gateway/server.ts routes them here).
+ */
+import { AFTER_META } from '../../schemas/chain.js';
+import { objectKeyProblem } from '../../schemas/object-key.js';
+import type { Backend } from '../backend.js';
+import { headerOf, type RequestContext } from '../context.js';
+import { parseCopySource } from '../s3/request.js';
+import type { Capacity } from './capacity.js';
+
+/** The object metadata a chunk's tenant is recorded in: set by the gateway only. */
+export const TENANT_META = 'x-amz-meta-objectcache-tenant';
+
+/**
+ * A plain S3 request on a budgeted bucket, with what capacity management must know: a GET holds
+ * its chunk against eviction; a write passes the tenant's quota first and records its tenant
+ * with the object; writes and deletes are learnt once the store answered them.
+ */
+export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, backend: Backend): Promise<void> {
+  const { bucket, key } = ctx.target;
+  const op = ctx.operation;
+  if (op === 'GetObject') {
+    const release = await budgeted.reading(bucket, [key]);
+    try {
+      await backend.serveS3(ctx);
+    } finally {
+      // The response is written through by now, or the client is gone.
+      release();
+    }
+    return;
+  }
+  // Only the gateway names an object's tenant: a client's own value is dropped on every write.
+  delete ctx.req.headers[TENANT_META];
+  if (op === 'PutObject' || op === 'CopyObject' || op === 'UploadPart' || op === 'UploadPartCopy') {
+    const bytes = await writeSize(ctx, backend);
+    const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes);
+    const replaces = op === 'PutObject' || (op === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
+    if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
+    let stored: boolean | { size: number; etag: string } = false;
+    try {
+      await backend.serveS3(ctx);
+      const etag = ctx.res.getHeader('etag');
+      // A PUT's body was checked against the length it declared (gateway/body/upload-body.ts), so
+      // that, and the store's answer, are what it holds; a copy's size is asked of the store.
+      if (ctx.res.statusCode === 200) stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag } : op === 'CopyObject';
+      // The writer's word on the chunk before it (schemas/chain.ts), taken for its own chunk.
+      const after = op === 'PutObject' ? headerOf(ctx.req, `x-amz-meta-${AFTER_META}`) : undefined;
+      if (stored !== false && after !== undefined && objectKeyProblem(after) === undefined) budgeted.link(bucket, [after, key], ctx.tenant);
+    } finally {
+      finish(stored);
+    }
+    return;
+  }
+  if (op === 'CreateMultipartUpload') ctx.req.headers[TENANT_META] = ctx.tenant;
+  await backend.serveS3(ctx);
+  const status = ctx.res.statusCode;
+  const versioned = ctx.target.query.some(([name]) => name === 'versionId');
+  if (op === 'CompleteMultipartUpload' && status === 200) budgeted.written(bucket, key, ctx.tenant);
+  else if (op === 'DeleteObject' && status < 300) {
+    if (versioned) budgeted.verify(bucket, key);
+    else budgeted.deleted(bucket, key);
+  } else if (op === 'DeleteObjects' && status === 200) for (const deleted of ctx.deleteKeys ?? []) budgeted.verify(bucket, deleted);
+}
+
+/**
+ * The bytes a write will store, for the quota: the decoded length of an aws-chunked body, the
+ * Content-Length of any other, a copy's source size. What is recorded afterwards is what the
+ * store says it holds, never this.
+ */
+async function writeSize(ctx: RequestContext, backend: Backend): Promise<number> {
+  const whole = (text: string | undefined): number => {
+    const n = Number(text ?? 0);
+    return Number.isSafeInteger(n) && n > 0 ? n : 0;
+  };
+  const source = headerOf(ctx.req, 'x-amz-copy-source');
+  if (source !== undefined) {
+    const { bucket, key } = parseCopySource(source);
+    return (await backend.capacity.head(bucket, key).catch(() => undefined))?.size ?? 0;
+  }
+  const chunked = ctx.auth.payloadHash.startsWith('STREAMING-');
+  return whole(headerOf(ctx.req, chunked ? 'x-amz-decoded-content-length' : 'content-length'));
+}
