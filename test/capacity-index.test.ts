@@ -86,6 +86,19 @@ describe('ChunkIndex', () => {
     expect(index.get('p/50001')!.pred).toBe('p/50000');
   });
 
+  it('bounds the loop checks of one request, and learns a long chain over several', () => {
+    const index = new ChunkIndex();
+    const keys = Array.from({ length: 2000 }, (_, i) => `long/${i}`);
+    store(index, keys, 100); // stored before any request named their order
+    expect(index.link(keys, 'a')).toBe(true);
+    expect(index.get('long/1')!.pred).toBe('long/0');
+    expect(index.get('long/1999')!.pred).toBeUndefined(); // past this request's budget
+    let requests = 1;
+    while (index.link(keys, 'a')) requests++;
+    expect(index.depth(index.get('long/1999')!)).toBe(1999);
+    expect(requests).toBeGreaterThan(1);
+  });
+
   it('skips what cannot go now, and so protects every chunk before it', () => {
     const index = new ChunkIndex();
     store(index, ['h', 't'], 100);

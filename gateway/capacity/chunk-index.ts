@@ -49,6 +49,13 @@ export interface Candidate {
 const MAX_PENDING_LINKS = 50_000;
 /** A chain longer than this is cut when its depth is measured (1M tokens in 256-token chunks). */
 const MAX_DEPTH = 4096;
+/**
+ * Steps of loop checks one link() may take (a walk up the chain per link set): a request naming
+ * thousands of chunks whose places are not known yet teaches the first few hundred, later requests
+ * the rest, and no request holds the main thread for long (8,192 such chunks would otherwise cost
+ * 33 million steps, 0.3 s here).
+ */
+const MAX_LINK_STEPS = 1 << 16;
 
 export class ChunkIndex {
   private readonly chunks = new Map<string, Chunk>();
@@ -129,6 +136,7 @@ export class ChunkIndex {
    */
   link(keys: readonly string[], tenant: string): boolean {
     let learnt = false;
+    const budget = { steps: MAX_LINK_STEPS };
     for (let i = 1; i < keys.length; i++) {
       const key = keys[i] as string;
       const pred = keys[i - 1] as string;
@@ -145,7 +153,9 @@ export class ChunkIndex {
         learnt = true;
         continue;
       }
-      if (chunk.pred !== undefined || chunk.tenant !== tenant || this.reaches(pred, key)) continue;
+      if (chunk.pred !== undefined || chunk.tenant !== tenant) continue;
+      if (budget.steps <= 0) break; // the rest is learnt by later requests
+      if (this.reaches(pred, key, budget)) continue;
       chunk.pred = pred;
       this.addChild(pred, key);
       learnt = true;
@@ -153,11 +163,14 @@ export class ChunkIndex {
     return learnt;
   }
 
-  /** Whether walking back from `from` through the present chunks' predecessors meets `key`. */
-  private reaches(from: string, key: string): boolean {
+  /**
+   * Whether walking back from `from` through the present chunks' predecessors meets `key` (or the
+   * walk runs out of `budget`: then it is taken as met, and no link is made).
+   */
+  private reaches(from: string, key: string, budget: { steps: number } = { steps: MAX_DEPTH + 1 }): boolean {
     let at: string | undefined = from;
     for (let steps = 0; at !== undefined && steps <= MAX_DEPTH; steps++) {
-      if (at === key) return true;
+      if (at === key || --budget.steps < 0) return true;
       at = this.chunks.get(at)?.pred;
     }
     return false;
