@@ -15,7 +15,7 @@ export interface AdminOptions {
   readonly registry: Registry;
   readonly ready: () => Promise<boolean>;
   /** The /capacity document for `?top=n` coldest chunks per bucket; undefined: no budget is set. */
-  readonly capacity?: (top: number) => unknown;
+  readonly capacity?: (top: number) => Promise<unknown>;
 }
 
 export interface AdminServer {
@@ -53,7 +53,11 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
       case '/capacity': {
         if (!options.capacity) return respond(json(404, { error: 'no bucket has a --budget' }));
         const top = Number(new URLSearchParams(query).get('top') ?? '10');
-        return respond(json(200, options.capacity(Number.isSafeInteger(top) ? Math.min(Math.max(top, 0), 1000) : 10)));
+        options.capacity(Number.isSafeInteger(top) ? Math.min(Math.max(top, 0), 1000) : 10).then(
+          (document) => respond(json(200, document)),
+          (error: Error) => respond(json(500, { error: error.message })),
+        );
+        return;
       }
       default:
         return respond(json(404, { error: 'not found', paths: ['/healthz', '/readyz', '/metrics', '/capacity'] }));

@@ -59,6 +59,34 @@ describe('ChunkIndex', () => {
     expect(order(index)).toEqual(['c1:dead', 'c2:dead', 'cold:lru']);
   });
 
+  it('builds the same order in slices that give way to the event loop', async () => {
+    const index = new ChunkIndex();
+    // 2,000 prefixes of 5 chunks, every tenth missing its head (dead), read at varied times.
+    for (let p = 0; p < 2000; p++) {
+      const keys = Array.from({ length: 5 }, (_, i) => `p${p}/${i}`);
+      store(index, keys, 100 + (p % 37));
+      index.link(keys, 'a');
+      index.touch(keys[0]!, 1000 + ((p * 7919) % 2000));
+      if (p % 10 === 0) index.remove(keys[0]!);
+    }
+    const sync = order(index);
+    let turns = 0;
+    let running = true;
+    const count = (): void => {
+      if (!running) return;
+      turns++;
+      setImmediate(count);
+    };
+    setImmediate(count);
+    const paced: string[] = [];
+    for await (const c of index.evictionOrderPaced({}, 0)) paced.push(`${c.chunk.key}:${c.reason}`);
+    running = false;
+    expect(paced).toEqual(sync);
+    expect(sync.filter((c) => c.endsWith(':dead'))).toHaveLength(800);
+    // The walk over 9,800 chunks handed the loop back again and again, not once at its end.
+    expect(turns).toBeGreaterThan(4);
+  });
+
   it('does not count a chunk as dead while its predecessor may still be on its way', () => {
     const index = new ChunkIndex();
     index.link(['w0', 'w1', 'w2'], 'a');

@@ -325,11 +325,11 @@ export class Capacity {
   }
 
   /** The next `count` chunks eviction would take from the bucket, with how deep each sits in its prefix. */
-  coldest(bucket: string, count: number): ColdPrefix[] {
+  async coldest(bucket: string, count: number): Promise<ColdPrefix[]> {
     const index = this.#indexes.get(bucket);
     if (!index) return [];
     const out: ColdPrefix[] = [];
-    for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, this.#now()), deadIfWrittenBefore: this.#now() - DEAD_AFTER_MS })) {
+    for await (const { chunk, reason } of index.evictionOrderPaced({ evictable: (c) => this.#evictable(bucket, c, this.#now()), deadIfWrittenBefore: this.#now() - DEAD_AFTER_MS })) {
       out.push({ tail: chunk.key, depth: index.depth(chunk), bytes: chunk.size, lastAccess: chunk.lastAccess, reason });
       if (out.length >= count) break;
     }
@@ -337,17 +337,22 @@ export class Capacity {
   }
 
   /** The admin endpoint's /capacity document. */
-  report(top: number): unknown {
+  async report(top: number): Promise<unknown> {
     const now = this.#now();
-    return {
-      leader: this.isLeader,
-      gateway: this.#shared.id,
-      buckets: this.usage().map((u) => ({
+    const buckets = [];
+    for (const u of this.usage()) {
+      const coldest = await this.coldest(u.bucket, top);
+      buckets.push({
         ...u,
         highBytes: Math.floor(u.budget * this.#config.highFraction),
         lowBytes: Math.floor(u.budget * this.#config.lowFraction),
-        coldest: this.coldest(u.bucket, top).map((c) => ({ ...c, idleSeconds: Math.max(0, Math.round((now - c.lastAccess) / 1000)) })),
-      })),
+        coldest: coldest.map((c) => ({ ...c, idleSeconds: Math.max(0, Math.round((now - c.lastAccess) / 1000)) })),
+      });
+    }
+    return {
+      leader: this.isLeader,
+      gateway: this.#shared.id,
+      buckets,
       tenants: [...this.tenants()].map(([tenant, bytes]) => ({ tenant, bytes, quota: this.quota(tenant) ?? null })),
     };
   }
@@ -375,10 +380,11 @@ export class Capacity {
 
   /**
    * One pass of the leader: buckets past their high mark trimmed to the low one, and (every
-   * IDLE_SCAN_MS) idle chunks evicted. The order is built once per pass (a walk of the whole
-   * index: 2.4 s for a million chunks here, which is why a pass takes everything down to the low
-   * mark rather than a little at a time); victims are then deleted at --evict-rate, each checked
-   * again just before (still wanted, not read since, still a tail, not being read or written).
+   * IDLE_SCAN_MS) idle chunks evicted. The order is built once per pass, in slices that leave the
+   * event loop to requests (a walk of the whole index: 2.4 s of work for a million chunks here,
+   * which is why a pass takes everything down to the low mark rather than a little at a time);
+   * victims are then deleted at --evict-rate, each checked again just before (still wanted, not
+   * read since, still a tail or still dead, not being read or written).
    */
   async #trimOnce(): Promise<void> {
     if (this.#trimming || this.#closed || !this.#shared.isLeader) return;
@@ -395,9 +401,9 @@ export class Capacity {
         const trim = usage() > budget * this.#config.highFraction;
         if (!trim && !idleScan) continue;
         const idleBefore = idleScan && this.#config.idleMs !== undefined ? now - this.#config.idleMs : undefined;
-        const victims: { chunk: Chunk; cause: EvictionCause }[] = [];
+        let victims: { chunk: Chunk; cause: EvictionCause }[] = [];
         let free = usage();
-        for (const { chunk, reason } of index.evictionOrder({ evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
+        for await (const { chunk, reason } of index.evictionOrderPaced({ evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
           const idle = idleBefore !== undefined && chunk.lastAccess < idleBefore;
           if (trim && free > target) {
             victims.push({ chunk, cause: reason === 'dead' ? 'dead' : idle ? 'idle' : 'lru' });
@@ -405,6 +411,9 @@ export class Capacity {
           } else if (idle) victims.push({ chunk, cause: reason === 'dead' ? 'dead' : 'idle' });
           else if (reason === 'lru') break; // leaves come oldest first: nothing later is idle or needed
         }
+        // The walk gave way to requests while it ran: what a quota eviction queued, or a read
+        // started on, meanwhile is left out here, in the same tick as the rest are queued.
+        victims = victims.filter((v) => this.#evictable(bucket, v.chunk, now));
         for (const victim of victims) this.#queue(bucket, victim.chunk);
         let at = 0;
         try {
@@ -417,7 +426,8 @@ export class Capacity {
             const still = cause === 'idle' || cause === 'dead' || index.bytes - (this.#pendingFree.get(bucket) ?? 0) + chunk.size > target;
             // Read since it was chosen (a lookup that found it, a GET about to load it), or no
             // longer a tail (the chunk after it was stored meanwhile): the next pass decides again.
-            const changed = chunk.lastAccess > now || (cause !== 'dead' && index.successors(chunk.key) > 0);
+            // Dead no longer (its predecessor was stored while the order was built): decided again too.
+            const changed = chunk.lastAccess > now || (cause === 'dead' ? !index.isDead(chunk) : index.successors(chunk.key) > 0);
             if (still && !changed) await this.#evict(bucket, chunk, cause, () => this.#shared.isLeader);
             else this.#unqueue(bucket, chunk);
           }
@@ -497,16 +507,18 @@ export class Capacity {
 
   async #evictForQuota(tenant: string, over: number, incoming: number, quota: number): Promise<void> {
     const now = this.#now();
-    const candidates: { bucket: string; chunk: Chunk; dead: boolean }[] = [];
+    let candidates: { bucket: string; chunk: Chunk; dead: boolean }[] = [];
     for (const [bucket, index] of this.#indexes) {
       let found = 0;
-      for (const { chunk, reason } of index.evictionOrder({ tenant, evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
+      for await (const { chunk, reason } of index.evictionOrderPaced({ tenant, evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
         candidates.push({ bucket, chunk, dead: reason === 'dead' });
         found += chunk.size;
         if (found >= over) break;
       }
     }
-    // Dead chunks first, then the coldest across the buckets.
+    // Dead chunks first, then the coldest across the buckets; none that a trimming pass queued,
+    // or a read started on, while the walks gave way to requests.
+    candidates = candidates.filter((c) => this.#evictable(c.bucket, c.chunk, now));
     candidates.sort((a, b) => (a.dead !== b.dead ? (a.dead ? -1 : 1) : a.chunk.lastAccess - b.chunk.lastAccess));
     const victims: { bucket: string; chunk: Chunk; dead: boolean }[] = [];
     let freed = 0;
