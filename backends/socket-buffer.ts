@@ -4,7 +4,7 @@
  * no buffer, and what the store has sent meanwhile waits in the kernel's receive buffer, which
  * Linux otherwise grows up to net.ipv4.tcp_rmem's maximum per connection. Without the native
  * module (no C compiler at build time) streamed reads are off and grouped range reads serve
- * every layerwise GET (README, The layerwise GET: Streamed reads).
+ * every layerwise GET (docs/layerwise-get.md, Streamed reads).
  */
 import type { Socket } from 'node:net';
 import { loadNative } from '../native/load.js';

@@ -1,6 +1,5 @@
 /**
- * What checking every chunk key of a descriptor against an access policy costs (README "Access
- * control"). One MinIO and one gateway process; the same layerwise GETs, interleaved, signed by
+ * What checking every chunk key of a descriptor against an access policy costs (docs/access-control.md). One MinIO and one gateway process; the same layerwise GETs, interleaved, signed by
  * the administrator key (no policy to check: the gateway skips the check) and by a fleet key
  * whose policy is checked key by key (a Deny first, then sixteen team prefixes, its own last):
  *

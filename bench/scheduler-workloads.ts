@@ -1,7 +1,7 @@
 /**
  * Scheduler benchmark (paper section 5.7, figure 16): workloads A, B and C of table A8 under every
  * policy, through the real gateway and MinIO, with the simulated per-layer compute of the TTFT
- * benchmark (README, Benchmarks). Reports each policy's added TTFT over the unthrottled run.
+ * benchmark (docs/benchmarks.md). Reports each policy's added TTFT over the unthrottled run.
  *
  * Scaling: this machine moves a few hundred MB/s, not 100 Gbps, so every byte count and every
  * rate (caps, margin) is multiplied by --scale (default 0.01) while compute times stay as in

@@ -302,7 +302,7 @@ export class ObjectCacheClient {
   async fetch(input: DescriptorInput, options: FetchOptions = {}): Promise<FetchResult> {
     const descriptor: Descriptor = parseDescriptor(input, { maxKeys: Number.MAX_SAFE_INTEGER, maxLayers: Number.MAX_SAFE_INTEGER, maxLayerBytes: Number.MAX_SAFE_INTEGER, maxTotalBytes: Number.MAX_SAFE_INTEGER });
     // Encoded chunks are decoded by the Python client (objectcache.codecs); this one reads raw streams.
-    if (descriptor.codecs !== undefined) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'the TypeScript client reads raw chunks only: drop "codecs", or fetch encoded chunks with the Python client (README, Compressed KV)');
+    if (descriptor.codecs !== undefined) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'the TypeScript client reads raw chunks only: drop "codecs", or fetch encoded chunks with the Python client (docs/compression.md)');
     const layers = descriptor.layerEnd - descriptor.layerStart;
     const layerStride = options.layerStride ?? descriptor.target?.layerStride ?? descriptor.layerPayloadBytes;
     const target = options.target ?? new Uint8Array((layers - 1) * layerStride + descriptor.layerPayloadBytes);

@@ -1,8 +1,8 @@
 /**
  * What a connection may cost the gateway before it is closed: how many are open, how long a
  * client may take to send headers, a body, a whole request, and how long it may leave a response
- * unread. Each bound is a setting (gateway/config.ts ConnectionLimits; docs in README.md,
- * "Reliability"), chosen so that a client who never authenticates holds a socket and a few
+ * unread. Each bound is a setting (gateway/config.ts ConnectionLimits; docs in
+ * docs/reliability.md), chosen so that a client who never authenticates holds a socket and a few
  * kilobytes for at most --header-timeout-ms, and a client who stalls mid-request holds its
  * request's resources for at most --body-idle-timeout-ms (upload) or --client-stall-timeout-ms
  * (download).

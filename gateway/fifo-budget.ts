@@ -1,6 +1,6 @@
 /**
  * A budget of units taken and given back in FIFO order: bytes read but not yet sent (per request
- * and gateway-wide, README, The layerwise GET: Read-ahead, so memory stays flat under load), a
+ * and gateway-wide, docs/layerwise-get.md, Read-ahead, so memory stays flat under load), a
  * request's task slots in the worker pool, stream tasks and chunk streams. Acquisition waits in
  * FIFO order, so nobody starves; a single grant larger than the budget is allowed when nothing
  * else is held, so one oversized task cannot deadlock a request.

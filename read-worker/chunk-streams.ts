@@ -1,5 +1,5 @@
 /**
- * Streamed chunk reads, the read worker's side (README, The layerwise GET: Streamed reads). One
+ * Streamed chunk reads, the read worker's side (docs/layerwise-get.md, Streamed reads). One
  * range GET per chunk (two for KV_2LTD, one per half) covers every delivered layer; each response
  * is held open and read by the socket range reader (socket-range-get.ts) straight into a ring of
  * layer buffers that the main thread owns and hands back layer by layer. A response whose next

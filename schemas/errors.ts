@@ -4,7 +4,7 @@
  * Every failure a user can see has a stable `OC_ERR_*` code, the HTTP status it is answered with
  * before streaming starts, and the S3 error code put in the XML body (so S3 clients map it the way
  * they map Amazon S3's own errors). Codes are part of the wire contract: the ERROR frame and the
- * client library carry them, tests assert them, README.md lists them. Messages are for people and
+ * client library carry them, tests assert them, docs/reference.md lists them. Messages are for people and
  * may change; codes may not.
  */
 
@@ -13,7 +13,7 @@ export interface ErrorSpec {
   readonly status: number;
   /** S3 error code for the XML body (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html). */
   readonly s3Code: string;
-  /** One line for the error table in README.md. */
+  /** One line for the error table in docs/reference.md. */
   readonly description: string;
   /**
    * Sending the same request again may succeed (an outage, throttling, a chunk overwritten while
@@ -24,7 +24,7 @@ export interface ErrorSpec {
 }
 
 export const ERRORS = {
-  // --- authentication and authorisation (README, Reliability) ---
+  // --- authentication and authorisation (docs/reliability.md) ---
   OC_ERR_AUTH_MISSING: { status: 403, s3Code: 'AccessDenied', description: 'The request carries no SigV4 signature (anonymous access is not allowed).' },
   OC_ERR_AUTH_MALFORMED: { status: 400, s3Code: 'AuthorizationHeaderMalformed', description: 'The Authorization header or the presigned query parameters cannot be parsed.' },
   OC_ERR_AUTH_ALGORITHM: { status: 400, s3Code: 'InvalidArgument', description: 'Only AWS4-HMAC-SHA256 (SigV4) is supported.' },
@@ -91,7 +91,7 @@ export const ERRORS = {
   OC_ERR_BACKEND_TIMEOUT: { status: 503, s3Code: 'ServiceUnavailable', retryable: true, description: 'The object store did not answer within the backend timeout.' },
   OC_ERR_BACKEND_PROTOCOL: { status: 502, s3Code: 'InternalError', description: 'The object store answered with something that is not valid S3.' },
 
-  // --- descriptors and the layerwise GET (README, The layerwise GET) ---
+  // --- descriptors and the layerwise GET (docs/layerwise-get.md) ---
   OC_ERR_DESCRIPTOR_ENCODING: { status: 400, s3Code: 'InvalidArgument', description: 'The descriptor is not base64 (header form) or not JSON.' },
   OC_ERR_DESCRIPTOR_INVALID: { status: 400, s3Code: 'InvalidArgument', description: 'One or more descriptor fields are wrong; the message names each of them.' },
   OC_ERR_DESCRIPTOR_LIMIT: { status: 400, s3Code: 'InvalidArgument', description: 'The descriptor exceeds a configured limit (keys, layers, layer bytes, total bytes).' },

@@ -2,7 +2,7 @@
 # TTFT against link rate for raw, lossless and int8 chunks (client/python/benchmarks/ttft_codecs.py):
 # SmolLM2-135M on core 0, MinIO and the gateways on core 1, links emulated with the gateway's
 # --cap; then table A8's workloads with the compute scaled to emulated links. Writes
-# bench/results/ttft-codecs-latest.json, then its report (README table and SVG figure). Needs the
+# bench/results/ttft-codecs-latest.json, then its report (the table in docs/benchmarks.md and its SVG figure). Needs the
 # Node build (dist/) and the engine virtualenv, which scripts/engine-venv.sh makes. Arguments go
 # to the benchmark (--caps, --reps, --a8-links, ...).
 set -euo pipefail

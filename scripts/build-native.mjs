@@ -1,6 +1,6 @@
 // Builds the Node-API modules in native/ into dist/native/ with the system C compiler (`CC`, else
 // cc). Both are optional: without a compiler the gateway still runs, with grouped range reads for
-// every layerwise GET instead of streamed ones (socket-buffer.c; README, Streamed reads) and
+// every layerwise GET instead of streamed ones (socket-buffer.c; docs/layerwise-get.md, Streamed reads) and
 // @node-rs/crc32's slower CRC-32C (crc32c.c).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, statSync } from 'node:fs';

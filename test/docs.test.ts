@@ -1,6 +1,7 @@
 /**
- * The README is the front door: every setting and every error code the code defines is listed
- * there, the test command CI runs is the README's, and its access-policy files load and do what it says.
+ * The README is the front door and docs/ what stands behind it: every setting and every error
+ * code the code defines is listed in docs/reference.md, the test command CI runs is the README's,
+ * and the access-policy files of docs/access-control.md load and do what it says.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,25 +12,27 @@ import { loadServeConfig, SERVE_SETTINGS, type ClientCredential } from '../gatew
 import { ERRORS } from '../schemas/errors.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+const reference = readFileSync(new URL('../docs/reference.md', import.meta.url), 'utf8');
+const accessControl = readFileSync(new URL('../docs/access-control.md', import.meta.url), 'utf8');
 const ci = readFileSync(new URL('../.ci/run', import.meta.url), 'utf8');
 
-describe('README', () => {
+describe('README and docs', () => {
   it('lists every setting with its environment variable and default', () => {
     for (const spec of Object.values(SERVE_SETTINGS)) {
-      const row = readme.split('\n').find((line) => line.startsWith('|') && line.includes(`\`${spec.env}\``));
+      const row = reference.split('\n').find((line) => line.startsWith('|') && line.includes(`\`${spec.env}\``));
       expect(row, spec.env).toBeDefined();
       expect(row).toContain(spec.default === undefined ? 'unset' : `\`${spec.default}\``);
-      expect(row, `${spec.env}: run node scripts/readme-tables.mjs`).toContain(spec.description);
+      expect(row, `${spec.env}: run node scripts/doc-tables.mjs`).toContain(spec.description);
     }
   });
 
   it('lists every error code with its HTTP status and S3 code', () => {
     for (const [code, spec] of Object.entries(ERRORS)) {
-      const row = readme.split('\n').find((line) => line.startsWith('|') && line.includes(`\`${code}\``));
+      const row = reference.split('\n').find((line) => line.startsWith('|') && line.includes(`\`${code}\``));
       expect(row, code).toBeDefined();
       expect(row).toContain(spec.status === 0 ? '| — |' : `| ${spec.status} |`);
       expect(row).toContain(`\`${spec.s3Code}\` | ${'retryable' in spec ? 'yes' : 'no'} |`);
-      expect(row, `${code}: run node scripts/readme-tables.mjs`).toContain(spec.description);
+      expect(row, `${code}: run node scripts/doc-tables.mjs`).toContain(spec.description);
     }
   });
 
@@ -51,7 +54,7 @@ describe('README', () => {
   });
 
   it("loads the Access control section's keys.json and policies.json as written, and they do what it says", () => {
-    const section = readme.slice(readme.indexOf('## Access control'), readme.indexOf('### What each request needs'));
+    const section = accessControl.slice(accessControl.indexOf('# Access control'), accessControl.indexOf('## What each request needs'));
     const blocks = [...section.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => m[1] ?? '');
     const keysJson = blocks.find((b) => b.trimStart().startsWith('['));
     const policiesJson = blocks.find((b) => b.includes('"policies"'));

@@ -1,6 +1,6 @@
 /**
- * Streamed chunk reads against the real MinIO behind a loopback fault proxy (README, The layerwise
- * GET: Streamed reads): each chunk is read with a range GET for its first layer and one for the
+ * Streamed chunk reads against the real MinIO behind a loopback fault proxy (docs/layerwise-get.md,
+ * Streamed reads): each chunk is read with a range GET for its first layer and one for the
  * rest, consumed layer by layer through a ring of two layers; a response the store cuts off is
  * resumed from its next unread byte under the chunk's ETag, so an overwrite or a delete in
  * between ends the stream with a stable code, never with mixed bytes; a request with more

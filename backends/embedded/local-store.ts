@@ -1,6 +1,6 @@
 /**
  * The embedded store: the S3 subset ObjectCache needs, on a local data directory, so a fresh
- * checkout serves with no other program (README, The embedded store).
+ * checkout serves with no other program (docs/deployment.md, The embedded store).
  *
  * Layout under the data directory:
  *   .lock                                  pid of the gateway that owns the directory

@@ -1,6 +1,6 @@
 /**
  * Access policies: the subset of the AWS IAM policy language (as MinIO speaks it) that the
- * gateway enforces per access key. README.md "Access control" documents the format.
+ * gateway enforces per access key. docs/access-control.md documents the format.
  *
  *     {"Version": "2012-10-17", "Statement": [
  *       {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"], "Resource": "arn:aws:s3:::kv/team-a/*"},
@@ -344,7 +344,7 @@ function parseActions(value: unknown, where: string): Set<Action> {
     const match = wildcard(pattern, true);
     const covered = ACTIONS.filter((action) => match(action));
     if (covered.length === 0) {
-      throw new PolicyError(where, `${JSON.stringify(pattern)} names no action the gateway checks (see README.md "Access control" for the list)`);
+      throw new PolicyError(where, `${JSON.stringify(pattern)} names no action the gateway checks (see docs/access-control.md for the list)`);
     }
     for (const action of covered) actions.add(action);
   }

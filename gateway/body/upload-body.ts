@@ -5,7 +5,7 @@
  *
  * Nothing unverified reaches the store: the verifier holds back the most recent piece of data
  * until the body has ended and every digest matched, so a store that commits on end-of-stream
- * never commits a body that fails verification (README, Reliability: nothing half-written).
+ * never commits a body that fails verification (docs/reliability.md: nothing half-written).
  */
 import { createHash, type Hash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';

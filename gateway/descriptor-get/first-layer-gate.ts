@@ -1,5 +1,5 @@
 /**
- * First layers first (README, Streamed reads): while any layerwise GET waits for its first layer
+ * First layers first (docs/layerwise-get.md, Streamed reads): while any layerwise GET waits for its first layer
  * group, streamed GETs get no new layer buffers, so their held-open responses stay paused and
  * leave the store, the read worker and the cores to the reads a client's first compute waits on.
  * Measured without it: next to one streamed GET, three grouped ones had their first layer at a

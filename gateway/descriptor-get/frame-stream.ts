@@ -162,7 +162,7 @@ export async function* paced(frames: AsyncIterable<Frame>, pacer: Pacer, version
 }
 
 export interface SendOptions {
-  /** A client that takes no data for this long is cut off (README, Reliability). */
+  /** A client that takes no data for this long is cut off (docs/reliability.md). */
   readonly stallTimeoutMs: number;
   /** Payload bytes handed to the socket (delivered-bytes metrics). */
   readonly onBytes?: ((bytes: number) => void) | undefined;

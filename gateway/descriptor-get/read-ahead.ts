@@ -3,7 +3,7 @@
  * as the budgets allow, and hands their results to the frame source unit by unit (a unit is what
  * is sent together: the tasks of one layer group, or one task in chunkwise delivery).
  *
- * Budgets (README, The layerwise GET: Read-ahead): the request's own read-ahead window is taken task by task, so
+ * Budgets (docs/layerwise-get.md, Read-ahead): the request's own read-ahead window is taken task by task, so
  * the next group's first chunk runs are read while the current group is still being sent (a
  * group may fill the whole window and reads stay large); the gateway-wide budget is taken a whole
  * unit at a time, so two requests can never each hold part of a unit and wait for each other.

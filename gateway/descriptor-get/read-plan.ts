@@ -1,5 +1,5 @@
 /**
- * The read plan of a layerwise GET (README, The layerwise GET: Read plan). One range read per chunk per layer
+ * The read plan of a layerwise GET (docs/layerwise-get.md, Read plan). One range read per chunk per layer
  * (the paper's N * L reads) is the enemy for small slices, but consecutive layers of a chunk are
  * contiguous bytes, so one read can cover a group of layers. The first group is one layer, since
  * layer 0 gates the client's first compute; later groups grow fourfold (1, 4, 16, ...) until a
@@ -138,7 +138,7 @@ export function planChunkwise(input: PlanInput): ReadPlan {
 }
 
 /**
- * Streamed (README, The layerwise GET: Streamed reads): each chunk read once (twice for KV_2LTD,
+ * Streamed (docs/layerwise-get.md, Streamed reads): each chunk read once (twice for KV_2LTD,
  * a GET per half) as one stream covering every delivered layer; delivery goes layer by layer, each
  * layer in runs of `runChunks` chunks (one buffer block each).
  */

@@ -1,5 +1,5 @@
 /**
- * The descriptor GET (README, The layerwise GET; schemas/wire-format.md): a GET that carries a
+ * The descriptor GET (docs/layerwise-get.md; schemas/wire-format.md): a GET that carries a
  * descriptor, answered with one streamed response that delivers the matched prefix's KV in one of
  * two delivery modes, layerwise (LAYER frames, layer by layer) or chunkwise (CHUNK frames, chunk
  * by chunk), assembled by the read workers from range reads of every chunk. The feature is named
@@ -51,7 +51,7 @@ export function chunkStreams(descriptor: Pick<Descriptor, 'chunks' | 'layout'>):
   return descriptor.chunks * (descriptor.layout === 'KV_2LTD' ? 2 : 1);
 }
 
-/** How a request's chunks are read (README, The layerwise GET: Streamed reads). */
+/** How a request's chunks are read (docs/layerwise-get.md, Streamed reads). */
 export type ChunkReads = 'streamed' | 'grouped';
 
 /**

@@ -1,5 +1,5 @@
 /**
- * Streamed reads, the main thread's side (README, The layerwise GET: Streamed reads): one stream
+ * Streamed reads, the main thread's side (docs/layerwise-get.md, Streamed reads): one stream
  * task (read-worker/chunk-streams.ts) holds a GET per chunk open and fills a ring of layer
  * buffers; this hands each layer to the frame source as a unit, and hands each layer's buffers
  * back to the worker once the socket has taken them, so the ring's next layer can be read.

@@ -1,6 +1,6 @@
 /**
  * Bandwidth allocation among concurrent layerwise requests (paper section 3.6, table A4;
- * README, Sharing the egress). Pure: a function of the requests, the cap and the policy.
+ * docs/scheduler.md). Pure: a function of the requests, the cap and the policy.
  *
  * Request i moves s_i bytes per layer and computes c_i ms per layer. Its zero-stall rate is
  * r*_i = s_i / c_i; at rate r its per-layer stall is tau_i(r) = max(0, s_i/r - c_i).

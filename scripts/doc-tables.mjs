@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// Regenerates README.md's settings and error tables from the code's registries
+// Regenerates the settings and error tables of docs/reference.md from the code's registries
 // (gateway/config.ts SERVE_SETTINGS, schemas/errors.ts ERRORS). Run after `npm run build`:
-//   node scripts/readme-tables.mjs
+//   node scripts/doc-tables.mjs
 import { readFileSync, writeFileSync } from 'node:fs';
 import { SERVE_SETTINGS } from '../dist/gateway/config.js';
 import { ERRORS } from '../dist/schemas/errors.js';
@@ -13,14 +13,14 @@ for (const s of Object.values(SERVE_SETTINGS)) {
 const errors = ['| Code | HTTP | S3 code | Retry | When |', '|---|---|---|---|---|'];
 for (const [code, e] of Object.entries(ERRORS)) errors.push(`| \`${code}\` | ${e.status === 0 ? '—' : e.status} | \`${e.s3Code}\` | ${e.retryable ? 'yes' : 'no'} | ${e.description} |`);
 
-const url = new URL('../README.md', import.meta.url);
+const url = new URL('../docs/reference.md', import.meta.url);
 let readme = readFileSync(url, 'utf8');
 for (const [name, rows] of [['settings', settings], ['errors', errors]]) {
   const start = `<!-- ${name}:start -->`;
   const end = `<!-- ${name}:end -->`;
   const a = readme.indexOf(start);
   const b = readme.indexOf(end);
-  if (a === -1 || b === -1) throw new Error(`README.md lacks the ${start} ... ${end} markers`);
+  if (a === -1 || b === -1) throw new Error(`docs/reference.md lacks the ${start} ... ${end} markers`);
   readme = `${readme.slice(0, a + start.length)}\n${rows.join('\n')}\n${readme.slice(b)}`;
 }
 writeFileSync(url, readme);
