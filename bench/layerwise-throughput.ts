@@ -51,7 +51,7 @@ interface Sample {
   gatewayPeakRssBytes?: number;
 }
 
-/** S3-LW: per layer, N range GETs (the paper's Table A3 loop, done by the client). */
+/** S3-LW: per layer, N range GETs (the Table A3 loop of the paper, docs/references.md, done by the client). */
 async function s3Layerwise(d: DirectS3, bucket: string, keys: readonly string[], S: number, L: number): Promise<Sample> {
   const started = performance.now();
   let firstLayerMs = 0;

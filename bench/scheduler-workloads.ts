@@ -1,5 +1,5 @@
 /**
- * Scheduler benchmark (paper section 5.7, figure 16): workloads A, B and C of table A8 under every
+ * Scheduler benchmark (section 5.7 and figure 16 of the paper, docs/references.md): workloads A, B and C of table A8 under every
  * policy, through the real gateway and MinIO, with the simulated per-layer compute of the TTFT
  * benchmark (docs/benchmarks.md). Reports each policy's added TTFT over the unthrottled run.
  *

@@ -1,5 +1,5 @@
 /**
- * The TTFT benchmark (docs/benchmarks.md; paper section 5.5, figure 13): how close does KV
+ * The TTFT benchmark (docs/benchmarks.md; section 5.5 and figure 13 of the paper, docs/references.md): how close does KV
  * served from object storage come to KV already in memory?
  *
  * Llama-3.1-8B layout; G in {16, 64, 256}; 4K and 16K contexts (64K with --include-64k); hit

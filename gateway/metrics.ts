@@ -128,7 +128,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_scheduler_predicted_stall_seconds',
-    help: 'Predicted stall per layer at the granted rate (paper eq. 4), summed over the tenant\u2019s GETs in flight.',
+    help: 'Predicted stall per layer at the granted rate (docs/scheduler.md), summed over the tenant\u2019s GETs in flight.',
     labelNames: ['tenant'] as const,
     registers,
     collect() {

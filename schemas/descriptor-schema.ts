@@ -54,7 +54,7 @@ export const DESCRIPTOR_SCHEMA = {
         length: { type: 'integer', minimum: 1, description: 'Bytes of the client buffer.' },
         layerStride: { type: 'integer', minimum: 1, description: 'Distance between consecutive delivered layers in the buffer.' },
       },
-      description: 'Where the client places the bytes (the analog of the paper\'s RDMA target).',
+      description: 'Where the client places the bytes (where an RDMA transport would name the remote buffer).',
     },
   },
 } as const;

@@ -2,7 +2,7 @@
  * KV cache layouts of chunk objects, and model presets (schemas/wire-format.md section 1).
  *
  * A chunk holds G tokens of all L layers. `S` (layerBytes) is the bytes of one layer of one chunk.
- * - KV_L2TD (the paper's layout): layer-major; inside a layer K then V, each token-major then
+ * - KV_L2TD (the layout of the paper, docs/references.md): layer-major; inside a layer K then V, each token-major then
  *   hidden dimension. Layer l is the one range [l*S, (l+1)*S).
  * - KV_2LTD (what LMCache's S3 connector writes): all K for every layer, then all V:
  *   [K/V][layer][token][dim]. Layer l is two ranges: K at [l*S/2, (l+1)*S/2) and V at

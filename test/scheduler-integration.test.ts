@@ -142,7 +142,7 @@ describe('objectcache plan', () => {
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('prints the allocation in input order, with Gbps and predicted stall', () => {
-    // The paper's workload A (table A8: Llama 3.1 8B, 16K/64K at 50% and 87.5% hit) under an 80 Gbps cap.
+    // The paper's (docs/references.md) workload A (table A8: Llama 3.1 8B, 16K/64K at 50% and 87.5% hit) under an 80 Gbps cap.
     const file = join(dir, 'workload-a.json');
     writeFileSync(file, JSON.stringify([
       { id: '64K-87.5', bytesPerLayer: 57344 * 4096, computeMsPerLayer: 75.75 },

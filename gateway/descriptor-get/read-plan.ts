@@ -1,6 +1,6 @@
 /**
  * The read plan of a layerwise GET (docs/layerwise-get.md, Read plan). One range read per chunk per layer
- * (the paper's N * L reads) is the enemy for small slices, but consecutive layers of a chunk are
+ * (the N * L reads of the paper, docs/references.md) is the enemy for small slices, but consecutive layers of a chunk are
  * contiguous bytes, so one read can cover a group of layers. The first group is one layer, since
  * layer 0 gates the client's first compute; later groups grow fourfold (1, 4, 16, ...) until a
  * read reaches `readBytes` or a group fills the read-ahead window. The object store pays per

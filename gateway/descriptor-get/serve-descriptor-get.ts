@@ -40,7 +40,7 @@ import type { FirstLayerGate } from './first-layer-gate.js';
 
 export type DeliveryMode = 'layerwise' | 'chunkwise';
 
-/** Paper equation 2: chunkwise below the threshold Θ, layerwise at or above it, unless asked. */
+/** Equation 2 of the paper (docs/references.md): chunkwise below the threshold Θ, layerwise at or above it, unless asked. */
 export function chooseMode(descriptor: Descriptor, threshold: number, payloadBytes: number = descriptor.totalBytes): DeliveryMode {
   if (descriptor.mode === 'layerwise' || descriptor.mode === 'chunkwise') return descriptor.mode;
   return payloadBytes < threshold ? 'chunkwise' : 'layerwise';

@@ -1,5 +1,5 @@
 /**
- * Bandwidth allocation among concurrent layerwise requests (paper section 3.6, table A4;
+ * Bandwidth allocation among concurrent layerwise requests (section 3.6 and table A4 of the paper, docs/references.md;
  * docs/scheduler.md). Pure: a function of the requests, the cap and the policy.
  *
  * Request i moves s_i bytes per layer and computes c_i ms per layer. Its zero-stall rate is

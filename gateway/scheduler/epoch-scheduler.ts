@@ -1,5 +1,5 @@
 /**
- * Epoch admission of layerwise requests (paper section 3.6; docs/scheduler.md).
+ * Epoch admission of layerwise requests (section 3.6 of the paper, docs/references.md; docs/scheduler.md).
  *
  * - Requests wait for the next epoch boundary and are admitted there as a batch.
  * - A batch is allocated (by the policy) from the budget that in-flight requests do not hold.
