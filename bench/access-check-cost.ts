@@ -19,7 +19,7 @@ import { parseArgs } from 'node:util';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import { authorizeKeys } from '../gateway/auth/access.js';
-import { parsePolicy } from '../gateway/auth/policy.js';
+import { parseAccessPolicy } from '../gateway/auth/policy.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, inParallel } from './direct-s3.js';
@@ -57,7 +57,7 @@ async function main(): Promise<void> {
   console.log(`node ${process.version}, ${cores} cores; ${reps} repetitions of each key, interleaved`);
 
   // The check alone, in this process: ns per key for 4,096 keys.
-  const policy = parsePolicy(fleetPolicy(), 'fleet');
+  const policy = parseAccessPolicy(fleetPolicy(), 'fleet');
   const credential = { accessKeyId: FLEET.accessKeyId, secretAccessKey: FLEET.secretAccessKey, tenant: 'fleet', access: policy };
   const keys4k = Array.from({ length: 4096 }, (_, c) => `fleet/kv/model@1@0@${c.toString(16).padStart(16, '0')}@bfloat16`);
   for (let i = 0; i < 50; i++) authorizeKeys(credential, 's3:GetObject', BUCKET, keys4k);

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { requireString, usageError } from './options.js';
-import { allocate, parsePolicy, POLICIES, type AllocationRequest } from '../gateway/scheduler/allocate.js';
+import { allocate, parseSchedulingPolicy, POLICIES, type AllocationRequest } from '../gateway/scheduler/allocate.js';
 import { formatGbps, parseMargin, parseRate } from '../gateway/scheduler/rate.js';
 
 export const PLAN_HELP = `Usage: objectcache plan --cap RATE [--policy NAME] [--margin RATE|N%] FILE|-
@@ -65,7 +65,7 @@ export async function runPlan(argv: readonly string[], stdin: Readable, stdout: 
   }
   const cap = rateOption(requireString(values, 'cap'), 'cap');
   if (!(cap > 0)) throw usageError('--cap must be positive');
-  const named = parsePolicy((values['policy'] as string | undefined) ?? 'cal-stall-opt');
+  const named = parseSchedulingPolicy((values['policy'] as string | undefined) ?? 'cal-stall-opt');
   if ('problem' in named) throw usageError(`--policy ${named.problem}`);
   const policy = named.policy;
   const margin = rateOption((values['margin'] as string | undefined) ?? '5%', 'margin', cap);

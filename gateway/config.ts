@@ -8,10 +8,10 @@ import { isIP } from 'node:net';
 import { parseArgs } from 'node:util';
 import { evaluate, iterator, parse as parseJson, type ObjectNode } from '@humanwhocodes/momoa';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { AccessPolicy, parsePolicy as parseAccessPolicy, PolicyError } from './auth/policy.js';
+import { AccessPolicy, parseAccessPolicy, PolicyError } from './auth/policy.js';
 import type { DescriptorLimits } from '../schemas/descriptor.js';
 import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
-import { parsePolicy, type Policy } from './scheduler/allocate.js';
+import { parseSchedulingPolicy, type Policy } from './scheduler/allocate.js';
 import { parseMargin, parseRate } from './scheduler/rate.js';
 import { defaultWorkerCount } from './read-pool/reader-pool.js';
 import type { S3BackendOptions } from '../backends/s3-backend.js';
@@ -158,7 +158,7 @@ export interface GatewayConfig {
   /** Longest SigV2 presigned URL lifetime in seconds; 0: no limit. */
   readonly sigV2MaxExpiresSeconds: number;
   readonly logLevel: LogLevel;
-  readonly layerwise: DescriptorGetConfig;
+  readonly descriptorGet: DescriptorGetConfig;
   /** Undefined when --cap is unlimited. */
   readonly scheduler: SchedulerConfig | undefined;
   /** Undefined when no bucket has a --budget. */
@@ -579,7 +579,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     backend = { kind: 'local', dataDir: nonEmpty('dataDir', raw) };
   }
 
-  const named = parsePolicy(nonEmpty('policy', raw));
+  const named = parseSchedulingPolicy(nonEmpty('policy', raw));
   if ('problem' in named) throw new ConfigError('policy', `--policy / OBJECTCACHE_POLICY ${named.problem}`);
   const policy = named.policy;
   let scheduler: SchedulerConfig | undefined;
@@ -636,7 +636,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     reservedBuckets,
     sigV2MaxExpiresSeconds: integer('sigV2MaxExpiresSeconds', raw),
     logLevel: logLevel as LogLevel,
-    layerwise: {
+    descriptorGet: {
       workers: raw.workers === 'auto' ? defaultWorkerCount() : integer('workers', raw),
       workerQueue: integer('workerQueue', raw),
       readConcurrency: integer('readConcurrency', raw),

@@ -31,7 +31,7 @@ export interface GatewayMetrics {
   readonly connectionTimeouts: Counter<'kind'>;
   /** Backend requests repeated after a retryable failure, by kind (range, passthrough). */
   readonly backendRetries: Counter<'kind'>;
-  readonly layerwise: DescriptorGetObserver;
+  readonly descriptorGet: DescriptorGetObserver;
   /** What capacity management reports (evictions, sync failures). */
   readonly capacity: CapacityObserver;
   /** Gauges of usage against budgets and quotas, read from `capacity` at each scrape. */
@@ -146,7 +146,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     tenants.add(tenant);
     return tenant;
   };
-  const layerwise: DescriptorGetObserver = {
+  const descriptorGet: DescriptorGetObserver = {
     mode: (mode) => modes.inc({ mode }),
     delivered: (tenant, bytes) => delivered.inc({ tenant: tenantLabel(tenant) }, bytes),
     layerReady: (seconds) => layerReady.observe(seconds),
@@ -198,7 +198,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     syncFailed: (what) => capacitySyncFailures.inc({ what }),
   };
   return {
-    registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, layerwise, capacity,
+    registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, descriptorGet, capacity,
     watchCapacity(c) {
       watched = c;
     },

@@ -120,7 +120,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   // Metrics need the backend's counters, and the backend reports retries to the metrics.
   let countRetry = (_kind: 'passthrough'): void => {};
   const backend = await openBackend(config.backend, (kind) => countRetry(kind), logger);
-  const lw = config.layerwise;
+  const lw = config.descriptorGet;
   const pool = new ReaderPool({
     backend: backend.workers,
     workers: lw.workers,
@@ -321,7 +321,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
             budgeted.link(target.bucket, descriptor.keys, auth.credential.tenant);
             hold(await budgeted.reading(target.bucket, descriptor.keys));
           }
-          await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.layerwise, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           active.layerwise--;
           release();

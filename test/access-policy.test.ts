@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ACTIONS, AccessPolicy, parsePolicy, PolicyError, s3Arn, wildcard } from '../gateway/auth/policy.js';
+import { ACTIONS, AccessPolicy, parseAccessPolicy, PolicyError, s3Arn, wildcard } from '../gateway/auth/policy.js';
 import { requirementOf } from '../gateway/auth/access.js';
 import { ConfigError, isLoopback, loadServeConfig } from '../gateway/config.js';
 import { parseTarget } from '../gateway/s3/request.js';
@@ -16,7 +16,7 @@ import { runCli, startServe } from './helpers/cli.js';
 
 const allow = (Action: unknown, Resource: unknown, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ Effect: 'Allow', Action, Resource, ...extra });
 const deny = (Action: unknown, Resource: unknown): Record<string, unknown> => ({ Effect: 'Deny', Action, Resource });
-const policy = (...Statement: unknown[]): AccessPolicy => parsePolicy({ Version: '2012-10-17', Statement }, 'test');
+const policy = (...Statement: unknown[]): AccessPolicy => parseAccessPolicy({ Version: '2012-10-17', Statement }, 'test');
 
 describe('policy evaluation', () => {
   it('denies by default, allows what a statement allows, and lets an explicit Deny win', () => {
@@ -71,7 +71,7 @@ describe('policy evaluation', () => {
         const resource = next(6) === 0 ? '*' : `arn:aws:s3:::${Array.from({ length: 1 + next(4) }, () => pick(pieces)).join('')}`;
         return { Effect: next(3) === 0 ? 'Deny' : 'Allow', Action: pick(['s3:GetObject', 's3:*', 's3:PutObject']), Resource: resource };
       });
-      const p = parsePolicy({ Statement: statements }, 'random');
+      const p = parseAccessPolicy({ Statement: statements }, 'random');
       for (const bucket of ['kv', 'kv2']) {
         const check = p.objectChecker('s3:GetObject', bucket);
         for (let i = 0; i < 20; i++) {
@@ -93,7 +93,7 @@ describe('policy evaluation', () => {
     const not = policy(allow('s3:ListBucket', 'arn:aws:s3:::kv', { Condition: { StringNotEquals: { 's3:delimiter': '/' } } }));
     expect(not.allows('s3:ListBucket', s3Arn('kv'))).toBe(true);
     expect(not.allows('s3:ListBucket', s3Arn('kv'), { 's3:delimiter': '/' })).toBe(false);
-    const denied = parsePolicy({ Statement: [allow('s3:ListBucket', 'arn:aws:s3:::kv'), deny('s3:ListBucket', 'arn:aws:s3:::kv')] }, 'test');
+    const denied = parseAccessPolicy({ Statement: [allow('s3:ListBucket', 'arn:aws:s3:::kv'), deny('s3:ListBucket', 'arn:aws:s3:::kv')] }, 'test');
     expect(denied.mayEver('s3:ListBucket', s3Arn('kv'))).toBe(false);
   });
 
@@ -118,8 +118,8 @@ describe('policy evaluation', () => {
       [{ Statement: [{ ...allow('s3:GetObject', '*'), Effects: 'Allow' }] }, /"Effects" is not a statement field/],
     ];
     for (const [document, message] of cases) {
-      expect(() => parsePolicy(document, 'test'), JSON.stringify(document)).toThrow(PolicyError);
-      expect(() => parsePolicy(document, 'test'), JSON.stringify(document)).toThrow(message);
+      expect(() => parseAccessPolicy(document, 'test'), JSON.stringify(document)).toThrow(PolicyError);
+      expect(() => parseAccessPolicy(document, 'test'), JSON.stringify(document)).toThrow(message);
     }
   });
 });

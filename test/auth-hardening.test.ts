@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { authorizeKeys } from '../gateway/auth/access.js';
-import { AccessPolicy, parsePolicy, s3Arn, wildcard } from '../gateway/auth/policy.js';
+import { AccessPolicy, parseAccessPolicy, s3Arn, wildcard } from '../gateway/auth/policy.js';
 import { RequestVerifier, unsignedAmzHeaders, type SignedRequestInfo } from '../gateway/auth/request-verifier.js';
 import { signV2, stringToSignV2 } from '../gateway/auth/sigv2.js';
 import { MAX_XML_ATTRIBUTES, MAX_XML_DEPTH, MAX_XML_ELEMENTS, MAX_XML_RUN, parseXmlBody, scanXmlBody } from '../gateway/s3/xml.js';
@@ -143,7 +143,7 @@ describe('SigV2 presigned URLs expire within the cap', () => {
 });
 
 describe('policy wildcards count code points', () => {
-  const policy = (...Statement: unknown[]): AccessPolicy => parsePolicy({ Version: '2012-10-17', Statement }, 'test');
+  const policy = (...Statement: unknown[]): AccessPolicy => parseAccessPolicy({ Version: '2012-10-17', Statement }, 'test');
 
   it('lets ? match one astral character (two UTF-16 units), never half of one', () => {
     expect(wildcard('kvcache/secret-?/*')('kvcache/secret-😀/doc')).toBe(true);

@@ -386,7 +386,7 @@ function parseConditions(value: unknown, where: string): Condition[] {
 }
 
 /** Parses and checks one policy document; `where` prefixes every error (the policy's name). */
-export function parsePolicy(document: unknown, where: string): AccessPolicy {
+export function parseAccessPolicy(document: unknown, where: string): AccessPolicy {
   if (!isObject(document)) throw new PolicyError(where, 'a policy must be a JSON object {"Version": "2012-10-17", "Statement": [...]}');
   for (const field of Object.keys(document)) {
     if (!DOCUMENT_FIELDS.has(field)) throw new PolicyError(where, `${JSON.stringify(field)} is not a policy field (Version, Id, Statement)`);

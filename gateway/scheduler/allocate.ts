@@ -130,6 +130,6 @@ export function allocate(requests: readonly AllocationRequest[], options: Alloca
 }
 
 /** The policy named `text`, or what is wrong with it. */
-export function parsePolicy(text: string): { readonly policy: Policy } | { readonly problem: string } {
+export function parseSchedulingPolicy(text: string): { readonly policy: Policy } | { readonly problem: string } {
   return (POLICIES as readonly string[]).includes(text) ? { policy: text as Policy } : { problem: `must be one of ${POLICIES.join(', ')}, got ${text}` };
 }
