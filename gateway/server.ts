@@ -28,7 +28,8 @@ import { ReaderPool, type ReaderPoolStats } from './read-pool/reader-pool.js';
 import { assertBucketName, bucketFromHost, parseCopySource, parseTarget, unhoistPresigned, type S3Target } from './s3/request.js';
 import { ConnectionGuard, CONNECTION_CHECK_INTERVAL_MS } from './connection-guard.js';
 import { KeyLimits } from './key-limits.js';
-import type { ClientCredential } from './config.js';
+import { Admission, THROTTLING } from './admission.js';
+import type { AuthResult } from './auth/request-verifier.js';
 import { servePostObject } from './s3/post-object.js';
 import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
@@ -90,9 +91,6 @@ function assertAsciiHeaders(rawHeaders: readonly string[]): void {
   }
 }
 
-/** 503s that are the gateway refusing more work, not a failure: counted, not logged as errors. */
-const THROTTLING: ReadonlySet<string> = new Set(['OC_ERR_ADMISSION_LIMIT', 'OC_ERR_KEY_CONCURRENCY', 'OC_ERR_POOL_BUSY']);
-
 /** This process's soft limit on open files (Linux, /proc/self/limits), or undefined. */
 function openFileLimit(): number | undefined {
   try {
@@ -139,13 +137,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const budget = new FifoBudget(lw.maxBufferedBytes);
   const firstLayers = new FirstLayerGate();
   const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;
-  const active = { layerwise: 0 };
   const metrics = createMetrics({
     backend: () => backend.stats(),
     pool: () => pool.stats(),
     bufferedBytes: () => budget.used,
     scheduler: () => scheduler?.snapshot(),
-    activeLayerwise: () => active.layerwise,
+    activeLayerwise: () => admission.descriptorGets,
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
   const capacity = config.capacity
@@ -153,81 +150,106 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     : undefined;
   metrics.watchCapacity(capacity);
   const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds, ...(deps.now ? { now: deps.now } : {}) });
-  const keys = new KeyLimits(config.limits, config.backend.kind === 's3' ? config.backend.connections : 0);
+  const admission = new Admission({
+    keys: new KeyLimits(config.limits, config.backend.kind === 's3' ? config.backend.connections : 0),
+    maxDescriptorGets: lw.maxLayerwiseRequests,
+    budget,
+    poolSaturated: () => pool.saturated(),
+  });
 
-  /** Why a new layerwise GET cannot be served now (503 SlowDown with Retry-After), or undefined. */
-  function admissionRefusal(credential: ClientCredential): ObjectCacheError | undefined {
-    if (active.layerwise >= lw.maxLayerwiseRequests) {
-      return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', `The gateway is serving its limit of ${lw.maxLayerwiseRequests} layerwise GETs; retry shortly`, { retryable: true });
+  /**
+   * One request, in five stages: classify (what it is, from its method, path and headers),
+   * authenticate (its signature, and the store's own APIs kept out), admit (its key's share of
+   * the gateway, gateway/admission.ts), authorize (what its key may do with it) and dispatch (the
+   * handler for its kind). A browser form authenticates itself with its signed policy and goes
+   * from classification to its handler. Whatever a stage throws becomes one S3 error answer.
+   */
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const r = begin(req, res);
+    try {
+      const { target, classified } = classifyRequest(req);
+      r.target = target;
+      r.classified = classified;
+      if (classified.kind === 'post-object') return await serveForm(r, target);
+      const auth = await authenticate(r, target);
+      r.hold(admission.request(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
+      const ctx = contextOf(r, auth, classified);
+      authorizeRequest(ctx, classified);
+      await dispatch(r, ctx, classified);
+    } catch (error) {
+      fail(r, error);
     }
-    const own = keys.layerwiseRefusal(credential);
-    if (own) return own;
-    if (budget.used >= budget.capacity) return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
-    if (pool.saturated()) return new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
-    return undefined;
   }
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** A request's own state: its id, what it holds until it is over, its abort signal and its log line. */
+  interface Request {
+    readonly req: IncomingMessage;
+    readonly res: ServerResponse;
+    readonly requestId: string;
+    readonly log: Logger;
+    /** performance.now() when it arrived. */
+    readonly startedAt: number;
+    target?: S3Target;
+    classified?: Classified;
+    ctx?: RequestContext;
+    failure?: ObjectCacheError;
+    clientGone: boolean;
+    /** Holds `release` until the request is over (at once if it already is: a place taken after an await). */
+    hold(release: () => void): void;
+    signal(): AbortSignal;
+  }
+
+  function begin(req: IncomingMessage, res: ServerResponse): Request {
     const started = process.hrtime.bigint();
-    const startedAt = performance.now();
     const requestId = newRequestId();
     res.setHeader('x-amz-request-id', requestId);
     res.setHeader('server', 'ObjectCache');
-    // The client going away aborts `ctx.signal`; its controller is made only when someone asks.
+    // The client going away aborts the signal; its controller is made only when someone asks.
     let abort: AbortController | undefined;
-    let clientGone = false;
     /**
      * What the request holds (its key's places) until the connection guard says it is over: both
      * ways, or its socket gone (gateway/connection-guard.ts track).
      */
     const releases: (() => void)[] = [];
     let over = false;
-    /** Holds `r` until the request is over (at once if it already is: a place taken after an await). */
-    const hold = (r: () => void): void => {
-      if (over) r();
-      else releases.push(r);
+    let logged = false;
+    const r: Request = {
+      req,
+      res,
+      requestId,
+      log: logger.child({ requestId }),
+      startedAt: performance.now(),
+      clientGone: false,
+      hold(release) {
+        if (over) release();
+        else releases.push(release);
+      },
+      signal() {
+        if (!abort) {
+          abort = new AbortController();
+          if (r.clientGone) abort.abort();
+        }
+        return abort.signal;
+      },
     };
     const clientLeft = (): void => {
-      if (clientGone || res.writableFinished) return;
-      clientGone = true;
+      if (r.clientGone || res.writableFinished) return;
+      r.clientGone = true;
       abort?.abort();
     };
-    guard.track(req, res, () => {
-      over = true;
-      for (const r of releases) r();
-      clientLeft();
-      logLine();
-    });
-    res.once('close', () => {
-      clientLeft();
-      logLine();
-    });
-    const signal = (): AbortSignal => {
-      if (!abort) {
-        abort = new AbortController();
-        if (clientGone) abort.abort();
-      }
-      return abort.signal;
-    };
-    const log = logger.child({ requestId });
-    let target: S3Target | undefined;
-    let ctx: RequestContext | undefined;
-    /** What the request is (classify.ts); labels it once authenticated, or a form upload (which authenticates itself). */
-    let classified: Classified | undefined;
-    let failure: ObjectCacheError | undefined;
-    let logged = false;
     /** One log line and one count per request, when its response closes or its socket goes. */
-    function logLine(): void {
+    const logLine = (): void => {
       if (logged) return;
       logged = true;
+      const { ctx, classified, failure } = r;
       const operation = ctx ? operationLabel(ctx.operation, ctx.mode) : classified?.kind === 'post-object' ? classified.operation : 'Unauthenticated';
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const status = res.writableFinished ? res.statusCode : 499;
       metrics.requests.inc({ operation, status: String(status) });
       metrics.requestDuration.observe({ operation }, seconds);
-      log.info({
+      r.log.info({
         method: req.method,
-        path: target?.path ?? req.url,
+        path: r.target?.path ?? req.url,
         operation,
         status,
         ms: Math.round(seconds * 1e4) / 10,
@@ -236,129 +258,184 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         ...(failure ? { code: failure.code } : {}),
         ...(status === 499 ? { aborted: true } : {}),
       }, 'request');
-    }
+    };
+    guard.track(req, res, () => {
+      over = true;
+      for (const release of releases) release();
+      clientLeft();
+      logLine();
+    });
+    res.once('close', () => {
+      clientLeft();
+      logLine();
+    });
+    return r;
+  }
 
-    try {
-      for (const name of Object.keys(req.headers)) {
-        if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
+  /** Stage 1: what the request is. Refuses headers the store reserves or cannot read as we do, and bad bucket names. */
+  function classifyRequest(req: IncomingMessage): { target: S3Target; classified: Classified } {
+    for (const name of Object.keys(req.headers)) {
+      if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
+    }
+    assertAsciiHeaders(req.rawHeaders);
+    const target = parseTarget(req.url ?? '/', bucketFromHost(req.headers.host, config.domains));
+    // A path-style bucket follows S3's naming rules like a virtual-hosted one: `.`, `..` or
+    // `.minio.sys` as a bucket would reach the store as a path it may resolve elsewhere.
+    if (target.bucket !== '' && !target.virtualHosted) assertBucketName(target.bucket);
+    return { target, classified: classify(req.method ?? 'GET', target, req.headers) };
+  }
+
+  /**
+   * Stage 2: the signature, then the store's own APIs (the path, and a copy's source) kept from
+   * every key but the administrator's, before anything else is read or held for the key. A
+   * presigned URL's signed query parameters become the headers they stand for.
+   */
+  async function authenticate(r: Request, target: S3Target): Promise<AuthResult> {
+    const { req } = r;
+    const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.signedPath, query: target.query, rawPath: target.sigV2Path });
+    authorizeNamespace(auth.credential, target.bucket, config.reservedBuckets);
+    if (auth.mode === 'presigned') {
+      const unhoisted = unhoistPresigned(target);
+      r.target = unhoisted.target;
+      for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
+    }
+    const copySource = headerOf(req, 'x-amz-copy-source');
+    if (copySource !== undefined) authorizeNamespace(auth.credential, parseCopySource(copySource).bucket, config.reservedBuckets, 'x-amz-copy-source');
+    return auth;
+  }
+
+  function contextOf(r: Request, auth: AuthResult, classified: Classified): RequestContext {
+    const ctx: RequestContext = {
+      req: r.req,
+      res: r.res,
+      requestId: r.requestId,
+      target: r.target as S3Target,
+      auth,
+      config,
+      logger: r.log,
+      startedAt: r.startedAt,
+      operation: classified.operation,
+      tenant: auth.credential.tenant,
+      get signal() {
+        return r.signal();
+      },
+    };
+    r.ctx = ctx;
+    return ctx;
+  }
+
+  /**
+   * Stage 4: what the key may do, as far as the request's line and headers tell. A descriptor GET
+   * or lookup of a key that may read no object of the bucket is refused before its body is read
+   * (up to --max-descriptor-bytes of JSON otherwise); the keys it names are authorized once read
+   * (dispatch). A DeleteObjects request's keys are checked by the backend as it reads them
+   * (s3/delete-objects.ts); a bucket listing without s3:ListAllMyBuckets is answered filtered.
+   */
+  function authorizeRequest(ctx: RequestContext, classified: Classified): void {
+    const credential = ctx.auth.credential;
+    switch (classified.kind) {
+      case 'descriptor-get':
+      case 'prefix-lookup':
+        return authorizeSomeObject(credential, ['s3:GetObject'], ctx.target.bucket);
+      case 'pin':
+        return authorizeSomeObject(credential, ['objectcache:PinObject'], ctx.target.bucket);
+      default: {
+        const requirement = requirementOf(ctx.req.method ?? 'GET', ctx.target, ctx.req.headers);
+        if (requirement.kind === 'checks') authorize(credential, requirement.checks);
+        else if (requirement.kind === 'unclassified') authorizeUnclassified(credential, requirement.what);
       }
-      assertAsciiHeaders(req.rawHeaders);
-      target = parseTarget(req.url ?? '/', bucketFromHost(req.headers.host, config.domains));
-      // A path-style bucket follows S3's naming rules like a virtual-hosted one: `.`, `..` or
-      // `.minio.sys` as a bucket would reach the store as a path it may resolve elsewhere.
-      if (target.bucket !== '' && !target.virtualHosted) assertBucketName(target.bucket);
-      classified = classify(req.method ?? 'GET', target, req.headers);
-      if (classified.kind === 'post-object') {
-        // A browser-form upload: the signed policy in the form is its authentication. Nobody
-        // uploads into the store's own APIs by form (the administrator has a key for that).
-        authorizeNamespace(undefined, target.bucket, config.reservedBuckets);
-        const formBucket = target.bucket;
-        await servePostObject(req, res, target, {
-          verifier,
-          sink: backend.postSink,
-          maxObjectBytes: config.maxObjectBytes,
-          maxFieldsBytes: config.limits.maxFormFieldsBytes,
-          fieldsTimeoutMs: config.limits.headerTimeoutMs,
-          admit: (credential) => hold(keys.admit(credential, 'form')),
-          now: deps.now ?? Date.now,
-          storing: async (credential, key, userMeta) => {
-            const budgeted = capacity?.manages(formBucket) === true ? capacity : undefined;
-            if (!budgeted) return () => {};
-            const bucket = formBucket;
-            // The form's own tenant field is dropped: only the gateway names an object's tenant.
-            userMeta['objectcache-tenant'] = credential.tenant;
-            const admitted = await budgeted.admitWrite(bucket, key, credential.tenant, 0);
-            return (stored) => {
-              admitted(false); // a form's size is known once stored: learnt, and its quota kept, after
-              if (stored) budgeted.written(bucket, key, credential.tenant);
-            };
-          },
-        });
-        return;
-      }
-      const auth = await verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.signedPath, query: target.query, rawPath: target.sigV2Path });
-      // Before anything else is read or held for this key: its share of the gateway, and the
-      // store's own APIs (the path, and a copy's source).
-      authorizeNamespace(auth.credential, target.bucket, config.reservedBuckets);
-      hold(keys.admit(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
-      if (auth.mode === 'presigned') {
-        const unhoisted = unhoistPresigned(target);
-        target = unhoisted.target;
-        for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
-      }
-      const copySource = headerOf(req, 'x-amz-copy-source');
-      if (copySource !== undefined) authorizeNamespace(auth.credential, parseCopySource(copySource).bucket, config.reservedBuckets, 'x-amz-copy-source');
-      ctx = {
-        req, res, requestId, target, auth, config, logger: log, startedAt, operation: classified.operation, tenant: auth.credential.tenant,
-        get signal() {
-          return signal();
-        },
-      };
-      // A key that may read no object of the bucket is refused before its descriptor is read (up
-      // to --max-descriptor-bytes of JSON otherwise, parsed on the main thread).
-      if (classified.kind === 'descriptor-get' || classified.kind === 'prefix-lookup') authorizeSomeObject(auth.credential, ['s3:GetObject'], target.bucket);
-      if (classified.kind === 'pin') {
-        authorizeSomeObject(auth.credential, ['objectcache:PinObject'], target.bucket);
-        await servePin(ctx, capacity, lw.maxDescriptorBytes);
-        return;
-      }
-      const budgeted = capacity?.manages(target.bucket) === true ? capacity : undefined;
-      if (classified.kind === 'descriptor-get') {
+    }
+  }
+
+  /** Stage 5: the handler for the request's kind. */
+  async function dispatch(r: Request, ctx: RequestContext, classified: Classified): Promise<void> {
+    const { bucket } = ctx.target;
+    const credential = ctx.auth.credential;
+    const budgeted = capacity?.manages(bucket) === true ? capacity : undefined;
+    switch (classified.kind) {
+      case 'pin':
+        return servePin(ctx, capacity, lw.maxDescriptorBytes);
+      case 'descriptor-get': {
         // The descriptor is read (bounded by --max-descriptor-bytes and the body timeouts) and
         // every chunk it names authorized before a slot is taken: a key that may read nothing
-        // cannot hold a slot, however slowly it sends. Admission control then refuses early and
-        // cheaply rather than degrade every request in flight.
+        // cannot hold a slot, however slowly it sends.
         const descriptor = await readDescriptor(ctx, lw);
-        authorizeKeys(auth.credential, 's3:GetObject', target.bucket, descriptor.keys);
-        ctx.tenant = tenantFor(auth.credential, descriptor.tenant);
-        const refusal = admissionRefusal(auth.credential);
-        if (refusal) throw refusal;
-        active.layerwise++;
-        const release = keys.takeLayerwise(auth.credential);
+        authorizeKeys(credential, 's3:GetObject', bucket, descriptor.keys);
+        ctx.tenant = tenantFor(credential, descriptor.tenant);
+        const release = admission.descriptorGet(credential);
         try {
           if (budgeted) {
             // The chain the descriptor names, an access of each chunk, and no eviction under the read.
-            budgeted.link(target.bucket, descriptor.keys, auth.credential.tenant);
-            hold(await budgeted.reading(target.bucket, descriptor.keys));
+            budgeted.link(bucket, descriptor.keys, credential.tenant);
+            r.hold(await budgeted.reading(bucket, descriptor.keys));
           }
-          await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          return await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
-          active.layerwise--;
           release();
         }
-      } else if (classified.kind === 'prefix-lookup') {
+      }
+      case 'prefix-lookup': {
         const looked = await servePrefixLookup(ctx, lw, backend);
-        budgeted?.link(target.bucket, looked.keys, auth.credential.tenant);
-        budgeted?.accessed(target.bucket, looked.keys.slice(0, looked.matched));
-      } else {
-        const requirement = requirementOf(req.method ?? 'GET', target, req.headers);
-        if (requirement.kind === 'checks') authorize(auth.credential, requirement.checks);
-        else if (requirement.kind === 'unclassified') authorizeUnclassified(auth.credential, requirement.what);
-        else if (requirement.kind === 'list-buckets' && !auth.credential.access.allows('s3:ListAllMyBuckets', s3Arn('*'))) {
-          sendBucketList(ctx, visibleBuckets(auth.credential.access, await backend.listBuckets(ctx.signal)));
-          return;
+        budgeted?.link(bucket, looked.keys, credential.tenant);
+        budgeted?.accessed(bucket, looked.keys.slice(0, looked.matched));
+        return;
+      }
+      default: {
+        if (requirementOf(ctx.req.method ?? 'GET', ctx.target, ctx.req.headers).kind === 'list-buckets' && !credential.access.allows('s3:ListAllMyBuckets', s3Arn('*'))) {
+          return sendBucketList(ctx, visibleBuckets(credential.access, await backend.listBuckets(ctx.signal)));
         }
-        // 'delete-objects': each backend reads the body and checks every key (s3/delete-objects.ts).
         // A passthrough holds a backend connection for as long as its client takes.
-        if (config.backend.kind === 's3') hold(keys.takeBackend(auth.credential));
-        if (budgeted) await serveBudgeted(ctx, budgeted, backend);
-        else await backend.serveS3(ctx);
+        if (config.backend.kind === 's3') r.hold(admission.backendConnection(credential));
+        if (budgeted) return serveBudgeted(ctx, budgeted, backend);
+        return backend.serveS3(ctx);
       }
-    } catch (error) {
-      if (clientGone) return; // The client is gone: nothing to answer.
-      failure = toObjectCacheError(error);
-      if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
-      // Nothing more is read of a request refused before its key was known (a client that never
-      // authenticated gets no 64 MiB of grace), nor of one too slow to send: the answer closes it.
-      const closing = ctx === undefined || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
-      if (closing && !res.headersSent) res.setHeader('connection', 'close');
-      // The gateway's own throttling (a full gateway, a key past its share) is the request line's
-      // code alone: a flood must not also flood the log with stacks.
-      if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || (failure.status === 503 && !THROTTLING.has(failure.code))) {
-        log.error({ error: failure }, 'request failed');
-      }
-      sendError(res, failure, requestId, target?.path ?? req.url ?? '/', closing ? 0 : DRAIN_LIMIT_BYTES);
     }
+  }
+
+  /** A browser-form upload: the signed policy in the form is its authentication. */
+  async function serveForm(r: Request, target: S3Target): Promise<void> {
+    // Nobody uploads into the store's own APIs by form (the administrator has a key for that).
+    authorizeNamespace(undefined, target.bucket, config.reservedBuckets);
+    const bucket = target.bucket;
+    await servePostObject(r.req, r.res, target, {
+      verifier,
+      sink: backend.postSink,
+      maxObjectBytes: config.maxObjectBytes,
+      maxFieldsBytes: config.limits.maxFormFieldsBytes,
+      fieldsTimeoutMs: config.limits.headerTimeoutMs,
+      admit: (credential) => r.hold(admission.request(credential, 'form')),
+      now: deps.now ?? Date.now,
+      storing: async (credential, key, userMeta) => {
+        const budgeted = capacity?.manages(bucket) === true ? capacity : undefined;
+        if (!budgeted) return () => {};
+        // The form's own tenant field is dropped: only the gateway names an object's tenant.
+        userMeta['objectcache-tenant'] = credential.tenant;
+        const admitted = await budgeted.admitWrite(bucket, key, credential.tenant, 0);
+        return (stored) => {
+          admitted(false); // a form's size is known once stored: learnt, and its quota kept, after
+          if (stored) budgeted.written(bucket, key, credential.tenant);
+        };
+      },
+    });
+  }
+
+  /** Any stage's failure as one S3 error answer (nothing, when the client is gone). */
+  function fail(r: Request, error: unknown): void {
+    const { req, res } = r;
+    if (r.clientGone) return;
+    const failure = toObjectCacheError(error);
+    r.failure = failure;
+    if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
+    // Nothing more is read of a request refused before its key was known (a client that never
+    // authenticated gets no 64 MiB of grace), nor of one too slow to send: the answer closes it.
+    const closing = r.ctx === undefined || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
+    if (closing && !res.headersSent) res.setHeader('connection', 'close');
+    // The gateway's own throttling (a full gateway, a key past its share) is the request line's
+    // code alone: a flood must not also flood the log with stacks.
+    if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || (failure.status === 503 && !THROTTLING.has(failure.code))) {
+      r.log.error({ error: failure }, 'request failed');
+    }
+    sendError(res, failure, r.requestId, r.target?.path ?? req.url ?? '/', closing ? 0 : DRAIN_LIMIT_BYTES);
   }
 
   const server: Server = createServer(
