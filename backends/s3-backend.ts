@@ -41,6 +41,8 @@ export interface BackendStats {
   /** Requests whose response has not finished. */
   readonly inflight: number;
   readonly errors: number;
+  /** Requests waiting for a connection (each at most the backend timeout). */
+  readonly waiting: number;
 }
 
 function queryString(pairs: readonly (readonly [string, string])[]): string {
@@ -82,9 +84,75 @@ export function storePoolOptions(connections: number, timeoutMs: number): Pool.O
   return { connections, connect: { timeout: timeoutMs }, headersTimeout: timeoutMs, bodyTimeout: timeoutMs, keepAliveTimeout: 30_000 };
 }
 
+/**
+ * The pool's connections, taken before a request goes to undici. undici queues what finds no free
+ * connection without a deadline, and a queued request it is told to abort leaves only once it
+ * reaches a socket; here a request waits at most the backend timeout for its connection (then
+ * OC_ERR_BACKEND_TIMEOUT, 503, retryable), and leaves at once when its client does.
+ */
+class Connections {
+  #free: number;
+  readonly #waiting = new Set<{ grant: () => void }>();
+
+  constructor(
+    count: number,
+    readonly timeoutMs: number,
+  ) {
+    this.#free = count;
+  }
+
+  get waiting(): number {
+    return this.#waiting.size;
+  }
+
+  /** Resolves with the connection's release (call it once) when one is free. */
+  take(signal?: AbortSignal): Promise<() => void> {
+    if (signal?.aborted) return Promise.reject(signal.reason ?? new Error('aborted'));
+    if (this.#free > 0) {
+      this.#free--;
+      return Promise.resolve(this.#release());
+    }
+    return new Promise((resolve, reject) => {
+      const waiter = {
+        grant: () => {
+          leave();
+          resolve(this.#release());
+        },
+      };
+      const onAbort = (): void => {
+        leave();
+        reject(signal?.reason ?? new Error('aborted'));
+      };
+      const timer = setTimeout(() => {
+        leave();
+        reject(new ObjectCacheError('OC_ERR_BACKEND_TIMEOUT', `Every connection to the object store stayed busy for the backend timeout (${this.timeoutMs} ms); retry shortly`, { retryable: true }));
+      }, this.timeoutMs);
+      const leave = (): void => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        this.#waiting.delete(waiter);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#waiting.add(waiter);
+    });
+  }
+
+  #release(): () => void {
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const next = this.#waiting.values().next();
+      if (next.done) this.#free++;
+      else next.value.grant(); // the connection passes straight on
+    };
+  }
+}
+
 export class S3Backend {
   readonly endpoint: URL;
   readonly #pool: Pool;
+  readonly #connections: Connections;
   readonly #http: Dispatcher.ComposedDispatcher;
   readonly #timeoutMs: number;
   #requests = 0;
@@ -95,11 +163,12 @@ export class S3Backend {
     this.endpoint = options.endpoint;
     this.#timeoutMs = options.timeoutMs;
     this.#pool = new Pool(options.endpoint.origin, storePoolOptions(options.connections, options.timeoutMs));
+    this.#connections = new Connections(options.connections, options.timeoutMs);
     this.#http = this.#pool.compose(sigv4({ endpoint: options.endpoint, accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey, region: options.region }));
   }
 
   stats(): BackendStats {
-    return { requests: this.#requests, inflight: this.#inflight, errors: this.#errors };
+    return { requests: this.#requests, inflight: this.#inflight, errors: this.#errors, waiting: this.#connections.waiting };
   }
 
   get timeoutMs(): number {
@@ -110,6 +179,13 @@ export class S3Backend {
   async request(request: BackendRequest): Promise<Dispatcher.ResponseData> {
     const headers = withPayloadHash(request);
     const qs = queryString(request.query ?? []);
+    let release: () => void;
+    try {
+      release = await this.#connections.take(request.signal);
+    } catch (error) {
+      if (!request.signal?.aborted) this.#errors++;
+      throw mapBackendError(error, request.signal);
+    }
     this.#requests++;
     this.#inflight++;
     let settled = false;
@@ -117,6 +193,7 @@ export class S3Backend {
       if (!settled) {
         settled = true;
         this.#inflight--;
+        release();
       }
     };
     try {
@@ -149,15 +226,24 @@ export class S3Backend {
   dispatch(request: Omit<BackendRequest, 'signal'>, handler: Dispatcher.DispatchHandler): void {
     const headers = withPayloadHash(request);
     const qs = queryString(request.query ?? []);
-    this.#requests++;
-    this.#inflight++;
     const path = qs === '' ? request.path : `${request.path}?${qs}`;
-    this.#http.dispatch(
-      { method: request.method as Dispatcher.HttpMethod, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs },
-      new CountedHandler(handler, (failed) => {
-        this.#inflight--;
-        if (failed) this.#errors++;
-      }),
+    this.#connections.take().then(
+      (release) => {
+        this.#requests++;
+        this.#inflight++;
+        this.#http.dispatch(
+          { method: request.method as Dispatcher.HttpMethod, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs },
+          new CountedHandler(handler, (failed) => {
+            this.#inflight--;
+            release();
+            if (failed) this.#errors++;
+          }),
+        );
+      },
+      (error: unknown) => {
+        this.#errors++;
+        handler.onResponseError?.(undefined as unknown as Dispatcher.DispatchController, mapBackendError(error) as Error);
+      },
     );
   }
 

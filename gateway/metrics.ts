@@ -87,6 +87,14 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
       this.set(sources.backend()?.inflight ?? 0);
     },
   });
+  new Gauge({
+    name: 'objectcache_backend_waiting_requests',
+    help: 'Main-thread backend requests waiting for a free connection to the store (each for at most --backend-timeout-ms).',
+    registers,
+    collect() {
+      this.set(sources.backend()?.waiting ?? 0);
+    },
+  });
   const backendReads = new Counter({ name: 'objectcache_backend_reads_total', help: 'Range reads issued by layerwise and chunkwise GETs.', registers });
   const backendRetries = new Counter({ name: 'objectcache_backend_retries_total', help: 'Backend requests repeated after a retryable failure (5xx, connection or timeout), by kind: range reads of layerwise GETs, passthrough GETs and HEADs.', labelNames: ['kind'] as const, registers });
   const backendReadErrors = new Counter({ name: 'objectcache_backend_read_errors_total', help: 'Read tasks that failed, by error code.', labelNames: ['code'] as const, registers });

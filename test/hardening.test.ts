@@ -398,6 +398,51 @@ describe('headers are read one way', () => {
   });
 });
 
+describe('a request waits for a connection to the store at most the backend timeout (s3)', () => {
+  let gw: TestGateway;
+  let credentials: string;
+  const bucket = uniqueBucket('wait');
+
+  beforeAll(async () => {
+    credentials = credentialsFile();
+    // Two connections to the store, one for each team at most (three quarters of two, rounded down).
+    gw = await startTestGateway({ backend: 's3', minio: inject('minio'), args: ['--credentials', credentials, '--backend-connections', '2', '--backend-timeout-ms', '1500'] });
+    await clientOf(gw, bucket).ensureBucket();
+    const s3 = sdkClient(gw.url);
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'big', Body: randomBytes(32 * 1024 * 1024) }));
+    s3.destroy();
+  });
+  afterAll(async () => {
+    await gw?.close();
+    rmSync(join(credentials, '..'), { recursive: true, force: true });
+  });
+
+  it('answers 503 OC_ERR_BACKEND_TIMEOUT when every connection stays busy, and serves once one is free', async () => {
+    const sockets: Socket[] = [];
+    try {
+      // Both connections held by GETs whose clients read nothing.
+      for (const key of [TEAM_A, TEAM_B]) {
+        const socket = await rawSocket(gw.url);
+        socket.pause();
+        socket.write(head('GET', `/${bucket}/big`, await sign(key, gw.url, { method: 'GET', path: `/${bucket}/big` })));
+        sockets.push(socket);
+      }
+      await until(async () => (await metricValue(gw.gateway.adminUrl, 'objectcache_backend_inflight_requests')) === 2, 5_000);
+      const started = performance.now();
+      const waiting = send(ADMIN, gw.url, { method: 'HEAD', path: `/${bucket}/big` });
+      await until(async () => (await metricValue(gw.gateway.adminUrl, 'objectcache_backend_waiting_requests')) === 1, 5_000);
+      const refused = await waiting;
+      expect(refused.status).toBe(503);
+      expect(refused.code).toBe('OC_ERR_BACKEND_TIMEOUT');
+      expect(performance.now() - started).toBeGreaterThanOrEqual(1_400);
+      expect(await metricValue(gw.gateway.adminUrl, 'objectcache_backend_waiting_requests')).toBe(0);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+    }
+    await until(async () => (await send(ADMIN, gw.url, { method: 'HEAD', path: `/${bucket}/big` })).status === 200, 10_000);
+  });
+});
+
 describe('what a connection holds ends with it (s3)', () => {
   let gw: TestGateway;
   let credentials: string;
