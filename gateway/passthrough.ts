@@ -153,10 +153,16 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend, 
   return relay(ctx, backend, headers, body, payloadHash, onRetry);
 }
 
-/** A 5xx answer held back so the request can be repeated; `send` relays it after all. */
-class RetryableAnswer extends Error {
-  constructor(readonly send: () => void) {
-    super('the store answered 5xx');
+/**
+ * A 5xx answer held back so the request can be repeated: a retryable OC_ERR_BACKEND_UNAVAILABLE,
+ * as a transport failure is (mapBackendError), that never reaches the client as such: `send`
+ * relays the store's own answer once no attempt is left.
+ */
+class RetryableAnswer extends ObjectCacheError {
+  readonly send: () => void;
+  constructor(send: () => void) {
+    super('OC_ERR_BACKEND_UNAVAILABLE', 'the store answered 5xx', { retryable: true });
+    this.send = send;
   }
 }
 
@@ -181,7 +187,7 @@ async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<st
       return;
     } catch (error) {
       const delay = retryPauseMs(attempt);
-      const retryable = error instanceof RetryableAnswer || (error instanceof ObjectCacheError && error.retryable);
+      const retryable = error instanceof ObjectCacheError && error.retryable;
       if (!mayRetry || !retryable || ctx.res.headersSent || ctx.res.destroyed || performance.now() + delay >= deadline) {
         if (error instanceof RetryableAnswer) return error.send();
         throw error;

@@ -147,7 +147,7 @@ class PartStream implements RangeAnswerSink, BodyTarget {
     if (this.#owner.ended) return;
     const failure = error instanceof ReadError ? error : new ReadError('OC_ERR_INTERNAL', `reading chunk ${this.key}: ${String(error)}`);
     // A cut, a reset, a timeout or a 5xx is read again; what the store answered deliberately is not.
-    if (failure.retryable && failure.code !== 'OC_ERR_CHUNK_CHANGED') return this.#brokeOff(failure);
+    if (failure.readAgain && failure.code !== 'OC_ERR_CHUNK_CHANGED') return this.#brokeOff(failure);
     this.#owner.fail(failure, this.chunk);
   }
 

@@ -1,7 +1,9 @@
 /**
  * The contract between the gateway's main thread and the read workers (piscina). Nothing is
  * thrown across the boundary: a worker answers every task with a ReadResult; class identity does
- * not survive postMessage, so errors travel as codes.
+ * not survive postMessage, so a failure travels as a plain WorkerFailure, made by
+ * toWorkerFailure and turned back into an ObjectCacheError by fromWorkerFailure (both in
+ * read-errors.ts).
  */
 import type { ErrorCode, FailureSite } from '../schemas/errors.js';
 import type { MessagePort } from 'node:worker_threads';
@@ -78,7 +80,7 @@ export interface StreamControl {
 }
 
 /** How a stream task ended. */
-export type StreamResult = { readonly ok: true; readonly reads: number; readonly retries: number; readonly readMs: number } | (ReadResult & { ok: false });
+export type StreamResult = { readonly ok: true; readonly reads: number; readonly retries: number; readonly readMs: number } | WorkerFailure;
 
 /** What every worker task reads: layers [first, end) of a run of consecutive chunks. */
 export interface ChunkRun {
@@ -132,7 +134,7 @@ export type WorkerResult =
       /** The task's own buffer, transferred back; absent when the task wrote into the arena. */
       readonly buffer?: ArrayBuffer;
     })
-  | (ReadResult & { ok: false });
+  | WorkerFailure;
 
 export type ReadResult =
   | {
@@ -148,18 +150,30 @@ export type ReadResult =
       readonly etags: readonly (string | undefined)[];
       /** Backend range reads this task issued (retries included). */
       readonly reads: number;
-      /** Range reads repeated after a retryable failure (BACKEND_RETRY in backends/s3-backend.ts). */
+      /** Range reads repeated after a failure the worker could read again from (`readAgain`; BACKEND_RETRY in backends/s3-backend.ts). */
       readonly retries: number;
       readonly readMs: number;
       /** Every slice was checked against the CRC32C recorded in its chunk's metadata. */
       readonly verified: boolean;
     }
-  | ({
-      readonly ok: false;
-      readonly code: ErrorCode;
-      readonly message: string;
-      /** The worker could read again (a transient failure); what the client is told is the code's (schemas/errors.ts). */
-      readonly retryable: boolean;
-      /** The task's request (absent when the task never reached a worker). */
-      readonly requestId?: string;
-    } & FailureSite);
+  | WorkerFailure;
+
+/**
+ * A task's failure, the one form a failure takes across the thread boundary: made from whatever
+ * the task threw by toWorkerFailure (read-errors.ts, in the worker; the pool makes its own for a
+ * full queue or a dead worker), turned back into an ObjectCacheError by fromWorkerFailure (the
+ * same file, on the main thread).
+ */
+export interface WorkerFailure extends FailureSite {
+  readonly ok: false;
+  readonly code: ErrorCode;
+  readonly message: string;
+  /**
+   * The worker could read again (a cut connection, a reset, a timeout, a 5xx): ReadError's
+   * `readAgain`, which drove the worker's own retries and was used up by them. Absent: false.
+   * Not whether the client may retry: that is the code's `retryable` (schemas/errors.ts).
+   */
+  readonly readAgain?: boolean;
+  /** The task's request (absent when the task never reached a worker). */
+  readonly requestId?: string;
+}

@@ -45,7 +45,7 @@ export interface ChunkReadInfo {
   readonly layerCrcs: string | undefined;
   /** Backend reads issued (retries included). */
   readonly reads: number;
-  /** Reads repeated after a retryable failure. */
+  /** Reads repeated after a failure that may go away if read again (ReadError `readAgain`). */
   readonly retries?: number;
   /** The version that was read. */
   readonly etag: string | undefined;
@@ -338,9 +338,9 @@ export class S3RangeReader implements RangeReader {
   }
 
   /**
-   * One range GET into `target`, repeated on retryable failures (BACKEND_RETRY). A repeated read
-   * overwrites the same bytes of the task buffer from the start and the version pin still
-   * applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
+   * One range GET into `target`, repeated on failures that may go away if read again (ReadError
+   * `readAgain`; BACKEND_RETRY). A repeated read overwrites the same bytes of the task buffer
+   * from the start and the version pin still applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
    * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
    */
   async #readRange(path: string, bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
@@ -353,7 +353,7 @@ export class S3RangeReader implements RangeReader {
         return await (transport instanceof SocketRangeClient ? this.#socketRead(transport, path, bucket, key, target, expected, signal) : this.#undiciRead(transport, path, bucket, key, target, expected, signal));
       } catch (error) {
         const delay = retryPauseMs(attempt);
-        if (!(error instanceof ReadError) || !error.retryable || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;
+        if (!(error instanceof ReadError) || !error.readAgain || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;
         counts.retries++;
         await pause(delay, signal);
       }

@@ -1,20 +1,32 @@
 /**
- * The failures of a read task's reads, with the fields that name where they happened; carried to
- * the task boundary and turned into the task's result (read-worker.ts).
+ * A read's failure, and its two conversions across the thread boundary (read-worker/protocol.ts:
+ * nothing is thrown across it, and class identity does not survive postMessage):
+ *
+ *   thrown in the worker   --toWorkerFailure-->   WorkerFailure (a plain task result)
+ *   WorkerFailure          --fromWorkerFailure--> ObjectCacheError (main thread)
+ *
+ * These two are the only places a failure changes form between the reads and the ERROR frame
+ * (schemas/frames.ts encodeErrorPayload) or the XML error answer.
  */
-import type { ErrorCode, FailureSite } from '../schemas/errors.js';
+import { ObjectCacheError, siteDetails, type ErrorCode, type FailureSite } from '../schemas/errors.js';
+import type { WorkerFailure } from './protocol.js';
 
-/** A failure of one read, carried to the task boundary and turned into a ReadResult (its site: schemas/errors.ts FailureSite). */
-export class ReadError extends Error implements FailureSite {
-  readonly code: ErrorCode;
-  readonly retryable: boolean;
+/**
+ * A failure of one read: an ObjectCacheError with two things of the worker's own. `readAgain`
+ * says whether reading again may work (a cut connection, a reset, a timeout, a 5xx); it drives the
+ * worker's own retries (BACKEND_RETRY) and is not what the client is told, which is `retryable`,
+ * the code's (schemas/errors.ts). Its site (schemas/errors.ts FailureSite: chunk, key, layer) is
+ * filled in where it becomes known, by the task's reads, and becomes the error's details only in
+ * fromWorkerFailure.
+ */
+export class ReadError extends ObjectCacheError implements FailureSite {
+  readonly readAgain: boolean;
   chunk?: number;
   key?: string;
   layer?: number;
-  constructor(code: ErrorCode, message: string, retryable = false) {
-    super(message);
-    this.code = code;
-    this.retryable = retryable;
+  constructor(code: ErrorCode, message: string, readAgain = false) {
+    super(code, message);
+    this.readAgain = readAgain;
   }
 }
 
@@ -33,4 +45,37 @@ export function changed(key: string): ReadError {
 
 export function cancelled(): ReadError {
   return new ReadError('OC_ERR_CANCELLED', 'the task was cancelled');
+}
+
+/**
+ * To the wire: what a task threw, as the failure it answers. A ReadError keeps its code,
+ * message, `readAgain` and site; anything else is a defect and becomes OC_ERR_POOL_WORKER with its
+ * message (the worker logs it: read-worker.ts).
+ */
+export function toWorkerFailure(error: unknown, requestId?: string): WorkerFailure {
+  const request = requestId === undefined ? {} : { requestId };
+  if (!(error instanceof ReadError)) {
+    return { ok: false, code: 'OC_ERR_POOL_WORKER', message: (error as { message?: string } | null | undefined)?.message ?? String(error), readAgain: false, ...request };
+  }
+  return {
+    ok: false,
+    code: error.code,
+    message: error.message,
+    readAgain: error.readAgain,
+    ...request,
+    ...(error.chunk !== undefined ? { chunk: error.chunk } : {}),
+    ...(error.key !== undefined ? { key: error.key } : {}),
+    ...(error.layer !== undefined ? { layer: error.layer } : {}),
+  };
+}
+
+/**
+ * From the wire: a task's failure as the one error type of the gateway, its site as details
+ * (ChunkIndex, Key, Layer) and its message prefixed with the chunk's prefix position. Whether the
+ * client may retry is the code's (schemas/errors.ts), not `readAgain`, which said whether the
+ * worker could read again (a cut connection, say) and was used up by the worker's own retries.
+ */
+export function fromWorkerFailure(failure: WorkerFailure): ObjectCacheError {
+  const message = failure.chunk !== undefined ? `chunk ${failure.chunk}: ${failure.message}` : failure.message;
+  return new ObjectCacheError(failure.code, message, { details: siteDetails(failure) });
 }

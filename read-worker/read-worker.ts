@@ -11,11 +11,11 @@ import { setMaxListeners } from 'node:events';
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { crc32c } from '../native/crc32c.js';
-import type { ChunkRun, ReadTask, StreamResult, StreamTask, WorkerInit, WorkerResult } from './protocol.js';
+import type { ChunkRun, ReadTask, StreamResult, StreamTask, WorkerFailure, WorkerInit, WorkerResult } from './protocol.js';
 import { ChunkStreams } from './chunk-streams.js';
 import { SocketRangeClient } from './socket-range-get.js';
 import { createRangeReader, type RangeReader } from './range-reader.js';
-import { cancelled, corruptSlice, ReadError } from './read-errors.js';
+import { cancelled, corruptSlice, ReadError, toWorkerFailure } from './read-errors.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { rangeTargets } from './scatter.js';
 import { TaskLayout } from './task-layout.js';
@@ -53,7 +53,7 @@ async function runStreamTask(task: StreamTask, signal: AbortSignal): Promise<Str
     await streams.start();
     return { ok: true, reads: streams.reads, retries: streams.retries, readMs: performance.now() - started };
   } catch (error) {
-    return failed(error, task) as StreamResult;
+    return failed(error, task);
   }
 }
 
@@ -136,21 +136,11 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResul
   return { ok: true, ...(own ? { buffer: own } : {}), crcs, etags, reads, retries, readMs: performance.now() - started, verified };
 }
 
-function failed(error: unknown, task: ReadTask | StreamTask): WorkerResult {
-  const e = error as Partial<ReadError>;
-  const expected = error instanceof ReadError;
+/** A task's failure as its answer (toWorkerFailure, read-errors.ts), naming the task's request. */
+function failed(error: unknown, task: ReadTask | StreamTask): WorkerFailure {
   // Anything but a read's own failure is a defect: worth a log line that names the request.
-  if (!expected) logLine('error', 'read task failed unexpectedly', task, error);
-  return {
-    ok: false,
-    code: expected ? (error as ReadError).code : 'OC_ERR_POOL_WORKER',
-    message: e?.message ?? String(error),
-    retryable: e?.retryable ?? false,
-    requestId: task.requestId,
-    ...(e.chunk !== undefined ? { chunk: e.chunk } : {}),
-    ...(e.key !== undefined ? { key: e.key } : {}),
-    ...(e.layer !== undefined ? { layer: e.layer } : {}),
-  };
+  if (!(error instanceof ReadError)) logLine('error', 'read task failed unexpectedly', task, error);
+  return toWorkerFailure(error, task.requestId);
 }
 
 /** One JSON line on stderr, shaped as the gateway's log lines (gateway/logger.ts), naming the task's request. */

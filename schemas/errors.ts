@@ -130,10 +130,11 @@ export type ErrorCode = keyof typeof ERRORS;
 
 /**
  * Where a read failed, in the one shape it keeps from the read worker to the wire: the chunk's
- * position in the prefix, its key, the layer. A worker's failure (read-worker/read-errors.ts, its
- * result in read-worker/protocol.ts) and the ERROR frame (schemas/frames.ts ErrorPayload) carry
- * these fields; an ObjectCacheError carries them as details under the names of an S3 error
- * document (ChunkIndex, Key, Layer), converted here and nowhere else.
+ * position in the prefix, its key, the layer. A worker's failure (ReadError in
+ * read-worker/read-errors.ts, WorkerFailure in read-worker/protocol.ts) and the ERROR frame
+ * (schemas/frames.ts ErrorPayload) carry these fields; an ObjectCacheError carries them as details
+ * under the names of an S3 error document (ChunkIndex, Key, Layer), converted by these two
+ * functions and nowhere else (fromWorkerFailure and encodeErrorPayload call them).
  */
 export interface FailureSite {
   readonly chunk?: number | undefined;
@@ -167,13 +168,19 @@ export interface ObjectCacheErrorOptions {
   readonly retryable?: boolean;
 }
 
-/** The one error class of ObjectCache. Recognise it by `code`, never by message. */
+/**
+ * The one error class of ObjectCache. Recognise it by `code`, never by message. Its subclasses
+ * only add what their origin knows: ConfigError (gateway/config.ts) and PolicyError
+ * (gateway/auth/policy.ts) the setting, ReadError (read-worker/read-errors.ts) a read's site and
+ * whether the worker may read again.
+ */
 export class ObjectCacheError extends Error {
   override readonly name = 'ObjectCacheError';
   readonly code: ErrorCode;
   readonly status: number;
   readonly s3Code: string;
   readonly details: Readonly<Record<string, string | number>>;
+  /** Sending the same request again may succeed: the only meaning `retryable` has (ErrorSpec.retryable). */
   readonly retryable: boolean;
 
   constructor(code: ErrorCode, message: string, options: ObjectCacheErrorOptions = {}) {

@@ -9,7 +9,7 @@
  *               payload (length bytes)
  */
 
-import type { FailureSite } from './errors.js';
+import { siteOf, type FailureSite, type ObjectCacheError } from './errors.js';
 export const STREAM_MAGIC = 'OCKV';
 export const STREAM_VERSION = 1;
 /**
@@ -104,4 +104,32 @@ export interface ErrorPayload extends FailureSite {
   readonly message: string;
   /** Sending the GET again may succeed. Absent from older gateways: then the code's (schemas/errors.ts). */
   readonly retryable?: boolean;
+}
+
+/**
+ * The ERROR frame's payload, UTF-8 JSON of the error that ends the stream (an ObjectCacheError,
+ * schemas/errors.ts): {code, message, retryable, chunk?, key?, layer?} in that order, the site
+ * taken from the error's details (siteOf).
+ */
+export function encodeErrorPayload(error: Pick<ObjectCacheError, 'code' | 'message' | 'retryable' | 'details'>): Buffer {
+  const payload: ErrorPayload = { code: error.code, message: error.message, retryable: error.retryable, ...siteOf(error.details) };
+  return Buffer.from(JSON.stringify(payload), 'utf8');
+}
+
+/** The END frame's payload, UTF-8 JSON of the summary with its fields in the order EndSummary lists them. */
+export function encodeEndPayload(summary: EndSummary): Buffer {
+  const { timings } = summary;
+  const ordered: EndSummary = {
+    mode: summary.mode,
+    layers: summary.layers,
+    chunks: summary.chunks,
+    bytes: summary.bytes,
+    backendReads: summary.backendReads,
+    plan: summary.plan,
+    rateBytesPerSec: summary.rateBytesPerSec,
+    verified: summary.verified,
+    ...(summary.codec !== undefined ? { codec: summary.codec } : {}),
+    timings: { firstReadMs: timings.firstReadMs, firstFrameMs: timings.firstFrameMs, totalMs: timings.totalMs },
+  };
+  return Buffer.from(JSON.stringify(ordered), 'utf8');
 }

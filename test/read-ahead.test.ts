@@ -35,7 +35,7 @@ class ScriptedRunner implements TaskRunner {
     return new Promise((resolve) => {
       const finish = (): void => {
         this.running.delete(task.id);
-        if (this.cancelled.has(task.id)) return resolve({ ok: false, code: 'OC_ERR_CANCELLED', message: 'cancelled', retryable: false, requestId: task.requestId });
+        if (this.cancelled.has(task.id)) return resolve({ ok: false, code: 'OC_ERR_CANCELLED', message: 'cancelled', readAgain: false, requestId: task.requestId });
         const region = new Uint8Array(bytes);
         this.handedOut.add(region);
         const slices = (task.end - task.first) * task.keys.length;

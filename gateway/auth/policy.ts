@@ -17,6 +17,8 @@
  * ignored: an ignored clause would widen or narrow access silently.
  */
 
+import { ObjectCacheError } from '../../schemas/errors.js';
+
 /**
  * The actions the gateway checks. `objectcache:ActAsTenant` lets a descriptor name a tenant;
  * `objectcache:PinObject` lets a key retain chunks of a budgeted bucket (gateway/capacity/).
@@ -54,11 +56,16 @@ const CONDITION_KEYS: readonly ConditionKey[] = ['s3:prefix', 's3:delimiter'];
 type Operator = 'StringEquals' | 'StringNotEquals' | 'StringLike' | 'StringNotLike';
 const OPERATORS: readonly Operator[] = ['StringEquals', 'StringNotEquals', 'StringLike', 'StringNotLike'];
 
-/** A policy that cannot be loaded; `where` names the offending place (`team-a.Statement[1].Action`). */
-export class PolicyError extends Error {
-  override readonly name = 'PolicyError';
-  constructor(readonly where: string, message: string) {
-    super(`${where}: ${message}`);
+/**
+ * A policy that cannot be loaded: an invalid setting (OC_ERR_CONFIG_INVALID, schemas/errors.ts),
+ * which gateway/config.ts reports as the ConfigError of the file it came from. `where` names the
+ * offending place (`team-a.Statement[1].Action`), also the error's `Where` detail.
+ */
+export class PolicyError extends ObjectCacheError {
+  readonly where: string;
+  constructor(where: string, message: string) {
+    super('OC_ERR_CONFIG_INVALID', `${where}: ${message}`, { details: { Where: where } });
+    this.where = where;
   }
 }
 

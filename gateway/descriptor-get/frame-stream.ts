@@ -115,9 +115,11 @@ export class FrameBuilder {
   }
 }
 
-/** An ERROR or END frame: UTF-8 JSON. */
-export function jsonFrame(type: typeof FrameType.ERROR | typeof FrameType.END, value: unknown): Frame {
-  const payload = Buffer.from(JSON.stringify(value), 'utf8');
+/**
+ * An ERROR or END frame around its UTF-8 JSON payload, built by schemas/frames.ts
+ * (encodeErrorPayload, encodeEndPayload); the only payloads checksummed here directly.
+ */
+export function jsonFrame(type: typeof FrameType.ERROR | typeof FrameType.END, payload: Buffer): Frame {
   return { type, index: 0, pieces: [payload], length: payload.byteLength, crc32c: crc32c(payload) };
 }
 

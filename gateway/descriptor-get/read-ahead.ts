@@ -10,8 +10,8 @@
  * At most `tasksInFlight` of the request's tasks are in the pool at once.
  */
 import { setMaxListeners } from 'node:events';
-import { ObjectCacheError, siteDetails } from '../../schemas/errors.js';
 import type { ReadResult, ReadTask } from '../../read-worker/protocol.js';
+import { fromWorkerFailure } from '../../read-worker/read-errors.js';
 import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
@@ -111,16 +111,6 @@ export function deferred<T>(): Deferred<T> {
   });
   promise.catch(() => {}); // a unit nobody waits for (the stream ended first) is not an unhandled rejection
   return { promise, resolve, reject };
-}
-
-/**
- * A worker failure as the one error type the stream knows. Whether the client may retry is the
- * code's (schemas/errors.ts), not the result's `retryable`, which says whether the worker could
- * read again (a cut connection, say) and was used up by the worker's own retries.
- */
-export function readFailure(result: ReadResult & { ok: false }): ObjectCacheError {
-  const message = result.chunk !== undefined ? `chunk ${result.chunk}: ${result.message}` : result.message;
-  return new ObjectCacheError(result.code, message, { details: siteDetails(result) });
 }
 
 export class ReadAhead implements UnitSource {
@@ -260,7 +250,7 @@ export class ReadAhead implements UnitSource {
         // A cancelled task's failure is not the stream's: the cancellation's cause is.
         if (this.#cancel.signal.aborted) return this.#fail(this.#cancel.signal.reason);
         this.#o.observer?.taskFailed(result.code);
-        return this.#fail(readFailure(result));
+        return this.#fail(fromWorkerFailure(result));
       }
       const task = this.#o.plan.tasks[unit.from + i] as PlannedTask;
       result.etags.forEach((etag, c) => (this.#pins[task.chunkStart + c] ??= etag));

@@ -21,8 +21,8 @@
  * bytes per layer) counts the encoded bytes. Such requests use grouped reads.
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
-import { ObjectCacheError, siteOf } from '../../schemas/errors.js';
-import { FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED, type EndSummary, type ErrorPayload } from '../../schemas/frames.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
 import { planChunkwise, planLayerwise, planStreamed, planUnits, type ReadPlan, type Unit } from './read-plan.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../config.js';
@@ -246,16 +246,10 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     // After headers: the ERROR frame is the answer, then the stream ends (the headers-sent rule of gateway/s3/respond.ts).
     const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
     s.ctx.logger.warn({ error: e }, 'layerwise stream failed after headers');
-    const payload: ErrorPayload = {
-      code: e.code,
-      message: e.message,
-      retryable: e.retryable,
-      ...siteOf(e.details),
-    };
-    yield jsonFrame(FrameType.ERROR, payload);
+    yield jsonFrame(FrameType.ERROR, encodeErrorPayload(e));
     return;
   }
-  const summary: EndSummary = {
+  const summary = encodeEndPayload({
     mode: s.mode,
     layers: [descriptor.layerStart, descriptor.layerEnd],
     chunks: descriptor.chunks,
@@ -266,7 +260,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     verified: readAhead.verified,
     ...(s.encoded ? { codec: s.encoded.codec } : {}),
     timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
-  };
+  });
   yield jsonFrame(FrameType.END, summary);
 }
 

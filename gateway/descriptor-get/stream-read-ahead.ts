@@ -12,10 +12,11 @@
 import { once, setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ChunkRun, StreamLayer } from '../../read-worker/protocol.js';
+import { fromWorkerFailure } from '../../read-worker/read-errors.js';
 import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-pool.js';
 import type { DescriptorGetObserver } from '../metrics.js';
 import type { FifoBudget } from '../fifo-budget.js';
-import { deferred, readFailure, type ChunkSource, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
+import { deferred, type ChunkSource, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
 import { layoutOf, type PlannedTask, type ReadPlan } from './read-plan.js';
 import { TaskLayout } from '../../read-worker/task-layout.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
@@ -143,7 +144,7 @@ export class StreamReadAhead implements UnitSource {
     running.port.close();
     if (signal.aborted) return this.#fail(signal.reason);
     this.#o.observer?.taskFailed(result.code);
-    this.#fail(readFailure(result));
+    this.#fail(fromWorkerFailure(result));
   }
 
   #layer(message: StreamLayer): void {

@@ -218,7 +218,7 @@ export class ReaderPool {
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
   async run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult> {
     if (this.saturated()) {
-      return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
+      return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', readAgain: true };
     }
     const bytes = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes, task.encoded?.sliceBytes).bytes;
     const arenaOffset = this.#arena.take(bytes);
@@ -242,8 +242,8 @@ export class ReaderPool {
       // Refused by the queue, or the worker died (piscina answers once the thread has exited).
       if (arenaOffset !== undefined) this.#arena.give(arenaOffset);
       const message = (error as Error).message;
-      if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', retryable: true };
-      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, retryable: true, requestId: task.requestId };
+      if (/queue is at limit/i.test(message)) return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', readAgain: true };
+      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${message}`, readAgain: true, requestId: task.requestId };
     } finally {
       this.#inflight--;
       const waiters = this.#roomWaiters;
@@ -309,7 +309,7 @@ export class ReaderPool {
     this.#inflight++;
     const result = (this.#pool.run(full, { transferList: [channel.port2] }) as Promise<StreamResult>).catch((error: unknown): StreamResult => {
       channel.port1.close();
-      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, retryable: true, requestId: task.requestId };
+      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, readAgain: true, requestId: task.requestId };
     }).finally(() => {
       this.#inflight--;
     });
