@@ -36,18 +36,6 @@ describe('README and docs', () => {
     }
   });
 
-  it("gives the Python client the registry's codes and retryable codes (for answers from gateways that do not say)", () => {
-    const python = readFileSync(new URL('../client/python/src/objectcache/errors.py', import.meta.url), 'utf8');
-    const table = python.slice(python.indexOf('RETRYABLE_CODES'), python.indexOf('KNOWN_CODES'));
-    const known = python.slice(python.indexOf('KNOWN_CODES = '), python.indexOf('class ObjectCacheError'));
-    expect([...known.matchAll(/"(OC_ERR_[A-Z0-9_]+)"/g)].map((m) => m[1]).sort()).toEqual(Object.keys(ERRORS).sort());
-    const listed = [...table.matchAll(/"(OC_ERR_[A-Z0-9_]+)"/g)].map((m) => m[1]).sort();
-    const registry = Object.entries(ERRORS).filter(([, spec]) => 'retryable' in spec).map(([code]) => code).sort();
-    expect(listed).toEqual(registry);
-    // Every 503 is a retry-later answer.
-    for (const [code, spec] of Object.entries(ERRORS)) if (spec.status === 503) expect(registry, code).toContain(code);
-  });
-
   it('names the test command that .ci/run runs', () => {
     expect(readme).toContain('npm ci && npm test');
     expect(ci).toMatch(/^npm test$/m);

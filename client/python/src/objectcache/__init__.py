@@ -1,7 +1,8 @@
 """ObjectCache: fetch LLM prefix KV caches from object storage layer by layer."""
+from ._contract import VERSION as __version__
 from .client import FetchResult, ObjectCacheClient
 from .errors import ObjectCacheError
 from .keys import chunk_hashes, chunk_keys, layout_fingerprint
+from .types import Descriptor
 
-__all__ = ["FetchResult", "ObjectCacheClient", "ObjectCacheError", "chunk_hashes", "chunk_keys", "layout_fingerprint"]
-__version__ = "0.3.0"
+__all__ = ["Descriptor", "FetchResult", "ObjectCacheClient", "ObjectCacheError", "chunk_hashes", "chunk_keys", "layout_fingerprint"]

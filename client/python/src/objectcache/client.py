@@ -19,7 +19,7 @@ import weakref
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast, overload
 from urllib.parse import quote, urlsplit
 
 from botocore.auth import S3SigV4Auth  # type: ignore[import-untyped]
@@ -28,32 +28,31 @@ from botocore.credentials import Credentials  # type: ignore[import-untyped]
 
 from crc32c import crc32c
 
+from ._contract import AFTER_META as AFTER_META
+from ._contract import CODEC_META, DESCRIPTOR_VERSION, LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, RAW_CODEC, SLICE_BYTES_META
+from ._contract import DESCRIPTOR_HEADER as DESCRIPTOR_HEADER
+from ._contract import MAX_AFTER_KEY as MAX_AFTER_KEY
 from .errors import ObjectCacheError
-from .layouts import CODEC_META, SLICE_BYTES_META, LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, encode_layer_crcs, layer_crcs, to_canonical
+from .layouts import encode_layer_crcs, layer_crcs, to_canonical
 from .stream import Geometry, OnLayerReady, Place, ScatterGeometry, SegmentDecoder, read_frames
+from .types import Buffer as Buffer
+from .types import CodecName, Descriptor, EndSummary, KVDtype, Layout, Mode, Transport
 
 #: Descriptors whose header would be longer go as a POST body (as the TypeScript client does).
 MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024
-DESCRIPTOR_HEADER = "x-objectcache-descriptor"
 #: The longest Retry-After honoured, in seconds.
 MAX_RETRY_AFTER_S = 30.0
 
-Buffer = Union[bytearray, memoryview, Any]
-
-
-#: The object metadata naming the chunk before a chunk in its prefix (capacity management's chains).
-AFTER_META = "objectcache-after"
-#: Longer keys are not recorded (S3 allows 2 KB of metadata in all, per-layer CRC-32Cs included).
-MAX_AFTER_KEY = 512
+_B = TypeVar("_B", bound=Buffer)
 
 
 @dataclass
 class FetchResult:
-    #: The buffer the layers landed in (the caller's, or a new bytearray).
+    #: The buffer the layers landed in (the caller's, as it passed it, or a new bytearray).
     target: Any
     layer_stride: int
     #: The END frame's summary: mode, layers, chunks, bytes, backendReads, plan, timings, ...
-    summary: Dict[str, Any]
+    summary: EndSummary
     #: Seconds from the request to each layer's ready notification, as (layer, seconds).
     timeline: List[Tuple[int, float]] = field(default_factory=list)
     transport: str = "get"
@@ -71,7 +70,7 @@ def _writable_bytes(target: Any) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-def _error_from_response(status: int, headers: http.client.HTTPMessage, body: bytes) -> ObjectCacheError:
+def _error_from_response(status: int, headers: http.client.HTTPMessage, body: bytes, operation: Optional[str]) -> ObjectCacheError:
     """A refused request as an ObjectCacheError: the stable code (``x-objectcache-error-code``, else
     one for the status), whether a retry may succeed (``x-objectcache-retryable``, else the code's),
     and the request id (``x-amz-request-id``, else the XML document's RequestId)."""
@@ -89,7 +88,7 @@ def _error_from_response(status: int, headers: http.client.HTTPMessage, body: by
     said = headers.get("x-objectcache-retryable")
     retryable = said == "true" if said in ("true", "false") else None
     request_id = headers.get("x-amz-request-id") or details.get("RequestId")
-    return ObjectCacheError(code, message, status=status, details={**details, "S3Code": s3_code}, retryable=retryable, request_id=request_id)
+    return ObjectCacheError(code, message, status=status, details={**details, "S3Code": s3_code}, retryable=retryable, request_id=request_id, operation_name=operation)
 
 
 class ObjectCacheClient:
@@ -208,8 +207,9 @@ class ObjectCacheClient:
         self._auth.add_auth(request)
         return {name: value for name, value in request.headers.items()}
 
-    def _send(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Sends a signed request and returns the open response of a status below 400 (or raises)."""
+    def _send(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Sends a signed request and returns the open response of a status below 400 (or raises).
+        ``operation`` names the request in errors, as the gateway's classification does."""
         headers = dict(headers or {})
         if body:
             headers.setdefault("Content-Length", str(len(body)))
@@ -233,12 +233,12 @@ class ObjectCacheClient:
             if failure is not None:
                 unreachable += 1
                 if unreachable >= len(self._endpoints):
-                    raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"cannot reach the gateway at {self._endpoints[index][0]}: {failure}") from failure
+                    raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"cannot reach the gateway at {self._endpoints[index][0]}: {failure}", operation_name=operation) from failure
                 self._current = (index + 1) % len(self._endpoints)  # the next gateway
                 continue
             if response.status < 400:
                 return conn, response
-            refused = _error_from_response(response.status, response.headers, response.read())
+            refused = _error_from_response(response.status, response.headers, response.read(), operation)
             self._give(conn, response)
             if refused.retryable and attempt < self._retries:
                 attempt += 1
@@ -251,8 +251,8 @@ class ObjectCacheClient:
                 continue
             raise refused
 
-    def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None) -> bytes:
-        conn, response = self._send(method, path, body, headers)
+    def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None) -> bytes:
+        conn, response = self._send(method, path, body, headers, operation=operation)
         data = response.read()
         self._give(conn, response)
         return data
@@ -265,12 +265,12 @@ class ObjectCacheClient:
     def ensure_bucket(self) -> None:
         """Creates the bucket unless it exists."""
         try:
-            self._call("PUT", f"/{quote(self.bucket, safe='')}")
+            self._call("PUT", f"/{quote(self.bucket, safe='')}", operation="CreateBucket")
         except ObjectCacheError as error:
             if error.details.get("S3Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise
 
-    def put_chunk(self, key: str, data: Buffer, *, layout: Optional[Tuple[str, int, int]] = None, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None, after: Optional[str] = None) -> None:
+    def put_chunk(self, key: str, data: Buffer, *, layout: Optional[Tuple[Layout, int, int]] = None, codec: Optional[CodecName] = None, chunk_tokens: Optional[int] = None, dtype: Optional[KVDtype] = None, after: Optional[str] = None) -> None:
         """Writes one chunk object (already in its stored layout). With
         ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the object's
         metadata, so the gateway verifies each slice it serves (up to 256 layers). ``after`` names
@@ -282,11 +282,12 @@ class ObjectCacheClient:
         KV_L2TD form, whatever ``layout``) encoded on its own, back to back, with the index and
         the encoded slices' CRC-32Cs in its metadata (schemas/wire-format.md section 6). Fetch it
         with a descriptor that names the codec (``descriptor(..., codecs=[codec], layout="KV_L2TD")``)."""
-        body = data if isinstance(data, bytes) else memoryview(data).tobytes()
+        # Any: NumPy arrays are buffers, which typeshed says only from Python 3.12 on.
+        body = data if isinstance(data, bytes) else memoryview(cast(Any, data)).tobytes()
         headers = {"Content-Type": "application/octet-stream"}
         if after is not None and after.isascii() and len(after) <= MAX_AFTER_KEY:
             headers[f"x-amz-meta-{AFTER_META}"] = after
-        if codec is not None and codec != "none":
+        if codec is not None and codec != RAW_CODEC:
             if layout is None or chunk_tokens is None or dtype is None:
                 raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "an encoded chunk needs layout=(layout, layers, layer_bytes), chunk_tokens and dtype")
             from .codecs import SliceShape, encode_chunk  # NumPy and the compressors: the codecs extra
@@ -298,16 +299,16 @@ class ObjectCacheClient:
             headers[f"x-amz-meta-{CODEC_META}"] = codec
             headers[f"x-amz-meta-{SLICE_BYTES_META}"] = base64.b64encode(struct.pack(f">{layers}I", *lengths)).decode("ascii")
             headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs([crc32c(s) for s in slices])
-            self._call("PUT", self._object_path(key), b"".join(slices), headers)
+            self._call("PUT", self._object_path(key), b"".join(slices), headers, operation="PutObject")
             return
         if layout is not None and layout[1] <= MAX_CHECKSUMMED_LAYERS:
             name, layers, layer_bytes = layout
             if len(body) != layers * layer_bytes:
                 raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"chunk {key!r} has {len(body)} bytes, not layers x layer_bytes")
             headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs(layer_crcs(to_canonical(body, name, layers, layer_bytes), layers, layer_bytes))
-        self._call("PUT", self._object_path(key), body, headers)
+        self._call("PUT", self._object_path(key), body, headers, operation="PutObject")
 
-    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[str, int, int]] = None, concurrency: int = 8, codec: Optional[str] = None, chunk_tokens: Optional[int] = None, dtype: Optional[str] = None, chain: bool = True) -> None:
+    def put_chunks(self, keys: Sequence[str], objects: Sequence[Buffer], *, layout: Optional[Tuple[Layout, int, int]] = None, concurrency: int = 8, codec: Optional[CodecName] = None, chunk_tokens: Optional[int] = None, dtype: Optional[KVDtype] = None, chain: bool = True) -> None:
         """Writes chunk objects (each already in its stored layout), ``concurrency`` at a time,
         each as :meth:`put_chunk` does (encoded with ``codec`` when given). With ``chain`` (the
         default) the keys are one prefix in order: each chunk records the one before it."""
@@ -318,10 +319,16 @@ class ObjectCacheClient:
             for _ in pool.map(put, range(len(keys))):
                 pass
 
+    @overload
+    def get_object(self, key: str, into: None = None) -> bytes: ...
+
+    @overload
+    def get_object(self, key: str, into: _B) -> _B: ...
+
     def get_object(self, key: str, into: Optional[Buffer] = None) -> Any:
         """A whole object (a plain S3 GET), read into ``into`` when given (it must be exactly the
-        object's size) or returned as bytes."""
-        conn, response = self._send("GET", self._object_path(key))
+        object's size) and returned, or returned as bytes."""
+        conn, response = self._send("GET", self._object_path(key), operation="GetObject")
         try:
             if into is None:
                 data: Any = response.read()
@@ -345,11 +352,11 @@ class ObjectCacheClient:
 
     def head_bucket(self) -> None:
         """Raises ObjectCacheError unless the bucket exists and the key may use it."""
-        self._call("HEAD", f"/{quote(self.bucket, safe='')}")
+        self._call("HEAD", f"/{quote(self.bucket, safe='')}", operation="HeadBucket")
 
     def delete(self, key: str) -> None:
         """Deletes one object (S3 answers success whether or not it existed)."""
-        self._call("DELETE", self._object_path(key))
+        self._call("DELETE", self._object_path(key), operation="DeleteObject")
 
     def list_keys(self, prefix: str = "", limit: Optional[int] = None) -> List[str]:
         """Every object key under ``prefix`` (ListObjectsV2, page by page), or the first
@@ -359,7 +366,7 @@ class ObjectCacheClient:
         while True:
             page = "" if limit is None else f"&max-keys={max(1, min(1000, limit - len(keys)))}"
             query = f"list-type=2&prefix={quote(prefix, safe='')}{page}" + (f"&continuation-token={quote(token, safe='')}" if token else "")
-            root = ElementTree.fromstring(self._call("GET", f"/{quote(self.bucket, safe='')}?{query}"))
+            root = ElementTree.fromstring(self._call("GET", f"/{quote(self.bucket, safe='')}?{query}", operation="ListObjectsV2"))
             ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
             keys.extend(item.findtext(f"{ns}Key") or "" for item in root.iter(f"{ns}Contents"))
             token = root.findtext(f"{ns}NextContinuationToken")
@@ -380,7 +387,7 @@ class ObjectCacheClient:
         if codecs is not None:
             document["codecs"] = list(codecs)
         body = json.dumps(document).encode("utf-8")
-        answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"})
+        answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"}, operation="PrefixLookup")
         return int(json.loads(answer)["matched"])
 
     def pin(self, keys: Sequence[str], until: Optional[datetime.datetime]) -> Optional[datetime.datetime]:
@@ -391,14 +398,14 @@ class ObjectCacheClient:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "until must be an aware datetime (with a time zone)")
         stamp = None if until is None else until.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
         body = json.dumps({"keys": list(keys), "until": stamp}).encode("utf-8")
-        answer = json.loads(self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-pin=", body, {"Content-Type": "application/json"}))
+        answer = json.loads(self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-pin=", body, {"Content-Type": "application/json"}, operation="PinObjects"))
         held = answer.get("until")
         return None if held is None else datetime.datetime.fromisoformat(str(held).replace("Z", "+00:00"))
 
     # -- the layerwise GET -------------------------------------------------------------------
 
     @staticmethod
-    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: str = "KV_L2TD", mode: str = "auto", key_prefix: Optional[str] = None, codecs: Optional[Sequence[str]] = None, **extra: Any) -> Dict[str, Any]:
+    def descriptor(keys: Sequence[str], *, layers: int, chunk_tokens: int, layer_bytes: int, layout: Layout = "KV_L2TD", mode: Mode = "auto", key_prefix: Optional[str] = None, codecs: Optional[Sequence[CodecName]] = None, **extra: Any) -> Descriptor:
         """A descriptor for ``keys`` (other fields, such as layerRange, tenant or computeMsPerLayer, as keywords).
 
         ``mode``: ``auto`` (the gateway streams layer by layer at or above its size threshold,
@@ -408,29 +415,29 @@ class ObjectCacheClient:
         ``codecs``: the encodings this client decodes (``"none"``: raw chunks); the chunks come as
         stored and each layer is decoded into the target before it is announced (fetch with the
         KV ``dtype``)."""
-        document: Dict[str, Any] = {"version": 1, "keys": list(keys), "layers": layers, "chunkTokens": chunk_tokens, "layerBytes": layer_bytes, "layout": layout, "delivery": "layer-major", "mode": mode}
+        document: Descriptor = {"version": DESCRIPTOR_VERSION, "keys": list(keys), "layers": layers, "chunkTokens": chunk_tokens, "layerBytes": layer_bytes, "layout": layout, "delivery": "layer-major", "mode": mode}
         if key_prefix is not None:
             document["keyPrefix"] = key_prefix
         if codecs is not None:
             document["codecs"] = list(codecs)
-        document.update(extra)
+        document.update(cast(Descriptor, extra))  # the caller's fields as given; the gateway checks them
         return document
 
-    def _open(self, descriptor: Mapping[str, Any], transport: str) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
+    def _open(self, descriptor: Descriptor, transport: Transport) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
         text = json.dumps(descriptor, separators=(",", ":")).encode("utf-8")
         encoded = base64.urlsafe_b64encode(text).rstrip(b"=").decode("ascii")
         if transport == "auto":
             transport = "post" if len(encoded) > MAX_HEADER_DESCRIPTOR_BYTES else "get"
         if transport == "post":
-            conn, response = self._send("POST", f"/{quote(self.bucket, safe='')}?objectcache=", text, {"Content-Type": "application/json"})
+            conn, response = self._send("POST", f"/{quote(self.bucket, safe='')}?objectcache=", text, {"Content-Type": "application/json"}, operation="DescriptorGet")
         elif transport == "get":
             last = str(descriptor.get("keyPrefix", "")) + str(descriptor["keys"][-1])
-            conn, response = self._send("GET", self._object_path(last), b"", {DESCRIPTOR_HEADER: encoded})
+            conn, response = self._send("GET", self._object_path(last), b"", {DESCRIPTOR_HEADER: encoded}, operation="DescriptorGet")
         else:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"transport is auto, get or post, not {transport!r}")
         return conn, response, transport
 
-    def _geometry(self, descriptor: Mapping[str, Any], target: Optional[Buffer], layer_stride: Optional[int]) -> Tuple[Geometry, Any]:
+    def _geometry(self, descriptor: Descriptor, target: Optional[Buffer], layer_stride: Optional[int]) -> Tuple[Geometry, Any]:
         try:
             layers, layer_bytes, chunks = int(descriptor["layers"]), int(descriptor["layerBytes"]), len(descriptor["keys"])
         except (KeyError, TypeError, ValueError) as error:
@@ -441,7 +448,7 @@ class ObjectCacheClient:
             target = bytearray((end - first - 1) * stride + chunks * layer_bytes)
         return Geometry(first, end, chunks, layer_bytes, _writable_bytes(target), stride), target
 
-    def _decoder(self, descriptor: Mapping[str, Any], response: http.client.HTTPResponse, dtype: Optional[str]) -> Optional[SegmentDecoder]:
+    def _decoder(self, descriptor: Descriptor, response: http.client.HTTPResponse, dtype: Optional[KVDtype]) -> Optional[SegmentDecoder]:
         """The decoder of a version 2 answer (a descriptor naming ``codecs``), for the codec the gateway says it sent."""
         accepted = descriptor.get("codecs")
         if accepted is None:
@@ -450,19 +457,19 @@ class ObjectCacheClient:
         if name not in accepted:
             raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the gateway sent codec {name!r}, not one of {list(accepted)}")
         layer_bytes = int(descriptor["layerBytes"])
-        if name == "none":
+        if name == RAW_CODEC:
             return SegmentDecoder(None, None, layer_bytes)
         assert dtype is not None  # _stream refused a descriptor naming a codec without it, before the request
         from .codecs import SliceShape, codec  # the codecs extra
 
         return SegmentDecoder(codec(name), SliceShape.of(layer_bytes, int(descriptor["chunkTokens"]), dtype), layer_bytes)
 
-    def _stream(self, descriptor: Mapping[str, Any], geometry: Geometry, transport: str, opened: List[str], dtype: Optional[str] = None) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
+    def _stream(self, descriptor: Descriptor, geometry: Geometry, transport: Transport, opened: List[str], dtype: Optional[KVDtype] = None) -> Generator[Tuple[int, memoryview], None, EndSummary]:
         """The ready layers of one fetch, then (as the generator's value) the END summary. The
         connection goes back to the pool only after a complete stream; closing the generator
         early closes it, which the gateway sees as the client leaving."""
         codecs = descriptor.get("codecs")
-        if codecs is not None and dtype is None and any(c != "none" for c in codecs):
+        if codecs is not None and dtype is None and any(c != RAW_CODEC for c in codecs):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "decoding encoded chunks needs the KV dtype: fetch(..., dtype=...)")
         conn, response, used = self._open(descriptor, transport)
         opened.append(used)
@@ -473,6 +480,7 @@ class ObjectCacheClient:
             except ObjectCacheError as error:
                 # An ERROR frame (or a broken stream) names the request, as an error answer does.
                 error.request_id = error.request_id or response.getheader("x-amz-request-id")
+                error.operation_name = error.operation_name or "DescriptorGet"
                 raise
             finished = True
             return summary
@@ -482,13 +490,13 @@ class ObjectCacheClient:
             else:
                 conn.close()
 
-    def layers(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, *, layer_stride: Optional[int] = None, transport: str = "auto", dtype: Optional[str] = None) -> Iterator[Tuple[int, memoryview]]:
+    def layers(self, descriptor: Descriptor, target: Optional[Buffer] = None, *, layer_stride: Optional[int] = None, transport: Transport = "auto", dtype: Optional[KVDtype] = None) -> Iterator[Tuple[int, memoryview]]:
         """Yields ``(layer, view)`` as each layer lands in ``target``; leaving the loop early
         cancels the download (the connection is closed, the gateway stops reading)."""
         geometry, _ = self._geometry(descriptor, target, layer_stride)
         yield from self._stream(descriptor, geometry, transport, [], dtype)
 
-    def fetch(self, descriptor: Mapping[str, Any], target: Optional[Buffer] = None, on_layer_ready: Optional[OnLayerReady] = None, *, layer_stride: Optional[int] = None, transport: str = "auto", dtype: Optional[str] = None) -> FetchResult:
+    def fetch(self, descriptor: Descriptor, target: Optional[Buffer] = None, on_layer_ready: Optional[OnLayerReady] = None, *, layer_stride: Optional[int] = None, transport: Transport = "auto", dtype: Optional[KVDtype] = None) -> FetchResult:
         """Fetches the prefix's KV: every layer lands in ``target`` (allocated when absent) at
         ``(layer - first) * layer_stride``, each announced through ``on_layer_ready(layer, view)``
         as its frame ends and its CRC-32C checks (decoded first, when the descriptor names
@@ -497,7 +505,7 @@ class ObjectCacheClient:
         geometry, target = self._geometry(descriptor, target, layer_stride)
         return self._run(descriptor, geometry, target, on_layer_ready, transport, dtype)
 
-    def fetch_into(self, descriptor: Mapping[str, Any], place: Place, on_layer_ready: Optional[Callable[[int], None]] = None, *, transport: str = "auto", dtype: Optional[str] = None) -> FetchResult:
+    def fetch_into(self, descriptor: Descriptor, place: Place, on_layer_ready: Optional[Callable[[int], None]] = None, *, transport: Transport = "auto", dtype: Optional[KVDtype] = None) -> FetchResult:
         """Fetches the prefix's KV into buffers of the caller's choosing: ``place(layer, chunk)``
         returns the writable views that receive chunk ``chunk``'s slice of ``layer`` in delivered
         order (its K half, then its V half), ``layerBytes`` in all; for example the two halves of
@@ -512,7 +520,7 @@ class ObjectCacheClient:
         ready = None if on_layer_ready is None else (lambda layer, _view: on_layer_ready(layer))
         return self._run(descriptor, ScatterGeometry(first, end, chunks, layer_bytes, place), None, ready, transport, dtype)
 
-    def _run(self, descriptor: Mapping[str, Any], geometry: Geometry, target: Any, on_layer_ready: Optional[OnLayerReady], transport: str, dtype: Optional[str] = None) -> FetchResult:
+    def _run(self, descriptor: Descriptor, geometry: Geometry, target: Any, on_layer_ready: Optional[OnLayerReady], transport: Transport, dtype: Optional[KVDtype] = None) -> FetchResult:
         started = time.perf_counter()
         timeline: List[Tuple[int, float]] = []
         used: List[str] = []
@@ -522,7 +530,7 @@ class ObjectCacheClient:
                 try:
                     layer, view = next(stream)
                 except StopIteration as end:
-                    summary: Dict[str, Any] = end.value
+                    summary: EndSummary = end.value
                     break
                 timeline.append((layer, time.perf_counter() - started))
                 if on_layer_ready is not None:

@@ -26,10 +26,13 @@ from typing import Any, Callable, Dict, List, Protocol, Tuple
 
 import numpy as np
 
+from ._contract import CODEC_NAME_PATTERN, RAW_CODEC
+from ._contract import MAX_ENCODED_LAYERS as MAX_ENCODED_LAYERS
 from .errors import ObjectCacheError
+from .types import KVDtype
 
 #: dtypes a slice may have, by name, with their NumPy view (bfloat16 as its raw 16 bits).
-DTYPES: Dict[str, Any] = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32}
+DTYPES: Dict[KVDtype, Any] = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32}
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class SliceShape:
 
     tokens: int
     hidden: int
-    dtype: str
+    dtype: KVDtype
 
     def __post_init__(self) -> None:
         self.check()
@@ -52,7 +55,7 @@ class SliceShape:
         return 2 * self.tokens * self.hidden * self.itemsize
 
     @classmethod
-    def of(cls, layer_bytes: int, chunk_tokens: int, dtype: str) -> "SliceShape":
+    def of(cls, layer_bytes: int, chunk_tokens: int, dtype: KVDtype) -> "SliceShape":
         """The shape of a slice of ``layer_bytes`` for chunks of ``chunk_tokens`` tokens of ``dtype``."""
         if dtype not in DTYPES:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"KV dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
@@ -98,7 +101,7 @@ def _corrupt(name: str, why: str) -> ObjectCacheError:
 
 
 class NoneCodec:
-    name = "none"
+    name = RAW_CODEC
     lossless = True
 
     def encode(self, data: Any, shape: SliceShape) -> bytes:
@@ -268,14 +271,13 @@ def _lz4() -> BytePlanes:
     return BytePlanes("bplane-lz4", lambda data: lz4.block.compress(data, store_size=False), lambda data, size: lz4.block.decompress(data, uncompressed_size=size))
 
 
-_FACTORIES: Dict[str, Callable[[], Codec]] = {"none": NoneCodec, "bplane-zstd": _zstd, "bplane-lz4": _lz4, "int8-kivi": Int8Kivi}
+_FACTORIES: Dict[str, Callable[[], Codec]] = {RAW_CODEC: NoneCodec, "bplane-zstd": _zstd, "bplane-lz4": _lz4, "int8-kivi": Int8Kivi}
 _MADE: Dict[str, Codec] = {}
 
 
-#: Codec names as the gateway and the stored metadata take them (schemas/encoded-chunk.ts).
-CODEC_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,31}$")
-#: Most layers of an encoded chunk: its index must fit in S3's 2 KB of user metadata.
-MAX_ENCODED_LAYERS = 160
+#: Codec names as the gateway and the stored metadata take them (schemas/encoded-chunk.ts). An
+#: encoded chunk has at most MAX_ENCODED_LAYERS layers: its index must fit in S3's 2 KB of metadata.
+CODEC_NAME = re.compile(CODEC_NAME_PATTERN)
 
 
 def register(name: str, factory: Callable[[], Codec]) -> None:

@@ -38,7 +38,7 @@ class EngineFailures(Dict[Tuple[str, str], int]):
         if self._counter is not None:
             self._counter.labels(op=op, code=code).inc()
         if code in _POLICY_CODES:
-            self._logger.error("ObjectCache %s of %d %s refused by the key's access policy, served as a miss (check key_prefix and tenant against the key's policy, README 'Access control'): %s", op, count, self._unit, error)
+            self._logger.error("ObjectCache %s of %d %s refused by the key's access policy, served as a miss (check key_prefix and tenant against the key's policy, docs/access-control.md): %s", op, count, self._unit, error)
             return
         level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
         self._logger.log(level, "ObjectCache %s of %d %s failed, served as a miss: %s", op, count, self._unit, error)

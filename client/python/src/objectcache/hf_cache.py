@@ -21,8 +21,9 @@ from transformers import DynamicCache
 
 from .client import FetchResult, ObjectCacheClient
 from .errors import ObjectCacheError
+from .types import Descriptor, KVDtype, Layout
 
-_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_DTYPES: Dict[Any, KVDtype] = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
 class KVLayout:
@@ -46,17 +47,17 @@ class KVLayout:
         return cls(config.num_hidden_layers, config.num_key_value_heads, head_dim, dtype or model.dtype, chunk_tokens)
 
     @property
-    def dtype_name(self) -> str:
+    def dtype_name(self) -> KVDtype:
         return _DTYPES[self.dtype]
 
-    def descriptor(self, keys: Sequence[str], **extra: Any) -> Dict[str, Any]:
+    def descriptor(self, keys: Sequence[str], **extra: Any) -> Descriptor:
         """A descriptor of chunks stored in this layout (KV_2LTD; with ``codecs``, encoded chunks,
         whose slices are whole: KV_L2TD)."""
         codecs = extra.get("codecs")
         if codecs is not None and "none" in codecs:
             # Raw chunks are stored KV_2LTD here; a version 2 stream serves raw slices whole (KV_L2TD).
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "codecs must name encodings only: raw chunks stored from a cache are KV_2LTD, fetched without codecs")
-        layout = "KV_L2TD" if codecs else "KV_2LTD"
+        layout: Layout = "KV_L2TD" if codecs else "KV_2LTD"
         return ObjectCacheClient.descriptor(keys, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout=layout, **extra)
 
 

@@ -12,10 +12,11 @@ import hashlib
 import struct
 from typing import Iterable, List, Sequence
 
-LAYOUTS = ("KV_L2TD", "KV_2LTD", "MLA")
+from ._contract import LAYOUTS as LAYOUTS
+from .types import Layout
 
 
-def layout_fingerprint(model_id: str, dtype: str, chunk_tokens: int, layers: int, layer_bytes: int, layout: str) -> str:
+def layout_fingerprint(model_id: str, dtype: str, chunk_tokens: int, layers: int, layer_bytes: int, layout: Layout) -> str:
     """16 hex characters naming a model layout."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -38,7 +39,7 @@ def chunk_hashes(tokens: Sequence[int], chunk_tokens: int, fingerprint: str) -> 
     return hashes
 
 
-def chunk_keys(tokens: Sequence[int], model_id: str, dtype: str, chunk_tokens: int, layers: int, layer_bytes: int, layout: str, namespace: str = "kv") -> List[str]:
+def chunk_keys(tokens: Sequence[int], model_id: str, dtype: str, chunk_tokens: int, layers: int, layer_bytes: int, layout: Layout, namespace: str = "kv") -> List[str]:
     """Object keys of the full chunks of ``tokens`` for this model layout."""
     fingerprint = layout_fingerprint(model_id, dtype, chunk_tokens, layers, layer_bytes, layout)
     prefix = f"{namespace}/{fingerprint}/"

@@ -7,16 +7,17 @@ from typing import List
 
 from crc32c import crc32c
 
-#: User metadata name of the per-layer CRC-32Cs (``x-amz-meta-oc-layer-crc32c`` on the wire).
-LAYER_CRC_META = "oc-layer-crc32c"
-#: An encoded chunk's index (schemas/wire-format.md section 6): its codec and each slice's length.
-CODEC_META = "oc-codec"
-SLICE_BYTES_META = "oc-slice-bytes"
-#: S3 allows 2 KB of user metadata: the checksums of up to 256 layers.
-MAX_CHECKSUMMED_LAYERS = 256
+# The metadata names of the per-layer CRC-32Cs (``x-amz-meta-oc-layer-crc32c`` on the wire) and of
+# an encoded chunk's index (its codec and each slice's length, schemas/wire-format.md section 6),
+# and how many layers' checksums S3's 2 KB of user metadata holds: the gateway's (_contract).
+from ._contract import CODEC_META as CODEC_META
+from ._contract import LAYER_CRC_META as LAYER_CRC_META
+from ._contract import MAX_CHECKSUMMED_LAYERS as MAX_CHECKSUMMED_LAYERS
+from ._contract import SLICE_BYTES_META as SLICE_BYTES_META
+from .types import Layout
 
 
-def to_canonical(stored: bytes, layout: str, layers: int, layer_bytes: int) -> bytes:
+def to_canonical(stored: bytes, layout: Layout, layers: int, layer_bytes: int) -> bytes:
     """A stored chunk in delivered (KV_L2TD) form: per layer, its K half then its V half."""
     if layout != "KV_2LTD":
         return bytes(stored)

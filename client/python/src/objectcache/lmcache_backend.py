@@ -20,8 +20,8 @@ What each LMCache call becomes (docs/engines.md, "LMCache, in process"):
 
 With ``remote_storage_plugin.objectcache.codec`` set (``bplane-zstd``, ``bplane-lz4``,
 ``int8-kivi``, or a codec registered with ``objectcache.codecs.register``) every chunk is stored
-encoded, one layer slice at a time, and decoded layer by layer as it is fetched (README, "Compressed
-KV"); such objects are read through ObjectCache only, not by LMCache's S3 connector.
+encoded, one layer slice at a time, and decoded layer by layer as it is fetched
+(docs/compression.md); such objects are read through ObjectCache only, not by LMCache's S3 connector.
 
 With LMCache's ``use_layerwise: true`` the engine asks for one layer of every chunk at a time
 (per-layer keys). The plugin serves those from ONE layerwise GET per prefix as well: the request
@@ -43,7 +43,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, cast
 
 import torch
 
@@ -55,6 +55,7 @@ from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
 from .failures import EngineFailures
+from .types import Descriptor, KVDtype, Layout, Mode
 
 logger = logging.getLogger("objectcache.lmcache")
 T = TypeVar("T")
@@ -75,11 +76,11 @@ SETTINGS: Dict[str, Optional[str]] = {
     "compute_ms_per_layer": None,  # the engine's per-layer compute window, for the scheduler
     "timeout_s": "30",
     "retries": "2",  # answers the gateway marks retryable, retried after their Retry-After
-    "codec": "none",  # store chunks encoded (bplane-zstd, bplane-lz4, int8-kivi, ...): README, "Compressed KV"
+    "codec": "none",  # store chunks encoded (bplane-zstd, bplane-lz4, int8-kivi, ...): docs/compression.md
 }
 
 #: LMCache's KV dtypes, by the names objectcache.codecs gives them.
-CODEC_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+CODEC_DTYPES: Dict[Any, KVDtype] = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
 #: Calls that failed and became a miss, by (op, code) (objectcache.failures).
@@ -137,7 +138,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
             raise ValueError(f"the ObjectCache backend expects chunks shaped [K/V, layers, tokens, hidden], got {list(shape)}")
         kv, layers, tokens, _hidden = (int(d) for d in shape)
         #: The gateway's name for LMCache's layout: [2, L, T, H] is KV_2LTD, [1, L, T, H] one latent (MLA).
-        self.layout = "MLA" if self.meta_fmt == MemoryFormat.KV_MLA_FMT or kv == 1 else "KV_2LTD"
+        self.layout: Layout = "MLA" if self.meta_fmt == MemoryFormat.KV_MLA_FMT or kv == 1 else "KV_2LTD"
         self.layers = layers
         self.chunk_tokens = tokens
         self.layer_bytes = self.full_chunk_size_bytes // layers
@@ -154,7 +155,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self.key_prefix = settings["key_prefix"] or ""
         #: Encoded chunks (None: raw, in LMCache's own layout, readable by its S3 connector too).
         self.codec = None if (settings["codec"] or "none") == "none" else str(settings["codec"])
-        self.codec_dtype: Optional[str] = None
+        self.codec_dtype: Optional[KVDtype] = None
         if self.codec is not None:
             from .codecs import MAX_ENCODED_LAYERS, SliceShape, codec as find_codec  # the codecs extra
 
@@ -165,7 +166,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
                 raise ValueError(f"an encoded chunk has at most {MAX_ENCODED_LAYERS} layers (its index fits in 2 KB of metadata); this engine has {layers}")
             self.codec_dtype = CODEC_DTYPES[self.dtype]
             SliceShape.of(self.layer_bytes, self.chunk_tokens, self.codec_dtype)
-        self.mode = settings["mode"] or "auto"
+        self.mode = cast(Mode, settings["mode"] or "auto")  # one of them: plugin_settings checked it
         self.extra_descriptor: Dict[str, Any] = {}
         if settings["tenant"]:
             self.extra_descriptor["tenant"] = settings["tenant"]
@@ -188,10 +189,10 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
             key = CacheEngineKey(model_name=key.model_name, world_size=key.world_size, worker_id=key.worker_id, chunk_hash=key.chunk_hash, dtype=key.dtype, request_configs=key.request_configs)
         return self.key_prefix + str(key.to_string()).replace("/", "_")
 
-    def _descriptor(self, names: Sequence[str]) -> Dict[str, Any]:
+    def _descriptor(self, names: Sequence[str]) -> Descriptor:
         if self.codec is not None:
             # Encoded chunks hold each layer's slice whole (K then V), whatever LMCache's layout.
-            layout = "MLA" if self.layout == "MLA" else "KV_L2TD"
+            layout: Layout = "MLA" if self.layout == "MLA" else "KV_L2TD"
             return ObjectCacheClient.descriptor(names, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout=layout, mode=self.mode, codecs=[self.codec], **self.extra_descriptor)
         return ObjectCacheClient.descriptor(names, layers=self.layers, chunk_tokens=self.chunk_tokens, layer_bytes=self.layer_bytes, layout=self.layout, mode=self.mode, **self.extra_descriptor)
 
@@ -518,7 +519,7 @@ class _LayerStream:
         failure: BaseException = ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the layerwise GET ended early")
         try:
             descriptor = c._descriptor(list(self.names))
-            descriptor.update(mode="layerwise", layerRange=[self.first, c.layers])
+            descriptor["mode"], descriptor["layerRange"] = "layerwise", [self.first, c.layers]
             c.client.fetch_into(descriptor, lambda layer, chunk: (staging[chunk * size:(chunk + 1) * size],), ready, dtype=c.codec_dtype)
         except Exception as error:
             c._miss("get", error, chunks)

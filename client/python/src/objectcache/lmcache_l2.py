@@ -45,7 +45,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -61,6 +61,7 @@ from lmcache.v1.platform import create_event_notifier
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
 from .failures import EngineFailures
+from .types import Layout, Mode
 
 logger = logging.getLogger("objectcache.lmcache_l2")
 
@@ -136,7 +137,7 @@ class ChunkLayout:
 
     #: KV_2LTD ([K/V, layer, token, hidden]), or MLA (one plane, layer-major; also any other layout,
     #: stored as a single "layer" of its whole size).
-    layout: str
+    layout: Layout
     layers: int
     layer_bytes: int
     chunk_tokens: int
@@ -222,7 +223,7 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
             timeout=self.timeout, retries=int(settings["retries"]), max_idle_connections=2 * int(settings["workers"]),
         )
         self.key_prefix = str(settings["key_prefix"] or "")
-        self.mode = str(settings["mode"])
+        self.mode = cast(Mode, str(settings["mode"]))  # one of them: from_dict checked it
         self.extra_descriptor: Dict[str, Any] = {}
         if settings["tenant"]:
             self.extra_descriptor["tenant"] = str(settings["tenant"])

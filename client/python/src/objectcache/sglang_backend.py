@@ -55,7 +55,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -64,6 +64,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
 from .failures import EngineFailures
+from .types import Descriptor, Layout, Mode
 
 logger = logging.getLogger("objectcache.sglang")
 
@@ -145,7 +146,7 @@ class PageForm:
     then V run, for MHA). ``slices`` is None for a pool served through its flat pages (staged)."""
 
     name: str
-    layout: str  # the gateway's name for the object's layout
+    layout: Layout  # the gateway's name for the object's layout
     layers: int
     layer_bytes: int
     page_bytes: int
@@ -221,7 +222,7 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
         self.storage_config = storage_config
         self.key_prefix = settings["key_prefix"] or ""
         self.scope = "/".join(rank_scope(storage_config))
-        self.mode = settings["mode"] or "chunkwise"
+        self.mode = cast(Mode, settings["mode"] or "chunkwise")  # one of them: backend_settings checked it
         self.extra_descriptor: Dict[str, Any] = {"tenant": settings["tenant"]} if settings["tenant"] else {}
         endpoints = [e.strip() for e in (settings["endpoint"] or "").split(",") if e.strip()]
         self.client = ObjectCacheClient(
@@ -258,7 +259,7 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
     def object_name(self, key: str) -> str:
         return self.prefix + key
 
-    def _descriptor(self, names: Sequence[str]) -> Dict[str, Any]:
+    def _descriptor(self, names: Sequence[str]) -> Descriptor:
         form = self._page_form()
         return ObjectCacheClient.descriptor(names, layers=form.layers, chunk_tokens=int(self.mem_pool_host.page_size), layer_bytes=form.layer_bytes, layout=form.layout, mode=self.mode, **self.extra_descriptor)
 

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Callable, Dict, Generator, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Generator, List, Optional, Protocol, Sequence, Tuple, cast
 
 from crc32c import crc32c
 
-from .errors import KNOWN_CODES, ObjectCacheError
+from ._contract import FRAME_CHUNK, FRAME_END, FRAME_ERROR, FRAME_HEADER_FORMAT, FRAME_LAYER, KNOWN_CODES, MAX_ENCODED_SLICE_EXTRA_BYTES, MAX_ENCODED_SLICE_FACTOR
+from ._contract import PREAMBLE_FORMAT, STREAM_MAGIC, STREAM_VERSION, STREAM_VERSION_SEGMENTED
+from .errors import ObjectCacheError
+from .types import EndSummary
 
-PREAMBLE = b"OCKV"
-HEADER = struct.Struct("<BBHIQII")
-LAYER, CHUNK, ERROR, END = 1, 2, 3, 4
+PREAMBLE = STREAM_MAGIC
+PREAMBLE_STRUCT = struct.Struct(PREAMBLE_FORMAT)
+HEADER = struct.Struct(FRAME_HEADER_FORMAT)
+LAYER, CHUNK, ERROR, END = FRAME_LAYER, FRAME_CHUNK, FRAME_ERROR, FRAME_END
 #: ERROR and END frames are small JSON documents.
 MAX_JSON_FRAME_BYTES = 1024 * 1024
 #: Payload bytes read (and checksummed) per readinto call.
@@ -108,7 +112,7 @@ class SegmentDecoder:
     def __init__(self, codec: Any, shape: Any, layer_bytes: int) -> None:
         self.codec, self.shape, self.layer_bytes = codec, shape, layer_bytes
         #: The most bytes a stored slice may take (the gateway's limit, wire-format.md section 6).
-        self.max_segment = 2 * layer_bytes + 4096
+        self.max_segment = MAX_ENCODED_SLICE_FACTOR * layer_bytes + MAX_ENCODED_SLICE_EXTRA_BYTES
         self._scratch = bytearray(0)
         self._slice = bytearray(layer_bytes)
 
@@ -146,7 +150,7 @@ class SegmentDecoder:
             at += len(view)
 
 
-def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder] = None) -> Generator[Tuple[int, memoryview], None, Dict[str, Any]]:
+def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder] = None) -> Generator[Tuple[int, memoryview], None, EndSummary]:
     """Yields ``(layer, view)`` as each layer is ready; the generator's return value is the END summary.
 
     With ``decoder`` the stream must be version 2 (the descriptor named ``codecs``), without it
@@ -154,10 +158,10 @@ def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder]
     for a stream that breaks the format, fails a CRC or ends early.
     """
     header = bytearray(HEADER.size)
-    preamble = bytearray(8)
+    preamble = bytearray(PREAMBLE_STRUCT.size)
     _fill(source, memoryview(preamble))
-    version = 1 if decoder is None else 2
-    if bytes(preamble[:4]) != PREAMBLE or struct.unpack_from("<HH", preamble, 4) != (version, 0):
+    version = STREAM_VERSION if decoder is None else STREAM_VERSION_SEGMENTED
+    if PREAMBLE_STRUCT.unpack(preamble) != (STREAM_MAGIC, version, 0):
         raise _protocol(f"the response does not start with the OCKV version {version} preamble")
     mode: Optional[str] = None
     next_layer = g.first
@@ -255,7 +259,7 @@ def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder]
                 raise _protocol("END arrived before every layer")
             if source.readinto(memoryview(bytearray(1))):
                 raise _protocol("bytes after the END frame")
-            return document
+            return cast(EndSummary, document)  # the gateway's END document, as parsed
         else:
             raise _protocol(f"unknown frame type {ftype}")
 

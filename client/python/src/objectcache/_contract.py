@@ -1,0 +1,228 @@
+# GENERATED FILE, do not edit. Written by scripts/gen-python-contract.mjs from package.json
+# ("version") and schemas/errors.ts, schemas/frames.ts, schemas/encoded-chunk.ts,
+# schemas/integrity.ts, schemas/chain.ts, schemas/descriptor.ts, schemas/descriptor-schema.ts,
+# schemas/layouts.ts, as built into dist/schemas/. After changing any of them, run from the
+# repository root:
+#   npm run -s build && node scripts/gen-python-contract.mjs
+# `node scripts/gen-python-contract.mjs --check` prints the drift and exits 1;
+# test/python-contract.test.ts fails on it.
+"""The wire contract the Python client shares with the gateway, and the project's version."""
+from typing import Final, FrozenSet, List, Literal, Tuple, TypedDict
+
+#: The version of the project (package.json), the Python package's too.
+VERSION: Final[str] = "0.3.0"
+__version__: Final[str] = VERSION
+
+
+# --- errors (schemas/errors.ts) --------------------------------------------------------------------
+
+#: Every code of the registry (ERRORS).
+KNOWN_CODES: Final[FrozenSet[str]] = frozenset(
+    {
+        "OC_ERR_ACCESS_DENIED",
+        "OC_ERR_ACCESS_RESERVED",
+        "OC_ERR_ACCESS_TENANT",
+        "OC_ERR_ADMISSION_LIMIT",
+        "OC_ERR_AUTH_ALGORITHM",
+        "OC_ERR_AUTH_CLOCK_SKEW",
+        "OC_ERR_AUTH_EXPIRED",
+        "OC_ERR_AUTH_EXPIRES_RANGE",
+        "OC_ERR_AUTH_FORBIDDEN_HEADER",
+        "OC_ERR_AUTH_HEADERS_NOT_SIGNED",
+        "OC_ERR_AUTH_MALFORMED",
+        "OC_ERR_AUTH_MISSING",
+        "OC_ERR_AUTH_MULTIPLE",
+        "OC_ERR_AUTH_NOT_YET_VALID",
+        "OC_ERR_AUTH_SCOPE",
+        "OC_ERR_AUTH_SIGNATURE",
+        "OC_ERR_AUTH_SIGV2_DISABLED",
+        "OC_ERR_AUTH_UNKNOWN_KEY",
+        "OC_ERR_BACKEND_PROTOCOL",
+        "OC_ERR_BACKEND_RANGE",
+        "OC_ERR_BACKEND_TIMEOUT",
+        "OC_ERR_BACKEND_UNAVAILABLE",
+        "OC_ERR_CANCELLED",
+        "OC_ERR_CAPACITY_UNMANAGED",
+        "OC_ERR_CHUNK_CHANGED",
+        "OC_ERR_CHUNK_CORRUPT",
+        "OC_ERR_CHUNK_INDEX",
+        "OC_ERR_CHUNK_MISSING",
+        "OC_ERR_CHUNK_SIZE",
+        "OC_ERR_CLIENT_CRC",
+        "OC_ERR_CLIENT_INCOMPLETE",
+        "OC_ERR_CLIENT_PROTOCOL",
+        "OC_ERR_CLIENT_STALLED",
+        "OC_ERR_CLIENT_TARGET",
+        "OC_ERR_CLIENT_USAGE",
+        "OC_ERR_CODEC_MIXED",
+        "OC_ERR_CODEC_UNACCEPTED",
+        "OC_ERR_CONFIG_INVALID",
+        "OC_ERR_DESCRIPTOR_ENCODING",
+        "OC_ERR_DESCRIPTOR_INVALID",
+        "OC_ERR_DESCRIPTOR_KEY_MISMATCH",
+        "OC_ERR_DESCRIPTOR_LIMIT",
+        "OC_ERR_DESCRIPTOR_UNSIGNED",
+        "OC_ERR_INTERNAL",
+        "OC_ERR_KEY_CONCURRENCY",
+        "OC_ERR_PIN_INVALID",
+        "OC_ERR_POOL_BUSY",
+        "OC_ERR_POOL_WORKER",
+        "OC_ERR_POST_FORM",
+        "OC_ERR_POST_POLICY",
+        "OC_ERR_POST_TOO_SMALL",
+        "OC_ERR_QUOTA_EXCEEDED",
+        "OC_ERR_REQUEST_BAD_DIGEST",
+        "OC_ERR_REQUEST_CHUNKED_ENCODING",
+        "OC_ERR_REQUEST_CHUNK_SIGNATURE",
+        "OC_ERR_REQUEST_CONTENT_SHA256",
+        "OC_ERR_REQUEST_COPY_TO_ITSELF",
+        "OC_ERR_REQUEST_HEADER_TOO_LARGE",
+        "OC_ERR_REQUEST_INCOMPLETE_BODY",
+        "OC_ERR_REQUEST_INVALID_ARGUMENT",
+        "OC_ERR_REQUEST_INVALID_BUCKET_NAME",
+        "OC_ERR_REQUEST_INVALID_DIGEST",
+        "OC_ERR_REQUEST_INVALID_KEY",
+        "OC_ERR_REQUEST_MALFORMED_XML",
+        "OC_ERR_REQUEST_METADATA_TOO_LARGE",
+        "OC_ERR_REQUEST_METHOD_NOT_ALLOWED",
+        "OC_ERR_REQUEST_MISSING_CONTENT_SHA256",
+        "OC_ERR_REQUEST_MISSING_LENGTH",
+        "OC_ERR_REQUEST_NOT_IMPLEMENTED",
+        "OC_ERR_REQUEST_TIMEOUT",
+        "OC_ERR_REQUEST_TOO_LARGE",
+        "OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM",
+        "OC_ERR_SCHEDULER_CLOSED",
+        "OC_ERR_STORE_BUCKET_EXISTS",
+        "OC_ERR_STORE_BUCKET_NOT_EMPTY",
+        "OC_ERR_STORE_ENTITY_TOO_SMALL",
+        "OC_ERR_STORE_INVALID_PART",
+        "OC_ERR_STORE_INVALID_PART_NUMBER",
+        "OC_ERR_STORE_INVALID_PART_ORDER",
+        "OC_ERR_STORE_INVALID_RANGE",
+        "OC_ERR_STORE_IO",
+        "OC_ERR_STORE_NO_SUCH_BUCKET",
+        "OC_ERR_STORE_NO_SUCH_KEY",
+        "OC_ERR_STORE_NO_SUCH_UPLOAD",
+        "OC_ERR_STORE_PRECONDITION_FAILED",
+    }
+)
+#: The codes for which sending the same request again may succeed (ErrorSpec.retryable).
+RETRYABLE_CODES: Final[FrozenSet[str]] = frozenset(
+    {
+        "OC_ERR_ADMISSION_LIMIT",
+        "OC_ERR_BACKEND_TIMEOUT",
+        "OC_ERR_BACKEND_UNAVAILABLE",
+        "OC_ERR_CHUNK_CHANGED",
+        "OC_ERR_KEY_CONCURRENCY",
+        "OC_ERR_POOL_BUSY",
+        "OC_ERR_SCHEDULER_CLOSED",
+    }
+)
+
+
+# --- the response stream (schemas/frames.ts) -------------------------------------------------------
+
+STREAM_MAGIC: Final[bytes] = b"OCKV"
+#: Raw slices.
+STREAM_VERSION: Final[int] = 1
+#: A descriptor naming codecs: a segment table, then the slices as stored.
+STREAM_VERSION_SEGMENTED: Final[int] = 2
+STREAM_CONTENT_TYPE: Final[str] = "application/vnd.objectcache.stream.v1"
+SEGMENTED_STREAM_CONTENT_TYPE: Final[str] = "application/vnd.objectcache.stream.v2"
+PREAMBLE_BYTES: Final[int] = 8
+#: struct format of the preamble: magic, version, reserved.
+PREAMBLE_FORMAT: Final[str] = "<4sHH"
+FRAME_HEADER_BYTES: Final[int] = 24
+#: struct format of a frame header: type, flags, reserved, index, length, crc32c, reserved.
+FRAME_HEADER_FORMAT: Final[str] = "<BBHIQII"
+FRAME_LAYER: Final[int] = 1
+FRAME_CHUNK: Final[int] = 2
+FRAME_ERROR: Final[int] = 3
+FRAME_END: Final[int] = 4
+
+
+# --- encoded chunks (schemas/encoded-chunk.ts) and stored metadata (integrity.ts, chain.ts) --------
+
+#: The codec of a chunk stored raw.
+RAW_CODEC: Final[str] = "none"
+#: Codec names, as the gateway and the stored metadata take them.
+CODEC_NAME_PATTERN: Final[str] = "^[a-z0-9][a-z0-9._-]{0,31}$"
+#: User metadata naming an encoded chunk's codec (x-amz-meta-... on the wire).
+CODEC_META: Final[str] = "oc-codec"
+#: User metadata with the length of each encoded slice.
+SLICE_BYTES_META: Final[str] = "oc-slice-bytes"
+#: Most layers of an encoded chunk (its index must fit in S3's 2 KB of user metadata).
+MAX_ENCODED_LAYERS: Final[int] = 160
+#: An encoded slice is at most FACTOR x layerBytes + EXTRA bytes (maxEncodedSliceBytes).
+MAX_ENCODED_SLICE_FACTOR: Final[int] = 2
+MAX_ENCODED_SLICE_EXTRA_BYTES: Final[int] = 4096
+#: User metadata with the CRC-32C of every layer's slice.
+LAYER_CRC_META: Final[str] = "oc-layer-crc32c"
+#: Most layers whose CRC-32Cs fit in S3's 2 KB of user metadata.
+MAX_CHECKSUMMED_LAYERS: Final[int] = 256
+#: User metadata naming the chunk before this one in its prefix.
+AFTER_META: Final[str] = "objectcache-after"
+#: Longer keys are not recorded.
+MAX_AFTER_KEY: Final[int] = 512
+
+
+# --- the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts) ----------------------
+
+#: The request header that carries a descriptor on GET.
+DESCRIPTOR_HEADER: Final[str] = "x-objectcache-descriptor"
+DESCRIPTOR_VERSION: Final[Literal[1]] = 1
+#: How the chunk objects are stored.
+Layout = Literal["KV_L2TD", "KV_2LTD", "MLA"]
+LAYOUTS: Final[Tuple[Layout, ...]] = ("KV_L2TD", "KV_2LTD", "MLA")
+#: Order the client wants bytes in.
+Delivery = Literal["layer-major", "chunk-major"]
+DELIVERIES: Final[Tuple[Delivery, ...]] = ("layer-major", "chunk-major")
+#: Delivery mode; auto applies the size threshold.
+Mode = Literal["auto", "layerwise", "chunkwise"]
+MODES: Final[Tuple[Mode, ...]] = ("auto", "layerwise", "chunkwise")
+
+
+class DescriptorTarget(TypedDict):
+    """Where the client places the bytes (where an RDMA transport would name the remote buffer)."""
+
+    #: Bytes of the client buffer.
+    length: int
+    #: Distance between consecutive delivered layers in the buffer.
+    layerStride: int
+
+
+class _DescriptorRequired(TypedDict):
+    #: Descriptor format version.
+    version: Literal[1]
+    #: Object keys of the matched chunks in prefix order (after keyPrefix).
+    keys: List[str]
+    #: L: layers in every chunk object.
+    layers: int
+    #: G: tokens per chunk.
+    chunkTokens: int
+    #: S: bytes of one layer of one chunk.
+    layerBytes: int
+    #: How the chunk objects are stored.
+    layout: Layout
+    #: Order the client wants bytes in.
+    delivery: Delivery
+
+
+class Descriptor(_DescriptorRequired, total=False):
+    """Names the matched prefix chunks and the model layout of one layerwise GET. Field meanings: schemas/wire-format.md section 2."""
+
+    #: Compact form: prepended to every entry of keys.
+    keyPrefix: str
+    #: [first, end) of the layers to deliver; all layers when absent.
+    layerRange: List[int]
+    #: Client compute window per layer, for the scheduler.
+    computeMsPerLayer: float
+    #: Tenant for bandwidth sharing and metrics.
+    tenant: str
+    #: Delivery mode; auto applies the size threshold.
+    mode: Mode
+    #: Encodings the client decodes ("none": raw). Present: the stream is version 2, each slice a segment in its stored encoding; absent: raw bytes only (version 1).
+    codecs: List[str]
+    #: Where the client places the bytes (where an RDMA transport would name the remote buffer).
+    target: DescriptorTarget
+
