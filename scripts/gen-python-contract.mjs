@@ -164,7 +164,7 @@ lines.push(
   `#   ${COMMAND}`,
   ...comment('`node scripts/gen-python-contract.mjs --check` prints the drift and exits 1; test/python-contract.test.ts fails on it.'),
   '"""The wire contract the Python client shares with the gateway, and the project\'s version."""',
-  'from typing import Final, FrozenSet, List, Literal, Tuple, TypedDict',
+  'from typing import Final, FrozenSet, List, Literal, Mapping, Tuple, TypedDict',
   '',
 );
 
@@ -175,6 +175,24 @@ section('errors (schemas/errors.ts)');
 constant('KNOWN_CODES', 'FrozenSet[str]', frozen(Object.keys(errors.ERRORS)), 'Every code of the registry (ERRORS).');
 const retryable = Object.entries(errors.ERRORS).filter(([, spec]) => spec.retryable === true).map(([code]) => code);
 constant('RETRYABLE_CODES', 'FrozenSet[str]', frozen(retryable), 'The codes for which sending the same request again may succeed (ErrorSpec.retryable).');
+{
+  // What an answer without x-objectcache-error-code (the store's own, relayed as it is) means:
+  // the registry's OC_ERR_STORE_ code for its status and S3 code, or the one code that has them;
+  // an answer several codes share (403 AccessDenied, 400 InvalidArgument) stays unnamed.
+  const byAnswer = new Map();
+  for (const [code, spec] of Object.entries(errors.ERRORS)) {
+    if (spec.status === 0) continue;
+    const answer = `(${spec.status}, ${JSON.stringify(spec.s3Code)})`;
+    byAnswer.set(answer, [...(byAnswer.get(answer) ?? []), code]);
+  }
+  const rows = [];
+  for (const [answer, codes] of byAnswer) {
+    const store = codes.filter((code) => code.startsWith('OC_ERR_STORE_'));
+    const code = store.length === 1 ? store[0] : codes.length === 1 ? codes[0] : undefined;
+    if (code !== undefined) rows.push(`    ${answer}: ${JSON.stringify(code)},`);
+  }
+  constant('CODES_BY_ANSWER', 'Mapping[Tuple[int, str], str]', `{\n${rows.join('\n')}\n}`, "The code an answer without ours (the store's own, relayed) stands for, by HTTP status and S3 code, where one does.");
+}
 
 section('the response stream (schemas/frames.ts)');
 constant('STREAM_MAGIC', 'bytes', bytesLiteral(frames.STREAM_MAGIC));

@@ -109,6 +109,18 @@ def test_the_iterator_yields_ready_layers_and_leaving_early_releases_the_stream(
     assert layers == [0, 1]
 
 
+def test_a_store_answer_relayed_as_it_is_gets_the_code_it_stands_for(client: ObjectCacheClient) -> None:
+    # The store's own 404 (a passthrough in front of MinIO carries no code of ours) and the
+    # embedded store's alike: the stable code, catchable as botocore's ClientError.
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError) as missing:
+        client.get_object("no-such-object-here")
+    assert isinstance(missing.value, ObjectCacheError)
+    assert missing.value.code == "OC_ERR_STORE_NO_SUCH_KEY" and missing.value.status == 404
+    assert missing.value.response["Error"]["Code"] == "NoSuchKey"
+
+
 def test_errors_carry_the_stable_codes(client: ObjectCacheClient) -> None:
     keys, _ = seed(client, chunks=2, layers=2, layer_bytes=512)
     descriptor = ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=512)

@@ -7,7 +7,7 @@
 # `node scripts/gen-python-contract.mjs --check` prints the drift and exits 1;
 # test/python-contract.test.ts fails on it.
 """The wire contract the Python client shares with the gateway, and the project's version."""
-from typing import Final, FrozenSet, List, Literal, Tuple, TypedDict
+from typing import Final, FrozenSet, List, Literal, Mapping, Tuple, TypedDict
 
 #: The version of the project (package.json), the Python package's too.
 VERSION: Final[str] = "0.3.0"
@@ -118,6 +118,43 @@ RETRYABLE_CODES: Final[FrozenSet[str]] = frozenset(
         "OC_ERR_SCHEDULER_CLOSED",
     }
 )
+#: The code an answer without ours (the store's own, relayed) stands for, by HTTP status and S3 code, where one does.
+CODES_BY_ANSWER: Final[Mapping[Tuple[int, str], str]] = {
+    (400, "MalformedPOSTRequest"): "OC_ERR_POST_FORM",
+    (400, "EntityTooSmall"): "OC_ERR_STORE_ENTITY_TOO_SMALL",
+    (403, "InvalidAccessKeyId"): "OC_ERR_AUTH_UNKNOWN_KEY",
+    (403, "RequestTimeTooSkewed"): "OC_ERR_AUTH_CLOCK_SKEW",
+    (400, "AuthorizationQueryParametersError"): "OC_ERR_AUTH_EXPIRES_RANGE",
+    (403, "QuotaExceeded"): "OC_ERR_QUOTA_EXCEEDED",
+    (400, "XAmzContentSHA256Mismatch"): "OC_ERR_REQUEST_CONTENT_SHA256",
+    (400, "BadDigest"): "OC_ERR_REQUEST_BAD_DIGEST",
+    (400, "InvalidDigest"): "OC_ERR_REQUEST_INVALID_DIGEST",
+    (411, "MissingContentLength"): "OC_ERR_REQUEST_MISSING_LENGTH",
+    (400, "EntityTooLarge"): "OC_ERR_REQUEST_TOO_LARGE",
+    (400, "InvalidBucketName"): "OC_ERR_REQUEST_INVALID_BUCKET_NAME",
+    (400, "MalformedXML"): "OC_ERR_REQUEST_MALFORMED_XML",
+    (501, "NotImplemented"): "OC_ERR_REQUEST_NOT_IMPLEMENTED",
+    (405, "MethodNotAllowed"): "OC_ERR_REQUEST_METHOD_NOT_ALLOWED",
+    (400, "RequestHeaderSectionTooLarge"): "OC_ERR_REQUEST_HEADER_TOO_LARGE",
+    (400, "RequestTimeout"): "OC_ERR_REQUEST_TIMEOUT",
+    (400, "MetadataTooLarge"): "OC_ERR_REQUEST_METADATA_TOO_LARGE",
+    (404, "NoSuchBucket"): "OC_ERR_STORE_NO_SUCH_BUCKET",
+    (404, "NoSuchKey"): "OC_ERR_STORE_NO_SUCH_KEY",
+    (404, "NoSuchUpload"): "OC_ERR_STORE_NO_SUCH_UPLOAD",
+    (409, "BucketAlreadyOwnedByYou"): "OC_ERR_STORE_BUCKET_EXISTS",
+    (409, "BucketNotEmpty"): "OC_ERR_STORE_BUCKET_NOT_EMPTY",
+    (416, "InvalidRange"): "OC_ERR_STORE_INVALID_RANGE",
+    (412, "PreconditionFailed"): "OC_ERR_STORE_PRECONDITION_FAILED",
+    (400, "InvalidPart"): "OC_ERR_STORE_INVALID_PART",
+    (416, "InvalidPartNumber"): "OC_ERR_STORE_INVALID_PART_NUMBER",
+    (400, "InvalidPartOrder"): "OC_ERR_STORE_INVALID_PART_ORDER",
+    (500, "InternalError"): "OC_ERR_STORE_IO",
+    (409, "OperationAborted"): "OC_ERR_CHUNK_CHANGED",
+    (406, "InvalidRequest"): "OC_ERR_CODEC_UNACCEPTED",
+    (409, "InvalidRequest"): "OC_ERR_CODEC_MIXED",
+    (408, "RequestTimeout"): "OC_ERR_CLIENT_STALLED",
+    (499, "RequestCancelled"): "OC_ERR_CANCELLED",
+}
 
 
 # --- the response stream (schemas/frames.ts) -------------------------------------------------------

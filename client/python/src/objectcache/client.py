@@ -29,7 +29,7 @@ from botocore.credentials import Credentials  # type: ignore[import-untyped]
 from crc32c import crc32c
 
 from ._contract import AFTER_META as AFTER_META
-from ._contract import CODEC_META, DESCRIPTOR_VERSION, LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, RAW_CODEC, SLICE_BYTES_META
+from ._contract import CODEC_META, CODES_BY_ANSWER, DESCRIPTOR_VERSION, LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, RAW_CODEC, SLICE_BYTES_META
 from ._contract import DESCRIPTOR_HEADER as DESCRIPTOR_HEADER
 from ._contract import MAX_AFTER_KEY as MAX_AFTER_KEY
 from .errors import ObjectCacheError
@@ -84,7 +84,9 @@ def _error_from_response(status: int, headers: http.client.HTTPMessage, body: by
         details = {child.tag: child.text for child in root if child.tag not in ("Code", "Message")}
     except ElementTree.ParseError:
         pass
-    code = headers.get("x-objectcache-error-code") or ("OC_ERR_BACKEND_UNAVAILABLE" if status == 503 else "OC_ERR_INTERNAL")
+    # An answer of the store relayed as it is carries no code of ours: the one its status and S3
+    # code stand for (404 NoSuchKey is OC_ERR_STORE_NO_SUCH_KEY), where one does.
+    code = headers.get("x-objectcache-error-code") or CODES_BY_ANSWER.get((status, s3_code)) or ("OC_ERR_BACKEND_UNAVAILABLE" if status == 503 else "OC_ERR_INTERNAL")
     said = headers.get("x-objectcache-retryable")
     retryable = said == "true" if said in ("true", "false") else None
     request_id = headers.get("x-amz-request-id") or details.get("RequestId")
