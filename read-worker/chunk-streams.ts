@@ -97,7 +97,9 @@ class PartStream implements RangeAnswerSink, BodyTarget {
     const answer = checkRangeAnswer(status, headers, this.key, this.#start + this.pos, asked, { objectBytes: this.#owner.objectBytes, codec: RAW_CODEC });
     if (answer === 'error-body') return { collect: ERROR_BODY_LIMIT };
     if (answer instanceof ReadError) return answer;
-    if (headers['content-length'] !== String(asked)) return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);
+    // A chunked answer has no Content-Length: its Content-Range (checked above) is the length, and
+    // the socket reader holds the chunks to it (socket-range-get.ts).
+    if (headers['transfer-encoding'] === undefined && headers['content-length'] !== String(asked)) return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);
     return this.#owner.pin(this.chunk, answer.etag, answer.layerCrcs) ?? this;
   }
 

@@ -4,13 +4,21 @@
  * the buffer to read into, which is the next free bytes of the range's destination while a body
  * is arriving. So a body byte is copied once, by the kernel, where undici copies it three times
  * (into a fresh 64 KiB buffer, into llhttp's wasm memory, then into the shared task buffer with
- * V8's relaxed atomics). Measured on one connection pool reading the same 2.25 MiB ranges from
- * MinIO: 0.27 CPU-s/GiB against undici's 0.9-1.3 (README, Layerwise GET throughput).
+ * V8's relaxed atomics). What that saves is measured in docs/benchmarks.md (Layerwise GET
+ * throughput).
  *
- * What it reads is a small subset of HTTP/1.1, enough for an S3 store's answers to a GET: a
- * status line, headers, and a body framed by Content-Length, on keep-alive connections, one
- * request at a time per connection. Anything else (a body without Content-Length, chunked
- * transfer coding, a 1xx answer, bytes after the body) fails the read with
+ * What it reads is a small subset of HTTP/1.1, enough for an S3 store's answers to a GET, also
+ * through a proxy: a status line and headers, after any interim answers (1xx such as 100
+ * Continue or 103 Early Hints, skipped), and a body framed by Content-Length or by chunked
+ * transfer coding (Transfer-Encoding wins over Content-Length), on keep-alive connections, one
+ * request at a time per connection. A chunked body's data is read straight into its place too,
+ * each read bounded by what is left of its chunk: only the framing between chunks (size lines,
+ * CRLFs, trailers) and the data bytes that come in the same read land in the scratch buffer and
+ * are copied (few, except after small chunks, see SMALL_CHUNK_BYTES). Its chunk sizes must add
+ * up to the length the destination expects, and what a store can make it hold or read as framing
+ * is bounded (HEAD_LIMIT, SIZE_LINE_LIMIT, SIZE_DIGITS_LIMIT, TRAILER_LIMIT, INTERIM_LIMIT).
+ * Anything else (101 Switching Protocols, a body with neither framing, a transfer coding other
+ * than chunked, framing out of those bounds, bytes after the body) fails the read with
  * OC_ERR_BACKEND_PROTOCOL and drops the connection. A body can also go to a BodyTarget that
  * places it piece by piece and may have no place for a while (streamed chunk reads,
  * chunk-streams.ts): the connection then stops reading its socket until told to read on. Plain
@@ -39,8 +47,10 @@ export interface BodyTarget {
 export interface RangeAnswerSink {
   /**
    * Called once the head is in: the views the body fills in order (their lengths must add up to
-   * Content-Length) or a target that places it, or `collect` to keep up to `limit` bytes of it
-   * (an error body), or a ReadError to fail the read (the connection is then dropped, not drained).
+   * the body's: its Content-Length, or a chunked body's Content-Range) or a target that places it
+   * (a chunked body must then have a Content-Range, the length its chunks must add up to), or
+   * `collect` to keep up to `limit` bytes of it (an error body), or a ReadError to fail the read
+   * (the connection is then dropped, not drained).
    */
   onHead(status: number, headers: Readonly<Record<string, string>>): readonly Uint8Array[] | BodyTarget | { collect: number } | ReadError;
 }
@@ -66,6 +76,28 @@ class ViewsTarget implements BodyTarget {
   paused(): void {} // never: its views are all there
 }
 
+/**
+ * An error body: its first `limit` bytes kept, the rest read into DROPPED and forgotten. As a
+ * target, it goes through the same framing (Content-Length or chunked) as a range's body.
+ */
+class CollectTarget implements BodyTarget {
+  readonly #kept: Buffer;
+  #bytes = 0;
+  constructor(limit: number) {
+    this.#kept = Buffer.allocUnsafe(limit);
+  }
+  next(): Uint8Array {
+    return this.#bytes < this.#kept.byteLength ? this.#kept.subarray(this.#bytes) : DROPPED;
+  }
+  wrote(n: number): void {
+    if (this.#bytes < this.#kept.byteLength) this.#bytes += n;
+  }
+  paused(): void {} // never: it always has a place
+  get text(): string {
+    return this.#kept.toString('utf8', 0, this.#bytes);
+  }
+}
+
 export interface RangeAnswer {
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
@@ -76,27 +108,119 @@ export interface RangeAnswer {
 const HEAD_LIMIT = 64 * 1024;
 /** The buffer of a stopped socket's next read (copied once it has a place). */
 const STOPPED_READ_BYTES = 4096;
+/** Where the bytes of an error body past what is kept go. */
+const DROPPED = new Uint8Array(STOPPED_READ_BYTES);
+/**
+ * The read after a chunk's data, which brings the framing before the next chunk's data (its CRLF
+ * and the next size line, about ten bytes): short, since the data bytes that come with it are
+ * copied, where the rest of the chunk is read straight into its place.
+ */
+const FRAMING_READ_BYTES = 64;
+/**
+ * After a chunk smaller than this, the framing read is this long instead: a socket read costs
+ * more than copying that many bytes, so small chunks are better read several at a time and copied.
+ */
+const SMALL_CHUNK_BYTES = 16 * 1024;
+/** The longest chunk size line (the size and any extensions, which are ignored). */
+const SIZE_LINE_LIMIT = 4096;
+/** 15 hex digits reach 2^60 bytes, beyond any range: a longer size is garbage, or an attempt at an overflow. */
+const SIZE_DIGITS_LIMIT = 15;
+/** The longest trailer section after the last chunk (its fields are ignored). */
+const TRAILER_LIMIT = 8192;
+/** Interim answers skipped before a read fails: a store could otherwise keep it waiting with them forever. */
+const INTERIM_LIMIT = 8;
 
-function protocol(message: string, retryable = false): ReadError {
-  return new ReadError('OC_ERR_BACKEND_PROTOCOL', `the object store's answer: ${message}`, retryable);
+const CR = 0x0d;
+const LF = 0x0a;
+const SP = 0x20;
+const HTAB = 0x09;
+const SEMICOLON = 0x3b;
+
+/**
+ * Where a body's bytes are in its framing. A Content-Length body is all 'data'. A chunked one
+ * runs 'size' (hex digits) -> 'ext' (after the digits: extensions, ignored) -> 'size-lf' ->
+ * 'data' (as many bytes as the size says) -> 'data-cr' -> 'data-lf' -> 'size' again, until the
+ * zero-size last chunk, after which 'trailer' (a line's first byte) -> 'trailer-line' ->
+ * 'trailer-lf' -> 'trailer' for each trailer field, and 'end-lf' (the empty line) -> 'done'.
+ */
+type Frame = 'data' | 'size' | 'ext' | 'size-lf' | 'data-cr' | 'data-lf' | 'trailer' | 'trailer-line' | 'trailer-lf' | 'end-lf' | 'done';
+
+function protocol(message: string, readAgain = false): ReadError {
+  return new ReadError('OC_ERR_BACKEND_PROTOCOL', `the object store's answer: ${message}`, readAgain);
+}
+
+interface Head {
+  readonly status: number;
+  readonly http10: boolean;
+  readonly headers: Record<string, string>;
+}
+
+/** A head's status line and header lines. `reused`: a bad one may be a stray byte of the connection's last answer. */
+function parseHead(text: string, reused: boolean): Head | ReadError {
+  const lines = text.split('\r\n');
+  const status = /^HTTP\/1\.([01]) (\d{3})/.exec(lines[0] ?? '');
+  // On a reused connection, stray bytes after the last answer would land here: worth another try.
+  if (!status) return protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`, reused);
+  const headers: Record<string, string> = Object.create(null);
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i] as string;
+    const colon = line.indexOf(':');
+    if (colon <= 0) return protocol(`a malformed header line: ${JSON.stringify(line.slice(0, 80))}`, reused);
+    const name = line.slice(0, colon).trim().toLowerCase();
+    const value = line.slice(colon + 1).trim();
+    const before = headers[name];
+    headers[name] = before === undefined ? value : `${before}, ${value}`;
+  }
+  return { status: Number(status[2]), http10: status[1] === '0', headers };
+}
+
+/** The length a Content-Range spans (`bytes 0-99/1000`: 100), if it is one. */
+function rangeLength(value: string | undefined): number | undefined {
+  const range = /^bytes (\d+)-(\d+)\/(?:\d+|\*)$/.exec(value ?? '');
+  const length = range ? Number(range[2]) - Number(range[1]) + 1 : 0;
+  return length > 0 ? length : undefined;
+}
+
+/** The value of a hex digit's byte, or -1. */
+function hexDigit(byte: number): number {
+  if (byte >= 0x30 && byte <= 0x39) return byte - 0x30;
+  const lower = byte | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x61 + 10 : -1;
 }
 
 /** One keep-alive connection; `get` runs one request at a time. */
 class Connection {
   readonly socket: Socket;
   readonly #scratch = Buffer.allocUnsafe(HEAD_LIMIT);
+  /** The buffers of a read that brings a chunked body's framing: after a large chunk, after a small one. */
+  readonly #framingRead = this.#scratch.subarray(0, FRAMING_READ_BYTES);
+  readonly #smallChunksRead = this.#scratch.subarray(0, SMALL_CHUNK_BYTES);
   /** Head bytes received so far (in #scratch). */
   #headBytes = 0;
-  #state: 'idle' | 'head' | 'body' | 'collect' | 'closed' = 'idle';
+  /** Interim (1xx) answers skipped for the request in flight. */
+  #interim = 0;
+  #state: 'idle' | 'head' | 'body' | 'closed' = 'idle';
   #sink: RangeAnswerSink | undefined;
   #target: BodyTarget | undefined;
   /** The place the last socket read was given, when it was the target's (else #scratch). */
   #place: Uint8Array | undefined;
-  /** Body bytes that arrived with no place to go: kept while the socket is stopped. */
+  /** Bytes that arrived with no place to go (data, and with chunked coding, framing): kept while the socket is stopped. */
   #held: Uint8Array | undefined;
+  /** Body bytes the destination still expects (Infinity for a chunked error body: nothing says its length). */
   #remaining = 0;
-  #collected: Buffer[] = [];
-  #collectLimit = 0;
+  /** Data bytes before the next framing: the rest of the chunk, or of a Content-Length body. */
+  #dataLeft = 0;
+  #chunked = false;
+  #frame: Frame = 'data';
+  /** The size of the last chunk whose data began (Infinity before the first). */
+  #lastChunk = Infinity;
+  /** The chunk size line being read: the size so far, its hex digits and its bytes. */
+  #chunkSize = 0;
+  #sizeDigits = 0;
+  #lineBytes = 0;
+  #trailerBytes = 0;
+  /** The error body being kept, when the sink asked for it. */
+  #collector: CollectTarget | undefined;
   #answer: { status: number; headers: Record<string, string> } | undefined;
   #keepAlive = true;
   #settle: ((error: ReadError | undefined) => void) | undefined;
@@ -151,9 +275,9 @@ class Connection {
     this.#state = 'head';
     this.#sink = sink;
     this.#headBytes = 0;
+    this.#interim = 0;
     this.#answer = undefined;
-    this.#collected = [];
-    this.#collectLimit = 0;
+    this.#collector = undefined;
     return new Promise<RangeAnswer>((resolve, reject) => {
       const onAbort = (): void => this.#fail(cancelled());
       signal.addEventListener('abort', onAbort, { once: true });
@@ -162,16 +286,21 @@ class Connection {
         this.#settle = undefined;
         if (error) return reject(error);
         const answer = this.#answer as { status: number; headers: Record<string, string> };
-        resolve(this.#collectLimit > 0 ? { ...answer, text: Buffer.concat(this.#collected).toString('utf8') } : answer);
+        resolve(this.#collector ? { ...answer, text: this.#collector.text } : answer);
       };
       if (signal.aborted) return this.#fail(cancelled());
       this.socket.write(head);
     });
   }
 
-  /** Drops the connection (it may hold unread bytes) and ends the request in flight, if any, with `error`. */
+  /**
+   * Drops the connection (it may hold unread bytes) and ends the request in flight, if any, with
+   * `error`. Closed at once, so that nothing of the failed answer is read or placed after.
+   */
   #fail(error: ReadError): void {
     if (this.#state === 'closed') return;
+    this.#state = 'closed';
+    this.#held = undefined;
     this.socket.destroy();
     this.#settle?.(error);
   }
@@ -190,12 +319,15 @@ class Connection {
     this.#place = undefined;
     if (this.#state === 'head') return this.#scratch.subarray(this.#headBytes);
     if (this.#state !== 'body' || this.#held) return this.#scratch;
+    // A chunk's framing comes next: read into the scratch buffer, with few data bytes after it
+    // (or, after a small chunk, the next small chunks whole).
+    if (this.#frame !== 'data') return this.#lastChunk < SMALL_CHUNK_BYTES ? this.#smallChunksRead : this.#framingRead;
     const place = (this.#target as BodyTarget).next();
     // No place (the socket has stopped, see #onRead): the first read once it reads again lands
     // here and is copied to its place, so keep that read small.
     if (!place) return this.#scratch.subarray(0, STOPPED_READ_BYTES);
-    // Never past the body: what follows it belongs to no request.
-    this.#place = place.byteLength > this.#remaining ? place.subarray(0, this.#remaining) : place;
+    // Never past the body or the chunk: what follows is framing, or belongs to no request.
+    this.#place = place.byteLength > this.#dataLeft ? place.subarray(0, this.#dataLeft) : place;
     return this.#place;
   }
 
@@ -203,65 +335,187 @@ class Connection {
   #onRead(n: number, buffer: Uint8Array): boolean {
     if (this.#state === 'body') {
       if (this.#place) {
-        const target = this.#target as BodyTarget;
-        this.#remaining -= n;
-        target.wrote(n);
+        this.#placed(n);
+        // The end of a chunk's data: its framing is read next, into the scratch buffer.
+        if (this.#frame !== 'data') return true;
+        // A Content-Length body's end (a chunked body ends with its framing).
         if (this.#remaining === 0) {
           this.#done();
           return true;
         }
-        if (target.next() !== undefined) return true;
+        if ((this.#target as BodyTarget).next() !== undefined) return true;
         // The next bytes have no place yet: stop reading before the socket hands over any.
         return this.#stop();
       }
-      // Read into the scratch buffer: the target had no place when the read was set up.
+      // Read into the scratch buffer: framing, or the target had no place when the read was set up.
       return this.#hold(buffer.subarray(0, n));
     }
-    if (this.#state !== 'head' && this.#state !== 'collect') {
+    if (this.#state !== 'head') {
       this.#fail(protocol('bytes arrived with no request outstanding'));
       return true;
     }
-    if (this.#state === 'collect') {
-      this.#collect(buffer.subarray(0, n));
-      return true;
-    }
     this.#headBytes += n;
-    const end = this.#scratch.subarray(0, this.#headBytes).indexOf('\r\n\r\n', Math.max(0, this.#headBytes - n - 3), 'latin1');
-    if (end < 0) {
-      if (this.#headBytes >= HEAD_LIMIT) this.#fail(protocol(`a head longer than ${HEAD_LIMIT} bytes`));
-      return true;
-    }
-    return this.#onHead(this.#scratch.toString('latin1', 0, end), this.#scratch.subarray(end + 4, this.#headBytes));
+    return this.#readHead(Math.max(0, this.#headBytes - n - 3));
   }
 
-  /** Places body bytes that came in the scratch buffer; keeps what has no place and stops reading. */
+  /** Looks for the end of the head from `from` on; skips interim answers. Returns false to stop reading the socket. */
+  #readHead(from: number): boolean {
+    for (;;) {
+      const end = this.#scratch.subarray(0, this.#headBytes).indexOf('\r\n\r\n', from, 'latin1');
+      if (end < 0) {
+        if (this.#headBytes >= HEAD_LIMIT) this.#fail(protocol(`a head longer than ${HEAD_LIMIT} bytes`));
+        return true;
+      }
+      const head = parseHead(this.#scratch.toString('latin1', 0, end), this.#served > 0);
+      if (head instanceof ReadError) {
+        this.#fail(head);
+        return true;
+      }
+      // Anything but an interim answer (100 Continue, 103 Early Hints) is the answer (101
+      // Switching Protocols is refused there): an interim one has no body, the answer follows it.
+      if (head.status < 100 || head.status >= 200 || head.status === 101) return this.#onHead(head, this.#scratch.subarray(end + 4, this.#headBytes));
+      if (++this.#interim > INTERIM_LIMIT) {
+        this.#fail(protocol(`more than ${INTERIM_LIMIT} interim answers`));
+        return true;
+      }
+      this.#scratch.copyWithin(0, end + 4, this.#headBytes);
+      this.#headBytes -= end + 4;
+      from = 0;
+    }
+  }
+
+  /** `n` body bytes were written at the target's place. */
+  #placed(n: number): void {
+    (this.#target as BodyTarget).wrote(n);
+    this.#remaining -= n;
+    this.#dataLeft -= n;
+    if (this.#dataLeft === 0 && this.#chunked) this.#frame = 'data-cr';
+  }
+
+  /** Takes bytes that came in the scratch buffer; keeps what has no place and stops reading. */
   #hold(bytes: Uint8Array): boolean {
-    if (bytes.byteLength > this.#remaining) {
+    if (!this.#chunked && bytes.byteLength > this.#remaining) {
       this.#fail(protocol('more bytes than its Content-Length'));
       return true;
     }
     this.#held = bytes;
     this.#drain();
-    if (!this.#held) return true;
+    if (!this.#held) return true; // all placed, or the read ended (done or failed)
     this.#held = new Uint8Array(this.#held); // a copy: the scratch buffer takes the next read
     return this.#stop();
   }
 
-  /** Copies held bytes to their places as far as there are places. */
+  /** Copies held bytes to their places as far as there are places, reading chunked framing among them. */
   #drain(): void {
     const target = this.#target as BodyTarget;
     let held = this.#held as Uint8Array;
     while (held.byteLength > 0) {
+      if (this.#frame !== 'data') {
+        if (this.#frame === 'done') return this.#fail(protocol('bytes after the body'));
+        held = held.subarray(this.#unframe(held));
+        if (this.#state !== 'body') return; // bad framing: failed
+        continue;
+      }
       const place = target.next();
       if (!place) break;
-      const n = Math.min(place.byteLength, held.byteLength);
+      const n = Math.min(place.byteLength, held.byteLength, this.#dataLeft);
       place.set(held.subarray(0, n));
-      target.wrote(n);
-      this.#remaining -= n;
+      this.#placed(n);
       held = held.subarray(n);
     }
     this.#held = held.byteLength > 0 ? held : undefined;
-    if (!this.#held && this.#remaining === 0) this.#done();
+    if (!this.#held && (this.#chunked ? this.#frame === 'done' : this.#remaining === 0)) this.#done();
+  }
+
+  /**
+   * Reads chunked framing from the start of `bytes` up to the next chunk's data or the end of the
+   * message, and returns how many bytes that took; fails the read on wrong or overlong framing.
+   */
+  #unframe(bytes: Uint8Array): number {
+    let i = 0;
+    while (i < bytes.byteLength && this.#frame !== 'data' && this.#frame !== 'done') {
+      if (!this.#frameByte(bytes[i] as number)) return i;
+      i++;
+    }
+    return i;
+  }
+
+  /** One byte of chunked framing; false once it has failed the read. */
+  #frameByte(byte: number): boolean {
+    switch (this.#frame) {
+      case 'size':
+      case 'ext':
+      case 'size-lf':
+        if (++this.#lineBytes > SIZE_LINE_LIMIT) return this.#badFraming(`a chunk size line longer than ${SIZE_LINE_LIMIT} bytes`);
+        return this.#sizeLineByte(byte);
+      case 'data-cr':
+        this.#frame = 'data-lf';
+        return byte === CR || this.#badFraming('a chunk longer than its size');
+      case 'data-lf':
+        this.#frame = 'size';
+        this.#chunkSize = 0;
+        this.#sizeDigits = 0;
+        this.#lineBytes = 0;
+        return byte === LF || this.#badFraming('a chunk longer than its size');
+      default:
+        if (++this.#trailerBytes > TRAILER_LIMIT) return this.#badFraming(`a trailer section longer than ${TRAILER_LIMIT} bytes`);
+        return this.#trailerByte(byte);
+    }
+  }
+
+  /** One byte of a chunk size line: hex digits, then extensions (ignored), then CRLF. */
+  #sizeLineByte(byte: number): boolean {
+    if (this.#frame === 'size-lf') return byte === LF ? this.#chunkStart() : this.#badFraming('a chunk size line not ended by CRLF');
+    if (this.#frame === 'ext') {
+      if (byte === CR) this.#frame = 'size-lf';
+      return byte !== LF || this.#badFraming('a chunk size line not ended by CRLF');
+    }
+    const digit = hexDigit(byte);
+    if (digit >= 0) {
+      // A size past 2^53 is no longer exact as a number, but it is larger than any range and fails in #chunkStart.
+      if (++this.#sizeDigits > SIZE_DIGITS_LIMIT) return this.#badFraming(`a chunk size of more than ${SIZE_DIGITS_LIMIT} hex digits`);
+      this.#chunkSize = this.#chunkSize * 16 + digit;
+      return true;
+    }
+    if (this.#sizeDigits > 0 && byte === CR) this.#frame = 'size-lf';
+    else if (this.#sizeDigits > 0 && (byte === SEMICOLON || byte === SP || byte === HTAB)) this.#frame = 'ext';
+    else return this.#badFraming(`a chunk size that is not hex (byte ${byte})`);
+    return true;
+  }
+
+  /** A chunk's size line is in: its data follows, or after the last chunk, the trailer section. */
+  #chunkStart(): boolean {
+    const size = this.#chunkSize;
+    if (size > this.#remaining) return this.#badFraming(`a chunk of ${size} bytes where the body has ${this.#remaining} left (more bytes than the range)`);
+    if (size > 0) {
+      this.#dataLeft = size;
+      this.#lastChunk = size;
+      this.#frame = 'data';
+      return true;
+    }
+    if (this.#remaining > 0 && this.#remaining !== Infinity) return this.#badFraming(`the last chunk with ${this.#remaining} bytes of the body missing`);
+    this.#frame = 'trailer';
+    this.#trailerBytes = 0;
+    return true;
+  }
+
+  /** One byte of the trailer section: field lines (ignored), then the empty line that ends the message. */
+  #trailerByte(byte: number): boolean {
+    if (byte === LF) {
+      if (this.#frame === 'trailer-lf') this.#frame = 'trailer';
+      else if (this.#frame === 'end-lf') this.#frame = 'done';
+      else return this.#badFraming('a trailer line not ended by CRLF');
+      return true;
+    }
+    if (this.#frame === 'trailer-lf' || this.#frame === 'end-lf') return this.#badFraming('a trailer line not ended by CRLF');
+    if (byte === CR) this.#frame = this.#frame === 'trailer' ? 'end-lf' : 'trailer-lf';
+    else this.#frame = 'trailer-line';
+    return true;
+  }
+
+  #badFraming(message: string): false {
+    this.#fail(protocol(`chunked coding: ${message}`));
+    return false;
   }
 
   /** The target has a place again: place what is held, then read the socket again. */
@@ -272,6 +526,7 @@ class Connection {
         this.#drain();
         if (this.#held) return this.#stop();
       }
+      if (this.socket.destroyed) return true; // the held bytes failed the read, or ended it on a closing connection
       this.socket.setTimeout(this.#timeoutMs);
       this.socket.resume();
       return true;
@@ -302,33 +557,24 @@ class Connection {
     }
   }
 
-  #onHead(text: string, rest: Buffer): boolean {
-    this.#onHeadParsed(text, rest);
+  #onHead(head: Head, rest: Buffer): boolean {
+    this.#onHeadParsed(head, rest);
     // Body bytes that came in with the head and found no place: the socket stops.
     return !(this.#state === 'body' && this.#held);
   }
 
-  #onHeadParsed(text: string, rest: Buffer): void {
-    const lines = text.split('\r\n');
-    const status = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '');
-    // On a reused connection, stray bytes after the last answer would land here: worth another try.
-    if (!status) return this.#fail(protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`, this.#served > 0));
-    const headers: Record<string, string> = Object.create(null);
-    for (let i = 1; i < lines.length; i++) {
-      const line = lines[i] as string;
-      const colon = line.indexOf(':');
-      if (colon <= 0) return this.#fail(protocol(`a malformed header line: ${JSON.stringify(line.slice(0, 80))}`, this.#served > 0));
-      const name = line.slice(0, colon).trim().toLowerCase();
-      const value = line.slice(colon + 1).trim();
-      const before = headers[name];
-      headers[name] = before === undefined ? value : `${before}, ${value}`;
-    }
-    const code = Number(status[1]);
-    if (code < 200) return this.#fail(protocol(`an interim ${code} answer`));
-    if (headers['transfer-encoding'] !== undefined) return this.#fail(protocol(`Transfer-Encoding ${headers['transfer-encoding']} (only Content-Length bodies are read)`));
-    const length = /^\d+$/.test(headers['content-length'] ?? '') ? Number(headers['content-length']) : -1;
-    if (length < 0) return this.#fail(protocol(`status ${code} without a Content-Length`));
-    this.#keepAlive = (headers['connection'] ?? '').toLowerCase() !== 'close';
+  #onHeadParsed({ status: code, http10, headers }: Head, rest: Buffer): void {
+    if (code < 200) return this.#fail(protocol(`a ${code} answer to a GET`)); // 101 Switching Protocols, or no status at all
+    // Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3).
+    const coding = headers['transfer-encoding'];
+    const chunked = coding !== undefined;
+    if (chunked && coding.toLowerCase() !== 'chunked') return this.#fail(protocol(`Transfer-Encoding ${coding} (only chunked is read)`));
+    const length = !chunked && /^\d+$/.test(headers['content-length'] ?? '') ? Number(headers['content-length']) : -1;
+    if (!chunked && length < 0) return this.#fail(protocol(`status ${code} with neither Content-Length nor chunked coding`));
+    // A chunked body with a Content-Length as well may be an attempt at response splitting (RFC
+    // 9112 section 6.3), and HTTP/1.0 has no chunked coding: such a body is read as chunked, but
+    // the connection is not trusted with another request.
+    this.#keepAlive = (headers['connection'] ?? '').toLowerCase() !== 'close' && !(chunked && (http10 || headers['content-length'] !== undefined));
     this.#answer = { status: code, headers };
     let plan: ReturnType<RangeAnswerSink['onHead']>;
     try {
@@ -338,23 +584,34 @@ class Connection {
       return this.#fail(new ReadError('OC_ERR_INTERNAL', `checking the object store's answer: ${(error as Error).message}`));
     }
     if (plan instanceof ReadError) return this.#fail(plan);
-    this.#remaining = length;
-    if (rest.byteLength > length) return this.#fail(protocol('more bytes than its Content-Length'));
+    if (!chunked && rest.byteLength > length) return this.#fail(protocol('more bytes than its Content-Length'));
+    // The body's length as the head gives it: Content-Length, or what a chunked body's Content-Range spans.
+    const declared = chunked ? rangeLength(headers['content-range']) : length;
     if ('collect' in plan) {
-      this.#state = 'collect';
-      this.#collectLimit = plan.collect;
-      if (length === 0) return this.#done();
-      return this.#collect(rest);
-    }
-    this.#collectLimit = 0;
-    if (Array.isArray(plan)) {
+      this.#collector = new CollectTarget(plan.collect);
+      this.#target = this.#collector;
+      // A chunked error body is read to its last chunk, whatever its length.
+      this.#remaining = chunked ? Infinity : length;
+    } else if (Array.isArray(plan)) {
       const total = plan.reduce((sum: number, view: Uint8Array) => sum + view.byteLength, 0);
-      if (total !== length) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${length} bytes where ${total} were asked for`));
+      if (declared !== undefined && total !== declared) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${declared} bytes where ${total} were asked for`));
+      this.#target = new ViewsTarget(plan);
+      this.#remaining = total;
+    } else {
+      if (declared === undefined) return this.#fail(protocol('a chunked body without a Content-Range to hold its length to'));
+      this.#target = plan as BodyTarget;
+      this.#remaining = declared;
     }
-    this.#target = Array.isArray(plan) ? new ViewsTarget(plan) : (plan as BodyTarget);
+    this.#chunked = chunked;
+    this.#frame = chunked ? 'size' : 'data';
+    this.#lastChunk = Infinity;
+    this.#dataLeft = chunked ? 0 : length;
+    this.#chunkSize = 0;
+    this.#sizeDigits = 0;
+    this.#lineBytes = 0;
     this.#held = undefined;
     this.#state = 'body';
-    if (length === 0) return this.#done();
+    if (!chunked && length === 0) return this.#done();
     // Body bytes that came in with the head: copied once, the rest goes straight to its place.
     if (rest.byteLength > 0) {
       this.#held = rest;
@@ -364,14 +621,6 @@ class Connection {
         this.#stop();
       }
     }
-  }
-
-  #collect(bytes: Uint8Array): void {
-    if (bytes.byteLength > this.#remaining) return this.#fail(protocol('more bytes than its Content-Length'));
-    const kept = this.#collected.reduce((sum, b) => sum + b.byteLength, 0);
-    if (kept < this.#collectLimit) this.#collected.push(Buffer.from(bytes.subarray(0, this.#collectLimit - kept)));
-    this.#remaining -= bytes.byteLength;
-    if (this.#remaining === 0) this.#done();
   }
 }
 

@@ -1,15 +1,18 @@
 // The socket range reader (read-worker/socket-range-get.ts): byte-exact bodies straight into
-// shared-memory views from a real MinIO, its error bodies, connection reuse; and, against a
-// scripted loopback server, every answer it does not read refused with a stable code, the
-// connection dropped and the next request served on a fresh one.
+// shared-memory views from a real MinIO, its error bodies, connection reuse; the same answers
+// re-framed by a loopback relay in front of MinIO (test/helpers/reframing-proxy.ts) as a proxy
+// might send them (chunked, after interim answers) and as a broken one might (bad framing); and,
+// against a scripted loopback server, every answer it does not read refused with a stable code,
+// the connection dropped and the next request served on a fresh one.
 import { createServer, type Server, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { SocketRangeClient, type BodyTarget, type RangeAnswerSink } from '../read-worker/socket-range-get.js';
 import { ReadError } from '../read-worker/read-errors.js';
 import { S3RangeReader, UndiciRangeClient } from '../read-worker/range-reader.js';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
+import { ReframingProxy, asIs, chunked, head, pieces, type ChunkedOptions, type Reframe, type Upstream } from './helpers/reframing-proxy.js';
 
 const live = new AbortController().signal;
 
@@ -111,6 +114,249 @@ describe('socket range reads from MinIO', () => {
   });
 });
 
+describe('socket range reads of MinIO answers re-framed by a relay (chunked, interim answers)', () => {
+  const minio = inject('minio');
+  const bucket = uniqueBucket('sockframe');
+  const object = randomBytes(3 * 1024 * 1024 + 123);
+  const path = `/${bucket}/a/b%20c.bin`;
+  let relay: ReframingProxy;
+  let endpoint: URL;
+  const clients: SocketRangeClient[] = [];
+
+  /** A client of MinIO through the relay; `secretAccessKey` another to have MinIO refuse it. */
+  const client = (connections = 1, secretAccessKey = minio.secretKey): SocketRangeClient => {
+    const c = new SocketRangeClient({ endpoint, connections, timeoutMs: 8_000, accessKeyId: minio.accessKey, secretAccessKey, region: 'us-east-1' });
+    clients.push(c);
+    return c;
+  };
+
+  /** Odd chunk sizes (1-byte chunks among them), sizes with leading zeros and in upper case, extensions and a trailer. */
+  const ODD: ChunkedOptions = {
+    sizes: [1, 1, 2, 4093, 7, 65_521, 1, 3, 16_411, 131_071, 1, 262_147],
+    sizeText: (size, i) => (i % 2 === 0 ? size.toString(16).toUpperCase() : `00${size.toString(16)}`),
+    extension: (i) => [';ext', ' ; name="v;al" ;x=1', '', '\t;a=b'][i % 4] as string,
+    trailer: 'x-amz-checksum-crc32c: AAAAAA==\r\nX-Trailer-Two: two\r\n',
+  };
+
+  /** MinIO's answer as a chunked one (`headers` instead of the plain Transfer-Encoding: chunked). */
+  const chunkedAnswer = (answer: Upstream, options: ChunkedOptions = ODD, headers: readonly (readonly [string, string])[] = [['Transfer-Encoding', 'chunked']]): Buffer =>
+    Buffer.concat([Buffer.from(head(answer.status, answer.reason, [...answer.headers, ...headers])), chunked(answer.body, options)]);
+  const asChunked =
+    (options: ChunkedOptions = ODD, pieceBytes = 1 << 30): Reframe =>
+    (answer) => ({ pieces: pieces(chunkedAnswer(answer, options), pieceBytes) });
+  const EARLY_HINTS = 'HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload; as=style\r\nLink: </b.js>; rel=preload; as=script\r\n\r\n';
+
+  beforeAll(async () => {
+    const s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'a/b c.bin', Body: object }));
+    relay = new ReframingProxy(new URL(minio.endpoint));
+    endpoint = await relay.listen();
+  });
+  afterEach(async () => {
+    await Promise.all(clients.splice(0).map((c) => c.close()));
+    relay.reframe = asIs;
+  });
+  afterAll(() => relay.close());
+
+  it('reads chunked 206 answers byte-exact into views: odd chunk sizes, 1-byte chunks, extensions, a trailer, ranges in parallel on two connections', { timeout: 30_000 }, async () => {
+    const c = client(2);
+    relay.reframe = asChunked(ODD, 65_519); // written in pieces that split chunks anywhere
+    const memory = new Uint8Array(new SharedArrayBuffer(object.byteLength + 64));
+    const ranges = [
+      [0, 1],
+      [1, 70_001],
+      [70_001, 1_000_000],
+      [1_000_000, object.byteLength],
+    ] as const;
+    await Promise.all(
+      ranges.map(async ([from, to]) => {
+        const length = to - from;
+        const cuts = length > 3 ? [Math.floor(length / 3), length - 1, length] : [length];
+        const answer = await c.get(path, `bytes=${from}-${to - 1}`, accept(views(memory, from + 7, cuts)), live);
+        expect(answer.status).toBe(206);
+        expect(answer.headers['transfer-encoding']).toBe('chunked');
+        expect(answer.headers['content-range']).toBe(`bytes ${from}-${to - 1}/${object.byteLength}`);
+      }),
+    );
+    expect(Buffer.from(memory.subarray(7, 7 + object.byteLength)).equals(object)).toBe(true);
+    expect(memory[6]).toBe(0);
+    expect(memory[7 + object.byteLength]).toBe(0);
+  });
+
+  it('reads a chunked answer written a byte at a time, after a 103, so every piece of framing is split across reads', { timeout: 30_000 }, async () => {
+    const c = client();
+    relay.reframe = (answer) => ({ pieces: pieces(Buffer.concat([Buffer.from(EARLY_HINTS), chunkedAnswer(answer, { sizes: [1, 3, 1, 50], extension: (i) => (i % 2 ? ';e=1' : ''), trailer: 'x-t: 1\r\n' })]), 1) });
+    const memory = new Uint8Array(302);
+    const answer = await c.get(path, 'bytes=1000-1299', accept(views(memory, 1, [1, 150, 300])), live);
+    expect(answer.status).toBe(206);
+    expect(Buffer.from(memory.subarray(1, 301)).equals(object.subarray(1000, 1300))).toBe(true);
+    expect([memory[0], memory[301]]).toEqual([0, 0]);
+  });
+
+  it('places a chunked body through a BodyTarget that pauses, byte-exact', { timeout: 30_000 }, async () => {
+    const c = client();
+    relay.reframe = asChunked({ sizes: [8191, 1, 250_000, 5, 77_777, 2], extension: (i) => (i % 3 ? '' : ';chunk-signature=abc') });
+    const from = 123_457;
+    const length = 1_000_000;
+    const memory = new Uint8Array(new SharedArrayBuffer(length));
+    let pos = 0;
+    let allowed = 100_000; // grows by 100 KB each time the read pauses: places end mid-chunk and chunks mid-place
+    let pauses = 0;
+    const target: BodyTarget = {
+      next: () => (pos < allowed ? memory.subarray(pos, allowed) : undefined),
+      wrote: (n) => {
+        pos += n;
+      },
+      paused: (readOn) => {
+        pauses++;
+        setTimeout(() => {
+          allowed = Math.min(length, allowed + 100_000);
+          readOn();
+        }, 5);
+      },
+    };
+    const answer = await c.get(path, `bytes=${from}-${from + length - 1}`, { onHead: (status) => (status === 206 ? target : { collect: 1024 }) }, live);
+    expect(answer.status).toBe(206);
+    expect(pos).toBe(length);
+    expect(pauses).toBeGreaterThanOrEqual(5);
+    expect(Buffer.from(memory).equals(object.subarray(from, from + length))).toBe(true);
+  });
+
+  it('skips a 100 Continue and a 103 Early Hints (with headers) before the 206, Content-Length or chunked, apart or in one piece', { timeout: 30_000 }, async () => {
+    const c = client();
+    const interim = ['HTTP/1.1 100 Continue\r\n\r\n', EARLY_HINTS];
+    const shapes: Reframe[] = [
+      (answer) => ({ pieces: [...interim, ...asIs(answer).pieces], pauseMs: 20 }),
+      (answer) => ({ pieces: [Buffer.concat([Buffer.from(interim.join('')), chunkedAnswer(answer)])] }),
+      (answer) => ({ pieces: [interim.join('') + 'HTTP/1.1 2', chunkedAnswer(answer).subarray(10)], pauseMs: 20 }),
+    ];
+    for (const shape of shapes) {
+      relay.reframe = shape;
+      const target = new Uint8Array(100_000);
+      const answer = await c.get(path, 'bytes=5-100004', accept([target]), live);
+      expect(answer.status).toBe(206);
+      expect(answer.headers['content-range']).toBe(`bytes 5-100004/${object.byteLength}`);
+      expect(answer.headers['link']).toBeUndefined(); // the 103's headers are not the answer's
+      expect(Buffer.from(target).equals(object.subarray(5, 100_005))).toBe(true);
+    }
+  });
+
+  it('collects chunked error answers (404 NoSuchKey, 403 SignatureDoesNotMatch) and reads on over the same connection', { timeout: 30_000 }, async () => {
+    relay.reframe = asChunked({ sizes: [7, 1, 100], extension: () => ';x', trailer: 'x-t: 1\r\n' });
+    const c = client();
+    const before = relay.accepted;
+    const missing = await c.get(`/${bucket}/nope`, 'bytes=0-9', accept([new Uint8Array(10)]), live);
+    expect(missing.status).toBe(404);
+    expect(missing.text).toContain('<Code>NoSuchKey</Code>');
+    expect(missing.text).toMatch(/<\/Error>$/);
+    const target = new Uint8Array(10);
+    await c.get(path, 'bytes=5-14', accept([target]), live);
+    expect(Buffer.from(target).equals(object.subarray(5, 15))).toBe(true);
+    expect(relay.accepted - before).toBe(1);
+
+    const refused = await client(1, 'not-the-secret').get(path, 'bytes=0-9', accept([new Uint8Array(10)]), live);
+    expect(refused.status).toBe(403);
+    expect(refused.text).toContain('<Code>SignatureDoesNotMatch</Code>');
+  });
+
+  it('keeps the connection for the next request after chunked answers (the last chunk and trailers consumed)', { timeout: 30_000 }, async () => {
+    const c = client();
+    const before = relay.accepted;
+    const reads = [asChunked(), asChunked({ sizes: [1, 65_536], trailer: 'x-a: 1\r\nx-b: 2\r\n' }), asIs];
+    for (const [i, reframe] of reads.entries()) {
+      relay.reframe = reframe;
+      const target = new Uint8Array(200_000);
+      const from = 10_000 * i;
+      await c.get(path, `bytes=${from}-${from + 199_999}`, accept([target]), live);
+      expect(Buffer.from(target).equals(object.subarray(from, from + 200_000))).toBe(true);
+    }
+    expect(relay.accepted - before).toBe(1);
+  });
+
+  it('reads a body with both Transfer-Encoding and Content-Length by its chunks, and trusts that connection with no other request', { timeout: 30_000 }, async () => {
+    const c = client();
+    const before = relay.accepted;
+    relay.reframe = (answer) => ({ pieces: [chunkedAnswer(answer, ODD, [['Content-Length', '3'], ['Transfer-Encoding', 'chunked']])] });
+    const target = new Uint8Array(300_000);
+    await c.get(path, 'bytes=0-299999', accept([target]), live);
+    expect(Buffer.from(target).equals(object.subarray(0, 300_000))).toBe(true);
+    relay.reframe = asChunked();
+    await c.get(path, 'bytes=0-9', accept([target.subarray(0, 10)]), live);
+    expect(relay.accepted - before).toBe(2);
+  });
+
+  it('serves S3RangeReader (grouped reads) through a chunking proxy, byte-exact, and names a missing chunk', { timeout: 30_000 }, async () => {
+    relay.reframe = asChunked();
+    const reader = new S3RangeReader(new SocketRangeClient({ endpoint, connections: 2, timeoutMs: 8_000, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1' }), 8_000);
+    try {
+      const memory = new Uint8Array(new SharedArrayBuffer(500_000));
+      const targets = [
+        { offset: 10, length: 300_000, views: views(memory, 0, [1, 100_000, 300_000]) },
+        { offset: object.byteLength - 200_000, length: 200_000, views: views(memory, 300_000, [200_000]) },
+      ];
+      const info = await reader.read({ bucket, key: 'a/b c.bin', targets, objectBytes: object.byteLength, codec: 'none', signal: live });
+      expect(info.reads).toBe(2);
+      expect(Buffer.from(memory.subarray(0, 300_000)).equals(object.subarray(10, 300_010))).toBe(true);
+      expect(Buffer.from(memory.subarray(300_000)).equals(object.subarray(object.byteLength - 200_000))).toBe(true);
+      const missing = await reader.read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, codec: 'none', signal: live }).catch((e: unknown) => e);
+      expect(missing).toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
+    } finally {
+      await reader.close();
+    }
+  });
+
+  const chunkSize = (i: number, text: (size: number) => string): ChunkedOptions => ({ sizes: [1000], sizeText: (size, at) => (at === i ? text(size) : size.toString(16)) });
+  it.each<[string, Reframe, RegExp]>([
+    ['a chunk size that is not hex', asChunked(chunkSize(2, (size) => `z${size.toString(16)}`)), /not hex/],
+    ['a chunk size followed by a stray character', asChunked(chunkSize(2, (size) => `${size.toString(16)}g`)), /not hex/],
+    ['a chunk size of 16 hex digits', asChunked(chunkSize(1, (size) => size.toString(16).padStart(16, '0'))), /more than 15 hex digits/],
+    ['a chunk size line over 4 KiB', asChunked({ sizes: [1000], extension: (i) => (i === 1 ? `;${'x'.repeat(5000)}` : '') }), /size line longer than 4096 bytes/],
+    ['more bytes than the range (an extra chunk)', (answer) => ({ pieces: [chunkedAnswer({ ...answer, body: Buffer.concat([answer.body, Buffer.from('extra')]) }, { sizes: [1000] })] }), /more bytes than the range/],
+    // Chunk i said one byte short, where the byte after that is not a CR (the data is random).
+    ['a chunk longer than its size', (answer) => asChunked(chunkSize([0, 1, 2].find((i) => answer.body[i * 1000 + 999] !== 0x0d) ?? 0, (size) => (size - 1).toString(16)))(answer), /longer than its size/],
+    ['fewer bytes than the range, the last chunk, then a close', (answer) => ({ pieces: [chunkedAnswer({ ...answer, body: answer.body.subarray(0, answer.body.length - 100) }, { sizes: [1000] })], close: true }), /the last chunk with 100 bytes of the body missing/],
+    ['bytes after the last chunk', (answer) => ({ pieces: [Buffer.concat([chunkedAnswer(answer, { sizes: [40] }), Buffer.from('HTTP/1.1 200 OK\r\n\r\n')])] }), /bytes after the body/],
+    ['a trailer section over 8 KiB', asChunked({ sizes: [1000], trailer: `x-pad: ${'p'.repeat(9000)}\r\n` }), /trailer section longer than 8192 bytes/],
+    ['Transfer-Encoding: gzip', (answer) => ({ pieces: [chunkedAnswer(answer, { sizes: [1000] }, [['Transfer-Encoding', 'gzip']])] }), /Transfer-Encoding gzip \(/],
+    ['Transfer-Encoding: gzip, chunked', (answer) => ({ pieces: [chunkedAnswer(answer, { sizes: [1000] }, [['Transfer-Encoding', 'gzip, chunked']])] }), /Transfer-Encoding gzip, chunked/],
+    ['101 Switching Protocols', (answer) => ({ pieces: ['HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n', ...asIs(answer).pieces] }), /a 101 answer/],
+    ['more than 8 interim answers', (answer) => ({ pieces: ['HTTP/1.1 100 Continue\r\n\r\n'.repeat(9), ...asIs(answer).pieces] }), /more than 8 interim answers/],
+  ])('refuses %s with OC_ERR_BACKEND_PROTOCOL at once, then reads on, on a new connection', { timeout: 30_000 }, async (_name, reframe, message) => {
+    const c = client();
+    const before = relay.accepted;
+    relay.reframe = reframe;
+    const started = performance.now();
+    const error = await c.get(path, 'bytes=100-2599', accept([new Uint8Array(2500)]), live).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ReadError);
+    expect(error).toMatchObject({ code: 'OC_ERR_BACKEND_PROTOCOL', readAgain: false, message });
+    expect(performance.now() - started).toBeLessThan(4_000); // refused, not timed out (8 s)
+    relay.reframe = asChunked();
+    const target = new Uint8Array(2500);
+    await c.get(path, 'bytes=100-2599', accept([target]), live);
+    expect(Buffer.from(target).equals(object.subarray(100, 2600))).toBe(true);
+    expect(relay.accepted - before).toBe(2);
+  });
+
+  it('refuses a chunked body for a BodyTarget with no Content-Range to hold its length to', { timeout: 30_000 }, async () => {
+    const c = client();
+    relay.reframe = (answer) => ({ pieces: [chunkedAnswer({ ...answer, headers: answer.headers.filter(([name]) => name.toLowerCase() !== 'content-range') })] });
+    const target: BodyTarget = { next: () => new Uint8Array(10), wrote: () => {}, paused: () => {} };
+    const error = await c.get(path, 'bytes=0-9', { onHead: () => target }, live).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'OC_ERR_BACKEND_PROTOCOL', message: /without a Content-Range/ });
+  });
+
+  it('reports a chunked answer cut mid-chunk as retryable OC_ERR_BACKEND_UNAVAILABLE (as a Content-Length one)', { timeout: 30_000 }, async () => {
+    const c = client();
+    relay.reframe = (answer) => {
+      const whole = chunkedAnswer(answer, { sizes: [1000] });
+      return { pieces: [whole.subarray(0, whole.length - 700)], close: true };
+    };
+    const error = await c.get(path, 'bytes=0-2499', accept([new Uint8Array(2500)]), live).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'OC_ERR_BACKEND_UNAVAILABLE', readAgain: true });
+  });
+});
+
 describe('socket range reads refuse what they do not read', () => {
   let server: Server;
   let endpoint: URL;
@@ -145,9 +391,15 @@ describe('socket range reads refuse what they do not read', () => {
   const ok = (body: string): string => `HTTP/1.1 206 Partial Content\r\nContent-Length: ${body.length}\r\nContent-Range: bytes 0-${body.length - 1}/100\r\n\r\n${body}`;
 
   it.each([
-    ['chunked transfer coding', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'],
-    ['no Content-Length', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nConnection: close\r\n\r\nhello'],
-    ['an interim answer', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 100 Continue\r\n\r\n'],
+    ['a transfer coding other than chunked', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: gzip\r\n\r\n5\r\nhello\r\n0\r\n\r\n'],
+    ['no Content-Length nor chunked coding', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nConnection: close\r\n\r\nhello'],
+    ['101 Switching Protocols', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n'],
+    ['a 101 after a 100 Continue', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\n\r\n'],
+    ['a chunk size line ended by a bare LF', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n'],
+    ['a chunk size line without a size', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n;x\r\nhello\r\n0\r\n\r\n'],
+    ['chunk data not followed by CRLF', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloX\r\n0\r\n\r\n'],
+    ['a trailer line ended by a bare LF', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nx: 1\n\r\n'],
+    ['bytes after the last chunk', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nEXTRA'],
     ['not HTTP', 'OC_ERR_BACKEND_PROTOCOL', 'SSH-2.0-OpenSSH\r\n\r\n'],
     ['a malformed header', 'OC_ERR_BACKEND_PROTOCOL', 'HTTP/1.1 206 Partial Content\r\nno colon here\r\n\r\n'],
     ['bytes after the body', 'OC_ERR_BACKEND_PROTOCOL', `${ok('hello')}EXTRA`],
@@ -158,7 +410,7 @@ describe('socket range reads refuse what they do not read', () => {
     const error = await c.get('/b/k', 'bytes=0-4', accept([new Uint8Array(5)]), live).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ReadError);
     expect((error as ReadError).code).toBe(code);
-    expect((error as ReadError).retryable).toBe(false);
+    expect((error as ReadError).readAgain).toBe(false);
     script = { answer: (socket) => socket.write(ok('world')) };
     const target = new Uint8Array(5);
     await c.get('/b/k', 'bytes=0-4', accept([target]), live);
@@ -171,7 +423,7 @@ describe('socket range reads refuse what they do not read', () => {
     script = { answer: (socket) => socket.end('HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n\r\nhalf') };
     const error = (await c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live).catch((e: unknown) => e)) as ReadError;
     expect(error.code).toBe('OC_ERR_BACKEND_UNAVAILABLE');
-    expect(error.retryable).toBe(true);
+    expect(error.readAgain).toBe(true);
     await c.close();
   });
 
@@ -181,7 +433,7 @@ describe('socket range reads refuse what they do not read', () => {
     const started = performance.now();
     const error = (await c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live).catch((e: unknown) => e)) as ReadError;
     expect(error.code).toBe('OC_ERR_BACKEND_TIMEOUT');
-    expect(error.retryable).toBe(true);
+    expect(error.readAgain).toBe(true);
     expect(performance.now() - started).toBeGreaterThanOrEqual(900);
     await c.close();
   });
@@ -193,6 +445,26 @@ describe('socket range reads refuse what they do not read', () => {
     const targets = Array.from({ length: 4 }, () => new Uint8Array(2));
     await Promise.all(targets.map((t) => c.get('/b/k', 'bytes=0-1', accept([t]), live)));
     expect(targets.map((t) => Buffer.from(t).toString()).sort()).toEqual(['00', '01', '02', '03']);
+    await c.close();
+  });
+
+  it('reads exact chunked answers after interim ones, and reads on over the same connection', async () => {
+    const c = client();
+    const before = accepted;
+    const answers = [
+      'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n',
+      'HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\nHTTP/1.1 206 Partial Content\r\nTransfer-Encoding: Chunked\r\n\r\n1;a=b\r\nw\r\n0004 \r\norld\r\n000\r\nx-t: 1\r\n\r\n',
+      ok('again'),
+    ];
+    const read: string[] = [];
+    for (const answer of answers) {
+      script = { answer: (socket) => socket.write(answer) };
+      const target = new Uint8Array(5);
+      await c.get('/b/k', 'bytes=0-4', accept([target]), live);
+      read.push(Buffer.from(target).toString());
+    }
+    expect(read).toEqual(['hello', 'world', 'again']);
+    expect(accepted - before).toBe(1);
     await c.close();
   });
 
@@ -235,7 +507,7 @@ describe('socket range reads refuse what they do not read', () => {
     const waiting = c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live).catch((e: unknown) => e);
     await c.close();
     expect(await connecting).toMatchObject({ code: 'OC_ERR_BACKEND_UNAVAILABLE' });
-    expect(await waiting).toMatchObject({ code: 'OC_ERR_INTERNAL', retryable: false, message: 'the range reader was closed' });
+    expect(await waiting).toMatchObject({ code: 'OC_ERR_INTERNAL', readAgain: false, message: 'the range reader was closed' });
     await expect(c.get('/b/k', 'bytes=0-9', accept([new Uint8Array(10)]), live)).rejects.toMatchObject({ message: 'the range reader was closed' });
   });
 
@@ -297,6 +569,6 @@ describe('socket range reads refuse what they do not read', () => {
     const c = new SocketRangeClient({ endpoint: new URL(`http://127.0.0.1:${port}`), connections: 1, timeoutMs: 1_000, accessKeyId: 'k', secretAccessKey: 's', region: 'r' });
     const error = (await c.get('/b/k', 'bytes=0-1', accept([new Uint8Array(2)]), live).catch((e: unknown) => e)) as ReadError;
     expect(error.code).toBe('OC_ERR_BACKEND_UNAVAILABLE');
-    expect(error.retryable).toBe(true);
+    expect(error.readAgain).toBe(true);
   });
 });

@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { FaultProxy } from './helpers/fault-proxy.js';
+import { asIs, chunked, head, ReframingProxy } from './helpers/reframing-proxy.js';
 import { metricValue, startTestGateway, testClient, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 import { postDescriptor } from './helpers/signing.js';
@@ -214,5 +215,49 @@ describe('streamed chunk reads when the streams are taken (s3 backend)', () => {
     await until(() => gw.gateway.poolStats().running + gw.gateway.bufferedBytes() + gw.gateway.poolStats().arenaBlocksInUse === 0);
     const again = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' });
     expect(again.summary.backendReads).toBe(8 * 2);
+  });
+});
+
+describe('streamed chunk reads behind a proxy that answers chunked (s3 backend)', () => {
+  let proxy: ReframingProxy;
+  let seeding: TestGateway;
+  let reading: TestGateway;
+  const bucket = uniqueBucket('streamed-chunked');
+
+  beforeAll(async () => {
+    // Chunks are stored through a gateway in front of MinIO, and read through one in front of a
+    // relay that re-frames every answer of MinIO's in chunked transfer coding (odd chunk sizes).
+    proxy = new ReframingProxy(new URL(minio.endpoint));
+    proxy.reframe = (answer) =>
+      answer.body.length === 0
+        ? asIs(answer)
+        : { pieces: [head(answer.status, answer.reason, [...answer.headers, ['Transfer-Encoding', 'chunked']]), chunked(answer.body, { sizes: [1000, 7777, 65_536] })] };
+    const endpoint = await proxy.listen();
+    seeding = await startTestGateway({ backend: 's3', minio });
+    reading = await startTestGateway({ backend: 's3', minio: { ...minio, endpoint: endpoint.origin }, args: ['--chunk-reads', 'auto', '--threshold', '0'] });
+    await testClient(seeding, bucket).ensureBucket();
+  });
+
+  afterAll(async () => {
+    await reading?.close();
+    await seeding?.close();
+    await proxy?.close();
+  });
+
+  it('reads each chunk with two GETs, byte-exact in both layouts', async () => {
+    const writer = testClient(seeding, bucket);
+    const reader = testClient(reading, bucket);
+    try {
+      for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
+        const prefix = await seedPrefix(writer, { chunks: 4, layers: 16, layerBytes: 16 * KiB, layout });
+        const result = await reader.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' });
+        expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+        expect(result.summary.backendReads).toBe(4 * 2 * (layout === 'KV_2LTD' ? 2 : 1));
+        expect(result.summary.verified).toBe(true);
+      }
+    } finally {
+      await writer.close();
+      await reader.close();
+    }
   });
 });
