@@ -8,8 +8,7 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
 COPY cli ./cli
 COPY gateway ./gateway
-COPY backends ./backends
-COPY read-worker ./read-worker
+COPY storage-worker ./storage-worker
 COPY client ./client
 COPY schemas ./schemas
 COPY sigv4 ./sigv4

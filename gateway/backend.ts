@@ -6,16 +6,16 @@
  * one it has.
  */
 import { escapeUriPath } from '@smithy/util-uri-escape';
-import { LocalStore } from '../backends/embedded/local-store.js';
-import { S3Backend, type BackendStats } from '../backends/s3-backend.js';
+import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { S3Backend, type BackendStats } from '../storage-worker/backends/s3-backend.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import type { WorkerBackend } from '../read-worker/protocol.js';
+import type { WorkerBackend } from '../storage-worker/protocol.js';
 import type { GatewayConfig } from './config.js';
 import type { Logger } from './logger.js';
 import type { RequestContext } from './context.js';
 import { embeddedCapacityStore, s3CapacityStore, type CapacityStore } from './capacity/store.js';
-import { serveEmbedded } from './embedded/router.js';
-import { servePassthrough, type RetryObserver } from './passthrough.js';
+import { serveEmbedded } from './s3/embedded/router.js';
+import { servePassthrough, type RetryObserver } from './s3/passthrough.js';
 import { parseBucketList, type BucketEntry } from './s3/list-buckets.js';
 import { backendPostSink, localPostSink, type PostSink } from './s3/post-object.js';
 

@@ -14,7 +14,7 @@ import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
 import { parseSchedulingPolicy, type Policy } from './scheduler/allocate.js';
 import { parseMargin, parseRate } from './scheduler/rate.js';
 import { defaultWorkerCount } from './read-pool/reader-pool.js';
-import type { S3BackendOptions } from '../backends/s3-backend.js';
+import type { S3BackendOptions } from '../storage-worker/backends/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
 

@@ -5,7 +5,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { ReaderPoolStats } from './read-pool/reader-pool.js';
-import type { BackendStats } from '../backends/s3-backend.js';
+import type { BackendStats } from '../storage-worker/backends/s3-backend.js';
 import type { SchedulerSnapshot } from './scheduler/epoch-scheduler.js';
 import type { Capacity, CapacityObserver } from './capacity/capacity.js';
 

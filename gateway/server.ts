@@ -7,7 +7,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { ObjectCacheError } from '../schemas/errors.js';
-import type { BackendStats } from '../backends/s3-backend.js';
+import type { BackendStats } from '../storage-worker/backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
 import { authorize, authorizeKeys, authorizeNamespace, authorizeSomeObject, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
 import { s3Arn } from './auth/policy.js';

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { crc32c } from '../native/crc32c.js';
 import { encodeLayerCrcs } from '../schemas/integrity.js';
 import { chunkIndex, encodeSliceBytes } from '../schemas/encoded-chunk.js';
-import { checkRangeAnswer } from '../read-worker/range-reader.js';
+import { checkRangeAnswer } from '../storage-worker/range-reader.js';
 import { decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES } from '../schemas/frames.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { installMinio, repoRoot, startMinio, type MinioInfo } from '../bench/minio.js';
 
-const SOURCES = ['cli', 'gateway', 'backends', 'read-worker', 'schemas', 'sigv4', 'client', 'bench', 'native'];
+const SOURCES = ['cli', 'gateway', 'storage-worker', 'schemas', 'sigv4', 'client', 'bench', 'native'];
 
 /** True when some compiled source is missing from dist/ or older than its .ts. */
 function distIsStale(root: string): boolean {

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { FifoBudget } from '../gateway/fifo-budget.js';
 import { ReadAhead, type TaskRunner } from '../gateway/descriptor-get/read-ahead.js';
 import { planLayerwise, planUnits, type Unit } from '../gateway/descriptor-get/read-plan.js';
-import type { ReadResult, ReadTask } from '../read-worker/protocol.js';
+import type { ReadResult, ReadTask } from '../storage-worker/protocol.js';
 
 const LAYER_BYTES = 1024;
 

@@ -1,13 +1,13 @@
 /**
- * The layout of a read task's block (read-worker/task-layout.ts) and the scatter of range
- * bytes into it (read-worker/scatter.ts): every slice has one place, the places tile the block,
+ * The layout of a read task's block (storage-worker/task-layout.ts) and the scatter of range
+ * bytes into it (storage-worker/scatter.ts): every slice has one place, the places tile the block,
  * frame pieces are the slices they claim, and bytes copied into shared memory at any alignment
  * land exactly.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { TaskLayout } from '../read-worker/task-layout.js';
-import { ScatterCursor, copyInto, rangeTargets } from '../read-worker/scatter.js';
+import { TaskLayout } from '../storage-worker/task-layout.js';
+import { ScatterCursor, copyInto, rangeTargets } from '../storage-worker/scatter.js';
 
 const layouts = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(8), layers: fc.integer({ min: 1, max: 6 }), chunks: fc.integer({ min: 1, max: 7 }), layerBytes: fc.integer({ min: 1, max: 64 }) }).map((r) => new TaskLayout(r.order, r.first, r.first + r.layers, r.chunks, r.layerBytes));
 

@@ -10,8 +10,8 @@
  * At most `tasksInFlight` of the request's tasks are in the pool at once.
  */
 import { setMaxListeners } from 'node:events';
-import type { ReadResult, ReadTask } from '../../read-worker/protocol.js';
-import { fromWorkerFailure } from '../../read-worker/read-errors.js';
+import type { ReadResult, ReadTask } from '../../storage-worker/protocol.js';
+import { fromWorkerFailure } from '../../storage-worker/read-errors.js';
 import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';

@@ -10,7 +10,7 @@
  */
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
-import { TaskLayout } from '../../read-worker/task-layout.js';
+import { TaskLayout } from '../../storage-worker/task-layout.js';
 
 export interface PlanInput {
   readonly layout: Layout;
@@ -82,7 +82,7 @@ export interface Slices {
   readonly encoded?: { readonly sliceBytes: readonly (readonly number[])[] } | undefined;
 }
 
-/** The layout of a planned task's block (read-worker/task-layout.ts), its slices in `order`. */
+/** The layout of a planned task's block (storage-worker/task-layout.ts), its slices in `order`. */
 export function layoutOf(task: PlannedTask, order: Delivery, slices: Slices): TaskLayout {
   return TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, slices.layerBytes, slices.encoded?.sliceBytes.slice(task.chunkStart, task.chunkEnd));
 }

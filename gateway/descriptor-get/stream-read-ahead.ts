@@ -1,6 +1,6 @@
 /**
  * Streamed reads, the main thread's side (docs/layerwise-get.md, Streamed reads): one stream
- * task (read-worker/chunk-streams.ts) holds a GET per chunk open and fills a ring of layer
+ * task (storage-worker/chunk-streams.ts) holds a GET per chunk open and fills a ring of layer
  * buffers; this hands each layer to the frame source as a unit, and hands each layer's buffers
  * back to the worker once the socket has taken them, so the ring's next layer can be read.
  *
@@ -11,14 +11,14 @@
  */
 import { once, setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { ChunkRun, StreamLayer } from '../../read-worker/protocol.js';
-import { fromWorkerFailure } from '../../read-worker/read-errors.js';
+import type { ChunkRun, StreamLayer } from '../../storage-worker/protocol.js';
+import { fromWorkerFailure } from '../../storage-worker/read-errors.js';
 import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-pool.js';
 import type { DescriptorGetObserver } from '../metrics.js';
 import type { FifoBudget } from '../fifo-budget.js';
 import { deferred, type ChunkSource, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
 import { layoutOf, type PlannedTask, type ReadPlan } from './read-plan.js';
-import { TaskLayout } from '../../read-worker/task-layout.js';
+import { TaskLayout } from '../../storage-worker/task-layout.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
 /** What is read: the request's chunks (read-ahead.ts ChunkSource), layers [first, end). */

@@ -11,11 +11,12 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BroadcastChannel, MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult } from '../../read-worker/protocol.js';
+import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult } from '../../storage-worker/protocol.js';
+import type runReadTask from '../../storage-worker/read-worker.js';
 import { FifoBudget } from '../fifo-budget.js';
 import { BufferArena } from './buffer-arena.js';
-import { TaskLayout } from '../../read-worker/task-layout.js';
-import { canBoundReceiveBuffers } from '../../backends/socket-buffer.js';
+import { TaskLayout } from '../../storage-worker/task-layout.js';
+import { canBoundReceiveBuffers } from '../../native/socket-buffer.js';
 
 export interface ReaderPoolOptions {
   readonly backend: WorkerBackend;
@@ -67,13 +68,21 @@ export function defaultWorkerCount(): number {
   return Math.max(1, Math.min(4, availableParallelism() - 1));
 }
 
-/** The compiled worker, in dist/read-worker/ (also when this module runs from TypeScript sources, in tests). */
+/**
+ * What each worker thread runs: `runReadTask` of storage-worker/read-worker.ts, one task at a time
+ * (a ReadTask or a StreamTask), answering a WorkerResult or a StreamResult. piscina loads it by
+ * file name, through its CommonJS entry (storage-worker/read-worker-entry.cts: piscina's require()
+ * of the ES module itself can abort the process on Node 20, see that file).
+ */
+type RunReadTask = typeof runReadTask;
+
+/** The compiled worker entry, in dist/storage-worker/ (also when this module runs from TypeScript sources, in tests). */
 function workerFilename(): string {
+  const entry = new URL('../../storage-worker/read-worker-entry.cjs', import.meta.url);
   const here = fileURLToPath(import.meta.url);
-  // The CommonJS entry (read-worker/read-worker-entry.cts) that import()s read-worker.js:
-  // piscina's require() of the ES module itself can abort the process on Node 20 (see that file).
-  const root = dirname(dirname(dirname(here))); // the checkout (sources) or dist/ (compiled)
-  return here.endsWith('.ts') ? join(root, 'dist', 'read-worker', 'read-worker-entry.cjs') : join(root, 'read-worker', 'read-worker-entry.cjs');
+  if (!here.endsWith('.ts')) return fileURLToPath(entry);
+  const root = dirname(dirname(dirname(here))); // the checkout
+  return join(root, 'dist', 'storage-worker', 'read-worker-entry.cjs');
 }
 
 /** Recycled task buffers kept at most (bytes); beyond it returned buffers are left to the GC. */
@@ -104,7 +113,7 @@ function sizeWorkerHeaps(): void {
 }
 
 export class ReaderPool {
-  readonly #pool: Piscina;
+  readonly #pool: Piscina<Parameters<RunReadTask>[0], Awaited<ReturnType<RunReadTask>>>;
   /** Task buffers by size, handed back after their bytes were sent (no allocation, no zeroing). */
   readonly #free = new Map<number, ArrayBuffer[]>();
   #pooledBytes = 0;
@@ -255,7 +264,7 @@ export class ReaderPool {
   /**
    * Whether streamed reads are possible: an S3 backend (the embedded store reads files) over
    * plain HTTP (the socket range reader, socket-range-get.ts, reads the streams) and connections
-   * whose receive buffer can be bounded (backends/socket-buffer.ts).
+   * whose receive buffer can be bounded (native/socket-buffer.ts).
    */
   get streamsChunks(): boolean {
     const backend = this.#options.backend;

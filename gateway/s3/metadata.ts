@@ -3,7 +3,7 @@
  * write that sets metadata (PutObject, CreateMultipartUpload, CopyObject with REPLACE, POST
  * Object): user metadata (x-amz-meta-*) of at most 2 KB, and names and values that can be sent
  * back as HTTP headers. Without them one upload could store metadata that no GET can answer, or a
- * footer the embedded store cannot read back (backends/embedded/object-file.ts).
+ * footer the embedded store cannot read back (storage-worker/backends/embedded/object-file.ts).
  * https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingMetadata.html
  */
 import { ObjectCacheError } from '../../schemas/errors.js';

@@ -2,14 +2,14 @@
  * Multipart upload on the embedded store: Create, UploadPart, Complete, Abort, ListParts and
  * ListMultipartUploads. https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpuoverview.html
  */
-import { ObjectCacheError } from '../../schemas/errors.js';
-import { MAX_PART_NUMBER, type LocalStore, type UploadChecksum } from '../../backends/embedded/local-store.js';
-import { checksumAlgorithmOf, createChecksum, type ChecksumAlgorithm } from '../body/checksum.js';
-import { uploadBody } from '../body/upload-body.js';
-import { headerOf, type RequestContext } from '../context.js';
-import { queryValue } from '../s3/request.js';
-import { sendEmpty, sendXml } from '../s3/respond.js';
-import { buildXml, parseXmlBody, xmlList, xmlText } from '../s3/xml.js';
+import { ObjectCacheError } from '../../../schemas/errors.js';
+import { MAX_PART_NUMBER, type LocalStore, type UploadChecksum } from '../../../storage-worker/backends/embedded/local-store.js';
+import { checksumAlgorithmOf, createChecksum, type ChecksumAlgorithm } from '../../body/checksum.js';
+import { uploadBody } from '../../body/upload-body.js';
+import { headerOf, type RequestContext } from '../../context.js';
+import { queryValue } from '../request.js';
+import { sendEmpty, sendXml } from '../respond.js';
+import { buildXml, parseXmlBody, xmlList, xmlText } from '../xml.js';
 import { readSmallBody } from './buckets.js';
 import { copyStream, objectAttributes, openCopySource, writePrecondition } from './objects.js';
 

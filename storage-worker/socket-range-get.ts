@@ -26,7 +26,7 @@
  * streamed reads are off (gateway/read-pool/reader-pool.ts).
  */
 import { connect, type Socket } from 'node:net';
-import { boundReceiveBuffer } from '../backends/socket-buffer.js';
+import { boundReceiveBuffer } from '../native/socket-buffer.js';
 import { RequestSigner } from '../sigv4/signer.js';
 import { ReadError, cancelled } from './read-errors.js';
 

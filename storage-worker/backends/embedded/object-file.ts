@@ -10,7 +10,7 @@ import { renameSync } from 'node:fs';
 import { open, rm, type FileHandle } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { ObjectCacheError } from '../../schemas/errors.js';
+import { ObjectCacheError } from '../../../schemas/errors.js';
 
 const MAGIC = Buffer.from('OCF1', 'latin1');
 

@@ -3,11 +3,11 @@
  * store does not implement (?acl, ?tagging, ?versioning, ...) are a clear 501 NotImplemented,
  * never silently treated as the plain operation.
  */
-import { ObjectCacheError } from '../../schemas/errors.js';
-import type { LocalStore } from '../../backends/embedded/local-store.js';
-import type { RequestContext } from '../context.js';
-import { s3Operation, type S3Operation } from '../s3/operation.js';
-import { assertBucketName } from '../s3/request.js';
+import { ObjectCacheError } from '../../../schemas/errors.js';
+import type { LocalStore } from '../../../storage-worker/backends/embedded/local-store.js';
+import type { RequestContext } from '../../context.js';
+import { s3Operation, type S3Operation } from '../operation.js';
+import { assertBucketName } from '../request.js';
 import { createBucket, deleteBucket, deleteObjects, getAcl, getBucketLocation, headBucket, listBuckets, listObjects, listObjectVersions, putAcl } from './buckets.js';
 import { abortMultipartUpload, completeMultipartUpload, createMultipartUpload, listMultipartUploads, listParts, uploadPart } from './multipart.js';
 import { deleteObject, getObject, getObjectAttributes, putObject } from './objects.js';

@@ -1,5 +1,5 @@
 /**
- * A read's failure, and its two conversions across the thread boundary (read-worker/protocol.ts:
+ * A read's failure, and its two conversions across the thread boundary (storage-worker/protocol.ts:
  * nothing is thrown across it, and class identity does not survive postMessage):
  *
  *   thrown in the worker   --toWorkerFailure-->   WorkerFailure (a plain task result)

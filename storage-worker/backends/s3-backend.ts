@@ -8,9 +8,9 @@
 import type { Readable } from 'node:stream';
 import { escapeUri } from '@smithy/util-uri-escape';
 import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
-import { ObjectCacheError } from '../schemas/errors.js';
-import { EMPTY_PAYLOAD_SHA256 } from '../sigv4/signer.js';
-import { sigv4 } from '../sigv4/signing-dispatcher.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { EMPTY_PAYLOAD_SHA256 } from '../../sigv4/signer.js';
+import { sigv4 } from '../../sigv4/signing-dispatcher.js';
 
 export { EMPTY_PAYLOAD_SHA256 };
 

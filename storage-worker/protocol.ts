@@ -150,7 +150,7 @@ export type ReadResult =
       readonly etags: readonly (string | undefined)[];
       /** Backend range reads this task issued (retries included). */
       readonly reads: number;
-      /** Range reads repeated after a failure the worker could read again from (`readAgain`; BACKEND_RETRY in backends/s3-backend.ts). */
+      /** Range reads repeated after a failure the worker could read again from (`readAgain`; BACKEND_RETRY in storage-worker/backends/s3-backend.ts). */
       readonly retries: number;
       readonly readMs: number;
       /** Every slice was checked against the CRC32C recorded in its chunk's metadata. */

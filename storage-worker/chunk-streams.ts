@@ -25,7 +25,7 @@ import { escapeUriPath } from '@smithy/util-uri-escape';
 import { crc32c } from '../native/crc32c.js';
 import { layerRanges } from '../schemas/layouts.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
-import { BACKEND_RETRY, retryPauseMs } from '../backends/s3-backend.js';
+import { BACKEND_RETRY, retryPauseMs } from './backends/s3-backend.js';
 import { ERROR_BODY_LIMIT, checkRangeAnswer, errorBodyFailure, pause } from './range-reader.js';
 import { RAW_CODEC } from '../schemas/encoded-chunk.js';
 import { ReadError, cancelled, changed, corruptSlice } from './read-errors.js';

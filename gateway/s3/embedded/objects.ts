@@ -6,16 +6,16 @@
 import type { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { ObjectCacheError } from '../../schemas/errors.js';
+import { ObjectCacheError } from '../../../schemas/errors.js';
 import type { FileHandle } from 'node:fs/promises';
-import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecondition } from '../../backends/embedded/local-store.js';
-import { uploadBody } from '../body/upload-body.js';
-import { headerOf, type RequestContext } from '../context.js';
-import { checkStoredMetadata } from '../s3/metadata.js';
-import { parseRange } from '../s3/range.js';
-import { parseCopySource, queryValue } from '../s3/request.js';
-import { sendEmpty, sendXml } from '../s3/respond.js';
-import { buildXml } from '../s3/xml.js';
+import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecondition } from '../../../storage-worker/backends/embedded/local-store.js';
+import { uploadBody } from '../../body/upload-body.js';
+import { headerOf, type RequestContext } from '../../context.js';
+import { checkStoredMetadata } from '../metadata.js';
+import { parseRange } from '../range.js';
+import { parseCopySource, queryValue } from '../request.js';
+import { sendEmpty, sendXml } from '../respond.js';
+import { buildXml } from '../xml.js';
 
 const STORED_HEADERS = ['cache-control', 'content-disposition', 'content-encoding', 'content-language', 'expires'] as const;
 

@@ -7,7 +7,7 @@
  * every layerwise GET (docs/layerwise-get.md, Streamed reads).
  */
 import type { Socket } from 'node:net';
-import { loadNative } from '../native/load.js';
+import { loadNative } from './load.js';
 
 interface NativeSocketBuffer {
   setReceiveBuffer(fd: number, bytes: number): number;

@@ -3,15 +3,15 @@
  * GetBucketLocation, ListObjects (v1 and v2) and DeleteObjects.
  * https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html
  */
-import { ObjectCacheError } from '../../schemas/errors.js';
-import type { LocalStore, ObjectMeta } from '../../backends/embedded/local-store.js';
-import { readWholeBody } from '../body/upload-body.js';
-import { headerOf, type RequestContext } from '../context.js';
-import { assertBucketName, queryValue } from '../s3/request.js';
-import { sendEmpty, sendXml } from '../s3/respond.js';
-import { readDeleteObjects } from '../s3/delete-objects.js';
-import { OWNER, sendBucketList } from '../s3/list-buckets.js';
-import { buildXml, MAX_XML_BODY_BYTES, parseXmlBody, xmlText } from '../s3/xml.js';
+import { ObjectCacheError } from '../../../schemas/errors.js';
+import type { LocalStore, ObjectMeta } from '../../../storage-worker/backends/embedded/local-store.js';
+import { readWholeBody } from '../../body/upload-body.js';
+import { headerOf, type RequestContext } from '../../context.js';
+import { assertBucketName, queryValue } from '../request.js';
+import { sendEmpty, sendXml } from '../respond.js';
+import { readDeleteObjects } from '../delete-objects.js';
+import { OWNER, sendBucketList } from '../list-buckets.js';
+import { buildXml, MAX_XML_BODY_BYTES, parseXmlBody, xmlText } from '../xml.js';
 
 /** S3 returns at most 1000 keys per list page. */
 export const MAX_KEYS = 1000;

@@ -21,7 +21,7 @@ import { constants as fsConstants, readFileSync, renameSync, unlinkSync, writeFi
 import { mkdir, open, readdir, readFile, rename, rm, writeFile, type FileHandle } from 'node:fs/promises';
 import { dirname, join, relative, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
-import { ObjectCacheError } from '../../schemas/errors.js';
+import { ObjectCacheError } from '../../../schemas/errors.js';
 import { KeyIndex, type ListOptions, type ListPage } from './key-index.js';
 import { commitStagedSync, discardStaged, encodeFooter, objectRelativePath, parentOf, readFooter, stageFile, syncDirectory, type ChecksumType, type ObjectMeta, type StagedFile } from './object-file.js';
 
