@@ -31,7 +31,7 @@ import { RAW_CODEC } from '../schemas/encoded-chunk.js';
 import { ReadError, cancelled, changed, corruptSlice } from './read-errors.js';
 import type { BodyTarget, RangeAnswer, RangeAnswerSink, SocketRangeClient } from './socket-range-get.js';
 import type { StreamControl, StreamLayer, StreamTask } from './protocol.js';
-import { TaskLayout } from './task-layout.js';
+import { RingLayout } from './task-layout.js';
 
 /**
  * One response stream: one chunk's range (or one half of it) from its next unread byte, read by
@@ -193,7 +193,7 @@ export class ChunkStreams {
   readonly #stop = new AbortController();
   readonly #ring: Uint8Array;
   /** The layout of each ring block (task-layout.ts): one layer of `runChunks` chunks. */
-  readonly #runLayout: TaskLayout;
+  readonly #ringLayout: RingLayout;
   readonly #streams: PartStream[] = [];
   /** Pieces (chunk halves or whole slices) still to come, by layer - first. */
   readonly #remaining: Int32Array;
@@ -231,7 +231,7 @@ export class ChunkStreams {
     const ranges = layerRanges(task.layout, task.layers, task.layerBytes, task.first, task.end);
     this.pieceBytes = task.layout === 'KV_2LTD' ? task.layerBytes / 2 : task.layerBytes;
     this.#ring = new Uint8Array(task.ring);
-    this.#runLayout = new TaskLayout('layer-major', 0, 1, task.runChunks, task.layerBytes);
+    this.#ringLayout = new RingLayout(task.blocks.length, task.keys.length, task.runChunks, task.layerBytes);
     this.#remaining = new Int32Array(task.end - task.first).fill(task.keys.length * ranges.length);
     this.#etags = new Array(task.keys.length);
     this.#recorded = new Array(task.keys.length);
@@ -265,11 +265,9 @@ export class ChunkStreams {
   /** Where `chunk`'s piece (`part`) of `layer` goes. */
   destination(layer: number, chunk: number, part: number): Uint8Array {
     const task = this.#task;
-    const slot = (layer - task.first) % task.blocks.length;
-    const run = Math.floor(chunk / task.runChunks);
-    const at = (task.blocks[slot] as number[])[run] as number;
-    // Each block is one layer of a run of chunks: a one-layer, layer-major task block.
-    const offset = at + this.#runLayout.sliceOffset(0, chunk - run * task.runChunks) + part * this.pieceBytes;
+    const ring = this.#ringLayout;
+    const at = (task.blocks[ring.slotOf(layer - task.first)] as number[])[Math.floor(chunk / task.runChunks)] as number;
+    const offset = at + ring.pieceOffset(chunk, part, this.pieceBytes);
     return this.#ring.subarray(offset, offset + this.pieceBytes);
   }
 

@@ -95,3 +95,57 @@ export class TaskLayout {
     return region.subarray(this.offsetOf(from), this.offsetOf(from + this.layers));
   }
 }
+
+/**
+ * The ring of a stream task (storage-worker/chunk-streams.ts): `slots` layer slots, layer
+ * `first + s` in slot s, then `first + s + slots`, ...; each slot's layer split into runs of
+ * `runChunks` chunks, each run in a block of its own that is a one-layer, layer-major task block
+ * (a TaskLayout of one layer of `runChunks` chunks). The one place that says how big the ring and
+ * its blocks are: the gateway budgets and allocates `bytes` (gateway/read-pool/reader-pool.ts
+ * takeRing, gateway/descriptor-get/stream-read-ahead.ts) and the worker places bytes with
+ * `pieceOffset`.
+ */
+export class RingLayout {
+  /** How one block lays out its run's chunks. */
+  readonly block: TaskLayout;
+  readonly runs: number;
+
+  constructor(
+    readonly slots: number,
+    /** The request's chunks. */
+    readonly chunks: number,
+    readonly runChunks: number,
+    readonly layerBytes: number,
+  ) {
+    this.block = new TaskLayout('layer-major', 0, 1, runChunks, layerBytes);
+    this.runs = Math.ceil(chunks / runChunks);
+  }
+
+  /** Bytes of one block (a whole run's, the last run's too). */
+  get blockBytes(): number {
+    return this.block.bytes;
+  }
+
+  /** Bytes of the ring: every slot's every block. What a stream task holds, and is budgeted for. */
+  get bytes(): number {
+    return this.slots * this.runs * this.blockBytes;
+  }
+
+  /** Chunks in run `run` (the last may be short). */
+  runLength(run: number): number {
+    return Math.min(this.runChunks, this.chunks - run * this.runChunks);
+  }
+
+  /** The slot that holds `layer`, counted from the task's first layer. */
+  slotOf(layerFromFirst: number): number {
+    return layerFromFirst % this.slots;
+  }
+
+  /**
+   * Where `chunk`'s piece number `part` (of `pieceBytes`: a whole slice, or one half of a KV_2LTD
+   * slice) goes within its run's block.
+   */
+  pieceOffset(chunk: number, part: number, pieceBytes: number): number {
+    return this.block.sliceOffset(0, chunk % this.runChunks) + part * pieceBytes;
+  }
+}

@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { TaskLayout } from '../storage-worker/task-layout.js';
+import { RingLayout, TaskLayout } from '../storage-worker/task-layout.js';
 import { ScatterCursor, copyInto, rangeTargets } from '../storage-worker/scatter.js';
 
 const layouts = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(8), layers: fc.integer({ min: 1, max: 6 }), chunks: fc.integer({ min: 1, max: 7 }), layerBytes: fc.integer({ min: 1, max: 64 }) }).map((r) => new TaskLayout(r.order, r.first, r.first + r.layers, r.chunks, r.layerBytes));
@@ -122,5 +122,25 @@ describe('scatter', () => {
         expect(shared.subarray(8 + dst + bytes.length).every((b) => b === 0)).toBe(true);
       }),
     );
+  });
+});
+
+describe('RingLayout', () => {
+  it('sizes the ring as it is taken and budgeted: every slot holds a whole block per run, the last run too', () => {
+    // 10 chunks in runs of 4: runs of 4, 4 and 2 chunks, each in a block of 4 slices.
+    const ring = new RingLayout(3, 10, 4, 1000);
+    expect(ring.runs).toBe(3);
+    expect(ring.blockBytes).toBe(4000);
+    expect(ring.bytes).toBe(3 * 3 * 4000);
+    expect([0, 1, 2].map((r) => ring.runLength(r))).toEqual([4, 4, 2]);
+    expect([0, 1, 2, 3, 4].map((l) => ring.slotOf(l))).toEqual([0, 1, 2, 0, 1]);
+  });
+
+  it("places a chunk's slice, or each half of a KV_2LTD slice, at its place in its run's block", () => {
+    const ring = new RingLayout(2, 10, 4, 1000);
+    expect(ring.pieceOffset(0, 0, 1000)).toBe(0);
+    expect(ring.pieceOffset(5, 0, 1000)).toBe(1000); // the second chunk of the second run
+    expect(ring.pieceOffset(9, 0, 500)).toBe(1000);
+    expect(ring.pieceOffset(9, 1, 500)).toBe(1500); // its V half right after its K half
   });
 });

@@ -54,8 +54,8 @@ export interface EncodedChunks {
 export interface TaskRunner {
   room(signal?: AbortSignal): Promise<void>;
   taskId(): number;
-  /** Never rejects: a failure is a result. */
-  run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult>;
+  /** Never rejects: a failure is a result. `bytes`: the task block's size, from its layout (read-plan.ts layoutOf). */
+  run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>, bytes?: number): Promise<ReadResult>;
   cancel(id: number): void;
   /** A task's block is no longer referenced: the pool may hand it out again. */
   recycle(region: Uint8Array): void;
@@ -193,8 +193,8 @@ export class ReadAhead implements UnitSource {
       }
       for (let t = unit.from; t < unit.to; t++) {
         const task = tasks[t] as PlannedTask;
+        const bytes = layoutOf(task, this.#o.order, this.#o.chunks).bytes;
         if (!whole) {
-          const bytes = layoutOf(task, this.#o.order, this.#o.chunks).bytes;
           await this.#window.acquire(bytes, signal);
           this.#heldWindow[u] = (this.#heldWindow[u] as number) + bytes;
         }
@@ -203,7 +203,7 @@ export class ReadAhead implements UnitSource {
         const id = pool.taskId();
         this.#unfinished.set(t, id);
         const pins = this.#pins.slice(task.chunkStart, task.chunkEnd);
-        const result = pool.run({ ...this.#readTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) });
+        const result = pool.run({ ...this.#readTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) }, bytes);
         this.#results[t] = result;
         const done = (): void => {
           this.#unfinished.delete(t);

@@ -82,9 +82,21 @@ export interface Slices {
   readonly encoded?: { readonly sliceBytes: readonly (readonly number[])[] } | undefined;
 }
 
-/** The layout of a planned task's block (storage-worker/task-layout.ts), its slices in `order`. */
+/** Each planned task's layout, made once (a task belongs to one request, so to one `slices`). */
+const layouts = new WeakMap<PlannedTask, TaskLayout>();
+
+/**
+ * The layout of a planned task's block (storage-worker/task-layout.ts), its slices in `order`:
+ * built the first time it is asked for and shared by everyone who asks after (the plan's unit
+ * sizes, the read-ahead's budget and task block, the frame stream). The read worker, across the
+ * thread boundary, builds its own from the task's fields.
+ */
 export function layoutOf(task: PlannedTask, order: Delivery, slices: Slices): TaskLayout {
-  return TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, slices.layerBytes, slices.encoded?.sliceBytes.slice(task.chunkStart, task.chunkEnd));
+  const known = layouts.get(task);
+  if (known?.order === order) return known;
+  const layout = TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, slices.layerBytes, slices.encoded?.sliceBytes.slice(task.chunkStart, task.chunkEnd));
+  layouts.set(task, layout);
+  return layout;
 }
 
 /** Bytes of one layer within one range read: the whole slice, or half of it for KV_2LTD. */

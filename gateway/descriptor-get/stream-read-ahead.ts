@@ -17,8 +17,8 @@ import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-
 import type { DescriptorGetObserver } from '../metrics.js';
 import type { FifoBudget } from '../fifo-budget.js';
 import { deferred, type ChunkSource, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
-import { layoutOf, type PlannedTask, type ReadPlan } from './read-plan.js';
-import { TaskLayout } from '../../storage-worker/task-layout.js';
+import type { PlannedTask, ReadPlan } from './read-plan.js';
+import { RingLayout } from '../../storage-worker/task-layout.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
 /** What is read: the request's chunks (read-ahead.ts ChunkSource), layers [first, end). */
@@ -56,10 +56,9 @@ export class StreamReadAhead implements UnitSource {
   readonly #o: StreamReadAheadOptions;
   readonly #cancel = new AbortController();
   readonly #units: Deferred<TaskRead[]>[];
-  readonly #slots: number;
+  /** The ring's slots, runs and blocks (storage-worker/task-layout.ts): what is budgeted is what is taken. */
+  readonly #layout: RingLayout;
   /** Runs of chunks in a layer (one buffer block each). */
-  readonly #runs: number;
-  readonly #ringBytes: number;
   /** The stream task slot and chunk streams (reserved by the caller) and the ring's budget bytes. */
   #held = { streams: true, budget: false };
   #ring: StreamRing | undefined;
@@ -80,9 +79,7 @@ export class StreamReadAhead implements UnitSource {
     const g = options.geometry;
     const layers = g.end - g.first;
     const layerPayload = g.keys.length * g.layerBytes;
-    this.#slots = ringSlots(options.windowBytes, layerPayload, layers);
-    this.#runs = Math.ceil(g.keys.length / options.runChunks);
-    this.#ringBytes = this.#slots * layerPayload;
+    this.#layout = new RingLayout(ringSlots(options.windowBytes, layerPayload, layers), g.keys.length, options.runChunks, g.layerBytes);
     this.#units = Array.from({ length: layers }, () => deferred<TaskRead[]>());
     this.#freed = new Array<boolean>(layers).fill(false);
     this.#received = new Array<boolean>(layers).fill(false);
@@ -119,10 +116,10 @@ export class StreamReadAhead implements UnitSource {
   async #run(): Promise<void> {
     const { pool, budget, geometry: g, runChunks } = this.#o;
     const signal = this.#cancel.signal;
-    await budget.acquire(this.#ringBytes, signal);
+    await budget.acquire(this.#layout.bytes, signal);
     this.#held.budget = true;
     if (signal.aborted) throw signal.reason;
-    this.#ring = pool.takeRing(this.#slots, this.#runs, new TaskLayout('layer-major', g.first, g.first + 1, runChunks, g.layerBytes).bytes);
+    this.#ring = pool.takeRing(this.#layout);
     const running = pool.runStream({ requestId: g.requestId, bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
     this.#running = running;
     const closed = once(running.port, 'close');
@@ -151,12 +148,13 @@ export class StreamReadAhead implements UnitSource {
     const { geometry: g, plan } = this.#o;
     const u = message.layer - g.first;
     const ring = this.#ring as StreamRing;
-    const blocks = ring.blocks[u % this.#slots] as readonly number[];
+    const layout = this.#layout;
+    const blocks = ring.blocks[layout.slotOf(u)] as readonly number[];
     const reads: TaskRead[] = [];
-    for (let r = 0; r < this.#runs; r++) {
-      const task = plan.tasks[u * this.#runs + r] as PlannedTask;
+    for (let r = 0; r < layout.runs; r++) {
+      const task = plan.tasks[u * layout.runs + r] as PlannedTask;
       // A run's block holds one layer of its chunks: a one-layer, layer-major task block.
-      const bytes = layoutOf(task, 'layer-major', g).bytes;
+      const bytes = layout.runLength(r) * g.layerBytes;
       reads.push({ task, region: new Uint8Array(ring.ring, blocks[r] as number, bytes), crcs: message.crcs.subarray(task.chunkStart, task.chunkEnd) });
     }
     this.backendReads = message.reads;
@@ -181,7 +179,7 @@ export class StreamReadAhead implements UnitSource {
     await this.#pump;
     if (this.#ring) this.#o.pool.giveRing(this.#ring);
     this.#ring = undefined;
-    if (this.#held.budget) this.#o.budget.release(this.#ringBytes);
+    if (this.#held.budget) this.#o.budget.release(this.#layout.bytes);
     if (this.#held.streams) this.#o.pool.releaseStreams(this.#o.streams);
     this.#held = { streams: false, budget: false };
   }

@@ -15,7 +15,7 @@ import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, Wor
 import type runReadTask from '../../storage-worker/read-worker.js';
 import { FifoBudget } from '../fifo-budget.js';
 import { BufferArena } from './buffer-arena.js';
-import { TaskLayout } from '../../storage-worker/task-layout.js';
+import { TaskLayout, type RingLayout } from '../../storage-worker/task-layout.js';
 import { canBoundReceiveBuffers } from '../../native/socket-buffer.js';
 
 export interface ReaderPoolOptions {
@@ -225,11 +225,13 @@ export class ReaderPool {
   }
 
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
-  async run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult> {
+  async run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>, blockBytes?: number): Promise<ReadResult> {
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', readAgain: true };
     }
-    const bytes = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes, task.encoded?.sliceBytes).bytes;
+    // The caller knows the block's size from the task's layout (read-plan.ts layoutOf); it is
+    // worked out here only for callers that do not say.
+    const bytes = blockBytes ?? TaskLayout.of(task.order, task, task.keys.length, task.layerBytes, task.encoded?.sliceBytes).bytes;
     const arenaOffset = this.#arena.take(bytes);
     try {
       this.#inflight++;
@@ -280,7 +282,8 @@ export class ReaderPool {
    * arena when enough are free, else a SharedArrayBuffer of its own (the byte budget, not the
    * arena, bounds memory). Hand it back with `giveRing`.
    */
-  takeRing(slots: number, runs: number, blockBytes: number): StreamRing {
+  takeRing(layout: RingLayout): StreamRing {
+    const { slots, runs, blockBytes } = layout;
     const offsets: number[] = [];
     if (blockBytes <= this.#arena.blockBytes && this.#arena.freeBlocks >= slots * runs) {
       for (let i = 0; i < slots * runs; i++) offsets.push(this.#arena.take(blockBytes) as number);
