@@ -23,7 +23,7 @@ import { setMaxListeners } from 'node:events';
 import type { MessagePort } from 'node:worker_threads';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { crc32c } from '../native/crc32c.js';
-import { layerRanges } from '../schemas/layouts.js';
+import { layerRanges, slicePiece } from '../schemas/layouts.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
 import { BACKEND_RETRY, retryPauseMs } from './backends/s3-backend.js';
 import { ERROR_BODY_LIMIT, checkRangeAnswer, errorBodyFailure, pause } from './range-reader.js';
@@ -229,7 +229,7 @@ export class ChunkStreams {
     this.objectBytes = task.layers * task.layerBytes;
     this.timeoutMs = task.timeoutMs;
     const ranges = layerRanges(task.layout, task.layers, task.layerBytes, task.first, task.end);
-    this.pieceBytes = task.layout === 'KV_2LTD' ? task.layerBytes / 2 : task.layerBytes;
+    this.pieceBytes = slicePiece(task.layout, task.layerBytes, 0).length;
     this.#ring = new Uint8Array(task.ring);
     this.#ringLayout = new RingLayout(task.blocks.length, task.keys.length, task.runChunks, task.layerBytes);
     this.#remaining = new Int32Array(task.end - task.first).fill(task.keys.length * ranges.length);
@@ -267,7 +267,7 @@ export class ChunkStreams {
     const task = this.#task;
     const ring = this.#ringLayout;
     const at = (task.blocks[ring.slotOf(layer - task.first)] as number[])[Math.floor(chunk / task.runChunks)] as number;
-    const offset = at + ring.pieceOffset(chunk, part, this.pieceBytes);
+    const offset = at + ring.sliceOffset(chunk) + slicePiece(task.layout, task.layerBytes, part).offset;
     return this.#ring.subarray(offset, offset + this.pieceBytes);
   }
 

@@ -3,7 +3,7 @@
  * [first, end) (or, for KV_2LTD, the K or the V halves of those layers); its bytes are split into
  * per-layer pieces that go to different places of the task buffer. Pure.
  */
-import { layerRanges, type ByteRange, type Layout } from '../schemas/layouts.js';
+import { layerRanges, slicePiece, type ByteRange, type Layout } from '../schemas/layouts.js';
 import type { TaskLayout } from './task-layout.js';
 
 export interface RangeTarget extends ByteRange {
@@ -38,13 +38,12 @@ export function rangeTargets(stored: StoredChunk, task: TaskLayout, region: Uint
     return [{ offset, length, views: coalesce(views) }];
   }
   const ranges = layerRanges(stored.layout, stored.layers, layerBytes, first, end);
-  const half = layerBytes / 2;
   return ranges.map((range, part) => {
+    const piece = slicePiece(stored.layout, layerBytes, part);
     const views: Uint8Array[] = [];
     for (let layer = first; layer < end; layer++) {
-      const at = task.sliceOffset(layer, chunk);
-      if (stored.layout === 'KV_2LTD') views.push(region.subarray(at + part * half, at + part * half + half));
-      else views.push(region.subarray(at, at + layerBytes));
+      const at = task.sliceOffset(layer, chunk) + piece.offset;
+      views.push(region.subarray(at, at + piece.length));
     }
     // Consecutive destinations that touch can be one view (fewer copies and syscalls).
     return { ...range, views: coalesce(views) };

@@ -141,11 +141,8 @@ export class RingLayout {
     return layerFromFirst % this.slots;
   }
 
-  /**
-   * Where `chunk`'s piece number `part` (of `pieceBytes`: a whole slice, or one half of a KV_2LTD
-   * slice) goes within its run's block.
-   */
-  pieceOffset(chunk: number, part: number, pieceBytes: number): number {
-    return this.block.sliceOffset(0, chunk % this.runChunks) + part * pieceBytes;
+  /** Where `chunk`'s slice lies within its run's block (its K and V halves: schemas/layouts.ts slicePiece). */
+  sliceOffset(chunk: number): number {
+    return this.block.sliceOffset(0, chunk % this.runChunks);
   }
 }

@@ -6,6 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { slicePiece } from '../schemas/layouts.js';
 import { RingLayout, TaskLayout } from '../storage-worker/task-layout.js';
 import { ScatterCursor, copyInto, rangeTargets } from '../storage-worker/scatter.js';
 
@@ -136,11 +137,11 @@ describe('RingLayout', () => {
     expect([0, 1, 2, 3, 4].map((l) => ring.slotOf(l))).toEqual([0, 1, 2, 0, 1]);
   });
 
-  it("places a chunk's slice, or each half of a KV_2LTD slice, at its place in its run's block", () => {
+  it("places a chunk's slice at its place in its run's block, and a KV_2LTD slice's V half after its K half", () => {
     const ring = new RingLayout(2, 10, 4, 1000);
-    expect(ring.pieceOffset(0, 0, 1000)).toBe(0);
-    expect(ring.pieceOffset(5, 0, 1000)).toBe(1000); // the second chunk of the second run
-    expect(ring.pieceOffset(9, 0, 500)).toBe(1000);
-    expect(ring.pieceOffset(9, 1, 500)).toBe(1500); // its V half right after its K half
+    expect(ring.sliceOffset(0)).toBe(0);
+    expect(ring.sliceOffset(5)).toBe(1000); // the second chunk of the second run
+    expect(slicePiece('KV_2LTD', 1000, 1)).toEqual({ offset: 500, length: 500 });
+    expect(slicePiece('KV_L2TD', 1000, 0)).toEqual({ offset: 0, length: 1000 });
   });
 });
