@@ -12,7 +12,7 @@ import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client, S3Se
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { XMLParser } from 'fast-xml-parser';
 import type { Dispatcher, Pool } from 'undici';
-import { DESCRIPTOR_HEADER, encodeDescriptorHeader, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
+import { DESCRIPTOR_HEADER, encodeDescriptorHeader, MAX_HEADER_DESCRIPTOR_BYTES, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
 
 export { DESCRIPTOR_HEADER };
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
@@ -25,8 +25,7 @@ import type { Layout } from '../schemas/layouts.js';
 import { FrameDecoder } from './frame-decoder.js';
 import { toCanonical } from './kv-layout.js';
 
-/** Descriptors whose header would exceed this many bytes go as a POST body with transport 'auto'. */
-export const MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024;
+export { MAX_HEADER_DESCRIPTOR_BYTES };
 
 export interface ObjectCacheClientOptions {
   /**

@@ -7,7 +7,7 @@
  */
 import { crc32c } from '../native/crc32c.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { checkPreamble, decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES, type EndSummary, type ErrorPayload, type FrameHeader } from '../schemas/frames.js';
+import { checkPreamble, decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, MAX_JSON_FRAME_BYTES, PREAMBLE_BYTES, type EndSummary, type ErrorPayload, type FrameHeader } from '../schemas/frames.js';
 import { ERRORS, siteDetails, type ErrorCode } from '../schemas/errors.js';
 
 export interface DecoderGeometry {
@@ -24,7 +24,6 @@ export interface DecoderOptions extends DecoderGeometry {
   readonly onLayerReady?: (layer: number, view: Uint8Array) => void;
 }
 
-const MAX_JSON_FRAME_BYTES = 1024 * 1024;
 
 function protocolError(message: string): ObjectCacheError {
   return new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', message);

@@ -170,6 +170,9 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
 /** The request header that carries a descriptor on GET. */
 export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
 
+/** The clients send a descriptor whose header would be longer than this as a POST body instead (transport 'auto'). */
+export const MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024;
+
 /** Decodes the `x-objectcache-descriptor` header: base64 (or base64url) of UTF-8 JSON. */
 export function decodeDescriptorHeader(value: string): unknown {
   const text = value.trim();

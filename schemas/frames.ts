@@ -20,6 +20,8 @@ export const STREAM_VERSION = 1;
 export const STREAM_VERSION_SEGMENTED = 2;
 export const PREAMBLE_BYTES = 8;
 export const FRAME_HEADER_BYTES = 24;
+/** The most a reader takes of an ERROR or END frame's JSON (the gateway's are a few hundred bytes). */
+export const MAX_JSON_FRAME_BYTES = 1024 * 1024;
 /** Media type of the response body. */
 export const STREAM_CONTENT_TYPE = 'application/vnd.objectcache.stream.v1';
 export const SEGMENTED_STREAM_CONTENT_TYPE = 'application/vnd.objectcache.stream.v2';

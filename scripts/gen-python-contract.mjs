@@ -203,6 +203,7 @@ constant('SEGMENTED_STREAM_CONTENT_TYPE', 'str', str(frames.SEGMENTED_STREAM_CON
 constant('PREAMBLE_BYTES', 'int', int(frames.PREAMBLE_BYTES, 'PREAMBLE_BYTES'));
 constant('PREAMBLE_FORMAT', 'str', str(PREAMBLE_FORMAT), 'struct format of the preamble: magic, version, reserved.');
 constant('FRAME_HEADER_BYTES', 'int', int(frames.FRAME_HEADER_BYTES, 'FRAME_HEADER_BYTES'));
+constant('MAX_JSON_FRAME_BYTES', 'int', int(frames.MAX_JSON_FRAME_BYTES, 'MAX_JSON_FRAME_BYTES'), 'The most a reader takes of an ERROR or END frame\'s JSON.');
 constant('FRAME_HEADER_FORMAT', 'str', str(FRAME_HEADER_FORMAT), 'struct format of a frame header: type, flags, reserved, index, length, crc32c, reserved.');
 for (const [name, value] of Object.entries(frames.FrameType)) constant(`FRAME_${name}`, 'int', int(value, name));
 
@@ -221,6 +222,7 @@ constant('MAX_AFTER_KEY', 'int', int(chain.MAX_AFTER_KEY, 'MAX_AFTER_KEY'), 'Lon
 
 section('the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts)');
 constant('DESCRIPTOR_HEADER', 'str', str(descriptor.DESCRIPTOR_HEADER), 'The request header that carries a descriptor on GET.');
+constant('MAX_HEADER_DESCRIPTOR_BYTES', 'int', int(descriptor.MAX_HEADER_DESCRIPTOR_BYTES, 'MAX_HEADER_DESCRIPTOR_BYTES'), 'A descriptor whose header would be longer goes as a POST body (transport "auto").');
 constant('DESCRIPTOR_VERSION', `Literal[${int(schema.properties.version.const, 'the descriptor version')}]`, String(schema.properties.version.const));
 for (const [field, [alias, all]] of Object.entries(ENUMS)) {
   const values = schema.properties[field].enum;

@@ -170,6 +170,8 @@ PREAMBLE_BYTES: Final[int] = 8
 #: struct format of the preamble: magic, version, reserved.
 PREAMBLE_FORMAT: Final[str] = "<4sHH"
 FRAME_HEADER_BYTES: Final[int] = 24
+#: The most a reader takes of an ERROR or END frame's JSON.
+MAX_JSON_FRAME_BYTES: Final[int] = 1048576
 #: struct format of a frame header: type, flags, reserved, index, length, crc32c, reserved.
 FRAME_HEADER_FORMAT: Final[str] = "<BBHIQII"
 FRAME_LAYER: Final[int] = 1
@@ -207,6 +209,8 @@ MAX_AFTER_KEY: Final[int] = 512
 
 #: The request header that carries a descriptor on GET.
 DESCRIPTOR_HEADER: Final[str] = "x-objectcache-descriptor"
+#: A descriptor whose header would be longer goes as a POST body (transport "auto").
+MAX_HEADER_DESCRIPTOR_BYTES: Final[int] = 8192
 DESCRIPTOR_VERSION: Final[Literal[1]] = 1
 #: How the chunk objects are stored.
 Layout = Literal["KV_L2TD", "KV_2LTD", "MLA"]

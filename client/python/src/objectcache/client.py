@@ -31,6 +31,7 @@ from crc32c import crc32c
 from ._contract import AFTER_META as AFTER_META
 from ._contract import CODEC_META, CODES_BY_ANSWER, DESCRIPTOR_VERSION, LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, RAW_CODEC, SLICE_BYTES_META
 from ._contract import DESCRIPTOR_HEADER as DESCRIPTOR_HEADER
+from ._contract import MAX_HEADER_DESCRIPTOR_BYTES as MAX_HEADER_DESCRIPTOR_BYTES
 from ._contract import MAX_AFTER_KEY as MAX_AFTER_KEY
 from .errors import ObjectCacheError
 from .layouts import encode_layer_crcs, layer_crcs, to_canonical
@@ -38,8 +39,6 @@ from .stream import Geometry, OnLayerReady, Place, ScatterGeometry, SegmentDecod
 from .types import Buffer as Buffer
 from .types import CodecName, Descriptor, EndSummary, KVDtype, Layout, Mode, Transport
 
-#: Descriptors whose header would be longer go as a POST body (as the TypeScript client does).
-MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024
 #: The longest Retry-After honoured, in seconds.
 MAX_RETRY_AFTER_S = 30.0
 

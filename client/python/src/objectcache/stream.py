@@ -14,6 +14,7 @@ from typing import Any, Callable, Generator, List, Optional, Protocol, Sequence,
 from crc32c import crc32c
 
 from ._contract import FRAME_CHUNK, FRAME_END, FRAME_ERROR, FRAME_HEADER_FORMAT, FRAME_LAYER, KNOWN_CODES, MAX_ENCODED_SLICE_EXTRA_BYTES, MAX_ENCODED_SLICE_FACTOR
+from ._contract import MAX_JSON_FRAME_BYTES as MAX_JSON_FRAME_BYTES
 from ._contract import PREAMBLE_FORMAT, STREAM_MAGIC, STREAM_VERSION, STREAM_VERSION_SEGMENTED
 from .errors import ObjectCacheError
 from .types import EndSummary
@@ -22,8 +23,6 @@ PREAMBLE = STREAM_MAGIC
 PREAMBLE_STRUCT = struct.Struct(PREAMBLE_FORMAT)
 HEADER = struct.Struct(FRAME_HEADER_FORMAT)
 LAYER, CHUNK, ERROR, END = FRAME_LAYER, FRAME_CHUNK, FRAME_ERROR, FRAME_END
-#: ERROR and END frames are small JSON documents.
-MAX_JSON_FRAME_BYTES = 1024 * 1024
 #: Payload bytes read (and checksummed) per readinto call.
 PIECE_BYTES = 1024 * 1024
 
