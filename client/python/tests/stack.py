@@ -4,6 +4,7 @@ from the repository's dist/ build in front of it (or on its embedded store), on 
 ports. The engine tests (tests_engine) use the same stack."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,7 +17,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[3]
 CLIENT_KEY, CLIENT_SECRET = "py-client", "py-client-secret"
@@ -98,6 +99,20 @@ def start_stack(gateway_args: Sequence[str] = (), backend: str = "s3", launcher:
         stack.stop()
         raise
     return stack
+
+
+@contextlib.contextmanager
+def stack_with_bucket(bucket: str, gateway_args: Sequence[str] = (), backend: str = "s3") -> Iterator[Stack]:
+    """``start_stack`` with ``bucket`` made by the administrator key; stopped on leaving."""
+    from objectcache import ObjectCacheClient
+
+    stack = start_stack(gateway_args, backend)
+    try:
+        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+            c.ensure_bucket()
+        yield stack
+    finally:
+        stack.stop()
 
 
 def start_gateway(args: Sequence[str], launcher: Sequence[str] = (), log: Optional[List[dict]] = None) -> Tuple[subprocess.Popen, str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 import pytest
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, layer_major, start_stack, synthetic_chunk, uid
+from stack import Stack, layer_major, stack_with_bucket, synthetic_chunk, uid
 
 from objectcache import ObjectCacheClient, ObjectCacheError
 
@@ -36,13 +36,8 @@ def teams(request: pytest.FixtureRequest) -> Iterator[Tuple[Stack, str]]:
             {"accessKeyId": TEAM_A[0], "secretAccessKey": TEAM_A[1], "tenant": "team-a", "policy": team_policy(bucket, "team-a")},
             {"accessKeyId": TEAM_B[0], "secretAccessKey": TEAM_B[1], "tenant": "team-b", "policy": team_policy(bucket, "team-b")},
         ]))
-        running = start_stack(["--credentials", str(credentials), "--threshold", "0"], backend=request.param)
-        try:
-            with ObjectCacheClient(running.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as admin:
-                admin.ensure_bucket()
+        with stack_with_bucket(bucket, ["--credentials", str(credentials), "--threshold", "0"], backend=request.param) as running:
             yield running, bucket
-        finally:
-            running.stop()
 
 
 def seed(client: ObjectCacheClient, team: str, chunks: int) -> Tuple[List[str], List[bytes]]:

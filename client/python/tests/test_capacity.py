@@ -6,7 +6,7 @@ import os
 from typing import Iterator, Tuple
 
 import pytest
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, start_stack, uid
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, stack_with_bucket, uid
 
 from objectcache import ObjectCacheClient, ObjectCacheError
 
@@ -17,13 +17,8 @@ CHUNK = 64 * 1024
 def budgeted() -> Iterator[Tuple[Stack, str]]:
     bucket = uid("pycap").replace("_", "-")
     # The administrator key (CLIENT_KEY) is its own tenant: a quota of 4 chunks.
-    stack = start_stack(["--budget", f"{bucket}={16 * CHUNK}", "--tenant-quota", f"{CLIENT_KEY}={4 * CHUNK}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"])
-    try:
-        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
-            c.ensure_bucket()
+    with stack_with_bucket(bucket, ["--budget", f"{bucket}={16 * CHUNK}", "--tenant-quota", f"{CLIENT_KEY}={4 * CHUNK}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"]) as stack:
         yield stack, bucket
-    finally:
-        stack.stop()
 
 
 def test_pins_hold_and_quotas_refuse_what_cannot_fit(budgeted: Tuple[Stack, str]) -> None:

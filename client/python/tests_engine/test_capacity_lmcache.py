@@ -9,10 +9,9 @@ from typing import Any, Iterator, Tuple
 
 import pytest
 import torch
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, start_stack, uid
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, stack_with_bucket, uid
 
 import harness
-from objectcache import ObjectCacheClient
 
 L, KV_HEADS, HEAD_DIM, CHUNK_TOKENS = 30, 3, 64, 256
 CHUNK_BYTES = 2 * L * CHUNK_TOKENS * KV_HEADS * HEAD_DIM * 2  # bf16
@@ -22,13 +21,8 @@ BUDGET_CHUNKS = 11  # trimmed from 95% (10.45 chunks) to 85% (9.35)
 @pytest.fixture(params=["local", "s3"])
 def budgeted(request: pytest.FixtureRequest) -> Iterator[Tuple[Stack, str]]:
     bucket = uid("cap").replace("_", "-")
-    stack = start_stack(["--budget", f"{bucket}={BUDGET_CHUNKS * CHUNK_BYTES}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"], backend=request.param)
-    try:
-        with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
-            c.ensure_bucket()
+    with stack_with_bucket(bucket, ["--budget", f"{bucket}={BUDGET_CHUNKS * CHUNK_BYTES}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"], backend=request.param) as stack:
         yield stack, bucket
-    finally:
-        stack.stop()
 
 
 def engine(name: str, stack: Stack, bucket: str) -> Any:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, cast
@@ -54,6 +53,7 @@ from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
+from .engine_settings import complete_common
 from .failures import EngineFailures
 from .types import Descriptor, KVDtype, Layout, Mode
 
@@ -100,14 +100,7 @@ def plugin_settings(extra_config: Optional[Mapping[str, Any]], plugin_name: str)
     for name, default in SETTINGS.items():
         value = extra.get(prefix + name)
         values[name] = default if value is None else str(value)
-    values["access_key_id"] = values["access_key_id"] or os.environ.get("OBJECTCACHE_ACCESS_KEY")
-    values["secret_access_key"] = values["secret_access_key"] or os.environ.get("OBJECTCACHE_SECRET_KEY")
-    for required in ("endpoint", "bucket", "access_key_id", "secret_access_key"):
-        if not values[required]:
-            hint = " (or set OBJECTCACHE_ACCESS_KEY / OBJECTCACHE_SECRET_KEY)" if "key" in required else ""
-            raise ValueError(f"{prefix}{required} is required{hint}")
-    if values["mode"] not in ("auto", "layerwise", "chunkwise"):
-        raise ValueError(f"{prefix}mode must be auto, layerwise or chunkwise, got {values['mode']!r}")
+    complete_common(values, prefix)
     return values
 
 

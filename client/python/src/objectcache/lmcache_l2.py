@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from lmcache.v1.platform import create_event_notifier
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
+from .engine_settings import complete_common
 from .failures import EngineFailures
 from .types import Layout, Mode
 
@@ -99,14 +99,7 @@ class ObjectCacheL2AdapterConfig(L2AdapterConfigBase):  # type: ignore[misc]
         if unknown:
             raise ValueError(f"unknown adapter_params {', '.join(unknown)}; known: {', '.join(sorted(SETTINGS))}")
         values = {name: d.get(name, default) for name, default in SETTINGS.items()}
-        values["access_key_id"] = values["access_key_id"] or os.environ.get("OBJECTCACHE_ACCESS_KEY")
-        values["secret_access_key"] = values["secret_access_key"] or os.environ.get("OBJECTCACHE_SECRET_KEY")
-        for required in ("endpoint", "bucket", "access_key_id", "secret_access_key"):
-            if not values[required]:
-                hint = " (or set OBJECTCACHE_ACCESS_KEY / OBJECTCACHE_SECRET_KEY)" if "key" in required else ""
-                raise ValueError(f"adapter_params.{required} is required{hint}")
-        if values["mode"] not in ("auto", "layerwise", "chunkwise"):
-            raise ValueError(f"adapter_params.mode must be auto, layerwise or chunkwise, got {values['mode']!r}")
+        complete_common(values, "adapter_params.")
         for name in ("timeout_s", "retries", "workers", "compute_ms_per_layer"):
             value = values[name]
             if value is None:

@@ -52,7 +52,6 @@ exception into the engine.
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
@@ -63,6 +62,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
+from .engine_settings import complete_common
 from .failures import EngineFailures
 from .types import Descriptor, Layout, Mode
 
@@ -107,14 +107,7 @@ def backend_settings(extra_config: Optional[Mapping[str, Any]], overrides: Optio
     if values["secret_access_key"]:
         # SGLang logs its server arguments, this extra config with them, at start-up.
         logger.warning("ObjectCache HiCache backend: the secret key is in the extra config, which SGLang logs at start-up; set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY in the server's environment instead")
-    values["access_key_id"] = values["access_key_id"] or os.environ.get("OBJECTCACHE_ACCESS_KEY")
-    values["secret_access_key"] = values["secret_access_key"] or os.environ.get("OBJECTCACHE_SECRET_KEY")
-    for required in ("endpoint", "bucket", "access_key_id", "secret_access_key"):
-        if not values[required]:
-            hint = " (or set OBJECTCACHE_ACCESS_KEY / OBJECTCACHE_SECRET_KEY)" if "key" in required else ""
-            raise ValueError(f"hicache-storage-backend-extra-config: {required} is required{hint}")
-    if values["mode"] not in ("auto", "layerwise", "chunkwise"):
-        raise ValueError(f"hicache-storage-backend-extra-config: mode must be auto, layerwise or chunkwise, got {values['mode']!r}")
+    complete_common(values, "hicache-storage-backend-extra-config: ")
     for number, least in (("timeout_s", 0.001), ("retries", 0.0), ("put_concurrency", 1.0)):
         try:
             if float(values[number] or "") < least:
