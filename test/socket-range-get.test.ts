@@ -8,7 +8,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
-import { SocketRangeClient, type BodyTarget, type RangeAnswerSink } from '../storage-worker/socket-range-get.js';
+import { SocketRangeClient, type BodyTarget, type RangeAnswer, type RangeAnswerSink } from '../storage-worker/socket-range-get.js';
 import { ReadError } from '../storage-worker/read-errors.js';
 import { S3RangeReader, UndiciRangeClient } from '../storage-worker/range-reader.js';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
@@ -31,6 +31,34 @@ const accept = (targets: readonly Uint8Array[]): RangeAnswerSink => ({
   onHead: (status) => (status === 206 || status === 200 ? targets : { collect: 16 * 1024 }),
 });
 
+/**
+ * Reads all of `object` (at `path`) as four ranges in parallel through `client`, each into three
+ * views of one shared buffer at offset 7, checks each answer (`check`: what else it must say),
+ * then that the buffer holds the object byte-exact with nothing written around it.
+ */
+async function readWholeInRanges(client: SocketRangeClient, path: string, object: Buffer, second: number, check: (answer: RangeAnswer) => void = () => {}): Promise<void> {
+  const memory = new Uint8Array(new SharedArrayBuffer(object.byteLength + 64));
+  const ranges = [
+    [0, 1],
+    [1, second],
+    [second, 1_000_000],
+    [1_000_000, object.byteLength],
+  ] as const;
+  await Promise.all(
+    ranges.map(async ([from, to]) => {
+      const length = to - from;
+      const cuts = length > 3 ? [Math.floor(length / 3), length - 1, length] : [length];
+      const answer = await client.get(path, `bytes=${from}-${to - 1}`, accept(views(memory, from + 7, cuts)), live);
+      expect(answer.status).toBe(206);
+      expect(answer.headers['content-range']).toBe(`bytes ${from}-${to - 1}/${object.byteLength}`);
+      check(answer);
+    }),
+  );
+  expect(Buffer.from(memory.subarray(7, 7 + object.byteLength)).equals(object)).toBe(true);
+  expect(memory[6]).toBe(0);
+  expect(memory[7 + object.byteLength]).toBe(0);
+}
+
 describe('socket range reads from MinIO', () => {
   const minio = inject('minio');
   const bucket = uniqueBucket('sockrange');
@@ -46,25 +74,7 @@ describe('socket range reads from MinIO', () => {
   afterAll(() => client.close());
 
   it('writes each range byte-exact into its views of shared memory, many ranges on two connections', async () => {
-    const memory = new Uint8Array(new SharedArrayBuffer(object.byteLength + 64));
-    const ranges = [
-      [0, 1],
-      [1, 65_537],
-      [65_537, 1_000_000],
-      [1_000_000, object.byteLength],
-    ] as const;
-    await Promise.all(
-      ranges.map(async ([from, to]) => {
-        const length = to - from;
-        const cuts = length > 3 ? [Math.floor(length / 3), length - 1, length] : [length];
-        const answer = await client.get('/' + bucket + '/a/b%20c.bin', `bytes=${from}-${to - 1}`, accept(views(memory, from + 7, cuts)), live);
-        expect(answer.status).toBe(206);
-        expect(answer.headers['content-range']).toBe(`bytes ${from}-${to - 1}/${object.byteLength}`);
-      }),
-    );
-    expect(Buffer.from(memory.subarray(7, 7 + object.byteLength)).equals(object)).toBe(true);
-    expect(memory[6]).toBe(0);
-    expect(memory[7 + object.byteLength]).toBe(0);
+    await readWholeInRanges(client, '/' + bucket + '/a/b%20c.bin', object, 65_537);
   });
 
   it('reads the same ranges through either transport of S3RangeReader (sockets; undici, as behind TLS), byte-exact, and names a missing chunk', async () => {
@@ -162,26 +172,7 @@ describe('socket range reads of MinIO answers re-framed by a relay (chunked, int
   it('reads chunked 206 answers byte-exact into views: odd chunk sizes, 1-byte chunks, extensions, a trailer, ranges in parallel on two connections', { timeout: 30_000 }, async () => {
     const c = client(2);
     relay.reframe = asChunked(ODD, 65_519); // written in pieces that split chunks anywhere
-    const memory = new Uint8Array(new SharedArrayBuffer(object.byteLength + 64));
-    const ranges = [
-      [0, 1],
-      [1, 70_001],
-      [70_001, 1_000_000],
-      [1_000_000, object.byteLength],
-    ] as const;
-    await Promise.all(
-      ranges.map(async ([from, to]) => {
-        const length = to - from;
-        const cuts = length > 3 ? [Math.floor(length / 3), length - 1, length] : [length];
-        const answer = await c.get(path, `bytes=${from}-${to - 1}`, accept(views(memory, from + 7, cuts)), live);
-        expect(answer.status).toBe(206);
-        expect(answer.headers['transfer-encoding']).toBe('chunked');
-        expect(answer.headers['content-range']).toBe(`bytes ${from}-${to - 1}/${object.byteLength}`);
-      }),
-    );
-    expect(Buffer.from(memory.subarray(7, 7 + object.byteLength)).equals(object)).toBe(true);
-    expect(memory[6]).toBe(0);
-    expect(memory[7 + object.byteLength]).toBe(0);
+    await readWholeInRanges(c, path, object, 70_001, (answer) => expect(answer.headers['transfer-encoding']).toBe('chunked'));
   });
 
   it('reads a chunked answer written a byte at a time, after a 103, so every piece of framing is split across reads', { timeout: 30_000 }, async () => {
