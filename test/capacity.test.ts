@@ -66,6 +66,21 @@ async function storePrefix(client: ObjectCacheClient, name: string, n: number): 
   return { keys, data };
 }
 
+/**
+ * A credentials file in a fresh temporary directory (remove `dir` after): for each tenant a key
+ * `<tenant>-key` / `<tenant>-secret` that may do anything, pins included.
+ */
+function tenantKeys(tenants: readonly string[]): { dir: string; credentials: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'oc-tenants-'));
+  const credentials = join(dir, 'credentials.json');
+  const allow = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:*', 'objectcache:PinObject'], Resource: ['arn:aws:s3:::*'] }] };
+  writeFileSync(credentials, JSON.stringify(tenants.map((tenant) => ({ accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret`, tenant, policy: allow }))));
+  return { dir, credentials };
+}
+
+/** A client of `gw` signing with the key `tenantKeys` made for `tenant`. */
+const clientAs = (gw: TestGateway, bucket: string, tenant: string): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret` } });
+
 async function exists(s3: S3Client, bucket: string, key: string): Promise<boolean> {
   try {
     await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
@@ -220,19 +235,12 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
 
   it("keeps each tenant to its quota with its own chunks, never another tenant's", async () => {
     const bucket = uniqueBucket('cap');
-    const dir = mkdtempSync(join(tmpdir(), 'oc-quota-'));
-    const credentials = join(dir, 'credentials.json');
-    const allow = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:*', 'objectcache:PinObject'], Resource: ['arn:aws:s3:::*'] }] };
-    writeFileSync(credentials, JSON.stringify([
-      { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret', tenant: 'team-a', policy: allow },
-      { accessKeyId: 'team-b-key', secretAccessKey: 'team-b-secret', tenant: 'team-b', policy: allow },
-    ]));
+    const { dir, credentials } = tenantKeys(['team-a', 'team-b']);
     try {
       const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`]);
       await testClient(gw, bucket).ensureBucket();
-      const as = (key: string): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${key}-key`, secretAccessKey: `${key}-secret` } });
-      const a = as('team-a');
-      const b = as('team-b');
+      const a = clientAs(gw, bucket, 'team-a');
+      const b = clientAs(gw, bucket, 'team-b');
       const first = await storePrefix(a, 'a1', 4);
       const theirs = await storePrefix(b, 'b1', 6);
       const second = await storePrefix(a, 'a2', 2); // past team-a's quota: its own coldest tail goes
@@ -260,17 +268,11 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
 
   it("gives a tenant no way to spoof sizes or tenants, or to kill, pin or hold another tenant's chunks", async () => {
     const bucket = uniqueBucket('cap');
-    const dir = mkdtempSync(join(tmpdir(), 'oc-hostile-'));
-    const credentials = join(dir, 'credentials.json');
-    const allow = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:*', 'objectcache:PinObject'], Resource: ['arn:aws:s3:::*'] }] };
-    writeFileSync(credentials, JSON.stringify([
-      { accessKeyId: 'victim-key', secretAccessKey: 'victim-secret', tenant: 'victim', policy: allow },
-      { accessKeyId: 'mallory-key', secretAccessKey: 'mallory-secret', tenant: 'mallory', policy: allow },
-    ]));
+    const { dir, credentials } = tenantKeys(['victim', 'mallory']);
     try {
       const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `victim=${4 * CHUNK},mallory=${4 * CHUNK}`]);
       await testClient(gw, bucket).ensureBucket();
-      const as = (who: string): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${who}-key`, secretAccessKey: `${who}-secret` } });
+      const as = (who: string): ObjectCacheClient => clientAs(gw, bucket, who);
       const victim = await storePrefix(as('victim'), 'v', 3);
       const mallory = as('mallory');
       // Links naming the victim's chunks after one that does not exist would make them dead.
