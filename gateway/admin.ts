@@ -8,6 +8,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import type { Registry } from 'prom-client';
+import { MAX_REPORT_TOP } from './capacity/capacity.js';
 
 export interface AdminOptions {
   readonly host: string;
@@ -53,7 +54,7 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
       case '/capacity': {
         if (!options.capacity) return respond(json(404, { error: 'no bucket has a --budget' }));
         const top = Number(new URLSearchParams(query).get('top') ?? '10');
-        options.capacity(Number.isSafeInteger(top) ? Math.min(Math.max(top, 0), 1000) : 10).then(
+        options.capacity(Number.isSafeInteger(top) ? Math.min(Math.max(top, 0), MAX_REPORT_TOP) : 10).then(
           (document) => respond(json(200, document)),
           (error: Error) => respond(json(500, { error: error.message })),
         );

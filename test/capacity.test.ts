@@ -10,9 +10,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { afterEach, describe, expect, inject, it, vi } from 'vitest';
 import { GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
 import { ObjectCacheClient } from '../client/client.js';
+import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
@@ -418,3 +419,42 @@ describe('capacity settings', () => {
   });
 });
 
+
+describe('what walks of the eviction order may hold at once', () => {
+  it('walks one order at a time, and shares one /capacity document among the requests that arrive while it is made', async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted('local', bucket, 100);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    await storePrefix(client, 'p', 6);
+    // Each walk made slow, so that walks started together overlap unless something keeps them apart.
+    const original = ChunkIndex.prototype.evictionOrderPaced;
+    let active = 0;
+    let most = 0;
+    let walks = 0;
+    const spy = vi.spyOn(ChunkIndex.prototype, 'evictionOrderPaced').mockImplementation(async function* (this: ChunkIndex, ...args: Parameters<ChunkIndex['evictionOrderPaced']>) {
+      walks++;
+      most = Math.max(most, ++active);
+      try {
+        await pause(30);
+        yield* original.apply(this, args);
+      } finally {
+        active--;
+      }
+    });
+    try {
+      const capacity = gw.gateway.capacity!;
+      const coldest = await Promise.all([capacity.coldest(bucket, 2), capacity.coldest(bucket, 3), capacity.coldest(bucket, 1)]);
+      expect(coldest.map((c) => c.length)).toEqual([2, 3, 1]);
+      expect(most).toBe(1);
+      walks = 0;
+      // Twenty admin requests at once: one walk, each answered with its own `top`.
+      const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => fetch(`${gw.gateway.adminUrl}/capacity?top=${i % 4}`).then((r) => r.json() as Promise<{ buckets: { bucket: string; coldest: unknown[] }[] }>)));
+      expect(walks).toBe(1);
+      answers.forEach((answer, i) => expect(answer.buckets.find((b) => b.bucket === bucket)?.coldest).toHaveLength(i % 4));
+    } finally {
+      spy.mockRestore();
+      await client.close();
+    }
+  });
+});

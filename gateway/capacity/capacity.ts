@@ -14,8 +14,9 @@
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { AFTER_META } from '../../schemas/chain.js';
 import type { CapacityConfig } from '../config.js';
+import { FifoBudget } from '../fifo-budget.js';
 import type { Logger } from '../logger.js';
-import { ChunkIndex, type Chunk } from './chunk-index.js';
+import { ChunkIndex, type Candidate, type Chunk, type OrderOptions } from './chunk-index.js';
 import type { CapacityStore } from './store.js';
 import { SharedState, type CapacityEvent } from './shared-state.js';
 
@@ -59,6 +60,17 @@ export interface ColdPrefix {
   readonly reason: 'dead' | 'lru';
 }
 
+/** The most coldest chunks per bucket the /capacity document lists (`?top=`, gateway/admin.ts). */
+export const MAX_REPORT_TOP = 1000;
+
+/** The admin endpoint's /capacity document. */
+export interface CapacityReport {
+  readonly leader: boolean;
+  readonly gateway: string;
+  readonly buckets: readonly (BucketUsage & { readonly highBytes: number; readonly lowBytes: number; readonly coldest: readonly (ColdPrefix & { readonly idleSeconds: number })[] })[];
+  readonly tenants: readonly { readonly tenant: string; readonly bytes: number; readonly quota: number | null }[];
+}
+
 export class Capacity {
   readonly #config: CapacityConfig;
   readonly #store: CapacityStore;
@@ -82,6 +94,14 @@ export class Capacity {
   readonly #shared: SharedState;
   #trimTimer: NodeJS.Timeout | undefined;
   #trimming = false;
+  /**
+   * One eviction-order walk at a time (a lock of one): a walk holds maps as large as the bucket's
+   * index, and since walks give way to requests (ChunkIndex.evictionOrderPaced) nothing else would
+   * stop over-quota writes, a trimming pass and admin reports from each running one at once.
+   */
+  readonly #walking = new FifoBudget(1);
+  /** The /capacity document being made: concurrent requests share it rather than walk again. */
+  #reporting: Promise<CapacityReport> | undefined;
   #closed = false;
 
   constructor(options: { config: CapacityConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string }) {
@@ -327,21 +347,32 @@ export class Capacity {
   /** The next `count` chunks eviction would take from the bucket, with how deep each sits in its prefix. */
   async coldest(bucket: string, count: number): Promise<ColdPrefix[]> {
     const index = this.#indexes.get(bucket);
-    if (!index) return [];
+    if (!index || count <= 0) return [];
     const out: ColdPrefix[] = [];
-    for await (const { chunk, reason } of index.evictionOrderPaced({ evictable: (c) => this.#evictable(bucket, c, this.#now()), deadIfWrittenBefore: this.#now() - DEAD_AFTER_MS })) {
+    for await (const { chunk, reason } of this.#order(index, { evictable: (c) => this.#evictable(bucket, c, this.#now()), deadIfWrittenBefore: this.#now() - DEAD_AFTER_MS })) {
       out.push({ tail: chunk.key, depth: index.depth(chunk), bytes: chunk.size, lastAccess: chunk.lastAccess, reason });
       if (out.length >= count) break;
     }
     return out;
   }
 
-  /** The admin endpoint's /capacity document. */
-  async report(top: number): Promise<unknown> {
+  /**
+   * The admin endpoint's /capacity document with the `top` coldest chunks of each bucket (at most
+   * MAX_REPORT_TOP). Requests that arrive while one is being made share it.
+   */
+  async report(top: number): Promise<CapacityReport> {
+    this.#reporting ??= this.#report().finally(() => {
+      this.#reporting = undefined;
+    });
+    const full = await this.#reporting;
+    return { ...full, buckets: full.buckets.map((b) => ({ ...b, coldest: b.coldest.slice(0, Math.max(0, top)) })) };
+  }
+
+  async #report(): Promise<CapacityReport> {
     const now = this.#now();
-    const buckets = [];
+    const buckets: CapacityReport['buckets'][number][] = [];
     for (const u of this.usage()) {
-      const coldest = await this.coldest(u.bucket, top);
+      const coldest = await this.coldest(u.bucket, MAX_REPORT_TOP);
       buckets.push({
         ...u,
         highBytes: Math.floor(u.budget * this.#config.highFraction),
@@ -355,6 +386,16 @@ export class Capacity {
       buckets,
       tenants: [...this.tenants()].map(([tenant, bytes]) => ({ tenant, bytes, quota: this.quota(tenant) ?? null })),
     };
+  }
+
+  /** The bucket's eviction order, built in slices, while this walk is the only one (`#walking`). */
+  async *#order(index: ChunkIndex, options: OrderOptions): AsyncGenerator<Candidate> {
+    await this.#walking.acquire(1);
+    try {
+      yield* index.evictionOrderPaced(options);
+    } finally {
+      this.#walking.release(1);
+    }
   }
 
   /** The chunk as this gateway knows it (tests, the admin endpoint). */
@@ -403,7 +444,7 @@ export class Capacity {
         const idleBefore = idleScan && this.#config.idleMs !== undefined ? now - this.#config.idleMs : undefined;
         let victims: { chunk: Chunk; cause: EvictionCause }[] = [];
         let free = usage();
-        for await (const { chunk, reason } of index.evictionOrderPaced({ evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
+        for await (const { chunk, reason } of this.#order(index, { evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
           const idle = idleBefore !== undefined && chunk.lastAccess < idleBefore;
           if (trim && free > target) {
             victims.push({ chunk, cause: reason === 'dead' ? 'dead' : idle ? 'idle' : 'lru' });
@@ -510,7 +551,7 @@ export class Capacity {
     let candidates: { bucket: string; chunk: Chunk; dead: boolean }[] = [];
     for (const [bucket, index] of this.#indexes) {
       let found = 0;
-      for await (const { chunk, reason } of index.evictionOrderPaced({ tenant, evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
+      for await (const { chunk, reason } of this.#order(index, { tenant, evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
         candidates.push({ bucket, chunk, dead: reason === 'dead' });
         found += chunk.size;
         if (found >= over) break;
