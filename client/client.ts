@@ -20,7 +20,7 @@ import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
 import type { EndSummary } from '../schemas/frames.js';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
-import { AFTER_META, MAX_AFTER_KEY } from '../schemas/chain.js';
+import { AFTER_META, recordableAfter } from '../schemas/chain.js';
 import type { Layout } from '../schemas/layouts.js';
 import { FrameDecoder } from './frame-decoder.js';
 import { toCanonical } from './kv-layout.js';
@@ -225,7 +225,7 @@ export class ObjectCacheClient {
         }
         const after = i > 0 && options.chain !== false ? (keys[i - 1] as string) : undefined;
         // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
-        if (after !== undefined && after.length <= MAX_AFTER_KEY && /^[\x20-\x7e]*$/.test(after)) metadata[AFTER_META] = after;
+        if (after !== undefined && recordableAfter(after)) metadata[AFTER_META] = after;
         await this.#failover((e) => e.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata })));
       }
     };

@@ -219,6 +219,7 @@ constant('LAYER_CRC_META', 'str', str(integrity.LAYER_CRC_META), 'User metadata 
 constant('MAX_CHECKSUMMED_LAYERS', 'int', int(integrity.MAX_CHECKSUMMED_LAYERS, 'MAX_CHECKSUMMED_LAYERS'), 'Most layers whose CRC-32Cs fit in S3\'s 2 KB of user metadata.');
 constant('AFTER_META', 'str', str(chain.AFTER_META), 'User metadata naming the chunk before this one in its prefix.');
 constant('MAX_AFTER_KEY', 'int', int(chain.MAX_AFTER_KEY, 'MAX_AFTER_KEY'), 'Longer keys are not recorded.');
+constant('AFTER_KEY_PATTERN', 'str', str(chain.AFTER_KEY.source), 'What a recorded key may hold (re.fullmatch); others are not recorded.');
 
 section('the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts)');
 constant('DESCRIPTOR_HEADER', 'str', str(descriptor.DESCRIPTOR_HEADER), 'The request header that carries a descriptor on GET.');

@@ -109,6 +109,16 @@ def test_the_iterator_yields_ready_layers_and_leaving_early_releases_the_stream(
     assert layers == [0, 1]
 
 
+def test_a_key_that_cannot_be_a_header_value_is_not_recorded_as_the_next_chunks_predecessor(client: ObjectCacheClient) -> None:
+    # A chain records each chunk's predecessor in a header; one with a line break cannot
+    # be a header value: the chunks are stored all the same, the record left out (as the
+    # TypeScript client does, schemas/chain.ts recordableAfter).
+    prefix = uid("after")
+    keys = [f"{prefix}/line\nbreak", f"{prefix}/next"]
+    client.put_chunks(keys, [b"a" * 64, b"b" * 64])
+    assert client.get_object(keys[0]) == b"a" * 64 and client.get_object(keys[1]) == b"b" * 64
+
+
 def test_a_store_answer_relayed_as_it_is_gets_the_code_it_stands_for(client: ObjectCacheClient) -> None:
     # The store's own 404 (a passthrough in front of MinIO carries no code of ours) and the
     # embedded store's alike: the stable code, catchable as botocore's ClientError.

@@ -203,6 +203,8 @@ MAX_CHECKSUMMED_LAYERS: Final[int] = 256
 AFTER_META: Final[str] = "objectcache-after"
 #: Longer keys are not recorded.
 MAX_AFTER_KEY: Final[int] = 512
+#: What a recorded key may hold (re.fullmatch); others are not recorded.
+AFTER_KEY_PATTERN: Final[str] = "^[\\x20-\\x7e]*$"
 
 
 # --- the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts) ----------------------

@@ -12,6 +12,7 @@ import base64
 import datetime
 import http.client
 import json
+import re
 import struct
 import threading
 import time
@@ -28,7 +29,7 @@ from botocore.credentials import Credentials  # type: ignore[import-untyped]
 
 from crc32c import crc32c
 
-from ._contract import AFTER_META as AFTER_META
+from ._contract import AFTER_KEY_PATTERN, AFTER_META as AFTER_META
 from ._contract import CODEC_META, CODES_BY_ANSWER, DESCRIPTOR_VERSION, LAYER_CRC_META, MAX_CHECKSUMMED_LAYERS, RAW_CODEC, SLICE_BYTES_META
 from ._contract import DESCRIPTOR_HEADER as DESCRIPTOR_HEADER
 from ._contract import MAX_HEADER_DESCRIPTOR_BYTES as MAX_HEADER_DESCRIPTOR_BYTES
@@ -286,7 +287,7 @@ class ObjectCacheClient:
         # Any: NumPy arrays are buffers, which typeshed says only from Python 3.12 on.
         body = data if isinstance(data, bytes) else memoryview(cast(Any, data)).tobytes()
         headers = {"Content-Type": "application/octet-stream"}
-        if after is not None and after.isascii() and len(after) <= MAX_AFTER_KEY:
+        if after is not None and len(after) <= MAX_AFTER_KEY and re.fullmatch(AFTER_KEY_PATTERN, after):
             headers[f"x-amz-meta-{AFTER_META}"] = after
         if codec is not None and codec != RAW_CODEC:
             if layout is None or chunk_tokens is None or dtype is None:
