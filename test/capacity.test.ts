@@ -374,10 +374,10 @@ describe('capacity when the gateway holding the lease is killed', () => {
       expect(second.gateway.capacity?.isLeader).toBe(false);
       first.child.kill('SIGKILL'); // dies holding the lease: nothing released, no last snapshot
       const killed = Date.now();
+      // Nobody takes over (or trims) until the dead holder's lease (1 s) has run out.
+      expect(second.gateway.capacity?.isLeader).toBe(false);
       const a = await storePrefix(client, 'a', 10);
       await storePrefix(client, 'b', 6);
-      // Nobody trims until the dead holder's lease (1 s) has run out.
-      expect(second.gateway.capacity?.isLeader).toBe(false);
       await until('the second gateway takes the lease', () => second.gateway.capacity?.isLeader === true, 10_000);
       expect(Date.now() - killed).toBeGreaterThanOrEqual(800);
       await until('the second gateway trims', () => (second.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);

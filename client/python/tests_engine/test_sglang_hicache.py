@@ -117,9 +117,19 @@ def ours(stack: Stack, bucket: str, pool: Any, endpoint: str = "", **settings: A
     docs/engines.md's extra configuration (``settings`` added or replaced)."""
     values = {"endpoint": endpoint or stack.gateway_url, "bucket": bucket}
     extra = {**json.loads(filled("SGLang HiCache", "json", values)), **settings}
-    # The key pair from the environment, as docs/engines.md says (SGLang logs the extra config).
-    os.environ["OBJECTCACHE_ACCESS_KEY"], os.environ["OBJECTCACHE_SECRET_KEY"] = CLIENT_KEY, CLIENT_SECRET
-    backend = sglang_storage.StorageBackendFactory.create_backend("dynamic", storage_config(pool.layout != "layer_first", extra), pool)
+    # The key pair from the environment, as docs/engines.md says (SGLang logs the extra config),
+    # for this backend only: the rest of the session keeps its own environment.
+    names = ("OBJECTCACHE_ACCESS_KEY", "OBJECTCACHE_SECRET_KEY")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(zip(names, (CLIENT_KEY, CLIENT_SECRET)))
+    try:
+        backend = sglang_storage.StorageBackendFactory.create_backend("dynamic", storage_config(pool.layout != "layer_first", extra), pool)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     backend.register_mem_pool_host(pool)
     return backend
 

@@ -31,7 +31,8 @@ class EngineFailures(Dict[Tuple[str, str], int]):
             self._counter = None
 
     def miss(self, op: str, error: BaseException, count: int) -> None:
-        """Counts and logs ``count`` items of ``op`` served as a miss because of ``error``."""
+        """Counts one failed call of ``op`` (by its code) and logs it with the ``count`` items it
+        served as a miss because of ``error``."""
         code = error.code if isinstance(error, ObjectCacheError) else type(error).__name__
         with self._lock:
             self[(op, code)] = self.get((op, code), 0) + 1

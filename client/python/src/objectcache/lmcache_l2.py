@@ -439,8 +439,9 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         """Lets the requests under way finish (each bounded by ``timeout_s``), then closes the
         client and the event fds; tasks submitted later complete at once as misses."""
         self._closed = True
-        # Queued PUTs are not sent (each would wait out timeout_s with the gateway down).
-        self._writes.shutdown(wait=True, cancel_futures=True)
+        # Queued PUTs are not sent: each fails at once as closed (_put), so that its store task
+        # still finishes; cancelling them would leave their tasks unfinished for good.
+        self._writes.shutdown(wait=True)
         self._reads.shutdown(wait=True)
         self.client.close()
         with self._lock:
