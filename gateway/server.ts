@@ -174,8 +174,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       const auth = await authenticate(r, target);
       r.hold(admission.request(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
       const ctx = contextOf(r, auth, classified);
-      authorizeRequest(ctx, classified);
-      await dispatch(r, ctx, classified);
+      const filteredListing = authorizeRequest(ctx, classified);
+      await dispatch(r, ctx, classified, filteredListing);
     } catch (error) {
       fail(r, error);
     }
@@ -329,29 +329,36 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
    * or lookup of a key that may read no object of the bucket is refused before its body is read
    * (up to --max-descriptor-bytes of JSON otherwise); the keys it names are authorized once read
    * (dispatch). A DeleteObjects request's keys are checked by the backend as it reads them
-   * (s3/delete-objects.ts); a bucket listing without s3:ListAllMyBuckets is answered filtered.
+   * (s3/delete-objects.ts); a bucket listing without s3:ListAllMyBuckets is answered filtered
+   * (returns true for that one).
    */
-  function authorizeRequest(ctx: RequestContext, classified: Classified): void {
+  function authorizeRequest(ctx: RequestContext, classified: Classified): boolean {
     const credential = ctx.auth.credential;
     switch (classified.kind) {
       case 'descriptor-get':
       case 'prefix-lookup':
-        return authorizeSomeObject(credential, ['s3:GetObject'], ctx.target.bucket);
+        authorizeSomeObject(credential, ['s3:GetObject'], ctx.target.bucket);
+        return false;
       case 'pin':
-        return authorizeSomeObject(credential, ['objectcache:PinObject'], ctx.target.bucket);
+        authorizeSomeObject(credential, ['objectcache:PinObject'], ctx.target.bucket);
+        return false;
       default: {
         const requirement = requirementOf(ctx.req.method ?? 'GET', ctx.target, ctx.req.headers);
         if (requirement.kind === 'checks') authorize(credential, requirement.checks);
         else if (requirement.kind === 'unclassified') authorizeUnclassified(credential, requirement.what);
+        return requirement.kind === 'list-buckets' && !credential.access.allows('s3:ListAllMyBuckets', s3Arn('*'));
       }
     }
   }
 
+  /** Capacity management, when the bucket has a budget. */
+  const budgetOf = (bucket: string): Capacity | undefined => (capacity?.manages(bucket) === true ? capacity : undefined);
+
   /** Stage 5: the handler for the request's kind. */
-  async function dispatch(r: Request, ctx: RequestContext, classified: Classified): Promise<void> {
+  async function dispatch(r: Request, ctx: RequestContext, classified: Classified, filteredListing: boolean): Promise<void> {
     const { bucket } = ctx.target;
     const credential = ctx.auth.credential;
-    const budgeted = capacity?.manages(bucket) === true ? capacity : undefined;
+    const budgeted = budgetOf(bucket);
     switch (classified.kind) {
       case 'pin':
         return servePin(ctx, capacity, lw.maxDescriptorBytes);
@@ -381,7 +388,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         return;
       }
       default: {
-        if (requirementOf(ctx.req.method ?? 'GET', ctx.target, ctx.req.headers).kind === 'list-buckets' && !credential.access.allows('s3:ListAllMyBuckets', s3Arn('*'))) {
+        if (filteredListing) {
           return sendBucketList(ctx, visibleBuckets(credential.access, await backend.listBuckets(ctx.signal)));
         }
         // A passthrough holds a backend connection for as long as its client takes.
@@ -406,7 +413,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       admit: (credential) => r.hold(admission.request(credential, 'form')),
       now: deps.now ?? Date.now,
       storing: async (credential, key, userMeta) => {
-        const budgeted = capacity?.manages(bucket) === true ? capacity : undefined;
+        const budgeted = budgetOf(bucket);
         if (!budgeted) return () => {};
         // The form's own tenant field is dropped: only the gateway names an object's tenant.
         userMeta['objectcache-tenant'] = credential.tenant;

@@ -406,7 +406,7 @@ describe('a request waits for a connection to the store at most the backend time
   beforeAll(async () => {
     credentials = credentialsFile();
     // Two connections to the store, one for each team at most (three quarters of two, rounded down).
-    gw = await startTestGateway({ backend: 's3', minio: inject('minio'), args: ['--credentials', credentials, '--backend-connections', '2', '--backend-timeout-ms', '1500'] });
+    gw = await startTestGateway({ backend: 's3', minio: inject('minio'), args: ['--credentials', credentials, '--backend-connections', '2', '--backend-timeout-ms', '3000'] });
     await clientOf(gw, bucket).ensureBucket();
     const s3 = sdkClient(gw.url);
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'big', Body: randomBytes(32 * 1024 * 1024) }));
@@ -434,8 +434,16 @@ describe('a request waits for a connection to the store at most the backend time
       const refused = await waiting;
       expect(refused.status).toBe(503);
       expect(refused.code).toBe('OC_ERR_BACKEND_TIMEOUT');
-      expect(performance.now() - started).toBeGreaterThanOrEqual(1_400);
+      expect(performance.now() - started).toBeGreaterThanOrEqual(2_900);
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_backend_waiting_requests')).toBe(0);
+      // A waiter whose client leaves stops waiting then, not at the backend timeout.
+      const leaving = await rawSocket(gw.url);
+      leaving.write(head('HEAD', `/${bucket}/big`, await sign(ADMIN, gw.url, { method: 'HEAD', path: `/${bucket}/big` })));
+      await until(async () => (await metricValue(gw.gateway.adminUrl, 'objectcache_backend_waiting_requests')) === 1, 5_000);
+      const left = performance.now();
+      leaving.destroy();
+      await until(async () => (await metricValue(gw.gateway.adminUrl, 'objectcache_backend_waiting_requests')) === 0, 5_000);
+      expect(performance.now() - left).toBeLessThan(1_500);
     } finally {
       for (const socket of sockets) socket.destroy();
     }

@@ -258,8 +258,8 @@ export class Capacity {
       const quota = this.#config.quotas.get(tenant);
       const over = quota === undefined ? 0 : this.tenantBytes(tenant) + (this.#reserved.get(tenant) ?? 0) - quota;
       if (quota !== undefined && over > 0) {
-        await this.#evictForQuota(tenant, over, 0, quota).catch(() => {
-          this.#log.warn({ bucket, key, tenant }, 'capacity: a completed upload left its tenant past its quota, and not enough of its own chunks could be evicted');
+        await this.#evictForQuota(tenant, over, 0, quota).catch((error: unknown) => {
+          this.#log.warn({ bucket, key, tenant, error }, 'capacity: a completed upload left its tenant past its quota, and evicting its own chunks to make room failed');
         });
       }
     });
@@ -675,7 +675,7 @@ export class Capacity {
    * written before the listing began is forgotten, so a write racing the listing is kept.
    */
   async #reconcile(): Promise<void> {
-    for (const [bucket, index] of this.#indexes) {
+    for (const bucket of [...this.#indexes.keys()]) {
       const started = this.#now();
       const seen = new Set<string>();
       let after: string | undefined;
@@ -683,10 +683,13 @@ export class Capacity {
         const page = await this.#store.list(bucket, '', after);
         for (const object of page.objects) {
           seen.add(object.key);
-          const known = index.get(object.key);
+          // The index as it is now: a reload while the listing runs (it runs beside syncs) replaces it.
+          let index = this.#indexes.get(bucket);
+          const known = index?.get(object.key);
           if (known && known.etag === object.etag) continue;
           const head = await this.#store.head(bucket, object.key);
-          if (!head) continue;
+          index = this.#indexes.get(bucket);
+          if (!head || !index) continue;
           const tenant = head.meta['objectcache-tenant'] ?? known?.tenant ?? '';
           // The chain the writer recorded with the object (schemas/chain.ts), when the journals lost it.
           const after = head.meta[AFTER_META];
@@ -698,6 +701,8 @@ export class Capacity {
         after = page.objects.at(-1)?.key;
         if (!page.truncated || after === undefined) break;
       }
+      const index = this.#indexes.get(bucket);
+      if (!index) return;
       for (const chunk of [...index.values()]) {
         if (!seen.has(chunk.key) && chunk.written < started && !this.#writing.has(slot(bucket, chunk.key))) {
           index.remove(chunk.key);

@@ -43,7 +43,8 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
       const etag = ctx.res.getHeader('etag');
       // A PUT's body was checked against the length it declared (gateway/body/upload-body.ts), so
       // that, and the store's answer, are what it holds; a copy's size is asked of the store.
-      if (ctx.res.statusCode === 200) stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag } : op === 'CopyObject';
+      // Without an ETag in the answer, a stored object's facts are asked of the store (`true`).
+      if (ctx.res.statusCode === 200) stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag } : op === 'PutObject' || op === 'CopyObject';
       // The writer's word on the chunk before it (schemas/chain.ts), taken for its own chunk.
       const after = op === 'PutObject' ? headerOf(ctx.req, `x-amz-meta-${AFTER_META}`) : undefined;
       if (stored !== false && after !== undefined && objectKeyProblem(after) === undefined) budgeted.link(bucket, [after, key], ctx.tenant);

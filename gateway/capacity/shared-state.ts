@@ -147,13 +147,15 @@ export class SharedState {
 
   /**
    * Queues an event for the next journal. Past MAX_PENDING_EVENTS (a store unreachable for long)
-   * the oldest are dropped: the next holder's listing restores sizes and tenants, and what is
+   * the oldest are dropped, a sixteenth of the bound at a time (one shift per event would move
+   * the whole queue for each): the next holder's listing restores sizes and tenants, and what is
    * lost is access times and chains, never an eviction decision.
    */
   #push(event: CapacityEvent): void {
     if (this.#pending.length >= MAX_PENDING_EVENTS) {
-      this.#pending.shift();
-      this.#dropped++;
+      const drop = Math.ceil(MAX_PENDING_EVENTS / 16);
+      this.#pending.splice(0, drop);
+      this.#dropped += drop;
     }
     this.#pending.push(event);
   }
@@ -256,8 +258,12 @@ export class SharedState {
         if (attempt >= 3) throw new Error(`journal names of ${this.id} up to ${seq} are taken`);
       }
     } catch (error) {
-      // Kept for the next sync rather than lost (within the bound).
-      for (const event of events.reverse()) if (this.#pending.length < MAX_PENDING_EVENTS) this.#pending.unshift(event);
+      // Kept for the next sync rather than lost, in front of what came meanwhile, in one step (one
+      // unshift per event would move the whole queue for each: seconds at the bound); what does
+      // not fit under the bound, the oldest, is dropped and counted.
+      const kept = events.slice(Math.max(0, events.length - Math.max(0, MAX_PENDING_EVENTS - this.#pending.length)));
+      this.#dropped += events.length - kept.length;
+      this.#pending = [...kept, ...this.#pending];
       throw error;
     }
   }

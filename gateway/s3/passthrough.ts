@@ -180,7 +180,7 @@ async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<st
     try {
       await new Promise<void>((resolve, reject) => {
         backend.dispatch(
-          { method, path: ctx.target.canonicalPath, query: ctx.target.query, headers, ...(body ? { body } : {}), payloadHash },
+          { method, path: ctx.target.canonicalPath, query: ctx.target.query, headers, ...(body ? { body } : {}), payloadHash, signal: ctx.signal },
           new RelayHandler(ctx.res, ctx.requestId, resolve, reject, mayRetry),
         );
       });

@@ -220,29 +220,34 @@ export class S3Backend {
 
   /**
    * Signs and sends one request whose response goes to `handler` (undici's handler interface,
-   * for callers that move the body themselves); counted like `request`. Not for requests with a
-   * signal: the handler aborts through its controller.
+   * for callers that move the body themselves); counted like `request`. `signal` (the client's)
+   * only ends the wait for a connection; once the request is sent, the handler aborts through its
+   * controller.
    */
-  dispatch(request: Omit<BackendRequest, 'signal'>, handler: Dispatcher.DispatchHandler): void {
+  dispatch(request: BackendRequest, handler: Dispatcher.DispatchHandler): void {
     const headers = withPayloadHash(request);
     const qs = queryString(request.query ?? []);
     const path = qs === '' ? request.path : `${request.path}?${qs}`;
-    this.#connections.take().then(
+    this.#connections.take(request.signal).then(
       (release) => {
         this.#requests++;
         this.#inflight++;
-        this.#http.dispatch(
-          { method: request.method as Dispatcher.HttpMethod, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs },
-          new CountedHandler(handler, (failed) => {
-            this.#inflight--;
-            release();
-            if (failed) this.#errors++;
-          }),
-        );
+        const counted = new CountedHandler(handler, (failed) => {
+          this.#inflight--;
+          release();
+          if (failed) this.#errors++;
+        });
+        try {
+          this.#http.dispatch({ method: request.method as Dispatcher.HttpMethod, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, counted);
+        } catch (error) {
+          // Refused before it was sent (a signing interceptor that throws): answered, and the
+          // connection given back, like any failure.
+          counted.onResponseError(undefined, error as Error);
+        }
       },
       (error: unknown) => {
-        this.#errors++;
-        handler.onResponseError?.(undefined as unknown as Dispatcher.DispatchController, mapBackendError(error) as Error);
+        if (!request.signal?.aborted) this.#errors++;
+        handler.onResponseError?.(undefined as unknown as Dispatcher.DispatchController, mapBackendError(error, request.signal) as Error);
       },
     );
   }
