@@ -306,7 +306,7 @@ export class ChunkIndex {
       gone.add(chunk.key);
       yield { chunk, reason: 'lru' };
       const pred = chunk.pred === undefined ? undefined : this.chunks.get(chunk.pred);
-      if (pred && !gone.has(pred.key) && mine(chunk)) {
+      if (pred && !gone.has(pred.key)) {
         const left = (remaining.get(pred.key) ?? 1) - 1;
         remaining.set(pred.key, left);
         if (left === 0) heap.push(pred, depthOf(pred));

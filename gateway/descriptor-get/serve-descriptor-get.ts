@@ -62,8 +62,8 @@ export type ChunkReads = 'streamed' | 'grouped';
  * (`--task-bytes`). Grouped range reads otherwise. (At serve time the streams must also be free
  * at once: see stream().)
  */
-export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, streamsChunks: () => boolean): ChunkReads {
-  if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks()) return 'grouped';
+export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, streamsChunks: boolean): ChunkReads {
+  if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks) return 'grouped';
   if (descriptor.codecs !== undefined) return 'grouped';
   if (descriptor.layerEnd - descriptor.layerStart < 2) return 'grouped';
   if (chunkStreams(descriptor) > config.maxChunkStreams) return 'grouped';
@@ -133,7 +133,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   // Streamed only if the streams are free now: a request never waits for another's streams (it
   // is served with grouped reads instead), so the kernel memory streams hold stays bounded.
   const streams = chunkStreams(descriptor);
-  const reads = chooseReads(descriptor, mode, config, () => pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
+  const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
   const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
   // Worked out only for streamed reads (grouped reads plan by layer groups, not runs of chunks).
   const runChunks = reads === 'streamed' ? runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes) : 0;

@@ -58,7 +58,6 @@ export class StreamReadAhead implements UnitSource {
   readonly #units: Deferred<TaskRead[]>[];
   /** The ring's slots, runs and blocks (storage-worker/task-layout.ts): what is budgeted is what is taken. */
   readonly #layout: RingLayout;
-  /** Runs of chunks in a layer (one buffer block each). */
   /** The stream task slot and chunk streams (reserved by the caller) and the ring's budget bytes. */
   #held = { streams: true, budget: false };
   #ring: StreamRing | undefined;
