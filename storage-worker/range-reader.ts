@@ -23,7 +23,7 @@ import { ScatterCursor, type RangeTarget } from './scatter.js';
 import type { WorkerBackend } from './protocol.js';
 import type { ErrorCode } from '../schemas/errors.js';
 import { ReadError, cancelled, changed, sizeError } from './read-errors.js';
-import { SocketRangeClient } from './socket-range-get.js';
+import { parseContentRange, SocketRangeClient } from './socket-range-get.js';
 
 export interface ChunkRead {
   readonly bucket: string;
@@ -114,11 +114,6 @@ export class LocalRangeReader implements RangeReader {
   async close(): Promise<void> {}
 }
 
-/** `bytes 0-99/1000` → [0, 99, 1000]. */
-function parseContentRange(value: string | string[] | undefined): [number, number, number] | undefined {
-  const m = typeof value === 'string' ? /^bytes (\d+)-(\d+)\/(\d+)$/.exec(value.trim()) : null;
-  return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : undefined;
-}
 
 /** What a range answer's status and headers say: a failure, an error body to read, or the version read. */
 /**

@@ -174,11 +174,16 @@ function parseHead(text: string, reused: boolean): Head | ReadError {
   return { status: Number(status[2]), http10: status[1] === '0', headers };
 }
 
+/** `bytes 0-99/1000` → [0, 99, 1000]. */
+export function parseContentRange(value: string | string[] | undefined): [number, number, number] | undefined {
+  const m = typeof value === 'string' ? /^bytes (\d+)-(\d+)\/(\d+)$/.exec(value.trim()) : null;
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : undefined;
+}
+
 /** The length a Content-Range spans (`bytes 0-99/1000`: 100), if it is one. */
 function rangeLength(value: string | undefined): number | undefined {
-  const range = /^bytes (\d+)-(\d+)\/(?:\d+|\*)$/.exec(value ?? '');
-  const length = range ? Number(range[2]) - Number(range[1]) + 1 : 0;
-  return length > 0 ? length : undefined;
+  const range = parseContentRange(value);
+  return range && range[1] >= range[0] ? range[1] - range[0] + 1 : undefined;
 }
 
 /** The value of a hex digit's byte, or -1. */
