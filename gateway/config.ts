@@ -3,6 +3,7 @@
  * `OBJECTCACHE_*` environment variables, then defaults), validated at start-up so a bad value
  * fails fast with a message that names the setting. Nothing below the CLI reads process.env.
  */
+import type { SegmentConfig } from './descriptor-get/segments.js';
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { parseArgs } from 'node:util';
@@ -82,6 +83,12 @@ export const SERVE_SETTINGS = {
   taskBytes: { flag: 'task-bytes', env: 'OBJECTCACHE_TASK_BYTES', kind: 'integer', default: String(8 * 1024 * 1024), min: 4096, max: 1024 ** 3, description: 'Target bytes of one worker task (a layer group of a run of chunks).' },
   readAheadBytes: { flag: 'read-ahead-bytes', env: 'OBJECTCACHE_READ_AHEAD_BYTES', kind: 'integer', default: String(512 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes one layerwise GET may have read but not yet sent (a layer group is at most this, but at least one layer; the next group is read while the current one is sent, as far as this allows).' },
   maxBufferedBytes: { flag: 'max-buffered-bytes', env: 'OBJECTCACHE_MAX_BUFFERED_BYTES', kind: 'integer', default: String(1024 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes all layerwise GETs together may have read but not yet sent (also the shared memory reserved for task buffers, used as needed).' },
+  segments: { flag: 'segments', env: 'OBJECTCACHE_SEGMENTS', kind: 'enum', default: 'on', values: ['on', 'off'], description: 'Packed segments (docs/segments.md): a prefix read --segment-after-reads times is kept as one object in layer-major order, written from the frames of a read of it, and later reads of it are a few large sequential reads of that object. off: every read is served from the chunks.' },
+  segmentBucket: { flag: 'segment-bucket', env: 'OBJECTCACHE_SEGMENT_BUCKET', kind: 'string', default: 'objectcache-segments', description: 'Bucket the packed segments and their manifests are kept in (created when missing, and reserved like --reserved-buckets: clients never read or write it).' },
+  segmentAfterReads: { flag: 'segment-after-reads', env: 'OBJECTCACHE_SEGMENT_AFTER_READS', kind: 'integer', default: '2', min: 1, max: 1_000_000, description: 'Layerwise GETs of the same prefix (same chunks, layout and layers) at this gateway, counting the one that packs it, before it is packed.' },
+  segmentMinBytes: { flag: 'segment-min-bytes', env: 'OBJECTCACHE_SEGMENT_MIN_BYTES', kind: 'integer', default: String(16 * 1024 * 1024), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Smallest prefix packed, in payload bytes (chunks x layers x layer bytes): below it the store\u2019s per-request cost is small next to the transfer. At most 5 GiB (one PutObject) is packed.' },
+  maxSegmentPacks: { flag: 'max-segment-packs', env: 'OBJECTCACHE_MAX_SEGMENT_PACKS', kind: 'integer', default: '2', min: 1, max: 1_000, description: 'Segments written at once; a prefix that would be packed while this many are being written is packed at a later read.' },
+  segmentCheck: { flag: 'segment-check', env: 'OBJECTCACHE_SEGMENT_CHECK', kind: 'enum', default: 'heads', values: ['heads', 'writes'], description: 'How a read from a segment knows its chunks are unchanged. heads: a HEAD of each covered chunk, sent while the first layer is read, must find the version the segment was packed from. writes: only writes and deletes through this gateway make a segment stale (only when no other gateway or client writes to the store).' },
   chunkReads: { flag: 'chunk-reads', env: 'OBJECTCACHE_CHUNK_READS', kind: 'enum', default: 'grouped', values: ['grouped', 'auto'], description: 'grouped: range reads of layer groups. auto: a layerwise GET from an S3 backend reads each chunk as a stream (a range GET for its first layer, then one for the rest, consumed layer by layer) when its chunk streams are free within --max-chunk-streams, grouped otherwise (docs/layerwise-get.md, Streamed reads: fewer store requests and less memory for one GET at a time, slower first layers for GETs that share the gateway with a streamed one).' },
   streamWindowBytes: { flag: 'stream-window-bytes', env: 'OBJECTCACHE_STREAM_WINDOW_BYTES', kind: 'integer', default: String(128 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Layer buffers of one streamed layerwise GET (whole layers, at least two: one being sent, one being read); it is what such a request holds in memory.' },
   maxChunkStreams: { flag: 'max-chunk-streams', env: 'OBJECTCACHE_MAX_CHUNK_STREAMS', kind: 'integer', default: '256', min: 1, max: 65_536, description: 'Backend chunk streams (one connection each) all streamed layerwise GETs together hold open; a request whose streams are not free at once is served with grouped range reads. Each open stream may hold the store\'s send buffer (MinIO: 4 MiB) in flight.' },
@@ -163,6 +170,8 @@ export interface GatewayConfig {
   readonly scheduler: SchedulerConfig | undefined;
   /** Undefined when no bucket has a --budget. */
   readonly capacity: CapacityConfig | undefined;
+  /** Packed segments (gateway/descriptor-get/segments.ts); undefined when --segments is off. */
+  readonly segments: SegmentConfig | undefined;
 }
 
 /** Budgets, quotas and eviction (gateway/capacity/). */
@@ -608,10 +617,13 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
   const reservedBuckets = parseReserved(raw.reservedBuckets);
   // Clients never reach capacity management's own state (the administrator key still can).
   if (capacity) reservedBuckets.add(capacity.stateBucket);
+  const segments = loadSegments(raw);
+  if (segments) reservedBuckets.add(segments.bucket);
 
   return {
     scheduler,
     capacity,
+    segments,
     host,
     port: integer('port', raw),
     metricsHost: nonEmpty('metricsHost', raw),
@@ -659,6 +671,20 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
         maxTotalBytes: integer('maxRequestBytes', raw),
       },
     },
+  };
+}
+
+function loadSegments(raw: RawSettings): SegmentConfig | undefined {
+  if (oneOf('segments', raw) === 'off') return undefined;
+  const bucket = nonEmpty('segmentBucket', raw);
+  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket)) throw new ConfigError('segment-bucket', `--segment-bucket / OBJECTCACHE_SEGMENT_BUCKET: ${JSON.stringify(bucket)} is not a bucket name`);
+  if (raw.capacityStateBucket === bucket) throw new ConfigError('segment-bucket', `--segment-bucket ${bucket} is also --capacity-state-bucket`);
+  return {
+    bucket,
+    afterReads: integer('segmentAfterReads', raw),
+    minBytes: integer('segmentMinBytes', raw),
+    maxPacks: integer('maxSegmentPacks', raw),
+    check: oneOf('segmentCheck', raw) as 'heads' | 'writes',
   };
 }
 

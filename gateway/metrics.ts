@@ -3,6 +3,7 @@
  * one instance per gateway, created at start-up, served on the admin port. Point-in-time values
  * (pool, buffers, scheduler shares) are read in collect(), not refreshed by timers.
  */
+import type { SegmentObserver, Segments } from './descriptor-get/segments.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { ReaderPoolStats } from './read-pool/reader-pool.js';
 import type { BackendStats } from '../storage-worker/backends/s3-backend.js';
@@ -36,6 +37,10 @@ export interface GatewayMetrics {
   readonly capacity: CapacityObserver;
   /** Gauges of usage against budgets and quotas, read from `capacity` at each scrape. */
   watchCapacity(capacity: Capacity | undefined): void;
+  /** Packed segments' events (gateway/descriptor-get/segments.ts). */
+  readonly segments: SegmentObserver;
+  /** Gauges of the packed segments known, read from `segments` at each scrape. */
+  watchSegments(segments: Segments | undefined): void;
 }
 
 export interface MetricSources {
@@ -205,10 +210,20 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     },
     syncFailed: (what) => capacitySyncFailures.inc({ what }),
   };
+
+  // --- packed segments (gateway/descriptor-get/segments.ts) ---
+  let watchedSegments: Segments | undefined;
+  const segmentEvents = new Counter({ name: 'objectcache_segment_events_total', help: 'Packed segments, by event: packed (a manifest written), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), dropped (removed for any reason), evicted (for the budget).', labelNames: ['event'] as const, registers });
+  new Gauge({ name: 'objectcache_segments', help: 'Packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.count ?? 0); } });
+  new Gauge({ name: 'objectcache_segment_bytes', help: 'Bytes of the packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.bytes() ?? 0); } });
+  const segments: SegmentObserver = { event: (event) => segmentEvents.inc({ event }) };
   return {
-    registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, descriptorGet, capacity,
+    registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, descriptorGet, capacity, segments,
     watchCapacity(c) {
       watched = c;
+    },
+    watchSegments(s) {
+      watchedSegments = s;
     },
   };
 }

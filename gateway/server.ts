@@ -35,6 +35,7 @@ import { openBackend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
 import { Capacity } from './capacity/capacity.js';
+import { Segments } from './descriptor-get/segments.js';
 import { servePin } from './capacity/pin-request.js';
 import { serveBudgeted } from './capacity/serve-budgeted.js';
 
@@ -69,6 +70,8 @@ export interface Gateway {
 /** The most an early error response will read and discard of an unread request body. */
 const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
 const CLOSE_GRACE_MS = 5_000;
+/** Operations that change or remove an object: the packed segments that hold it are stale. */
+const WRITES: ReadonlySet<string> = new Set(['PutObject', 'CopyObject', 'CompleteMultipartUpload', 'DeleteObject', 'DeleteObjects']);
 
 /**
  * Headers the gateway reads or passes to the store must be printable ASCII. Node reads header
@@ -145,8 +148,12 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => admission.descriptorGets,
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
+  const segments = config.segments
+    ? new Segments({ config: config.segments, store: backend.capacity, workerEtag: (etag) => (backend.kind === 's3' ? `"${etag}"` : etag), logger, observer: metrics.segments })
+    : undefined;
+  metrics.watchSegments(segments);
   const capacity = config.capacity
-    ? new Capacity({ config: config.capacity, store: backend.capacity, logger, observer: metrics.capacity })
+    ? new Capacity({ config: config.capacity, store: backend.capacity, logger, observer: metrics.capacity, ...(segments ? { derived: segments } : {}) })
     : undefined;
   metrics.watchCapacity(capacity);
   const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds, ...(deps.now ? { now: deps.now } : {}) });
@@ -376,7 +383,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
             budgeted.link(bucket, descriptor.keys, credential.tenant);
             r.hold(await budgeted.reading(bucket, descriptor.keys));
           }
-          return await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          return await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, segments, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           release();
         }
@@ -393,8 +400,19 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         }
         // A passthrough holds a backend connection for as long as its client takes.
         if (config.backend.kind === 's3') r.hold(admission.backendConnection(credential));
-        if (budgeted) return serveBudgeted(ctx, budgeted, backend);
-        return backend.serveS3(ctx);
+        // A write or delete of a chunk makes the segments that hold it stale: dropped before the
+        // store has it (and again after, for the keys a DeleteObjects names once its body is read).
+        const writes = segments !== undefined && WRITES.has(ctx.operation);
+        if (writes) segments.changed(bucket, ctx.target.key);
+        try {
+          if (budgeted) return await serveBudgeted(ctx, budgeted, backend);
+          return await backend.serveS3(ctx);
+        } finally {
+          if (writes) {
+            segments.changed(bucket, ctx.target.key);
+            for (const key of ctx.deleteKeys ?? []) segments.changed(bucket, key);
+          }
+        }
       }
     }
   }
@@ -414,6 +432,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       now: deps.now ?? Date.now,
       storing: async (credential, key, userMeta) => {
         const budgeted = budgetOf(bucket);
+        segments?.changed(bucket, key);
         if (!budgeted) return () => {};
         // The form's own tenant field is dropped: only the gateway names an object's tenant.
         userMeta['objectcache-tenant'] = credential.tenant;
@@ -535,6 +554,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         await closed;
         clearTimeout(timer);
         await adminServer.close();
+        segments?.close();
         await capacity?.close();
         await pool.close();
         await backend.close();

@@ -119,6 +119,11 @@ export interface ReadTask extends ChunkRun {
    * OC_ERR_CHUNK_CHANGED: a chunk overwritten mid-stream is never delivered half old, half new.
    */
   readonly etags?: readonly (string | undefined)[];
+  /**
+   * Read the task's slices from a packed segment instead of the chunks (gateway/descriptor-get/
+   * segments.ts; docs/segments.md): the task's chunks are the segment's chunks from `chunkStart`.
+   */
+  readonly segment?: SegmentRead;
   /** Where in the shared arena the task's buffer is (preferred: nothing is allocated or moved). */
   readonly arenaOffset?: number;
   /**
@@ -126,6 +131,29 @@ export interface ReadTask extends ChunkRun {
    * task's part is overwritten, so it needs no clearing. Neither: the worker allocates one.
    */
   readonly buffer?: ArrayBuffer;
+}
+
+/**
+ * Where a task's slices lie in a packed segment: one object holding layers [first, end) of
+ * `chunks` consecutive chunks in layer-major order (every chunk's slice of layer `first`, then
+ * of the next layer, ...), each slice `layerBytes` long in KV_L2TD form.
+ */
+export interface SegmentRead {
+  readonly bucket: string;
+  readonly key: string;
+  /** The segment object's ETag as its manifest pins it: any other version fails the task (OC_ERR_CHUNK_CHANGED). */
+  readonly etag: string;
+  /** The segment object's size. */
+  readonly bytes: number;
+  readonly first: number;
+  readonly end: number;
+  readonly chunks: number;
+  /** Segment position of the task's first chunk. */
+  readonly chunkStart: number;
+  /** The CRC32C each of the task's slices must have, in the task's slice order (from the manifest). */
+  readonly crcs: Uint32Array;
+  /** Gaps of at most this many bytes between wanted ranges are read and dropped rather than asked for apart. */
+  readonly skipBytes: number;
 }
 
 /** What a worker answers (the wire form of ReadResult). */

@@ -11,13 +11,13 @@ import { setMaxListeners } from 'node:events';
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { crc32c } from '../native/crc32c.js';
-import type { ChunkRun, ReadTask, StreamResult, StreamTask, WorkerFailure, WorkerInit, WorkerResult } from './protocol.js';
+import type { ChunkRun, ReadTask, SegmentRead, StreamResult, StreamTask, WorkerFailure, WorkerInit, WorkerResult } from './protocol.js';
 import { ChunkStreams } from './chunk-streams.js';
 import { SocketRangeClient } from './socket-range-get.js';
 import { createRangeReader, type RangeReader } from './range-reader.js';
 import { cancelled, corruptSlice, ReadError, toWorkerFailure } from './read-errors.js';
 import { decodeLayerCrcs } from '../schemas/integrity.js';
-import { rangeTargets } from './scatter.js';
+import { rangeTargets, segmentTargets } from './scatter.js';
 import { TaskLayout } from './task-layout.js';
 import { RAW_CODEC } from '../schemas/encoded-chunk.js';
 
@@ -124,6 +124,28 @@ function checksumSlices(task: ReadTask, layout: TaskLayout, region: Uint8Array, 
   return { crcs, verified };
 }
 
+/**
+ * A task served from a packed segment: its slices' ranges of the one segment object (pinned to
+ * the manifest's ETag), each slice checked against the manifest's CRC32C. The chunks' own ETags
+ * are the manifest's pins, given as the task's.
+ */
+async function readSegment(task: ReadTask, segment: SegmentRead, layout: TaskLayout, region: Uint8Array, signal: AbortSignal): Promise<WorkerResult & { ok: true }> {
+  const started = performance.now();
+  let info;
+  try {
+    info = await readerFor().read({ bucket: segment.bucket, key: segment.key, targets: segmentTargets(segment, layout, region), objectBytes: segment.bytes, codec: RAW_CODEC, etag: segment.etag, signal });
+  } catch (error) {
+    if (error instanceof ReadError) error.key = segment.key;
+    throw error;
+  }
+  const crcs = new Uint32Array(task.keys.length * layout.layers);
+  for (let slice = 0; slice < crcs.length; slice++) {
+    crcs[slice] = crc32c(region.subarray(layout.offsetOf(slice), layout.offsetOf(slice + 1)));
+    if (crcs[slice] !== segment.crcs[slice]) throw Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `packed segment ${segment.key} does not match the CRC32C its manifest records (slice ${slice} of the task)`), { key: segment.key });
+  }
+  return { ok: true, crcs, etags: task.etags ?? [], reads: info.reads, retries: info.retries ?? 0, readMs: performance.now() - started, verified: true };
+}
+
 async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResult & { ok: true }> {
   const started = performance.now();
   const layout = TaskLayout.of(task.order, task, task.keys.length, task.layerBytes, task.encoded?.sliceBytes);
@@ -131,6 +153,7 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResul
   // The task's bytes go to its block of the shared arena, or else to a buffer of its own.
   const own = task.arenaOffset === undefined ? (task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed)) : undefined;
   const region = own ? new Uint8Array(own, 0, needed) : arena.subarray(task.arenaOffset as number, (task.arenaOffset as number) + needed);
+  if (task.segment) return { ...(await readSegment(task, task.segment, layout, region, signal)), ...(own ? { buffer: own } : {}) };
   const { reads, retries, recorded, etags } = await readChunks(task, layout, region, signal);
   const { crcs, verified } = checksumSlices(task, layout, region, recorded);
   return { ok: true, ...(own ? { buffer: own } : {}), crcs, etags, reads, retries, readMs: performance.now() - started, verified };

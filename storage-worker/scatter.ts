@@ -5,6 +5,7 @@
  */
 import { layerRanges, slicePiece, type ByteRange, type Layout } from '../schemas/layouts.js';
 import type { TaskLayout } from './task-layout.js';
+import type { SegmentRead } from './protocol.js';
 
 export interface RangeTarget extends ByteRange {
   /** Destinations in the order the range's bytes arrive; their lengths add up to `length`. */
@@ -48,6 +49,42 @@ export function rangeTargets(stored: StoredChunk, task: TaskLayout, region: Uint
     // Consecutive destinations that touch can be one view (fewer copies and syscalls).
     return { ...range, views: coalesce(views) };
   });
+}
+
+/**
+ * The ranges of a packed segment (protocol.ts SegmentRead) that hold a task's slices, and where
+ * each byte goes in `region`: one range per layer (the task's chunks' slices of a layer lie
+ * together in the segment), and ranges separated by at most `skipBytes` read as one, the bytes
+ * between them dropped into scratch memory. A task over every chunk of the segment is one range.
+ */
+export function segmentTargets(segment: SegmentRead, task: TaskLayout, region: Uint8Array): RangeTarget[] {
+  const { layerBytes } = task;
+  const targets: RangeTarget[] = [];
+  for (let layer = task.first; layer < task.end; layer++) {
+    const offset = ((layer - segment.first) * segment.chunks + segment.chunkStart) * layerBytes;
+    const length = task.chunks * layerBytes;
+    const views: Uint8Array[] = [];
+    for (let chunk = 0; chunk < task.chunks; chunk++) {
+      const at = task.sliceOffset(layer, chunk);
+      views.push(region.subarray(at, at + layerBytes));
+    }
+    const last = targets.at(-1);
+    const gap = last ? offset - (last.offset + last.length) : Infinity;
+    if (last && gap <= segment.skipBytes) {
+      if (gap > 0) last.views.push(scratch(gap));
+      last.views.push(...views);
+      targets[targets.length - 1] = { offset: last.offset, length: offset + length - last.offset, views: last.views };
+    } else targets.push({ offset, length, views });
+  }
+  return targets.map((target) => ({ ...target, views: coalesce(target.views) }));
+}
+
+/** Memory that skipped bytes are read into and dropped (one buffer, every gap a view of it). */
+let skipped = new Uint8Array(0);
+
+function scratch(bytes: number): Uint8Array {
+  if (skipped.byteLength < bytes) skipped = new Uint8Array(bytes);
+  return skipped.subarray(0, bytes);
 }
 
 function coalesce(views: Uint8Array[]): Uint8Array[] {

@@ -42,10 +42,24 @@ export const MAX_PIN_MS = 366 * 86_400_000;
 
 const slot = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
+/**
+ * Data derived from a bucket's chunks and kept elsewhere in the store (packed segments,
+ * gateway/descriptor-get/segments.ts): counted against the bucket's budget, and evicted before
+ * any chunk, since dropping it loses nothing.
+ */
+export interface DerivedData {
+  bytes(bucket: string): number;
+  /** Deletes derived data of `bucket` until `bytes` are freed or none is left; resolves to the bytes freed. */
+  evict(bucket: string, bytes: number): Promise<number>;
+}
+
 export interface BucketUsage {
   readonly bucket: string;
   readonly budget: number;
+  /** Chunks and derived data (segments) together. */
   readonly bytes: number;
+  /** Of `bytes`, derived data's. */
+  readonly derivedBytes: number;
   readonly chunks: number;
   readonly pinnedBytes: number;
 }
@@ -103,8 +117,10 @@ export class Capacity {
   /** The /capacity document being made: concurrent requests share it rather than walk again. */
   #reporting: Promise<CapacityReport> | undefined;
   #closed = false;
+  #derived: DerivedData | undefined;
 
-  constructor(options: { config: CapacityConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string }) {
+  constructor(options: { config: CapacityConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string; derived?: DerivedData }) {
+    this.#derived = options.derived;
     this.#config = options.config;
     this.#store = options.store;
     this.#log = options.logger;
@@ -320,7 +336,10 @@ export class Capacity {
       const size = this.#indexes.get(bucket)?.get(key)?.size ?? 0;
       pinned.set(bucket, (pinned.get(bucket) ?? 0) + size);
     }
-    return [...this.#indexes].map(([bucket, index]) => ({ bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 }));
+    return [...this.#indexes].map(([bucket, index]) => {
+      const derivedBytes = this.#derived?.bytes(bucket) ?? 0;
+      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes + derivedBytes, derivedBytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 };
+    });
   }
 
   tenantBytes(tenant: string): number {
@@ -438,8 +457,10 @@ export class Capacity {
       for (const [bucket, index] of this.#indexes) {
         const budget = this.#config.budgets.get(bucket) ?? 0;
         const target = budget * this.#config.lowFraction;
-        const usage = (): number => index.bytes - (this.#pendingFree.get(bucket) ?? 0);
+        const usage = (): number => index.bytes + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
         const trim = usage() > budget * this.#config.highFraction;
+        // Derived data goes first: it is rebuilt from the chunks, never the other way round.
+        if (trim && this.#derived) await this.#derived.evict(bucket, usage() - target);
         if (!trim && !idleScan) continue;
         const idleBefore = idleScan && this.#config.idleMs !== undefined ? now - this.#config.idleMs : undefined;
         let victims: { chunk: Chunk; cause: EvictionCause }[] = [];
@@ -464,7 +485,7 @@ export class Capacity {
             if (this.#closed || !this.#shared.isLeader) break;
             // Still wanted? The pass may have waited; a chunk trimmed for the budget goes only while
             // the bucket is above its low mark (other chunks may have gone meanwhile).
-            const still = cause === 'idle' || cause === 'dead' || index.bytes - (this.#pendingFree.get(bucket) ?? 0) + chunk.size > target;
+            const still = cause === 'idle' || cause === 'dead' || usage() + chunk.size > target;
             // Read since it was chosen (a lookup that found it, a GET about to load it), or no
             // longer a tail (the chunk after it was stored meanwhile): the next pass decides again.
             // Dead no longer (its predecessor was stored while the order was built): decided again too.

@@ -36,6 +36,12 @@ export interface CapacityStore {
    * resolves to the new ETag, or undefined when the condition failed.
    */
   put(bucket: string, key: string, body: Buffer, condition: { ifMatch?: string; ifNoneMatch?: true }, meta?: Readonly<Record<string, string>>): Promise<string | undefined>;
+  /**
+   * Streams `bytes` bytes from `body` into a new object (a packed segment, gateway/descriptor-get/
+   * segments.ts); resolves to its ETag once stored. The caller ends `body` only once all of it was
+   * written, and destroys it otherwise: a body that fails stores nothing.
+   */
+  putStream(bucket: string, key: string, body: Readable, bytes: number, signal: AbortSignal): Promise<string>;
   /** An object's size, ETag and user metadata, or undefined. */
   head(bucket: string, key: string): Promise<{ size: number; etag: string; meta: Readonly<Record<string, string>> } | undefined>;
   /** Deletes the object if it still has `etag`: 'deleted', 'changed' (left alone) or 'gone'. */
@@ -96,6 +102,12 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
         if (error instanceof ObjectCacheError && error.code === 'OC_ERR_STORE_PRECONDITION_FAILED') return undefined;
         throw error;
       }
+    },
+    async putStream(bucket, key, body) {
+      // The writer ends the body only once all of it was written, and destroys it otherwise: a
+      // failed body stores nothing (the staged file is removed).
+      const written = await store.putObject(bucket, key, body, { contentType: 'application/octet-stream', headers: {}, userMeta: {} });
+      return quoted(written.etag);
     },
     head,
     async deleteVersion(bucket, key, etag) {
@@ -167,6 +179,12 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       const res = await backend.request({ method: 'PUT', path: path(bucket, key), headers, body });
       await res.body.dump();
       if (res.statusCode === 412 || res.statusCode === 409) return undefined;
+      if (res.statusCode !== 200) throw fail(`PUT ${key}`, res.statusCode);
+      return quoted(String(res.headers['etag'] ?? ''));
+    },
+    async putStream(bucket, key, body, bytes, signal) {
+      const res = await backend.request({ method: 'PUT', path: path(bucket, key), headers: { 'content-type': 'application/octet-stream', 'content-length': String(bytes) }, body, signal });
+      await res.body.dump();
       if (res.statusCode !== 200) throw fail(`PUT ${key}`, res.statusCode);
       return quoted(String(res.headers['etag'] ?? ''));
     },

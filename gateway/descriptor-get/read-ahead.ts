@@ -10,7 +10,7 @@
  * At most `tasksInFlight` of the request's tasks are in the pool at once.
  */
 import { setMaxListeners } from 'node:events';
-import type { ReadResult, ReadTask } from '../../storage-worker/protocol.js';
+import type { ReadResult, ReadTask, SegmentRead } from '../../storage-worker/protocol.js';
 import { fromWorkerFailure } from '../../storage-worker/read-errors.js';
 import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
 import type { Delivery } from '../../schemas/descriptor.js';
@@ -80,6 +80,25 @@ export interface ReadAheadOptions {
   /** The client went away. */
   readonly signal: AbortSignal;
   readonly observer?: DescriptorGetObserver | undefined;
+  /** Where the plan's `fromSegment` tasks read (planFromSegment). */
+  readonly segment?: SegmentSource | undefined;
+}
+
+/** A packed segment a request reads its first chunks from (segments.ts): the object and what its manifest pins. */
+export interface SegmentSource {
+  readonly bucket: string;
+  readonly key: string;
+  /** The segment object's ETag, in the form the read workers' store reports it. */
+  readonly etag: string;
+  readonly bytes: number;
+  readonly first: number;
+  readonly end: number;
+  readonly chunks: number;
+  /** Every slice's CRC32C, in the segment's order (layer-major). */
+  readonly crcs: Uint32Array;
+  /** The chunks' ETags the segment was packed from, by prefix position. */
+  readonly etags: readonly string[];
+  readonly skipBytes: number;
 }
 
 /** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */
@@ -151,6 +170,8 @@ export class ReadAhead implements UnitSource {
     this.#regions = options.units.map(() => undefined);
     // An encoded prefix's plan was cut from its index: the first reads must find those versions.
     if (options.chunks.encoded) this.#pins.push(...options.chunks.encoded.etags);
+    // A segment was packed from these versions, and its manifest says so: the pins it carries.
+    else if (options.segment) this.#pins.push(...options.segment.etags);
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));
@@ -227,7 +248,24 @@ export class ReadAhead implements UnitSource {
   #readTask(task: PlannedTask): Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'> {
     const c = this.#o.chunks;
     const encoded = c.encoded ? { encoded: { codec: c.encoded.codec, sliceBytes: c.encoded.sliceBytes.slice(task.chunkStart, task.chunkEnd) } } : {};
-    return { requestId: c.requestId, bucket: c.bucket, keys: c.keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: c.layout, layers: c.layers, layerBytes: c.layerBytes, first: task.first, end: task.end, order: this.#o.order, ...encoded };
+    const segment = task.fromSegment && this.#o.segment ? { segment: this.#segmentRead(task, this.#o.segment) } : {};
+    return { requestId: c.requestId, bucket: c.bucket, keys: c.keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: c.layout, layers: c.layers, layerBytes: c.layerBytes, first: task.first, end: task.end, order: this.#o.order, ...encoded, ...segment };
+  }
+
+  /** Where a segment task's slices lie in the segment, and the CRC32C each must have, in the task's slice order. */
+  #segmentRead(task: PlannedTask, segment: SegmentSource): SegmentRead {
+    const layout = layoutOf(task, this.#o.order, this.#o.chunks);
+    const crcs = new Uint32Array(layout.layers * layout.chunks);
+    for (let layer = task.first; layer < task.end; layer++) {
+      for (let c = 0; c < layout.chunks; c++) crcs[layout.slice(layer, c)] = segment.crcs[(layer - segment.first) * segment.chunks + task.chunkStart + c] as number;
+    }
+    const { bucket, key, etag, bytes, first, end, chunks, skipBytes } = segment;
+    return { bucket, key, etag, bytes, first, end, chunks, chunkStart: task.chunkStart, crcs, skipBytes };
+  }
+
+  /** Each chunk's ETag as read (by prefix position), for a segment packed from this request. */
+  get pins(): readonly (string | undefined)[] {
+    return this.#pins;
   }
 
   /**

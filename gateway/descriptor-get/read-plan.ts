@@ -40,6 +40,8 @@ export interface PlannedTask {
   readonly end: number;
   readonly chunkStart: number;
   readonly chunkEnd: number;
+  /** Read from the request's packed segment (planFromSegment), not from the chunks. */
+  readonly fromSegment?: true;
 }
 
 export interface ReadPlan {
@@ -164,4 +166,45 @@ export function planStreamed(input: Pick<PlanInput, 'layout' | 'layerStart' | 'l
     }
   }
   return { groups, tasks, reads: input.chunks * (input.layout === 'KV_2LTD' ? 2 : 1) };
+}
+
+/** What a packed segment holds of a request (gateway/descriptor-get/segments.ts): its first `chunks` chunks, `segmentChunks` in all. */
+export interface SegmentCover {
+  readonly chunks: number;
+  readonly segmentChunks: number;
+  /** Gaps between wanted ranges up to this many bytes are read through (protocol.ts SegmentRead). */
+  readonly skipBytes: number;
+}
+
+/**
+ * A plan whose first `cover.chunks` chunks are read from a packed segment (docs/segments.md).
+ * The segment holds each layer's slices of its chunks together, so a task over all of them reads
+ * one range however many layers it covers: when the segment covers the whole request, groups
+ * grow (1, 4, 16, ... layers) until a task reaches `taskBytes`, and the plan is a few large
+ * sequential reads. Otherwise the groups are those of the chunk reads, and the tasks are cut at
+ * the segment's last chunk: the rest are read from the chunks, as without a segment.
+ */
+export function planFromSegment(input: PlanInput, layerwise: boolean, cover: SegmentCover): ReadPlan {
+  const whole = cover.chunks === input.chunks;
+  const shaped = whole ? { ...input, readBytes: Math.max(rangeBytesPerLayer(input.layout, input.layerBytes), Math.floor(input.taskBytes / cover.chunks)) } : input;
+  const base = layerwise ? planLayerwise(shaped) : planChunkwise(shaped);
+  const tasks: PlannedTask[] = [];
+  for (const task of base.tasks) {
+    if (task.chunkEnd <= cover.chunks) tasks.push({ ...task, fromSegment: true });
+    else if (task.chunkStart >= cover.chunks) tasks.push(task);
+    else tasks.push({ ...task, chunkEnd: cover.chunks, fromSegment: true }, { ...task, chunkStart: cover.chunks });
+  }
+  const rangesPerChunk = input.layout === 'KV_2LTD' ? 2 : 1;
+  let reads = 0;
+  for (const task of tasks) {
+    if (!task.fromSegment) reads += (task.chunkEnd - task.chunkStart) * rangesPerChunk;
+    else reads += segmentRanges(task, cover, input.layerBytes);
+  }
+  return { groups: base.groups, tasks, reads };
+}
+
+/** Range reads of a task read from a segment: one when the gaps between its layers are read through, else one per layer. */
+export function segmentRanges(task: PlannedTask, cover: SegmentCover, layerBytes: number): number {
+  const gap = (cover.segmentChunks - (task.chunkEnd - task.chunkStart)) * layerBytes;
+  return gap <= cover.skipBytes ? 1 : task.end - task.first;
 }

@@ -23,7 +23,8 @@
 import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
-import { planChunkwise, planLayerwise, planStreamed, planUnits, type ReadPlan, type Unit } from './read-plan.js';
+import { planChunkwise, planFromSegment, planLayerwise, planStreamed, planUnits, type PlanInput, type ReadPlan, type Unit } from './read-plan.js';
+import type { Pack, Segments } from './segments.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -83,13 +84,20 @@ export interface DescriptorGetDeps {
   readonly observer?: DescriptorGetObserver;
   /** Shared by every layerwise GET of the gateway: streamed GETs yield to first layers. */
   readonly firstLayers?: FirstLayerGate;
-  /** Where encoded chunks' indexes are read (descriptors that name `codecs`). */
+  /** Where encoded chunks' indexes are read (descriptors that name `codecs`), and a segment's chunks are checked. */
   readonly backend: Pick<Backend, 'heads'>;
+  /** Packed segments (segments.ts): absent when --segments is off. */
+  readonly segments?: Segments | undefined;
 }
 
 /** The read plan of a request in its delivery mode. */
 export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number = descriptor.layerBytes): ReadPlan {
-  const input = {
+  const input = planInput(descriptor, config, tasksInFlight, layerBytes);
+  return mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
+}
+
+function planInput(descriptor: Descriptor, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number): PlanInput {
+  return {
     layout: descriptor.layout,
     layerStart: descriptor.layerStart,
     layerEnd: descriptor.layerEnd,
@@ -100,7 +108,6 @@ export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: Desc
     maxGroupBytes: config.readAheadBytes,
     firstGroupTasks: tasksInFlight,
   };
-  return mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
 }
 
 export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps): Promise<void> {
@@ -120,13 +127,16 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
     deps.observer?.admissionWait(grant.waitedMs / 1000);
   }
   try {
-    await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes);
+    // A segment that turns out stale, or fails before the first frame, is dropped and the request
+    // served from the chunks: nothing has been sent yet.
+    const fromSegment = await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, true);
+    if (fromSegment === 'retry') await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, false);
   } finally {
     if (grant) deps.scheduler?.release(ctx.requestId);
   }
 }
 
-async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined, encoded: EncodedChunks | undefined, payloadBytes: number): Promise<void> {
+async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined, encoded: EncodedChunks | undefined, payloadBytes: number, segmentsAllowed: boolean): Promise<'retry' | void> {
   const { config, pool } = deps;
   const started = ctx.startedAt;
   const tasksInFlight = pool.tasksPerRequest;
@@ -137,7 +147,10 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
   // Worked out only for streamed reads (grouped reads plan by layer groups, not runs of chunks).
   const runChunks = reads === 'streamed' ? runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes) : 0;
-  const plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes);
+  let plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes);
+  const rangesPerChunk = descriptor.layout === 'KV_2LTD' ? 2 : 1;
+  const found = segmentsAllowed && reads === 'grouped' && !encoded ? deps.segments?.find(ctx.target.bucket, descriptor, (chunks) => plan.groups.length * chunks * rangesPerChunk) : undefined;
+  if (found) plan = planFromSegment(planInput(descriptor, config, tasksInFlight, descriptor.layerBytes), mode === 'layerwise', found.cover);
   const chunks = { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, encoded };
   const units = planUnits(plan, mode === 'layerwise', order, chunks);
   let readAhead: UnitSource;
@@ -157,17 +170,39 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       firstUnitAlone: mode === 'layerwise',
       signal: ctx.signal,
       observer: deps.observer,
+      segment: found?.source,
     });
   }
+  let pack: Pack | undefined;
   try {
     // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
     const firstIn = deps.firstLayers?.begin();
     let first: TaskRead[];
     try {
-      first = await readAhead.unit(0);
+      if (found && deps.segments) {
+        // The covered chunks are checked (HEADs) while the first layer is read from the segment.
+        const segments = deps.segments;
+        const bucket = ctx.target.bucket;
+        const current = segments.current(bucket, found, (keys) => deps.backend.heads(bucket, keys, ctx.signal, false));
+        const read = readAhead.unit(0);
+        try {
+          const [fresh, reads] = await Promise.all([current, read]);
+          if (!fresh) return 'retry';
+          first = reads;
+        } catch (error) {
+          if (ctx.signal.aborted) throw error;
+          // The segment may be gone or damaged; the chunks decide (they are the source of truth).
+          segments.drop(found.run, `its first read failed: ${(error as Error).message}`);
+          ctx.logger.info({ error }, 'a packed segment could not be read; serving from the chunks');
+          return 'retry';
+        }
+        segments.served();
+      } else first = await readAhead.unit(0);
     } finally {
       firstIn?.();
     }
+    // A run read often enough is packed from these frames (not one served whole from a segment).
+    if (mode === 'layerwise' && reads === 'grouped' && !encoded && found?.cover.chunks !== descriptor.chunks) pack = deps.segments?.packFor(ctx.target.bucket, descriptor);
     const firstReadMs = performance.now() - started;
     ctx.res.writeHead(200, {
       'content-type': encoded ? SEGMENTED_STREAM_CONTENT_TYPE : STREAM_CONTENT_TYPE,
@@ -180,8 +215,9 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       'x-objectcache-plan-reads': String(plan.reads),
       'x-objectcache-reads': reads,
       ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
+      ...(found ? { 'x-objectcache-segment-chunks': String(found.cover.chunks) } : {}),
     });
-    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded });
+    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded, pack });
     const version = encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;
     const writes = grant ? paced(source, new Pacer(grant.rateBytesPerSec), version) : unpaced(source, version);
     try {
@@ -193,6 +229,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     // The task buffers are reused once the response refers to none of their bytes.
     await responseDone(ctx.res, config.clientStallTimeoutMs);
   } finally {
+    pack?.ended();
     await readAhead.close();
   }
 }
@@ -215,6 +252,8 @@ interface SourceInput {
   readonly firstReadMs: number;
   readonly grant: Grant | undefined;
   readonly encoded: EncodedChunks | undefined;
+  /** A segment being packed from this stream's LAYER frames. */
+  readonly pack: Pack | undefined;
 }
 
 /**
@@ -233,8 +272,10 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
       // Once the socket has taken the unit's last frame, its buffers go back to the pool.
       const recycle = (): void => readAhead.recycle(u);
       const unitFrames = s.mode === 'layerwise' ? build.layerFrames(reads) : build.chunkFrames(reads);
+      s.pack?.checksums(reads);
       for (let i = 0; i < unitFrames.length; i++) {
         const frame = unitFrames[i] as Frame;
+        s.pack?.append(frame.pieces);
         yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
         if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
         if (s.mode === 'layerwise') deps.observer?.layerReady((performance.now() - started) / 1000);
@@ -243,6 +284,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
       readAhead.release(u);
     }
   } catch (error) {
+    s.pack?.abandon('the layerwise GET that fed it failed');
     if (s.ctx.signal.aborted) return;
     // After headers: the ERROR frame is the answer, then the stream ends (the headers-sent rule of gateway/s3/respond.ts).
     const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
@@ -262,6 +304,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     ...(s.encoded ? { codec: s.encoded.codec } : {}),
     timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
   });
+  if (s.pack && readAhead instanceof ReadAhead) void s.pack.finish(readAhead.pins);
   yield jsonFrame(FrameType.END, summary);
 }
 

@@ -1,0 +1,572 @@
+/**
+ * Packed segments (docs/segments.md): a run of chunks the gateway keeps as one object in the
+ * order a layerwise GET sends it (layer 0 of every chunk, then layer 1, ...), so that the next
+ * read of the same prefix is a few large sequential reads of one object instead of a range read
+ * per chunk per layer group.
+ *
+ * - Packing costs no extra read: a layerwise GET served from the chunks writes the segment from
+ *   the frames it is sending (Pack, fed by serve-descriptor-get.ts), once the run has been read
+ *   `--segment-after-reads` times. The request never waits for the store: a pack the store takes
+ *   more slowly than the client is abandoned.
+ * - The manifest is written last, so a pack cut short (crash, error, a chunk rewritten meanwhile)
+ *   leaves nothing usable: a data object no manifest names is never read.
+ * - Chunks stay the source of truth. A segment is used only while every chunk it covers still
+ *   has the version (ETag) it was packed from: with `--segment-check heads` (the default) each
+ *   read asks the store (one HEAD per covered chunk, sent while the first layer is read); a
+ *   write or delete through this gateway drops the segments of its key at once, either way.
+ * - Segments are derived data: capacity management counts them against their bucket's budget and
+ *   evicts them before any chunk (gateway/capacity/capacity.ts, DerivedData).
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { PassThrough } from 'node:stream';
+import type { Descriptor } from '../../schemas/descriptor.js';
+import type { Layout } from '../../schemas/layouts.js';
+import type { CapacityStore } from '../capacity/store.js';
+import type { Logger } from '../logger.js';
+import type { SegmentSource, TaskRead } from './read-ahead.js';
+import { layoutOf, type SegmentCover } from './read-plan.js';
+
+/** The largest segment: what one S3 PutObject may store. */
+export const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
+/**
+ * Gaps of up to this many bytes between the ranges a shorter prefix needs of a segment are read
+ * through and dropped rather than asked for apart: about what one more request costs the store.
+ */
+export const SEGMENT_SKIP_BYTES = 1024 * 1024;
+/** Bytes a pack may have copied and the store not yet taken before it is abandoned. */
+export const PACK_QUEUE_BYTES = 64 * 1024 * 1024;
+/** Runs whose reads are counted (the least recently read are forgotten first). */
+const TRACKED_RUNS = 10_000;
+
+export interface SegmentConfig {
+  /** Where segments are kept: a bucket of the store only the gateway uses (--segment-bucket). */
+  readonly bucket: string;
+  /** Reads of a run, counting the one that packs, before it is packed (--segment-after-reads). */
+  readonly afterReads: number;
+  /** Smallest run packed, in payload bytes (--segment-min-bytes). */
+  readonly minBytes: number;
+  /** Packs written at once (--max-segment-packs). */
+  readonly maxPacks: number;
+  /** How a read checks that the covered chunks are unchanged (--segment-check). */
+  readonly check: 'heads' | 'writes';
+}
+
+/** What a manifest (`<bucket>/<run>.json` in the segment bucket) records; JSON on the store. */
+export interface Manifest {
+  readonly objectcache: 'segment';
+  readonly version: 1;
+  /** The bucket of the chunks. */
+  readonly bucket: string;
+  readonly keys: readonly string[];
+  /** Each chunk's ETag (unquoted) when it was packed. */
+  readonly etags: readonly string[];
+  readonly layout: Layout;
+  readonly layers: number;
+  readonly layerBytes: number;
+  /** Layers held, [first, end). */
+  readonly first: number;
+  readonly end: number;
+  readonly codec: 'raw';
+  /** The data object's key in the segment bucket, its ETag (unquoted) and size. */
+  readonly data: string;
+  readonly dataEtag: string;
+  readonly bytes: number;
+  /** CRC32C of every slice in segment order (layer-major), little-endian uint32s in base64. */
+  readonly crcs: string;
+  readonly packedAt: string;
+}
+
+interface Segment {
+  readonly run: string;
+  readonly manifest: Manifest;
+  readonly crcs: Uint32Array;
+  lastUsed: number;
+}
+
+/** A segment that covers the first `cover.chunks` chunks of a request. */
+export interface Found {
+  readonly run: string;
+  readonly cover: SegmentCover;
+  readonly source: SegmentSource;
+}
+
+export interface SegmentObserver {
+  event(event: 'packed' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted'): void;
+}
+
+const unquote = (etag: string): string => etag.replace(/^"(.*)"$/, '$1');
+const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
+
+/**
+ * A run's name: the same chunks, layout and layers always give the same name, whichever gateway
+ * packs it (so a second pack of a run finds the first one's manifest).
+ */
+export function runName(bucket: string, d: Pick<Descriptor, 'keys' | 'layout' | 'layers' | 'layerBytes'>, first: number, end: number): string {
+  return createHash('sha256').update(JSON.stringify([bucket, d.layout, d.layers, d.layerBytes, first, end, 'raw', d.keys])).digest('hex');
+}
+
+export function encodeCrcs(crcs: Uint32Array): string {
+  const bytes = Buffer.alloc(crcs.length * 4);
+  crcs.forEach((crc, i) => bytes.writeUInt32LE(crc, 4 * i));
+  return bytes.toString('base64');
+}
+
+function decodeCrcs(text: string, count: number): Uint32Array | undefined {
+  const bytes = Buffer.from(text, 'base64');
+  if (bytes.length !== count * 4) return undefined;
+  const crcs = new Uint32Array(count);
+  for (let i = 0; i < count; i++) crcs[i] = bytes.readUInt32LE(4 * i);
+  return crcs;
+}
+
+/** A manifest read from the store, checked field by field (a damaged or foreign one is not used). */
+export function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array } | undefined {
+  let m: Partial<Manifest>;
+  try {
+    m = JSON.parse(body.toString('utf8')) as Partial<Manifest>;
+  } catch {
+    return undefined;
+  }
+  const count = (m.end ?? 0) - (m.first ?? 0);
+  const ok =
+    m.objectcache === 'segment' &&
+    m.version === 1 &&
+    typeof m.bucket === 'string' &&
+    Array.isArray(m.keys) &&
+    m.keys.length > 0 &&
+    m.keys.every((k) => typeof k === 'string') &&
+    Array.isArray(m.etags) &&
+    m.etags.length === m.keys.length &&
+    m.etags.every((e) => typeof e === 'string') &&
+    (m.layout === 'KV_L2TD' || m.layout === 'KV_2LTD') &&
+    Number.isSafeInteger(m.layers) &&
+    Number.isSafeInteger(m.layerBytes) &&
+    Number.isSafeInteger(m.first) &&
+    Number.isSafeInteger(m.end) &&
+    (m.first as number) >= 0 &&
+    count > 0 &&
+    (m.end as number) <= (m.layers as number) &&
+    m.codec === 'raw' &&
+    typeof m.data === 'string' &&
+    typeof m.dataEtag === 'string' &&
+    m.bytes === count * m.keys.length * (m.layerBytes as number) &&
+    typeof m.crcs === 'string';
+  if (!ok) return undefined;
+  const crcs = decodeCrcs(m.crcs as string, count * (m.keys as string[]).length);
+  return crcs ? { manifest: m as Manifest, crcs } : undefined;
+}
+
+export interface SegmentsOptions {
+  readonly config: SegmentConfig;
+  readonly store: CapacityStore;
+  /** The form the read workers' store reports ETags in (S3: quoted; the embedded store: not). */
+  readonly workerEtag: (unquoted: string) => string;
+  readonly logger: Pick<Logger, 'warn' | 'info'>;
+  readonly observer?: SegmentObserver;
+  readonly now?: () => number;
+}
+
+export class Segments {
+  readonly #o: SegmentsOptions;
+  readonly #now: () => number;
+  readonly #segments = new Map<string, Segment>();
+  /** Runs by their bucket and first chunk key: where a request's segment is looked for. */
+  readonly #byFirst = new Map<string, Set<string>>();
+  /** Runs by their bucket and any chunk key: what a write of the key makes stale. */
+  readonly #byKey = new Map<string, Set<string>>();
+  /** Reads per run (least recently read first). */
+  readonly #reads = new Map<string, number>();
+  readonly #packs = new Map<string, Pack>();
+  #bucketReady: Promise<void> | undefined;
+
+  constructor(options: SegmentsOptions) {
+    this.#o = options;
+    this.#now = options.now ?? Date.now;
+  }
+
+  get config(): SegmentConfig {
+    return this.#o.config;
+  }
+
+  /** Segments known here and their bytes, for the metrics. */
+  get count(): number {
+    return this.#segments.size;
+  }
+
+  /** Bytes of the known segments of chunks in `bucket` (all buckets when absent). */
+  bytes(bucket?: string): number {
+    let total = 0;
+    for (const s of this.#segments.values()) if (bucket === undefined || s.manifest.bucket === bucket) total += s.manifest.bytes;
+    return total;
+  }
+
+  /**
+   * The segment that serves the most of `d`'s first chunks (its chunks from the first on, its
+   * layout, its layers within the segment's), when reading it costs fewer requests than reading
+   * those chunks: `chunkReads(m)` is what the chunks' first m would cost.
+   */
+  find(bucket: string, d: Descriptor, chunkReads: (chunks: number) => number): Found | undefined {
+    if (d.codecs !== undefined) return undefined;
+    const runs = this.#byFirst.get(slot(bucket, d.keys[0] as string));
+    if (!runs) return undefined;
+    let best: { segment: Segment; chunks: number } | undefined;
+    for (const run of runs) {
+      const segment = this.#segments.get(run) as Segment;
+      const m = segment.manifest;
+      if (m.layout !== d.layout || m.layers !== d.layers || m.layerBytes !== d.layerBytes || m.first > d.layerStart || m.end < d.layerEnd) continue;
+      let chunks = 0;
+      while (chunks < m.keys.length && chunks < d.keys.length && m.keys[chunks] === d.keys[chunks]) chunks++;
+      if (!best || chunks > best.chunks || (chunks === best.chunks && m.keys.length < best.segment.manifest.keys.length)) best = { segment, chunks };
+    }
+    if (!best) return undefined;
+    const { segment, chunks } = best;
+    const m = segment.manifest;
+    // A shorter prefix of a segment reads one range per layer unless the rest is cheaper to skip.
+    const perLayer = (m.keys.length - chunks) * m.layerBytes > SEGMENT_SKIP_BYTES;
+    if (perLayer && d.layerEnd - d.layerStart > chunkReads(chunks)) return undefined;
+    segment.lastUsed = this.#now();
+    return {
+      run: segment.run,
+      cover: { chunks, segmentChunks: m.keys.length, skipBytes: SEGMENT_SKIP_BYTES },
+      source: {
+        bucket: this.#o.config.bucket,
+        key: m.data,
+        etag: this.#o.workerEtag(m.dataEtag),
+        bytes: m.bytes,
+        first: m.first,
+        end: m.end,
+        chunks: m.keys.length,
+        crcs: segment.crcs,
+        etags: m.etags.slice(0, chunks).map((e) => this.#o.workerEtag(e)),
+        skipBytes: SEGMENT_SKIP_BYTES,
+      },
+    };
+  }
+
+  /**
+   * Whether the chunks a found segment covers still hold the versions it was packed from, by the
+   * HEADs `heads` makes (`--segment-check heads`); a stale segment is dropped.
+   */
+  async current(bucket: string, found: Found, heads: (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined } | undefined)[]>): Promise<boolean> {
+    if (this.#o.config.check === 'writes') return true;
+    const segment = this.#segments.get(found.run);
+    if (!segment) return false;
+    const keys = segment.manifest.keys.slice(0, found.cover.chunks);
+    const now = await heads(keys);
+    const fresh = now.every((head, i) => head?.etag !== undefined && unquote(head.etag) === segment.manifest.etags[i]);
+    if (!fresh) {
+      this.#o.observer?.event('stale');
+      this.drop(found.run, `a chunk of ${bucket} changed or went since it was packed`);
+    }
+    return fresh;
+  }
+
+  /** A descriptor GET was served (in part) from a segment. */
+  served(): void {
+    this.#o.observer?.event('served');
+  }
+
+  /** Forgets a segment and deletes it (its manifest first: from then on nobody uses it). */
+  drop(run: string, why: string): void {
+    const segment = this.#forget(run);
+    if (!segment) return;
+    this.#o.observer?.event('dropped');
+    void this.#delete(segment.manifest, run).catch((error: unknown) => this.#o.logger.warn({ run, why, error }, 'segments: could not delete a dropped segment'));
+  }
+
+  /** A client wrote or deleted `key` through this gateway: every segment holding it is stale, and so is any pack of it. */
+  changed(bucket: string, key: string): void {
+    const runs = this.#byKey.get(slot(bucket, key));
+    if (runs) for (const run of [...runs]) this.drop(run, `${key} was written or deleted`);
+    for (const pack of this.#packs.values()) if (pack.bucket === bucket && pack.holds(key)) pack.abandon(`${key} was written or deleted while it was being packed`);
+  }
+
+  /**
+   * Evicts segments of chunks in `bucket`, least recently used first, until `bytes` are freed or
+   * none is left (capacity management, before any chunk). Resolves to the bytes freed.
+   */
+  async evict(bucket: string, bytes: number): Promise<number> {
+    const victims = [...this.#segments.values()].filter((s) => s.manifest.bucket === bucket).sort((a, b) => a.lastUsed - b.lastUsed);
+    let freed = 0;
+    for (const victim of victims) {
+      if (freed >= bytes) break;
+      if (!this.#forget(victim.run)) continue;
+      try {
+        await this.#delete(victim.manifest, victim.run);
+        freed += victim.manifest.bytes;
+        this.#o.observer?.event('evicted');
+      } catch (error) {
+        this.#o.logger.warn({ run: victim.run, error }, 'segments: could not delete a segment evicted for the budget');
+      }
+    }
+    return freed;
+  }
+
+  /**
+   * Counts a layerwise GET of `d` served from its chunks, and starts packing its run when it has
+   * been read often enough, is big enough and small enough, no segment or pack of it exists, and
+   * fewer than --max-segment-packs are being written. The caller feeds the pack its frames.
+   */
+  packFor(bucket: string, d: Descriptor): Pack | undefined {
+    if (d.codecs !== undefined) return undefined;
+    const run = runName(bucket, d, d.layerStart, d.layerEnd);
+    const reads = (this.#reads.get(run) ?? 0) + 1;
+    this.#reads.delete(run);
+    this.#reads.set(run, reads);
+    if (this.#reads.size > TRACKED_RUNS) this.#reads.delete(this.#reads.keys().next().value as string);
+    const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
+    const { afterReads, minBytes, maxPacks } = this.#o.config;
+    if (reads < afterReads || bytes < minBytes || bytes > MAX_SEGMENT_BYTES) return undefined;
+    if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= maxPacks) return undefined;
+    const pack: Pack = new Pack({
+      run,
+      bucket,
+      descriptor: d,
+      bytes,
+      store: this.#o.store,
+      segmentBucket: this.#o.config.bucket,
+      ready: () => (this.#bucketReady ??= this.#o.store.ensureBucket(this.#o.config.bucket).catch((error: unknown) => {
+        this.#bucketReady = undefined;
+        throw error;
+      })),
+      done: (outcome): Promise<void> => this.#packed(pack, outcome),
+    });
+    this.#packs.set(run, pack);
+    return pack;
+  }
+
+  async #packed(pack: Pack, outcome: { manifest: Manifest; crcs: Uint32Array } | { abandoned: string }): Promise<void> {
+    try {
+      await this.#commit(pack, outcome);
+    } finally {
+      // Only now: a write of one of its chunks until here marks the pack stale (changed()).
+      this.#packs.delete(pack.run);
+    }
+  }
+
+  async #commit(pack: Pack, outcome: { manifest: Manifest; crcs: Uint32Array } | { abandoned: string }): Promise<void> {
+    if ('abandoned' in outcome) {
+      this.#o.observer?.event('abandoned');
+      this.#o.logger.info({ run: pack.run, bucket: pack.bucket, reason: outcome.abandoned }, 'segments: a pack was abandoned');
+      return;
+    }
+    const { manifest, crcs } = outcome;
+    const store = this.#o.store;
+    const key = manifestKey(manifest.bucket, pack.run);
+    const body = Buffer.from(JSON.stringify(manifest));
+    try {
+      let written = await store.put(this.#o.config.bucket, key, body, { ifNoneMatch: true });
+      if (written === undefined) {
+        // Packed before (another gateway, or before a restart): keep that one if it is current.
+        const existing = await store.get(this.#o.config.bucket, key);
+        const parsed = existing ? parseManifest(existing.body) : undefined;
+        if (parsed && parsed.manifest.etags.every((e, i) => e === manifest.etags[i])) {
+          await store.delete(this.#o.config.bucket, manifest.data);
+          this.#learn(pack.run, parsed.manifest, parsed.crcs);
+          return;
+        }
+        written = existing ? await store.put(this.#o.config.bucket, key, body, { ifMatch: existing.etag }) : undefined;
+        if (written === undefined) {
+          await store.delete(this.#o.config.bucket, manifest.data);
+          return;
+        }
+        if (parsed && parsed.manifest.data !== manifest.data) await store.delete(this.#o.config.bucket, parsed.manifest.data);
+      }
+      // A chunk written while the manifest was being written: the pack is stale already.
+      if (pack.stale) {
+        await this.#delete(manifest, pack.run);
+        return;
+      }
+      this.#learn(pack.run, manifest, crcs);
+      this.#o.observer?.event('packed');
+    } catch (error) {
+      this.#o.logger.warn({ run: pack.run, error }, 'segments: could not write a packed segment\u2019s manifest');
+      await store.delete(this.#o.config.bucket, manifest.data).catch(() => {});
+    }
+  }
+
+  #learn(run: string, manifest: Manifest, crcs: Uint32Array): void {
+    this.#forget(run);
+    this.#segments.set(run, { run, manifest, crcs, lastUsed: this.#now() });
+    add(this.#byFirst, slot(manifest.bucket, manifest.keys[0] as string), run);
+    for (const key of manifest.keys) add(this.#byKey, slot(manifest.bucket, key), run);
+  }
+
+  #forget(run: string): Segment | undefined {
+    const segment = this.#segments.get(run);
+    if (!segment) return undefined;
+    this.#segments.delete(run);
+    const m = segment.manifest;
+    remove(this.#byFirst, slot(m.bucket, m.keys[0] as string), run);
+    for (const key of m.keys) remove(this.#byKey, slot(m.bucket, key), run);
+    return segment;
+  }
+
+  async #delete(manifest: Manifest, run: string): Promise<void> {
+    await this.#o.store.delete(this.#o.config.bucket, manifestKey(manifest.bucket, run));
+    await this.#o.store.delete(this.#o.config.bucket, manifest.data);
+  }
+
+  /** Ends every pack (the gateway is closing): none leaves a manifest. */
+  close(): void {
+    for (const pack of this.#packs.values()) pack.abandon('the gateway is closing');
+  }
+}
+
+function add(map: Map<string, Set<string>>, key: string, run: string): void {
+  let set = map.get(key);
+  if (!set) map.set(key, (set = new Set()));
+  set.add(run);
+}
+
+function remove(map: Map<string, Set<string>>, key: string, run: string): void {
+  const set = map.get(key);
+  if (!set) return;
+  set.delete(run);
+  if (set.size === 0) map.delete(key);
+}
+
+/** Where a run's manifest is, in the segment bucket. */
+export function manifestKey(bucket: string, run: string): string {
+  return `${bucket}/${run}.json`;
+}
+
+interface PackOptions {
+  readonly run: string;
+  readonly bucket: string;
+  readonly descriptor: Descriptor;
+  readonly bytes: number;
+  readonly store: CapacityStore;
+  readonly segmentBucket: string;
+  readonly ready: () => Promise<void>;
+  readonly done: (outcome: { manifest: Manifest; crcs: Uint32Array } | { abandoned: string }) => Promise<void>;
+}
+
+/**
+ * One segment being written from the frames of the layerwise GET that reads its run: each LAYER
+ * frame's payload is copied into the body of one streamed PUT (the frames' buffers go back to
+ * the pool as usual), each task's slice checksums into the manifest. Abandoned, not waited for,
+ * when the store falls PACK_QUEUE_BYTES behind, when the request fails, or when a chunk of the
+ * run is written meanwhile.
+ */
+export class Pack {
+  readonly run: string;
+  readonly bucket: string;
+  readonly #o: PackOptions;
+  readonly #keys: Set<string>;
+  readonly #crcs: Uint32Array;
+  readonly #body = new PassThrough({ highWaterMark: 4 * 1024 * 1024 });
+  readonly #abort = new AbortController();
+  readonly #data: string;
+  readonly #stored: Promise<string>;
+  #written = 0;
+  #abandoned: string | undefined;
+  /** finish() was called: the stream is complete. */
+  #finishing = false;
+  /** A chunk of the run was written after the data object was stored. */
+  stale = false;
+
+  constructor(options: PackOptions) {
+    this.#o = options;
+    this.run = options.run;
+    this.bucket = options.bucket;
+    const d = options.descriptor;
+    this.#keys = new Set(d.keys);
+    this.#crcs = new Uint32Array((d.layerEnd - d.layerStart) * d.chunks);
+    this.#data = `${options.bucket}/${options.run}/${randomBytes(8).toString('hex')}`;
+    this.#stored = options.ready().then(() => options.store.putStream(options.segmentBucket, this.#data, this.#body, options.bytes, this.#abort.signal));
+    this.#stored.catch(() => {}); // its failure is this pack's, seen in finish()
+  }
+
+  holds(key: string): boolean {
+    return this.#keys.has(key);
+  }
+
+  /** A LAYER frame's payload, in stream order. */
+  append(pieces: readonly Uint8Array[]): void {
+    if (this.#abandoned !== undefined) return;
+    for (const piece of pieces) {
+      const copy = Buffer.allocUnsafeSlow(piece.byteLength);
+      copy.set(piece);
+      this.#body.write(copy);
+      this.#written += piece.byteLength;
+    }
+    if (this.#body.writableLength + this.#body.readableLength > PACK_QUEUE_BYTES) this.abandon('the store took the segment more slowly than the client its frames');
+  }
+
+  /** The slice checksums of a unit's reads (layer-major task blocks), into the manifest's order. */
+  checksums(reads: readonly TaskRead[]): void {
+    const d = this.#o.descriptor;
+    for (const { task, crcs } of reads) {
+      const layout = layoutOf(task, 'layer-major', { layerBytes: d.layerBytes });
+      for (let layer = task.first; layer < task.end; layer++) {
+        for (let c = 0; c < layout.chunks; c++) this.#crcs[(layer - d.layerStart) * d.chunks + task.chunkStart + c] = crcs[layout.slice(layer, c)] as number;
+      }
+    }
+  }
+
+  /** The request that feeds the pack ended: abandons it unless the stream was complete. */
+  ended(): void {
+    if (!this.#finishing) this.abandon('the layerwise GET that fed it ended early');
+  }
+
+  abandon(reason: string): void {
+    if (this.#abandoned !== undefined) return;
+    if (this.#finishing) {
+      // All of it is with the store already: only the manifest can still be kept from being used.
+      this.stale = true;
+      return;
+    }
+    this.#abandoned = reason;
+    this.#abort.abort();
+    this.#body.destroy(new Error(reason));
+    void this.#stored.then(
+      // Stored after all (the store had every byte): it is not named by a manifest, so removed.
+      (etag) => (etag ? this.#o.store.delete(this.#o.segmentBucket, this.#data).catch(() => {}) : undefined),
+      () => {},
+    );
+    void this.#o.done({ abandoned: reason });
+  }
+
+  /** The request sent its last frame: the data object is completed, then the manifest written (by Segments). */
+  async finish(etags: readonly (string | undefined)[]): Promise<void> {
+    if (this.#abandoned !== undefined || this.#finishing) return;
+    const d = this.#o.descriptor;
+    if (this.#written !== this.#o.bytes || etags.length < d.chunks || etags.some((e) => e === undefined)) {
+      this.abandon(`the stream held ${this.#written} of ${this.#o.bytes} bytes, or a chunk's version is unknown`);
+      return;
+    }
+    this.#finishing = true;
+    this.#body.end();
+    let dataEtag: string;
+    try {
+      dataEtag = await this.#stored;
+    } catch (error) {
+      if (this.#abandoned === undefined) {
+        this.#abandoned = `the store refused the segment: ${(error as Error).message}`;
+        await this.#o.done({ abandoned: this.#abandoned });
+      }
+      return;
+    }
+    if (this.#abandoned !== undefined) return;
+    const manifest: Manifest = {
+      objectcache: 'segment',
+      version: 1,
+      bucket: this.bucket,
+      keys: d.keys,
+      etags: etags.map((e) => unquote(e as string)),
+      layout: d.layout,
+      layers: d.layers,
+      layerBytes: d.layerBytes,
+      first: d.layerStart,
+      end: d.layerEnd,
+      codec: 'raw',
+      data: this.#data,
+      dataEtag: unquote(dataEtag),
+      bytes: this.#o.bytes,
+      crcs: encodeCrcs(this.#crcs),
+      packedAt: new Date().toISOString(),
+    };
+    await this.#o.done({ manifest, crcs: this.#crcs });
+  }
+}
