@@ -17,6 +17,13 @@
  * Also reports every process's CPU-seconds per GiB delivered (gateway, MinIO, and this load
  * generator as `client`).
  *
+ * First and repeated reads of a prefix (packed segments, docs/segments.md): by default the C GETs
+ * are of a prefix read once before (the warming GET), as the gateway's settings have them.
+ * `--repeated` packs it first (the gateway runs with --segment-after-reads 1 --segment-min-bytes
+ * 0, and the measurement waits for the segment), so the C GETs are all served from the segment;
+ * `--direct` adds a row per level of C readers each GETting the whole chunk objects straight from
+ * MinIO (8 in flight each): the whole-object cost the store's CPU and the GB/s are held against.
+ *
  * The concurrent GETs write into one shared target (the same bytes at the same places), so the
  * load generator's memory stays one payload whatever C is.
  */
@@ -28,7 +35,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
-import { directPut, directS3, inParallel } from './direct-s3.js';
+import { directGetInto, directPut, directS3, inParallel } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 import { cpuMeter, formatCpu, memoryWatch } from './process-usage.js';
@@ -39,8 +46,9 @@ const MiB = 1024 * 1024;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' } } });
-  const gatewayArgs = (values['gateway-args'] ?? '').split(' ').filter((a) => a !== '');
+  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false } } });
+  const repeated = values.repeated === true;
+  const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
   const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
   const builds: { name: string; cli: string | undefined; args: string[] }[] = [
     { name: 'this build', cli: undefined, args: gatewayArgs },
@@ -66,7 +74,9 @@ async function main(): Promise<void> {
     const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: G, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
     const warmUp: DescriptorInput = { ...descriptor, keys: keys.slice(0, 2) };
     const target = new Uint8Array(payload);
-    for (const C of levels) for (const build of builds) {
+    for (const C of levels) {
+      if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S));
+    for (const build of builds) {
       // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
       // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
       const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli });
@@ -78,6 +88,7 @@ async function main(): Promise<void> {
         // buffers it leaves resident are the steady state, and count against the baseline).
         const fresh = memoryWatch(gateway.child.pid as number).stop();
         await client.fetch(descriptor, { transport: 'post', target });
+        if (repeated) await segmentPacked(gateway.adminUrl);
         const watch = memoryWatch(gateway.child.pid as number);
         const meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
         const started = performance.now();
@@ -90,6 +101,7 @@ async function main(): Promise<void> {
         const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
         const row = {
           build: build.name,
+          reads: repeated ? 'repeated' : 'first',
           concurrency: C,
           gbPerSec: (C * payload) / seconds / 1e9,
           seconds,
@@ -111,6 +123,7 @@ async function main(): Promise<void> {
         await gateway.stop();
       }
     }
+    }
   } finally {
     await minio.destroy();
   }
@@ -118,6 +131,46 @@ async function main(): Promise<void> {
   mkdirSync(out, { recursive: true });
   writeFileSync(join(out, 'memory-latest.json'), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rows }, null, 2)}\n`);
   console.log('wrote bench/results/memory-latest.json');
+}
+
+/** Waits until the gateway knows a packed segment (its objectcache_segments gauge). */
+async function segmentPacked(adminUrl: string): Promise<void> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const text = await (await fetch(`${adminUrl}/metrics`)).text();
+    if (/^objectcache_segments [1-9]/m.test(text)) return;
+    if (Date.now() > deadline) throw new Error('the prefix was not packed within 120 s');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** C readers, each GETting every chunk object whole straight from MinIO (8 in flight each). */
+async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys: readonly string[], C: number, chunkBytes: number): Promise<Record<string, unknown>> {
+  const readers = Array.from({ length: C }, () => directS3(minio, 8));
+  const target = new Uint8Array(keys.length * chunkBytes);
+  try {
+    const meter = cpuMeter({ minio: minio.process.pid as number });
+    const started = performance.now();
+    const firsts = await Promise.all(
+      readers.map(async (reader) => {
+        let first = NaN;
+        await inParallel(keys.length, 8, async (c) => {
+          await directGetInto(reader, `/${BUCKET}/${keys[c]}`, target, c * chunkBytes);
+          if (Number.isNaN(first)) first = performance.now() - started;
+        });
+        return first;
+      }),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    const bytes = C * keys.length * chunkBytes;
+    const cpuSecondsPerGiB = meter(bytes);
+    const row = { build: 'minio direct, whole objects', reads: 'whole-object', concurrency: C, gbPerSec: bytes / seconds / 1e9, seconds, backendReadsPerGet: keys.length, cpuSecondsPerGiB, firstObjectMs: firsts.sort((a, b) => a - b)[Math.floor(firsts.length / 2)] };
+    console.log(`[minio direct, whole objects] C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; ${keys.length} GETs per reader`);
+    console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
+    return row;
+  } finally {
+    await Promise.all(readers.map((reader) => reader.pool.close()));
+  }
 }
 
 main().catch((error: unknown) => {

@@ -7,7 +7,7 @@
  * nothing that is read.
  */
 import { randomBytes } from 'node:crypto';
-import { DeleteObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ObjectCacheClient } from '../client/client.js';
 import { toStoredLayout } from '../client/kv-layout.js';
@@ -183,5 +183,38 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
   it('reports the segments it knows', async () => {
     expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segments')).toBeGreaterThan(0);
     expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segment_bytes')).toBeGreaterThan(0);
+  });
+});
+
+describe.each<BackendKind>(['local', 's3'])('packed segments within a budget (%s backend)', (backend) => {
+  it('counts a segment against its bucket and evicts it before any chunk', async () => {
+    const bucket = uniqueBucket('segcap');
+    // Six chunks of 48 KiB (288 KiB) fit under the high mark of a 400 KiB budget; their segment
+    // (288 KiB more) does not, and evicting it alone brings the bucket under the low mark.
+    const gw = await startTestGateway({
+      backend,
+      minio,
+      args: ['--segment-min-bytes', '0', '--segment-bucket', uniqueBucket('segs'), '--budget', `${bucket}=${400 * 1024}`, '--capacity-state-bucket', `${bucket}-state`, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'],
+    });
+    const client = testClient(gw, bucket);
+    const s3 = sdkClient(gw.url);
+    try {
+      await client.ensureBucket();
+      const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      for (let i = 0; i < 2; i++) await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+      const events = async (): Promise<string> => (await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text()).split('\n').filter((l) => l.startsWith('objectcache_segment')).join('\n');
+      await until('the segment is evicted', async () => /event="evicted"\} 1/.test(await events()) && gw.gateway.capacity?.usage()[0]?.derivedBytes === 0);
+      const text = await events();
+      expect(text).toMatch(/objectcache_segment_events_total\{event="packed"\} 1/);
+      expect(text).toMatch(/objectcache_segments 0/);
+      // Every chunk is still there, and the prefix reads as before.
+      for (const key of prefix.keys) await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+      const got = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+      expect(Buffer.from(got.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    } finally {
+      s3.destroy();
+      await client.close();
+      await gw.close();
+    }
   });
 });

@@ -476,6 +476,9 @@ export class Pack {
     this.#data = `${options.bucket}/${options.run}/${randomBytes(8).toString('hex')}`;
     this.#stored = options.ready().then(() => options.store.putStream(options.segmentBucket, this.#data, this.#body, options.bytes, this.#abort.signal));
     this.#stored.catch(() => {}); // its failure is this pack's, seen in finish()
+    // Destroying the body (abandon) emits its error, perhaps before the store reads it: the
+    // failure is the PUT's to report, never an unhandled 'error' event.
+    this.#body.on('error', () => {});
   }
 
   holds(key: string): boolean {
