@@ -33,8 +33,13 @@ export const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
  * through and dropped rather than asked for apart: about what one more request costs the store.
  */
 export const SEGMENT_SKIP_BYTES = 1024 * 1024;
-/** Bytes a pack may have copied and the store not yet taken before it is abandoned. */
+/**
+ * Bytes a pack may have copied and the store not yet taken: past it, the request that feeds the
+ * pack waits for the store (Pack.room) before it sends its next frame.
+ */
 export const PACK_QUEUE_BYTES = 64 * 1024 * 1024;
+/** A store that takes nothing of a pack for this long has it abandoned (the request goes on). */
+export const PACK_STALL_MS = 30_000;
 /** Runs whose reads are counted (the least recently read are forgotten first). */
 const TRACKED_RUNS = 10_000;
 
@@ -494,7 +499,26 @@ export class Pack {
       this.#body.write(copy);
       this.#written += piece.byteLength;
     }
-    if (this.#body.writableLength + this.#body.readableLength > PACK_QUEUE_BYTES) this.abandon('the store took the segment more slowly than the client its frames');
+  }
+
+  /**
+   * Resolves once the store has taken the pack's copies down to PACK_QUEUE_BYTES: the request
+   * that feeds it sends no faster than the store writes (measured in docs/segments.md). A store
+   * that takes nothing for PACK_STALL_MS has the pack abandoned, and the request goes on.
+   */
+  async room(): Promise<void> {
+    if (this.#abandoned !== undefined || this.#body.writableLength + this.#body.readableLength <= PACK_QUEUE_BYTES) return;
+    let timer: NodeJS.Timeout | undefined;
+    const stalled = new Promise<void>((resolve) => (timer = setTimeout(resolve, PACK_STALL_MS)));
+    const drained = new Promise<void>((resolve) => {
+      this.#body.once('drain', resolve);
+      this.#body.once('close', resolve);
+    });
+    try {
+      if ((await Promise.race([drained.then(() => 'drained'), stalled.then(() => 'stalled')])) === 'stalled') this.abandon(`the store took nothing of the segment for ${PACK_STALL_MS} ms`);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** The slice checksums of a unit's reads (layer-major task blocks), into the manifest's order. */

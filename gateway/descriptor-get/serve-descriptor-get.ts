@@ -20,6 +20,7 @@
  * its segment table), and every size the gateway decides by (the mode threshold, the scheduler's
  * bytes per layer) counts the encoded bytes. Such requests use grouped reads.
  */
+import { setMaxListeners } from 'node:events';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
@@ -183,6 +184,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
         // The covered chunks are checked (HEADs) while the first layer is read from the segment.
         const segments = deps.segments;
         const bucket = ctx.target.bucket;
+        setMaxListeners(0, ctx.signal); // a HEAD per covered chunk listens to it
         const current = segments.current(bucket, found, (keys) => deps.backend.heads(bucket, keys, ctx.signal, false));
         const read = readAhead.unit(0);
         try {
@@ -203,6 +205,8 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     }
     // A run read often enough is packed from these frames (not one served whole from a segment).
     if (mode === 'layerwise' && reads === 'grouped' && !encoded && found?.cover.chunks !== descriptor.chunks) pack = deps.segments?.packFor(ctx.target.bucket, descriptor);
+    // A client that leaves while its frames wait for the store (Pack.room) ends the pack at once.
+    if (pack) ctx.signal.addEventListener('abort', () => pack?.ended(), { once: true });
     const firstReadMs = performance.now() - started;
     ctx.res.writeHead(200, {
       'content-type': encoded ? SEGMENTED_STREAM_CONTENT_TYPE : STREAM_CONTENT_TYPE,
@@ -275,7 +279,10 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
       s.pack?.checksums(reads);
       for (let i = 0; i < unitFrames.length; i++) {
         const frame = unitFrames[i] as Frame;
-        s.pack?.append(frame.pieces);
+        if (s.pack) {
+          s.pack.append(frame.pieces);
+          await s.pack.room();
+        }
         yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
         if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
         if (s.mode === 'layerwise') deps.observer?.layerReady((performance.now() - started) / 1000);
