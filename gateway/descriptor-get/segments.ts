@@ -182,6 +182,8 @@ export class Segments {
   /** Reads per run (least recently read first). */
   readonly #reads = new Map<string, number>();
   readonly #packs = new Map<string, Pack>();
+  /** Checks of a segment's chunks in flight, by run and chunks covered: requests that arrive meanwhile share them. */
+  readonly #checks = new Map<string, Promise<boolean>>();
   #bucketReady: Promise<void> | undefined;
 
   constructor(options: SegmentsOptions) {
@@ -256,14 +258,26 @@ export class Segments {
     if (this.#o.config.check === 'writes') return true;
     const segment = this.#segments.get(found.run);
     if (!segment) return false;
-    const keys = segment.manifest.keys.slice(0, found.cover.chunks);
-    const now = await heads(keys);
-    const fresh = now.every((head, i) => head?.etag !== undefined && unquote(head.etag) === segment.manifest.etags[i]);
-    if (!fresh) {
-      this.#o.observer?.event('stale');
-      this.drop(found.run, `a chunk of ${bucket} changed or went since it was packed`);
+    // Requests of one prefix that arrive while a check of it is in flight share that check: its
+    // answers are at most one round trip older than a check of their own would be, and a write
+    // through this gateway drops the segment whatever a check in flight says.
+    const id = `${found.run}\n${found.cover.chunks}`;
+    let check = this.#checks.get(id);
+    if (!check) {
+      const keys = segment.manifest.keys.slice(0, found.cover.chunks);
+      check = heads(keys).then((now) => {
+        const fresh = now.every((head, i) => head?.etag !== undefined && unquote(head.etag) === segment.manifest.etags[i]);
+        if (!fresh) {
+          this.#o.observer?.event('stale');
+          this.drop(found.run, `a chunk of ${bucket} changed or went since it was packed`);
+        }
+        return fresh;
+      });
+      this.#checks.set(id, check);
+      const forget = (): void => void this.#checks.delete(id);
+      check.then(forget, forget);
     }
-    return fresh;
+    return check;
   }
 
   /** A descriptor GET was served (in part) from a segment. */
@@ -508,17 +522,18 @@ export class Pack {
    */
   async room(): Promise<void> {
     if (this.#abandoned !== undefined || this.#body.writableLength + this.#body.readableLength <= PACK_QUEUE_BYTES) return;
-    let timer: NodeJS.Timeout | undefined;
-    const stalled = new Promise<void>((resolve) => (timer = setTimeout(resolve, PACK_STALL_MS)));
-    const drained = new Promise<void>((resolve) => {
-      this.#body.once('drain', resolve);
-      this.#body.once('close', resolve);
+    const body = this.#body;
+    const stalled = await new Promise<boolean>((resolve) => {
+      const done = (timedOut: boolean): void => {
+        clearTimeout(timer);
+        body.off('drain', drained).off('close', drained);
+        resolve(timedOut);
+      };
+      const drained = (): void => done(false);
+      const timer = setTimeout(() => done(true), PACK_STALL_MS);
+      body.on('drain', drained).on('close', drained);
     });
-    try {
-      if ((await Promise.race([drained.then(() => 'drained'), stalled.then(() => 'stalled')])) === 'stalled') this.abandon(`the store took nothing of the segment for ${PACK_STALL_MS} ms`);
-    } finally {
-      clearTimeout(timer);
-    }
+    if (stalled) this.abandon(`the store took nothing of the segment for ${PACK_STALL_MS} ms`);
   }
 
   /** The slice checksums of a unit's reads (layer-major task blocks), into the manifest's order. */

@@ -184,8 +184,10 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
         // The covered chunks are checked (HEADs) while the first layer is read from the segment.
         const segments = deps.segments;
         const bucket = ctx.target.bucket;
-        setMaxListeners(0, ctx.signal); // a HEAD per covered chunk listens to it
-        const current = segments.current(bucket, found, (keys) => deps.backend.heads(bucket, keys, ctx.signal, false));
+        // Not the client's signal: requests that arrive meanwhile share the check (Segments.current).
+        const checkSignal = AbortSignal.timeout(deps.backendTimeoutMs);
+        setMaxListeners(0, checkSignal); // a HEAD per covered chunk listens to it
+        const current = segments.current(bucket, found, (keys) => deps.backend.heads(bucket, keys, checkSignal, false));
         const read = readAhead.unit(0);
         try {
           const [fresh, reads] = await Promise.all([current, read]);
