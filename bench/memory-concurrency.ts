@@ -4,7 +4,7 @@
  * front of one MinIO, for C = 1, 4, 16. Reports the gateway's peak resident memory over its idle
  * resident memory, the kernel's TCP socket memory (machine-wide, /proc/net/sockstat) at its peak
  * over idle, the aggregate GB/s, and each request's layer-0 time. Writes
- * bench/results/memory-latest.json. Each level runs on a fresh gateway process: its idle resident
+ * bench/results/memory-latest.json (memory-segments-latest.json with --repeated). Each level runs on a fresh gateway process: its idle resident
  * memory (after a two-chunk GET) is the baseline, then one whole GET warms the path, then the C
  * GETs are measured (peak resident memory over that baseline: the steady state's footprint).
  *
@@ -19,8 +19,8 @@
  *
  * First and repeated reads of a prefix (packed segments, docs/segments.md): by default the C GETs
  * are of a prefix read once before (the warming GET), as the gateway's settings have them.
- * `--repeated` packs it first (the gateway runs with --segment-after-reads 1 --segment-min-bytes
- * 0, and the measurement waits for the segment), so the C GETs are all served from the segment;
+ * `--repeated` packs it first (the gateway runs with --segments on --segment-after-reads 1
+ * --segment-min-bytes 0, and the measurement waits for the segment), so the C GETs are all served from the segment;
  * `--direct` adds a row per level of C readers each GETting the whole chunk objects straight from
  * MinIO (8 in flight each): the whole-object cost the store's CPU and the GB/s are held against.
  *
@@ -48,7 +48,7 @@ async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
   const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false } } });
   const repeated = values.repeated === true;
-  const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
+  const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
   const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
   const builds: { name: string; cli: string | undefined; args: string[] }[] = [
     { name: 'this build', cli: undefined, args: gatewayArgs },
@@ -130,8 +130,9 @@ async function main(): Promise<void> {
   }
   const out = join(repoRoot(), 'bench', 'results');
   mkdirSync(out, { recursive: true });
-  writeFileSync(join(out, 'memory-latest.json'), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rows }, null, 2)}\n`);
-  console.log('wrote bench/results/memory-latest.json');
+  const file = repeated ? 'memory-segments-latest.json' : 'memory-latest.json';
+  writeFileSync(join(out, file), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rows }, null, 2)}\n`);
+  console.log(`wrote bench/results/${file}`);
 }
 
 /** Waits until the gateway knows a packed segment of the whole prefix (its objectcache_segment_bytes gauge). */

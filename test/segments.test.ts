@@ -40,7 +40,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
 
   beforeAll(async () => {
     // Small reads and tasks, so that a chunk-served GET of these prefixes is many reads.
-    gw = await startTestGateway({ backend, minio, args: ['--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S)] });
+    gw = await startTestGateway({ backend, minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S)] });
     client = testClient(gw, bucket);
     await client.ensureBucket();
     s3 = sdkClient(gw.url);
@@ -194,7 +194,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments within a budget (%s
     const gw = await startTestGateway({
       backend,
       minio,
-      args: ['--segment-min-bytes', '0', '--segment-bucket', uniqueBucket('segs'), '--budget', `${bucket}=${400 * 1024}`, '--capacity-state-bucket', `${bucket}-state`, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'],
+      args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-bucket', uniqueBucket('segs'), '--budget', `${bucket}=${400 * 1024}`, '--capacity-state-bucket', `${bucket}-state`, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'],
     });
     const client = testClient(gw, bucket);
     const s3 = sdkClient(gw.url);
