@@ -84,21 +84,14 @@ export interface ReadAheadOptions {
   readonly segment?: SegmentSource | undefined;
 }
 
-/** A packed segment a request reads its first chunks from (segments.ts): the object and what its manifest pins. */
-export interface SegmentSource {
-  readonly bucket: string;
-  readonly key: string;
-  /** The segment object's ETag, in the form the read workers' store reports it. */
-  readonly etag: string;
-  readonly bytes: number;
-  readonly first: number;
-  readonly end: number;
-  readonly chunks: number;
-  /** Every slice's CRC32C, in the segment's order (layer-major). */
+/**
+ * A packed segment a request reads its first chunks from (segments.ts): what each of its tasks
+ * is told (SegmentRead, less the task's own part), every slice's CRC32C in the segment's order
+ * (layer-major), and the chunks' ETags the segment was packed from, by prefix position.
+ */
+export interface SegmentSource extends Omit<SegmentRead, 'chunkStart' | 'crcs'> {
   readonly crcs: Uint32Array;
-  /** The chunks' ETags the segment was packed from, by prefix position. */
   readonly etags: readonly string[];
-  readonly skipBytes: number;
 }
 
 /** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */
