@@ -65,3 +65,8 @@ export async function inParallel<T>(count: number, limit: number, job: (i: numbe
   );
   return out;
 }
+
+/** GETs every chunk object whole into `target` (chunk c at c x chunkBytes), `limit` in flight: the S3-CW baseline. */
+export async function getWholeObjects(d: DirectS3, bucket: string, keys: readonly string[], target: Uint8Array, chunkBytes: number, limit: number): Promise<void> {
+  await inParallel(keys.length, limit, async (c) => directGetInto(d, `/${bucket}/${keys[c]}`, target, c * chunkBytes));
+}

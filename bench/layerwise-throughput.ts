@@ -29,7 +29,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
-import { directGetInto, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
+import { directGetInto, directPut, directS3, getWholeObjects, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startDistributedMinio, startMinio } from './minio.js';
 import { choosePlacement, pinThisProcess } from './placement.js';
@@ -68,7 +68,7 @@ async function s3Layerwise(d: DirectS3, bucket: string, keys: readonly string[],
 /** S3-CW: every whole chunk object; layer 0 is usable only when all have arrived. */
 async function s3Chunkwise(d: DirectS3, bucket: string, keys: readonly string[], target: Uint8Array, chunkBytes: number): Promise<Sample> {
   const started = performance.now();
-  await inParallel(keys.length, CONCURRENCY, async (c) => directGetInto(d, `/${bucket}/${keys[c]}`, target, c * chunkBytes));
+  await getWholeObjects(d, bucket, keys, target, chunkBytes, CONCURRENCY);
   const seconds = (performance.now() - started) / 1000;
   return { seconds, firstLayerMs: seconds * 1000, reads: keys.length };
 }

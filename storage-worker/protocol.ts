@@ -152,9 +152,14 @@ export interface SegmentRead {
   readonly chunkStart: number;
   /** The CRC32C each of the task's slices must have, in the task's slice order (from the manifest). */
   readonly crcs: Uint32Array;
-  /** Gaps of at most this many bytes between wanted ranges are read and dropped rather than asked for apart. */
-  readonly skipBytes: number;
 }
+
+/**
+ * Gaps of up to this many bytes between the ranges a task needs of a segment are read through and
+ * dropped rather than asked for apart (storage-worker/scatter.ts segmentTargets): about what one
+ * more request costs the store. The plan counts its reads by the same rule (read-plan.ts).
+ */
+export const SEGMENT_SKIP_BYTES = 1024 * 1024;
 
 /** What a worker answers (the wire form of ReadResult). */
 export type WorkerResult =

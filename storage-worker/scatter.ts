@@ -5,7 +5,7 @@
  */
 import { layerRanges, slicePiece, type ByteRange, type Layout } from '../schemas/layouts.js';
 import type { TaskLayout } from './task-layout.js';
-import type { SegmentRead } from './protocol.js';
+import { SEGMENT_SKIP_BYTES, type SegmentRead } from './protocol.js';
 
 export interface RangeTarget extends ByteRange {
   /** Destinations in the order the range's bytes arrive; their lengths add up to `length`. */
@@ -54,7 +54,7 @@ export function rangeTargets(stored: StoredChunk, task: TaskLayout, region: Uint
 /**
  * The ranges of a packed segment (protocol.ts SegmentRead) that hold a task's slices, and where
  * each byte goes in `region`: one range per layer (the task's chunks' slices of a layer lie
- * together in the segment), and ranges separated by at most `skipBytes` read as one, the bytes
+ * together in the segment), and ranges separated by at most SEGMENT_SKIP_BYTES read as one, the bytes
  * between them dropped into scratch memory. A task over every chunk of the segment is one range.
  */
 export function segmentTargets(segment: SegmentRead, task: TaskLayout, region: Uint8Array): RangeTarget[] {
@@ -70,7 +70,7 @@ export function segmentTargets(segment: SegmentRead, task: TaskLayout, region: U
     }
     const last = targets.at(-1);
     const gap = last ? offset - (last.offset + last.length) : Infinity;
-    if (last && gap <= segment.skipBytes) {
+    if (last && gap <= SEGMENT_SKIP_BYTES) {
       if (gap > 0) last.views.push(scratch(gap));
       last.views.push(...views);
       targets[targets.length - 1] = { offset: last.offset, length: offset + length - last.offset, views: last.views };

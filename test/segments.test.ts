@@ -7,11 +7,15 @@
  * nothing that is read.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { DeleteObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ObjectCacheClient } from '../client/client.js';
 import { toStoredLayout } from '../client/kv-layout.js';
-import { metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { startServe } from './helpers/cli.js';
+import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -26,17 +30,25 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
   }
 }
 
+type SegmentEvent = 'packed' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted';
+
+/** How often `event` happened at the gateway (objectcache_segment_events_total). */
+function segmentEvents(gw: TestGateway, event: SegmentEvent): Promise<number> {
+  return metricValue(gw.gateway.adminUrl, `objectcache_segment_events_total{event="${event}"}`);
+}
+
+/** A fetch delivered exactly `expected`. */
+function expectBytes(got: { readonly target: Uint8Array }, expected: Uint8Array): void {
+  expect(Buffer.from(got.target).equals(Buffer.from(expected))).toBe(true);
+}
+
 describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (backend) => {
   let gw: TestGateway;
   let client: ObjectCacheClient;
   let s3: S3Client;
   const bucket = uniqueBucket('seg');
   const segmentBucket = uniqueBucket('segs');
-  const events = async (event: string): Promise<number> => {
-    const text = await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text();
-    const line = text.split('\n').find((l) => l.startsWith(`objectcache_segment_events_total{event="${event}"}`));
-    return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
-  };
+  const events = (event: SegmentEvent): Promise<number> => segmentEvents(gw, event);
 
   beforeAll(async () => {
     // Small reads and tasks, so that a chunk-served GET of these prefixes is many reads.
@@ -56,7 +68,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     const before = await events('packed');
     for (let i = 0; i < 2; i++) {
       const result = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-      expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+      expectBytes(result, reference(prefix));
     }
     await until('the segment is packed', async () => (await events('packed')) > before);
   }
@@ -69,14 +81,14 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     await packed(prefix);
     const served = await events('served');
     const again = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-    expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expectBytes(again, reference(prefix));
     expect(await events('served')).toBe(served + 1);
     // From the chunks: a read per chunk per layer group; from the segment: one per task.
     expect(again.summary.backendReads).toBeLessThan(first.summary.backendReads);
     expect(again.summary.verified).toBe(true);
     // Chunkwise delivery of the same prefix, from the same segment.
     const chunkwise = await client.fetch(descriptorOf(prefix, { mode: 'chunkwise' }));
-    expect(Buffer.from(chunkwise.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expectBytes(chunkwise, reference(prefix));
     expect(await events('served')).toBe(served + 2);
   });
 
@@ -87,9 +99,9 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     for (const mode of ['layerwise', 'chunkwise'] as const) {
       const shorter = subset(prefix, 5);
       const got = await client.fetch(descriptorOf(shorter, { mode }));
-      expect(Buffer.from(got.target).equals(Buffer.from(reference(shorter)))).toBe(true);
+      expectBytes(got, reference(shorter));
       const ranged = await client.fetch(descriptorOf(prefix, { mode, layerRange: [2, 5] }));
-      expect(Buffer.from(ranged.target).equals(Buffer.from(reference(prefix, 2, 5)))).toBe(true);
+      expectBytes(ranged, reference(prefix, 2, 5));
     }
     expect(await events('served')).toBe(served + 4);
     // Three more chunks after the packed eight: the segment, then the chunks.
@@ -99,7 +111,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     const longer: SeededPrefix = { ...prefix, keys: [...prefix.keys, ...keys], canonical: [...prefix.canonical, ...more] };
     for (const mode of ['layerwise', 'chunkwise'] as const) {
       const got = await client.fetch(descriptorOf(longer, { mode }));
-      expect(Buffer.from(got.target).equals(Buffer.from(reference(longer)))).toBe(true);
+      expectBytes(got, reference(longer));
     }
     expect(await events('served')).toBe(served + 6);
   });
@@ -110,7 +122,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     const served = await events('served');
     for (const p of [prefix, subset(prefix, 4)]) {
       const got = await client.fetch(descriptorOf(p, { mode: 'layerwise' }));
-      expect(Buffer.from(got.target).equals(Buffer.from(reference(p)))).toBe(true);
+      expectBytes(got, reference(p));
     }
     expect(await events('served')).toBe(served + 2);
   });
@@ -125,7 +137,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     const rewritten: SeededPrefix = { ...prefix, canonical: prefix.canonical.map((c, i) => (i === 3 ? fresh : c)) };
     const served = await events('served');
     const got = await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' }));
-    expect(Buffer.from(got.target).equals(Buffer.from(reference(rewritten)))).toBe(true);
+    expectBytes(got, reference(rewritten));
     expect(await events('served')).toBe(served);
     // Packed again from the new version (two more reads), then one chunk deleted: the GET fails as without segments.
     await packed(rewritten);
@@ -143,7 +155,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
       const stale = await events('stale');
       const rewritten: SeededPrefix = { ...prefix, canonical: prefix.canonical.map((c, i) => (i === 2 ? fresh : c)) };
       const got = await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' }));
-      expect(Buffer.from(got.target).equals(Buffer.from(reference(rewritten)))).toBe(true);
+      expectBytes(got, reference(rewritten));
       expect(await events('stale')).toBe(stale + 1);
     } finally {
       direct.destroy();
@@ -151,7 +163,9 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
   });
 
   it('leaves nothing usable when the read that packs is cut short', async () => {
-    const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+    // 48 MiB: far more than the sockets between gateway and client hold, so the stream (and the
+    // pack) is still going when the client leaves after the first layer.
+    const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 1024 * 1024, layout: 'KV_L2TD' });
     await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
     const abandoned = await events('abandoned');
     const controller = new AbortController();
@@ -160,7 +174,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     await until('the pack is abandoned', async () => (await events('abandoned')) > abandoned);
     const served = await events('served');
     const got = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-    expect(Buffer.from(got.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expectBytes(got, reference(prefix));
     expect(await events('served')).toBe(served);
     // No manifest names the run, and every data object left is named by a manifest (those of
     // the other tests' prefixes; a dropped segment's objects are deleted in the background).
@@ -186,35 +200,117 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
   });
 });
 
-describe.each<BackendKind>(['local', 's3'])('packed segments within a budget (%s backend)', (backend) => {
+describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backend)', (backend) => {
+  /** A gateway packing every prefix on its second read, with `args`; its client; stopped after `run`. */
+  async function withGateway(bucket: string, args: readonly string[], run: (gw: TestGateway, client: ObjectCacheClient) => Promise<void>): Promise<void> {
+    const gw = await startTestGateway({ backend, minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-bucket', uniqueBucket('segs'), ...args] });
+    const client = testClient(gw, bucket);
+    try {
+      await client.ensureBucket();
+      await run(gw, client);
+    } finally {
+      await client.close();
+      await gw.close();
+    }
+  }
+
+  /** Reads a prefix twice, the second read packing it. */
+  async function readTwice(client: ObjectCacheClient, prefix: SeededPrefix): Promise<void> {
+    for (let i = 0; i < 2; i++) await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+  }
+
   it('counts a segment against its bucket and evicts it before any chunk', async () => {
     const bucket = uniqueBucket('segcap');
     // Six chunks of 48 KiB (288 KiB) fit under the high mark of a 400 KiB budget; their segment
     // (288 KiB more) does not, and evicting it alone brings the bucket under the low mark.
-    const gw = await startTestGateway({
-      backend,
-      minio,
-      args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-bucket', uniqueBucket('segs'), '--budget', `${bucket}=${400 * 1024}`, '--capacity-state-bucket', `${bucket}-state`, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'],
-    });
-    const client = testClient(gw, bucket);
-    const s3 = sdkClient(gw.url);
-    try {
-      await client.ensureBucket();
+    const budget = ['--budget', `${bucket}=${400 * 1024}`, '--capacity-state-bucket', `${bucket}-state`, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+    await withGateway(bucket, budget, async (gw, client) => {
       const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
-      for (let i = 0; i < 2; i++) await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-      const events = async (): Promise<string> => (await (await fetch(`${gw.gateway.adminUrl}/metrics`)).text()).split('\n').filter((l) => l.startsWith('objectcache_segment')).join('\n');
-      await until('the segment is evicted', async () => /event="evicted"\} 1/.test(await events()) && gw.gateway.capacity?.usage()[0]?.derivedBytes === 0);
-      const text = await events();
-      expect(text).toMatch(/objectcache_segment_events_total\{event="packed"\} 1/);
-      expect(text).toMatch(/objectcache_segments 0/);
+      await readTwice(client, prefix);
+      await until('the segment is evicted', async () => (await segmentEvents(gw, 'evicted')) === 1 && gw.gateway.capacity?.usage()[0]?.derivedBytes === 0);
+      expect(await segmentEvents(gw, 'packed')).toBe(1);
+      expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segments')).toBe(0);
       // Every chunk is still there, and the prefix reads as before.
-      for (const key of prefix.keys) await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
-      const got = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-      expect(Buffer.from(got.target).equals(Buffer.from(reference(prefix)))).toBe(true);
-    } finally {
-      s3.destroy();
+      const s3 = sdkClient(gw.url);
+      try {
+        for (const key of prefix.keys) await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+      } finally {
+        s3.destroy();
+      }
+      expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+    });
+  });
+
+  it('keeps at most --max-segment-bytes of segments, the least recently used going first', async () => {
+    const bucket = uniqueBucket('segmax');
+    const one = 6 * L * S; // one prefix's segment
+    await withGateway(bucket, ['--max-segment-bytes', String(one)], async (gw, client) => {
+      const a = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      const b = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      await readTwice(client, a);
+      await until('A is packed', async () => (await segmentEvents(gw, 'packed')) === 1);
+      await readTwice(client, b);
+      await until('B is packed', async () => (await segmentEvents(gw, 'packed')) === 2);
+      expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segments')).toBe(1);
+      expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segment_bytes')).toBe(one);
+      expect(await segmentEvents(gw, 'evicted')).toBe(1);
+      // B is served from its segment; A, whose segment went, from its chunks, byte-exact.
+      for (const [prefix, fromSegment] of [[b, 1], [a, 0]] as const) {
+        const before = await segmentEvents(gw, 'served');
+        expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+        expect((await segmentEvents(gw, 'served')) - before).toBe(fromSegment);
+      }
+    });
+  });
+});
+
+describe.each<BackendKind>(['local', 's3'])('a gateway killed while it packs (%s backend)', (backend) => {
+  it('leaves no segment, and a restarted gateway packs and serves the prefix anew', async () => {
+    const bucket = uniqueBucket('segcrash');
+    const segmentBucket = uniqueBucket('segs');
+    const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-segcrash-'));
+    const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, ...(backend === 's3' ? { OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey } : {}) };
+    const args = ['--segments', 'on', '--segment-min-bytes', '0', '--segment-bucket', segmentBucket, ...(backend === 's3' ? ['--s3-endpoint', minio.endpoint] : ['--data-dir', dataDir])];
+    const clientOf = (url: string): ObjectCacheClient => testClient({ url }, bucket);
+    let serve = await startServe(args, env);
+    try {
+      let client = clientOf(serve.url);
+      await client.ensureBucket();
+      // 48 MiB, so the stream is far from done when the first layer is in.
+      const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 1024 * 1024, layout: 'KV_L2TD' });
+      await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+      // The second read packs; the gateway is killed once its first layer is in.
+      const killed = serve;
+      await expect(client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { onLayerReady: () => void killed.child.kill('SIGKILL') })).rejects.toThrow();
+      await killed.stop();
       await client.close();
-      await gw.close();
+      serve = await startServe(args, env);
+      client = clientOf(serve.url);
+      try {
+        // Nothing of the pack is in the segment bucket (the test key is the administrator's).
+        const admin = sdkClient(serve.url);
+        try {
+          const listed = await admin.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` })).catch((error: { name?: string }) => {
+            if (error.name === 'NoSuchBucket') return { Contents: [] };
+            throw error;
+          });
+          expect(listed.Contents ?? []).toEqual([]);
+        } finally {
+          admin.destroy();
+        }
+        // The restarted gateway reads the prefix from its chunks, packs it on its second read, and serves the third from the segment.
+        const events = (event: SegmentEvent): Promise<number> => metricValue(serve.adminUrl, `objectcache_segment_events_total{event="${event}"}`);
+        for (let i = 0; i < 2; i++) expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+        await until('the prefix is packed', async () => (await events('packed')) === 1);
+        expect(await events('served')).toBe(0);
+        expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+        expect(await events('served')).toBe(1);
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await serve.stop();
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });

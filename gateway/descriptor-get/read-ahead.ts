@@ -252,8 +252,8 @@ export class ReadAhead implements UnitSource {
     for (let layer = task.first; layer < task.end; layer++) {
       for (let c = 0; c < layout.chunks; c++) crcs[layout.slice(layer, c)] = segment.crcs[(layer - segment.first) * segment.chunks + task.chunkStart + c] as number;
     }
-    const { bucket, key, etag, bytes, first, end, chunks, skipBytes } = segment;
-    return { bucket, key, etag, bytes, first, end, chunks, chunkStart: task.chunkStart, crcs, skipBytes };
+    const { bucket, key, etag, bytes, first, end, chunks } = segment;
+    return { bucket, key, etag, bytes, first, end, chunks, chunkStart: task.chunkStart, crcs };
   }
 
   /** Each chunk's ETag as read (by prefix position), for a segment packed from this request. */

@@ -11,6 +11,7 @@
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
 import { TaskLayout } from '../../storage-worker/task-layout.js';
+import { SEGMENT_SKIP_BYTES } from '../../storage-worker/protocol.js';
 
 export interface PlanInput {
   readonly layout: Layout;
@@ -172,8 +173,6 @@ export function planStreamed(input: Pick<PlanInput, 'layout' | 'layerStart' | 'l
 export interface SegmentCover {
   readonly chunks: number;
   readonly segmentChunks: number;
-  /** Gaps between wanted ranges up to this many bytes are read through (protocol.ts SegmentRead). */
-  readonly skipBytes: number;
 }
 
 /**
@@ -204,7 +203,7 @@ export function planFromSegment(input: PlanInput, layerwise: boolean, cover: Seg
 }
 
 /** Range reads of a task read from a segment: one when the gaps between its layers are read through, else one per layer. */
-export function segmentRanges(task: PlannedTask, cover: SegmentCover, layerBytes: number): number {
+function segmentRanges(task: PlannedTask, cover: SegmentCover, layerBytes: number): number {
   const gap = (cover.segmentChunks - (task.chunkEnd - task.chunkStart)) * layerBytes;
-  return gap <= cover.skipBytes ? 1 : task.end - task.first;
+  return gap <= SEGMENT_SKIP_BYTES ? 1 : task.end - task.first;
 }

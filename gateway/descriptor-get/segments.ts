@@ -23,16 +23,12 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
 import type { CapacityStore } from '../capacity/store.js';
 import type { Logger } from '../logger.js';
+import { SEGMENT_SKIP_BYTES } from '../../storage-worker/protocol.js';
 import type { SegmentSource, TaskRead } from './read-ahead.js';
 import { layoutOf, type SegmentCover } from './read-plan.js';
 
 /** The largest segment: what one S3 PutObject may store. */
 export const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
-/**
- * Gaps of up to this many bytes between the ranges a shorter prefix needs of a segment are read
- * through and dropped rather than asked for apart: about what one more request costs the store.
- */
-export const SEGMENT_SKIP_BYTES = 1024 * 1024;
 /**
  * Bytes a pack may have copied and the store not yet taken: past it, the request that feeds the
  * pack waits for the store (Pack.room) before it sends its next frame.
@@ -42,6 +38,11 @@ export const PACK_QUEUE_BYTES = 64 * 1024 * 1024;
 export const PACK_STALL_MS = 30_000;
 /** Runs whose reads are counted (the least recently read are forgotten first). */
 const TRACKED_RUNS = 10_000;
+/**
+ * Slices of all the segments a gateway keeps, together: each is a CRC32C held in memory (4 bytes)
+ * and written in a manifest, so this bounds both (64 MiB). A run with more is not packed.
+ */
+export const MAX_KNOWN_SLICES = 16 * 1024 * 1024;
 
 export interface SegmentConfig {
   /** Where segments are kept: a bucket of the store only the gateway uses (--segment-bucket). */
@@ -52,6 +53,8 @@ export interface SegmentConfig {
   readonly minBytes: number;
   /** Packs written at once (--max-segment-packs). */
   readonly maxPacks: number;
+  /** Bytes of all the segments this gateway keeps (--max-segment-bytes); past it the least recently used go. */
+  readonly maxBytes: number;
   /** How a read checks that the covered chunks are unchanged (--segment-check). */
   readonly check: 'heads' | 'writes';
 }
@@ -106,11 +109,11 @@ const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
  * A run's name: the same chunks, layout and layers always give the same name, whichever gateway
  * packs it (so a second pack of a run finds the first one's manifest).
  */
-export function runName(bucket: string, d: Pick<Descriptor, 'keys' | 'layout' | 'layers' | 'layerBytes'>, first: number, end: number): string {
+function runName(bucket: string, d: Pick<Descriptor, 'keys' | 'layout' | 'layers' | 'layerBytes'>, first: number, end: number): string {
   return createHash('sha256').update(JSON.stringify([bucket, d.layout, d.layers, d.layerBytes, first, end, 'raw', d.keys])).digest('hex');
 }
 
-export function encodeCrcs(crcs: Uint32Array): string {
+function encodeCrcs(crcs: Uint32Array): string {
   const bytes = Buffer.alloc(crcs.length * 4);
   crcs.forEach((crc, i) => bytes.writeUInt32LE(crc, 4 * i));
   return bytes.toString('base64');
@@ -125,7 +128,7 @@ function decodeCrcs(text: string, count: number): Uint32Array | undefined {
 }
 
 /** A manifest read from the store, checked field by field (a damaged or foreign one is not used). */
-export function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array } | undefined {
+function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array } | undefined {
   let m: Partial<Manifest>;
   try {
     m = JSON.parse(body.toString('utf8')) as Partial<Manifest>;
@@ -185,14 +188,13 @@ export class Segments {
   /** Checks of a segment's chunks in flight, by run and chunks covered: requests that arrive meanwhile share them. */
   readonly #checks = new Map<string, Promise<boolean>>();
   #bucketReady: Promise<void> | undefined;
+  /** Bytes and slices of the known segments. */
+  #bytes = 0;
+  #slices = 0;
 
   constructor(options: SegmentsOptions) {
     this.#o = options;
     this.#now = options.now ?? Date.now;
-  }
-
-  get config(): SegmentConfig {
-    return this.#o.config;
   }
 
   /** Segments known here and their bytes, for the metrics. */
@@ -202,6 +204,7 @@ export class Segments {
 
   /** Bytes of the known segments of chunks in `bucket` (all buckets when absent). */
   bytes(bucket?: string): number {
+    if (bucket === undefined) return this.#bytes;
     let total = 0;
     for (const s of this.#segments.values()) if (bucket === undefined || s.manifest.bucket === bucket) total += s.manifest.bytes;
     return total;
@@ -234,7 +237,7 @@ export class Segments {
     segment.lastUsed = this.#now();
     return {
       run: segment.run,
-      cover: { chunks, segmentChunks: m.keys.length, skipBytes: SEGMENT_SKIP_BYTES },
+      cover: { chunks, segmentChunks: m.keys.length },
       source: {
         bucket: this.#o.config.bucket,
         key: m.data,
@@ -245,7 +248,6 @@ export class Segments {
         chunks: m.keys.length,
         crcs: segment.crcs,
         etags: m.etags.slice(0, chunks).map((e) => this.#o.workerEtag(e)),
-        skipBytes: SEGMENT_SKIP_BYTES,
       },
     };
   }
@@ -334,8 +336,9 @@ export class Segments {
     this.#reads.set(run, reads);
     if (this.#reads.size > TRACKED_RUNS) this.#reads.delete(this.#reads.keys().next().value as string);
     const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
-    const { afterReads, minBytes, maxPacks } = this.#o.config;
-    if (reads < afterReads || bytes < minBytes || bytes > MAX_SEGMENT_BYTES) return undefined;
+    const { afterReads, minBytes, maxPacks, maxBytes } = this.#o.config;
+    const slices = (d.layerEnd - d.layerStart) * d.chunks;
+    if (reads < afterReads || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return undefined;
     if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= maxPacks) return undefined;
     const pack: Pack = new Pack({
       run,
@@ -407,14 +410,27 @@ export class Segments {
   #learn(run: string, manifest: Manifest, crcs: Uint32Array): void {
     this.#forget(run);
     this.#segments.set(run, { run, manifest, crcs, lastUsed: this.#now() });
+    this.#bytes += manifest.bytes;
+    this.#slices += crcs.length;
     add(this.#byFirst, slot(manifest.bucket, manifest.keys[0] as string), run);
     for (const key of manifest.keys) add(this.#byKey, slot(manifest.bucket, key), run);
+    // Past --max-segment-bytes or MAX_KNOWN_SLICES, the least recently used others go (the map
+    // keeps insertion order; use does not reorder it, so the oldest by lastUsed is looked for).
+    while (this.#bytes > this.#o.config.maxBytes || this.#slices > MAX_KNOWN_SLICES) {
+      let coldest: Segment | undefined;
+      for (const s of this.#segments.values()) if (s.run !== run && (!coldest || s.lastUsed < coldest.lastUsed)) coldest = s;
+      if (!coldest) break;
+      this.#o.observer?.event('evicted');
+      this.drop(coldest.run, 'past --max-segment-bytes');
+    }
   }
 
   #forget(run: string): Segment | undefined {
     const segment = this.#segments.get(run);
     if (!segment) return undefined;
     this.#segments.delete(run);
+    this.#bytes -= segment.manifest.bytes;
+    this.#slices -= segment.crcs.length;
     const m = segment.manifest;
     remove(this.#byFirst, slot(m.bucket, m.keys[0] as string), run);
     for (const key of m.keys) remove(this.#byKey, slot(m.bucket, key), run);
@@ -446,7 +462,7 @@ function remove(map: Map<string, Set<string>>, key: string, run: string): void {
 }
 
 /** Where a run's manifest is, in the segment bucket. */
-export function manifestKey(bucket: string, run: string): string {
+function manifestKey(bucket: string, run: string): string {
   return `${bucket}/${run}.json`;
 }
 
