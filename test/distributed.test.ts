@@ -18,6 +18,21 @@ import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const credentials = { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET };
 
+/**
+ * `work`, failing with its name if it takes longer than `ms`, so that a step that hangs names
+ * itself: in about 90 runs on 2026-11-24, two hung somewhere after the kill until the test's own
+ * timeout (and one failed after 11 s for a reason the output did not keep).
+ */
+async function step<T>(what: string, work: Promise<T>, ms = 45_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not done within ${ms} ms`)), ms)));
+  try {
+    return await Promise.race([work, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 describe('a distributed MinIO behind two gateways', () => {
   let cluster: DistributedMinio;
   let gatewayA: ServeProcess;
@@ -65,17 +80,17 @@ describe('a distributed MinIO behind two gateways', () => {
       }
       const retried = await metricValue(gatewayA.adminUrl, 'objectcache_backend_retries_total');
       console.log(`node killed mid-stream: ${'result' in outcome ? 'completed byte-exact' : `ended with ${(outcome.error as { code?: string }).code}`}; range reads retried: ${retried}`);
-      const again = await viaA.fetch(descriptorOf(prefix, { chunkTokens: 256 }), { transport: 'post' });
+      const again = await step('a GET through gateway A after the kill', viaA.fetch(descriptorOf(prefix, { chunkTokens: 256 }), { transport: 'post' }));
       expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
 
       // Writes while the node is down: six of eight drives are above MinIO's write quorum.
-      const written = await seedPrefix(viaB, { chunks: 8, layers: 12, layerBytes: 32 * 1024, layout: 'KV_2LTD' });
-      const read = await viaA.fetch(descriptorOf(written, { chunkTokens: 256 }), { transport: 'post' });
+      const written = await step('writes through gateway B with the node down', seedPrefix(viaB, { chunks: 8, layers: 12, layerBytes: 32 * 1024, layout: 'KV_2LTD' }));
+      const read = await step('a GET of them through gateway A', viaA.fetch(descriptorOf(written, { chunkTokens: 256 }), { transport: 'post' }));
       expect(Buffer.from(read.target).equals(Buffer.from(reference(written)))).toBe(true);
 
-      await victim?.restart();
+      await step('the node restarting', victim?.restart() ?? Promise.resolve(), 70_000);
       for (const [client, p] of [[viaB, prefix], [viaB, written], [viaA, written]] as const) {
-        const back = await client.fetch(descriptorOf(p, { chunkTokens: 256 }), { transport: 'post' });
+        const back = await step('a GET once the node is back', client.fetch(descriptorOf(p, { chunkTokens: 256 }), { transport: 'post' }));
         expect(Buffer.from(back.target).equals(Buffer.from(reference(p)))).toBe(true);
       }
     } finally {
