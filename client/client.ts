@@ -22,6 +22,7 @@ import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
 import { AFTER_META, recordableAfter } from '../schemas/chain.js';
 import type { Layout } from '../schemas/layouts.js';
+import { SocketRangeClient, type BodyTarget, type RangeAnswer, type RangeAnswerSink, type SocketRequest } from '../storage-worker/socket-range-get.js';
 import { FrameDecoder } from './frame-decoder.js';
 import { toCanonical } from './kv-layout.js';
 
@@ -147,6 +148,50 @@ interface Endpoint {
   readonly pool: Pool;
   /** The pool, signing every request. */
   readonly http: Dispatcher.ComposedDispatcher;
+  /** Fetches from a plain-http: gateway: sockets whose reads land in the target (absent behind TLS). */
+  readonly sockets: SocketRangeClient | undefined;
+}
+
+/** How long a fetch's connection may be idle: waiting for the answer, or between its bytes (undici's default). */
+const FETCH_IDLE_TIMEOUT_MS = 300_000;
+/** The part of an error answer's body that is read. */
+const ERROR_BODY_LIMIT = 64 * 1024;
+
+/**
+ * The stream's body as the decoder places it: every socket read goes where `FrameDecoder.next()`
+ * says, so payload bytes are written once, by the kernel, straight into the target. What the
+ * decoder throws (a CRC, protocol or gateway error, or the caller's `onLayerReady`) is kept and
+ * thrown from `wrote`, which fails the read.
+ */
+class DecoderTarget implements BodyTarget {
+  failure: unknown;
+  readonly #decoder: FrameDecoder;
+  /** Where a read goes once the decoder has failed (it then fails the read). */
+  readonly #spill = new Uint8Array(64);
+  constructor(decoder: FrameDecoder) {
+    this.#decoder = decoder;
+  }
+  next(): Uint8Array {
+    // Called from the socket's read setup, where a throw would end the process: kept for wrote().
+    if (this.failure === undefined) {
+      try {
+        return this.#decoder.next();
+      } catch (error) {
+        this.failure = error;
+      }
+    }
+    return this.#spill;
+  }
+  wrote(n: number): void {
+    if (this.failure !== undefined) throw this.failure;
+    try {
+      this.#decoder.wrote(n);
+    } catch (error) {
+      this.failure = error;
+      throw error;
+    }
+  }
+  paused(): void {} // never: the decoder always has a place
 }
 
 export class ObjectCacheClient {
@@ -163,7 +208,8 @@ export class ObjectCacheClient {
     this.#endpoints = urls.map((endpoint) => {
       const url = new URL(endpoint);
       const s3 = new S3Client({ endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 2 });
-      return { url, s3, ...signingPool({ endpoint: url, ...options.credentials, region, pool: { connections: 8 } }) };
+      const sockets = url.protocol === 'http:' ? new SocketRangeClient({ endpoint: url, connections: 8, timeoutMs: FETCH_IDLE_TIMEOUT_MS, ...options.credentials, region, peer: 'the gateway' }) : undefined;
+      return { url, s3, sockets, ...signingPool({ endpoint: url, ...options.credentials, region, pool: { connections: 8 } }) };
     });
   }
 
@@ -320,6 +366,9 @@ export class ObjectCacheClient {
         options.onLayerReady?.(layer, view);
       },
     });
+    if (this.#endpoints.every((e) => e.sockets !== undefined)) {
+      return { target, layerStride, summary: await this.#receive(input, transport, decoder, options.signal), timeline, transport };
+    }
     const { body, requestId } = await this.#open(input, transport, options.signal);
     try {
       for await (const chunk of body) decoder.push(chunk as Uint8Array);
@@ -328,6 +377,58 @@ export class ObjectCacheClient {
       body.destroy();
       throw withRequestId(error, requestId);
     }
+  }
+
+  /**
+   * A fetch from plain-http: gateways: the stream is read with the kernel writing each payload
+   * byte straight into its place in the target (as the gateway reads the store,
+   * storage-worker/socket-range-get.ts), where a stream of network chunks costs a fresh buffer and
+   * a copy per socket read (measured in docs/clients.md). A gateway that cannot be reached before
+   * it answers is tried once more on a new connection (an idle one may have been closing), then
+   * the next one; once the answer has begun, a broken connection ends the fetch.
+   */
+  async #receive(input: DescriptorInput, transport: 'get' | 'post', decoder: FrameDecoder, signal: AbortSignal | undefined): Promise<EndSummary> {
+    const request: SocketRequest =
+      transport === 'post'
+        ? { method: 'POST', path: escapeUriPath(`/${this.bucket}`), query: [['objectcache', '']], headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(input)) }
+        : { method: 'GET', path: escapeUriPath(`/${this.bucket}/${(input.keyPrefix ?? '') + (input.keys.at(-1) ?? '')}`), headers: { [DESCRIPTOR_HEADER]: encodeDescriptorHeader(input) } };
+    const live = signal ?? new AbortController().signal;
+    let last: unknown;
+    for (let tried = 0; tried < this.#endpoints.length; tried++) {
+      const index = (this.#current + tried) % this.#endpoints.length;
+      const endpoint = this.#endpoints[index] as Endpoint;
+      for (const fresh of [false, true]) {
+        const target = new DecoderTarget(decoder);
+        let answered: Readonly<Record<string, string>> | undefined;
+        const sink: RangeAnswerSink = {
+          onHead: (status, headers) => {
+            answered = headers;
+            return status === 200 ? { stream: target } : { collect: ERROR_BODY_LIMIT };
+          },
+        };
+        let answer: RangeAnswer;
+        try {
+          answer = await (endpoint.sockets as SocketRangeClient).send(request, sink, live, fresh);
+        } catch (error) {
+          if (live.aborted) throw live.reason;
+          const requestId = answered?.['x-amz-request-id'];
+          if (target.failure !== undefined) throw withRequestId(target.failure, requestId);
+          if (answered !== undefined) throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
+          // Not reached (refused, reset or closed before any answer): again, then the next gateway.
+          if (!(error instanceof ObjectCacheError) || error.code !== 'OC_ERR_BACKEND_UNAVAILABLE') throw error;
+          last = error;
+          continue;
+        }
+        this.#current = index;
+        if (answer.status !== 200) throw errorFromAnswer(answer.status, parseErrorDocument(answer.text ?? ''), (name) => answer.headers[name]);
+        try {
+          return decoder.finish();
+        } catch (error) {
+          throw withRequestId(error, answer.headers['x-amz-request-id']);
+        }
+      }
+    }
+    throw new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', `cannot reach the gateway at ${this.#endpoints.map((e) => e.url.origin).join(', ')}: ${(last as Error).message}`, { cause: last, retryable: true });
   }
 
   /** The same fetch as an async iterator of ready layers; leaving the loop early cancels it. */
@@ -383,6 +484,6 @@ export class ObjectCacheClient {
 
   async close(): Promise<void> {
     for (const e of this.#endpoints) e.s3.destroy();
-    await Promise.all(this.#endpoints.map((e) => e.pool.close()));
+    await Promise.all(this.#endpoints.flatMap((e) => [e.pool.close(), e.sockets?.close()]));
   }
 }

@@ -1,9 +1,11 @@
 /**
- * Incremental decoder of the ObjectCache stream (schemas/wire-format.md). Payload bytes are
- * copied straight from the network chunks into their place in the caller's target buffer (layer
- * l of the delivery at (l - layerStart) * layerStride), every payload's CRC32C is checked, frames
- * must arrive in order, and a layer is announced ready when its frame ends (layerwise) or when
- * the last chunk has arrived (chunkwise).
+ * Incremental decoder of the ObjectCache stream (schemas/wire-format.md). It names the place of
+ * the stream's next bytes (`next()`): payload bytes go straight to their place in the caller's
+ * target buffer (layer l of the delivery at (l - layerStart) * layerStride), so a socket reader
+ * can have the kernel write them there (client/client.ts), or `push` copies network chunks
+ * there. Every payload's CRC32C is checked where it landed, frames must arrive in order, and a
+ * layer is announced ready when its frame ends (layerwise) or when the last chunk has arrived
+ * (chunkwise).
  */
 import { crc32c } from '../native/crc32c.js';
 import { ObjectCacheError } from '../schemas/errors.js';
@@ -30,10 +32,10 @@ function protocolError(message: string): ObjectCacheError {
 }
 
 /** An ERROR or END frame's payload: a JSON object, or the stream breaks the format. */
-function jsonObject(pieces: readonly Buffer[], frame: 'ERROR' | 'END'): Record<string, unknown> {
+function jsonObject(payload: Uint8Array, frame: 'ERROR' | 'END'): Record<string, unknown> {
   let value: unknown;
   try {
-    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(pieces)));
+    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(payload));
   } catch {
     throw protocolError(`an ${frame} frame that is not UTF-8 JSON`);
   }
@@ -45,11 +47,14 @@ export class FrameDecoder {
   readonly #o: DecoderOptions;
   #preambleSeen = false;
   #header: FrameHeader | undefined;
-  #headerBuf = Buffer.alloc(FRAME_HEADER_BYTES);
+  readonly #headerBuf = Buffer.alloc(FRAME_HEADER_BYTES);
   #headerFill = 0;
   #received = 0;
   #crc = 0;
-  #json: Buffer[] = [];
+  /** An ERROR or END frame's payload, as it arrives. */
+  #json: Buffer | undefined;
+  /** The place `next()` gave last. */
+  #place: Uint8Array = this.#headerBuf;
   #nextLayer: number;
   #nextChunk = 0;
   #mode: 'layerwise' | 'chunkwise' | undefined;
@@ -72,6 +77,11 @@ export class FrameDecoder {
   /** The END summary, once the stream is complete. */
   get summary(): EndSummary | undefined {
     return this.#summary;
+  }
+
+  /** Layers announced ready so far. */
+  get layersReady(): number {
+    return this.#nextLayer - this.#o.layerStart;
   }
 
   #layerView(layer: number): Uint8Array {
@@ -98,33 +108,59 @@ export class FrameDecoder {
       case FrameType.ERROR:
       case FrameType.END:
         if (header.length > MAX_JSON_FRAME_BYTES) throw protocolError('an ERROR or END frame is implausibly large');
+        this.#json = Buffer.allocUnsafe(header.length);
         break;
     }
   }
 
-  /** Copies payload bytes of the current frame to their place. */
-  #payload(bytes: Uint8Array): void {
-    const header = this.#header as FrameHeader;
-    this.#crc = crc32c(bytes, this.#crc);
-    if (header.type === FrameType.LAYER) {
-      this.#layerView(header.index).set(bytes, this.#received);
-    } else if (header.type === FrameType.CHUNK) {
+  /**
+   * Where the stream's next bytes go (at least one byte): within the current payload, its place
+   * in the target (a LAYER frame's rest, or the rest of a CHUNK frame's slice of one layer); else
+   * the decoder's own bytes for the preamble, a frame header or an ERROR or END payload. A reader
+   * that can write received bytes in place (a socket read into this view) calls `wrote(n)` after;
+   * `push` copies them here.
+   */
+  next(): Uint8Array {
+    if (this.#summary) throw protocolError('bytes after the END frame');
+    const header = this.#header;
+    if (!header) this.#place = this.#headerBuf.subarray(this.#headerFill, this.#preambleSeen ? FRAME_HEADER_BYTES : PREAMBLE_BYTES);
+    else if (header.type === FrameType.LAYER) this.#place = this.#layerView(header.index).subarray(this.#received);
+    else if (header.type === FrameType.CHUNK) {
       const S = this.#o.layerBytes;
-      let from = 0;
-      let position = this.#received;
-      while (from < bytes.byteLength) {
-        const layer = this.#o.layerStart + Math.floor(position / S);
-        const within = position % S;
-        const n = Math.min(S - within, bytes.byteLength - from);
-        const at = (layer - this.#o.layerStart) * this.#o.layerStride + header.index * S + within;
-        this.#o.target.set(bytes.subarray(from, from + n), at);
-        from += n;
-        position += n;
+      const within = this.#received % S;
+      const at = Math.floor(this.#received / S) * this.#o.layerStride + header.index * S + within;
+      this.#place = this.#o.target.subarray(at, at + S - within);
+    } else this.#place = (this.#json as Buffer).subarray(this.#received);
+    return this.#place;
+  }
+
+  /**
+   * `n` bytes were written at the start of the place `next()` gave last: their CRC32C is taken
+   * there, in cache. Throws ObjectCacheError on any protocol, CRC or gateway error.
+   */
+  wrote(n: number): void {
+    const header = this.#header;
+    if (!header) {
+      this.#headerFill += n;
+      if (!this.#preambleSeen) {
+        if (this.#headerFill < PREAMBLE_BYTES) return;
+        const problem = checkPreamble(this.#headerBuf);
+        if (problem) throw protocolError(problem);
+        this.#preambleSeen = true;
+        this.#headerFill = 0;
+        return;
       }
-    } else {
-      this.#json.push(Buffer.from(bytes));
+      if (this.#headerFill < FRAME_HEADER_BYTES) return;
+      const decoded = decodeFrameHeader(this.#headerBuf);
+      if (typeof decoded === 'string') throw protocolError(decoded);
+      this.#beginFrame(decoded);
+      this.#header = decoded;
+      if (decoded.length === 0) this.#endFrame();
+      return;
     }
-    this.#received += bytes.byteLength;
+    this.#crc = crc32c(this.#place.subarray(0, n), this.#crc);
+    this.#received += n;
+    if (this.#received === header.length) this.#endFrame();
   }
 
   #endFrame(): void {
@@ -146,7 +182,7 @@ export class FrameDecoder {
         }
         break;
       case FrameType.ERROR: {
-        const payload = jsonObject(this.#json, 'ERROR') as Partial<ErrorPayload>;
+        const payload = jsonObject(this.#json as Buffer, 'ERROR') as Partial<ErrorPayload>;
         const known = typeof payload.code === 'string' && payload.code in ERRORS;
         const code = (known ? payload.code : 'OC_ERR_INTERNAL') as ErrorCode;
         const details = siteDetails(payload);
@@ -157,50 +193,24 @@ export class FrameDecoder {
       }
       case FrameType.END:
         if (this.#nextLayer !== o.layerEnd) throw protocolError(`END after ${this.#nextLayer - o.layerStart} of ${o.layerEnd - o.layerStart} layers`);
-        this.#summary = jsonObject(this.#json, 'END') as unknown as EndSummary;
+        this.#summary = jsonObject(this.#json as Buffer, 'END') as unknown as EndSummary;
         break;
     }
     this.#header = undefined;
     this.#headerFill = 0;
     this.#received = 0;
     this.#crc = 0;
-    this.#json = [];
+    this.#json = undefined;
   }
 
-  /** Feeds bytes from the response body. Throws ObjectCacheError on any protocol, CRC or gateway error. */
+  /** Feeds bytes from the response body, copying each to its place. Throws ObjectCacheError on any protocol, CRC or gateway error. */
   push(chunk: Uint8Array): void {
-    let at = 0;
-    while (at < chunk.byteLength) {
-      if (this.#summary) throw protocolError('bytes after the END frame');
-      if (!this.#preambleSeen) {
-        const n = Math.min(PREAMBLE_BYTES - this.#headerFill, chunk.byteLength - at);
-        this.#headerBuf.set(chunk.subarray(at, at + n), this.#headerFill);
-        this.#headerFill += n;
-        at += n;
-        if (this.#headerFill < PREAMBLE_BYTES) return;
-        const problem = checkPreamble(this.#headerBuf);
-        if (problem) throw protocolError(problem);
-        this.#preambleSeen = true;
-        this.#headerFill = 0;
-        continue;
-      }
-      if (!this.#header) {
-        const n = Math.min(FRAME_HEADER_BYTES - this.#headerFill, chunk.byteLength - at);
-        this.#headerBuf.set(chunk.subarray(at, at + n), this.#headerFill);
-        this.#headerFill += n;
-        at += n;
-        if (this.#headerFill < FRAME_HEADER_BYTES) return;
-        const header = decodeFrameHeader(this.#headerBuf);
-        if (typeof header === 'string') throw protocolError(header);
-        this.#beginFrame(header);
-        this.#header = header;
-        if (header.length === 0) this.#endFrame();
-        continue;
-      }
-      const n = Math.min(this.#header.length - this.#received, chunk.byteLength - at);
-      this.#payload(chunk.subarray(at, at + n));
+    for (let at = 0; at < chunk.byteLength; ) {
+      const place = this.next();
+      const n = Math.min(place.byteLength, chunk.byteLength - at);
+      place.set(chunk.subarray(at, at + n));
+      this.wrote(n);
       at += n;
-      if (this.#received === this.#header.length) this.#endFrame();
     }
   }
 

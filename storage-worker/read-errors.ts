@@ -24,8 +24,8 @@ export class ReadError extends ObjectCacheError implements FailureSite {
   chunk?: number;
   key?: string;
   layer?: number;
-  constructor(code: ErrorCode, message: string, readAgain = false) {
-    super(code, message);
+  constructor(code: ErrorCode, message: string, readAgain = false, options: { cause?: unknown } = {}) {
+    super(code, message, options);
     this.readAgain = readAgain;
   }
 }

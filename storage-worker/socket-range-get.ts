@@ -24,8 +24,14 @@
  * chunk-streams.ts): the connection then stops reading its socket until told to read on. Plain
  * `http:` endpoints only: behind TLS grouped range reads stay on undici (range-reader.ts) and
  * streamed reads are off (gateway/read-pool/reader-pool.ts).
+ *
+ * The TypeScript client reads a layerwise GET's stream the same way (client/client.ts, with
+ * `peer` naming the gateway in its messages): its target (client/frame-decoder.ts) names each
+ * read's place in the caller's buffer, and the body runs to its last chunk.
  */
+import { createHash } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
+import { escapeUri } from '@smithy/util-uri-escape';
 import { boundReceiveBuffer } from '../native/socket-buffer.js';
 import { RequestSigner } from '../sigv4/signer.js';
 import { ReadError, cancelled } from './read-errors.js';
@@ -50,9 +56,10 @@ export interface RangeAnswerSink {
    * the body's: its Content-Length, or a chunked body's Content-Range) or a target that places it
    * (a chunked body must then have a Content-Range, the length its chunks must add up to), or
    * `collect` to keep up to `limit` bytes of it (an error body), or a ReadError to fail the read
-   * (the connection is then dropped, not drained).
+   * (the connection is then dropped, not drained), or `stream` for a target of a body whose
+   * length only its framing gives (a chunked body then ends at its last chunk).
    */
-  onHead(status: number, headers: Readonly<Record<string, string>>): readonly Uint8Array[] | BodyTarget | { collect: number } | ReadError;
+  onHead(status: number, headers: Readonly<Record<string, string>>): readonly Uint8Array[] | BodyTarget | { collect: number } | { stream: BodyTarget } | ReadError;
 }
 
 /** A body into fixed views, in order. */
@@ -106,6 +113,8 @@ export interface RangeAnswer {
 }
 
 const HEAD_LIMIT = 64 * 1024;
+/** Who answers, in messages: the object store (the gateway's reads), or the gateway (the TypeScript client's fetch). */
+const STORE = 'the object store';
 /** The buffer of a stopped socket's next read (copied once it has a place). */
 const STOPPED_READ_BYTES = 4096;
 /** Where the bytes of an error body past what is kept go. */
@@ -145,8 +154,8 @@ const SEMICOLON = 0x3b;
  */
 type Frame = 'data' | 'size' | 'ext' | 'size-lf' | 'data-cr' | 'data-lf' | 'trailer' | 'trailer-line' | 'trailer-lf' | 'end-lf' | 'done';
 
-function protocol(message: string, readAgain = false): ReadError {
-  return new ReadError('OC_ERR_BACKEND_PROTOCOL', `the object store's answer: ${message}`, readAgain);
+function protocol(message: string, readAgain = false, peer = STORE): ReadError {
+  return new ReadError('OC_ERR_BACKEND_PROTOCOL', `${peer}'s answer: ${message}`, readAgain);
 }
 
 interface Head {
@@ -156,16 +165,16 @@ interface Head {
 }
 
 /** A head's status line and header lines. `reused`: a bad one may be a stray byte of the connection's last answer. */
-function parseHead(text: string, reused: boolean): Head | ReadError {
+function parseHead(text: string, reused: boolean, peer: string): Head | ReadError {
   const lines = text.split('\r\n');
   const status = /^HTTP\/1\.([01]) (\d{3})/.exec(lines[0] ?? '');
   // On a reused connection, stray bytes after the last answer would land here: worth another try.
-  if (!status) return protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`, reused);
+  if (!status) return protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`, reused, peer);
   const headers: Record<string, string> = Object.create(null);
   for (let i = 1; i < lines.length; i++) {
     const line = lines[i] as string;
     const colon = line.indexOf(':');
-    if (colon <= 0) return protocol(`a malformed header line: ${JSON.stringify(line.slice(0, 80))}`, reused);
+    if (colon <= 0) return protocol(`a malformed header line: ${JSON.stringify(line.slice(0, 80))}`, reused, peer);
     const name = line.slice(0, colon).trim().toLowerCase();
     const value = line.slice(colon + 1).trim();
     const before = headers[name];
@@ -193,7 +202,15 @@ function hexDigit(byte: number): number {
   return lower >= 0x61 && lower <= 0x66 ? lower - 0x61 + 10 : -1;
 }
 
-/** One keep-alive connection; `get` runs one request at a time. */
+interface ConnectionOptions {
+  /** How long the socket may be idle: waiting for an answer, between its bytes, or between requests. */
+  readonly timeoutMs: number;
+  readonly receiveBufferBytes?: number | undefined;
+  /** Who answers, in error messages (default: the object store). */
+  readonly peer?: string | undefined;
+}
+
+/** One keep-alive connection; `send` runs one request at a time. */
 class Connection {
   readonly socket: Socket;
   readonly #scratch = Buffer.allocUnsafe(HEAD_LIMIT);
@@ -233,9 +250,12 @@ class Connection {
   #served = 0;
 
   readonly #timeoutMs: number;
+  readonly #peer: string;
 
-  constructor(endpoint: URL, timeoutMs: number, receiveBufferBytes: number | undefined, onGone: (connection: Connection) => void) {
+  constructor(endpoint: URL, options: ConnectionOptions, onGone: (connection: Connection) => void) {
+    const { timeoutMs, receiveBufferBytes } = options;
     this.#timeoutMs = timeoutMs;
+    this.#peer = options.peer ?? STORE;
     this.socket = connect({
       host: endpoint.hostname.replace(/^\[(.*)\]$/, '$1'), // an IPv6 literal without its brackets
       port: Number(endpoint.port || 80),
@@ -261,10 +281,10 @@ class Connection {
     // fails, times out or is closed first fails the request through the handlers below.
     // Also closes a connection idle that long (undici's pool closes them after 30 s).
     this.socket.setTimeout(timeoutMs);
-    this.socket.on('timeout', () => this.#fail(new ReadError('OC_ERR_BACKEND_TIMEOUT', 'the object store did not answer in time', true)));
-    this.socket.on('error', (error) => this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the object store connection failed: ${error.message}`, true)));
+    this.socket.on('timeout', () => this.#fail(new ReadError('OC_ERR_BACKEND_TIMEOUT', `${this.#peer} did not answer in time`, true)));
+    this.socket.on('error', (error) => this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the connection to ${this.#peer} failed: ${error.message}`, true, { cause: error })));
     this.socket.on('close', () => {
-      this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', 'the object store connection closed before the answer ended', true));
+      this.#fail(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `the connection to ${this.#peer} closed before the answer ended`, true));
       this.#state = 'closed';
       onGone(this);
     });
@@ -275,8 +295,8 @@ class Connection {
     return this.#state === 'idle' && !this.socket.destroyed;
   }
 
-  /** Sends `head` (a whole request without a body) and reads the answer through `sink`. */
-  get(head: string, sink: RangeAnswerSink, signal: AbortSignal): Promise<RangeAnswer> {
+  /** Sends `head` (a whole request's head) and `body`, and reads the answer through `sink`. */
+  send(head: string, body: Uint8Array | undefined, sink: RangeAnswerSink, signal: AbortSignal): Promise<RangeAnswer> {
     this.#state = 'head';
     this.#sink = sink;
     this.#headBytes = 0;
@@ -294,7 +314,11 @@ class Connection {
         resolve(this.#collector ? { ...answer, text: this.#collector.text } : answer);
       };
       if (signal.aborted) return this.#fail(cancelled());
+      if (!body || body.byteLength === 0) return void this.socket.write(head);
+      this.socket.cork();
       this.socket.write(head);
+      this.socket.write(body);
+      this.socket.uncork();
     });
   }
 
@@ -356,7 +380,7 @@ class Connection {
       return this.#hold(buffer.subarray(0, n));
     }
     if (this.#state !== 'head') {
-      this.#fail(protocol('bytes arrived with no request outstanding'));
+      this.#fail(this.#protocol('bytes arrived with no request outstanding'));
       return true;
     }
     this.#headBytes += n;
@@ -368,10 +392,10 @@ class Connection {
     for (;;) {
       const end = this.#scratch.subarray(0, this.#headBytes).indexOf('\r\n\r\n', from, 'latin1');
       if (end < 0) {
-        if (this.#headBytes >= HEAD_LIMIT) this.#fail(protocol(`a head longer than ${HEAD_LIMIT} bytes`));
+        if (this.#headBytes >= HEAD_LIMIT) this.#fail(this.#protocol(`a head longer than ${HEAD_LIMIT} bytes`));
         return true;
       }
-      const head = parseHead(this.#scratch.toString('latin1', 0, end), this.#served > 0);
+      const head = parseHead(this.#scratch.toString('latin1', 0, end), this.#served > 0, this.#peer);
       if (head instanceof ReadError) {
         this.#fail(head);
         return true;
@@ -380,7 +404,7 @@ class Connection {
       // Switching Protocols is refused there): an interim one has no body, the answer follows it.
       if (head.status < 100 || head.status >= 200 || head.status === 101) return this.#onHead(head, this.#scratch.subarray(end + 4, this.#headBytes));
       if (++this.#interim > INTERIM_LIMIT) {
-        this.#fail(protocol(`more than ${INTERIM_LIMIT} interim answers`));
+        this.#fail(this.#protocol(`more than ${INTERIM_LIMIT} interim answers`));
         return true;
       }
       this.#scratch.copyWithin(0, end + 4, this.#headBytes);
@@ -400,7 +424,7 @@ class Connection {
   /** Takes bytes that came in the scratch buffer; keeps what has no place and stops reading. */
   #hold(bytes: Uint8Array): boolean {
     if (!this.#chunked && bytes.byteLength > this.#remaining) {
-      this.#fail(protocol('more bytes than its Content-Length'));
+      this.#fail(this.#protocol('more bytes than its Content-Length'));
       return true;
     }
     this.#held = bytes;
@@ -416,7 +440,7 @@ class Connection {
     let held = this.#held as Uint8Array;
     while (held.byteLength > 0) {
       if (this.#frame !== 'data') {
-        if (this.#frame === 'done') return this.#fail(protocol('bytes after the body'));
+        if (this.#frame === 'done') return this.#fail(this.#protocol('bytes after the body'));
         held = held.subarray(this.#unframe(held));
         if (this.#state !== 'body') return; // bad framing: failed
         continue;
@@ -518,8 +542,12 @@ class Connection {
     return true;
   }
 
+  #protocol(message: string): ReadError {
+    return protocol(message, false, this.#peer);
+  }
+
   #badFraming(message: string): false {
-    this.#fail(protocol(`chunked coding: ${message}`));
+    this.#fail(this.#protocol(`chunked coding: ${message}`));
     return false;
   }
 
@@ -557,7 +585,7 @@ class Connection {
     try {
       return step();
     } catch (error) {
-      this.#fail(new ReadError('OC_ERR_INTERNAL', `placing the object store's answer: ${(error as Error).message}`));
+      this.#fail(new ReadError('OC_ERR_INTERNAL', `placing ${this.#peer}'s answer: ${(error as Error).message}`, false, { cause: error }));
       return true;
     }
   }
@@ -569,13 +597,13 @@ class Connection {
   }
 
   #onHeadParsed({ status: code, http10, headers }: Head, rest: Buffer): void {
-    if (code < 200) return this.#fail(protocol(`a ${code} answer to a GET`)); // 101 Switching Protocols, or no status at all
+    if (code < 200) return this.#fail(this.#protocol(`a ${code} answer`)); // 101 Switching Protocols, or no status at all
     // Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3).
     const coding = headers['transfer-encoding'];
     const chunked = coding !== undefined;
-    if (chunked && coding.toLowerCase() !== 'chunked') return this.#fail(protocol(`Transfer-Encoding ${coding} (only chunked is read)`));
+    if (chunked && coding.toLowerCase() !== 'chunked') return this.#fail(this.#protocol(`Transfer-Encoding ${coding} (only chunked is read)`));
     const length = !chunked && /^\d+$/.test(headers['content-length'] ?? '') ? Number(headers['content-length']) : -1;
-    if (!chunked && length < 0) return this.#fail(protocol(`status ${code} with neither Content-Length nor chunked coding`));
+    if (!chunked && length < 0) return this.#fail(this.#protocol(`status ${code} with neither Content-Length nor chunked coding`));
     // A chunked body with a Content-Length as well may be an attempt at response splitting (RFC
     // 9112 section 6.3), and HTTP/1.0 has no chunked coding: such a body is read as chunked, but
     // the connection is not trusted with another request.
@@ -586,13 +614,16 @@ class Connection {
       plan = (this.#sink as RangeAnswerSink).onHead(code, headers);
     } catch (error) {
       // Thrown here, it would escape into Node's socket read callback and end the worker.
-      return this.#fail(new ReadError('OC_ERR_INTERNAL', `checking the object store's answer: ${(error as Error).message}`));
+      return this.#fail(new ReadError('OC_ERR_INTERNAL', `checking ${this.#peer}'s answer: ${(error as Error).message}`, false, { cause: error }));
     }
     if (plan instanceof ReadError) return this.#fail(plan);
-    if (!chunked && rest.byteLength > length) return this.#fail(protocol('more bytes than its Content-Length'));
+    if (!chunked && rest.byteLength > length) return this.#fail(this.#protocol('more bytes than its Content-Length'));
     // The body's length as the head gives it: Content-Length, or what a chunked body's Content-Range spans.
     const declared = chunked ? rangeLength(headers['content-range']) : length;
-    if ('collect' in plan) {
+    if ('stream' in plan) {
+      this.#target = plan.stream;
+      this.#remaining = chunked ? Infinity : length;
+    } else if ('collect' in plan) {
       this.#collector = new CollectTarget(plan.collect);
       this.#target = this.#collector;
       // A chunked error body is read to its last chunk, whatever its length.
@@ -603,7 +634,7 @@ class Connection {
       this.#target = new ViewsTarget(plan);
       this.#remaining = total;
     } else {
-      if (declared === undefined) return this.#fail(protocol('a chunked body without a Content-Range to hold its length to'));
+      if (declared === undefined) return this.#fail(this.#protocol('a chunked body without a Content-Range to hold its length to'));
       this.#target = plan as BodyTarget;
       this.#remaining = declared;
     }
@@ -629,50 +660,87 @@ class Connection {
   }
 }
 
+export interface SocketClientOptions {
+  readonly endpoint: URL;
+  readonly connections: number;
+  readonly timeoutMs: number;
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  readonly region: string;
+  readonly receiveBufferBytes?: number | undefined;
+  /** Who answers, in error messages (default: the object store). */
+  readonly peer?: string | undefined;
+}
+
+/** A request to sign and send: `path` already S3-encoded, header names in lower case. */
+export interface SocketRequest {
+  readonly method: 'GET' | 'POST';
+  readonly path: string;
+  readonly query?: readonly (readonly [string, string])[];
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly body?: Uint8Array;
+}
+
 /**
- * Up to `connections` keep-alive connections to one plain-HTTP store, signing each request with
- * the project's SigV4 signer. A request waits for a free connection in arrival order.
+ * Up to `connections` keep-alive connections to one plain-HTTP server (a store, or for the client a
+ * gateway), signing each request with the project's SigV4 signer. A request waits for a free
+ * connection in arrival order.
  */
 export class SocketRangeClient {
   readonly #endpoint: URL;
-  readonly #timeoutMs: number;
+  readonly #connection: ConnectionOptions;
   readonly #limit: number;
-  readonly #receiveBufferBytes: number | undefined;
   readonly #signer: RequestSigner;
   readonly #all = new Set<Connection>();
   readonly #idle: Connection[] = [];
   readonly #waiting: ((connection: Connection | undefined) => void)[] = [];
   #closed = false;
 
-  constructor(options: { endpoint: URL; connections: number; timeoutMs: number; accessKeyId: string; secretAccessKey: string; region: string; receiveBufferBytes?: number | undefined }) {
+  constructor(options: SocketClientOptions) {
     if (options.endpoint.protocol !== 'http:') throw new TypeError('SocketRangeClient reads plain http: endpoints only');
     this.#endpoint = options.endpoint;
-    this.#timeoutMs = options.timeoutMs;
+    this.#connection = { timeoutMs: options.timeoutMs, receiveBufferBytes: options.receiveBufferBytes, peer: options.peer };
     this.#limit = options.connections;
-    this.#receiveBufferBytes = options.receiveBufferBytes;
     this.#signer = new RequestSigner(options);
   }
 
   /** GET `path` (already S3-encoded) with `range`, its answer read through `sink`. */
-  async get(path: string, range: string, sink: RangeAnswerSink, signal: AbortSignal): Promise<RangeAnswer> {
-    const headers = this.#signer.sign({ method: 'GET', path, headers: { host: this.#endpoint.host, range } });
-    let head = `GET ${path} HTTP/1.1\r\n`;
+  get(path: string, range: string, sink: RangeAnswerSink, signal: AbortSignal): Promise<RangeAnswer> {
+    return this.send({ method: 'GET', path, headers: { range } }, sink, signal);
+  }
+
+  /**
+   * Sends a signed request and reads its answer through `sink`. `fresh`: on a new connection,
+   * not an idle one (which the other end may be closing as the request goes out).
+   */
+  async send(request: SocketRequest, sink: RangeAnswerSink, signal: AbortSignal, fresh = false): Promise<RangeAnswer> {
+    const query = request.query ?? [];
+    const target = query.length === 0 ? request.path : `${request.path}?${query.map(([name, value]) => `${escapeUri(name)}=${escapeUri(value)}`).join('&')}`;
+    const body = request.body;
+    const headers = this.#signer.sign({
+      method: request.method,
+      path: request.path,
+      query,
+      headers: { ...request.headers, host: this.#endpoint.host, ...(body ? { 'content-length': String(body.byteLength) } : {}) },
+      ...(body ? { payloadHash: createHash('sha256').update(body).digest('hex') } : {}),
+    });
+    let head = `${request.method} ${target} HTTP/1.1\r\n`;
     for (const name in headers) head += `${name}: ${headers[name]}\r\n`;
     head += '\r\n';
-    const connection = await this.#take(signal);
+    const connection = await this.#take(signal, fresh);
     try {
-      return await connection.get(head, sink, signal);
+      return await connection.send(head, body, sink, signal);
     } finally {
       this.#give(connection);
     }
   }
 
-  #take(signal: AbortSignal): Promise<Connection> {
+  #take(signal: AbortSignal, fresh = false): Promise<Connection> {
     if (this.#closed) return Promise.reject(closedError());
     if (signal.aborted) return Promise.reject(cancelled());
-    for (let idle = this.#idle.pop(); idle; idle = this.#idle.pop()) if (idle.usable) return Promise.resolve(idle);
-    if (this.#all.size < this.#limit) {
-      const connection = new Connection(this.#endpoint, this.#timeoutMs, this.#receiveBufferBytes, (gone) => this.#gone(gone));
+    if (!fresh) for (let idle = this.#idle.pop(); idle; idle = this.#idle.pop()) if (idle.usable) return Promise.resolve(idle);
+    if (this.#all.size < this.#limit || (fresh && this.#closeIdle())) {
+      const connection = new Connection(this.#endpoint, this.#connection, (gone) => this.#gone(gone));
       this.#all.add(connection);
       return Promise.resolve(connection);
     }
@@ -699,8 +767,17 @@ export class SocketRangeClient {
     this.#idle.push(connection);
   }
 
+  /** Closes an idle connection to make room for a fresh one; false when none is idle. */
+  #closeIdle(): boolean {
+    const idle = this.#idle.shift();
+    if (!idle) return false;
+    this.#all.delete(idle);
+    idle.socket.destroy();
+    return true;
+  }
+
   #gone(connection: Connection): void {
-    this.#all.delete(connection);
+    if (!this.#all.delete(connection)) return; // closed to make room: its slot is taken already
     const at = this.#idle.indexOf(connection);
     if (at >= 0) this.#idle.splice(at, 1);
     this.#waiting.shift()?.(undefined);

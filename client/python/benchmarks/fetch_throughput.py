@@ -4,8 +4,10 @@ Starts the pinned MinIO and a gateway (as the tests do), seeds a Llama-3.1-8B pr
 context at 87.5% hit, G=64: 224 chunks of 8 MiB, 1.75 GiB), then alternates: the Python client
 fetching it into a preallocated NumPy array, and the TypeScript client (bench/client-fetch.ts, a
 separate node process) fetching it into a preallocated Uint8Array. Both use the POST form and the
-same gateway; each side is measured warm (after one fetch into the same target). Prints GB/s and CPU seconds per GiB of each client (and of the gateway and MinIO
-during the Python runs), and writes bench/results/python-client-latest.json.
+same gateway; each side is measured warm (after one fetch into the same target). Prints GB/s and
+CPU seconds per GiB of each client (and of the gateway and MinIO during the Python runs), the
+clients' CPU for their first fetch (into a target whose pages were never touched), and the CLI's
+(`objectcache fetch`, one process per fetch), and writes bench/results/python-client-latest.json.
 
 With --boto3 (needs `pip install boto3`, the `bench` extra), also boto3 GETting the same chunk
 objects whole, straight from MinIO (32 threads, each body copied into its place in the same
@@ -45,6 +47,11 @@ def proc_cpu(pid: int) -> float:
 
 def self_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -100,8 +107,11 @@ def main() -> int:
             json.dump(descriptor, f)
             descriptor_file = f.name
         target = np.empty(payload, dtype=np.uint8)
-        client.fetch(descriptor, target=target, transport="post")  # warm-up
-        python_runs, ts_runs, boto3_runs = [], [], []
+        gib = payload / 2**30
+        before = self_cpu()
+        client.fetch(descriptor, target=target, transport="post")  # warm-up, into pages never touched
+        python_first = (self_cpu() - before) / gib
+        python_runs, ts_runs, ts_first, cli_runs, boto3_runs = [], [], [], [], []
         env = dict(os.environ, OBJECTCACHE_ACCESS_KEY=CLIENT_KEY, OBJECTCACHE_SECRET_KEY=CLIENT_SECRET)
         for _ in range(args.reps):
             before = (self_cpu(), proc_cpu(gateway_pid), proc_cpu(minio_pid))
@@ -114,8 +124,14 @@ def main() -> int:
             python_runs.append({"seconds": seconds, "gbPerSec": payload / seconds / 1e9, "cpuSecondsPerGiB": {"client": (after[0] - before[0]) / gib, "gateway": (after[1] - before[1]) / gib, "minio": (after[2] - before[2]) / gib}})
             out = subprocess.run(["node", "--initial-old-space-size=64", str(REPO / "dist" / "bench" / "client-fetch.js"), "--endpoint", stack.gateway_url, "--bucket", client.bucket, "--descriptor", descriptor_file, "--reps", "2"], env=env, check=True, stdout=subprocess.PIPE, text=True)
             # The second of two fetches in the node process: its target's pages touched and its code warm, as the Python side's.
-            run = json.loads(out.stdout)["runs"][-1]
+            first, run = json.loads(out.stdout)["runs"]
             ts_runs.append({"seconds": run["seconds"], "gbPerSec": run["bytes"] / run["seconds"] / 1e9, "cpuSecondsPerGiB": {"client": run["cpuSeconds"] / gib}})
+            ts_first.append(first["cpuSeconds"] / gib)
+            # The CLI: one fetch per process, into a target it allocates (node's start-up included).
+            before = children_cpu()
+            started = time.perf_counter()
+            subprocess.run(["node", str(REPO / "dist" / "cli" / "main.js"), "fetch", "--endpoint", stack.gateway_url, "--bucket", client.bucket, "--descriptor", descriptor_file, "--transport", "post"], env=env, check=True, stdout=subprocess.DEVNULL)
+            cli_runs.append({"seconds": time.perf_counter() - started, "cpuSecondsPerGiB": (children_cpu() - before) / gib})
             if args.boto3:
                 boto3_runs.append(boto3_whole_objects(stack.minio_url, client.bucket, keys, target, LAYERS * S, minio_pid))
         client.close()
@@ -127,6 +143,7 @@ def main() -> int:
     ts_cpu = statistics.median(r["cpuSecondsPerGiB"]["client"] for r in ts_runs)
     print(f"Python client     {py:.3f} GB/s, client CPU {py_cpu:.2f} s/GiB (gateway {statistics.median(r['cpuSecondsPerGiB']['gateway'] for r in python_runs):.2f}, MinIO {statistics.median(r['cpuSecondsPerGiB']['minio'] for r in python_runs):.2f})")
     print(f"TypeScript client {ts:.3f} GB/s, client CPU {ts_cpu:.2f} s/GiB")
+    print(f"first fetch into a fresh target, client CPU: Python {python_first:.2f} s/GiB, TypeScript {statistics.median(ts_first):.2f} s/GiB; objectcache fetch (one process per fetch) {statistics.median(r['cpuSecondsPerGiB'] for r in cli_runs):.2f} s/GiB")
     print(f"Python / TypeScript = {py / ts:.2f}x (target >= 0.8)")
     if boto3_runs:
         b3 = statistics.median(r["gbPerSec"] for r in boto3_runs)
@@ -134,7 +151,7 @@ def main() -> int:
         print(f"Python client through the gateway / boto3 whole objects = {py / b3:.2f}x (target >= 0.8)")
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "python-client-latest.json").write_text(json.dumps({"benchmark": "python-client-fetch", "date": datetime.now(timezone.utc).isoformat(), "python": sys.version.split()[0], "settings": {"context": args.context, "chunkTokens": G, "chunks": N, "layers": LAYERS, "layerBytes": S, "payloadBytes": payload, "reps": args.reps, "transport": "post"}, "gatewayArgs": args.gateway_args.split(), "python_runs": python_runs, "typescript_runs": ts_runs, "boto3_runs": boto3_runs, "ratio": py / ts}, indent=2) + "\n")
+    (out_dir / "python-client-latest.json").write_text(json.dumps({"benchmark": "python-client-fetch", "date": datetime.now(timezone.utc).isoformat(), "python": sys.version.split()[0], "settings": {"context": args.context, "chunkTokens": G, "chunks": N, "layers": LAYERS, "layerBytes": S, "payloadBytes": payload, "reps": args.reps, "transport": "post"}, "gatewayArgs": args.gateway_args.split(), "python_runs": python_runs, "typescript_runs": ts_runs, "first_fetch_cpu_seconds_per_gib": {"python": python_first, "typescript": ts_first}, "cli_runs": cli_runs, "boto3_runs": boto3_runs, "ratio": py / ts}, indent=2) + "\n")
     return 0
 
 

@@ -1,0 +1,177 @@
+// The TypeScript client's fetch from a plain-http: gateway (client/client.ts): the stream read
+// with the kernel writing payload bytes straight into the target. Byte-exact however the answer
+// is framed (a relay in front of the real gateway re-frames it: Content-Length, small chunks,
+// extensions and trailers, after an interim answer), and every way it can go wrong has its code:
+// a stream cut mid-body, bytes after END, a refused request, gateways that cannot be reached, and
+// an idle connection the other end closes as the request goes out (tried again on a new one).
+import { createServer, type Server } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ObjectCacheClient } from '../client/client.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, testClient, uniqueBucket, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
+import { ReframingProxy, asIs, chunked, head, pieces, type Reframe, type Upstream } from './helpers/reframing-proxy.js';
+
+const credentials = { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET };
+
+/** The relay's answer with Content-Length framing and `body` in place of the gateway's. */
+function withBody(answer: Upstream, body: Buffer, close = false): ReturnType<Reframe> {
+  return { pieces: [head(answer.status, answer.reason, [...answer.headers, ['Content-Length', String(body.length)]]), body], close };
+}
+
+async function failure(promise: Promise<unknown>): Promise<ObjectCacheError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(ObjectCacheError);
+  return error as ObjectCacheError;
+}
+
+/** A loopback port nothing listens on (a server opened and closed). */
+async function closedPort(): Promise<string> {
+  const server: Server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return `http://127.0.0.1:${port}`;
+}
+
+describe('TypeScript client fetch, read in place', () => {
+  let gw: TestGateway;
+  let proxy: ReframingProxy;
+  let viaProxy: ObjectCacheClient;
+  let direct: ObjectCacheClient;
+  let prefix: SeededPrefix;
+  let bucket: string;
+
+  beforeAll(async () => {
+    gw = await startTestGateway({ backend: 'local' });
+    bucket = uniqueBucket('infetch');
+    direct = testClient(gw, bucket);
+    await direct.ensureBucket();
+    prefix = await seedPrefix(direct, { chunks: 6, layers: 5, layerBytes: 48 * 1024 + 14, layout: 'KV_2LTD' });
+    proxy = new ReframingProxy(new URL(gw.url));
+    viaProxy = new ObjectCacheClient({ endpoint: (await proxy.listen()).origin, bucket, credentials });
+  });
+  afterAll(async () => {
+    await viaProxy?.close();
+    await direct?.close();
+    await proxy?.close();
+    await gw?.close();
+  });
+
+  const framings: readonly [string, Reframe][] = [
+    ['Content-Length', asIs],
+    ['chunks of 7, 4096 and 65,539 bytes', (a) => ({ pieces: pieces(Buffer.concat([Buffer.from(head(a.status, a.reason, [...a.headers, ['Transfer-Encoding', 'chunked']])), chunked(a.body, { sizes: [7, 4096, 65_539] })]), 10_000) })],
+    ['chunks with extensions and a trailer', (a) => ({ pieces: [head(a.status, a.reason, [...a.headers, ['Transfer-Encoding', 'chunked']]), chunked(a.body, { sizes: [100_000], extension: (i) => `;n=${i}`, trailer: 'x-checksum: none\r\n' })] })],
+    ['an interim 100 Continue first', (a) => ({ pieces: ['HTTP/1.1 100 Continue\r\n\r\n', ...asIs(a).pieces] })],
+  ];
+  for (const [name, reframe] of framings) {
+    it(`delivers the layer-major bytes exactly, layerwise and chunkwise, framed by ${name}`, async () => {
+      proxy.reframe = reframe;
+      for (const mode of ['layerwise', 'chunkwise'] as const) {
+        const ready: number[] = [];
+        const result = await viaProxy.fetch(descriptorOf(prefix, { mode, layerRange: [1, 5] }), { transport: 'get', onLayerReady: (layer) => ready.push(layer) });
+        expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix, 1, 5)))).toBe(true);
+        expect(ready).toEqual([1, 2, 3, 4]);
+        expect(result.summary.mode).toBe(mode);
+      }
+    });
+  }
+
+  it('ends a stream cut short with OC_ERR_CLIENT_INCOMPLETE, naming the request: a whole body without END, or a connection closed mid-body', async () => {
+    const cuts: Reframe[] = [
+      (a) => withBody(a, a.body.subarray(0, Math.floor(a.body.length / 2))),
+      (a) => ({ pieces: [head(a.status, a.reason, [...a.headers, ['Content-Length', String(a.body.length)]]), a.body.subarray(0, Math.floor(a.body.length / 2))], close: true }),
+    ];
+    for (const cut of cuts) {
+      proxy.reframe = cut;
+      const error = await failure(viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }));
+      expect(error.code).toBe('OC_ERR_CLIENT_INCOMPLETE');
+      expect(String(error.details['RequestId'])).toMatch(/^[0-9A-F]{16,}$/);
+    }
+  });
+
+  it('refuses bytes after the END frame with OC_ERR_CLIENT_PROTOCOL', async () => {
+    proxy.reframe = (a) => withBody(a, Buffer.concat([a.body, Buffer.from('stray bytes')]));
+    expect((await failure(viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }))).code).toBe('OC_ERR_CLIENT_PROTOCOL');
+  });
+
+  it('refuses a payload changed on the way with OC_ERR_CLIENT_CRC', async () => {
+    proxy.reframe = (a) => {
+      const body = Buffer.from(a.body);
+      body[Math.floor(body.length / 2)] ^= 0x01; // in layer 2's payload
+      return withBody(a, body);
+    };
+    const error = await failure(viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }));
+    expect(error.code).toBe('OC_ERR_CLIENT_CRC');
+    proxy.reframe = asIs;
+    const again = await viaProxy.fetch(descriptorOf(prefix), { transport: 'get' });
+    expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+  });
+
+  it("tries a request again on a new connection when an idle one closes before the answer", async () => {
+    proxy.reframe = asIs;
+    await viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }); // leaves an idle connection
+    const accepted = proxy.accepted;
+    let first = true;
+    proxy.reframe = (a) => {
+      if (!first) return asIs(a);
+      first = false;
+      return { pieces: [], close: true }; // as if the gateway closed the idle connection just then
+    };
+    const result = await viaProxy.fetch(descriptorOf(prefix), { transport: 'get' });
+    expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expect(proxy.accepted).toBe(accepted + 1);
+  });
+
+  it("keeps a refused request's code and request id (both transports)", async () => {
+    const stranger = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: 'not-the-secret' } });
+    try {
+      for (const transport of ['get', 'post'] as const) {
+        const error = await failure(stranger.fetch(descriptorOf(prefix), { transport }));
+        expect(error.status).toBe(403);
+        expect(error.details['S3Code']).toBe('SignatureDoesNotMatch');
+        expect(String(error.details['RequestId'])).toMatch(/^[0-9A-F]{16,}$/);
+      }
+    } finally {
+      await stranger.close();
+    }
+  });
+
+  it('fails over to the next gateway when one cannot be reached, and says so when none can', async () => {
+    const dead = await closedPort();
+    const client = new ObjectCacheClient({ endpoint: [dead, gw.url], bucket, credentials });
+    try {
+      const result = await client.fetch(descriptorOf(prefix), { transport: 'post' });
+      expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+      expect(client.endpoint).toBe(new URL(gw.url).origin);
+    } finally {
+      await client.close();
+    }
+    const nowhere = new ObjectCacheClient({ endpoint: [dead, await closedPort()], bucket, credentials });
+    try {
+      const error = await failure(nowhere.fetch(descriptorOf(prefix)));
+      expect(error.code).toBe('OC_ERR_BACKEND_UNAVAILABLE');
+      expect(error.message).toContain('cannot reach the gateway');
+      expect(error.retryable).toBe(true);
+    } finally {
+      await nowhere.close();
+    }
+  });
+
+  it('rejects with the abort reason and leaves the client usable', async () => {
+    const controller = new AbortController();
+    const reason = new Error('caller left');
+    const fetched = direct.fetch(descriptorOf(prefix), {
+      signal: controller.signal,
+      onLayerReady: (layer) => {
+        if (layer === 0) controller.abort(reason);
+      },
+    });
+    await expect(fetched).rejects.toBe(reason);
+    const again = await direct.fetch(descriptorOf(prefix));
+    expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+  });
+});
