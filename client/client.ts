@@ -8,6 +8,7 @@
  * header, as the signed JSON body of `POST /{bucket}?objectcache` (`transport: 'post'`).
  */
 import type { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client, S3ServiceException } from '@aws-sdk/client-s3';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { XMLParser } from 'fast-xml-parser';
@@ -38,6 +39,12 @@ export interface ObjectCacheClientOptions {
   readonly bucket: string;
   readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
   readonly region?: string;
+  /**
+   * How often a fetch from a plain-http: gateway is tried again when the gateway refuses it with
+   * a retryable answer (a 503 SlowDown at its limits), before any byte is used: after the
+   * answer's Retry-After (at most 30 s), else 0.2, 0.4, 0.8 s. Default 3, as the Python client.
+   */
+  readonly retries?: number;
 }
 
 export type Transport = 'auto' | 'get' | 'post';
@@ -156,6 +163,14 @@ interface Endpoint {
 const FETCH_IDLE_TIMEOUT_MS = 300_000;
 /** The part of an error answer's body that is read. */
 const ERROR_BODY_LIMIT = 64 * 1024;
+/** The longest Retry-After a fetch waits for (the Python client's MAX_RETRY_AFTER_S). */
+const MAX_RETRY_AFTER_MS = 30_000;
+
+/** How long to wait before try `attempt` (1, 2, ...) after a refusal: its Retry-After, else doubling from 0.2 s. */
+function retryDelayMs(retryAfter: string | undefined, attempt: number): number {
+  const seconds = retryAfter !== undefined && /^\d+(\.\d+)?$/.test(retryAfter.trim()) ? Number(retryAfter) : 0.1 * 2 ** attempt;
+  return Math.min(seconds * 1000, MAX_RETRY_AFTER_MS);
+}
 
 /**
  * The stream's body as the decoder places it: every socket read goes where `FrameDecoder.next()`
@@ -197,11 +212,14 @@ class DecoderTarget implements BodyTarget {
 export class ObjectCacheClient {
   readonly bucket: string;
   readonly #endpoints: Endpoint[];
+  readonly #retries: number;
   /** The endpoint in use (the last one that answered). */
   #current = 0;
 
   constructor(options: ObjectCacheClientOptions) {
     this.bucket = options.bucket;
+    this.#retries = options.retries ?? 3;
+    if (!Number.isInteger(this.#retries) || this.#retries < 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `retries must be a whole number of at least 0, got ${options.retries}`);
     const region = options.region ?? 'us-east-1';
     const urls = typeof options.endpoint === 'string' ? [options.endpoint] : [...options.endpoint];
     if (urls.length === 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'the client needs at least one endpoint');
@@ -385,7 +403,8 @@ export class ObjectCacheClient {
    * storage-worker/socket-range-get.ts), where a stream of network chunks costs a fresh buffer and
    * a copy per socket read (measured in docs/clients.md). A gateway that cannot be reached before
    * it answers is tried once more on a new connection (an idle one may have been closing), then
-   * the next one; once the answer has begun, a broken connection ends the fetch.
+   * the next one; a retryable refusal is tried again after its Retry-After (`retries`); once the
+   * answer has begun, a broken connection ends the fetch.
    */
   async #receive(input: DescriptorInput, transport: 'get' | 'post', decoder: FrameDecoder, signal: AbortSignal | undefined): Promise<EndSummary> {
     const request: SocketRequest =
@@ -393,6 +412,20 @@ export class ObjectCacheClient {
         ? { method: 'POST', path: escapeUriPath(`/${this.bucket}`), query: [['objectcache', '']], headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(input)) }
         : { method: 'GET', path: escapeUriPath(`/${this.bucket}/${(input.keyPrefix ?? '') + (input.keys.at(-1) ?? '')}`), headers: { [DESCRIPTOR_HEADER]: encodeDescriptorHeader(input) } };
     const live = signal ?? new AbortController().signal;
+    for (let attempt = 1; ; attempt++) {
+      const outcome = await this.#receiveOnce(request, decoder, live);
+      if (!('refused' in outcome)) return outcome;
+      if (!outcome.refused.retryable || attempt > this.#retries) throw outcome.refused;
+      try {
+        await sleep(retryDelayMs(outcome.retryAfter, attempt), undefined, { signal: live });
+      } catch {
+        throw live.reason;
+      }
+    }
+  }
+
+  /** One try of a fetch, on the endpoint in use and then the others: the END summary, or the gateway's refusal. */
+  async #receiveOnce(request: SocketRequest, decoder: FrameDecoder, live: AbortSignal): Promise<EndSummary | { refused: ObjectCacheError; retryAfter: string | undefined }> {
     let last: unknown;
     for (let tried = 0; tried < this.#endpoints.length; tried++) {
       const index = (this.#current + tried) % this.#endpoints.length;
@@ -420,7 +453,7 @@ export class ObjectCacheClient {
           continue;
         }
         this.#current = index;
-        if (answer.status !== 200) throw errorFromAnswer(answer.status, parseErrorDocument(answer.text ?? ''), (name) => answer.headers[name]);
+        if (answer.status !== 200) return { refused: errorFromAnswer(answer.status, parseErrorDocument(answer.text ?? ''), (name) => answer.headers[name]), retryAfter: answer.headers['retry-after'] };
         try {
           return decoder.finish();
         } catch (error) {

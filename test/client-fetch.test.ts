@@ -19,6 +19,13 @@ function withBody(answer: Upstream, body: Buffer, close = false): ReturnType<Ref
   return { pieces: [head(answer.status, answer.reason, [...answer.headers, ['Content-Length', String(body.length)]]), body], close };
 }
 
+/** A refusal in place of the gateway's answer: an S3 error document with our code and Retry-After 0. */
+function refusal(status: number, s3Code: string, code: string, retryable: boolean): ReturnType<Reframe> {
+  const body = Buffer.from(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${s3Code}</Code><Message>refused by the test</Message></Error>`);
+  const headers: [string, string][] = [['Content-Type', 'application/xml'], ['x-objectcache-error-code', code], ['x-objectcache-retryable', String(retryable)], ['Retry-After', '0'], ['x-amz-request-id', 'ABCDEF0123456789']];
+  return { pieces: [head(status, 'Refused', [...headers, ['Content-Length', String(body.length)]]), body] };
+}
+
 async function failure(promise: Promise<unknown>): Promise<ObjectCacheError> {
   const error = await promise.then(
     () => undefined,
@@ -124,6 +131,28 @@ describe('TypeScript client fetch, read in place', () => {
     const result = await viaProxy.fetch(descriptorOf(prefix), { transport: 'get' });
     expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
     expect(proxy.accepted).toBe(accepted + 1);
+  });
+
+  it('tries a retryable refusal again after its Retry-After, as often as `retries` says, and a final one never', async () => {
+    let answers = 0;
+    proxy.reframe = (a) => (++answers === 1 ? refusal(503, 'SlowDown', 'OC_ERR_ADMISSION_LIMIT', true) : asIs(a));
+    const result = await viaProxy.fetch(descriptorOf(prefix), { transport: 'get' });
+    expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expect(answers).toBe(2);
+
+    const once = new ObjectCacheClient({ endpoint: viaProxy.endpoint, bucket, credentials, retries: 1 });
+    try {
+      answers = 0;
+      proxy.reframe = () => (++answers, refusal(503, 'SlowDown', 'OC_ERR_ADMISSION_LIMIT', true));
+      const busy = await failure(once.fetch(descriptorOf(prefix), { transport: 'get' }));
+      expect([busy.code, busy.status, busy.details['RequestId'], answers]).toEqual(['OC_ERR_ADMISSION_LIMIT', 503, 'ABCDEF0123456789', 2]);
+      answers = 0;
+      proxy.reframe = () => (++answers, refusal(403, 'AccessDenied', 'OC_ERR_ACCESS_DENIED', false));
+      const denied = await failure(once.fetch(descriptorOf(prefix), { transport: 'get' }));
+      expect([denied.code, answers]).toEqual(['OC_ERR_ACCESS_DENIED', 1]);
+    } finally {
+      await once.close();
+    }
   });
 
   it("keeps a refused request's code and request id (both transports)", async () => {
