@@ -108,7 +108,8 @@ describe('TypeScript client fetch, read in place', () => {
   it('refuses a payload changed on the way with OC_ERR_CLIENT_CRC', async () => {
     proxy.reframe = (a) => {
       const body = Buffer.from(a.body);
-      body[Math.floor(body.length / 2)] ^= 0x01; // in layer 2's payload
+      const at = Math.floor(body.length / 2); // in layer 2's payload
+      body[at] = (body[at] as number) ^ 0x01;
       return withBody(a, body);
     };
     const error = await failure(viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }));
