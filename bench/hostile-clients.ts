@@ -133,9 +133,10 @@ async function main(): Promise<void> {
   const minio = await startMinio({ binary: installMinio(), dataDir: join(dir, 'minio') });
   const gateway = await startGatewayProcess({ minio, args: ['--credentials', credentials] });
   const url = new URL(gateway.url);
-  const admin = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
-  const teamA = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: TEAM_A });
-  const flooder = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: FLOODER });
+  // retries 0: every refusal is counted, not tried again (client/client.ts ObjectCacheClientOptions.retries).
+  const admin = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT, retries: 0 });
+  const teamA = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: TEAM_A, retries: 0 });
+  const flooder = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: FLOODER, retries: 0 });
   try {
     await admin.ensureBucket();
     // A small prefix (8 chunks x 16 layers x 64 KiB = 8 MiB): latency, not bandwidth, is measured.

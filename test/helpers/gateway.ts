@@ -86,9 +86,12 @@ export function minioClient(endpoint: string): MinioClient {
 
 let bucketCounter = 0;
 /** A bucket name unique within the run. */
-/** A client of `gateway` with the test credentials, on `bucket` (not created yet: ensureBucket). */
+/**
+ * A client of `gateway` with the test credentials, on `bucket` (not created yet: ensureBucket).
+ * It does not try refusals again (`retries: 0`): the tests see each of the gateway's answers.
+ */
 export function testClient(gateway: { readonly url: string }, bucket: string): ObjectCacheClient {
-  return new ObjectCacheClient({ endpoint: gateway.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET } });
+  return new ObjectCacheClient({ endpoint: gateway.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, retries: 0 });
 }
 
 export function uniqueBucket(prefix = 'test'): string {
