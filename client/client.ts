@@ -159,6 +159,11 @@ interface Endpoint {
   readonly sockets: SocketRangeClient | undefined;
 }
 
+/** The object a header-form descriptor GET names: its last chunk key (the gateway checks it). */
+function descriptorKey(input: DescriptorInput): string {
+  return (input.keyPrefix ?? '') + (input.keys.at(-1) ?? '');
+}
+
 /** How long a fetch's connection may be idle: waiting for the answer, or between its bytes (undici's default). */
 const FETCH_IDLE_TIMEOUT_MS = 300_000;
 /** The part of an error answer's body that is read. */
@@ -347,7 +352,7 @@ export class ObjectCacheClient {
       const requestId = response.headers['x-amz-request-id'];
       return { body: response.body, requestId: typeof requestId === 'string' ? requestId : undefined };
     }
-    const key = (input.keyPrefix ?? '') + (input.keys.at(-1) ?? '');
+    const key = descriptorKey(input);
     try {
       const output = await this.#failover((e) => e.s3.send(withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input), signal ? { abortSignal: signal } : {}));
       return { body: output.Body as Readable, requestId: output.$metadata.requestId };
@@ -410,7 +415,7 @@ export class ObjectCacheClient {
     const request: SocketRequest =
       transport === 'post'
         ? { method: 'POST', path: escapeUriPath(`/${this.bucket}`), query: [['objectcache', '']], headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(input)) }
-        : { method: 'GET', path: escapeUriPath(`/${this.bucket}/${(input.keyPrefix ?? '') + (input.keys.at(-1) ?? '')}`), headers: { [DESCRIPTOR_HEADER]: encodeDescriptorHeader(input) } };
+        : { method: 'GET', path: escapeUriPath(`/${this.bucket}/${descriptorKey(input)}`), headers: { [DESCRIPTOR_HEADER]: encodeDescriptorHeader(input) } };
     const live = signal ?? new AbortController().signal;
     for (let attempt = 1; ; attempt++) {
       const outcome = await this.#receiveOnce(request, decoder, live);

@@ -710,8 +710,9 @@ export class SocketRangeClient {
   }
 
   /**
-   * Sends a signed request and reads its answer through `sink`. `fresh`: on a new connection,
-   * not an idle one (which the other end may be closing as the request goes out).
+   * Sends a signed request and reads its answer through `sink`. `fresh`: on a new connection, not
+   * an idle one (which the other end may be closing as the request goes out); when every
+   * connection is busy it waits for one like any request.
    */
   async send(request: SocketRequest, sink: RangeAnswerSink, signal: AbortSignal, fresh = false): Promise<RangeAnswer> {
     const query = request.query ?? [];
