@@ -7,13 +7,15 @@
  * nothing that is read.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { DeleteObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { ObjectCacheClient } from '../client/client.js';
 import { toStoredLayout } from '../client/kv-layout.js';
+import { objectRelativePath } from '../storage-worker/backends/embedded/object-file.js';
 import { startServe } from './helpers/cli.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
@@ -143,6 +145,54 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     await packed(rewritten);
     await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: prefix.keys[5] }));
     await expect(client.fetch(descriptorOf(rewritten, { mode: 'layerwise' }))).rejects.toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
+  });
+
+  it('keeps the segment when a longer request fails on a chunk past it', async () => {
+    const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+    await packed(prefix);
+    const dropped = await events('dropped');
+    const absent: SeededPrefix = { ...prefix, keys: [...prefix.keys, `${prefix.keys[0]}-absent`], canonical: [...prefix.canonical, new Uint8Array(L * S)] };
+    await expect(client.fetch(descriptorOf(absent, { mode: 'layerwise' }))).rejects.toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
+    expect(await events('dropped')).toBe(dropped);
+    const served = await events('served');
+    expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+    expect(await events('served')).toBe(served + 1);
+  });
+
+  it.runIf(backend === 'local')('drops a segment damaged past its first layer, and serves the chunks after', async () => {
+    const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+    await packed(prefix);
+    // The segment's data object, as its manifest names it (the test key may read the reserved bucket).
+    const admin = sdkClient(gw.url);
+    let data: { key: string; bytes: number } | undefined;
+    try {
+      const listed = await admin.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }));
+      for (const object of listed.Contents ?? []) {
+        if (!(object.Key as string).endsWith('.json')) continue;
+        const got = await admin.send(new GetObjectCommand({ Bucket: segmentBucket, Key: object.Key }));
+        const manifest = JSON.parse(await (got.Body as { transformToString(): Promise<string> }).transformToString()) as { keys: string[]; data: string; bytes: number };
+        if (manifest.keys[0] === prefix.keys[0]) data = { key: manifest.data, bytes: manifest.bytes };
+      }
+    } finally {
+      admin.destroy();
+    }
+    expect(data).toBeDefined();
+    // One byte of the last layer flipped in place: its ETag stays, so only its CRC can tell.
+    const file = await open(join(gw.dataDir as string, objectRelativePath(segmentBucket, (data as { key: string }).key)), 'r+');
+    const at = Math.floor((data as { bytes: number }).bytes * 0.9);
+    const byte = Buffer.alloc(1);
+    await file.read(byte, 0, 1, at);
+    byte[0] = (byte[0] as number) ^ 0x55;
+    await file.write(byte, 0, 1, at);
+    await file.close();
+    const dropped = await events('dropped');
+    const layers: number[] = [];
+    await expect(client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { onLayerReady: (layer) => layers.push(layer) })).rejects.toMatchObject({ code: 'OC_ERR_CHUNK_CORRUPT' });
+    expect(layers.length).toBeGreaterThan(0); // it failed mid-stream, after the first layer
+    expect(await events('dropped')).toBe(dropped + 1);
+    const served = await events('served');
+    expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+    expect(await events('served')).toBe(served);
   });
 
   it.runIf(backend === 's3')('notices a chunk rewritten behind the gateway (straight into the store) by its HEADs', async () => {
@@ -313,4 +363,30 @@ describe.each<BackendKind>(['local', 's3'])('a gateway killed while it packs (%s
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
+});
+
+describe('a segment the store refuses (local backend)', () => {
+  it('abandons the pack at once: the read that packs is not held for the stall timeout', async () => {
+    const segmentBucket = uniqueBucket('segrefused');
+    const gw = await startTestGateway({ backend: 'local', args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket] });
+    const client = testClient(gw, uniqueBucket('segref'));
+    try {
+      await client.ensureBucket();
+      // The segment bucket cannot be made: a file is where its folder would be.
+      writeFileSync(join(gw.dataDir as string, 'buckets', segmentBucket), 'not a folder');
+      // 96 MiB: more than a pack's queue (64 MiB), so the read would wait for the store.
+      const prefix = await seedPrefix(client, { chunks: 8, layers: 6, layerBytes: 2 * 1024 * 1024, layout: 'KV_L2TD' });
+      await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+      const abandoned = await segmentEvents(gw, 'abandoned');
+      const started = performance.now();
+      expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+      // Held for the pack, it would have waited PACK_STALL_MS (30 s) for a store that takes nothing.
+      expect(performance.now() - started).toBeLessThan(15_000);
+      await until('the pack is abandoned', async () => (await segmentEvents(gw, 'abandoned')) > abandoned);
+      expect(await segmentEvents(gw, 'packed')).toBe(0);
+    } finally {
+      await client.close();
+      await gw.close();
+    }
+  }, 60_000);
 });

@@ -329,16 +329,17 @@ export class Segments {
    * fewer than --max-segment-packs are being written. The caller feeds the pack its frames.
    */
   packFor(bucket: string, d: Descriptor): Pack | undefined {
-    if (d.codecs !== undefined) return undefined;
+    const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
+    const { afterReads, minBytes, maxPacks, maxBytes } = this.#o.config;
+    const slices = (d.layerEnd - d.layerStart) * d.chunks;
+    // The cheap checks first: a run that can never be packed is not named (a hash of its keys) or counted.
+    if (d.codecs !== undefined || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return undefined;
     const run = runName(bucket, d, d.layerStart, d.layerEnd);
     const reads = (this.#reads.get(run) ?? 0) + 1;
     this.#reads.delete(run);
     this.#reads.set(run, reads);
     if (this.#reads.size > TRACKED_RUNS) this.#reads.delete(this.#reads.keys().next().value as string);
-    const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
-    const { afterReads, minBytes, maxPacks, maxBytes } = this.#o.config;
-    const slices = (d.layerEnd - d.layerStart) * d.chunks;
-    if (reads < afterReads || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return undefined;
+    if (reads < afterReads) return undefined;
     if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= maxPacks) return undefined;
     const pack: Pack = new Pack({
       run,
@@ -384,7 +385,9 @@ export class Segments {
         const parsed = existing ? parseManifest(existing.body) : undefined;
         if (parsed && parsed.manifest.etags.every((e, i) => e === manifest.etags[i])) {
           await store.delete(this.#o.config.bucket, manifest.data);
-          this.#learn(pack.run, parsed.manifest, parsed.crcs);
+          // Kept, but a chunk written meanwhile makes it stale as it makes this pack's.
+          if (pack.stale) await this.#delete(parsed.manifest, pack.run);
+          else this.#learn(pack.run, parsed.manifest, parsed.crcs);
           return;
         }
         written = existing ? await store.put(this.#o.config.bucket, key, body, { ifMatch: existing.etag }) : undefined;
@@ -510,7 +513,11 @@ export class Pack {
     this.#crcs = new Uint32Array((d.layerEnd - d.layerStart) * d.chunks);
     this.#data = `${options.bucket}/${options.run}/${randomBytes(8).toString('hex')}`;
     this.#stored = options.ready().then(() => options.store.putStream(options.segmentBucket, this.#data, this.#body, options.bytes, this.#abort.signal));
-    this.#stored.catch(() => {}); // its failure is this pack's, seen in finish()
+    // A store that refuses the PUT (or its bucket) ends the pack at once: nothing reads the body
+    // any more, and the request it feeds must not wait for it (room).
+    this.#stored.catch((error: unknown) => {
+      if (!this.#finishing) this.abandon(`the store refused the segment: ${(error as Error).message}`);
+    });
     // Destroying the body (abandon) emits its error, perhaps before the store reads it: the
     // failure is the PUT's to report, never an unhandled 'error' event.
     this.#body.on('error', () => {});
@@ -520,10 +527,14 @@ export class Pack {
     return this.#keys.has(key);
   }
 
-  /** A LAYER frame's payload, in stream order. */
-  append(pieces: readonly Uint8Array[]): void {
-    if (this.#abandoned !== undefined) return;
+  /**
+   * A LAYER frame's payload, in stream order: each piece copied once the store has room for it
+   * (`room`), so a pack holds at most PACK_QUEUE_BYTES and one piece (one task's part of a layer).
+   */
+  async append(pieces: readonly Uint8Array[]): Promise<void> {
     for (const piece of pieces) {
+      await this.#room();
+      if (this.#abandoned !== undefined) return;
       const copy = Buffer.allocUnsafeSlow(piece.byteLength);
       copy.set(piece);
       this.#body.write(copy);
@@ -531,25 +542,33 @@ export class Pack {
     }
   }
 
+  /** Bytes copied that the store has not taken yet. */
+  #queued(): number {
+    return this.#body.writableLength + this.#body.readableLength;
+  }
+
   /**
    * Resolves once the store has taken the pack's copies down to PACK_QUEUE_BYTES: the request
    * that feeds it sends no faster than the store writes (measured in docs/segments.md). A store
    * that takes nothing for PACK_STALL_MS has the pack abandoned, and the request goes on.
    */
-  async room(): Promise<void> {
-    if (this.#abandoned !== undefined || this.#body.writableLength + this.#body.readableLength <= PACK_QUEUE_BYTES) return;
+  async #room(): Promise<void> {
     const body = this.#body;
-    const stalled = await new Promise<boolean>((resolve) => {
-      const done = (timedOut: boolean): void => {
-        clearTimeout(timer);
-        body.off('drain', drained).off('close', drained);
-        resolve(timedOut);
-      };
-      const drained = (): void => done(false);
-      const timer = setTimeout(() => done(true), PACK_STALL_MS);
-      body.on('drain', drained).on('close', drained);
-    });
-    if (stalled) this.abandon(`the store took nothing of the segment for ${PACK_STALL_MS} ms`);
+    while (this.#abandoned === undefined && this.#queued() > PACK_QUEUE_BYTES) {
+      const before = this.#queued();
+      const timedOut = await new Promise<boolean>((resolve) => {
+        const done = (stalled: boolean): void => {
+          clearTimeout(timer);
+          body.off('drain', drained).off('close', drained);
+          resolve(stalled);
+        };
+        const drained = (): void => done(false);
+        const timer = setTimeout(() => done(true), PACK_STALL_MS);
+        body.on('drain', drained).on('close', drained);
+      });
+      // Waited PACK_STALL_MS: stalled only if the store took nothing meanwhile.
+      if (timedOut && this.#queued() >= before) this.abandon(`the store took nothing of the segment for ${PACK_STALL_MS} ms`);
+    }
   }
 
   /** The slice checksums of a unit's reads (layer-major task blocks), into the manifest's order. */
