@@ -15,6 +15,7 @@ import { DESCRIPTOR_SCHEMA } from '../schemas/descriptor-schema.js';
 import { parseSchedulingPolicy, type Policy } from './scheduler/allocate.js';
 import { parseMargin, parseRate } from './scheduler/rate.js';
 import { defaultWorkerCount } from './read-pool/reader-pool.js';
+import { assertBucketName } from './s3/request.js';
 import type { S3BackendOptions } from '../storage-worker/backends/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
@@ -523,14 +524,12 @@ function loadCapacity(raw: RawSettings): CapacityConfig | undefined {
     if (idleMs !== undefined) throw new ConfigError('evict-idle', '--evict-idle evicts from budgeted buckets, and no bucket has a --budget');
     return undefined;
   }
-  for (const bucket of budgets.keys()) {
-    if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket)) throw new ConfigError('budget', `--budget / OBJECTCACHE_BUDGET: ${JSON.stringify(bucket)} is not a bucket name`);
-  }
+  for (const bucket of budgets.keys()) bucketSetting('budget', '--budget / OBJECTCACHE_BUDGET', bucket);
   const high = integer('budgetHighPercent', raw);
   const low = integer('budgetLowPercent', raw);
   if (low >= high) throw new ConfigError('budget-low-percent', `--budget-low-percent (${low}) must be below --budget-high-percent (${high}): trimming stops at the low mark`);
   const stateBucket = nonEmpty('capacityStateBucket', raw);
-  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(stateBucket)) throw new ConfigError('capacity-state-bucket', `--capacity-state-bucket / OBJECTCACHE_CAPACITY_STATE_BUCKET: ${JSON.stringify(stateBucket)} is not a bucket name`);
+  bucketSetting('capacity-state-bucket', '--capacity-state-bucket / OBJECTCACHE_CAPACITY_STATE_BUCKET', stateBucket);
   if (budgets.has(stateBucket)) throw new ConfigError('capacity-state-bucket', `--capacity-state-bucket ${stateBucket} is also a budgeted bucket: its state would be evicted with its chunks`);
   const syncMs = integer('capacitySyncMs', raw);
   const leaseMs = integer('capacityLeaseMs', raw);
@@ -675,11 +674,22 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
   };
 }
 
+/** A setting that names a bucket follows S3's naming rules (gateway/s3/request.ts assertBucketName). */
+function bucketSetting(setting: string, names: string, bucket: string): void {
+  try {
+    assertBucketName(bucket);
+  } catch {
+    throw new ConfigError(setting, `${names}: ${JSON.stringify(bucket)} is not a bucket name`);
+  }
+}
+
 function loadSegments(raw: RawSettings): SegmentConfig | undefined {
   if (oneOf('segments', raw) === 'off') return undefined;
   const bucket = nonEmpty('segmentBucket', raw);
-  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket)) throw new ConfigError('segment-bucket', `--segment-bucket / OBJECTCACHE_SEGMENT_BUCKET: ${JSON.stringify(bucket)} is not a bucket name`);
+  bucketSetting('segment-bucket', '--segment-bucket / OBJECTCACHE_SEGMENT_BUCKET', bucket);
   if (raw.capacityStateBucket === bucket) throw new ConfigError('segment-bucket', `--segment-bucket ${bucket} is also --capacity-state-bucket`);
+  // Its objects would be indexed, budgeted and evicted as chunks, and the bucket closed to clients.
+  if (parseSizes('budget', raw.budget).has(bucket)) throw new ConfigError('segment-bucket', `--segment-bucket ${bucket} is also a budgeted bucket (--budget)`);
   return {
     bucket,
     afterReads: integer('segmentAfterReads', raw),

@@ -52,6 +52,14 @@ describe('loadServeConfig', () => {
     expect((thrown as ObjectCacheError).details['Setting']).toContain('read-bytes');
   });
 
+  it("refuses a bucket setting that breaks S3's naming rules, and a segment bucket that is also budgeted", () => {
+    for (const args of [['--budget', 'a..b=1GiB'], ['--budget', 'kv=1GiB', '--capacity-state-bucket', '192.168.0.1'], ['--segments', 'on', '--segment-bucket', 'seg.-x']]) {
+      expect(() => loadServeConfig(args, {}), args.join(' ')).toThrow(/is not a bucket name/);
+    }
+    expect(() => loadServeConfig(['--segments', 'on', '--segment-bucket', 'kvc', '--budget', 'kvc=1GiB'], {})).toThrow(/also a budgeted bucket/);
+    expect(loadServeConfig(['--segments', 'on', '--segment-bucket', 'segs', '--budget', 'kvc=1GiB'], {}).segments?.bucket).toBe('segs');
+  });
+
   it('refuses limits that contradict each other, naming the setting (Node would throw a RangeError of its own)', () => {
     const refused = (args: string[]): unknown => {
       try {

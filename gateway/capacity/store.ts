@@ -51,7 +51,8 @@ export interface CapacityStore {
 }
 
 const quoted = (etag: string): string => (etag.startsWith('"') ? etag : `"${etag}"`);
-const unquoted = (etag: string): string => etag.replace(/^"(.*)"$/, '$1');
+/** An ETag without its quotes. */
+export const unquoted = (etag: string): string => etag.replace(/^"(.*)"$/, '$1');
 
 export function embeddedCapacityStore(store: LocalStore): CapacityStore {
   const head = (bucket: string, key: string): ReturnType<CapacityStore['head']> => {

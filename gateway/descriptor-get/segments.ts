@@ -21,28 +21,28 @@ import { createHash, randomBytes } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
-import type { CapacityStore } from '../capacity/store.js';
+import { unquoted, type CapacityStore } from '../capacity/store.js';
 import type { Logger } from '../logger.js';
 import { SEGMENT_SKIP_BYTES } from '../../storage-worker/protocol.js';
 import type { SegmentSource, TaskRead } from './read-ahead.js';
 import { layoutOf, type SegmentCover } from './read-plan.js';
 
 /** The largest segment: what one S3 PutObject may store. */
-export const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
+const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
 /**
  * Bytes a pack may have copied and the store not yet taken: past it, the request that feeds the
  * pack waits for the store (Pack.room) before it sends its next frame.
  */
-export const PACK_QUEUE_BYTES = 64 * 1024 * 1024;
+const PACK_QUEUE_BYTES = 64 * 1024 * 1024;
 /** A store that takes nothing of a pack for this long has it abandoned (the request goes on). */
-export const PACK_STALL_MS = 30_000;
+const PACK_STALL_MS = 30_000;
 /** Runs whose reads are counted (the least recently read are forgotten first). */
 const TRACKED_RUNS = 10_000;
 /**
  * Slices of all the segments a gateway keeps, together: each is a CRC32C held in memory (4 bytes)
  * and written in a manifest, so this bounds both (64 MiB). A run with more is not packed.
  */
-export const MAX_KNOWN_SLICES = 16 * 1024 * 1024;
+const MAX_KNOWN_SLICES = 16 * 1024 * 1024;
 
 export interface SegmentConfig {
   /** Where segments are kept: a bucket of the store only the gateway uses (--segment-bucket). */
@@ -102,7 +102,6 @@ export interface SegmentObserver {
   event(event: 'packed' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted'): void;
 }
 
-const unquote = (etag: string): string => etag.replace(/^"(.*)"$/, '$1');
 const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
 
 /**
@@ -268,7 +267,7 @@ export class Segments {
     if (!check) {
       const keys = segment.manifest.keys.slice(0, found.cover.chunks);
       check = heads(keys).then((now) => {
-        const fresh = now.every((head, i) => head?.etag !== undefined && unquote(head.etag) === segment.manifest.etags[i]);
+        const fresh = now.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === segment.manifest.etags[i]);
         if (!fresh) {
           this.#o.observer?.event('stale');
           this.drop(found.run, `a chunk of ${bucket} changed or went since it was packed`);
@@ -631,7 +630,7 @@ export class Pack {
       version: 1,
       bucket: this.bucket,
       keys: d.keys,
-      etags: etags.map((e) => unquote(e as string)),
+      etags: etags.map((e) => unquoted(e as string)),
       layout: d.layout,
       layers: d.layers,
       layerBytes: d.layerBytes,
@@ -639,7 +638,7 @@ export class Pack {
       end: d.layerEnd,
       codec: 'raw',
       data: this.#data,
-      dataEtag: unquote(dataEtag),
+      dataEtag: unquoted(dataEtag),
       bytes: this.#o.bytes,
       crcs: encodeCrcs(this.#crcs),
       packedAt: new Date().toISOString(),
