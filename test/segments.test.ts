@@ -390,3 +390,40 @@ describe('a segment the store refuses (local backend)', () => {
     }
   }, 60_000);
 });
+
+describe('--segment-check writes: a write through the gateway is the only guard (local backend)', () => {
+  it('never serves a chunk rewritten or deleted through the gateway from the old segment', async () => {
+    const gw = await startTestGateway({ backend: 'local', args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-check', 'writes', '--segment-bucket', uniqueBucket('segw'), '--read-bytes', String(2 * S), '--task-bytes', String(4 * S)] });
+    const bucket = uniqueBucket('segwrites');
+    const client = testClient(gw, bucket);
+    const s3 = sdkClient(gw.url);
+    try {
+      await client.ensureBucket();
+      const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      /** Reads `p` once (with --segment-after-reads 1, the read that packs it), waits for the pack, then reads it from the segment. */
+      const packAndServe = async (p: SeededPrefix, packs: number): Promise<void> => {
+        await until('the segment is packed', async () => (await segmentEvents(gw, 'packed')) >= packs);
+        const served = await segmentEvents(gw, 'served');
+        expectBytes(await client.fetch(descriptorOf(p, { mode: 'layerwise' })), reference(p));
+        expect(await segmentEvents(gw, 'served')).toBe(served + 1);
+      };
+      expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+      await packAndServe(prefix, 1);
+      // Rewritten: no HEAD would notice here, only the write's own notice.
+      const fresh = new Uint8Array(randomBytes(L * S));
+      await s3.send(new PutObjectCommand({ Bucket: bucket, Key: prefix.keys[1], Body: fresh }));
+      const rewritten: SeededPrefix = { ...prefix, canonical: prefix.canonical.map((c, i) => (i === 1 ? fresh : c)) };
+      const served = await segmentEvents(gw, 'served');
+      expectBytes(await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' })), reference(rewritten));
+      expect(await segmentEvents(gw, 'served')).toBe(served);
+      // That read packed the new version; then a chunk deleted: the GET fails as without segments.
+      await packAndServe(rewritten, 2);
+      await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: prefix.keys[4] }));
+      await expect(client.fetch(descriptorOf(rewritten, { mode: 'layerwise' }))).rejects.toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
+    } finally {
+      s3.destroy();
+      await client.close();
+      await gw.close();
+    }
+  });
+});
