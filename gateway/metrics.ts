@@ -213,7 +213,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
 
   // --- packed segments (gateway/descriptor-get/segments.ts) ---
   let watchedSegments: Segments | undefined;
-  const segmentEvents = new Counter({ name: 'objectcache_segment_events_total', help: 'Packed segments, by event: packed (a manifest written), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), dropped (removed for any reason), evicted (for the budget).', labelNames: ['event'] as const, registers });
+  const segmentEvents = new Counter({ name: 'objectcache_segment_events_total', help: 'Packed segments, by event: packed (a manifest written), discovered (a segment found in the store, packed by another gateway or before a restart), reread (a pack that fell behind its read reads the layers it missed from the chunks), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), dropped (removed for any reason), evicted (for the budget).', labelNames: ['event'] as const, registers });
   new Gauge({ name: 'objectcache_segments', help: 'Packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.count ?? 0); } });
   new Gauge({ name: 'objectcache_segment_bytes', help: 'Bytes of the packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.bytes() ?? 0); } });
   const segments: SegmentObserver = { event: (event) => segmentEvents.inc({ event }) };

@@ -32,7 +32,7 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
   }
 }
 
-type SegmentEvent = 'packed' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted';
+type SegmentEvent = 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted';
 
 /** How often `event` happened at the gateway (objectcache_segment_events_total). */
 function segmentEvents(gw: TestGateway, event: SegmentEvent): Promise<number> {
@@ -133,9 +133,13 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
     await packed(prefix);
     const dropped = await events('dropped');
+    const stored = async (): Promise<number> => (await s3.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }))).KeyCount ?? 0;
+    const before = await stored();
     const fresh = new Uint8Array(randomBytes(L * S));
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: prefix.keys[3], Body: fresh }));
     expect(await events('dropped')).toBe(dropped + 1);
+    // Its manifest (deleted only while it is the one the gateway knows) and its data object are gone.
+    await until('the dropped segment is deleted', async () => (await stored()) === before - 2);
     const rewritten: SeededPrefix = { ...prefix, canonical: prefix.canonical.map((c, i) => (i === 3 ? fresh : c)) };
     const served = await events('served');
     const got = await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' }));
@@ -361,6 +365,103 @@ describe.each<BackendKind>(['local', 's3'])('a gateway killed while it packs (%s
     } finally {
       await serve.stop();
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe.each<BackendKind>(['local', 's3'])('a segment packed by another gateway, or before a restart (%s backend)', (backend) => {
+  it('is found in the store and served at the run\u2019s first due read, and not when a chunk changed meanwhile', async () => {
+    const bucket = uniqueBucket('segfound');
+    const segmentBucket = uniqueBucket('segs');
+    const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-segfound-'));
+    const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, ...(backend === 's3' ? { OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey } : {}) };
+    const store = backend === 's3' ? ['--s3-endpoint', minio.endpoint] : ['--data-dir', dataDir];
+    const args = (...more: string[]): string[] => ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S), ...store, ...more];
+    /** Runs `body` against a gateway started with `gatewayArgs`, then stops it (one at a time: the local store is one process's). */
+    const withGateway = async (gatewayArgs: string[], body: (client: ObjectCacheClient, events: (event: SegmentEvent) => Promise<number>) => Promise<void>): Promise<void> => {
+      const serve = await startServe(gatewayArgs, env);
+      const client = testClient({ url: serve.url }, bucket);
+      try {
+        await body(client, (event) => metricValue(serve.adminUrl, `objectcache_segment_events_total{event="${event}"}`));
+      } finally {
+        await client.close();
+        await serve.stop();
+      }
+    };
+    try {
+      let prefix: SeededPrefix | undefined;
+      await withGateway(args(), async (client, events) => {
+        await client.ensureBucket();
+        prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+        expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+        await until('the prefix is packed', async () => (await events('packed')) === 1);
+      });
+      const p = prefix as SeededPrefix;
+      // A fresh gateway: its first read of the run finds the segment, and is served from it.
+      await withGateway(args(), async (client, events) => {
+        const first = await client.fetch(descriptorOf(p, { mode: 'layerwise' }));
+        expectBytes(first, reference(p));
+        expect(await events('discovered')).toBe(1);
+        expect(await events('served')).toBe(1);
+        expect(await events('packed')).toBe(0);
+        // Known from then on: not looked for again.
+        expectBytes(await client.fetch(descriptorOf(p, { mode: 'layerwise' })), reference(p));
+        expect(await events('discovered')).toBe(1);
+        expect(await events('served')).toBe(2);
+      });
+      // A chunk rewritten where no segment-keeping gateway sees it (a gateway with segments off).
+      const fresh = new Uint8Array(randomBytes(L * S));
+      await withGateway([...store, '--segments', 'off'], async (client) => {
+        await client.putChunks([p.keys[2] as string], [fresh], { layout: { layout: 'KV_L2TD', layers: L, layerBytes: S } });
+      });
+      const rewritten: SeededPrefix = { ...p, canonical: p.canonical.map((c, i) => (i === 2 ? fresh : c)) };
+      // Even trusting only its own writes (--segment-check writes), a gateway checks a segment it finds once.
+      await withGateway(args('--segment-check', 'writes'), async (client, events) => {
+        expectBytes(await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' })), reference(rewritten));
+        expect(await events('served')).toBe(0);
+        expect(await events('discovered')).toBe(0);
+        expect(await events('stale')).toBe(1);
+        // That read packed the new version, which the next read is served from.
+        await until('the new version is packed', async () => (await events('packed')) === 1);
+        expectBytes(await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' })), reference(rewritten));
+        expect(await events('served')).toBe(1);
+      });
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe.each<BackendKind>(['local', 's3'])('a pack that falls behind its read (%s backend)', (backend) => {
+  it('does not hold the read: the layers it missed are read from the chunks after it, and the segment is exact', async () => {
+    // A queue of 4 KiB: a frame that finds the last one's copy not yet taken is not copied.
+    const gw = await startTestGateway({ backend, minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segbehind')] });
+    const client = testClient(gw, uniqueBucket('segbehind'));
+    try {
+      await client.ensureBucket();
+      for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
+        // Whether the store has taken a copy when the next frame comes is a race: each prefix is
+        // packed and checked whichever way it went, until one pack fell behind (a few tries).
+        let fellBehind = false;
+        for (let attempt = 0; attempt < 5 && !fellBehind; attempt++) {
+          // 8 MiB frames: more than the PUT's socket takes at once in front of MinIO.
+          const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 1024 * 1024, layout });
+          const rereads = await segmentEvents(gw, 'reread');
+          const packs = await segmentEvents(gw, 'packed');
+          expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+          await until('the segment is packed', async () => (await segmentEvents(gw, 'packed')) > packs);
+          fellBehind = (await segmentEvents(gw, 'reread')) > rereads;
+          // Every slice is checked against the manifest's CRC as it is read: a misplaced rest fails here.
+          const served = await segmentEvents(gw, 'served');
+          for (const mode of ['layerwise', 'chunkwise'] as const) expectBytes(await client.fetch(descriptorOf(prefix, { mode })), reference(prefix));
+          expect(await segmentEvents(gw, 'served')).toBe(served + 2);
+        }
+        expect(fellBehind).toBe(true);
+      }
+      expect(await segmentEvents(gw, 'abandoned')).toBe(0);
+    } finally {
+      await client.close();
+      await gw.close();
     }
   });
 });

@@ -82,6 +82,8 @@ export interface ReadAheadOptions {
   readonly observer?: DescriptorGetObserver | undefined;
   /** Where the plan's `fromSegment` tasks read (planFromSegment). */
   readonly segment?: SegmentSource | undefined;
+  /** The chunks' versions every read must find, by prefix position (the rest of a pack, read after its request: Pack.finish). */
+  readonly pins?: readonly string[] | undefined;
 }
 
 /**
@@ -165,6 +167,7 @@ export class ReadAhead implements UnitSource {
     if (options.chunks.encoded) this.#pins.push(...options.chunks.encoded.etags);
     // A segment was packed from these versions, and its manifest says so: the pins it carries.
     else if (options.segment) this.#pins.push(...options.segment.etags);
+    else if (options.pins) this.#pins.push(...options.pins);
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));

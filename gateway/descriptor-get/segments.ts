@@ -6,8 +6,12 @@
  *
  * - Packing costs no extra read: a layerwise GET served from the chunks writes the segment from
  *   the frames it is sending (Pack, fed by serve-descriptor-get.ts), once the run has been read
- *   `--segment-after-reads` times. The request never waits for the store: a pack the store takes
- *   more slowly than the client is abandoned.
+ *   `--segment-after-reads` times, and never waits for the store: the layers whose frames went
+ *   out while the store was `--segment-pack-queue-bytes` behind are read again from the chunks
+ *   after the request, at the store's pace (Pack.finish).
+ * - Segments outlive the gateway: a run that becomes due and is unknown here is first looked for
+ *   in the store (discover: its manifest's name is the run's), so another gateway's segment, or
+ *   this one's before a restart, is served instead of packed again.
  * - The manifest is written last, so a pack cut short (crash, error, a chunk rewritten meanwhile)
  *   leaves nothing usable: a data object no manifest names is never read.
  * - Chunks stay the source of truth. A segment is used only while every chunk it covers still
@@ -29,13 +33,12 @@ import { layoutOf, type SegmentCover } from './read-plan.js';
 
 /** The largest segment: what one S3 PutObject may store. */
 const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
-/**
- * Bytes a pack may have copied and the store not yet taken: past it, the request that feeds the
- * pack waits for the store (Pack.room) before it sends its next frame.
- */
-const PACK_QUEUE_BYTES = 64 * 1024 * 1024;
-/** A store that takes nothing of a pack for this long has it abandoned (the request goes on). */
+/** A store that takes nothing of a pack for this long has it abandoned. */
 const PACK_STALL_MS = 30_000;
+/** How often a pack waiting for the store looks at what it has taken. */
+const ROOM_POLL_MS = 50;
+/** A run found to have no segment in the store is not looked for again for this long (discover). */
+const DISCOVER_AGAIN_MS = 60_000;
 /** Runs whose reads are counted (the least recently read are forgotten first). */
 const TRACKED_RUNS = 10_000;
 /**
@@ -57,6 +60,10 @@ export interface SegmentConfig {
   readonly maxBytes: number;
   /** How a read checks that the covered chunks are unchanged (--segment-check). */
   readonly check: 'heads' | 'writes';
+  /** Bytes a GET served from a segment may have read but not sent (--segment-read-ahead-bytes). */
+  readonly readAheadBytes: number;
+  /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
+  readonly packQueueBytes: number;
 }
 
 /** What a manifest (`<bucket>/<run>.json` in the segment bucket) records; JSON on the store. */
@@ -87,6 +94,8 @@ export interface Manifest {
 interface Segment {
   readonly run: string;
   readonly manifest: Manifest;
+  /** The manifest object's ETag: a segment is deleted only while its manifest is this one. */
+  readonly manifestEtag: string;
   readonly crcs: Uint32Array;
   lastUsed: number;
 }
@@ -99,8 +108,19 @@ export interface Found {
 }
 
 export interface SegmentObserver {
-  event(event: 'packed' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted'): void;
+  event(event: 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted'): void;
 }
+
+/** A run's segment looked for in the store: `written` once a chunk of it is written meanwhile. */
+interface Lookup {
+  readonly bucket: string;
+  readonly keys: ReadonlySet<string>;
+  written: boolean;
+  done: Promise<void>;
+}
+
+/** The HEADs of chunks (the store's answers, in order; undefined for a chunk that is gone). */
+type Heads = (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined } | undefined)[]>;
 
 const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
 
@@ -186,6 +206,9 @@ export class Segments {
   readonly #packs = new Map<string, Pack>();
   /** Checks of a segment's chunks in flight, by run and chunks covered: requests that arrive meanwhile share them. */
   readonly #checks = new Map<string, Promise<boolean>>();
+  /** Runs being looked for in the store (discover), and when a run was last found to have no segment there. */
+  readonly #lookups = new Map<string, Lookup>();
+  readonly #missing = new Map<string, number>();
   #bucketReady: Promise<void> | undefined;
   /** Bytes and slices of the known segments. */
   #bytes = 0;
@@ -194,6 +217,16 @@ export class Segments {
   constructor(options: SegmentsOptions) {
     this.#o = options;
     this.#now = options.now ?? Date.now;
+  }
+
+  /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
+  get packQueueBytes(): number {
+    return this.#o.config.packQueueBytes;
+  }
+
+  /** Bytes a GET served from a segment may have read but not sent (--segment-read-ahead-bytes). */
+  get readAheadBytes(): number {
+    return this.#o.config.readAheadBytes;
   }
 
   /** Segments known here and their bytes, for the metrics. */
@@ -255,7 +288,7 @@ export class Segments {
    * Whether the chunks a found segment covers still hold the versions it was packed from, by the
    * HEADs `heads` makes (`--segment-check heads`); a stale segment is dropped.
    */
-  async current(bucket: string, found: Found, heads: (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined } | undefined)[]>): Promise<boolean> {
+  async current(bucket: string, found: Found, heads: Heads): Promise<boolean> {
     if (this.#o.config.check === 'writes') return true;
     const segment = this.#segments.get(found.run);
     if (!segment) return false;
@@ -291,7 +324,7 @@ export class Segments {
     const segment = this.#forget(run);
     if (!segment) return;
     this.#o.observer?.event('dropped');
-    void this.#delete(segment.manifest, run).catch((error: unknown) => this.#o.logger.warn({ run, why, error }, 'segments: could not delete a dropped segment'));
+    void this.#delete(segment.manifest, run, segment.manifestEtag).catch((error: unknown) => this.#o.logger.warn({ run, why, error }, 'segments: could not delete a dropped segment'));
   }
 
   /** A client wrote or deleted `key` through this gateway: every segment holding it is stale, and so is any pack of it. */
@@ -299,6 +332,7 @@ export class Segments {
     const runs = this.#byKey.get(slot(bucket, key));
     if (runs) for (const run of [...runs]) this.drop(run, `${key} was written or deleted`);
     for (const pack of this.#packs.values()) if (pack.bucket === bucket && pack.holds(key)) pack.abandon(`${key} was written or deleted while it was being packed`);
+    for (const lookup of this.#lookups.values()) if (lookup.bucket === bucket && lookup.keys.has(key)) lookup.written = true;
   }
 
   /**
@@ -312,7 +346,7 @@ export class Segments {
       if (freed >= bytes) break;
       if (!this.#forget(victim.run)) continue;
       try {
-        await this.#delete(victim.manifest, victim.run);
+        await this.#delete(victim.manifest, victim.run, victim.manifestEtag);
         freed += victim.manifest.bytes;
         this.#o.observer?.event('evicted');
       } catch (error) {
@@ -323,23 +357,81 @@ export class Segments {
   }
 
   /**
-   * Counts a layerwise GET of `d` served from its chunks, and starts packing its run when it has
-   * been read often enough, is big enough and small enough, no segment or pack of it exists, and
-   * fewer than --max-segment-packs are being written. The caller feeds the pack its frames.
+   * Counts a layerwise GET of raw chunks, and names its run once it has been read
+   * `--segment-after-reads` times and is big enough and small enough to be packed: `due` is then
+   * the run's name, for `discover` and `packFor`.
    */
-  packFor(bucket: string, d: Descriptor): Pack | undefined {
+  counted(bucket: string, d: Descriptor): { due: string | undefined } {
     const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
-    const { afterReads, minBytes, maxPacks, maxBytes } = this.#o.config;
+    const { afterReads, minBytes, maxBytes } = this.#o.config;
     const slices = (d.layerEnd - d.layerStart) * d.chunks;
     // The cheap checks first: a run that can never be packed is not named (a hash of its keys) or counted.
-    if (d.codecs !== undefined || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return undefined;
+    if (d.codecs !== undefined || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return { due: undefined };
     const run = runName(bucket, d, d.layerStart, d.layerEnd);
     const reads = (this.#reads.get(run) ?? 0) + 1;
     this.#reads.delete(run);
     this.#reads.set(run, reads);
     if (this.#reads.size > TRACKED_RUNS) this.#reads.delete(this.#reads.keys().next().value as string);
-    if (reads < afterReads) return undefined;
-    if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= maxPacks) return undefined;
+    return { due: reads >= afterReads ? run : undefined };
+  }
+
+  /**
+   * Looks in the store for the segment of a due run this gateway does not know (packed by another
+   * gateway in front of the same store, or by this one before a restart), and learns it when its
+   * manifest is sound and names exactly this run: one GET of the manifest, at most once per
+   * DISCOVER_AGAIN_MS for a run that has none. With `--segment-check writes` its chunks are checked
+   * once (HEADs) before it is used, since writes before this gateway started were not seen; with
+   * `heads` every read checks them anyway. Never fails: a lookup that goes wrong leaves the run to
+   * be read from its chunks (and packed).
+   */
+  async discover(bucket: string, d: Descriptor, run: string, heads: Heads): Promise<void> {
+    if (this.#segments.has(run) || this.#packs.has(run)) return;
+    const missing = this.#missing.get(run);
+    if (missing !== undefined && this.#now() - missing < DISCOVER_AGAIN_MS) return;
+    let lookup = this.#lookups.get(run);
+    if (!lookup) {
+      const state: Lookup = { bucket, keys: new Set(d.keys), written: false, done: Promise.resolve() };
+      state.done = this.#lookup(bucket, d, run, state, heads)
+        .catch((error: unknown) => this.#o.logger.warn({ run, error }, 'segments: could not look for a packed segment in the store'))
+        .finally(() => this.#lookups.delete(run));
+      this.#lookups.set(run, (lookup = state));
+    }
+    await lookup.done;
+  }
+
+  async #lookup(bucket: string, d: Descriptor, run: string, state: Lookup, heads: Heads): Promise<void> {
+    const found = await this.#o.store.get(this.#o.config.bucket, manifestKey(bucket, run));
+    const parsed = found ? parseManifest(found.body) : undefined;
+    const m = parsed?.manifest;
+    const same = m !== undefined && m.bucket === bucket && m.layout === d.layout && m.layers === d.layers && m.layerBytes === d.layerBytes && m.first === d.layerStart && m.end === d.layerEnd && m.keys.length === d.keys.length && m.keys.every((key, i) => key === d.keys[i]);
+    if (!found || !parsed || !same) {
+      this.#missing.delete(run);
+      this.#missing.set(run, this.#now());
+      if (this.#missing.size > TRACKED_RUNS) this.#missing.delete(this.#missing.keys().next().value as string);
+      return;
+    }
+    if (this.#o.config.check === 'writes') {
+      const now = await heads(parsed.manifest.keys);
+      if (!now.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === parsed.manifest.etags[i])) {
+        this.#o.observer?.event('stale');
+        await this.#delete(parsed.manifest, run, found.etag);
+        return;
+      }
+    }
+    // A write through this gateway while the manifest was on its way: not learnt (a pack of it starts over).
+    if (this.#segments.has(run) || this.#packs.has(run) || state.written) return;
+    this.#missing.delete(run);
+    this.#learn(run, parsed.manifest, parsed.crcs, found.etag);
+    this.#o.observer?.event('discovered');
+  }
+
+  /**
+   * Starts packing a due run (`counted`) unless a segment or pack of it exists, or
+   * --max-segment-packs are being written. The caller feeds the pack its frames.
+   */
+  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest): Pack | undefined {
+    const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
+    if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= this.#o.config.maxPacks) return undefined;
     const pack: Pack = new Pack({
       run,
       bucket,
@@ -352,6 +444,9 @@ export class Segments {
         throw error;
       })),
       done: (outcome): Promise<void> => this.#packed(pack, outcome),
+      queueBytes: this.#o.config.packQueueBytes,
+      rest,
+      reread: () => this.#o.observer?.event('reread'),
     });
     this.#packs.set(run, pack);
     return pack;
@@ -382,11 +477,11 @@ export class Segments {
         // Packed before (another gateway, or before a restart): keep that one if it is current.
         const existing = await store.get(this.#o.config.bucket, key);
         const parsed = existing ? parseManifest(existing.body) : undefined;
-        if (parsed && parsed.manifest.etags.every((e, i) => e === manifest.etags[i])) {
+        if (existing && parsed && parsed.manifest.etags.every((e, i) => e === manifest.etags[i])) {
           await store.delete(this.#o.config.bucket, manifest.data);
           // Kept, but a chunk written meanwhile makes it stale as it makes this pack's.
-          if (pack.stale) await this.#delete(parsed.manifest, pack.run);
-          else this.#learn(pack.run, parsed.manifest, parsed.crcs);
+          if (pack.stale) await this.#delete(parsed.manifest, pack.run, existing.etag);
+          else this.#learn(pack.run, parsed.manifest, parsed.crcs, existing.etag);
           return;
         }
         written = existing ? await store.put(this.#o.config.bucket, key, body, { ifMatch: existing.etag }) : undefined;
@@ -398,10 +493,10 @@ export class Segments {
       }
       // A chunk written while the manifest was being written: the pack is stale already.
       if (pack.stale) {
-        await this.#delete(manifest, pack.run);
+        await this.#delete(manifest, pack.run, written);
         return;
       }
-      this.#learn(pack.run, manifest, crcs);
+      this.#learn(pack.run, manifest, crcs, written);
       this.#o.observer?.event('packed');
     } catch (error) {
       this.#o.logger.warn({ run: pack.run, error }, 'segments: could not write a packed segment\u2019s manifest');
@@ -409,9 +504,9 @@ export class Segments {
     }
   }
 
-  #learn(run: string, manifest: Manifest, crcs: Uint32Array): void {
+  #learn(run: string, manifest: Manifest, crcs: Uint32Array, manifestEtag: string): void {
     this.#forget(run);
-    this.#segments.set(run, { run, manifest, crcs, lastUsed: this.#now() });
+    this.#segments.set(run, { run, manifest, manifestEtag, crcs, lastUsed: this.#now() });
     this.#bytes += manifest.bytes;
     this.#slices += crcs.length;
     add(this.#byFirst, slot(manifest.bucket, manifest.keys[0] as string), run);
@@ -439,8 +534,13 @@ export class Segments {
     return segment;
   }
 
-  async #delete(manifest: Manifest, run: string): Promise<void> {
-    await this.#o.store.delete(this.#o.config.bucket, manifestKey(manifest.bucket, run));
+  /**
+   * Deletes a segment: its manifest first (from then on nobody uses it) if it is still the one
+   * with `manifestEtag` (another gateway may have packed the run again since, under the same
+   * name), then its data object (named by no other manifest: each pack's name is its own).
+   */
+  async #delete(manifest: Manifest, run: string, manifestEtag: string): Promise<void> {
+    await this.#o.store.deleteVersion(this.#o.config.bucket, manifestKey(manifest.bucket, run), manifestEtag);
     await this.#o.store.delete(this.#o.config.bucket, manifest.data);
   }
 
@@ -477,14 +577,30 @@ interface PackOptions {
   readonly segmentBucket: string;
   readonly ready: () => Promise<void>;
   readonly done: (outcome: { manifest: Manifest; crcs: Uint32Array } | { abandoned: string }) => Promise<void>;
+  /** Bytes the pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
+  readonly queueBytes: number;
+  /** Reads the layers the pack fell behind on, from the chunks, after its request (ReadRest). */
+  readonly rest: ReadRest;
+  /** The pack fell behind and reads the rest (the `reread` event). */
+  readonly reread: () => void;
 }
+
+/**
+ * Reads layers [from, the run's end) of a pack's run from its chunks, pinned to `pins` (the
+ * versions its request read), handing each unit's reads and LAYER frames' pieces to `take` in
+ * order, and waiting for it; ends early when `signal` aborts (serve-descriptor-get.ts readRest).
+ */
+export type ReadRest = (from: number, pins: readonly string[], signal: AbortSignal, take: (reads: readonly TaskRead[], frames: readonly (readonly Uint8Array[])[]) => Promise<void>) => Promise<void>;
 
 /**
  * One segment being written from the frames of the layerwise GET that reads its run: each LAYER
  * frame's payload is copied into the body of one streamed PUT (the frames' buffers go back to
- * the pool as usual), each task's slice checksums into the manifest. Abandoned, not waited for,
- * when the store falls PACK_QUEUE_BYTES behind, when the request fails, or when a chunk of the
- * run is written meanwhile.
+ * the pool as usual), each task's slice checksums into the manifest. The request never waits for
+ * the store: once the copies the store has not taken would pass `queueBytes`, the pack stops
+ * copying frames, and after the request has ended it reads the layers it missed from the chunks
+ * itself (`rest`, pinned to the versions the request read) at the store's pace. Abandoned when
+ * the request fails, when a chunk of the run is written meanwhile, or when the store refuses it or
+ * takes nothing for PACK_STALL_MS.
  */
 export class Pack {
   readonly run: string;
@@ -497,7 +613,12 @@ export class Pack {
   readonly #data: string;
   readonly #stored: Promise<string>;
   #written = 0;
+  /** LAYER frames of the request seen so far, and the first one not copied (the pack fell behind there). */
+  #frames = 0;
+  #behind: number | undefined;
   #abandoned: string | undefined;
+  /** The request ended complete, and the layers it left are being read from the chunks (finish). */
+  #completing = false;
   /** finish() was called: the stream is complete. */
   #finishing = false;
   /** A chunk of the run was written after the data object was stored. */
@@ -527,18 +648,36 @@ export class Pack {
   }
 
   /**
-   * A LAYER frame's payload, in stream order: each piece copied once the store has room for it
-   * (`room`), so a pack holds at most PACK_QUEUE_BYTES and one piece (one task's part of a layer).
+   * A LAYER frame's payload from the request, in stream order, copied without waiting: unless the
+   * pack fell behind, when the copies the store has not taken and this frame would pass
+   * `queueBytes` (the first frame of an empty queue is always taken). From then on the request's
+   * frames are not copied; finish() reads those layers from the chunks. So a pack holds at most
+   * `queueBytes`, or one LAYER frame when that is larger.
    */
-  async append(pieces: readonly Uint8Array[]): Promise<void> {
+  frame(pieces: readonly Uint8Array[]): void {
+    const layer = this.#frames++;
+    if (this.#abandoned !== undefined || this.#behind !== undefined) return;
+    const bytes = pieces.reduce((sum, piece) => sum + piece.byteLength, 0);
+    const queued = this.#queued();
+    if (queued > 0 && queued + bytes > this.#o.queueBytes) {
+      this.#behind = layer;
+      return;
+    }
+    this.#copy(pieces);
+  }
+
+  #copy(pieces: readonly Uint8Array[]): void {
     for (const piece of pieces) {
-      await this.#room();
-      if (this.#abandoned !== undefined) return;
       const copy = Buffer.allocUnsafeSlow(piece.byteLength);
       copy.set(piece);
       this.#body.write(copy);
       this.#written += piece.byteLength;
     }
+  }
+
+  /** The layers the request's frames were not copied for: [first, end) of the run's, or undefined. */
+  get behind(): number | undefined {
+    return this.#behind;
   }
 
   /** Bytes copied that the store has not taken yet. */
@@ -547,26 +686,31 @@ export class Pack {
   }
 
   /**
-   * Resolves once the store has taken the pack's copies down to PACK_QUEUE_BYTES: the request
-   * that feeds it sends no faster than the store writes (measured in docs/segments.md). A store
-   * that takes nothing for PACK_STALL_MS has the pack abandoned, and the request goes on.
+   * Resolves once the store has taken the pack's copies down to `queueBytes` (the rest read after
+   * the request goes at the store's pace). A store that takes nothing for PACK_STALL_MS has the
+   * pack abandoned.
    */
   async #room(): Promise<void> {
     const body = this.#body;
-    while (this.#abandoned === undefined && this.#queued() > PACK_QUEUE_BYTES) {
-      const before = this.#queued();
-      const timedOut = await new Promise<boolean>((resolve) => {
-        const done = (stalled: boolean): void => {
+    let lastProgress = performance.now();
+    let low = this.#queued();
+    while (this.#abandoned === undefined && this.#queued() > this.#o.queueBytes) {
+      // 'drain' or 'close', or a look every ROOM_POLL_MS (a drain can come before anyone listens,
+      // and a queue below the body's high-water mark emits none).
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
           clearTimeout(timer);
-          body.off('drain', drained).off('close', drained);
-          resolve(stalled);
+          body.off('drain', done).off('close', done);
+          resolve();
         };
-        const drained = (): void => done(false);
-        const timer = setTimeout(() => done(true), PACK_STALL_MS);
-        body.on('drain', drained).on('close', drained);
+        const timer = setTimeout(done, ROOM_POLL_MS);
+        body.on('drain', done).on('close', done);
       });
-      // Waited PACK_STALL_MS: stalled only if the store took nothing meanwhile.
-      if (timedOut && this.#queued() >= before) this.abandon(`the store took nothing of the segment for ${PACK_STALL_MS} ms`);
+      const queued = this.#queued();
+      if (queued < low) {
+        low = queued;
+        lastProgress = performance.now();
+      } else if (performance.now() - lastProgress >= PACK_STALL_MS) this.abandon(`the store took nothing of the segment for ${PACK_STALL_MS} ms`);
     }
   }
 
@@ -583,7 +727,7 @@ export class Pack {
 
   /** The request that feeds the pack ended: abandons it unless the stream was complete. */
   ended(): void {
-    if (!this.#finishing) this.abandon('the layerwise GET that fed it ended early');
+    if (!this.#finishing && !this.#completing) this.abandon('the layerwise GET that fed it ended early');
   }
 
   abandon(reason: string): void {
@@ -604,12 +748,41 @@ export class Pack {
     void this.#o.done({ abandoned: reason });
   }
 
-  /** The request sent its last frame: the data object is completed, then the manifest written (by Segments). */
+  /**
+   * The request sent its last frame: the layers it fell behind on are read from the chunks, the
+   * data object is completed, then the manifest written (by Segments).
+   */
   async finish(etags: readonly (string | undefined)[]): Promise<void> {
-    if (this.#abandoned !== undefined || this.#finishing) return;
+    if (this.#abandoned !== undefined || this.#finishing || this.#completing) return;
     const d = this.#o.descriptor;
-    if (this.#written !== this.#o.bytes || etags.length < d.chunks || etags.some((e) => e === undefined)) {
-      this.abandon(`the stream held ${this.#written} of ${this.#o.bytes} bytes, or a chunk's version is unknown`);
+    if (etags.length < d.chunks || etags.some((e) => e === undefined)) {
+      this.abandon('a chunk\u2019s version is unknown');
+      return;
+    }
+    if (this.#behind !== undefined) {
+      // Set before the first await: the request's end (ended()) must not abandon the pack now.
+      this.#completing = true;
+      this.#o.reread();
+      try {
+        await this.#o.rest(d.layerStart + this.#behind, etags as string[], this.#abort.signal, async (reads, frames) => {
+          this.checksums(reads);
+          for (const pieces of frames) {
+            for (const piece of pieces) {
+              await this.#room();
+              if (this.#abandoned !== undefined) return;
+              this.#copy([piece]);
+            }
+          }
+        });
+      } catch (error) {
+        this.abandon(`reading the layers it fell behind on failed: ${(error as Error).message}`);
+      } finally {
+        this.#completing = false;
+      }
+      if (this.#abandoned !== undefined) return;
+    }
+    if (this.#written !== this.#o.bytes) {
+      this.abandon(`the stream held ${this.#written} of ${this.#o.bytes} bytes`);
       return;
     }
     this.#finishing = true;

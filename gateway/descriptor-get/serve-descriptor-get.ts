@@ -25,7 +25,7 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
 import { planChunkwise, planFromSegment, planLayerwise, planStreamed, planUnits, type PlanInput, type ReadPlan, type Unit } from './read-plan.js';
-import type { Found, Pack, Segments } from './segments.js';
+import type { Found, Pack, ReadRest, Segments } from './segments.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -34,7 +34,7 @@ import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
 import { Pacer } from '../scheduler/pacer.js';
 import type { FifoBudget } from '../fifo-budget.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
-import { ReadAhead, type EncodedChunks, type TaskRead, type UnitSource } from './read-ahead.js';
+import { ReadAhead, type ChunkSource, type EncodedChunks, type TaskRead, type UnitSource } from './read-ahead.js';
 import { encodedPayloadBytes, largestSlice, readChunkIndex } from './chunk-index.js';
 import type { Backend } from '../backend.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
@@ -97,7 +97,7 @@ export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: Desc
   return mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
 }
 
-function planInput(descriptor: Descriptor, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number): PlanInput {
+function planInput(descriptor: Descriptor, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number, windowBytes = config.readAheadBytes): PlanInput {
   return {
     layout: descriptor.layout,
     layerStart: descriptor.layerStart,
@@ -106,7 +106,7 @@ function planInput(descriptor: Descriptor, config: DescriptorGetConfig, tasksInF
     chunks: descriptor.chunks,
     readBytes: config.readBytes,
     taskBytes: config.taskBytes,
-    maxGroupBytes: config.readAheadBytes,
+    maxGroupBytes: windowBytes,
     firstGroupTasks: tasksInFlight,
   };
 }
@@ -119,6 +119,13 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   ctx.mode = mode;
   deps.observer?.mode(mode);
   const tenant = ctx.tenant;
+  // A run read often enough is packed from its frames (stream()); first, a segment of it another
+  // gateway (or this one before a restart) packed is looked for in the store.
+  const due = mode === 'layerwise' && !encoded && deps.segments ? deps.segments.counted(ctx.target.bucket, descriptor).due : undefined;
+  if (due !== undefined && deps.segments) {
+    const bucket = ctx.target.bucket;
+    await deps.segments.discover(bucket, descriptor, due, (keys) => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false));
+  }
 
   // Layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.
   let grant: Grant | undefined;
@@ -130,14 +137,14 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   try {
     // A segment that turns out stale, or fails before the first frame, is dropped and the request
     // served from the chunks: nothing has been sent yet.
-    const fromSegment = await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, true);
-    if (fromSegment === 'retry') await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, false);
+    const fromSegment = await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, due, true);
+    if (fromSegment === 'retry') await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, due, false);
   } finally {
     if (grant) deps.scheduler?.release(ctx.requestId);
   }
 }
 
-async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined, encoded: EncodedChunks | undefined, payloadBytes: number, segmentsAllowed: boolean): Promise<'retry' | void> {
+async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined, encoded: EncodedChunks | undefined, payloadBytes: number, due: string | undefined, segmentsAllowed: boolean): Promise<'retry' | void> {
   const { config, pool } = deps;
   const started = ctx.startedAt;
   const tasksInFlight = pool.tasksPerRequest;
@@ -151,7 +158,9 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   let plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes);
   const rangesPerChunk = descriptor.layout === 'KV_2LTD' ? 2 : 1;
   const found = segmentsAllowed && reads === 'grouped' && !encoded ? deps.segments?.find(ctx.target.bucket, descriptor, (chunks) => plan.groups.length * chunks * rangesPerChunk) : undefined;
-  if (found) plan = planFromSegment(planInput(descriptor, config, tasksInFlight, descriptor.layerBytes), mode === 'layerwise', found.cover);
+  // A segment's reads are few, large and sequential: a smaller window keeps the stream going (--segment-read-ahead-bytes).
+  const windowBytes = found && deps.segments ? Math.min(config.readAheadBytes, deps.segments.readAheadBytes) : config.readAheadBytes;
+  if (found) plan = planFromSegment(planInput(descriptor, config, tasksInFlight, descriptor.layerBytes, windowBytes), mode === 'layerwise', found.cover);
   const chunks = { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, encoded };
   const units = planUnits(plan, mode === 'layerwise', order, chunks);
   let readAhead: UnitSource;
@@ -165,7 +174,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       units,
       chunks,
       order,
-      windowBytes: config.readAheadBytes,
+      windowBytes,
       budget: deps.budget,
       tasksInFlight,
       firstUnitAlone: mode === 'layerwise',
@@ -184,10 +193,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
         // The covered chunks are checked (HEADs) while the first layer is read from the segment.
         const segments = deps.segments;
         const bucket = ctx.target.bucket;
-        // Not the client's signal: requests that arrive meanwhile share the check (Segments.current).
-        const checkSignal = AbortSignal.timeout(deps.backendTimeoutMs);
-        setMaxListeners(0, checkSignal); // a HEAD per covered chunk listens to it
-        const current = segments.current(bucket, found, (keys) => deps.backend.heads(bucket, keys, checkSignal, false));
+        const current = segments.current(bucket, found, (keys) => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false));
         const read = readAhead.unit(0);
         try {
           const [fresh, reads] = await Promise.all([current, read]);
@@ -208,7 +214,9 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       firstIn?.();
     }
     // A run read often enough is packed from these frames (not one served whole from a segment).
-    if (mode === 'layerwise' && reads === 'grouped' && !encoded && found?.cover.chunks !== descriptor.chunks) pack = deps.segments?.packFor(ctx.target.bucket, descriptor);
+    if (due !== undefined && reads === 'grouped' && found?.cover.chunks !== descriptor.chunks) {
+      pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pins, signal, take) => readRest({ descriptor, deps, chunks, from, pins, signal, take }));
+    }
     // A client that leaves while its frames wait for the store (Pack.room) ends the pack at once.
     if (pack) ctx.signal.addEventListener('abort', () => pack?.ended(), { once: true });
     const firstReadMs = performance.now() - started;
@@ -240,6 +248,40 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     pack?.ended();
     await readAhead.close();
   }
+}
+
+/**
+ * The layers [from, end) of a pack's run, read from the chunks after its request (Pack.finish):
+ * layer groups within the pack's own queue, pinned to the versions the request read, each unit's
+ * LAYER frames handed to `take` and its buffers given back once `take` has copied them. It uses
+ * the gateway-wide budget and worker slots like a request, and at most --max-segment-packs run at
+ * once.
+ */
+async function readRest(r: { descriptor: Descriptor; deps: DescriptorGetDeps; chunks: ChunkSource; from: number; pins: readonly string[]; signal: AbortSignal; take: Parameters<ReadRest>[3] }): Promise<void> {
+  const { descriptor, deps } = r;
+  const windowBytes = Math.min(deps.config.readAheadBytes, deps.segments?.packQueueBytes ?? deps.config.readAheadBytes);
+  const tasksInFlight = deps.pool.tasksPerRequest;
+  const plan = planLayerwise({ ...planInput(descriptor, deps.config, tasksInFlight, descriptor.layerBytes, windowBytes), layerStart: r.from, firstGroupTasks: 1 });
+  const units = planUnits(plan, true, 'layer-major', r.chunks);
+  const readAhead = new ReadAhead({ pool: deps.pool, plan, units, chunks: r.chunks, order: 'layer-major', windowBytes, budget: deps.budget, tasksInFlight, firstUnitAlone: false, signal: r.signal, pins: r.pins });
+  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: undefined });
+  try {
+    for (let u = 0; u < units.length; u++) {
+      const reads = await readAhead.unit(u);
+      await r.take(reads, build.layerFrames(reads).map((frame) => frame.pieces));
+      readAhead.recycle(u);
+      readAhead.release(u);
+    }
+  } finally {
+    await readAhead.close();
+  }
+}
+
+/** Bounds a check of a segment's chunks: not the client's signal, since requests that arrive meanwhile share the check (Segments.current). */
+function checkSignal(timeoutMs: number): AbortSignal {
+  const signal = AbortSignal.timeout(timeoutMs);
+  setMaxListeners(0, signal); // a HEAD per covered chunk listens to it
+  return signal;
 }
 
 /** Resolves once the response has flushed everything or is destroyed; a client that stops reading the last bytes is cut off after the stall timeout. */
@@ -293,7 +335,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
       s.pack?.checksums(reads);
       for (let i = 0; i < unitFrames.length; i++) {
         const frame = unitFrames[i] as Frame;
-        await s.pack?.append(frame.pieces);
+        s.pack?.frame(frame.pieces);
         yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
         if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
         if (s.mode === 'layerwise') deps.observer?.layerReady((performance.now() - started) / 1000);
