@@ -18,6 +18,7 @@ import { toStoredLayout } from '../client/kv-layout.js';
 import { objectRelativePath } from '../storage-worker/backends/embedded/object-file.js';
 import { startServe } from './helpers/cli.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { FaultProxy } from './helpers/fault-proxy.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -464,6 +465,38 @@ describe.each<BackendKind>(['local', 's3'])('a pack that falls behind its read (
       await gw.close();
     }
   });
+});
+
+describe('a pack that falls behind a read that lasts (s3 backend)', () => {
+  it('reads the rest from the chunks while the read goes on, and the segment is exact', async () => {
+    // The store takes none of the segment's upload until released, so the pack falls behind at
+    // the read's second frame; paced to 4 MiB/s, the 48 MiB read lasts about 12 s, and the rest
+    // is read from 5 s after the pack fell behind: before the read ends.
+    const proxy = new FaultProxy(new URL(minio.endpoint));
+    const endpoint = await proxy.listen();
+    const gw = await startTestGateway({ backend: 's3', minio: { ...minio, endpoint }, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segslow'), '--cap', '4MiB/s'] });
+    const client = testClient(gw, uniqueBucket('segslow'));
+    try {
+      await client.ensureBucket();
+      const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 1024 * 1024, layout: 'KV_L2TD' });
+      proxy.holdUploads();
+      let settled = false;
+      const read = client.fetch(descriptorOf(prefix, { mode: 'layerwise' })).finally(() => (settled = true));
+      await until('the rest is being read', async () => (await segmentEvents(gw, 'reread')) === 1, 20_000);
+      expect(settled).toBe(false);
+      expectBytes(await read, reference(prefix));
+      proxy.releaseUploads();
+      await until('the segment is packed', async () => (await segmentEvents(gw, 'packed')) === 1, 30_000);
+      expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+      expect(await segmentEvents(gw, 'served')).toBe(1);
+      expect(await segmentEvents(gw, 'abandoned')).toBe(0);
+    } finally {
+      proxy.releaseUploads();
+      await client.close();
+      await gw.close();
+      await proxy.close();
+    }
+  }, 60_000);
 });
 
 describe('a segment the store refuses (local backend)', () => {

@@ -8,7 +8,7 @@
  *   the frames it is sending (Pack, fed by serve-descriptor-get.ts), once the run has been read
  *   `--segment-after-reads` times, and never waits for the store: the layers whose frames went
  *   out while the store was `--segment-pack-queue-bytes` behind are read again from the chunks
- *   after the request, at the store's pace (Pack.finish).
+ *   after the request (or 5 s after falling behind, if it lasts longer), at the store's pace.
  * - Segments outlive the gateway: a run that becomes due and is unknown here is first looked for
  *   in the store (discover: its manifest's name is the run's), so another gateway's segment, or
  *   this one's before a restart, is served instead of packed again.
@@ -35,6 +35,8 @@ import { layoutOf, type SegmentCover } from './read-plan.js';
 const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
 /** A store that takes nothing of a pack for this long has it abandoned. */
 const PACK_STALL_MS = 30_000;
+/** A pack that fell behind its read starts reading the rest from the chunks this long after, if the read lasts that long. */
+const REST_AFTER_MS = 5_000;
 /** How often a pack waiting for the store looks at what it has taken. */
 const ROOM_POLL_MS = 50;
 /** A run found to have no segment in the store is not looked for again for this long (discover). */
@@ -212,6 +214,8 @@ export class Segments {
   #bucketReady: Promise<void> | undefined;
   /** Bytes and slices of the known segments. */
   #bytes = 0;
+  /** Bytes of the known segments by their chunks' bucket (capacity asks on every trimming pass). */
+  readonly #bucketBytes = new Map<string, number>();
   #slices = 0;
 
   constructor(options: SegmentsOptions) {
@@ -236,10 +240,7 @@ export class Segments {
 
   /** Bytes of the known segments of chunks in `bucket` (all buckets when absent). */
   bytes(bucket?: string): number {
-    if (bucket === undefined) return this.#bytes;
-    let total = 0;
-    for (const s of this.#segments.values()) if (bucket === undefined || s.manifest.bucket === bucket) total += s.manifest.bytes;
-    return total;
+    return bucket === undefined ? this.#bytes : (this.#bucketBytes.get(bucket) ?? 0);
   }
 
   /**
@@ -348,7 +349,9 @@ export class Segments {
       try {
         await this.#delete(victim.manifest, victim.run, victim.manifestEtag);
         freed += victim.manifest.bytes;
+        // 'dropped' counts every removal (metrics.ts), as drop() does for the other reasons.
         this.#o.observer?.event('evicted');
+        this.#o.observer?.event('dropped');
       } catch (error) {
         this.#o.logger.warn({ run: victim.run, error }, 'segments: could not delete a segment evicted for the budget');
       }
@@ -429,7 +432,7 @@ export class Segments {
    * Starts packing a due run (`counted`) unless a segment or pack of it exists, or
    * --max-segment-packs are being written. The caller feeds the pack its frames.
    */
-  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest): Pack | undefined {
+  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest, pins: () => readonly (string | undefined)[]): Pack | undefined {
     const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
     if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= this.#o.config.maxPacks) return undefined;
     const pack: Pack = new Pack({
@@ -447,6 +450,7 @@ export class Segments {
       queueBytes: this.#o.config.packQueueBytes,
       rest,
       reread: () => this.#o.observer?.event('reread'),
+      pins,
     });
     this.#packs.set(run, pack);
     return pack;
@@ -508,6 +512,7 @@ export class Segments {
     this.#forget(run);
     this.#segments.set(run, { run, manifest, manifestEtag, crcs, lastUsed: this.#now() });
     this.#bytes += manifest.bytes;
+    this.#bucketBytes.set(manifest.bucket, (this.#bucketBytes.get(manifest.bucket) ?? 0) + manifest.bytes);
     this.#slices += crcs.length;
     add(this.#byFirst, slot(manifest.bucket, manifest.keys[0] as string), run);
     for (const key of manifest.keys) add(this.#byKey, slot(manifest.bucket, key), run);
@@ -527,6 +532,9 @@ export class Segments {
     if (!segment) return undefined;
     this.#segments.delete(run);
     this.#bytes -= segment.manifest.bytes;
+    const left = (this.#bucketBytes.get(segment.manifest.bucket) ?? 0) - segment.manifest.bytes;
+    if (left > 0) this.#bucketBytes.set(segment.manifest.bucket, left);
+    else this.#bucketBytes.delete(segment.manifest.bucket);
     this.#slices -= segment.crcs.length;
     const m = segment.manifest;
     remove(this.#byFirst, slot(m.bucket, m.keys[0] as string), run);
@@ -583,6 +591,8 @@ interface PackOptions {
   readonly rest: ReadRest;
   /** The pack fell behind and reads the rest (the `reread` event). */
   readonly reread: () => void;
+  /** The chunk versions the request has read so far, by prefix position (all of them once its first layer is in). */
+  readonly pins: () => readonly (string | undefined)[];
 }
 
 /**
@@ -597,8 +607,9 @@ export type ReadRest = (from: number, pins: readonly string[], signal: AbortSign
  * frame's payload is copied into the body of one streamed PUT (the frames' buffers go back to
  * the pool as usual), each task's slice checksums into the manifest. The request never waits for
  * the store: once the copies the store has not taken would pass `queueBytes`, the pack stops
- * copying frames, and after the request has ended it reads the layers it missed from the chunks
- * itself (`rest`, pinned to the versions the request read) at the store's pace. Abandoned when
+ * copying frames, and after the request has ended (or REST_AFTER_MS later, if it lasts that long)
+ * it reads the layers it missed from the chunks itself (`rest`, pinned to the versions the
+ * request read) at the store's pace. Abandoned when
  * the request fails, when a chunk of the run is written meanwhile, or when the store refuses it or
  * takes nothing for PACK_STALL_MS.
  */
@@ -617,7 +628,10 @@ export class Pack {
   #frames = 0;
   #behind: number | undefined;
   #abandoned: string | undefined;
-  /** The request ended complete, and the layers it left are being read from the chunks (finish). */
+  /** The read of the layers the pack fell behind on, once started, and the timer that starts it. */
+  #rest: Promise<void> | undefined;
+  #restTimer: NodeJS.Timeout | undefined;
+  /** The request ended complete, and the pack waits for the rest to be read (finish). */
   #completing = false;
   /** finish() was called: the stream is complete. */
   #finishing = false;
@@ -661,6 +675,10 @@ export class Pack {
     const queued = this.#queued();
     if (queued > 0 && queued + bytes > this.#o.queueBytes) {
       this.#behind = layer;
+      // Read after the request, or REST_AFTER_MS from now if the request lasts longer: a PUT whose
+      // body pauses much longer may be cut off by the store (S3 ends an upload idle for ~20 s).
+      this.#restTimer = setTimeout(() => this.#startRest(), REST_AFTER_MS);
+      this.#restTimer.unref();
       return;
     }
     this.#copy(pieces);
@@ -675,9 +693,29 @@ export class Pack {
     }
   }
 
-  /** The layers the request's frames were not copied for: [first, end) of the run's, or undefined. */
-  get behind(): number | undefined {
-    return this.#behind;
+  /** Starts reading the layers the pack fell behind on from the chunks, pinned to the versions the request read (once). */
+  #startRest(): void {
+    if (this.#rest !== undefined || this.#abandoned !== undefined || this.#behind === undefined) return;
+    clearTimeout(this.#restTimer);
+    const d = this.#o.descriptor;
+    const pins = this.#o.pins();
+    if (pins.length < d.chunks || pins.some((e) => e === undefined)) {
+      this.abandon('a chunk\u2019s version is unknown');
+      return;
+    }
+    this.#o.reread();
+    this.#rest = this.#o
+      .rest(d.layerStart + this.#behind, pins as string[], this.#abort.signal, async (reads, frames) => {
+        this.checksums(reads);
+        for (const pieces of frames) {
+          for (const piece of pieces) {
+            await this.#room();
+            if (this.#abandoned !== undefined) return;
+            this.#copy([piece]);
+          }
+        }
+      })
+      .catch((error: unknown) => this.abandon(`reading the layers it fell behind on failed: ${(error as Error).message}`));
   }
 
   /** Bytes copied that the store has not taken yet. */
@@ -738,6 +776,7 @@ export class Pack {
       return;
     }
     this.#abandoned = reason;
+    clearTimeout(this.#restTimer);
     this.#abort.abort();
     this.#body.destroy(new Error(reason));
     void this.#stored.then(
@@ -762,24 +801,18 @@ export class Pack {
     if (this.#behind !== undefined) {
       // Set before the first await: the request's end (ended()) must not abandon the pack now.
       this.#completing = true;
-      this.#o.reread();
+      this.#startRest();
       try {
-        await this.#o.rest(d.layerStart + this.#behind, etags as string[], this.#abort.signal, async (reads, frames) => {
-          this.checksums(reads);
-          for (const pieces of frames) {
-            for (const piece of pieces) {
-              await this.#room();
-              if (this.#abandoned !== undefined) return;
-              this.#copy([piece]);
-            }
-          }
-        });
-      } catch (error) {
-        this.abandon(`reading the layers it fell behind on failed: ${(error as Error).message}`);
+        await this.#rest;
       } finally {
         this.#completing = false;
       }
       if (this.#abandoned !== undefined) return;
+      // The rest was read pinned to the versions the request read first; the request's own end says the same.
+      if (this.#o.pins().some((pin, c) => pin !== etags[c])) {
+        this.abandon('a chunk\u2019s version changed during the read');
+        return;
+      }
     }
     if (this.#written !== this.#o.bytes) {
       this.abandon(`the stream held ${this.#written} of ${this.#o.bytes} bytes`);

@@ -215,7 +215,8 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     }
     // A run read often enough is packed from these frames (not one served whole from a segment).
     if (due !== undefined && reads === 'grouped' && found?.cover.chunks !== descriptor.chunks) {
-      pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pins, signal, take) => readRest({ descriptor, deps, chunks, from, pins, signal, take }));
+      const pins = (): readonly (string | undefined)[] => (readAhead instanceof ReadAhead ? readAhead.pins : []);
+      pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pinned, signal, take) => readRest({ descriptor, deps, chunks, from, pins: pinned, signal, take }), pins);
     }
     // A client that leaves while its frames wait for the store (Pack.room) ends the pack at once.
     if (pack) ctx.signal.addEventListener('abort', () => pack?.ended(), { once: true });

@@ -1,7 +1,9 @@
 /**
  * A loopback TCP proxy in front of MinIO for fault tests: `resetNext(n)` drops every open
  * connection (as a store that goes away, or cuts a paused response, does) and makes the next n
- * new connections fail as soon as a request arrives.
+ * new connections fail as soon as a request arrives; `holdUploads()` stops forwarding what a
+ * connection sends from its next PUT on (a store that takes an upload's body no faster than
+ * nothing), until `releaseUploads()`.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
 
@@ -9,6 +11,8 @@ export class FaultProxy {
   readonly #server: Server;
   readonly #sockets = new Set<Socket>();
   #toReset = 0;
+  #holdUploads = false;
+  readonly #held = new Set<() => void>();
   resets = 0;
 
   constructor(target: URL) {
@@ -26,7 +30,31 @@ export class FaultProxy {
       const upstream = connect(Number(target.port), target.hostname);
       this.#sockets.add(upstream);
       upstream.once('close', () => this.#sockets.delete(upstream));
-      client.pipe(upstream).pipe(client);
+      upstream.pipe(client);
+      // client -> upstream by hand, so that a PUT can be held (holdUploads).
+      let holding = false;
+      const held: Buffer[] = [];
+      const release = (): void => {
+        holding = false;
+        for (const chunk of held.splice(0)) upstream.write(chunk);
+        client.resume();
+      };
+      client.on('data', (chunk: Buffer) => {
+        if (this.#holdUploads && !holding && chunk.subarray(0, 4).toString('latin1') === 'PUT ') holding = true;
+        if (holding) {
+          held.push(chunk);
+          client.pause();
+          this.#held.add(release);
+          return;
+        }
+        if (!upstream.write(chunk)) {
+          client.pause();
+          upstream.once('drain', () => {
+            if (!holding) client.resume();
+          });
+        }
+      });
+      client.once('end', () => upstream.end());
       const end = (): void => {
         client.destroy();
         upstream.destroy();
@@ -41,6 +69,17 @@ export class FaultProxy {
   async listen(): Promise<string> {
     await new Promise<void>((r) => this.#server.listen(0, '127.0.0.1', r));
     return `http://127.0.0.1:${(this.#server.address() as { port: number }).port}`;
+  }
+
+  /** From now on, a connection that starts a PUT forwards nothing more until releaseUploads(). */
+  holdUploads(): void {
+    this.#holdUploads = true;
+  }
+
+  releaseUploads(): void {
+    this.#holdUploads = false;
+    for (const release of this.#held) release();
+    this.#held.clear();
   }
 
   /** Drops every open connection (so the gateway must connect anew) and resets the next `n`. */
