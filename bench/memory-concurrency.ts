@@ -19,12 +19,17 @@
  *
  * First and repeated reads of a prefix (packed segments, docs/segments.md): by default the C GETs
  * are of a prefix read once before (the warming GET), as the gateway's settings have them.
- * `--repeated` packs it first: the gateway runs with --segments on --segment-after-reads 1
- * --segment-min-bytes 0, so the warming GET packs the prefix (its time, reported at every level,
- * is what packing costs the read that packs), and the measurement waits for the segment, so the
- * C GETs are all served from it;
+ * `--repeated` packs it first: the gateways run with --segments on --segment-after-reads 1
+ * --segment-min-bytes 0; a gateway of its own packs the prefix with one GET (its time,
+ * `packing.packingGetSeconds`, is what packing costs the read that packs; the same GET with
+ * segments off is the warming GET of a `--compare-gateway-args="--segments off"` row) and stops.
+ * Every level's fresh gateway then finds the segment in the store at its warming GET, so the
+ * warming GET and the C GETs are all served from it, and the peak memory is the segment reads' own;
  * `--direct` adds a row per level of C readers each GETting the whole chunk objects straight from
  * MinIO (8 in flight each): the whole-object cost the store's CPU and the GB/s are held against.
+ * `--rounds R` (default 1) measures the last of R rounds of each level's C GETs (and of the direct
+ * readers'): the earlier ones fault in the buffers a burst of C requests needs, which a gateway
+ * pays once (docs/segments.md, Measured); the memory peak spans every round.
  *
  * The concurrent GETs write into one shared target (the same bytes at the same places), so the
  * load generator's memory stays one payload whatever C is.
@@ -40,7 +45,7 @@ import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, getWholeObjects, inParallel } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
-import { cpuMeter, formatCpu, memoryWatch } from './process-usage.js';
+import { cpuMeter, formatCpu, memoryWatch, processUsage } from './process-usage.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
 const BUCKET = 'memory-bench';
@@ -48,7 +53,8 @@ const MiB = 1024 * 1024;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false } } });
+  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false }, rounds: { type: 'string', default: '1' } } });
+  const rounds = Math.max(1, Number(values.rounds));
   const repeated = values.repeated === true;
   const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
   const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
@@ -69,6 +75,7 @@ async function main(): Promise<void> {
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')), extraArgs: minioArgs });
   const direct = directS3(minio, 32);
   const rows: Record<string, unknown>[] = [];
+  let packing: Packing | undefined;
   try {
     await directPut(direct, `/${BUCKET}`);
     const keys = Array.from({ length: N }, (_, c) => `kv/mem-g${G}/${String(c).padStart(5, '0')}`);
@@ -76,8 +83,15 @@ async function main(): Promise<void> {
     const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: G, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
     const warmUp: DescriptorInput = { ...descriptor, keys: keys.slice(0, 2) };
     const target = new Uint8Array(payload);
+    // --repeated: one gateway packs the prefix (the read that packs, timed) and stops; every level's
+    // fresh gateway then finds that segment in the store at its first read of the prefix.
+    // Touched before any read (as the warming GETs find it): a fresh target's page faults are the client's, not the gateway's.
+    target.fill(0);
+    packing = repeated ? await packOnce(minio, builds[0]?.args ?? [], warmUp, descriptor, target, payload) : undefined;
+    // What a 1.75 GiB PUT leaves MinIO doing (its scanner, its caches) is not the measurement's.
+    if (packing) await settled(minio.process.pid as number);
     for (const C of levels) {
-      if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S));
+      if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S, rounds));
     for (const build of builds) {
       // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
       // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
@@ -89,18 +103,30 @@ async function main(): Promise<void> {
         // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
         // buffers it leaves resident are the steady state, and count against the baseline).
         const fresh = memoryWatch(gateway.child.pid as number).stop();
+        const discovered = await segmentEvent(gateway.adminUrl, 'discovered');
         const warmStarted = performance.now();
+        // With --repeated (segments on) this GET finds the packed segment and is served from it.
         await client.fetch(descriptor, { transport: 'post', target });
-        // With --repeated this GET is the one that packs the prefix: its time is what packing costs it.
         const warmSeconds = (performance.now() - warmStarted) / 1000;
         const packs = repeated && !build.args.join(' ').includes('--segments off');
-        if (packs) await segmentPacked(gateway.adminUrl, payload);
+        if (packs && (await segmentEvent(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
         const watch = memoryWatch(gateway.child.pid as number);
-        const meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
-        const started = performance.now();
         // One client per request, as C engines would be (one client queues beyond its 8 connections).
         const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
-        const results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target }))).finally(() => Promise.all(engines.map((engine) => engine.close())));
+        // --rounds R: R-1 rounds of the C GETs first (the gateway's buffers for C requests faulted
+        // in, as in a gateway that has served such a burst before); the memory peak spans them all.
+        let meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+        let started = performance.now();
+        let results: Awaited<ReturnType<ObjectCacheClient['fetch']>>[] = [];
+        try {
+          for (let round = 0; round < rounds; round++) {
+            meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+            started = performance.now();
+            results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target })));
+          }
+        } finally {
+          await Promise.all(engines.map((engine) => engine.close()));
+        }
         const seconds = (performance.now() - started) / 1000;
         const memory = watch.stop();
         const cpuSecondsPerGiB = meter(C * payload);
@@ -137,8 +163,59 @@ async function main(): Promise<void> {
   const out = join(repoRoot(), 'bench', 'results');
   mkdirSync(out, { recursive: true });
   const file = repeated ? 'memory-segments-latest.json' : 'memory-latest.json';
-  writeFileSync(join(out, file), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rows }, null, 2)}\n`);
+  writeFileSync(join(out, file), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rounds, ...(packing ? { packing } : {}), rows }, null, 2)}\n`);
   console.log(`wrote bench/results/${file}`);
+}
+
+interface Packing {
+  readonly packingGetSeconds: number;
+  readonly packedAfterSeconds: number;
+  /** The pack fell behind the read, and read the rest from the chunks after it. */
+  readonly reread: boolean;
+  readonly cpuSecondsPerGiBDuringGet: Record<string, number>;
+}
+
+/**
+ * The read that packs the prefix, on a gateway of its own (--segment-after-reads 1: its first GET
+ * of the prefix, after a two-chunk warm-up): its time is what packing costs the read that packs.
+ */
+async function packOnce(minio: Awaited<ReturnType<typeof startMinio>>, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number): Promise<Packing> {
+  const gateway = await startGatewayProcess({ minio, args });
+  const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
+  try {
+    await client.fetch(warmUp, { transport: 'post' });
+    const pids = { gateway: gateway.child.pid as number, minio: minio.process.pid as number };
+    const meter = cpuMeter(pids);
+    const started = performance.now();
+    await client.fetch(descriptor, { transport: 'post', target });
+    const packingGetSeconds = (performance.now() - started) / 1000;
+    const duringGet = meter(payload);
+    await segmentPacked(gateway.adminUrl, payload);
+    const packedAfterSeconds = (performance.now() - started) / 1000;
+    const rereads = await segmentEvent(gateway.adminUrl, 'reread');
+    console.log(`the read that packs the prefix: ${packingGetSeconds.toFixed(2)} s (segment stored after ${packedAfterSeconds.toFixed(2)} s${rereads > 0 ? ', the rest read again from the chunks' : ''})`);
+    console.log(`      during the read: ${formatCpu(duringGet, cpus().length)}`);
+    return { packingGetSeconds, packedAfterSeconds, reread: rereads > 0, cpuSecondsPerGiBDuringGet: duringGet };
+  } finally {
+    await client.close();
+    await gateway.stop();
+  }
+}
+
+/** Waits until a process spends under 5% of a core for a whole second (at most 60 s). */
+async function settled(pid: number): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const before = processUsage(pid).cpuSeconds;
+    await new Promise((r) => setTimeout(r, 1000));
+    if (processUsage(pid).cpuSeconds - before < 0.05 || Date.now() > deadline) return;
+  }
+}
+
+/** How often `event` happened at the gateway (objectcache_segment_events_total). */
+async function segmentEvent(adminUrl: string, event: string): Promise<number> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  return Number(new RegExp(`^objectcache_segment_events_total\\{event="${event}"\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
 }
 
 /** Waits until the gateway knows a packed segment of the whole prefix (its objectcache_segment_bytes gauge). */
@@ -154,13 +231,19 @@ async function segmentPacked(adminUrl: string, payload: number): Promise<void> {
 }
 
 /** C readers, each GETting every chunk object whole straight from MinIO (8 in flight each). */
-async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys: readonly string[], C: number, chunkBytes: number): Promise<Record<string, unknown>> {
+async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys: readonly string[], C: number, chunkBytes: number, rounds: number): Promise<Record<string, unknown>> {
   const readers = Array.from({ length: C }, () => directS3(minio, 8));
   const target = new Uint8Array(keys.length * chunkBytes);
   try {
-    const meter = cpuMeter({ minio: minio.process.pid as number });
-    const started = performance.now();
-    await Promise.all(readers.map((reader) => getWholeObjects(reader, BUCKET, keys, target, chunkBytes, 8)));
+    // As for the gateway's rows: the last of `rounds` rounds is measured (the target and the
+    // readers' connections warm).
+    let meter = cpuMeter({ minio: minio.process.pid as number });
+    let started = performance.now();
+    for (let round = 0; round < rounds; round++) {
+      meter = cpuMeter({ minio: minio.process.pid as number });
+      started = performance.now();
+      await Promise.all(readers.map((reader) => getWholeObjects(reader, BUCKET, keys, target, chunkBytes, 8)));
+    }
     const seconds = (performance.now() - started) / 1000;
     const bytes = C * keys.length * chunkBytes;
     const cpuSecondsPerGiB = meter(bytes);

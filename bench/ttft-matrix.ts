@@ -50,7 +50,9 @@ import { groupedBarSvg } from './report/svg.js';
 import { timelineSvg } from './report/timeline-svg.js';
 
 export const METHODS = ['Local-LW', 'S3-CW', 'S3-LW', 'OC-CW', 'OC-LW'] as const;
-type Method = (typeof METHODS)[number];
+/** With --segments: OC-LW again, every read a repeated one served from the prefix's packed segment (docs/segments.md). */
+const SEGMENT_METHOD = 'OC-LW-SEG';
+type Method = (typeof METHODS)[number] | typeof SEGMENT_METHOD;
 
 const L = 32;
 const BYTES_PER_TOKEN_PER_LAYER = 4096;
@@ -134,6 +136,9 @@ interface Context {
   readonly local: Buffer;
   readonly target: Uint8Array;
   readonly pids: Readonly<Record<string, number>>;
+  /** With --segments: the client of the gateway that packs (OC-LW-SEG), and its processes. */
+  readonly segClient?: ObjectCacheClient | undefined;
+  readonly segPids?: Readonly<Record<string, number>> | undefined;
 }
 
 async function measure(method: Method, cfg: Config, msPerLayer: number, ctx: Context): Promise<Measurement> {
@@ -141,7 +146,7 @@ async function measure(method: Method, cfg: Config, msPerLayer: number, ctx: Con
   const ready = Array.from({ length: L }, deferred);
   const readyMs: number[] = [];
   const computeStartMs: number[] = [];
-  const meter = method === 'Local-LW' ? undefined : cpuMeter(ctx.pids);
+  const meter = method === 'Local-LW' ? undefined : cpuMeter(method === SEGMENT_METHOD ? (ctx.segPids ?? ctx.pids) : ctx.pids);
   const start = performance.now();
   const compute = simulatedCompute(ready.map((d) => d.promise), msPerLayer, start, computeStartMs);
   let lastArrival = 0;
@@ -175,9 +180,11 @@ async function measure(method: Method, cfg: Config, msPerLayer: number, ctx: Con
       backendReads = cfg.N * L;
       break;
     case 'OC-CW':
-    case 'OC-LW': {
-      const descriptor: DescriptorInput = { version: 1, keys: ctx.keys, layers: L, chunkTokens: cfg.G, layerBytes: cfg.S, layout: 'KV_L2TD', delivery: 'layer-major', mode: method === 'OC-LW' ? 'layerwise' : 'chunkwise', computeMsPerLayer: msPerLayer };
-      const result = await ctx.client.fetch(descriptor, { transport: 'post', target: ctx.target, onLayerReady: (l) => arrive(l) });
+    case 'OC-LW':
+    case SEGMENT_METHOD: {
+      const descriptor: DescriptorInput = { version: 1, keys: ctx.keys, layers: L, chunkTokens: cfg.G, layerBytes: cfg.S, layout: 'KV_L2TD', delivery: 'layer-major', mode: method === 'OC-CW' ? 'chunkwise' : 'layerwise', computeMsPerLayer: msPerLayer };
+      const client = method === SEGMENT_METHOD ? (ctx.segClient as ObjectCacheClient) : ctx.client;
+      const result = await client.fetch(descriptor, { transport: 'post', target: ctx.target, onLayerReady: (l) => arrive(l) });
       backendReads = result.summary.backendReads;
       break;
     }
@@ -203,6 +210,12 @@ async function probeLinkRate(direct: DirectS3): Promise<number> {
   return median(rates);
 }
 
+/** How often `event` happened at a gateway (objectcache_segment_events_total). */
+async function segmentEvents(adminUrl: string, event: string): Promise<number> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  return Number(new RegExp(`^objectcache_segment_events_total\\{event="${event}"\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+}
+
 function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)] ?? NaN;
@@ -216,6 +229,8 @@ export interface TtftBenchOptions {
   readonly placement: PlacementMode;
   /** 'auto': K = the paper's link / the measured whole-object GET rate; a number: that K. */
   readonly linkScale: 'auto' | number;
+  /** Also OC-LW-SEG: a second gateway with --segments on, each prefix packed by its first read. */
+  readonly segments?: boolean;
 }
 
 function progress(out: Writable, done: number, total: number, label: string): void {
@@ -243,7 +258,9 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
     }
   }
   const placement = choosePlacement(options.placement);
-  const settings = { quick: options.quick, include64k: options.include64k, reps: options.reps, contexts, granularities, hitRates, model: 'meta-llama/Llama-3.1-8B', clientConcurrency: CONCURRENCY, placement: placement.mode, linkScale: options.linkScale };
+  const segments = options.segments === true;
+  const methods: readonly Method[] = segments ? [...METHODS, SEGMENT_METHOD] : METHODS;
+  const settings = { quick: options.quick, include64k: options.include64k, reps: options.reps, contexts, granularities, hitRates, model: 'meta-llama/Llama-3.1-8B', clientConcurrency: CONCURRENCY, placement: placement.mode, linkScale: options.linkScale, segments };
   stdout.write(`objectcache bench: node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}\n`);
   stdout.write(`placement: ${placement.description}\n`);
 
@@ -253,6 +270,12 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   const direct = directS3(minio, CONCURRENCY);
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'ttft-bench', credentials: BENCH_CLIENT });
   const pids = { gateway: gateway.child.pid as number, minio: minio.process.pid as number };
+  // --segments: a second gateway on the same core(s), packing each prefix at its first read.
+  const segGateway = segments ? await startGatewayProcess({ minio, cpus: placement.gatewayCpus, args: ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] }) : undefined;
+  const segClient = segGateway ? new ObjectCacheClient({ endpoint: segGateway.url, bucket: 'ttft-bench', credentials: BENCH_CLIENT }) : undefined;
+  const segPids = segGateway ? { gateway: segGateway.child.pid as number, minio: minio.process.pid as number } : undefined;
+  /** With --segments, each configuration's first read from the second gateway (the one that packs). */
+  const firstReads: { config: string; ttftMs: number; firstLayerMs: number; gbPerSec: number; storedAfterMs: number }[] = [];
   const rows: Row[] = [];
   const gatewayUsage: { config: string; cpuSeconds: number }[] = [];
   let peakRss = NaN;
@@ -270,7 +293,7 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
     }
     stdout.write(`link: ${link.measured ? `whole-object GETs from MinIO reach ${(link.bytesPerSec / 1e9).toFixed(3)} GB/s here; ` : ''}compute scaled by K = ${link.scale}\n`);
     const scales = link.scale === 1 ? [1] : [link.scale, 1];
-    const steps = configs.length * METHODS.length * options.reps * scales.length;
+    const steps = configs.length * methods.length * options.reps * scales.length;
     let done = 0;
     for (const cfg of configs) {
       const label = configLabel(cfg);
@@ -289,12 +312,24 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
       });
       chunks.length = 0;
       const target = new Uint8Array(s * L);
-      const ctx: Context = { direct, client, keys, local, target, pids };
+      const ctx: Context = { direct, client, keys, local, target, pids, segClient, segPids };
       await measure('OC-LW', cfg, cfg.msPerLayer, ctx); // warm the gateway path for this data set
+      if (segGateway) {
+        // The first read packs the prefix (its TTFT is reported apart); the measured ones are repeated reads.
+        const packed = await segmentEvents(segGateway.adminUrl, 'packed');
+        const started = performance.now();
+        const first = await measure(SEGMENT_METHOD, cfg, cfg.msPerLayer * (scales[0] ?? 1), ctx);
+        const deadline = Date.now() + 180_000;
+        while ((await segmentEvents(segGateway.adminUrl, 'packed')) <= packed) {
+          if (Date.now() > deadline) throw new Error(`${label}: the prefix was not packed within 180 s`);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        firstReads.push({ config: label, ttftMs: first.ttftMs, firstLayerMs: first.firstLayerMs, gbPerSec: first.gbPerSec, storedAfterMs: performance.now() - started });
+      }
       const results = new Map<string, Measurement[]>();
       const cpuBefore = processUsage(pids.gateway).cpuSeconds;
       for (let r = 0; r < options.reps; r++) {
-        for (const method of METHODS) {
+        for (const method of methods) {
           for (const scale of scales) {
             progress(stderr, done, steps, `${label} ${method}${scale === 1 ? '' : ` K=${scale}`}`);
             const m = await measure(method, cfg, cfg.msPerLayer * scale, ctx);
@@ -308,7 +343,7 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
         const list = (method: Method): Measurement[] => results.get(`${scale} ${method}`) ?? [];
         const mean = (method: Method, pick: (m: Measurement) => number): number => list(method).reduce((sum, m) => sum + pick(m), 0) / list(method).length;
         const localTtft = mean('Local-LW', (m) => m.ttftMs);
-        for (const method of METHODS) {
+        for (const method of methods) {
           const cpuNames = Object.keys(list(method)[0]?.cpu ?? {});
           const cpu = cpuNames.length > 0 ? Object.fromEntries(cpuNames.map((name) => [name, median(list(method).map((m) => m.cpu?.[name] ?? NaN))])) : undefined;
           const ttftMs = mean(method, (m) => m.ttftMs);
@@ -327,6 +362,8 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
     stderr.write('\n');
   } finally {
     await client.close();
+    await segClient?.close();
+    await segGateway?.stop();
     await direct.pool.close();
     peakRss = processUsage(pids.gateway).peakRssBytes;
     await gateway.stop();
@@ -334,10 +371,16 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   }
   const outDir = join(repoRoot(), 'bench', 'results');
   mkdirSync(outDir, { recursive: true });
-  const result: Result = { benchmark: 'ttft-matrix', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, placement, link, rows, gateway: { cpuSecondsPerConfig: gatewayUsage, peakRssBytes: peakRss }, ...(timeline ? { timeline } : {}) };
-  writeFileSync(join(outDir, 'ttft-latest.json'), `${JSON.stringify(result, null, 2)}\n`);
+  const result: Result = { benchmark: 'ttft-matrix', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, placement, link, rows, gateway: { cpuSecondsPerConfig: gatewayUsage, peakRssBytes: peakRss }, ...(timeline ? { timeline } : {}), ...(segments ? { firstReads } : {}) };
+  // A --segments run has its own files: the headline figures (docs/benchmarks.md) stay the plain run's.
+  const name = segments ? 'ttft-segments' : 'ttft';
+  writeFileSync(join(outDir, `${name}-latest.json`), `${JSON.stringify(result, null, 2)}\n`);
   const report = renderReport(result);
-  writeFileSync(join(outDir, 'ttft-report.md'), report);
+  writeFileSync(join(outDir, segments ? 'ttft-segments-report.md' : 'ttft-report.md'), report);
+  if (segments) {
+    stdout.write(report);
+    return 0;
+  }
   for (const scale of [...new Set(rows.map((r) => r.linkScale))]) {
     const scaled = rows.filter((r) => r.linkScale === scale);
     const groups = [...new Set(scaled.map(configLabel))];
@@ -369,6 +412,8 @@ export interface Result {
   readonly rows: readonly Row[];
   readonly gateway: { readonly cpuSecondsPerConfig: readonly { config: string; cpuSeconds: number }[]; readonly peakRssBytes: number };
   readonly timeline?: unknown;
+  /** --segments: each configuration's first read from the gateway that packs, and when its segment was stored. */
+  readonly firstReads?: readonly { config: string; ttftMs: number; firstLayerMs: number; gbPerSec: number; storedAfterMs: number }[];
 }
 
 /** Bytes per layer / compute per layer: the rate at which transfer just hides behind compute. */
@@ -442,6 +487,15 @@ export function renderReport(result: Result): string {
     lines.push(`- With table A8's compute as it is (K = 1), OC-LW is within 10% of Local-LW in ${raw.filter((r) => r.overheadPct <= 10).length} of ${raw.length} configurations: at an A100's compute speed this machine's link is the bottleneck for every remote method.`);
   }
   lines.push('', 'Figures: `ttft-overhead.svg` (paper figure 13 style, the headline scale), `ttft-overhead-unscaled.svg` (K = 1, when scaled), `ttft-timeline.svg` (per-layer ready and compute times for one configuration), `scheduler-added-ttft.svg` (figure 16 style, from `npm run bench:scheduler`).', '');
+  if (result.firstReads) {
+    lines.push('', '## OC-LW-SEG: the read that packs each prefix (its first read, at the first scale)', '', '| configuration | TTFT ms | layer 0 ms | GB/s | segment stored after ms |', '|---|---|---|---|---|');
+    for (const f of result.firstReads) lines.push(`| ${f.config} | ${f.ttftMs.toFixed(0)} | ${f.firstLayerMs.toFixed(0)} | ${f.gbPerSec.toFixed(3)} | ${f.storedAfterMs.toFixed(0)} |`);
+    lines.push('', 'Against OC-LW, repeated reads (OC-LW-SEG over OC-LW, TTFT and layer 0):', '');
+    for (const r of result.rows.filter((x) => x.method === SEGMENT_METHOD)) {
+      const lw = find(r, 'OC-LW');
+      if (lw) lines.push(`- ${configLabel(r)} K=${r.linkScale}: TTFT ${(r.ttftMs / lw.ttftMs).toFixed(2)}x, layer 0 ${(r.firstLayerMs / lw.firstLayerMs).toFixed(2)}x, backend reads ${Math.round(r.backendReads)} against ${Math.round(lw.backendReads)}`);
+    }
+  }
   return `${lines.join('\n')}\n`;
 }
 
@@ -480,6 +534,7 @@ export function parseBenchArgs(argv: readonly string[]): TtftBenchOptions {
         granularities: { type: 'string', default: '16,64,256' },
         placement: { type: 'string', default: 'pinned' },
         'link-scale': { type: 'string', default: 'auto' },
+        segments: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -497,11 +552,11 @@ export function parseBenchArgs(argv: readonly string[]): TtftBenchOptions {
   if (!Number.isInteger(reps) || reps < 1) throw usage(`--reps is a whole number >= 1, not ${String(values.reps)}`);
   const granularities = (values.granularities ?? '16,64,256').split(',').map(Number);
   if (granularities.some((g) => !Number.isInteger(g) || g < 1)) throw usage(`--granularities is a comma-separated list of chunk sizes in tokens, not ${String(values.granularities)}`);
-  return { quick: values.quick ?? false, include64k: values['include-64k'] ?? false, reps, granularities, placement, linkScale };
+  return { quick: values.quick ?? false, include64k: values['include-64k'] ?? false, reps, granularities, placement, linkScale, segments: values.segments ?? false };
 }
 
 export const BENCH_HELP = `Usage: objectcache bench [--quick] [--include-64k] [--reps N] [--granularities 16,64,256]
-                        [--placement pinned|shared] [--link-scale auto|K]
+                        [--placement pinned|shared] [--link-scale auto|K] [--segments]
 
 Runs the TTFT benchmark against a MinIO it builds and starts itself and a gateway process:
 S3-CW, S3-LW, OC-CW, OC-LW and Local-LW for Llama-3.1-8B at 4K and 16K contexts (64K with
@@ -513,6 +568,11 @@ paper's table A8.
   --link-scale auto    measure whole-object GETs from MinIO and multiply the compute by
                        K = 12.5 GB/s (the paper's 100 Gbps) / that rate (default); K: a fixed
                        factor; 1: table A8 as it is. With K > 1 both are measured, interleaved.
+
+  --segments           also OC-LW-SEG: OC-LW through a second gateway with packed segments on,
+                       each prefix packed by a first read (reported apart), then every measured
+                       read served from its segment (docs/segments.md). Writes
+                       ttft-segments-latest.json and ttft-segments-report.md instead.
 
 Writes bench/results/ttft-latest.json, ttft-report.md and SVG figures.
 --quick runs 4K at G=64 only (a few minutes at most).`;

@@ -70,7 +70,8 @@ describe('renderReport', () => {
 
 describe('parseBenchArgs', () => {
   it('defaults to the pinned placement and a measured link scale', () => {
-    expect(parseBenchArgs([])).toEqual({ quick: false, include64k: false, reps: 1, granularities: [16, 64, 256], placement: 'pinned', linkScale: 'auto' });
+    expect(parseBenchArgs([])).toEqual({ quick: false, include64k: false, reps: 1, granularities: [16, 64, 256], placement: 'pinned', linkScale: 'auto', segments: false });
+    expect(parseBenchArgs(['--segments'])).toMatchObject({ segments: true });
     expect(parseBenchArgs(['--link-scale', '12.5', '--placement', 'shared', '--reps', '2'])).toMatchObject({ linkScale: 12.5, placement: 'shared', reps: 2 });
   });
 
