@@ -64,6 +64,8 @@ export interface Gateway {
   schedulerSnapshot(): SchedulerSnapshot | undefined;
   /** Capacity management; undefined when no bucket has a --budget. */
   readonly capacity: Capacity | undefined;
+  /** Packed segments; undefined when --segments is off. */
+  readonly segments: Segments | undefined;
   close(): Promise<void>;
 }
 
@@ -544,6 +546,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     bufferedBytes: () => budget.used,
     schedulerSnapshot: () => scheduler?.snapshot(),
     capacity,
+    segments,
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

@@ -25,7 +25,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
-import { unquoted, type CapacityStore } from '../capacity/store.js';
+import { unquoted, type CapacityStore, type ListedObject } from '../capacity/store.js';
 import type { Logger } from '../logger.js';
 import { SEGMENT_SKIP_BYTES } from '../../storage-worker/protocol.js';
 import type { SegmentSource, TaskRead } from './read-ahead.js';
@@ -37,6 +37,14 @@ const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
 const PACK_STALL_MS = 30_000;
 /** A pack that fell behind its read starts reading the rest from the chunks this long after, if the read lasts that long. */
 const REST_AFTER_MS = 5_000;
+/**
+ * A data object no manifest names is deleted by a sweep once it is this old: a pack's upload
+ * completes moments before its manifest is written, whichever gateway packs it.
+ */
+const SWEEP_AGE_MS = 60 * 60 * 1000;
+/** Sweeps of the segment bucket: the first a minute after start, then this often. */
+const SWEEP_EVERY_MS = 60 * 60 * 1000;
+const FIRST_SWEEP_MS = 60 * 1000;
 /** How often a pack waiting for the store looks at what it has taken. */
 const ROOM_POLL_MS = 50;
 /** A run found to have no segment in the store is not looked for again for this long (discover). */
@@ -110,7 +118,7 @@ export interface Found {
 }
 
 export interface SegmentObserver {
-  event(event: 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted'): void;
+  event(event: 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted' | 'swept'): void;
 }
 
 /** A run's segment looked for in the store: `written` once a chunk of it is written meanwhile. */
@@ -193,6 +201,8 @@ export interface SegmentsOptions {
   readonly logger: Pick<Logger, 'warn' | 'info'>;
   readonly observer?: SegmentObserver;
   readonly now?: () => number;
+  /** Sweep the segment bucket now and then (default true; `sweep()` can always be called). */
+  readonly sweep?: boolean;
 }
 
 export class Segments {
@@ -218,9 +228,73 @@ export class Segments {
   readonly #bucketBytes = new Map<string, number>();
   #slices = 0;
 
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #sweeping: Promise<number> | undefined;
+
   constructor(options: SegmentsOptions) {
     this.#o = options;
     this.#now = options.now ?? Date.now;
+    const sweepSoon = (ms: number): void => {
+      this.#sweepTimer = setTimeout(() => {
+        void this.sweep()
+          .catch((error: unknown) => this.#o.logger.warn({ error }, 'segments: could not sweep the segment bucket'))
+          .finally(() => sweepSoon(SWEEP_EVERY_MS));
+      }, ms);
+      this.#sweepTimer.unref();
+    };
+    if (options.sweep !== false) sweepSoon(FIRST_SWEEP_MS);
+  }
+
+  /**
+   * Deletes the data objects of the segment bucket that no manifest names and that are older
+   * than `olderThanMs`: what a crash between a pack's two writes, or a delete that failed, leaves.
+   * Lists the bucket (one page per 1,000 objects) and GETs the manifest of each run that has a
+   * data object other than the one a single manifest would name; never deletes a manifest or a
+   * data object a manifest names. Resolves to the data objects deleted. One sweep at a time.
+   */
+  sweep(olderThanMs = SWEEP_AGE_MS): Promise<number> {
+    this.#sweeping ??= this.#sweep(olderThanMs).finally(() => (this.#sweeping = undefined));
+    return this.#sweeping;
+  }
+
+  async #sweep(olderThanMs: number): Promise<number> {
+    const store = this.#o.store;
+    const bucket = this.#o.config.bucket;
+    const manifests = new Set<string>();
+    const data = new Map<string, ListedObject[]>();
+    for (let after: string | undefined; ; ) {
+      const page = await store.list(bucket, '', after);
+      for (const object of page.objects) {
+        // <chunks' bucket>/<run>.json, or <chunks' bucket>/<run>/<pack id>.
+        const parts = object.key.split('/');
+        if (parts.length === 2 && parts[1]?.endsWith('.json')) manifests.add(object.key.slice(0, -'.json'.length));
+        else if (parts.length === 3) {
+          const run = `${parts[0]}/${parts[1]}`;
+          data.set(run, [...(data.get(run) ?? []), object]);
+        }
+      }
+      if (!page.truncated || page.objects.length === 0) break;
+      after = page.objects.at(-1)?.key;
+    }
+    const cutoff = this.#now() - olderThanMs;
+    let deleted = 0;
+    for (const [run, objects] of data) {
+      let live: string | undefined;
+      if (manifests.has(run)) {
+        const found = await store.get(bucket, `${run}.json`);
+        live = found ? parseManifest(found.body)?.manifest.data : undefined;
+        // A manifest that cannot be read is left to the reads that find it (they drop it), and its data with it.
+        if (found && live === undefined) continue;
+      }
+      for (const object of objects) {
+        if (object.key === live || object.lastModified > cutoff) continue;
+        await store.delete(bucket, object.key);
+        deleted++;
+        this.#o.observer?.event('swept');
+      }
+    }
+    if (deleted > 0) this.#o.logger.info({ bucket, deleted }, 'segments: swept data objects no manifest names');
+    return deleted;
   }
 
   /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
@@ -554,6 +628,7 @@ export class Segments {
 
   /** Ends every pack (the gateway is closing): none leaves a manifest. */
   close(): void {
+    clearTimeout(this.#sweepTimer);
     for (const pack of this.#packs.values()) pack.abandon('the gateway is closing');
   }
 }
