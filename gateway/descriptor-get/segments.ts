@@ -248,9 +248,8 @@ export class Segments {
   /**
    * Deletes the data objects of the segment bucket that no manifest names and that are older
    * than `olderThanMs`: what a crash between a pack's two writes, or a delete that failed, leaves.
-   * Lists the bucket (one page per 1,000 objects) and GETs the manifest of each run that has a
-   * data object other than the one a single manifest would name; never deletes a manifest or a
-   * data object a manifest names. Resolves to the data objects deleted. One sweep at a time.
+   * Lists the bucket (one page per 1,000 objects) and GETs the manifest of each run that has
+   * more than one data object; never deletes a manifest or a data object a manifest names. Resolves to the data objects deleted. One sweep at a time.
    */
   sweep(olderThanMs = SWEEP_AGE_MS): Promise<number> {
     this.#sweeping ??= this.#sweep(olderThanMs).finally(() => (this.#sweeping = undefined));
@@ -279,6 +278,9 @@ export class Segments {
     const cutoff = this.#now() - olderThanMs;
     let deleted = 0;
     for (const [run, objects] of data) {
+      // The usual case, a manifest and one data object: that one is the manifest's (a manifest
+      // naming another would fail its first read, be dropped, and leave this one to a later sweep).
+      if (manifests.has(run) && objects.length === 1) continue;
       let live: string | undefined;
       if (manifests.has(run)) {
         const found = await store.get(bucket, `${run}.json`);
