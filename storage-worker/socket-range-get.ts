@@ -660,16 +660,12 @@ class Connection {
   }
 }
 
-export interface SocketClientOptions {
+export interface SocketClientOptions extends ConnectionOptions {
   readonly endpoint: URL;
   readonly connections: number;
-  readonly timeoutMs: number;
   readonly accessKeyId: string;
   readonly secretAccessKey: string;
   readonly region: string;
-  readonly receiveBufferBytes?: number | undefined;
-  /** Who answers, in error messages (default: the object store). */
-  readonly peer?: string | undefined;
 }
 
 /** A request to sign and send: `path` already S3-encoded, header names in lower case. */

@@ -351,13 +351,21 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
   });
 });
 
+/** The environment and store arguments of an `objectcache serve` process on `backend` (the local store in `dataDir`). */
+function serveOn(backend: BackendKind, dataDir: string): { env: NodeJS.ProcessEnv; store: string[] } {
+  return {
+    env: { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, ...(backend === 's3' ? { OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey } : {}) },
+    store: backend === 's3' ? ['--s3-endpoint', minio.endpoint] : ['--data-dir', dataDir],
+  };
+}
+
 describe.each<BackendKind>(['local', 's3'])('a gateway killed while it packs (%s backend)', (backend) => {
   it('leaves no segment, and a restarted gateway packs and serves the prefix anew', async () => {
     const bucket = uniqueBucket('segcrash');
     const segmentBucket = uniqueBucket('segs');
     const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-segcrash-'));
-    const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, ...(backend === 's3' ? { OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey } : {}) };
-    const args = ['--segments', 'on', '--segment-min-bytes', '0', '--segment-bucket', segmentBucket, ...(backend === 's3' ? ['--s3-endpoint', minio.endpoint] : ['--data-dir', dataDir])];
+    const { env, store } = serveOn(backend, dataDir);
+    const args = ['--segments', 'on', '--segment-min-bytes', '0', '--segment-bucket', segmentBucket, ...store];
     const clientOf = (url: string): ObjectCacheClient => testClient({ url }, bucket);
     let serve = await startServe(args, env);
     try {
@@ -407,8 +415,7 @@ describe.each<BackendKind>(['local', 's3'])('a segment packed by another gateway
     const bucket = uniqueBucket('segfound');
     const segmentBucket = uniqueBucket('segs');
     const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-segfound-'));
-    const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, ...(backend === 's3' ? { OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey } : {}) };
-    const store = backend === 's3' ? ['--s3-endpoint', minio.endpoint] : ['--data-dir', dataDir];
+    const { env, store } = serveOn(backend, dataDir);
     const args = (...more: string[]): string[] => ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S), ...store, ...more];
     /** Runs `body` against a gateway started with `gatewayArgs`, then stops it (one at a time: the local store is one process's). */
     const withGateway = async (gatewayArgs: string[], body: (client: ObjectCacheClient, events: (event: SegmentEvent) => Promise<number>) => Promise<void>): Promise<void> => {

@@ -134,6 +134,18 @@ type Heads = (keys: readonly string[]) => Promise<readonly ({ readonly etag: str
 
 const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
 
+/** Whether every chunk HEAD found is there with the ETag (unquoted) its segment was packed from. */
+function pinned(heads: Awaited<ReturnType<Heads>>, etags: readonly string[]): boolean {
+  return heads.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === etags[i]);
+}
+
+/** Sets `key` as the most recent entry of `map`, forgetting the least recent past TRACKED_RUNS. */
+function remember<V>(map: Map<string, V>, key: string, value: V): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > TRACKED_RUNS) map.delete(map.keys().next().value as string);
+}
+
 /**
  * A run's name: the same chunks, layout and layers always give the same name, whichever gateway
  * packs it (so a second pack of a run finds the first one's manifest).
@@ -248,8 +260,9 @@ export class Segments {
   /**
    * Deletes the data objects of the segment bucket that no manifest names and that are older
    * than `olderThanMs`: what a crash between a pack's two writes, or a delete that failed, leaves.
-   * Lists the bucket (one page per 1,000 objects) and GETs the manifest of each run that has
-   * more than one data object; never deletes a manifest or a data object a manifest names. Resolves to the data objects deleted. One sweep at a time.
+   * Lists the bucket (one page per 1,000 objects, holding one run's objects at a time) and GETs
+   * the manifest of each run that has more than one data object; never deletes a manifest or a
+   * data object a manifest names. Resolves to the data objects deleted. One sweep at a time.
    */
   sweep(olderThanMs = SWEEP_AGE_MS): Promise<number> {
     this.#sweeping ??= this.#sweep(olderThanMs).finally(() => (this.#sweeping = undefined));
@@ -259,42 +272,49 @@ export class Segments {
   async #sweep(olderThanMs: number): Promise<number> {
     const store = this.#o.store;
     const bucket = this.#o.config.bucket;
-    const manifests = new Set<string>();
-    const data = new Map<string, ListedObject[]>();
-    for (let after: string | undefined; ; ) {
-      const page = await store.list(bucket, '', after);
-      for (const object of page.objects) {
-        // <chunks' bucket>/<run>.json, or <chunks' bucket>/<run>/<pack id>.
-        const parts = object.key.split('/');
-        if (parts.length === 2 && parts[1]?.endsWith('.json')) manifests.add(object.key.slice(0, -'.json'.length));
-        else if (parts.length === 3) {
-          const run = `${parts[0]}/${parts[1]}`;
-          data.set(run, [...(data.get(run) ?? []), object]);
-        }
-      }
-      if (!page.truncated || page.objects.length === 0) break;
-      after = page.objects.at(-1)?.key;
-    }
     const cutoff = this.#now() - olderThanMs;
     let deleted = 0;
-    for (const [run, objects] of data) {
+    // Keys come in order: a run's manifest (<chunks' bucket>/<run>.json) just before its data
+    // objects (<chunks' bucket>/<run>/<pack id>), so one run is looked at at a time.
+    let group: { run: string; manifest: boolean; data: ListedObject[] } | undefined;
+    const settle = async (): Promise<void> => {
+      if (!group || group.data.length === 0) return;
+      const { run, manifest, data } = group;
       // The usual case, a manifest and one data object: that one is the manifest's (a manifest
       // naming another would fail its first read, be dropped, and leave this one to a later sweep).
-      if (manifests.has(run) && objects.length === 1) continue;
+      if (manifest && data.length === 1) return;
       let live: string | undefined;
-      if (manifests.has(run)) {
+      if (manifest) {
         const found = await store.get(bucket, `${run}.json`);
         live = found ? parseManifest(found.body)?.manifest.data : undefined;
         // A manifest that cannot be read is left to the reads that find it (they drop it), and its data with it.
-        if (found && live === undefined) continue;
+        if (found && live === undefined) return;
       }
-      for (const object of objects) {
+      for (const object of data) {
         if (object.key === live || object.lastModified > cutoff) continue;
         await store.delete(bucket, object.key);
         deleted++;
         this.#o.observer?.event('swept');
       }
+    };
+    for (let after: string | undefined; ; ) {
+      const page = await store.list(bucket, '', after);
+      for (const object of page.objects) {
+        const parts = object.key.split('/');
+        const isManifest = parts.length === 2 && object.key.endsWith('.json');
+        if (!isManifest && parts.length !== 3) continue;
+        const run = isManifest ? object.key.slice(0, -'.json'.length) : `${parts[0]}/${parts[1]}`;
+        if (group?.run !== run) {
+          await settle();
+          group = { run, manifest: false, data: [] };
+        }
+        if (isManifest) group.manifest = true;
+        else group.data.push(object);
+      }
+      if (!page.truncated || page.objects.length === 0) break;
+      after = page.objects.at(-1)?.key;
     }
+    await settle();
     if (deleted > 0) this.#o.logger.info({ bucket, deleted }, 'segments: swept data objects no manifest names');
     return deleted;
   }
@@ -377,7 +397,7 @@ export class Segments {
     if (!check) {
       const keys = segment.manifest.keys.slice(0, found.cover.chunks);
       check = heads(keys).then((now) => {
-        const fresh = now.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === segment.manifest.etags[i]);
+        const fresh = pinned(now, segment.manifest.etags);
         if (!fresh) {
           this.#o.observer?.event('stale');
           this.drop(found.run, `a chunk of ${bucket} changed or went since it was packed`);
@@ -436,22 +456,20 @@ export class Segments {
   }
 
   /**
-   * Counts a layerwise GET of raw chunks, and names its run once it has been read
-   * `--segment-after-reads` times and is big enough and small enough to be packed: `due` is then
-   * the run's name, for `discover` and `packFor`.
+   * Counts a layerwise GET of raw chunks; the run's name once it has been read
+   * `--segment-after-reads` times and is big enough and small enough to be packed (for `discover`
+   * and `packFor`), else undefined.
    */
-  counted(bucket: string, d: Descriptor): { due: string | undefined } {
+  counted(bucket: string, d: Descriptor): string | undefined {
     const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
     const { afterReads, minBytes, maxBytes } = this.#o.config;
     const slices = (d.layerEnd - d.layerStart) * d.chunks;
     // The cheap checks first: a run that can never be packed is not named (a hash of its keys) or counted.
-    if (d.codecs !== undefined || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return { due: undefined };
+    if (d.codecs !== undefined || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return undefined;
     const run = runName(bucket, d, d.layerStart, d.layerEnd);
     const reads = (this.#reads.get(run) ?? 0) + 1;
-    this.#reads.delete(run);
-    this.#reads.set(run, reads);
-    if (this.#reads.size > TRACKED_RUNS) this.#reads.delete(this.#reads.keys().next().value as string);
-    return { due: reads >= afterReads ? run : undefined };
+    remember(this.#reads, run, reads);
+    return reads >= afterReads ? run : undefined;
   }
 
   /**
@@ -484,14 +502,11 @@ export class Segments {
     const m = parsed?.manifest;
     const same = m !== undefined && m.bucket === bucket && m.layout === d.layout && m.layers === d.layers && m.layerBytes === d.layerBytes && m.first === d.layerStart && m.end === d.layerEnd && m.keys.length === d.keys.length && m.keys.every((key, i) => key === d.keys[i]);
     if (!found || !parsed || !same) {
-      this.#missing.delete(run);
-      this.#missing.set(run, this.#now());
-      if (this.#missing.size > TRACKED_RUNS) this.#missing.delete(this.#missing.keys().next().value as string);
+      remember(this.#missing, run, this.#now());
       return;
     }
     if (this.#o.config.check === 'writes') {
-      const now = await heads(parsed.manifest.keys);
-      if (!now.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === parsed.manifest.etags[i])) {
+      if (!pinned(await heads(parsed.manifest.keys), parsed.manifest.etags)) {
         this.#o.observer?.event('stale');
         await this.#delete(parsed.manifest, run, found.etag);
         return;
@@ -774,15 +789,11 @@ export class Pack {
   #startRest(): void {
     if (this.#rest !== undefined || this.#abandoned !== undefined || this.#behind === undefined) return;
     clearTimeout(this.#restTimer);
-    const d = this.#o.descriptor;
-    const pins = this.#o.pins();
-    if (pins.length < d.chunks || pins.some((e) => e === undefined)) {
-      this.abandon('a chunk\u2019s version is unknown');
-      return;
-    }
+    const pins = this.#pins();
+    if (!pins) return;
     this.#o.reread();
     this.#rest = this.#o
-      .rest(d.layerStart + this.#behind, pins as string[], this.#abort.signal, async (reads, frames) => {
+      .rest(this.#o.descriptor.layerStart + this.#behind, pins, this.#abort.signal, async (reads, frames) => {
         this.checksums(reads);
         for (const pieces of frames) {
           for (const piece of pieces) {
@@ -793,6 +804,18 @@ export class Pack {
         }
       })
       .catch((error: unknown) => this.abandon(`reading the layers it fell behind on failed: ${(error as Error).message}`));
+  }
+
+  /**
+   * The chunk versions the request read (its first unit reads every chunk, and every later read
+   * of a chunk is pinned to the first): the manifest's, and the rest's pins. Abandons the pack when
+   * one is unknown.
+   */
+  #pins(): readonly string[] | undefined {
+    const pins = this.#o.pins();
+    if (pins.length >= this.#o.descriptor.chunks && pins.every((pin) => pin !== undefined)) return pins as readonly string[];
+    this.abandon('a chunk\u2019s version is unknown');
+    return undefined;
   }
 
   /** Bytes copied that the store has not taken yet. */
@@ -868,13 +891,11 @@ export class Pack {
    * The request sent its last frame: the layers it fell behind on are read from the chunks, the
    * data object is completed, then the manifest written (by Segments).
    */
-  async finish(etags: readonly (string | undefined)[]): Promise<void> {
+  async finish(): Promise<void> {
     if (this.#abandoned !== undefined || this.#finishing || this.#completing) return;
     const d = this.#o.descriptor;
-    if (etags.length < d.chunks || etags.some((e) => e === undefined)) {
-      this.abandon('a chunk\u2019s version is unknown');
-      return;
-    }
+    const etags = this.#pins();
+    if (!etags) return;
     if (this.#behind !== undefined) {
       // Set before the first await: the request's end (ended()) must not abandon the pack now.
       this.#completing = true;
@@ -885,11 +906,6 @@ export class Pack {
         this.#completing = false;
       }
       if (this.#abandoned !== undefined) return;
-      // The rest was read pinned to the versions the request read first; the request's own end says the same.
-      if (this.#o.pins().some((pin, c) => pin !== etags[c])) {
-        this.abandon('a chunk\u2019s version changed during the read');
-        return;
-      }
     }
     if (this.#written !== this.#o.bytes) {
       this.abandon(`the stream held ${this.#written} of ${this.#o.bytes} bytes`);
@@ -913,7 +929,7 @@ export class Pack {
       version: 1,
       bucket: this.bucket,
       keys: d.keys,
-      etags: etags.map((e) => unquoted(e as string)),
+      etags: etags.map(unquoted),
       layout: d.layout,
       layers: d.layers,
       layerBytes: d.layerBytes,

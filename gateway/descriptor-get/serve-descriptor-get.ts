@@ -121,7 +121,7 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   const tenant = ctx.tenant;
   // A run read often enough is packed from its frames (stream()); first, a segment of it another
   // gateway (or this one before a restart) packed is looked for in the store.
-  const due = mode === 'layerwise' && !encoded && deps.segments ? deps.segments.counted(ctx.target.bucket, descriptor).due : undefined;
+  const due = mode === 'layerwise' && !encoded ? deps.segments?.counted(ctx.target.bucket, descriptor) : undefined;
   if (due !== undefined && deps.segments) {
     const bucket = ctx.target.bucket;
     await deps.segments.discover(bucket, descriptor, due, (keys) => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false));
@@ -367,7 +367,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     ...(s.encoded ? { codec: s.encoded.codec } : {}),
     timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
   });
-  if (s.pack && readAhead instanceof ReadAhead) void s.pack.finish(readAhead.pins);
+  if (s.pack) void s.pack.finish();
   yield jsonFrame(FrameType.END, summary);
 }
 
