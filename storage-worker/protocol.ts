@@ -134,9 +134,11 @@ export interface ReadTask extends ChunkRun {
 }
 
 /**
- * Where a task's slices lie in a packed segment: one object holding layers [first, end) of
- * `chunks` consecutive chunks in layer-major order (every chunk's slice of layer `first`, then
- * of the next layer, ...), each slice `layerBytes` long in KV_L2TD form.
+ * Where a task's slices lie in a packed segment: one object holding layers [first, end) of a run
+ * of chunks in layer-major order (every chunk's slice of layer `first`, then of the next layer,
+ * ...), each slice as the task reads it (KV_L2TD form for raw chunks, `layerBytes` long; the
+ * stored slice for encoded ones, as long as the task's `encoded` sizes say). A layer's slices of
+ * the task's chunks lie together, from `offsets[layer - task.first]`.
  */
 export interface SegmentRead {
   readonly bucket: string;
@@ -145,11 +147,8 @@ export interface SegmentRead {
   readonly etag: string;
   /** The segment object's size. */
   readonly bytes: number;
-  readonly first: number;
-  readonly end: number;
-  readonly chunks: number;
-  /** Segment position of the task's first chunk. */
-  readonly chunkStart: number;
+  /** Byte offset in the segment of the task's first chunk's slice of each of its layers, first to last. */
+  readonly offsets: readonly number[];
   /** The CRC32C each of the task's slices must have, in the task's slice order (from the manifest). */
   readonly crcs: Uint32Array;
 }

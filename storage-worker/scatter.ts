@@ -58,19 +58,20 @@ export function rangeTargets(stored: StoredChunk, task: TaskLayout, region: Uint
  * between them dropped into scratch memory. A task over every chunk of the segment is one range.
  */
 export function segmentTargets(segment: SegmentRead, task: TaskLayout, region: Uint8Array): RangeTarget[] {
-  const { layerBytes } = task;
   const targets: RangeTarget[] = [];
   for (let layer = task.first; layer < task.end; layer++) {
-    const offset = ((layer - segment.first) * segment.chunks + segment.chunkStart) * layerBytes;
-    const length = task.chunks * layerBytes;
+    const offset = segment.offsets[layer - task.first] as number;
     const views: Uint8Array[] = [];
+    let length = 0;
     for (let chunk = 0; chunk < task.chunks; chunk++) {
       const at = task.sliceOffset(layer, chunk);
-      views.push(region.subarray(at, at + layerBytes));
+      const bytes = task.sliceBytes(layer, chunk);
+      views.push(region.subarray(at, at + bytes));
+      length += bytes;
     }
     const last = targets.at(-1);
     const gap = last ? offset - (last.offset + last.length) : Infinity;
-    if (last && gap <= SEGMENT_SKIP_BYTES) {
+    if (last && gap >= 0 && gap <= SEGMENT_SKIP_BYTES) {
       if (gap > 0) last.views.push(scratch(gap));
       last.views.push(...views);
       targets[targets.length - 1] = { offset: last.offset, length: offset + length - last.offset, views: last.views };

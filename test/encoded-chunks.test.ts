@@ -15,7 +15,8 @@ import { crc32c } from '../native/crc32c.js';
 import { encodeLayerCrcs } from '../schemas/integrity.js';
 import { chunkIndex, encodeSliceBytes } from '../schemas/encoded-chunk.js';
 import { checkRangeAnswer } from '../storage-worker/range-reader.js';
-import { decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES } from '../schemas/frames.js';
+import { FrameType } from '../schemas/frames.js';
+import { parseStream as parse, frameSegments as segments, type Frame } from './helpers/stream.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { ObjectCacheError } from '../schemas/errors.js';
@@ -25,41 +26,6 @@ import { CreateBucketCommand } from '@aws-sdk/client-s3';
 const minio = inject('minio');
 const L = 6;
 const S = 4096;
-
-interface Frame {
-  readonly type: number;
-  readonly index: number;
-  readonly payload: Buffer;
-}
-
-/** A whole response body as its preamble version and frames, each frame's CRC checked. */
-function parse(body: Buffer): { version: number; frames: Frame[] } {
-  expect(body.toString('latin1', 0, 4)).toBe('OCKV');
-  const version = body.readUInt16LE(4);
-  const frames: Frame[] = [];
-  for (let at = PREAMBLE_BYTES; at < body.length; ) {
-    const header = decodeFrameHeader(body.subarray(at, at + FRAME_HEADER_BYTES));
-    if (typeof header === 'string') throw new Error(header);
-    const payload = body.subarray(at + FRAME_HEADER_BYTES, at + FRAME_HEADER_BYTES + header.length);
-    expect(crc32c(payload)).toBe(header.crc32c);
-    frames.push({ type: header.type, index: header.index, payload });
-    at += FRAME_HEADER_BYTES + header.length;
-  }
-  return { version, frames };
-}
-
-/** A frame payload of a version 2 stream: its segment table, then the segments. */
-function segments(payload: Buffer, count: number): Buffer[] {
-  const out: Buffer[] = [];
-  let at = 4 * count;
-  for (let i = 0; i < count; i++) {
-    const length = payload.readUInt32LE(4 * i);
-    out.push(payload.subarray(at, at + length));
-    at += length;
-  }
-  expect(at).toBe(payload.length);
-  return out;
-}
 
 describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (backend) => {
   let gw: TestGateway;

@@ -87,11 +87,17 @@ export interface ReadAheadOptions {
 }
 
 /**
- * A packed segment a request reads its first chunks from (segments.ts): what each of its tasks
- * is told (SegmentRead, less the task's own part), every slice's CRC32C in the segment's order
- * (layer-major), and the chunks' ETags the segment was packed from, by prefix position.
+ * A packed segment a request reads its first chunks from (segments.ts): the object (SegmentRead's
+ * bucket, key, ETag and size), the layers and chunks it holds, where each slice lies (`offset`),
+ * every slice's CRC32C in the segment's order (layer-major), and the chunks' ETags the segment was
+ * packed from, by prefix position.
  */
-export interface SegmentSource extends Omit<SegmentRead, 'chunkStart' | 'crcs'> {
+export interface SegmentSource extends Pick<SegmentRead, 'bucket' | 'key' | 'etag' | 'bytes'> {
+  readonly first: number;
+  readonly end: number;
+  readonly chunks: number;
+  /** Byte offset in the segment of chunk `chunk`'s slice of layer `layer`. */
+  readonly offset: (layer: number, chunk: number) => number;
   readonly crcs: Uint32Array;
   readonly etags: readonly string[];
 }
@@ -252,11 +258,13 @@ export class ReadAhead implements UnitSource {
   #segmentRead(task: PlannedTask, segment: SegmentSource): SegmentRead {
     const layout = layoutOf(task, this.#o.order, this.#o.chunks);
     const crcs = new Uint32Array(layout.layers * layout.chunks);
+    const offsets: number[] = [];
     for (let layer = task.first; layer < task.end; layer++) {
+      offsets.push(segment.offset(layer, task.chunkStart));
       for (let c = 0; c < layout.chunks; c++) crcs[layout.slice(layer, c)] = segment.crcs[(layer - segment.first) * segment.chunks + task.chunkStart + c] as number;
     }
-    const { bucket, key, etag, bytes, first, end, chunks } = segment;
-    return { bucket, key, etag, bytes, first, end, chunks, chunkStart: task.chunkStart, crcs };
+    const { bucket, key, etag, bytes } = segment;
+    return { bucket, key, etag, bytes, offsets, crcs };
   }
 
   /** Each chunk's ETag as read (by prefix position), for a segment packed from this request. */

@@ -14,6 +14,9 @@
  *   this one's before a restart, is served instead of packed again.
  * - The manifest is written last, so a pack cut short (crash, error, a chunk rewritten meanwhile)
  *   leaves nothing usable: a data object no manifest names is never read.
+ * - Encoded chunks (docs/compression.md) are packed as stored, each slice as long as its index
+ *   says (the manifest's `sizes`); a request naming `codecs` has read its chunks' index with a
+ *   HEAD per chunk already, so those ETags are its segment's check (find).
  * - Chunks stay the source of truth. A segment is used only while every chunk it covers still
  *   has the version (ETag) it was packed from: with `--segment-check heads` (the default) each
  *   read asks the store (one HEAD per covered chunk, sent while the first layer is read); a
@@ -28,8 +31,9 @@ import type { Layout } from '../../schemas/layouts.js';
 import { unquoted, type CapacityStore, type ListedObject } from '../capacity/store.js';
 import type { Logger } from '../logger.js';
 import { SEGMENT_SKIP_BYTES } from '../../storage-worker/protocol.js';
-import type { SegmentSource, TaskRead } from './read-ahead.js';
-import { layoutOf, type SegmentCover } from './read-plan.js';
+import { CODEC_NAME, RAW_CODEC } from '../../schemas/encoded-chunk.js';
+import type { EncodedChunks, SegmentSource, TaskRead } from './read-ahead.js';
+import { layoutOf, type SegmentCover, type Slices } from './read-plan.js';
 
 /** The largest segment: what one S3 PutObject may store. */
 const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
@@ -53,7 +57,8 @@ const DISCOVER_AGAIN_MS = 60_000;
 const TRACKED_RUNS = 10_000;
 /**
  * Slices of all the segments a gateway keeps, together: each is a CRC32C held in memory (4 bytes)
- * and written in a manifest, so this bounds both (64 MiB). A run with more is not packed.
+ * and written in a manifest, and an encoded one its length too (it counts twice), so this bounds
+ * both (64 MiB). A run with more is not packed.
  */
 const MAX_KNOWN_SLICES = 16 * 1024 * 1024;
 
@@ -91,7 +96,13 @@ export interface Manifest {
   /** Layers held, [first, end). */
   readonly first: number;
   readonly end: number;
-  readonly codec: 'raw';
+  /**
+   * `raw`: raw chunks, each slice `layerBytes` in KV_L2TD form. Otherwise the chunks' codec
+   * (docs/compression.md): each slice is the encoded slice as stored, of the length `sizes` gives.
+   */
+  readonly codec: string;
+  /** Encoded only: every slice's length in segment order (layer-major), little-endian uint32s in base64. */
+  readonly sizes?: string;
   /** The data object's key in the segment bucket, its ETag (unquoted) and size. */
   readonly data: string;
   readonly dataEtag: string;
@@ -107,6 +118,10 @@ interface Segment {
   /** The manifest object's ETag: a segment is deleted only while its manifest is this one. */
   readonly manifestEtag: string;
   readonly crcs: Uint32Array;
+  /** Where each slice lies (from the manifest: `sizes` for encoded slices). */
+  readonly offset: (layer: number, chunk: number) => number;
+  /** Against MAX_KNOWN_SLICES: a CRC32C per slice, and a length per encoded slice. */
+  readonly held: number;
   lastUsed: number;
 }
 
@@ -115,6 +130,11 @@ export interface Found {
   readonly run: string;
   readonly cover: SegmentCover;
   readonly source: SegmentSource;
+  /**
+   * Known current already: an encoded request's index was read with a HEAD per chunk just before,
+   * and those ETags are the segment's (no check of its own is needed, `current`).
+   */
+  readonly checked: boolean;
 }
 
 export interface SegmentObserver {
@@ -150,26 +170,64 @@ function remember<V>(map: Map<string, V>, key: string, value: V): void {
  * A run's name: the same chunks, layout and layers always give the same name, whichever gateway
  * packs it (so a second pack of a run finds the first one's manifest).
  */
-function runName(bucket: string, d: Pick<Descriptor, 'keys' | 'layout' | 'layers' | 'layerBytes'>, first: number, end: number): string {
-  return createHash('sha256').update(JSON.stringify([bucket, d.layout, d.layers, d.layerBytes, first, end, 'raw', d.keys])).digest('hex');
+function runName(bucket: string, d: Pick<Descriptor, 'keys' | 'layout' | 'layers' | 'layerBytes'>, first: number, end: number, codec: string): string {
+  return createHash('sha256').update(JSON.stringify([bucket, d.layout, d.layers, d.layerBytes, first, end, codec, d.keys])).digest('hex');
 }
 
-function encodeCrcs(crcs: Uint32Array): string {
-  const bytes = Buffer.alloc(crcs.length * 4);
-  crcs.forEach((crc, i) => bytes.writeUInt32LE(crc, 4 * i));
+/**
+ * The codec a segment of a request's chunks holds: `raw` for raw chunks, whether the request names
+ * `codecs` (its index says `none`) or not, since their slices are the same bytes; else the chunks'.
+ */
+function codecOf(encoded: EncodedChunks | undefined): string {
+  return encoded === undefined || encoded.codec === RAW_CODEC ? 'raw' : encoded.codec;
+}
+
+/** Payload bytes of a request's delivered layers as a segment holds them (no segment tables). */
+function runBytes(d: Descriptor, encoded: EncodedChunks | undefined): number {
+  if (encoded === undefined) return (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
+  let bytes = 0;
+  for (const sizes of encoded.sliceBytes) for (let layer = d.layerStart; layer < d.layerEnd; layer++) bytes += sizes[layer] as number;
+  return bytes;
+}
+
+/**
+ * Byte offset of (layer, chunk)'s slice in a segment: raw slices are all `layerBytes`; encoded
+ * ones (`sizes`, in segment order) each its own length, so each layer's start is summed once.
+ */
+function offsets(m: Manifest, sizes: Uint32Array | undefined): (layer: number, chunk: number) => number {
+  const n = m.keys.length;
+  if (!sizes) return (layer, chunk) => ((layer - m.first) * n + chunk) * m.layerBytes;
+  const starts = new Float64Array(m.end - m.first + 1);
+  for (let l = 0; l < m.end - m.first; l++) {
+    let bytes = 0;
+    for (let c = 0; c < n; c++) bytes += sizes[l * n + c] as number;
+    starts[l + 1] = (starts[l] as number) + bytes;
+  }
+  return (layer, chunk) => {
+    const l = layer - m.first;
+    let at = starts[l] as number;
+    for (let c = 0; c < chunk; c++) at += sizes[l * n + c] as number;
+    return at;
+  };
+}
+
+/** A manifest's `crcs` or `sizes`: little-endian uint32s in base64. */
+function encodeU32s(values: Uint32Array): string {
+  const bytes = Buffer.alloc(values.length * 4);
+  values.forEach((value, i) => bytes.writeUInt32LE(value, 4 * i));
   return bytes.toString('base64');
 }
 
-function decodeCrcs(text: string, count: number): Uint32Array | undefined {
+function decodeU32s(text: string, count: number): Uint32Array | undefined {
   const bytes = Buffer.from(text, 'base64');
   if (bytes.length !== count * 4) return undefined;
-  const crcs = new Uint32Array(count);
-  for (let i = 0; i < count; i++) crcs[i] = bytes.readUInt32LE(4 * i);
-  return crcs;
+  const values = new Uint32Array(count);
+  for (let i = 0; i < count; i++) values[i] = bytes.readUInt32LE(4 * i);
+  return values;
 }
 
 /** A manifest read from the store, checked field by field (a damaged or foreign one is not used). */
-function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array } | undefined {
+function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array; sizes: Uint32Array | undefined } | undefined {
   let m: Partial<Manifest>;
   try {
     m = JSON.parse(body.toString('utf8')) as Partial<Manifest>;
@@ -195,14 +253,20 @@ function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array } 
     (m.first as number) >= 0 &&
     count > 0 &&
     (m.end as number) <= (m.layers as number) &&
-    m.codec === 'raw' &&
+    typeof m.codec === 'string' &&
+    (m.codec === 'raw' || (CODEC_NAME.test(m.codec) && m.codec !== RAW_CODEC)) &&
     typeof m.data === 'string' &&
     typeof m.dataEtag === 'string' &&
-    m.bytes === count * m.keys.length * (m.layerBytes as number) &&
+    Number.isSafeInteger(m.bytes) &&
     typeof m.crcs === 'string';
   if (!ok) return undefined;
-  const crcs = decodeCrcs(m.crcs as string, count * (m.keys as string[]).length);
-  return crcs ? { manifest: m as Manifest, crcs } : undefined;
+  const slices = count * (m.keys as string[]).length;
+  const crcs = decodeU32s(m.crcs as string, slices);
+  if (!crcs) return undefined;
+  if (m.codec === 'raw') return m.sizes === undefined && m.bytes === slices * (m.layerBytes as number) ? { manifest: m as Manifest, crcs, sizes: undefined } : undefined;
+  // Encoded: a length per slice, none empty, adding up to the data object's size.
+  const sizes = typeof m.sizes === 'string' ? decodeU32s(m.sizes, slices) : undefined;
+  return sizes && !sizes.includes(0) && sizes.reduce((a, b) => a + b, 0) === m.bytes ? { manifest: m as Manifest, crcs, sizes } : undefined;
 }
 
 export interface SegmentsOptions {
@@ -341,18 +405,20 @@ export class Segments {
 
   /**
    * The segment that serves the most of `d`'s first chunks (its chunks from the first on, its
-   * layout, its layers within the segment's), when reading it costs fewer requests than reading
-   * those chunks: `chunkReads(m)` is what the chunks' first m would cost.
+   * layout, its layers within the segment's, its codec), when reading it costs fewer requests than
+   * reading those chunks: `chunkReads(m)` is what the chunks' first m would cost. An encoded
+   * request (`encoded`: its index, read with a HEAD per chunk) is checked here: a segment whose
+   * chunks' ETags are not those the HEADs found is stale, and dropped.
    */
-  find(bucket: string, d: Descriptor, chunkReads: (chunks: number) => number): Found | undefined {
-    if (d.codecs !== undefined) return undefined;
+  find(bucket: string, d: Descriptor, chunkReads: (chunks: number) => number, encoded?: EncodedChunks): Found | undefined {
     const runs = this.#byFirst.get(slot(bucket, d.keys[0] as string));
     if (!runs) return undefined;
+    const codec = codecOf(encoded);
     let best: { segment: Segment; chunks: number } | undefined;
     for (const run of runs) {
       const segment = this.#segments.get(run) as Segment;
       const m = segment.manifest;
-      if (m.layout !== d.layout || m.layers !== d.layers || m.layerBytes !== d.layerBytes || m.first > d.layerStart || m.end < d.layerEnd) continue;
+      if (m.codec !== codec || m.layout !== d.layout || m.layers !== d.layers || m.layerBytes !== d.layerBytes || m.first > d.layerStart || m.end < d.layerEnd) continue;
       let chunks = 0;
       while (chunks < m.keys.length && chunks < d.keys.length && m.keys[chunks] === d.keys[chunks]) chunks++;
       if (!best || chunks > best.chunks || (chunks === best.chunks && m.keys.length < best.segment.manifest.keys.length)) best = { segment, chunks };
@@ -360,13 +426,19 @@ export class Segments {
     if (!best) return undefined;
     const { segment, chunks } = best;
     const m = segment.manifest;
+    if (encoded && !pinned(encoded.etags.slice(0, chunks).map((etag) => ({ etag })), m.etags)) {
+      this.#o.observer?.event('stale');
+      this.drop(segment.run, `a chunk of ${bucket} changed or went since it was packed`);
+      return undefined;
+    }
     // A shorter prefix of a segment reads one range per layer unless the rest is cheaper to skip.
-    const perLayer = (m.keys.length - chunks) * m.layerBytes > SEGMENT_SKIP_BYTES;
+    const perLayer = ((m.keys.length - chunks) * m.bytes) / m.keys.length / (m.end - m.first) > SEGMENT_SKIP_BYTES;
     if (perLayer && d.layerEnd - d.layerStart > chunkReads(chunks)) return undefined;
     segment.lastUsed = this.#now();
     return {
       run: segment.run,
       cover: { chunks, segmentChunks: m.keys.length },
+      checked: encoded !== undefined,
       source: {
         bucket: this.#o.config.bucket,
         key: m.data,
@@ -375,6 +447,7 @@ export class Segments {
         first: m.first,
         end: m.end,
         chunks: m.keys.length,
+        offset: segment.offset,
         crcs: segment.crcs,
         etags: m.etags.slice(0, chunks).map((e) => this.#o.workerEtag(e)),
       },
@@ -386,7 +459,7 @@ export class Segments {
    * HEADs `heads` makes (`--segment-check heads`); a stale segment is dropped.
    */
   async current(bucket: string, found: Found, heads: Heads): Promise<boolean> {
-    if (this.#o.config.check === 'writes') return true;
+    if (this.#o.config.check === 'writes' || found.checked) return true;
     const segment = this.#segments.get(found.run);
     if (!segment) return false;
     // Requests of one prefix that arrive while a check of it is in flight share that check: its
@@ -456,17 +529,18 @@ export class Segments {
   }
 
   /**
-   * Counts a layerwise GET of raw chunks; the run's name once it has been read
-   * `--segment-after-reads` times and is big enough and small enough to be packed (for `discover`
-   * and `packFor`), else undefined.
+   * Counts a layerwise GET (of encoded chunks: `encoded`, their index); the run's name once it has
+   * been read `--segment-after-reads` times and is big enough and small enough to be packed (for
+   * `discover` and `packFor`), else undefined.
    */
-  counted(bucket: string, d: Descriptor): string | undefined {
-    const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
+  counted(bucket: string, d: Descriptor, encoded?: EncodedChunks): string | undefined {
     const { afterReads, minBytes, maxBytes } = this.#o.config;
-    const slices = (d.layerEnd - d.layerStart) * d.chunks;
+    const slices = (d.layerEnd - d.layerStart) * d.chunks * (encoded ? 2 : 1);
     // The cheap checks first: a run that can never be packed is not named (a hash of its keys) or counted.
-    if (d.codecs !== undefined || bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes) || slices > MAX_KNOWN_SLICES) return undefined;
-    const run = runName(bucket, d, d.layerStart, d.layerEnd);
+    if (slices > MAX_KNOWN_SLICES) return undefined;
+    const bytes = runBytes(d, encoded);
+    if (bytes < minBytes || bytes > Math.min(MAX_SEGMENT_BYTES, maxBytes)) return undefined;
+    const run = runName(bucket, d, d.layerStart, d.layerEnd, codecOf(encoded));
     const reads = (this.#reads.get(run) ?? 0) + 1;
     remember(this.#reads, run, reads);
     return reads >= afterReads ? run : undefined;
@@ -481,14 +555,14 @@ export class Segments {
    * `heads` every read checks them anyway. Never fails: a lookup that goes wrong leaves the run to
    * be read from its chunks (and packed).
    */
-  async discover(bucket: string, d: Descriptor, run: string, heads: Heads): Promise<void> {
+  async discover(bucket: string, d: Descriptor, run: string, heads: Heads, encoded?: EncodedChunks): Promise<void> {
     if (this.#segments.has(run) || this.#packs.has(run)) return;
     const missing = this.#missing.get(run);
     if (missing !== undefined && this.#now() - missing < DISCOVER_AGAIN_MS) return;
     let lookup = this.#lookups.get(run);
     if (!lookup) {
       const state: Lookup = { bucket, keys: new Set(d.keys), written: false, done: Promise.resolve() };
-      state.done = this.#lookup(bucket, d, run, state, heads)
+      state.done = this.#lookup(bucket, d, run, state, heads, codecOf(encoded))
         .catch((error: unknown) => this.#o.logger.warn({ run, error }, 'segments: could not look for a packed segment in the store'))
         .finally(() => this.#lookups.delete(run));
       this.#lookups.set(run, (lookup = state));
@@ -496,11 +570,11 @@ export class Segments {
     await lookup.done;
   }
 
-  async #lookup(bucket: string, d: Descriptor, run: string, state: Lookup, heads: Heads): Promise<void> {
+  async #lookup(bucket: string, d: Descriptor, run: string, state: Lookup, heads: Heads, codec: string): Promise<void> {
     const found = await this.#o.store.get(this.#o.config.bucket, manifestKey(bucket, run));
     const parsed = found ? parseManifest(found.body) : undefined;
     const m = parsed?.manifest;
-    const same = m !== undefined && m.bucket === bucket && m.layout === d.layout && m.layers === d.layers && m.layerBytes === d.layerBytes && m.first === d.layerStart && m.end === d.layerEnd && m.keys.length === d.keys.length && m.keys.every((key, i) => key === d.keys[i]);
+    const same = m !== undefined && m.codec === codec && m.bucket === bucket && m.layout === d.layout && m.layers === d.layers && m.layerBytes === d.layerBytes && m.first === d.layerStart && m.end === d.layerEnd && m.keys.length === d.keys.length && m.keys.every((key, i) => key === d.keys[i]);
     if (!found || !parsed || !same) {
       remember(this.#missing, run, this.#now());
       return;
@@ -515,7 +589,7 @@ export class Segments {
     // A write through this gateway while the manifest was on its way: not learnt (a pack of it starts over).
     if (this.#segments.has(run) || this.#packs.has(run) || state.written) return;
     this.#missing.delete(run);
-    this.#learn(run, parsed.manifest, parsed.crcs, found.etag);
+    this.#learn(run, parsed.manifest, parsed.crcs, parsed.sizes, found.etag);
     this.#o.observer?.event('discovered');
   }
 
@@ -523,14 +597,14 @@ export class Segments {
    * Starts packing a due run (`counted`) unless a segment or pack of it exists, or
    * --max-segment-packs are being written. The caller feeds the pack its frames.
    */
-  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest, pins: () => readonly (string | undefined)[]): Pack | undefined {
-    const bytes = (d.layerEnd - d.layerStart) * d.chunks * d.layerBytes;
+  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest, pins: () => readonly (string | undefined)[], encoded?: EncodedChunks): Pack | undefined {
     if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= this.#o.config.maxPacks) return undefined;
     const pack: Pack = new Pack({
       run,
       bucket,
       descriptor: d,
-      bytes,
+      encoded,
+      bytes: runBytes(d, encoded),
       store: this.#o.store,
       segmentBucket: this.#o.config.bucket,
       ready: () => (this.#bucketReady ??= this.#o.store.ensureBucket(this.#o.config.bucket).catch((error: unknown) => {
@@ -547,7 +621,7 @@ export class Segments {
     return pack;
   }
 
-  async #packed(pack: Pack, outcome: { manifest: Manifest; crcs: Uint32Array } | { abandoned: string }): Promise<void> {
+  async #packed(pack: Pack, outcome: Packed | { abandoned: string }): Promise<void> {
     try {
       await this.#commit(pack, outcome);
     } finally {
@@ -556,13 +630,13 @@ export class Segments {
     }
   }
 
-  async #commit(pack: Pack, outcome: { manifest: Manifest; crcs: Uint32Array } | { abandoned: string }): Promise<void> {
+  async #commit(pack: Pack, outcome: Packed | { abandoned: string }): Promise<void> {
     if ('abandoned' in outcome) {
       this.#o.observer?.event('abandoned');
       this.#o.logger.info({ run: pack.run, bucket: pack.bucket, reason: outcome.abandoned }, 'segments: a pack was abandoned');
       return;
     }
-    const { manifest, crcs } = outcome;
+    const { manifest, crcs, sizes } = outcome;
     const store = this.#o.store;
     const key = manifestKey(manifest.bucket, pack.run);
     const body = Buffer.from(JSON.stringify(manifest));
@@ -576,7 +650,7 @@ export class Segments {
           await store.delete(this.#o.config.bucket, manifest.data);
           // Kept, but a chunk written meanwhile makes it stale as it makes this pack's.
           if (pack.stale) await this.#delete(parsed.manifest, pack.run, existing.etag);
-          else this.#learn(pack.run, parsed.manifest, parsed.crcs, existing.etag);
+          else this.#learn(pack.run, parsed.manifest, parsed.crcs, parsed.sizes, existing.etag);
           return;
         }
         written = existing ? await store.put(this.#o.config.bucket, key, body, { ifMatch: existing.etag }) : undefined;
@@ -591,7 +665,7 @@ export class Segments {
         await this.#delete(manifest, pack.run, written);
         return;
       }
-      this.#learn(pack.run, manifest, crcs, written);
+      this.#learn(pack.run, manifest, crcs, sizes, written);
       this.#o.observer?.event('packed');
     } catch (error) {
       this.#o.logger.warn({ run: pack.run, error }, 'segments: could not write a packed segment\u2019s manifest');
@@ -599,12 +673,13 @@ export class Segments {
     }
   }
 
-  #learn(run: string, manifest: Manifest, crcs: Uint32Array, manifestEtag: string): void {
+  #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string): void {
     this.#forget(run);
-    this.#segments.set(run, { run, manifest, manifestEtag, crcs, lastUsed: this.#now() });
+    const held = crcs.length + (sizes?.length ?? 0);
+    this.#segments.set(run, { run, manifest, manifestEtag, crcs, offset: offsets(manifest, sizes), held, lastUsed: this.#now() });
     this.#bytes += manifest.bytes;
     this.#bucketBytes.set(manifest.bucket, (this.#bucketBytes.get(manifest.bucket) ?? 0) + manifest.bytes);
-    this.#slices += crcs.length;
+    this.#slices += held;
     add(this.#byFirst, slot(manifest.bucket, manifest.keys[0] as string), run);
     for (const key of manifest.keys) add(this.#byKey, slot(manifest.bucket, key), run);
     // Past --max-segment-bytes or MAX_KNOWN_SLICES, the least recently used others go (the map
@@ -626,7 +701,7 @@ export class Segments {
     const left = (this.#bucketBytes.get(segment.manifest.bucket) ?? 0) - segment.manifest.bytes;
     if (left > 0) this.#bucketBytes.set(segment.manifest.bucket, left);
     else this.#bucketBytes.delete(segment.manifest.bucket);
-    this.#slices -= segment.crcs.length;
+    this.#slices -= segment.held;
     const m = segment.manifest;
     remove(this.#byFirst, slot(m.bucket, m.keys[0] as string), run);
     for (const key of m.keys) remove(this.#byKey, slot(m.bucket, key), run);
@@ -668,15 +743,24 @@ function manifestKey(bucket: string, run: string): string {
   return `${bucket}/${run}.json`;
 }
 
+/** A pack's outcome when its data object is stored: the manifest to write, and what it records decoded. */
+interface Packed {
+  readonly manifest: Manifest;
+  readonly crcs: Uint32Array;
+  readonly sizes: Uint32Array | undefined;
+}
+
 interface PackOptions {
   readonly run: string;
   readonly bucket: string;
   readonly descriptor: Descriptor;
+  /** The chunks' index, when the request names `codecs` (its slices are packed as stored). */
+  readonly encoded: EncodedChunks | undefined;
   readonly bytes: number;
   readonly store: CapacityStore;
   readonly segmentBucket: string;
   readonly ready: () => Promise<void>;
-  readonly done: (outcome: { manifest: Manifest; crcs: Uint32Array } | { abandoned: string }) => Promise<void>;
+  readonly done: (outcome: Packed | { abandoned: string }) => Promise<void>;
   /** Bytes the pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
   readonly queueBytes: number;
   /** Reads the layers the pack fell behind on, from the chunks, after its request (ReadRest). */
@@ -711,6 +795,8 @@ export class Pack {
   readonly #o: PackOptions;
   readonly #keys: Set<string>;
   readonly #crcs: Uint32Array;
+  /** How long the run's slices are (the request's, for its tasks' layouts). */
+  readonly #slices: Slices;
   readonly #body = new PassThrough({ highWaterMark: 4 * 1024 * 1024 });
   readonly #abort = new AbortController();
   readonly #data: string;
@@ -737,6 +823,7 @@ export class Pack {
     const d = options.descriptor;
     this.#keys = new Set(d.keys);
     this.#crcs = new Uint32Array((d.layerEnd - d.layerStart) * d.chunks);
+    this.#slices = { layerBytes: d.layerBytes, encoded: options.encoded };
     this.#data = `${options.bucket}/${options.run}/${randomBytes(8).toString('hex')}`;
     this.#stored = options.ready().then(() => options.store.putStream(options.segmentBucket, this.#data, this.#body, options.bytes, this.#abort.signal));
     // A store that refuses the PUT (or its bucket) ends the pack at once: nothing reads the body
@@ -856,7 +943,7 @@ export class Pack {
   checksums(reads: readonly TaskRead[]): void {
     const d = this.#o.descriptor;
     for (const { task, crcs } of reads) {
-      const layout = layoutOf(task, 'layer-major', { layerBytes: d.layerBytes });
+      const layout = layoutOf(task, 'layer-major', this.#slices);
       for (let layer = task.first; layer < task.end; layer++) {
         for (let c = 0; c < layout.chunks; c++) this.#crcs[(layer - d.layerStart) * d.chunks + task.chunkStart + c] = crcs[layout.slice(layer, c)] as number;
       }
@@ -924,6 +1011,15 @@ export class Pack {
       return;
     }
     if (this.#abandoned !== undefined) return;
+    const codec = codecOf(this.#o.encoded);
+    let sizes: Uint32Array | undefined;
+    if (codec !== 'raw') {
+      const encoded = this.#o.encoded as EncodedChunks;
+      sizes = new Uint32Array(this.#crcs.length);
+      for (let layer = d.layerStart; layer < d.layerEnd; layer++) {
+        for (let c = 0; c < d.chunks; c++) sizes[(layer - d.layerStart) * d.chunks + c] = (encoded.sliceBytes[c] as readonly number[])[layer] as number;
+      }
+    }
     const manifest: Manifest = {
       objectcache: 'segment',
       version: 1,
@@ -935,13 +1031,14 @@ export class Pack {
       layerBytes: d.layerBytes,
       first: d.layerStart,
       end: d.layerEnd,
-      codec: 'raw',
+      codec,
+      ...(sizes ? { sizes: encodeU32s(sizes) } : {}),
       data: this.#data,
       dataEtag: unquoted(dataEtag),
       bytes: this.#o.bytes,
-      crcs: encodeCrcs(this.#crcs),
+      crcs: encodeU32s(this.#crcs),
       packedAt: new Date().toISOString(),
     };
-    await this.#o.done({ manifest, crcs: this.#crcs });
+    await this.#o.done({ manifest, crcs: this.#crcs, sizes });
   }
 }

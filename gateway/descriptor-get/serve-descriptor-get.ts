@@ -121,10 +121,10 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   const tenant = ctx.tenant;
   // A run read often enough is packed from its frames (stream()); first, a segment of it another
   // gateway (or this one before a restart) packed is looked for in the store.
-  const due = mode === 'layerwise' && !encoded ? deps.segments?.counted(ctx.target.bucket, descriptor) : undefined;
+  const due = mode === 'layerwise' ? deps.segments?.counted(ctx.target.bucket, descriptor, encoded) : undefined;
   if (due !== undefined && deps.segments) {
     const bucket = ctx.target.bucket;
-    await deps.segments.discover(bucket, descriptor, due, (keys) => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false));
+    await deps.segments.discover(bucket, descriptor, due, (keys) => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false), encoded);
   }
 
   // Layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.
@@ -155,12 +155,14 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
   // Worked out only for streamed reads (grouped reads plan by layer groups, not runs of chunks).
   const runChunks = reads === 'streamed' ? runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes) : 0;
-  let plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes);
+  // Encoded slices differ in length: groups and tasks are sized by the largest.
+  const sliceBytes = encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes;
+  let plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, sliceBytes);
   const rangesPerChunk = descriptor.layout === 'KV_2LTD' ? 2 : 1;
-  const found = segmentsAllowed && reads === 'grouped' && !encoded ? deps.segments?.find(ctx.target.bucket, descriptor, (chunks) => plan.groups.length * chunks * rangesPerChunk) : undefined;
+  const found = segmentsAllowed && reads === 'grouped' ? deps.segments?.find(ctx.target.bucket, descriptor, (chunks) => plan.groups.length * chunks * rangesPerChunk, encoded) : undefined;
   // A segment's reads are few, large and sequential: a smaller window keeps the stream going (--segment-read-ahead-bytes).
   const windowBytes = found && deps.segments ? Math.min(config.readAheadBytes, deps.segments.readAheadBytes) : config.readAheadBytes;
-  if (found) plan = planFromSegment(planInput(descriptor, config, tasksInFlight, descriptor.layerBytes, windowBytes), mode === 'layerwise', found.cover);
+  if (found) plan = planFromSegment(planInput(descriptor, config, tasksInFlight, sliceBytes, windowBytes), mode === 'layerwise', found.cover);
   const chunks = { requestId: ctx.requestId, bucket: ctx.target.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, encoded };
   const units = planUnits(plan, mode === 'layerwise', order, chunks);
   let readAhead: UnitSource;
@@ -216,7 +218,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     // A run read often enough is packed from these frames (not one served whole from a segment).
     if (due !== undefined && reads === 'grouped' && found?.cover.chunks !== descriptor.chunks) {
       const pins = (): readonly (string | undefined)[] => (readAhead instanceof ReadAhead ? readAhead.pins : []);
-      pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pinned, signal, take) => readRest({ descriptor, deps, chunks, from, pins: pinned, signal, take }), pins);
+      pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pinned, signal, take) => readRest({ descriptor, deps, chunks, from, pins: pinned, signal, take }), pins, encoded);
     }
     // A client that leaves while its frames wait for the store (Pack.room) ends the pack at once.
     if (pack) ctx.signal.addEventListener('abort', () => pack?.ended(), { once: true });
@@ -262,20 +264,27 @@ async function readRest(r: { descriptor: Descriptor; deps: DescriptorGetDeps; ch
   const { descriptor, deps } = r;
   const windowBytes = Math.min(deps.config.readAheadBytes, deps.segments?.packQueueBytes ?? deps.config.readAheadBytes);
   const tasksInFlight = deps.pool.tasksPerRequest;
-  const plan = planLayerwise({ ...planInput(descriptor, deps.config, tasksInFlight, descriptor.layerBytes, windowBytes), layerStart: r.from, firstGroupTasks: 1 });
+  const { encoded } = r.chunks;
+  const plan = planLayerwise({ ...planInput(descriptor, deps.config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes, windowBytes), layerStart: r.from, firstGroupTasks: 1 });
   const units = planUnits(plan, true, 'layer-major', r.chunks);
+  // An encoded prefix's reads are pinned to its index's versions, which the request read too.
   const readAhead = new ReadAhead({ pool: deps.pool, plan, units, chunks: r.chunks, order: 'layer-major', windowBytes, budget: deps.budget, tasksInFlight, firstUnitAlone: false, signal: r.signal, pins: r.pins });
-  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: undefined });
+  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded });
   try {
     for (let u = 0; u < units.length; u++) {
       const reads = await readAhead.unit(u);
-      await r.take(reads, build.layerFrames(reads).map((frame) => frame.pieces));
+      await r.take(reads, build.layerFrames(reads).map((frame) => slicesOf(frame, encoded)));
       readAhead.recycle(u);
       readAhead.release(u);
     }
   } finally {
     await readAhead.close();
   }
+}
+
+/** A data frame's slices, as a segment holds them: without an encoded frame's segment table (its first piece, FrameBuilder). */
+function slicesOf(frame: Frame, encoded: EncodedChunks | undefined): readonly Uint8Array[] {
+  return encoded ? frame.pieces.slice(1) : frame.pieces;
 }
 
 /** Bounds a check of a segment's chunks: not the client's signal, since requests that arrive meanwhile share the check (Segments.current). */
@@ -336,7 +345,7 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
       s.pack?.checksums(reads);
       for (let i = 0; i < unitFrames.length; i++) {
         const frame = unitFrames[i] as Frame;
-        s.pack?.frame(frame.pieces);
+        s.pack?.frame(slicesOf(frame, s.encoded));
         yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
         if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
         if (s.mode === 'layerwise') deps.observer?.layerReady((performance.now() - started) / 1000);

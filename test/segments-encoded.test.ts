@@ -1,0 +1,220 @@
+/**
+ * Packed segments of encoded chunks (docs/segments.md, Encoded chunks; docs/compression.md), on
+ * both backends: a prefix stored encoded and read with `codecs` often enough is packed from the
+ * slices its frames carry, each as long as it is stored, and later reads are served from the one
+ * segment object. The version 2 stream is exactly what the chunks give (segment tables, segments,
+ * CRCs), for the whole run, layerwise and chunkwise, a shorter prefix, a layer range and a longer
+ * request. A chunk rewritten after packing (through the gateway, or straight in the store behind
+ * it) is never served from the old segment. Raw chunks make one segment whether a request names
+ * `codecs` or not.
+ */
+import { randomBytes } from 'node:crypto';
+import { CreateBucketCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
+import { Pool } from 'undici';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { crc32c } from '../native/crc32c.js';
+import { encodeSliceBytes } from '../schemas/encoded-chunk.js';
+import { encodeLayerCrcs } from '../schemas/integrity.js';
+import { FrameType } from '../schemas/frames.js';
+import type { DescriptorInput } from '../schemas/descriptor-schema.js';
+import { metricValue, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { postDescriptor } from './helpers/signing.js';
+import { frameSegments, parseStream, type Frame } from './helpers/stream.js';
+import { until } from './helpers/wait.js';
+
+const minio = inject('minio');
+const L = 6;
+const S = 8192;
+
+type SegmentEvent = 'packed' | 'served' | 'stale' | 'dropped';
+
+interface Response {
+  readonly status: number;
+  readonly headers: Record<string, unknown>;
+  readonly body: Buffer;
+}
+
+/** The END frame's summary. */
+function summary(frames: readonly Frame[]): { verified: boolean; backendReads: number; codec?: string } {
+  const end = frames.at(-1) as Frame;
+  expect(end.type).toBe(FrameType.END);
+  return JSON.parse(end.payload.toString('utf8')) as { verified: boolean; backendReads: number; codec?: string };
+}
+
+/**
+ * A response is the version 2 stream of `stored` (each chunk's slices, by layer), layers
+ * [first, end): LAYER frames (a segment per chunk) or CHUNK frames (a segment per layer), every
+ * segment byte-exact and every slice verified. Resolves to its END summary.
+ */
+function expectStream(res: Response, stored: readonly (readonly Buffer[])[], mode: 'layerwise' | 'chunkwise', first = 0, end = L): ReturnType<typeof summary> {
+  expect(res.status).toBe(200);
+  const { version, frames } = parseStream(res.body);
+  expect(version).toBe(2);
+  const data = frames.filter((f) => f.type === FrameType.LAYER || f.type === FrameType.CHUNK);
+  if (mode === 'layerwise') {
+    expect(data.map((f) => [f.type, f.index])).toEqual(Array.from({ length: end - first }, (_, i) => [FrameType.LAYER, first + i]));
+    for (const frame of data) frameSegments(frame.payload, stored.length).forEach((segment, c) => expect(segment.equals(stored[c]?.[frame.index] as Buffer)).toBe(true));
+  } else {
+    expect(data.map((f) => [f.type, f.index])).toEqual(stored.map((_, c) => [FrameType.CHUNK, c]));
+    for (const frame of data) frameSegments(frame.payload, end - first).forEach((segment, i) => expect(segment.equals(stored[frame.index]?.[first + i] as Buffer)).toBe(true));
+  }
+  const done = summary(frames);
+  expect(done.verified).toBe(true);
+  return done;
+}
+
+describe.each<BackendKind>(['local', 's3'])('packed segments of encoded chunks (%s backend)', (backend) => {
+  let gw: TestGateway;
+  let s3: S3Client;
+  let pool: Pool;
+  const bucket = uniqueBucket('sege');
+  const segmentBucket = uniqueBucket('segse');
+  const events = (event: SegmentEvent): Promise<number> => metricValue(gw.gateway.adminUrl, `objectcache_segment_events_total{event="${event}"}`);
+
+  beforeAll(async () => {
+    // Small reads and tasks: a read from the chunks is several layer groups of several tasks.
+    gw = await startTestGateway({ backend, minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(3 * S)] });
+    s3 = sdkClient(gw.url);
+    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    pool = new Pool(gw.url, { connections: 2 });
+  });
+
+  afterAll(async () => {
+    await pool?.close();
+    s3?.destroy();
+    await gw?.close();
+  });
+
+  /** Stores an encoded chunk through `client`: slices of the given lengths, back to back, with its index and CRCs. */
+  async function putEncoded(key: string, lengths: readonly number[], client: S3Client = s3): Promise<Buffer[]> {
+    const slices = lengths.map((n) => randomBytes(n));
+    const Metadata = { 'oc-codec': 'test-codec', 'oc-slice-bytes': encodeSliceBytes(lengths), 'oc-layer-crc32c': encodeLayerCrcs(slices.map((slice) => crc32c(slice))) };
+    await client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: Buffer.concat(slices), Metadata }));
+    return slices;
+  }
+
+  /** Slice lengths that differ by chunk and layer (`salt` makes a rewrite differ too). */
+  function lengthsOf(chunk: number, salt = 0): number[] {
+    return Array.from({ length: L }, (_, l) => 100 + ((chunk * 977 + l * 1543 + salt * 331) % 3000));
+  }
+
+  async function seed(prefix: string, chunks: number): Promise<{ keys: string[]; stored: Buffer[][] }> {
+    const keys = Array.from({ length: chunks }, (_, c) => `${prefix}/c${c}`);
+    return { keys, stored: await Promise.all(keys.map((key, c) => putEncoded(key, lengthsOf(c)))) };
+  }
+
+  function descriptor(keys: readonly string[], extra: Partial<DescriptorInput> = {}): DescriptorInput {
+    return { version: 1, keys: [...keys], layers: L, chunkTokens: 16, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise', codecs: ['test-codec'], ...extra };
+  }
+
+  async function get(d: DescriptorInput): Promise<Response> {
+    const res = await postDescriptor(pool, gw.url, bucket, Buffer.from(JSON.stringify(d)));
+    return { status: res.statusCode, headers: res.headers, body: Buffer.from(await res.body.arrayBuffer()) };
+  }
+
+  /** Reads a prefix until it is packed (the second read packs it), each read checked; resolves to the first read's summary. */
+  async function packed(keys: readonly string[], stored: readonly (readonly Buffer[])[]): Promise<ReturnType<typeof summary>> {
+    const before = await events('packed');
+    const first = expectStream(await get(descriptor(keys)), stored, 'layerwise');
+    expectStream(await get(descriptor(keys)), stored, 'layerwise');
+    await until(async () => (await events('packed')) > before);
+    return first;
+  }
+
+  it('packs the stored slices and serves the prefix from the segment, layerwise and chunkwise', async () => {
+    const { keys, stored } = await seed('whole', 6);
+    const fromChunks = await packed(keys, stored);
+    const served = await events('served');
+    const res = await get(descriptor(keys));
+    expect(res.headers['x-objectcache-segment-chunks']).toBe('6');
+    expect(res.headers['x-objectcache-codec']).toBe('test-codec');
+    const fromSegment = expectStream(res, stored, 'layerwise');
+    expect(fromSegment.codec).toBe('test-codec');
+    expect(fromSegment.backendReads).toBeLessThan(fromChunks.backendReads);
+    expectStream(await get(descriptor(keys, { mode: 'chunkwise' })), stored, 'chunkwise');
+    expect(await events('served')).toBe(served + 2);
+
+    // The manifest names the codec and every slice's stored length, layer-major; the data object is the slices in that order.
+    const listed = await s3.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }));
+    const manifests = (listed.Contents ?? []).filter((o) => o.Key?.endsWith('.json'));
+    expect(manifests).toHaveLength(1);
+    const body = async (key: string): Promise<Buffer> => Buffer.from(await ((await s3.send(new GetObjectCommand({ Bucket: segmentBucket, Key: key }))).Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
+    const manifest = JSON.parse((await body(manifests[0]?.Key as string)).toString('utf8')) as { codec: string; sizes: string; bytes: number; data: string };
+    const layerMajor = Array.from({ length: L }, (_, l) => stored.map((slices) => slices[l] as Buffer)).flat();
+    expect(manifest.codec).toBe('test-codec');
+    const sizes = Buffer.from(manifest.sizes, 'base64');
+    expect(Array.from({ length: sizes.length / 4 }, (_, i) => sizes.readUInt32LE(4 * i))).toEqual(layerMajor.map((slice) => slice.length));
+    expect((await body(manifest.data)).equals(Buffer.concat(layerMajor))).toBe(true);
+    expect(manifest.bytes).toBe(Buffer.concat(layerMajor).length);
+  });
+
+  it('serves a shorter prefix, a layer range and a longer request from the segment and the chunks', async () => {
+    const { keys, stored } = await seed('parts', 6);
+    await packed(keys, stored);
+    const served = await events('served');
+    for (const mode of ['layerwise', 'chunkwise'] as const) {
+      const shorter = await get(descriptor(keys.slice(0, 4), { mode }));
+      expect(shorter.headers['x-objectcache-segment-chunks']).toBe('4');
+      expectStream(shorter, stored.slice(0, 4), mode);
+      expectStream(await get(descriptor(keys, { mode, layerRange: [2, 5] })), stored, mode, 2, 5);
+    }
+    const more = ['parts/m0', 'parts/m1'];
+    const moreStored = await Promise.all(more.map((key, i) => putEncoded(key, lengthsOf(10 + i))));
+    for (const mode of ['layerwise', 'chunkwise'] as const) {
+      const longer = await get(descriptor([...keys, ...more], { mode }));
+      expect(longer.headers['x-objectcache-segment-chunks']).toBe('6');
+      expectStream(longer, [...stored, ...moreStored], mode);
+    }
+    expect(await events('served')).toBe(served + 6);
+  });
+
+  it('never serves a chunk rewritten after packing from the old segment', async () => {
+    const { keys, stored } = await seed('rewrite', 5);
+    await packed(keys, stored);
+    // Through the gateway: the segment is dropped at once.
+    const dropped = await events('dropped');
+    const packs = await events('packed');
+    stored[2] = await putEncoded(keys[2] as string, lengthsOf(2, 1));
+    expect(await events('dropped')).toBe(dropped + 1);
+    const served = await events('served');
+    expectStream(await get(descriptor(keys)), stored, 'layerwise');
+    expect(await events('served')).toBe(served);
+    // Packed anew (the run was due already): from the new version.
+    await until(async () => (await events('packed')) > packs);
+    expectStream(await get(descriptor(keys)), stored, 'layerwise');
+    expect(await events('served')).toBe(served + 1);
+    if (backend !== 's3') return;
+    // Rewritten straight in the store, behind the gateway: the HEADs that read the index find the new version.
+    const stale = await events('stale');
+    const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+    try {
+      stored[4] = await putEncoded(keys[4] as string, lengthsOf(4, 2), direct);
+    } finally {
+      direct.destroy();
+    }
+    const res = await get(descriptor(keys));
+    expect(res.headers['x-objectcache-segment-chunks']).toBeUndefined();
+    expectStream(res, stored, 'layerwise');
+    expect(await events('stale')).toBe(stale + 1);
+  });
+
+  it('keeps one segment of raw chunks, whether a request names codecs or not', async () => {
+    const keys = ['raw/c0', 'raw/c1', 'raw/c2'];
+    const objects = keys.map(() => randomBytes(L * S));
+    await Promise.all(keys.map((key, c) => s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: objects[c] as Buffer }))));
+    const slices = objects.map((object) => Array.from({ length: L }, (_, l) => object.subarray(l * S, (l + 1) * S)));
+    const { codecs: _, ...raw } = descriptor(keys);
+    const packedBefore = await events('packed');
+    for (let i = 0; i < 2; i++) expect((await get(raw)).status).toBe(200);
+    await until(async () => (await events('packed')) > packedBefore);
+    // Packed from a raw (version 1) stream, served to a request that accepts `none`: the same slices, as segments.
+    const served = await events('served');
+    const res = await get(descriptor(keys, { codecs: ['test-codec', 'none'] }));
+    expect(res.headers['x-objectcache-codec']).toBe('none');
+    expect(res.headers['x-objectcache-segment-chunks']).toBe('3');
+    expectStream(res, slices, 'layerwise');
+    expect(await events('served')).toBe(served + 1);
+    // No second segment: the requests' reads counted towards the same run.
+    expect(await events('packed')).toBe(packedBefore + 1);
+  });
+});
