@@ -121,7 +121,7 @@ export interface ReadTask extends ChunkRun {
   readonly etags?: readonly (string | undefined)[];
   /**
    * Read the task's slices from a packed segment instead of the chunks (gateway/descriptor-get/
-   * segments.ts; docs/segments.md): the task's chunks are the segment's chunks from `chunkStart`.
+   * segments.ts; docs/segments.md): where each of the task's layers lies in it is SegmentRead's.
    */
   readonly segment?: SegmentRead;
   /** Where in the shared arena the task's buffer is (preferred: nothing is allocated or moved). */

@@ -169,11 +169,12 @@ export class ReadAhead implements UnitSource {
     this.#heldWindow = options.units.map(() => 0);
     this.#heldGlobal = options.units.map(() => false);
     this.#regions = options.units.map(() => undefined);
+    // The rest of a pack is read at the versions its request read (and its manifest will pin).
+    if (options.pins) this.#pins.push(...options.pins);
     // An encoded prefix's plan was cut from its index: the first reads must find those versions.
-    if (options.chunks.encoded) this.#pins.push(...options.chunks.encoded.etags);
+    else if (options.chunks.encoded) this.#pins.push(...options.chunks.encoded.etags);
     // A segment was packed from these versions, and its manifest says so: the pins it carries.
     else if (options.segment) this.#pins.push(...options.segment.etags);
-    else if (options.pins) this.#pins.push(...options.pins);
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));

@@ -120,6 +120,8 @@ interface Segment {
   readonly crcs: Uint32Array;
   /** Where each slice lies (from the manifest: `sizes` for encoded slices). */
   readonly offset: (layer: number, chunk: number) => number;
+  /** Encoded: every slice's length, in segment order. */
+  readonly sizes: Uint32Array | undefined;
   /** Against MAX_KNOWN_SLICES: a CRC32C per slice, and a length per encoded slice. */
   readonly held: number;
   lastUsed: number;
@@ -157,6 +159,11 @@ const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
 /** Whether every chunk HEAD found is there with the ETag (unquoted) its segment was packed from. */
 function pinned(heads: Awaited<ReturnType<Heads>>, etags: readonly string[]): boolean {
   return heads.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === etags[i]);
+}
+
+/** Whether a manifest is of exactly the run `run` describes (its chunks, layout, layers and codec). */
+function sameRun(m: Manifest, run: Pick<Manifest, 'bucket' | 'keys' | 'layout' | 'layers' | 'layerBytes' | 'first' | 'end' | 'codec'>): boolean {
+  return m.codec === run.codec && m.bucket === run.bucket && m.layout === run.layout && m.layers === run.layers && m.layerBytes === run.layerBytes && m.first === run.first && m.end === run.end && m.keys.length === run.keys.length && m.keys.every((key, i) => key === run.keys[i]);
 }
 
 /** Sets `key` as the most recent entry of `map`, forgetting the least recent past TRACKED_RUNS. */
@@ -212,6 +219,14 @@ function offsets(m: Manifest, sizes: Uint32Array | undefined): (layer: number, c
 }
 
 /** A manifest's `crcs` or `sizes`: little-endian uint32s in base64. */
+/** Whether a segment's slice lengths are the index's, for chunks [0, chunks) and layers [first, end). */
+function sameSizes(sizes: Uint32Array, m: Manifest, encoded: EncodedChunks, chunks: number, first: number, end: number): boolean {
+  for (let layer = first; layer < end; layer++) {
+    for (let c = 0; c < chunks; c++) if (sizes[(layer - m.first) * m.keys.length + c] !== (encoded.sliceBytes[c] as readonly number[])[layer]) return false;
+  }
+  return true;
+}
+
 function encodeU32s(values: Uint32Array): string {
   const bytes = Buffer.alloc(values.length * 4);
   values.forEach((value, i) => bytes.writeUInt32LE(value, 4 * i));
@@ -407,10 +422,12 @@ export class Segments {
    * The segment that serves the most of `d`'s first chunks (its chunks from the first on, its
    * layout, its layers within the segment's, its codec), when reading it costs fewer requests than
    * reading those chunks: `chunkReads(m)` is what the chunks' first m would cost. An encoded
-   * request (`encoded`: its index, read with a HEAD per chunk) is checked here: a segment whose
-   * chunks' ETags are not those the HEADs found is stale, and dropped.
+   * request (`encoded`: its index, read with a HEAD per chunk) is checked here. A segment whose
+   * chunks' ETags are not those its HEADs found is not used, and `heads` checks it afresh (the
+   * index was read before the request was admitted, so the segment may be the newer): it is
+   * dropped if stale. One whose slice lengths differ from the index at the same versions is dropped.
    */
-  find(bucket: string, d: Descriptor, chunkReads: (chunks: number) => number, encoded?: EncodedChunks): Found | undefined {
+  find(bucket: string, d: Descriptor, chunkReads: (chunks: number) => number, encoded?: EncodedChunks, heads?: Heads): Found | undefined {
     const runs = this.#byFirst.get(slot(bucket, d.keys[0] as string));
     if (!runs) return undefined;
     const codec = codecOf(encoded);
@@ -427,8 +444,12 @@ export class Segments {
     const { segment, chunks } = best;
     const m = segment.manifest;
     if (encoded && !pinned(encoded.etags.slice(0, chunks).map((etag) => ({ etag })), m.etags)) {
+      if (heads) void this.#check(bucket, segment, chunks, heads).catch((error: unknown) => this.#o.logger.warn({ run: segment.run, error }, 'segments: could not check a segment\u2019s chunks'));
+      return undefined;
+    }
+    if (encoded && segment.sizes && !sameSizes(segment.sizes, m, encoded, chunks, d.layerStart, d.layerEnd)) {
       this.#o.observer?.event('stale');
-      this.drop(segment.run, `a chunk of ${bucket} changed or went since it was packed`);
+      this.drop(segment.run, `the slice lengths of a chunk of ${bucket} differ from its manifest's`);
       return undefined;
     }
     // A shorter prefix of a segment reads one range per layer unless the rest is cheaper to skip.
@@ -462,18 +483,23 @@ export class Segments {
     if (this.#o.config.check === 'writes' || found.checked) return true;
     const segment = this.#segments.get(found.run);
     if (!segment) return false;
+    return this.#check(bucket, segment, found.cover.chunks, heads);
+  }
+
+  /** HEADs of a segment's first `chunks` chunks against its pins; a stale segment is dropped. */
+  #check(bucket: string, segment: Segment, chunks: number, heads: Heads): Promise<boolean> {
     // Requests of one prefix that arrive while a check of it is in flight share that check: its
     // answers are at most one round trip older than a check of their own would be, and a write
     // through this gateway drops the segment whatever a check in flight says.
-    const id = `${found.run}\n${found.cover.chunks}`;
+    const id = `${segment.run}\n${chunks}`;
     let check = this.#checks.get(id);
     if (!check) {
-      const keys = segment.manifest.keys.slice(0, found.cover.chunks);
+      const keys = segment.manifest.keys.slice(0, chunks);
       check = heads(keys).then((now) => {
         const fresh = pinned(now, segment.manifest.etags);
         if (!fresh) {
           this.#o.observer?.event('stale');
-          this.drop(found.run, `a chunk of ${bucket} changed or went since it was packed`);
+          this.drop(segment.run, `a chunk of ${bucket} changed or went since it was packed`);
         }
         return fresh;
       });
@@ -535,7 +561,7 @@ export class Segments {
    */
   counted(bucket: string, d: Descriptor, encoded?: EncodedChunks): string | undefined {
     const { afterReads, minBytes, maxBytes } = this.#o.config;
-    const slices = (d.layerEnd - d.layerStart) * d.chunks * (encoded ? 2 : 1);
+    const slices = (d.layerEnd - d.layerStart) * d.chunks * (codecOf(encoded) === 'raw' ? 1 : 2);
     // The cheap checks first: a run that can never be packed is not named (a hash of its keys) or counted.
     if (slices > MAX_KNOWN_SLICES) return undefined;
     const bytes = runBytes(d, encoded);
@@ -574,7 +600,7 @@ export class Segments {
     const found = await this.#o.store.get(this.#o.config.bucket, manifestKey(bucket, run));
     const parsed = found ? parseManifest(found.body) : undefined;
     const m = parsed?.manifest;
-    const same = m !== undefined && m.codec === codec && m.bucket === bucket && m.layout === d.layout && m.layers === d.layers && m.layerBytes === d.layerBytes && m.first === d.layerStart && m.end === d.layerEnd && m.keys.length === d.keys.length && m.keys.every((key, i) => key === d.keys[i]);
+    const same = m !== undefined && sameRun(m, { bucket, keys: d.keys, layout: d.layout, layers: d.layers, layerBytes: d.layerBytes, first: d.layerStart, end: d.layerEnd, codec });
     if (!found || !parsed || !same) {
       remember(this.#missing, run, this.#now());
       return;
@@ -646,7 +672,8 @@ export class Segments {
         // Packed before (another gateway, or before a restart): keep that one if it is current.
         const existing = await store.get(this.#o.config.bucket, key);
         const parsed = existing ? parseManifest(existing.body) : undefined;
-        if (existing && parsed && parsed.manifest.etags.every((e, i) => e === manifest.etags[i])) {
+        const kept = parsed?.manifest;
+        if (existing && parsed && kept && sameRun(kept, manifest) && kept.etags.length === manifest.etags.length && kept.etags.every((e, i) => e === manifest.etags[i])) {
           await store.delete(this.#o.config.bucket, manifest.data);
           // Kept, but a chunk written meanwhile makes it stale as it makes this pack's.
           if (pack.stale) await this.#delete(parsed.manifest, pack.run, existing.etag);
@@ -676,7 +703,10 @@ export class Segments {
   #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string): void {
     this.#forget(run);
     const held = crcs.length + (sizes?.length ?? 0);
-    this.#segments.set(run, { run, manifest, manifestEtag, crcs, offset: offsets(manifest, sizes), held, lastUsed: this.#now() });
+    // Kept without its encoded checksums and lengths: they are held decoded.
+    const { sizes: _, ...rest } = manifest;
+    const kept: Manifest = { ...rest, crcs: '' };
+    this.#segments.set(run, { run, manifest: kept, manifestEtag, crcs, offset: offsets(manifest, sizes), sizes, held, lastUsed: this.#now() });
     this.#bytes += manifest.bytes;
     this.#bucketBytes.set(manifest.bucket, (this.#bucketBytes.get(manifest.bucket) ?? 0) + manifest.bytes);
     this.#slices += held;

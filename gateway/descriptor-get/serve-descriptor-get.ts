@@ -159,7 +159,9 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   const sliceBytes = encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes;
   let plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, sliceBytes);
   const rangesPerChunk = descriptor.layout === 'KV_2LTD' ? 2 : 1;
-  const found = segmentsAllowed && reads === 'grouped' ? deps.segments?.find(ctx.target.bucket, descriptor, (chunks) => plan.groups.length * chunks * rangesPerChunk, encoded) : undefined;
+  const bucket = ctx.target.bucket;
+  const heads = (keys: readonly string[]): ReturnType<Backend['heads']> => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false);
+  const found = segmentsAllowed && reads === 'grouped' ? deps.segments?.find(bucket, descriptor, (chunks) => plan.groups.length * chunks * rangesPerChunk, encoded, heads) : undefined;
   // A segment's reads are few, large and sequential: a smaller window keeps the stream going (--segment-read-ahead-bytes).
   const windowBytes = found && deps.segments ? Math.min(config.readAheadBytes, deps.segments.readAheadBytes) : config.readAheadBytes;
   if (found) plan = planFromSegment(planInput(descriptor, config, tasksInFlight, sliceBytes, windowBytes), mode === 'layerwise', found.cover);
@@ -194,8 +196,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       if (found && deps.segments) {
         // The covered chunks are checked (HEADs) while the first layer is read from the segment.
         const segments = deps.segments;
-        const bucket = ctx.target.bucket;
-        const current = segments.current(bucket, found, (keys) => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false));
+        const current = segments.current(bucket, found, heads);
         const read = readAhead.unit(0);
         try {
           const [fresh, reads] = await Promise.all([current, read]);
