@@ -8,6 +8,12 @@ import { freePort, repoRoot } from './minio.js';
 import { onCpus } from './placement.js';
 import { processUsage } from './process-usage.js';
 
+/** How often `event` happened at the gateway whose admin endpoint is `adminUrl` (objectcache_segment_events_total). */
+export async function segmentEvents(adminUrl: string, event: string): Promise<number> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  return Number(new RegExp(`^objectcache_segment_events_total\\{event="${event}"\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+}
+
 export const BENCH_CLIENT = { accessKeyId: 'bench-client', secretAccessKey: 'bench-client-secret' } as const;
 
 export interface GatewayProcess {

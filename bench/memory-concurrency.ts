@@ -43,7 +43,7 @@ import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, getWholeObjects, inParallel } from './direct-s3.js';
-import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
+import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 import { cpuMeter, formatCpu, memoryWatch, processUsage } from './process-usage.js';
 
@@ -54,7 +54,8 @@ const MiB = 1024 * 1024;
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
   const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false }, rounds: { type: 'string', default: '1' } } });
-  const rounds = Math.max(1, Number(values.rounds));
+  const rounds = Number(values.rounds);
+  if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a whole number of at least 1, not ${values.rounds}`);
   const repeated = values.repeated === true;
   const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
   const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
@@ -103,13 +104,13 @@ async function main(): Promise<void> {
         // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
         // buffers it leaves resident are the steady state, and count against the baseline).
         const fresh = memoryWatch(gateway.child.pid as number).stop();
-        const discovered = await segmentEvent(gateway.adminUrl, 'discovered');
+        const discovered = await segmentEvents(gateway.adminUrl, 'discovered');
         const warmStarted = performance.now();
         // With --repeated (segments on) this GET finds the packed segment and is served from it.
         await client.fetch(descriptor, { transport: 'post', target });
         const warmSeconds = (performance.now() - warmStarted) / 1000;
         const packs = repeated && !build.args.join(' ').includes('--segments off');
-        if (packs && (await segmentEvent(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
+        if (packs && (await segmentEvents(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
         const watch = memoryWatch(gateway.child.pid as number);
         // One client per request, as C engines would be (one client queues beyond its 8 connections).
         const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
@@ -192,7 +193,7 @@ async function packOnce(minio: Awaited<ReturnType<typeof startMinio>>, args: str
     const duringGet = meter(payload);
     await segmentPacked(gateway.adminUrl, payload);
     const packedAfterSeconds = (performance.now() - started) / 1000;
-    const rereads = await segmentEvent(gateway.adminUrl, 'reread');
+    const rereads = await segmentEvents(gateway.adminUrl, 'reread');
     console.log(`the read that packs the prefix: ${packingGetSeconds.toFixed(2)} s (segment stored after ${packedAfterSeconds.toFixed(2)} s${rereads > 0 ? ', the rest read again from the chunks' : ''})`);
     console.log(`      during the read: ${formatCpu(duringGet, cpus().length)}`);
     return { packingGetSeconds, packedAfterSeconds, reread: rereads > 0, cpuSecondsPerGiBDuringGet: duringGet };
@@ -210,12 +211,6 @@ async function settled(pid: number): Promise<void> {
     await new Promise((r) => setTimeout(r, 1000));
     if (processUsage(pid).cpuSeconds - before < 0.05 || Date.now() > deadline) return;
   }
-}
-
-/** How often `event` happened at the gateway (objectcache_segment_events_total). */
-async function segmentEvent(adminUrl: string, event: string): Promise<number> {
-  const text = await (await fetch(`${adminUrl}/metrics`)).text();
-  return Number(new RegExp(`^objectcache_segment_events_total\\{event="${event}"\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
 }
 
 /** Waits until the gateway knows a packed segment of the whole prefix (its objectcache_segment_bytes gauge). */

@@ -43,7 +43,7 @@ import { ObjectCacheError } from '../schemas/errors.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { directGet, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { cpuMeter, processUsage, type CpuPerGiB } from './process-usage.js';
-import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
+import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 import { choosePlacement, pinThisProcess, type Placement, type PlacementMode } from './placement.js';
 import { groupedBarSvg } from './report/svg.js';
@@ -208,12 +208,6 @@ async function probeLinkRate(direct: DirectS3): Promise<number> {
     if (round > 0) rates.push((PROBE_OBJECTS * PROBE_OBJECT_BYTES) / ((performance.now() - started) / 1000));
   }
   return median(rates);
-}
-
-/** How often `event` happened at a gateway (objectcache_segment_events_total). */
-async function segmentEvents(adminUrl: string, event: string): Promise<number> {
-  const text = await (await fetch(`${adminUrl}/metrics`)).text();
-  return Number(new RegExp(`^objectcache_segment_events_total\\{event="${event}"\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
 }
 
 function median(values: readonly number[]): number {

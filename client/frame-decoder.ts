@@ -53,8 +53,9 @@ export class FrameDecoder {
   #crc = 0;
   /** An ERROR or END frame's payload, as it arrives. */
   #json: Buffer | undefined;
-  /** The place `next()` gave last. */
+  /** The place `next()` gave last, and whether it still holds (no bytes written since). */
   #place: Uint8Array = this.#headerBuf;
+  #placed = false;
   #nextLayer: number;
   #nextChunk = 0;
   #mode: 'layerwise' | 'chunkwise' | undefined;
@@ -122,6 +123,9 @@ export class FrameDecoder {
    */
   next(): Uint8Array {
     if (this.#summary) throw protocolError('bytes after the END frame');
+    // Asked again before any bytes were written (a socket reader checks for a place, then reads into it).
+    if (this.#placed) return this.#place;
+    this.#placed = true;
     const header = this.#header;
     if (!header) this.#place = this.#headerBuf.subarray(this.#headerFill, this.#preambleSeen ? FRAME_HEADER_BYTES : PREAMBLE_BYTES);
     else if (header.type === FrameType.LAYER) this.#place = this.#layerView(header.index).subarray(this.#received);
@@ -139,6 +143,7 @@ export class FrameDecoder {
    * there, in cache. Throws ObjectCacheError on any protocol, CRC or gateway error.
    */
   wrote(n: number): void {
+    this.#placed = false;
     const header = this.#header;
     if (!header) {
       this.#headerFill += n;

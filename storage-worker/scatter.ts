@@ -71,7 +71,7 @@ export function segmentTargets(segment: SegmentRead, task: TaskLayout, region: U
     }
     const last = targets.at(-1);
     const gap = last ? offset - (last.offset + last.length) : Infinity;
-    if (last && gap >= 0 && gap <= SEGMENT_SKIP_BYTES) {
+    if (last && gap <= SEGMENT_SKIP_BYTES) {
       if (gap > 0) last.views.push(scratch(gap));
       last.views.push(...views);
       targets[targets.length - 1] = { offset: last.offset, length: offset + length - last.offset, views: last.views };

@@ -16,7 +16,7 @@ import { encodeLayerCrcs } from '../schemas/integrity.js';
 import { chunkIndex, encodeSliceBytes } from '../schemas/encoded-chunk.js';
 import { checkRangeAnswer } from '../storage-worker/range-reader.js';
 import { FrameType } from '../schemas/frames.js';
-import { parseStream as parse, frameSegments as segments, type Frame } from './helpers/stream.js';
+import { parseStream as parse, frameSegments as segments, storeEncoded, type Frame } from './helpers/stream.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { ObjectCacheError } from '../schemas/errors.js';
@@ -34,18 +34,7 @@ describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (back
   const bucket = uniqueBucket('enc');
 
   /** Stores an encoded chunk: slices of the given lengths, back to back, with its index (and CRCs unless told not to). */
-  async function putEncoded(key: string, lengths: readonly number[], codec = 'test-codec', meta: Record<string, string> = {}): Promise<Buffer[]> {
-    const slices = lengths.map((n) => randomBytes(n));
-    await s3.send(
-      new PutObjectCommand({
-        Bucket: bucket,
-        Key: key,
-        Body: Buffer.concat(slices),
-        Metadata: { 'oc-codec': codec, 'oc-slice-bytes': encodeSliceBytes(lengths), 'oc-layer-crc32c': encodeLayerCrcs(slices.map((slice) => crc32c(slice))), ...meta },
-      }),
-    );
-    return slices;
-  }
+  const putEncoded = (key: string, lengths: readonly number[], codec = 'test-codec', meta: Record<string, string> = {}): Promise<Buffer[]> => storeEncoded(s3, bucket, key, lengths, codec, meta);
 
   function lengthsOf(chunk: number): number[] {
     return Array.from({ length: L }, (_, l) => 100 + ((chunk * 977 + l * 1543) % 3000));

@@ -12,21 +12,16 @@ import { randomBytes } from 'node:crypto';
 import { CreateBucketCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { crc32c } from '../native/crc32c.js';
-import { encodeSliceBytes } from '../schemas/encoded-chunk.js';
-import { encodeLayerCrcs } from '../schemas/integrity.js';
 import { FrameType } from '../schemas/frames.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
-import { metricValue, sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { sdkClient, segmentEvents, type SegmentEvent, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { postDescriptor } from './helpers/signing.js';
-import { frameSegments, parseStream, type Frame } from './helpers/stream.js';
+import { frameSegments, parseStream, storeEncoded, type Frame } from './helpers/stream.js';
 import { until } from './helpers/wait.js';
 
 const minio = inject('minio');
 const L = 6;
 const S = 8192;
-
-type SegmentEvent = 'packed' | 'served' | 'stale' | 'dropped' | 'reread' | 'abandoned';
 
 interface Response {
   readonly status: number;
@@ -63,14 +58,6 @@ function expectStream(res: Response, stored: readonly (readonly Buffer[])[], mod
   return done;
 }
 
-/** Stores an encoded chunk through `client`: slices of the given lengths, back to back, with its index and CRCs. */
-async function storeEncoded(client: S3Client, bucket: string, key: string, lengths: readonly number[]): Promise<Buffer[]> {
-  const slices = lengths.map((n) => randomBytes(n));
-  const Metadata = { 'oc-codec': 'test-codec', 'oc-slice-bytes': encodeSliceBytes(lengths), 'oc-layer-crc32c': encodeLayerCrcs(slices.map((slice) => crc32c(slice))) };
-  await client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: Buffer.concat(slices), Metadata }));
-  return slices;
-}
-
 function encodedDescriptor(keys: readonly string[], layerBytes: number, extra: Partial<DescriptorInput> = {}): DescriptorInput {
   return { version: 1, keys: [...keys], layers: L, chunkTokens: 16, layerBytes, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise', codecs: ['test-codec'], ...extra };
 }
@@ -80,15 +67,13 @@ async function getStream(pool: Pool, gw: TestGateway, bucket: string, d: Descrip
   return { status: res.statusCode, headers: res.headers, body: Buffer.from(await res.body.arrayBuffer()) };
 }
 
-const segmentEvents = (gw: TestGateway, event: SegmentEvent): Promise<number> => metricValue(gw.gateway.adminUrl, `objectcache_segment_events_total{event="${event}"}`);
-
 describe.each<BackendKind>(['local', 's3'])('packed segments of encoded chunks (%s backend)', (backend) => {
   let gw: TestGateway;
   let s3: S3Client;
   let pool: Pool;
   const bucket = uniqueBucket('sege');
   const segmentBucket = uniqueBucket('segse');
-  const events = (event: SegmentEvent): Promise<number> => segmentEvents(gw, event);
+  const events = (event: SegmentEvent): Promise<number> => segmentEvents(gw.gateway.adminUrl, event);
 
   beforeAll(async () => {
     // Small reads and tasks: a read from the chunks is several layer groups of several tasks.
@@ -245,22 +230,22 @@ describe.each<BackendKind>(['local', 's3'])('a pack of encoded chunks that falls
         // Frames of 4-8 MiB: more than the PUT's socket takes at once in front of MinIO.
         const keys = Array.from({ length: 8 }, (_, c) => `behind${attempt}/c${c}`);
         const stored = await Promise.all(keys.map((key, c) => storeEncoded(s3, bucket, key, Array.from({ length: L }, (_, l) => layerBytes / 2 + ((c * 7919 + l * 104_729) % (layerBytes / 2))))));
-        const rereads = await segmentEvents(gw, 'reread');
-        const packs = await segmentEvents(gw, 'packed');
+        const rereads = await segmentEvents(gw.gateway.adminUrl, 'reread');
+        const packs = await segmentEvents(gw.gateway.adminUrl, 'packed');
         expectStream(await getStream(pool, gw, bucket, encodedDescriptor(keys, layerBytes)), stored, 'layerwise');
-        await until(async () => (await segmentEvents(gw, 'packed')) > packs, 30_000);
-        fellBehind = (await segmentEvents(gw, 'reread')) > rereads;
+        await until(async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs, 30_000);
+        fellBehind = (await segmentEvents(gw.gateway.adminUrl, 'reread')) > rereads;
         // Every slice is checked against the manifest's CRC as it is read: a misplaced rest fails here.
-        const served = await segmentEvents(gw, 'served');
+        const served = await segmentEvents(gw.gateway.adminUrl, 'served');
         for (const mode of ['layerwise', 'chunkwise'] as const) {
           const res = await getStream(pool, gw, bucket, encodedDescriptor(keys, layerBytes, { mode }));
           expect(res.headers['x-objectcache-segment-chunks']).toBe('8');
           expectStream(res, stored, mode);
         }
-        expect(await segmentEvents(gw, 'served')).toBe(served + 2);
+        expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 2);
       }
       expect(fellBehind).toBe(true);
-      expect(await segmentEvents(gw, 'abandoned')).toBe(0);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'abandoned')).toBe(0);
     } finally {
       await pool.close();
       s3.destroy();

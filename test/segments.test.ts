@@ -17,7 +17,7 @@ import type { ObjectCacheClient } from '../client/client.js';
 import { toStoredLayout } from '../client/kv-layout.js';
 import { objectRelativePath } from '../storage-worker/backends/embedded/object-file.js';
 import { startServe } from './helpers/cli.js';
-import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, segmentEvents, type SegmentEvent, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { FaultProxy } from './helpers/fault-proxy.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
@@ -33,12 +33,6 @@ async function until(what: string, check: () => boolean | Promise<boolean>, time
   }
 }
 
-type SegmentEvent = 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted';
-
-/** How often `event` happened at the gateway (objectcache_segment_events_total). */
-function segmentEvents(gw: TestGateway, event: SegmentEvent): Promise<number> {
-  return metricValue(gw.gateway.adminUrl, `objectcache_segment_events_total{event="${event}"}`);
-}
 
 /** A fetch delivered exactly `expected`. */
 function expectBytes(got: { readonly target: Uint8Array }, expected: Uint8Array): void {
@@ -51,7 +45,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
   let s3: S3Client;
   const bucket = uniqueBucket('seg');
   const segmentBucket = uniqueBucket('segs');
-  const events = (event: SegmentEvent): Promise<number> => segmentEvents(gw, event);
+  const events = (event: SegmentEvent): Promise<number> => segmentEvents(gw.gateway.adminUrl, event);
 
   beforeAll(async () => {
     // Small reads and tasks, so that a chunk-served GET of these prefixes is many reads.
@@ -316,8 +310,8 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
     await withGateway(bucket, budget, async (gw, client) => {
       const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(client, prefix);
-      await until('the segment is evicted', async () => (await segmentEvents(gw, 'evicted')) === 1 && gw.gateway.capacity?.usage()[0]?.derivedBytes === 0);
-      expect(await segmentEvents(gw, 'packed')).toBe(1);
+      await until('the segment is evicted', async () => (await segmentEvents(gw.gateway.adminUrl, 'evicted')) === 1 && gw.gateway.capacity?.usage()[0]?.derivedBytes === 0);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'packed')).toBe(1);
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segments')).toBe(0);
       // Every chunk is still there, and the prefix reads as before.
       const s3 = sdkClient(gw.url);
@@ -337,17 +331,17 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
       const a = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       const b = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(client, a);
-      await until('A is packed', async () => (await segmentEvents(gw, 'packed')) === 1);
+      await until('A is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1);
       await readTwice(client, b);
-      await until('B is packed', async () => (await segmentEvents(gw, 'packed')) === 2);
+      await until('B is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 2);
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segments')).toBe(1);
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segment_bytes')).toBe(one);
-      expect(await segmentEvents(gw, 'evicted')).toBe(1);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'evicted')).toBe(1);
       // B is served from its segment; A, whose segment went, from its chunks, byte-exact.
       for (const [prefix, fromSegment] of [[b, 1], [a, 0]] as const) {
-        const before = await segmentEvents(gw, 'served');
+        const before = await segmentEvents(gw.gateway.adminUrl, 'served');
         expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
-        expect((await segmentEvents(gw, 'served')) - before).toBe(fromSegment);
+        expect((await segmentEvents(gw.gateway.adminUrl, 'served')) - before).toBe(fromSegment);
       }
     });
   });
@@ -396,7 +390,7 @@ describe.each<BackendKind>(['local', 's3'])('a gateway killed while it packs (%s
           admin.destroy();
         }
         // The restarted gateway reads the prefix from its chunks, packs it on its second read, and serves the third from the segment.
-        const events = (event: SegmentEvent): Promise<number> => metricValue(serve.adminUrl, `objectcache_segment_events_total{event="${event}"}`);
+        const events = (event: SegmentEvent): Promise<number> => segmentEvents(serve.adminUrl, event);
         for (let i = 0; i < 2; i++) expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
         await until('the prefix is packed', async () => (await events('packed')) === 1);
         expect(await events('served')).toBe(0);
@@ -424,7 +418,7 @@ describe.each<BackendKind>(['local', 's3'])('a segment packed by another gateway
       const serve = await startServe(gatewayArgs, env);
       const client = testClient({ url: serve.url }, bucket);
       try {
-        await body(client, (event) => metricValue(serve.adminUrl, `objectcache_segment_events_total{event="${event}"}`));
+        await body(client, (event) => segmentEvents(serve.adminUrl, event));
       } finally {
         await client.close();
         await serve.stop();
@@ -488,19 +482,19 @@ describe.each<BackendKind>(['local', 's3'])('a pack that falls behind its read (
         for (let attempt = 0; attempt < 5 && !fellBehind; attempt++) {
           // 8 MiB frames: more than the PUT's socket takes at once in front of MinIO.
           const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 1024 * 1024, layout });
-          const rereads = await segmentEvents(gw, 'reread');
-          const packs = await segmentEvents(gw, 'packed');
+          const rereads = await segmentEvents(gw.gateway.adminUrl, 'reread');
+          const packs = await segmentEvents(gw.gateway.adminUrl, 'packed');
           expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
-          await until('the segment is packed', async () => (await segmentEvents(gw, 'packed')) > packs);
-          fellBehind = (await segmentEvents(gw, 'reread')) > rereads;
+          await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs);
+          fellBehind = (await segmentEvents(gw.gateway.adminUrl, 'reread')) > rereads;
           // Every slice is checked against the manifest's CRC as it is read: a misplaced rest fails here.
-          const served = await segmentEvents(gw, 'served');
+          const served = await segmentEvents(gw.gateway.adminUrl, 'served');
           for (const mode of ['layerwise', 'chunkwise'] as const) expectBytes(await client.fetch(descriptorOf(prefix, { mode })), reference(prefix));
-          expect(await segmentEvents(gw, 'served')).toBe(served + 2);
+          expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 2);
         }
         expect(fellBehind).toBe(true);
       }
-      expect(await segmentEvents(gw, 'abandoned')).toBe(0);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'abandoned')).toBe(0);
     } finally {
       await client.close();
       await gw.close();
@@ -523,14 +517,14 @@ describe('a pack that falls behind a read that lasts (s3 backend)', () => {
       proxy.holdUploads();
       let settled = false;
       const read = client.fetch(descriptorOf(prefix, { mode: 'layerwise' })).finally(() => (settled = true));
-      await until('the rest is being read', async () => (await segmentEvents(gw, 'reread')) === 1, 20_000);
+      await until('the rest is being read', async () => (await segmentEvents(gw.gateway.adminUrl, 'reread')) === 1, 20_000);
       expect(settled).toBe(false);
       expectBytes(await read, reference(prefix));
       proxy.releaseUploads();
-      await until('the segment is packed', async () => (await segmentEvents(gw, 'packed')) === 1, 30_000);
+      await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1, 30_000);
       expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
-      expect(await segmentEvents(gw, 'served')).toBe(1);
-      expect(await segmentEvents(gw, 'abandoned')).toBe(0);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(1);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'abandoned')).toBe(0);
     } finally {
       proxy.releaseUploads();
       await client.close();
@@ -552,13 +546,13 @@ describe('a segment the store refuses (local backend)', () => {
       // 96 MiB: more than a pack's queue (64 MiB), so the read would wait for the store.
       const prefix = await seedPrefix(client, { chunks: 8, layers: 6, layerBytes: 2 * 1024 * 1024, layout: 'KV_L2TD' });
       await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-      const abandoned = await segmentEvents(gw, 'abandoned');
+      const abandoned = await segmentEvents(gw.gateway.adminUrl, 'abandoned');
       const started = performance.now();
       expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
       // Held for the pack, it would have waited PACK_STALL_MS (30 s) for a store that takes nothing.
       expect(performance.now() - started).toBeLessThan(15_000);
-      await until('the pack is abandoned', async () => (await segmentEvents(gw, 'abandoned')) > abandoned);
-      expect(await segmentEvents(gw, 'packed')).toBe(0);
+      await until('the pack is abandoned', async () => (await segmentEvents(gw.gateway.adminUrl, 'abandoned')) > abandoned);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'packed')).toBe(0);
     } finally {
       await client.close();
       await gw.close();
@@ -577,10 +571,10 @@ describe('--segment-check writes: a write through the gateway is the only guard 
       const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       /** Reads `p` once (with --segment-after-reads 1, the read that packs it), waits for the pack, then reads it from the segment. */
       const packAndServe = async (p: SeededPrefix, packs: number): Promise<void> => {
-        await until('the segment is packed', async () => (await segmentEvents(gw, 'packed')) >= packs);
-        const served = await segmentEvents(gw, 'served');
+        await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) >= packs);
+        const served = await segmentEvents(gw.gateway.adminUrl, 'served');
         expectBytes(await client.fetch(descriptorOf(p, { mode: 'layerwise' })), reference(p));
-        expect(await segmentEvents(gw, 'served')).toBe(served + 1);
+        expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 1);
       };
       expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
       await packAndServe(prefix, 1);
@@ -588,9 +582,9 @@ describe('--segment-check writes: a write through the gateway is the only guard 
       const fresh = new Uint8Array(randomBytes(L * S));
       await s3.send(new PutObjectCommand({ Bucket: bucket, Key: prefix.keys[1], Body: fresh }));
       const rewritten: SeededPrefix = { ...prefix, canonical: prefix.canonical.map((c, i) => (i === 1 ? fresh : c)) };
-      const served = await segmentEvents(gw, 'served');
+      const served = await segmentEvents(gw.gateway.adminUrl, 'served');
       expectBytes(await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' })), reference(rewritten));
-      expect(await segmentEvents(gw, 'served')).toBe(served);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served);
       // That read packed the new version; then a chunk deleted: the GET fails as without segments.
       await packAndServe(rewritten, 2);
       await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: prefix.keys[4] }));

@@ -58,7 +58,8 @@ const TRACKED_RUNS = 10_000;
 /**
  * Slices of all the segments a gateway keeps, together: each is a CRC32C held in memory (4 bytes)
  * and written in a manifest, and an encoded one its length too (it counts twice), so this bounds
- * both (64 MiB). A run with more is not packed.
+ * both (64 MiB). A run with more is not packed. The chunks' keys and ETags count against it too,
+ * in 4-byte units (#learn), so what the index of segments holds stays about 64 MiB.
  */
 const MAX_KNOWN_SLICES = 16 * 1024 * 1024;
 
@@ -122,7 +123,7 @@ interface Segment {
   readonly offset: (layer: number, chunk: number) => number;
   /** Encoded: every slice's length, in segment order. */
   readonly sizes: Uint32Array | undefined;
-  /** Against MAX_KNOWN_SLICES: a CRC32C per slice, and a length per encoded slice. */
+  /** Against MAX_KNOWN_SLICES (#learn): its slices' CRC32Cs and lengths, keys and ETags, in 4-byte units. */
   readonly held: number;
   lastUsed: number;
 }
@@ -152,7 +153,7 @@ interface Lookup {
 }
 
 /** The HEADs of chunks (the store's answers, in order; undefined for a chunk that is gone). */
-type Heads = (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined } | undefined)[]>;
+export type Heads = (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined } | undefined)[]>;
 
 const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
 
@@ -218,7 +219,6 @@ function offsets(m: Manifest, sizes: Uint32Array | undefined): (layer: number, c
   };
 }
 
-/** A manifest's `crcs` or `sizes`: little-endian uint32s in base64. */
 /** Whether a segment's slice lengths are the index's, for chunks [0, chunks) and layers [first, end). */
 function sameSizes(sizes: Uint32Array, m: Manifest, encoded: EncodedChunks, chunks: number, first: number, end: number): boolean {
   for (let layer = first; layer < end; layer++) {
@@ -227,6 +227,7 @@ function sameSizes(sizes: Uint32Array, m: Manifest, encoded: EncodedChunks, chun
   return true;
 }
 
+/** A manifest's `crcs` or `sizes`: little-endian uint32s in base64. */
 function encodeU32s(values: Uint32Array): string {
   const bytes = Buffer.alloc(values.length * 4);
   values.forEach((value, i) => bytes.writeUInt32LE(value, 4 * i));
@@ -321,11 +322,13 @@ export class Segments {
 
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<number> | undefined;
+  #closed = false;
 
   constructor(options: SegmentsOptions) {
     this.#o = options;
     this.#now = options.now ?? Date.now;
     const sweepSoon = (ms: number): void => {
+      if (this.#closed) return;
       this.#sweepTimer = setTimeout(() => {
         void this.sweep()
           .catch((error: unknown) => this.#o.logger.warn({ error }, 'segments: could not sweep the segment bucket'))
@@ -702,7 +705,10 @@ export class Segments {
 
   #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string): void {
     this.#forget(run);
-    const held = crcs.length + (sizes?.length ?? 0);
+    // In 4-byte units: a CRC32C per slice, an encoded slice's length, and the chunks' keys (held
+    // twice: the manifest's, and the index by key) and ETags, so long keys count too.
+    const keyBytes = manifest.keys.reduce((n, key, i) => n + 2 * key.length + (manifest.etags[i] as string).length, 0);
+    const held = crcs.length + (sizes?.length ?? 0) + Math.ceil(keyBytes / 4);
     // Kept without its encoded checksums and lengths: they are held decoded.
     const { sizes: _, ...rest } = manifest;
     const kept: Manifest = { ...rest, crcs: '' };
@@ -750,6 +756,7 @@ export class Segments {
 
   /** Ends every pack (the gateway is closing): none leaves a manifest. */
   close(): void {
+    this.#closed = true;
     clearTimeout(this.#sweepTimer);
     for (const pack of this.#packs.values()) pack.abandon('the gateway is closing');
   }

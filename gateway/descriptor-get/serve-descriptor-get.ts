@@ -25,7 +25,7 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
 import { planChunkwise, planFromSegment, planLayerwise, planStreamed, planUnits, type PlanInput, type ReadPlan, type Unit } from './read-plan.js';
-import type { Found, Pack, ReadRest, Segments } from './segments.js';
+import type { Found, Heads, Pack, ReadRest, Segments } from './segments.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -122,10 +122,10 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   // A run read often enough is packed from its frames (stream()); first, a segment of it another
   // gateway (or this one before a restart) packed is looked for in the store.
   const due = mode === 'layerwise' ? deps.segments?.counted(ctx.target.bucket, descriptor, encoded) : undefined;
-  if (due !== undefined && deps.segments) {
-    const bucket = ctx.target.bucket;
-    await deps.segments.discover(bucket, descriptor, due, (keys) => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false), encoded);
-  }
+  // The HEADs of a segment's chunks (discovery with --segment-check writes, and the checks of reads).
+  const bucket = ctx.target.bucket;
+  const heads = (keys: readonly string[]): ReturnType<Backend['heads']> => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false);
+  if (due !== undefined && deps.segments) await deps.segments.discover(bucket, descriptor, due, heads, encoded);
 
   // Layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.
   let grant: Grant | undefined;
@@ -137,14 +137,14 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   try {
     // A segment that turns out stale, or fails before the first frame, is dropped and the request
     // served from the chunks: nothing has been sent yet.
-    const fromSegment = await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, due, true);
-    if (fromSegment === 'retry') await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, due, false);
+    const fromSegment = await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, due, heads, true);
+    if (fromSegment === 'retry') await stream(ctx, descriptor, deps, mode, tenant, grant, encoded, payloadBytes, due, heads, false);
   } finally {
     if (grant) deps.scheduler?.release(ctx.requestId);
   }
 }
 
-async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined, encoded: EncodedChunks | undefined, payloadBytes: number, due: string | undefined, segmentsAllowed: boolean): Promise<'retry' | void> {
+async function stream(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps, mode: DeliveryMode, tenant: string, grant: Grant | undefined, encoded: EncodedChunks | undefined, payloadBytes: number, due: string | undefined, heads: Heads, segmentsAllowed: boolean): Promise<'retry' | void> {
   const { config, pool } = deps;
   const started = ctx.startedAt;
   const tasksInFlight = pool.tasksPerRequest;
@@ -160,7 +160,6 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
   let plan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, sliceBytes);
   const rangesPerChunk = descriptor.layout === 'KV_2LTD' ? 2 : 1;
   const bucket = ctx.target.bucket;
-  const heads = (keys: readonly string[]): ReturnType<Backend['heads']> => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false);
   const found = segmentsAllowed && reads === 'grouped' ? deps.segments?.find(bucket, descriptor, (chunks) => plan.groups.length * chunks * rangesPerChunk, encoded, heads) : undefined;
   // A segment's reads are few, large and sequential: a smaller window keeps the stream going (--segment-read-ahead-bytes).
   const windowBytes = found && deps.segments ? Math.min(config.readAheadBytes, deps.segments.readAheadBytes) : config.readAheadBytes;
@@ -221,8 +220,6 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       const pins = (): readonly (string | undefined)[] => (readAhead instanceof ReadAhead ? readAhead.pins : []);
       pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pinned, signal, take) => readRest({ descriptor, deps, chunks, from, pins: pinned, signal, take }), pins, encoded);
     }
-    // A client that leaves while its frames wait for the store (Pack.room) ends the pack at once.
-    if (pack) ctx.signal.addEventListener('abort', () => pack?.ended(), { once: true });
     const firstReadMs = performance.now() - started;
     ctx.res.writeHead(200, {
       'content-type': encoded ? SEGMENTED_STREAM_CONTENT_TYPE : STREAM_CONTENT_TYPE,

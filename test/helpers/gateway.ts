@@ -13,6 +13,7 @@ import { loadServeConfig } from '../../gateway/config.js';
 import { createLogger } from '../../gateway/logger.js';
 import { startGateway, type Gateway } from '../../gateway/server.js';
 import type { MinioInfo } from '../../bench/minio.js';
+import type { SegmentObserver } from '../../gateway/descriptor-get/segments.js';
 
 export const CLIENT_KEY = 'test-client';
 export const CLIENT_SECRET = 'test-client-secret';
@@ -85,7 +86,7 @@ export function minioClient(endpoint: string): MinioClient {
 }
 
 let bucketCounter = 0;
-/** A bucket name unique within the run. */
+
 /**
  * A client of `gateway` with the test credentials, on `bucket` (not created yet: ensureBucket).
  * It does not try refusals again (`retries: 0`): the tests see each of the gateway's answers.
@@ -94,12 +95,21 @@ export function testClient(gateway: { readonly url: string }, bucket: string): O
   return new ObjectCacheClient({ endpoint: gateway.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, retries: 0 });
 }
 
+/** A bucket name unique within the run. */
 export function uniqueBucket(prefix = 'test'): string {
   bucketCounter++;
   return `${prefix}-${process.pid}-${Date.now().toString(36)}-${bucketCounter}`.toLowerCase();
 }
 
 /** Reads a metric's summed value from the admin endpoint's Prometheus text. */
+/** A packed-segment event (gateway/descriptor-get/segments.ts). */
+export type SegmentEvent = Parameters<SegmentObserver['event']>[0];
+
+/** How often `event` happened at the gateway whose admin endpoint is `adminUrl` (objectcache_segment_events_total). */
+export function segmentEvents(adminUrl: string, event: SegmentEvent): Promise<number> {
+  return metricValue(adminUrl, `objectcache_segment_events_total{event="${event}"}`);
+}
+
 export async function metricValue(adminUrl: string, name: string): Promise<number> {
   const text = await (await fetch(`${adminUrl}/metrics`)).text();
   let total = 0;

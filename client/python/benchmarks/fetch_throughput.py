@@ -120,7 +120,6 @@ def main() -> int:
             seconds = time.perf_counter() - started
             after = (self_cpu(), proc_cpu(gateway_pid), proc_cpu(minio_pid))
             assert result.summary["bytes"] == payload
-            gib = payload / 2**30
             python_runs.append({"seconds": seconds, "gbPerSec": payload / seconds / 1e9, "cpuSecondsPerGiB": {"client": (after[0] - before[0]) / gib, "gateway": (after[1] - before[1]) / gib, "minio": (after[2] - before[2]) / gib}})
             out = subprocess.run(["node", "--initial-old-space-size=64", str(REPO / "dist" / "bench" / "client-fetch.js"), "--endpoint", stack.gateway_url, "--bucket", client.bucket, "--descriptor", descriptor_file, "--reps", "2"], env=env, check=True, stdout=subprocess.PIPE, text=True)
             # The second of two fetches in the node process: its target's pages touched and its code warm, as the Python side's.
