@@ -160,7 +160,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     expect(await events('served')).toBe(served + 1);
   });
 
-  it.runIf(backend === 'local')('drops a segment damaged past its first layer, and serves the chunks after', async () => {
+  it('reads the layers of a segment damaged or replaced mid-read from the chunks, and drops it', async () => {
     const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: S, layout: 'KV_L2TD' });
     await packed(prefix);
     // The segment's data object, as its manifest names it (the test key may read the reserved bucket).
@@ -177,19 +177,31 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     } finally {
       admin.destroy();
     }
-    expect(data).toBeDefined();
-    // One byte of the last layer flipped in place: its ETag stays, so only its CRC can tell.
-    const file = await open(join(gw.dataDir as string, objectRelativePath(segmentBucket, (data as { key: string }).key)), 'r+');
-    const at = Math.floor((data as { bytes: number }).bytes * 0.9);
-    const byte = Buffer.alloc(1);
-    await file.read(byte, 0, 1, at);
-    byte[0] = (byte[0] as number) ^ 0x55;
-    await file.write(byte, 0, 1, at);
-    await file.close();
+    if (!data) throw new Error('no manifest names the prefix');
+    if (backend === 'local') {
+      // One byte of the last layer flipped in place: its ETag stays, so only its CRC can tell,
+      // once the first layers have gone out.
+      const file = await open(join(gw.dataDir as string, objectRelativePath(segmentBucket, data.key)), 'r+');
+      const at = Math.floor(data.bytes * 0.9);
+      const byte = Buffer.alloc(1);
+      await file.read(byte, 0, 1, at);
+      byte[0] = (byte[0] as number) ^ 0x55;
+      await file.write(byte, 0, 1, at);
+      await file.close();
+    } else {
+      // Replaced straight in the store, as by another gateway or an operator: another ETag.
+      const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+      try {
+        await direct.send(new PutObjectCommand({ Bucket: segmentBucket, Key: data.key, Body: randomBytes(data.bytes) }));
+      } finally {
+        direct.destroy();
+      }
+    }
     const dropped = await events('dropped');
     const layers: number[] = [];
-    await expect(client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { onLayerReady: (layer) => layers.push(layer) })).rejects.toMatchObject({ code: 'OC_ERR_CHUNK_CORRUPT' });
-    expect(layers.length).toBeGreaterThan(0); // it failed mid-stream, after the first layer
+    // The stream goes on: the layers the segment cannot give come from the chunks.
+    expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { onLayerReady: (layer) => layers.push(layer) }), reference(prefix));
+    expect(layers).toEqual(Array.from({ length: L }, (_, i) => i));
     expect(await events('dropped')).toBe(dropped + 1);
     const served = await events('served');
     expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));

@@ -12,6 +12,7 @@
 import { setMaxListeners } from 'node:events';
 import type { ReadResult, ReadTask, SegmentRead } from '../../storage-worker/protocol.js';
 import { fromWorkerFailure } from '../../storage-worker/read-errors.js';
+import type { ObjectCacheError } from '../../schemas/errors.js';
 import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
@@ -82,6 +83,11 @@ export interface ReadAheadOptions {
   readonly observer?: DescriptorGetObserver | undefined;
   /** Where the plan's `fromSegment` tasks read (planFromSegment). */
   readonly segment?: SegmentSource | undefined;
+  /**
+   * Called once when a read of `segment` fails in the segment itself (SEGMENT_BROKEN): that task and
+   * any other such are read from the chunks instead, and the segment should be dropped.
+   */
+  readonly segmentFailed?: ((error: ObjectCacheError) => void) | undefined;
   /** The chunks' versions every read must find, by prefix position (the rest of a pack, read after its request: Pack.finish). */
   readonly pins?: readonly string[] | undefined;
 }
@@ -101,6 +107,9 @@ export interface SegmentSource extends Pick<SegmentRead, 'bucket' | 'key' | 'eta
   readonly crcs: Uint32Array;
   readonly etags: readonly string[];
 }
+
+/** What a read of a segment that is gone, changed or damaged fails with (not a timeout or a cancellation: those pass). */
+export const SEGMENT_BROKEN: ReadonlySet<string> = new Set(['OC_ERR_CHUNK_MISSING', 'OC_ERR_CHUNK_CHANGED', 'OC_ERR_CHUNK_CORRUPT', 'OC_ERR_CHUNK_SIZE', 'OC_ERR_BACKEND_RANGE']);
 
 /** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */
 export interface UnitSource {
@@ -156,6 +165,8 @@ export class ReadAhead implements UnitSource {
    */
   readonly #pins: (string | undefined)[] = [];
   readonly #onClientGone = (): void => this.#cancel.abort();
+  /** A read of the segment failed in the segment itself: reported once. */
+  #segmentBroken = false;
   backendReads = 0;
   verified = true;
 
@@ -227,7 +238,9 @@ export class ReadAhead implements UnitSource {
         const id = pool.taskId();
         this.#unfinished.set(t, id);
         const pins = this.#pins.slice(task.chunkStart, task.chunkEnd);
-        const result = pool.run({ ...this.#readTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) }, bytes);
+        const readTask = { ...this.#readTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) };
+        let result = pool.run(readTask, bytes);
+        if (readTask.segment) result = result.then((answer) => this.#fromChunksIf(answer, t, readTask, bytes));
         this.#results[t] = result;
         const done = (): void => {
           this.#unfinished.delete(t);
@@ -253,6 +266,25 @@ export class ReadAhead implements UnitSource {
     const encoded = c.encoded ? { encoded: { codec: c.encoded.codec, sliceBytes: c.encoded.sliceBytes.slice(task.chunkStart, task.chunkEnd) } } : {};
     const segment = task.fromSegment && this.#o.segment ? { segment: this.#segmentRead(task, this.#o.segment) } : {};
     return { requestId: c.requestId, bucket: c.bucket, keys: c.keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: c.layout, layers: c.layers, layerBytes: c.layerBytes, first: task.first, end: task.end, order: this.#o.order, ...encoded, ...segment };
+  }
+
+  /**
+   * A task of a segment that turned out gone, changed or damaged (another gateway evicted it, an
+   * operator deleted it) is read again from its chunks, pinned to the versions the segment was
+   * packed from, into a block of its own: so the stream goes on with the same bytes, or fails with
+   * OC_ERR_CHUNK_CHANGED if a chunk changed too. The segment is reported once (`segmentFailed`).
+   */
+  async #fromChunksIf(answer: ReadResult, t: number, task: Omit<ReadTask, 'buffer' | 'arenaOffset'>, bytes: number): Promise<ReadResult> {
+    const segment = task.segment as SegmentRead;
+    if (answer.ok || this.#cancel.signal.aborted || answer.key !== segment.key || !SEGMENT_BROKEN.has(answer.code)) return answer;
+    if (!this.#segmentBroken) {
+      this.#segmentBroken = true;
+      this.#o.segmentFailed?.(fromWorkerFailure(answer));
+    }
+    const { segment: _, ...fromChunks } = task;
+    const id = this.#o.pool.taskId();
+    this.#unfinished.set(t, id);
+    return this.#o.pool.run({ ...fromChunks, id }, bytes);
   }
 
   /** Where a segment task's slices lie in the segment, and the CRC32C each must have, in the task's slice order. */

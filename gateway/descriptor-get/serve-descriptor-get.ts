@@ -25,7 +25,7 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
 import { planChunkwise, planFromSegment, planLayerwise, planStreamed, planUnits, type PlanInput, type ReadPlan, type Unit } from './read-plan.js';
-import type { Found, Heads, Pack, ReadRest, Segments } from './segments.js';
+import type { Heads, Pack, ReadRest, Segments } from './segments.js';
 import type { ReaderPool } from '../read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../config.js';
 import type { RequestContext } from '../context.js';
@@ -184,6 +184,11 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       signal: ctx.signal,
       observer: deps.observer,
       segment: found?.source,
+      // Read from the chunks instead, at the segment's versions: the stream goes on.
+      segmentFailed: found ? (error) => {
+        ctx.logger.info({ error }, 'a packed segment could not be read; its layers are read from the chunks');
+        deps.segments?.drop(found.run, `a read of it failed: ${error.message}`);
+      } : undefined,
     });
   }
   let pack: Pack | undefined;
@@ -203,10 +208,10 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
           first = reads;
         } catch (error) {
           if (ctx.signal.aborted) throw error;
-          // Served from the chunks, which decide (they are the source of truth). Only a failure of
-          // the segment itself (gone, changed, damaged) drops it: not a chunk beyond it that a
-          // longer request names, nor a check that could not be made.
-          if (segmentFailed(error, found)) segments.drop(found.run, `its first read failed: ${(error as Error).message}`);
+          // Served from the chunks, which decide (they are the source of truth). A failure of the
+          // segment itself (gone, changed, damaged) never gets here: the read-ahead reads those
+          // layers from the chunks and drops the segment (segmentFailed above). A chunk beyond it
+          // that a longer request names, or a check that could not be made, does not drop it.
           ctx.logger.info({ error }, 'a packed segment could not be read or checked; serving from the chunks');
           return 'retry';
         }
@@ -234,7 +239,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
       ...(found ? { 'x-objectcache-segment-chunks': String(found.cover.chunks) } : {}),
     });
-    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded, pack, found });
+    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded, pack });
     const version = encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;
     const writes = grant ? paced(source, new Pacer(grant.rateBytesPerSec), version) : unpaced(source, version);
     try {
@@ -312,16 +317,6 @@ interface SourceInput {
   readonly encoded: EncodedChunks | undefined;
   /** A segment being packed from this stream's LAYER frames. */
   readonly pack: Pack | undefined;
-  /** The segment this stream is served from. */
-  readonly found: Found | undefined;
-}
-
-/** What a read of a segment that is gone, changed or damaged fails with (not a timeout or a cancellation: those pass). */
-const SEGMENT_BROKEN = new Set<string>(['OC_ERR_CHUNK_MISSING', 'OC_ERR_CHUNK_CHANGED', 'OC_ERR_CHUNK_CORRUPT', 'OC_ERR_CHUNK_SIZE', 'OC_ERR_BACKEND_RANGE']);
-
-/** Whether a read failed in the segment itself (its object gone, changed or damaged), not in a chunk. */
-function segmentFailed(error: unknown, found: Found): boolean {
-  return error instanceof ObjectCacheError && SEGMENT_BROKEN.has(error.code) && error.details['Key'] === found.source.key;
 }
 
 /**
@@ -353,8 +348,6 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     }
   } catch (error) {
     s.pack?.abandon('the layerwise GET that fed it failed');
-    // A segment that fails past its first layer is not read again either.
-    if (s.found && segmentFailed(error, s.found)) deps.segments?.drop(s.found.run, `a read failed mid-stream: ${(error as Error).message}`);
     if (s.ctx.signal.aborted) return;
     // After headers: the ERROR frame is the answer, then the stream ends (the headers-sent rule of gateway/s3/respond.ts).
     const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
