@@ -127,7 +127,12 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
   };
 }
 
-const listParser = new XMLParser({ ignoreAttributes: true, parseTagValue: false, isArray: (name) => name === 'Contents' });
+/**
+ * Keys and ETags as the store wrote them: untrimmed (a key may end in a space), with character
+ * references decoded (MinIO writes an ETag's quotes as &#34;, and a key's control characters as
+ * numeric references, as Go's encoding/xml does).
+ */
+const listParser = new XMLParser({ ignoreAttributes: true, parseTagValue: false, trimValues: false, processEntities: true, htmlEntities: true, isArray: (name) => name === 'Contents' });
 
 export function s3CapacityStore(backend: S3Backend): CapacityStore {
   const path = (bucket: string, key?: string): string => (key === undefined ? `/${bucket}` : `/${bucket}/${escapeUriPath(key)}`);
@@ -158,7 +163,7 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       const parsed = listParser.parse(text) as { ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string } };
       const result = parsed.ListBucketResult ?? {};
       return {
-        objects: (result.Contents ?? []).map((c) => ({ key: String(c.Key ?? ''), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '').replace(/&quot;/g, '"')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
+        objects: (result.Contents ?? []).map((c) => ({ key: String(c.Key ?? ''), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
         truncated: result.IsTruncated === 'true',
       };
     },
