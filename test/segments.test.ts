@@ -357,6 +357,55 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
       }
     });
   });
+
+  it('counts the segments in the store it does not know, and keeps them within --max-segment-bytes, the oldest going first', async () => {
+    const bucket = uniqueBucket('segstore');
+    const segmentBucket = uniqueBucket('segs');
+    const one = 6 * L * S; // one prefix's segment
+    // Gateway A packs two prefixes; gateway B, in front of the same store and segment bucket,
+    // knows neither until its sweep.
+    const a = await startTestGateway({ backend, minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-bucket', segmentBucket] });
+    const clientA = testClient(a, bucket);
+    let b: TestGateway | undefined;
+    try {
+      await clientA.ensureBucket();
+      const older = await seedPrefix(clientA, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      const newer = await seedPrefix(clientA, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      await readTwice(clientA, older);
+      await until('the older prefix is packed', async () => (await segmentEvents(a.gateway.adminUrl, 'packed')) === 1);
+      await new Promise((r) => setTimeout(r, 1100)); // a later LastModified, to the second
+      await readTwice(clientA, newer);
+      await until('the newer prefix is packed', async () => (await segmentEvents(a.gateway.adminUrl, 'packed')) === 2);
+      b = await startTestGateway({ backend, minio, ...(a.dataDir ? { dataDir: a.dataDir } : {}), args: ['--segments', 'on', '--segment-bucket', segmentBucket, '--max-segment-bytes', String(one)] });
+      const segments = b.gateway.segments;
+      if (!segments) throw new Error('gateway B has no segments');
+      expect(segments.bytes(bucket)).toBe(0);
+      await segments.sweep();
+      // Both were found (2 x one, past the bound): the older one was deleted, the newer one counts.
+      expect(await segmentEvents(b.gateway.adminUrl, 'evicted')).toBe(1);
+      expect(segments.bytes(bucket)).toBe(one);
+      const s3 = sdkClient(b.url);
+      try {
+        const listed = await s3.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }));
+        const names = (listed.Contents ?? []).map((o) => o.Key as string);
+        expect(names.filter((n) => n.endsWith('.json'))).toHaveLength(1);
+        expect(names).toHaveLength(2);
+      } finally {
+        s3.destroy();
+      }
+      // A still knows the deleted segment: its read goes to the chunks, byte-exact, and drops it.
+      const dropped = await segmentEvents(a.gateway.adminUrl, 'dropped');
+      expectBytes(await clientA.fetch(descriptorOf(older, { mode: 'layerwise' })), reference(older));
+      expect(await segmentEvents(a.gateway.adminUrl, 'dropped')).toBe(dropped + 1);
+      const served = await segmentEvents(a.gateway.adminUrl, 'served');
+      expectBytes(await clientA.fetch(descriptorOf(newer, { mode: 'layerwise' })), reference(newer));
+      expect(await segmentEvents(a.gateway.adminUrl, 'served')).toBe(served + 1);
+    } finally {
+      await b?.close();
+      await clientA.close();
+      await a.close();
+    }
+  });
 });
 
 /** The environment and store arguments of an `objectcache serve` process on `backend` (the local store in `dataDir`). */

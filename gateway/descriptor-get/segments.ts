@@ -49,6 +49,11 @@ const SWEEP_AGE_MS = 60 * 60 * 1000;
 /** Sweeps of the segment bucket: the first a minute after start, then this often. */
 const SWEEP_EVERY_MS = 60 * 60 * 1000;
 const FIRST_SWEEP_MS = 60 * 1000;
+/**
+ * Segments in the store that this gateway does not know, as a sweep found them, kept for eviction
+ * (the oldest first); their bytes count whatever their number.
+ */
+const MAX_UNKNOWN_KEPT = 10_000;
 /** How often a pack waiting for the store looks at what it has taken. */
 const ROOM_POLL_MS = 50;
 /** A run found to have no segment in the store is not looked for again for this long (discover). */
@@ -142,6 +147,18 @@ export interface Found {
 
 export interface SegmentObserver {
   event(event: 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted' | 'swept'): void;
+}
+
+/** A segment in the store that this gateway does not know (a sweep's listing): enough to count and delete it. */
+interface Unknown {
+  readonly run: string;
+  /** Its chunks' bucket. */
+  readonly bucket: string;
+  readonly manifestEtag: string;
+  /** When its manifest was written (ms since the epoch): the oldest go first. */
+  readonly packedAt: number;
+  readonly data: readonly string[];
+  readonly bytes: number;
 }
 
 /** A run's segment looked for in the store: `written` once a chunk of it is written meanwhile. */
@@ -319,6 +336,9 @@ export class Segments {
   /** Bytes of the known segments by their chunks' bucket (capacity asks on every trimming pass). */
   readonly #bucketBytes = new Map<string, number>();
   #slices = 0;
+  /** Segments the last sweep found in the store that this gateway does not know (the oldest MAX_UNKNOWN_KEPT), and all their bytes by chunks' bucket. */
+  #unknown = new Map<string, Unknown>();
+  #unknownBytes = new Map<string, number>();
 
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<number> | undefined;
@@ -343,8 +363,12 @@ export class Segments {
    * Deletes the data objects of the segment bucket that no manifest names and that are older
    * than `olderThanMs`: what a crash between a pack's two writes, or a delete that failed, leaves.
    * Lists the bucket (one page per 1,000 objects, holding one run's objects at a time) and GETs
-   * the manifest of each run that has more than one data object; never deletes a manifest or a
-   * data object a manifest names. Resolves to the data objects deleted. One sweep at a time.
+   * the manifest of each run that has more than one data object; never deletes a data object a
+   * manifest names. It also takes stock of the segments this gateway does not know (another
+   * gateway's, or this one's before a restart): they count against their bucket's budget from
+   * then on (`bytes`) and can be evicted for it (`evict`); and while all the segments in the
+   * store pass `--max-segment-bytes`, the oldest of them are deleted. Resolves to the data
+   * objects deleted as unnamed. One sweep at a time.
    */
   sweep(olderThanMs = SWEEP_AGE_MS): Promise<number> {
     this.#sweeping ??= this.#sweep(olderThanMs).finally(() => (this.#sweeping = undefined));
@@ -358,26 +382,42 @@ export class Segments {
     let deleted = 0;
     // Keys come in order: a run's manifest (<chunks' bucket>/<run>.json) just before its data
     // objects (<chunks' bucket>/<run>/<pack id>), so one run is looked at at a time.
-    let group: { run: string; manifest: boolean; data: ListedObject[] } | undefined;
+    let group: { run: string; manifest: ListedObject | undefined; data: ListedObject[] } | undefined;
+    let unknown: Unknown[] = [];
+    const unknownBytes = new Map<string, number>();
     const settle = async (): Promise<void> => {
       if (!group || group.data.length === 0) return;
-      const { run, manifest, data } = group;
-      // The usual case, a manifest and one data object: that one is the manifest's (a manifest
-      // naming another would fail its first read, be dropped, and leave this one to a later sweep).
-      if (manifest && data.length === 1) return;
-      let live: string | undefined;
-      if (manifest) {
-        const found = await store.get(bucket, `${run}.json`);
-        live = found ? parseManifest(found.body)?.manifest.data : undefined;
-        // A manifest that cannot be read is left to the reads that find it (they drop it), and its data with it.
-        if (found && live === undefined) return;
+      const { run, manifest } = group;
+      let data = group.data;
+      // More than one data object (the usual case is a manifest and its one data object): those
+      // the manifest does not name go once they are old enough.
+      if (!manifest || data.length > 1) {
+        let live: string | undefined;
+        if (manifest) {
+          const found = await store.get(bucket, manifest.key);
+          live = found ? parseManifest(found.body)?.manifest.data : undefined;
+          // A manifest that cannot be read is left to the reads that find it (they drop it), and its data with it.
+          if (found && live === undefined) return;
+        }
+        const kept: ListedObject[] = [];
+        for (const object of data) {
+          if (object.key === live || object.lastModified > cutoff) {
+            kept.push(object);
+            continue;
+          }
+          await store.delete(bucket, object.key);
+          deleted++;
+          this.#o.observer?.event('swept');
+        }
+        // What the segment is: the data object its manifest names (not a newer pack's, not yet named).
+        data = live === undefined ? kept : kept.filter((object) => object.key === live);
       }
-      for (const object of data) {
-        if (object.key === live || object.lastModified > cutoff) continue;
-        await store.delete(bucket, object.key);
-        deleted++;
-        this.#o.observer?.event('swept');
-      }
+      const [chunksBucket, name] = run.split('/') as [string, string];
+      if (!manifest || data.length === 0 || this.#segments.has(name)) return;
+      const bytes = data.reduce((sum, object) => sum + object.size, 0);
+      unknownBytes.set(chunksBucket, (unknownBytes.get(chunksBucket) ?? 0) + bytes);
+      unknown.push({ run: name, bucket: chunksBucket, manifestEtag: manifest.etag, packedAt: manifest.lastModified, data: data.map((object) => object.key), bytes });
+      if (unknown.length >= 2 * MAX_UNKNOWN_KEPT) unknown = oldest(unknown);
     };
     for (let after: string | undefined; ; ) {
       const page = await store.list(bucket, '', after);
@@ -388,9 +428,9 @@ export class Segments {
         const run = isManifest ? object.key.slice(0, -'.json'.length) : `${parts[0]}/${parts[1]}`;
         if (group?.run !== run) {
           await settle();
-          group = { run, manifest: false, data: [] };
+          group = { run, manifest: undefined, data: [] };
         }
-        if (isManifest) group.manifest = true;
+        if (isManifest) group.manifest = object;
         else group.data.push(object);
       }
       if (!page.truncated || page.objects.length === 0) break;
@@ -398,7 +438,54 @@ export class Segments {
     }
     await settle();
     if (deleted > 0) this.#o.logger.info({ bucket, deleted }, 'segments: swept data objects no manifest names');
+    // Segments learnt during the sweep are not unknown any more.
+    unknown = oldest(unknown);
+    this.#unknown = new Map(unknown.map((u) => [u.run, u]));
+    this.#unknownBytes = unknownBytes;
+    for (const u of unknown) if (this.#segments.has(u.run)) this.#unknownGone(u);
+    // All the segments in the store within --max-segment-bytes: the oldest unknown ones go (those
+    // known here are held within it by #learn).
+    let evicted = 0;
+    for (const u of [...this.#unknown.values()]) {
+      if (this.#bytes + this.#totalUnknownBytes() <= this.#o.config.maxBytes) break;
+      if (await this.#deleteUnknown(u)) evicted++;
+    }
+    if (evicted > 0) this.#o.logger.info({ bucket, evicted }, 'segments: the segments in the store passed --max-segment-bytes; deleted the oldest this gateway did not know');
     return deleted;
+  }
+
+  #totalUnknownBytes(): number {
+    let total = 0;
+    for (const bytes of this.#unknownBytes.values()) total += bytes;
+    return total;
+  }
+
+  /** Forgets an unknown segment's bytes (it was deleted, or learnt). */
+  #unknownGone(u: Unknown): void {
+    if (!this.#unknown.delete(u.run)) return;
+    const left = (this.#unknownBytes.get(u.bucket) ?? 0) - u.bytes;
+    if (left > 0) this.#unknownBytes.set(u.bucket, left);
+    else this.#unknownBytes.delete(u.bucket);
+  }
+
+  /**
+   * Deletes a segment this gateway does not know: its manifest only while it is the one listed
+   * (not a newer pack of the run), then its data objects. A gateway reading it meanwhile reads
+   * those layers from the chunks (read-ahead.ts) and drops it. Resolves to whether it was deleted.
+   */
+  async #deleteUnknown(u: Unknown): Promise<boolean> {
+    this.#unknownGone(u);
+    const bucket = this.#o.config.bucket;
+    try {
+      const outcome = await this.#o.store.deleteVersion(bucket, manifestKey(u.bucket, u.run), u.manifestEtag);
+      if (outcome === 'changed') return false;
+      for (const key of u.data) await this.#o.store.delete(bucket, key);
+      this.#o.observer?.event('evicted');
+      return true;
+    } catch (error) {
+      this.#o.logger.warn({ run: u.run, error }, 'segments: could not delete a segment this gateway did not know');
+      return false;
+    }
   }
 
   /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
@@ -416,9 +503,17 @@ export class Segments {
     return this.#segments.size;
   }
 
-  /** Bytes of the known segments of chunks in `bucket` (all buckets when absent). */
-  bytes(bucket?: string): number {
-    return bucket === undefined ? this.#bytes : (this.#bucketBytes.get(bucket) ?? 0);
+  /** Bytes of the segments this gateway knows, all buckets together (the objectcache_segment_bytes gauge). */
+  get knownBytes(): number {
+    return this.#bytes;
+  }
+
+  /**
+   * Bytes of the segments of chunks in `bucket` (capacity's DerivedData): those this gateway
+   * knows, and those the last sweep found in the store that it does not.
+   */
+  bytes(bucket: string): number {
+    return (this.#bucketBytes.get(bucket) ?? 0) + (this.#unknownBytes.get(bucket) ?? 0);
   }
 
   /**
@@ -553,6 +648,11 @@ export class Segments {
       } catch (error) {
         this.#o.logger.warn({ run: victim.run, error }, 'segments: could not delete a segment evicted for the budget');
       }
+    }
+    // Then those this gateway does not know (counted by the last sweep), the oldest first.
+    for (const u of [...this.#unknown.values()].filter((u) => u.bucket === bucket)) {
+      if (freed >= bytes) break;
+      if (await this.#deleteUnknown(u)) freed += u.bytes;
     }
     return freed;
   }
@@ -705,6 +805,8 @@ export class Segments {
 
   #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string): void {
     this.#forget(run);
+    const unknown = this.#unknown.get(run);
+    if (unknown) this.#unknownGone(unknown);
     // In 4-byte units: a CRC32C per slice, an encoded slice's length, and the chunks' keys (held
     // twice: the manifest's, and the index by key) and ETags, so long keys count too.
     const keyBytes = manifest.keys.reduce((n, key, i) => n + 2 * key.length + (manifest.etags[i] as string).length, 0);
@@ -760,6 +862,11 @@ export class Segments {
     clearTimeout(this.#sweepTimer);
     for (const pack of this.#packs.values()) pack.abandon('the gateway is closing');
   }
+}
+
+/** The oldest MAX_UNKNOWN_KEPT, oldest first. */
+function oldest(unknown: Unknown[]): Unknown[] {
+  return unknown.sort((a, b) => a.packedAt - b.packedAt).slice(0, MAX_UNKNOWN_KEPT);
 }
 
 function add(map: Map<string, Set<string>>, key: string, run: string): void {
