@@ -26,7 +26,8 @@
  * Every level's fresh gateway then finds the segment in the store at its warming GET, so the
  * warming GET and the C GETs are all served from it, and the peak memory is the segment reads' own;
  * `--direct` adds a row per level of C readers each GETting the whole chunk objects straight from
- * MinIO (8 in flight each): the whole-object cost the store's CPU and the GB/s are held against.
+ * MinIO (8 in flight each), and one of readers doing the same with the gateway's socket range
+ * reader (read in place): the whole-object cost the store's CPU and the GB/s are held against.
  * `--rounds R` (default 1) measures the last of R rounds of each level's C GETs (and of the direct
  * readers'): the earlier ones fault in the buffers a burst of C requests needs, which a gateway
  * pays once (docs/segments.md, Measured); the memory peak spans every round.
@@ -43,6 +44,7 @@ import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, getWholeObjects, inParallel } from './direct-s3.js';
+import { SocketRangeClient } from '../storage-worker/socket-range-get.js';
 import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 import { cpuMeter, formatCpu, memoryWatch, processUsage } from './process-usage.js';
@@ -92,7 +94,7 @@ async function main(): Promise<void> {
     // What a 1.75 GiB PUT leaves MinIO doing (its scanner, its caches) is not the measurement's.
     if (packing) await settled(minio.process.pid as number);
     for (const C of levels) {
-      if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S, rounds));
+      if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S, rounds, false), await wholeObjects(minio, keys, C, L * S, rounds, true));
     for (const build of builds) {
       // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
       // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
@@ -225,10 +227,24 @@ async function segmentPacked(adminUrl: string, payload: number): Promise<void> {
   }
 }
 
-/** C readers, each GETting every chunk object whole straight from MinIO (8 in flight each). */
-async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys: readonly string[], C: number, chunkBytes: number, rounds: number): Promise<Record<string, unknown>> {
+/**
+ * C readers, each GETting every chunk object whole straight from MinIO (8 in flight each): undici
+ * streams copied into the target, or (`inPlace`) the gateway's own socket range reader
+ * (storage-worker/socket-range-get.ts), whose kernel reads land in the target, as fast a reader
+ * as the gateway's. MinIO's CPU per GiB depends on its reader's pace (docs/segments.md, Measured),
+ * so the store's cost is held against both.
+ */
+async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys: readonly string[], C: number, chunkBytes: number, rounds: number, inPlace: boolean): Promise<Record<string, unknown>> {
   const readers = Array.from({ length: C }, () => directS3(minio, 8));
+  const sockets = inPlace ? Array.from({ length: C }, () => new SocketRangeClient({ endpoint: new URL(minio.endpoint), connections: 8, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', timeoutMs: 30_000 })) : [];
   const target = new Uint8Array(keys.length * chunkBytes);
+  const signal = new AbortController().signal;
+  const readInPlace = (socket: SocketRangeClient): Promise<unknown> =>
+    inParallel(keys.length, 8, async (c) => {
+      const answer = await socket.send({ method: 'GET', path: `/${BUCKET}/${keys[c]}` }, { onHead: (status) => (status === 200 ? [target.subarray(c * chunkBytes, (c + 1) * chunkBytes)] : { collect: 4096 }) }, signal);
+      if (answer.status !== 200) throw new Error(`GET ${keys[c]} answered ${answer.status}`);
+    });
+  const build = inPlace ? 'minio direct, whole objects, read in place' : 'minio direct, whole objects';
   try {
     // As for the gateway's rows: the last of `rounds` rounds is measured (the target and the
     // readers' connections warm).
@@ -237,17 +253,18 @@ async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys:
     for (let round = 0; round < rounds; round++) {
       meter = cpuMeter({ minio: minio.process.pid as number });
       started = performance.now();
-      await Promise.all(readers.map((reader) => getWholeObjects(reader, BUCKET, keys, target, chunkBytes, 8)));
+      await Promise.all(inPlace ? sockets.map(readInPlace) : readers.map((reader) => getWholeObjects(reader, BUCKET, keys, target, chunkBytes, 8)));
     }
     const seconds = (performance.now() - started) / 1000;
     const bytes = C * keys.length * chunkBytes;
     const cpuSecondsPerGiB = meter(bytes);
-    const row = { build: 'minio direct, whole objects', reads: 'whole-object', concurrency: C, gbPerSec: bytes / seconds / 1e9, seconds, backendReadsPerGet: keys.length, cpuSecondsPerGiB };
-    console.log(`[minio direct, whole objects] C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; ${keys.length} GETs per reader`);
+    const row = { build, reads: 'whole-object', concurrency: C, gbPerSec: bytes / seconds / 1e9, seconds, backendReadsPerGet: keys.length, cpuSecondsPerGiB };
+    console.log(`[${build}] C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; ${keys.length} GETs per reader`);
     console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
     return row;
   } finally {
     await Promise.all(readers.map((reader) => reader.pool.close()));
+    await Promise.all(sockets.map((socket) => socket.close()));
   }
 }
 
