@@ -282,6 +282,11 @@ export class ReadAhead implements UnitSource {
       this.#o.segmentFailed?.(fromWorkerFailure(answer));
     }
     const { segment: _, ...fromChunks } = task;
+    try {
+      await this.#o.pool.room(this.#cancel.signal);
+    } catch {
+      return answer; // cancelled meanwhile: the failure stands (the stream is over anyway)
+    }
     const id = this.#o.pool.taskId();
     this.#unfinished.set(t, id);
     return this.#o.pool.run({ ...fromChunks, id }, bytes);
