@@ -279,7 +279,11 @@ export class ReadAhead implements UnitSource {
     if (answer.ok || this.#cancel.signal.aborted || answer.key !== segment.key || !SEGMENT_BROKEN.has(answer.code)) return answer;
     if (!this.#segmentBroken) {
       this.#segmentBroken = true;
-      this.#o.segmentFailed?.(fromWorkerFailure(answer));
+      try {
+        this.#o.segmentFailed?.(fromWorkerFailure(answer));
+      } catch {
+        // A task's result never rejects: what the caller does with the news is its own affair.
+      }
     }
     const { segment: _, ...fromChunks } = task;
     try {
@@ -287,6 +291,7 @@ export class ReadAhead implements UnitSource {
     } catch {
       return answer; // cancelled meanwhile: the failure stands (the stream is over anyway)
     }
+    if (this.#cancel.signal.aborted) return answer;
     const id = this.#o.pool.taskId();
     this.#unfinished.set(t, id);
     return this.#o.pool.run({ ...fromChunks, id }, bytes);

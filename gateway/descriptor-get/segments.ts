@@ -384,7 +384,8 @@ export class Segments {
     // objects (<chunks' bucket>/<run>/<pack id>), so one run is looked at at a time.
     let group: { run: string; manifest: ListedObject | undefined; data: ListedObject[] } | undefined;
     let unknown: Unknown[] = [];
-    const unknownBytes = new Map<string, number>();
+    /** Bytes of the unknown segments past the oldest MAX_UNKNOWN_KEPT, by chunks' bucket. */
+    const unkept = new Map<string, number>();
     const settle = async (): Promise<void> => {
       if (!group || group.data.length === 0) return;
       const { run, manifest } = group;
@@ -393,11 +394,14 @@ export class Segments {
       // the manifest does not name go once they are old enough.
       if (!manifest || data.length > 1) {
         let live: string | undefined;
+        let named = true;
         if (manifest) {
           const found = await store.get(bucket, manifest.key);
           live = found ? parseManifest(found.body)?.manifest.data : undefined;
           // A manifest that cannot be read is left to the reads that find it (they drop it), and its data with it.
           if (found && live === undefined) return;
+          // Gone since it was listed: its data objects are swept as unnamed once old enough, and nothing is counted.
+          named = found !== undefined;
         }
         const kept: ListedObject[] = [];
         for (const object of data) {
@@ -410,14 +414,13 @@ export class Segments {
           this.#o.observer?.event('swept');
         }
         // What the segment is: the data object its manifest names (not a newer pack's, not yet named).
-        data = live === undefined ? kept : kept.filter((object) => object.key === live);
+        data = named ? kept.filter((object) => object.key === live) : [];
       }
       const [chunksBucket, name] = run.split('/') as [string, string];
       if (!manifest || data.length === 0 || this.#segments.has(name)) return;
       const bytes = data.reduce((sum, object) => sum + object.size, 0);
-      unknownBytes.set(chunksBucket, (unknownBytes.get(chunksBucket) ?? 0) + bytes);
       unknown.push({ run: name, bucket: chunksBucket, manifestEtag: manifest.etag, packedAt: manifest.lastModified, data: data.map((object) => object.key), bytes });
-      if (unknown.length >= 2 * MAX_UNKNOWN_KEPT) unknown = oldest(unknown);
+      if (unknown.length >= 2 * MAX_UNKNOWN_KEPT) unknown = keepOldest(unknown, unkept);
     };
     for (let after: string | undefined; ; ) {
       const page = await store.list(bucket, '', after);
@@ -438,16 +441,17 @@ export class Segments {
     }
     await settle();
     if (deleted > 0) this.#o.logger.info({ bucket, deleted }, 'segments: swept data objects no manifest names');
-    // Segments learnt during the sweep are not unknown any more.
-    unknown = oldest(unknown);
+    unknown = keepOldest(unknown, unkept);
     this.#unknown = new Map(unknown.map((u) => [u.run, u]));
-    this.#unknownBytes = unknownBytes;
+    this.#unknownBytes = new Map(unkept);
+    for (const u of unknown) this.#unknownBytes.set(u.bucket, (this.#unknownBytes.get(u.bucket) ?? 0) + u.bytes);
+    // Segments learnt during the sweep are not unknown any more.
     for (const u of unknown) if (this.#segments.has(u.run)) this.#unknownGone(u);
     // All the segments in the store within --max-segment-bytes: the oldest unknown ones go (those
     // known here are held within it by #learn).
     let evicted = 0;
     for (const u of [...this.#unknown.values()]) {
-      if (this.#bytes + this.#totalUnknownBytes() <= this.#o.config.maxBytes) break;
+      if (this.#closed || this.#bytes + this.#totalUnknownBytes() <= this.#o.config.maxBytes) break;
       if (await this.#deleteUnknown(u)) evicted++;
     }
     if (evicted > 0) this.#o.logger.info({ bucket, evicted }, 'segments: the segments in the store passed --max-segment-bytes; deleted the oldest this gateway did not know');
@@ -474,11 +478,15 @@ export class Segments {
    * those layers from the chunks (read-ahead.ts) and drops it. Resolves to whether it was deleted.
    */
   async #deleteUnknown(u: Unknown): Promise<boolean> {
+    // Once only, and never once learnt (#learn forgets it) or taken stock of afresh.
+    if (this.#unknown.get(u.run) !== u) return false;
     this.#unknownGone(u);
     const bucket = this.#o.config.bucket;
     try {
       const outcome = await this.#o.store.deleteVersion(bucket, manifestKey(u.bucket, u.run), u.manifestEtag);
-      if (outcome === 'changed') return false;
+      // Changed: a newer pack of the run. Gone: deleted meanwhile; the data objects listed may be a
+      // newer pack's, not yet named, and are left to the sweep's age rule.
+      if (outcome !== 'deleted') return false;
       for (const key of u.data) await this.#o.store.delete(bucket, key);
       this.#o.observer?.event('evicted');
       return true;
@@ -613,8 +621,12 @@ export class Segments {
     this.#o.observer?.event('served');
   }
 
-  /** Forgets a segment and deletes it (its manifest first: from then on nobody uses it). */
-  drop(run: string, why: string): void {
+  /**
+   * Forgets a segment and deletes it (its manifest first: from then on nobody uses it); with
+   * `data`, only while the run's segment is still that data object (not a newer pack of the run).
+   */
+  drop(run: string, why: string, data?: string): void {
+    if (data !== undefined && this.#segments.get(run)?.manifest.data !== data) return;
     const segment = this.#forget(run);
     if (!segment) return;
     this.#o.observer?.event('dropped');
@@ -651,7 +663,7 @@ export class Segments {
     }
     // Then those this gateway does not know (counted by the last sweep), the oldest first.
     for (const u of [...this.#unknown.values()].filter((u) => u.bucket === bucket)) {
-      if (freed >= bytes) break;
+      if (freed >= bytes || this.#closed) break;
       if (await this.#deleteUnknown(u)) freed += u.bytes;
     }
     return freed;
@@ -864,9 +876,11 @@ export class Segments {
   }
 }
 
-/** The oldest MAX_UNKNOWN_KEPT, oldest first. */
-function oldest(unknown: Unknown[]): Unknown[] {
-  return unknown.sort((a, b) => a.packedAt - b.packedAt).slice(0, MAX_UNKNOWN_KEPT);
+/** The oldest MAX_UNKNOWN_KEPT, oldest first; the bytes of the others are added to `unkept`, by chunks' bucket. */
+function keepOldest(unknown: Unknown[], unkept: Map<string, number>): Unknown[] {
+  unknown.sort((a, b) => a.packedAt - b.packedAt);
+  for (const u of unknown.slice(MAX_UNKNOWN_KEPT)) unkept.set(u.bucket, (unkept.get(u.bucket) ?? 0) + u.bytes);
+  return unknown.slice(0, MAX_UNKNOWN_KEPT);
 }
 
 function add(map: Map<string, Set<string>>, key: string, run: string): void {

@@ -187,7 +187,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       // Read from the chunks instead, at the segment's versions: the stream goes on.
       segmentFailed: found ? (error) => {
         ctx.logger.info({ error }, 'a packed segment could not be read; its layers are read from the chunks');
-        deps.segments?.drop(found.run, `a read of it failed: ${error.message}`);
+        deps.segments?.drop(found.run, `a read of it failed: ${error.message}`, found.source.key);
       } : undefined,
     });
   }
