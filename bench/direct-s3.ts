@@ -4,6 +4,7 @@
  */
 import type { Dispatcher, Pool } from 'undici';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
+import { SocketRangeClient } from '../storage-worker/socket-range-get.js';
 
 export interface DirectS3 {
   readonly endpoint: URL;
@@ -69,4 +70,19 @@ export async function inParallel<T>(count: number, limit: number, job: (i: numbe
 /** GETs every chunk object whole into `target` (chunk c at c x chunkBytes), `limit` in flight: the S3-CW baseline. */
 export async function getWholeObjects(d: DirectS3, bucket: string, keys: readonly string[], target: Uint8Array, chunkBytes: number, limit: number): Promise<void> {
   await inParallel(keys.length, limit, async (c) => directGetInto(d, `/${bucket}/${keys[c]}`, target, c * chunkBytes));
+}
+
+/** A direct reader as fast as the gateway's: its socket range reader (storage-worker/socket-range-get.ts), the kernel writing each body into the target. */
+export function inPlaceReader(minio: { endpoint: string; accessKey: string; secretKey: string }, connections: number): SocketRangeClient {
+  return new SocketRangeClient({ endpoint: new URL(minio.endpoint), connections, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', timeoutMs: 30_000 });
+}
+
+/** getWholeObjects through an inPlaceReader. */
+export async function getWholeObjectsInPlace(reader: SocketRangeClient, bucket: string, keys: readonly string[], target: Uint8Array, chunkBytes: number, limit: number): Promise<void> {
+  const signal = new AbortController().signal;
+  await inParallel(keys.length, limit, async (c) => {
+    const place = target.subarray(c * chunkBytes, (c + 1) * chunkBytes);
+    const answer = await reader.send({ method: 'GET', path: `/${bucket}/${keys[c]}` }, { onHead: (status) => (status === 200 ? [place] : { collect: 4096 }) }, signal);
+    if (answer.status !== 200) throw new Error(`GET /${bucket}/${keys[c]} answered ${answer.status}`);
+  });
 }

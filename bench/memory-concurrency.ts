@@ -43,8 +43,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
-import { directPut, directS3, getWholeObjects, inParallel } from './direct-s3.js';
-import { SocketRangeClient } from '../storage-worker/socket-range-get.js';
+import { directPut, directS3, getWholeObjects, getWholeObjectsInPlace, inParallel, inPlaceReader } from './direct-s3.js';
 import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 import { cpuMeter, formatCpu, memoryWatch, processUsage } from './process-usage.js';
@@ -235,15 +234,15 @@ async function segmentPacked(adminUrl: string, payload: number): Promise<void> {
  * so the store's cost is held against both.
  */
 async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys: readonly string[], C: number, chunkBytes: number, rounds: number, inPlace: boolean): Promise<Record<string, unknown>> {
-  const readers = Array.from({ length: C }, () => directS3(minio, 8));
-  const sockets = inPlace ? Array.from({ length: C }, () => new SocketRangeClient({ endpoint: new URL(minio.endpoint), connections: 8, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', timeoutMs: 30_000 })) : [];
   const target = new Uint8Array(keys.length * chunkBytes);
-  const signal = new AbortController().signal;
-  const readInPlace = (socket: SocketRangeClient): Promise<unknown> =>
-    inParallel(keys.length, 8, async (c) => {
-      const answer = await socket.send({ method: 'GET', path: `/${BUCKET}/${keys[c]}` }, { onHead: (status) => (status === 200 ? [target.subarray(c * chunkBytes, (c + 1) * chunkBytes)] : { collect: 4096 }) }, signal);
-      if (answer.status !== 200) throw new Error(`GET ${keys[c]} answered ${answer.status}`);
-    });
+  const readers = Array.from({ length: C }, () => {
+    if (inPlace) {
+      const reader = inPlaceReader(minio, 8);
+      return { read: () => getWholeObjectsInPlace(reader, BUCKET, keys, target, chunkBytes, 8), close: () => reader.close() };
+    }
+    const reader = directS3(minio, 8);
+    return { read: () => getWholeObjects(reader, BUCKET, keys, target, chunkBytes, 8), close: () => reader.pool.close() };
+  });
   const build = inPlace ? 'minio direct, whole objects, read in place' : 'minio direct, whole objects';
   try {
     // As for the gateway's rows: the last of `rounds` rounds is measured (the target and the
@@ -253,7 +252,7 @@ async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys:
     for (let round = 0; round < rounds; round++) {
       meter = cpuMeter({ minio: minio.process.pid as number });
       started = performance.now();
-      await Promise.all(inPlace ? sockets.map(readInPlace) : readers.map((reader) => getWholeObjects(reader, BUCKET, keys, target, chunkBytes, 8)));
+      await Promise.all(readers.map((reader) => reader.read()));
     }
     const seconds = (performance.now() - started) / 1000;
     const bytes = C * keys.length * chunkBytes;
@@ -263,8 +262,7 @@ async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys:
     console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
     return row;
   } finally {
-    await Promise.all(readers.map((reader) => reader.pool.close()));
-    await Promise.all(sockets.map((socket) => socket.close()));
+    await Promise.all(readers.map((reader) => reader.close()));
   }
 }
 

@@ -336,9 +336,10 @@ export class Segments {
   /** Bytes of the known segments by their chunks' bucket (capacity asks on every trimming pass). */
   readonly #bucketBytes = new Map<string, number>();
   #slices = 0;
-  /** Segments the last sweep found in the store that this gateway does not know (the oldest MAX_UNKNOWN_KEPT), and all their bytes by chunks' bucket. */
+  /** Segments the last sweep found in the store that this gateway does not know (the oldest MAX_UNKNOWN_KEPT, oldest first); deleted or learnt ones leave it. */
   #unknown = new Map<string, Unknown>();
-  #unknownBytes = new Map<string, number>();
+  /** Bytes of the unknown segments the last sweep found past the MAX_UNKNOWN_KEPT it kept, by chunks' bucket (approximate until the next). */
+  #unkeptBytes = new Map<string, number>();
 
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<number> | undefined;
@@ -442,34 +443,29 @@ export class Segments {
     await settle();
     if (deleted > 0) this.#o.logger.info({ bucket, deleted }, 'segments: swept data objects no manifest names');
     unknown = keepOldest(unknown, unkept);
-    this.#unknown = new Map(unknown.map((u) => [u.run, u]));
-    this.#unknownBytes = new Map(unkept);
-    for (const u of unknown) this.#unknownBytes.set(u.bucket, (this.#unknownBytes.get(u.bucket) ?? 0) + u.bytes);
     // Segments learnt during the sweep are not unknown any more.
-    for (const u of unknown) if (this.#segments.has(u.run)) this.#unknownGone(u);
+    this.#unknown = new Map(unknown.filter((u) => !this.#segments.has(u.run)).map((u) => [u.run, u]));
+    this.#unkeptBytes = unkept;
     // All the segments in the store within --max-segment-bytes: the oldest unknown ones go (those
     // known here are held within it by #learn).
+    let over = this.#bytes + this.#unknownBytes() - this.#o.config.maxBytes;
     let evicted = 0;
     for (const u of [...this.#unknown.values()]) {
-      if (this.#closed || this.#bytes + this.#totalUnknownBytes() <= this.#o.config.maxBytes) break;
-      if (await this.#deleteUnknown(u)) evicted++;
+      if (this.#closed || over <= 0) break;
+      if (!(await this.#deleteUnknown(u))) continue;
+      evicted++;
+      over -= u.bytes;
     }
     if (evicted > 0) this.#o.logger.info({ bucket, evicted }, 'segments: the segments in the store passed --max-segment-bytes; deleted the oldest this gateway did not know');
     return deleted;
   }
 
-  #totalUnknownBytes(): number {
+  /** Bytes of the segments in the store this gateway does not know, of chunks in `bucket` (all buckets when absent). */
+  #unknownBytes(bucket?: string): number {
     let total = 0;
-    for (const bytes of this.#unknownBytes.values()) total += bytes;
+    for (const [b, bytes] of this.#unkeptBytes) if (bucket === undefined || b === bucket) total += bytes;
+    for (const u of this.#unknown.values()) if (bucket === undefined || u.bucket === bucket) total += u.bytes;
     return total;
-  }
-
-  /** Forgets an unknown segment's bytes (it was deleted, or learnt). */
-  #unknownGone(u: Unknown): void {
-    if (!this.#unknown.delete(u.run)) return;
-    const left = (this.#unknownBytes.get(u.bucket) ?? 0) - u.bytes;
-    if (left > 0) this.#unknownBytes.set(u.bucket, left);
-    else this.#unknownBytes.delete(u.bucket);
   }
 
   /**
@@ -480,7 +476,7 @@ export class Segments {
   async #deleteUnknown(u: Unknown): Promise<boolean> {
     // Once only, and never once learnt (#learn forgets it) or taken stock of afresh.
     if (this.#unknown.get(u.run) !== u) return false;
-    this.#unknownGone(u);
+    this.#unknown.delete(u.run);
     const bucket = this.#o.config.bucket;
     try {
       const outcome = await this.#o.store.deleteVersion(bucket, manifestKey(u.bucket, u.run), u.manifestEtag);
@@ -521,7 +517,7 @@ export class Segments {
    * knows, and those the last sweep found in the store that it does not.
    */
   bytes(bucket: string): number {
-    return (this.#bucketBytes.get(bucket) ?? 0) + (this.#unknownBytes.get(bucket) ?? 0);
+    return (this.#bucketBytes.get(bucket) ?? 0) + this.#unknownBytes(bucket);
   }
 
   /**
@@ -817,8 +813,7 @@ export class Segments {
 
   #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string): void {
     this.#forget(run);
-    const unknown = this.#unknown.get(run);
-    if (unknown) this.#unknownGone(unknown);
+    this.#unknown.delete(run);
     // In 4-byte units: a CRC32C per slice, an encoded slice's length, and the chunks' keys (held
     // twice: the manifest's, and the index by key) and ETags, so long keys count too.
     const keyBytes = manifest.keys.reduce((n, key, i) => n + 2 * key.length + (manifest.etags[i] as string).length, 0);
