@@ -20,10 +20,10 @@
  * First and repeated reads of a prefix (packed segments, docs/segments.md): by default the C GETs
  * are of a prefix read once before (the warming GET), as the gateway's settings have them.
  * `--repeated` packs it first: the gateways run with --segments on --segment-after-reads 1
- * --segment-min-bytes 0; a gateway of its own packs the prefix with one GET (its time,
- * `packing.packingGetSeconds`, is what packing costs the read that packs; the same GET with
- * segments off is the warming GET of a `--compare-gateway-args="--segments off"` row) and stops.
- * Every level's fresh gateway then finds the segment in the store at its warming GET, so the
+ * --segment-min-bytes 0. What packing costs the read that packs is measured R times (`--rounds`),
+ * each a first read of the prefix with segments off, then one that packs it with
+ * --segment-pack-from chunks and one that packs it from its frames, each on a gateway of its own
+ * with MinIO settled before it (`packing.trials`). Every level's fresh gateway then finds the segment in the store at its warming GET, so the
  * warming GET and the C GETs are all served from it, and the peak memory is the segment reads' own;
  * `--direct` adds a row per level of C readers each GETting the whole chunk objects straight from
  * MinIO (8 in flight each), and one of readers doing the same with the gateway's socket range
@@ -89,9 +89,9 @@ async function main(): Promise<void> {
     // fresh gateway then finds that segment in the store at its first read of the prefix.
     // Touched before any read (as the warming GETs find it): a fresh target's page faults are the client's, not the gateway's.
     target.fill(0);
-    packing = repeated ? await packOnce(minio, builds[0]?.args ?? [], warmUp, descriptor, target, payload) : undefined;
-    // What a 1.75 GiB PUT leaves MinIO doing (its scanner, its caches) is not the measurement's.
-    if (packing) await settled(minio.process.pid as number);
+    packing = repeated ? await firstReads(minio, builds[0]?.args ?? [], warmUp, descriptor, target, payload, rounds) : undefined;
+    // What the seeding and a 1.75 GiB PUT leave MinIO doing (its scanner, its caches) is not the measurement's.
+    await settled(minio.process.pid as number);
     for (const C of levels) {
       if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S, rounds, false), await wholeObjects(minio, keys, C, L * S, rounds, true));
     for (const build of builds) {
@@ -169,35 +169,68 @@ async function main(): Promise<void> {
   console.log(`wrote bench/results/${file}`);
 }
 
+/** One first read of the prefix on a fresh gateway: its time and every process's CPU-seconds per GiB during it. */
+interface FirstRead {
+  readonly seconds: number;
+  readonly cpuSecondsPerGiB: Record<string, number>;
+}
+
+type PackingRead = FirstRead & { readonly packedAfterSeconds: number; readonly reread: boolean };
+
 interface Packing {
-  readonly packingGetSeconds: number;
-  readonly packedAfterSeconds: number;
-  /** The pack fell behind the read, and read the rest from the chunks after it. */
-  readonly reread: boolean;
-  readonly cpuSecondsPerGiBDuringGet: Record<string, number>;
+  /**
+   * Each trial, on fresh gateways: a first read with segments off, the read that packs with
+   * --segment-pack-from chunks, and the read that packs with the build's settings (frames).
+   */
+  readonly trials: readonly { readonly chunks: FirstRead; readonly packingFromChunks: PackingRead; readonly packing: PackingRead }[];
 }
 
 /**
- * The read that packs the prefix, on a gateway of its own (--segment-after-reads 1: its first GET
- * of the prefix, after a two-chunk warm-up): its time is what packing costs the read that packs.
+ * What packing costs the read that packs (docs/segments.md, Packing): `trials` times, a first
+ * read of the prefix with segments off, one that packs it (--segment-after-reads 1) with
+ * --segment-pack-from chunks, and one that packs it from its frames (the build's settings), each
+ * on a gateway of its own after a two-chunk warm-up, with MinIO settled before each (the
+ * seeding's and the last pack's writes are not the read's). Every pack but the last trial's
+ * frames pack goes to a segment bucket of its own, so each is a first; that last one's segment,
+ * in the default bucket, is the one the levels find.
  */
-async function packOnce(minio: Awaited<ReturnType<typeof startMinio>>, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number): Promise<Packing> {
+async function firstReads(minio: Awaited<ReturnType<typeof startMinio>>, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, trials: number): Promise<Packing> {
+  const out: Packing['trials'][number][] = [];
+  // MinIO's first read of the chunks since it started is slower (3.3-3.4 s, against 2.0-2.1 s for
+  // the next ones, in one run): it is not a trial's.
+  await firstRead(minio, [...args, '--segments', 'off'], warmUp, descriptor, target, payload, false);
+  for (let trial = 0; trial < trials; trial++) {
+    const bucket = trial === trials - 1 ? [] : ['--segment-bucket', `memory-bench-trial-${trial}`];
+    await settled(minio.process.pid as number);
+    const chunks = await firstRead(minio, [...args, '--segments', 'off'], warmUp, descriptor, target, payload, false);
+    await settled(minio.process.pid as number);
+    const packingFromChunks = await firstRead(minio, [...args, '--segment-pack-from', 'chunks', '--segment-bucket', `memory-bench-trial-chunks-${trial}`], warmUp, descriptor, target, payload, true);
+    await settled(minio.process.pid as number);
+    const packing = await firstRead(minio, [...args, ...bucket], warmUp, descriptor, target, payload, true);
+    const cores = cpus().length;
+    const stored = (read: PackingRead): string => `segment stored after ${read.packedAfterSeconds.toFixed(2)} s${read.reread ? ', the rest read from the chunks' : ''}`;
+    console.log(`first read ${trial + 1}/${trials}: from the chunks ${chunks.seconds.toFixed(2)} s, ${formatCpu(chunks.cpuSecondsPerGiB, cores)}`);
+    console.log(`      packing from the chunks after it ${packingFromChunks.seconds.toFixed(2)} s (${stored(packingFromChunks)}), ${formatCpu(packingFromChunks.cpuSecondsPerGiB, cores)}`);
+    console.log(`      packing from its frames ${packing.seconds.toFixed(2)} s (${stored(packing)}), ${formatCpu(packing.cpuSecondsPerGiB, cores)}`);
+    out.push({ chunks, packingFromChunks, packing });
+  }
+  return { trials: out };
+}
+
+async function firstRead(minio: Awaited<ReturnType<typeof startMinio>>, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, packs: boolean): Promise<PackingRead> {
   const gateway = await startGatewayProcess({ minio, args });
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
   try {
     await client.fetch(warmUp, { transport: 'post' });
-    const pids = { gateway: gateway.child.pid as number, minio: minio.process.pid as number };
-    const meter = cpuMeter(pids);
+    const meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
     const started = performance.now();
     await client.fetch(descriptor, { transport: 'post', target });
-    const packingGetSeconds = (performance.now() - started) / 1000;
-    const duringGet = meter(payload);
+    const seconds = (performance.now() - started) / 1000;
+    const cpuSecondsPerGiB = meter(payload);
+    if (!packs) return { seconds, cpuSecondsPerGiB, packedAfterSeconds: NaN, reread: false };
     await segmentPacked(gateway.adminUrl, payload);
     const packedAfterSeconds = (performance.now() - started) / 1000;
-    const rereads = await segmentEvents(gateway.adminUrl, 'reread');
-    console.log(`the read that packs the prefix: ${packingGetSeconds.toFixed(2)} s (segment stored after ${packedAfterSeconds.toFixed(2)} s${rereads > 0 ? ', the rest read again from the chunks' : ''})`);
-    console.log(`      during the read: ${formatCpu(duringGet, cpus().length)}`);
-    return { packingGetSeconds, packedAfterSeconds, reread: rereads > 0, cpuSecondsPerGiBDuringGet: duringGet };
+    return { seconds, cpuSecondsPerGiB, packedAfterSeconds, reread: (await segmentEvents(gateway.adminUrl, 'reread')) > 0 };
   } finally {
     await client.close();
     await gateway.stop();

@@ -25,7 +25,7 @@ describe('looking for a segment in the store', () => {
     const store: CapacityStore = { ...capacity, get: (bucket, key) => (gets++, capacity.get(bucket, key)) };
     let now = 1_000_000;
     const segments = new Segments({
-      config: { bucket: 'objectcache-segments', afterReads: 1, minBytes: 0, maxPacks: 2, maxBytes: 2 ** 40, check: 'heads', readAheadBytes: 2 ** 27, packQueueBytes: 2 ** 26 },
+      config: { bucket: 'objectcache-segments', afterReads: 1, minBytes: 0, maxPacks: 2, maxBytes: 2 ** 40, check: 'heads', readAheadBytes: 2 ** 27, packQueueBytes: 2 ** 26, packFrom: 'frames' },
       store,
       workerEtag: (etag) => etag,
       logger: { warn: () => {}, info: () => {} },

@@ -595,6 +595,40 @@ describe('a pack that falls behind a read that lasts (s3 backend)', () => {
   }, 60_000);
 });
 
+describe.each<BackendKind>(['local', 's3'])('--segment-pack-from chunks (%s backend)', (backend) => {
+  it('writes nothing while the read that packs goes on, then packs the run from the chunks, exact', async () => {
+    // In front of MinIO through a proxy that counts the PUTs the gateway begins; the read is paced
+    // (24 MiB at 8 MiB/s, about 3 s), so a pack that wrote during it would be seen.
+    const proxy = backend === 's3' ? new FaultProxy(new URL(minio.endpoint)) : undefined;
+    const endpoint = await proxy?.listen();
+    const gw = await startTestGateway({ backend, minio: endpoint ? { ...minio, endpoint } : minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-from', 'chunks', '--segment-bucket', uniqueBucket('segfrom'), '--cap', '8MiB/s'] });
+    const client = testClient(gw, uniqueBucket('segfrom'));
+    try {
+      await client.ensureBucket();
+      for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
+        const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 512 * 1024, layout });
+        const packs = await segmentEvents(gw.gateway.adminUrl, 'packed');
+        const rereads = await segmentEvents(gw.gateway.adminUrl, 'reread');
+        const puts = proxy?.puts ?? 0;
+        expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
+        if (proxy) expect(proxy.puts).toBe(puts);
+        await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs, 30_000);
+        expect(await segmentEvents(gw.gateway.adminUrl, 'reread')).toBe(rereads + 1);
+        if (proxy) expect(proxy.puts).toBeGreaterThan(puts);
+        // Every slice is checked against the manifest's CRC as it is read.
+        const served = await segmentEvents(gw.gateway.adminUrl, 'served');
+        for (const mode of ['layerwise', 'chunkwise'] as const) expectBytes(await client.fetch(descriptorOf(prefix, { mode })), reference(prefix));
+        expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 2);
+      }
+      expect(await segmentEvents(gw.gateway.adminUrl, 'abandoned')).toBe(0);
+    } finally {
+      await client.close();
+      await gw.close();
+      await proxy?.close();
+    }
+  }, 90_000);
+});
+
 describe('a segment the store refuses (local backend)', () => {
   it('abandons the pack at once: the read that packs is not held for the stall timeout', async () => {
     const segmentBucket = uniqueBucket('segrefused');

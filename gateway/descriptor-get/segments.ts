@@ -85,6 +85,8 @@ export interface SegmentConfig {
   readonly readAheadBytes: number;
   /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
   readonly packQueueBytes: number;
+  /** Where a pack takes its bytes: its read's frames, or the chunks after its read (--segment-pack-from). */
+  readonly packFrom: 'frames' | 'chunks';
 }
 
 /** What a manifest (`<bucket>/<run>.json` in the segment bucket) records; JSON on the store. */
@@ -750,6 +752,7 @@ export class Segments {
       })),
       done: (outcome): Promise<void> => this.#packed(pack, outcome),
       queueBytes: this.#o.config.packQueueBytes,
+      copyFrames: this.#o.config.packFrom === 'frames',
       rest,
       reread: () => this.#o.observer?.event('reread'),
       pins,
@@ -916,6 +919,8 @@ interface PackOptions {
   readonly done: (outcome: Packed | { abandoned: string }) => Promise<void>;
   /** Bytes the pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
   readonly queueBytes: number;
+  /** Copy the request's frames (--segment-pack-from frames); otherwise read every layer after it. */
+  readonly copyFrames: boolean;
   /** Reads the layers the pack fell behind on, from the chunks, after its request (ReadRest). */
   readonly rest: ReadRest;
   /** The pack fell behind and reads the rest (the `reread` event). */
@@ -953,7 +958,8 @@ export class Pack {
   readonly #body = new PassThrough({ highWaterMark: 4 * 1024 * 1024 });
   readonly #abort = new AbortController();
   readonly #data: string;
-  readonly #stored: Promise<string>;
+  /** The data object's PUT, once started: at once when the pack copies frames, else with the rest read. */
+  #stored: Promise<string> | undefined;
   #written = 0;
   /** LAYER frames of the request seen so far, and the first one not copied (the pack fell behind there). */
   #frames = 0;
@@ -964,6 +970,9 @@ export class Pack {
   #restTimer: NodeJS.Timeout | undefined;
   /** The request ended complete, and the pack waits for the rest to be read (finish). */
   #completing = false;
+  /** Resolved by ended(): the request's response is out, so the rest's reads do not compete with its last bytes. */
+  readonly #requestEnded: Promise<void>;
+  #endRequest!: () => void;
   /** finish() was called: the stream is complete. */
   #finishing = false;
   /** A chunk of the run was written after the data object was stored. */
@@ -978,12 +987,8 @@ export class Pack {
     this.#crcs = new Uint32Array((d.layerEnd - d.layerStart) * d.chunks);
     this.#slices = { layerBytes: d.layerBytes, encoded: options.encoded };
     this.#data = `${options.bucket}/${options.run}/${randomBytes(8).toString('hex')}`;
-    this.#stored = options.ready().then(() => options.store.putStream(options.segmentBucket, this.#data, this.#body, options.bytes, this.#abort.signal));
-    // A store that refuses the PUT (or its bucket) ends the pack at once: nothing reads the body
-    // any more, and the request it feeds must not wait for it (room).
-    this.#stored.catch((error: unknown) => {
-      if (!this.#finishing) this.abandon(`the store refused the segment: ${(error as Error).message}`);
-    });
+    this.#requestEnded = new Promise((resolve) => (this.#endRequest = resolve));
+    if (options.copyFrames) this.#put();
     // Destroying the body (abandon) emits its error, perhaps before the store reads it: the
     // failure is the PUT's to report, never an unhandled 'error' event.
     this.#body.on('error', () => {});
@@ -993,16 +998,36 @@ export class Pack {
     return this.#keys.has(key);
   }
 
+  /** Starts the data object's PUT (once), fed by the body. */
+  #put(): Promise<string> {
+    if (this.#stored) return this.#stored;
+    const o = this.#o;
+    const stored = o.ready().then(() => o.store.putStream(o.segmentBucket, this.#data, this.#body, o.bytes, this.#abort.signal));
+    // A store that refuses the PUT (or its bucket) ends the pack at once: nothing reads the body
+    // any more, and the request it feeds must not wait for it (room).
+    stored.catch((error: unknown) => {
+      if (!this.#finishing) this.abandon(`the store refused the segment: ${(error as Error).message}`);
+    });
+    this.#stored = stored;
+    return stored;
+  }
+
   /**
    * A LAYER frame's payload from the request, in stream order, copied without waiting: unless the
    * pack fell behind, when the copies the store has not taken and this frame would pass
    * `queueBytes` (the first frame of an empty queue is always taken). From then on the request's
    * frames are not copied; finish() reads those layers from the chunks. So a pack holds at most
-   * `queueBytes`, or one LAYER frame when that is larger.
+   * `queueBytes`, or one LAYER frame when that is larger. A pack that copies no frames
+   * (--segment-pack-from chunks) is behind from the first, and reads them all after the request.
    */
   frame(pieces: readonly Uint8Array[]): void {
     const layer = this.#frames++;
     if (this.#abandoned !== undefined || this.#behind !== undefined) return;
+    if (!this.#o.copyFrames) {
+      // No PUT is open meanwhile, so nothing can be cut off for idling: the rest waits for finish().
+      this.#behind = layer;
+      return;
+    }
     const bytes = pieces.reduce((sum, piece) => sum + piece.byteLength, 0);
     const queued = this.#queued();
     if (queued > 0 && queued + bytes > this.#o.queueBytes) {
@@ -1031,6 +1056,7 @@ export class Pack {
     clearTimeout(this.#restTimer);
     const pins = this.#pins();
     if (!pins) return;
+    void this.#put();
     this.#o.reread();
     this.#rest = this.#o
       .rest(this.#o.descriptor.layerStart + this.#behind, pins, this.#abort.signal, async (reads, frames) => {
@@ -1105,6 +1131,7 @@ export class Pack {
 
   /** The request that feeds the pack ended: abandons it unless the stream was complete. */
   ended(): void {
+    this.#endRequest();
     if (!this.#finishing && !this.#completing) this.abandon('the layerwise GET that fed it ended early');
   }
 
@@ -1119,7 +1146,7 @@ export class Pack {
     clearTimeout(this.#restTimer);
     this.#abort.abort();
     this.#body.destroy(new Error(reason));
-    void this.#stored.then(
+    void this.#stored?.then(
       // Stored after all (the store had every byte): it is not named by a manifest, so removed.
       (etag) => (etag ? this.#o.store.delete(this.#o.segmentBucket, this.#data).catch(() => {}) : undefined),
       () => {},
@@ -1128,8 +1155,9 @@ export class Pack {
   }
 
   /**
-   * The request sent its last frame: the layers it fell behind on are read from the chunks, the
-   * data object is completed, then the manifest written (by Segments).
+   * The request sent its last frame: the layers it fell behind on are read from the chunks once
+   * its response is out (ended()), the data object is completed, then the manifest written (by
+   * Segments).
    */
   async finish(): Promise<void> {
     if (this.#abandoned !== undefined || this.#finishing || this.#completing) return;
@@ -1139,8 +1167,10 @@ export class Pack {
     if (this.#behind !== undefined) {
       // Set before the first await: the request's end (ended()) must not abandon the pack now.
       this.#completing = true;
-      this.#startRest();
       try {
+        // Once the response is out (unless REST_AFTER_MS started the rest already).
+        if (this.#rest === undefined) await this.#requestEnded;
+        this.#startRest();
         await this.#rest;
       } finally {
         this.#completing = false;
@@ -1155,7 +1185,7 @@ export class Pack {
     this.#body.end();
     let dataEtag: string;
     try {
-      dataEtag = await this.#stored;
+      dataEtag = await this.#put();
     } catch (error) {
       if (this.#abandoned === undefined) {
         this.#abandoned = `the store refused the segment: ${(error as Error).message}`;

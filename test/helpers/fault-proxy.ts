@@ -3,7 +3,7 @@
  * connection (as a store that goes away, or cuts a paused response, does) and makes the next n
  * new connections fail as soon as a request arrives; `holdUploads()` stops forwarding what a
  * connection sends from its next PUT on (a store that takes an upload's body no faster than
- * nothing), until `releaseUploads()`.
+ * nothing), until `releaseUploads()`. `puts` counts the PUT requests begun through it.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
 
@@ -14,6 +14,8 @@ export class FaultProxy {
   #holdUploads = false;
   readonly #held = new Set<() => void>();
   resets = 0;
+  /** PUT requests begun through the proxy (a write to the store: an object or a bucket). */
+  puts = 0;
 
   constructor(target: URL) {
     this.#server = createServer((client) => {
@@ -40,7 +42,9 @@ export class FaultProxy {
         client.resume();
       };
       client.on('data', (chunk: Buffer) => {
-        if (this.#holdUploads && !holding && chunk.subarray(0, 4).toString('latin1') === 'PUT ') holding = true;
+        const put = chunk.subarray(0, 4).toString('latin1') === 'PUT ';
+        if (put) this.puts++;
+        if (this.#holdUploads && !holding && put) holding = true;
         if (holding) {
           held.push(chunk);
           client.pause();
