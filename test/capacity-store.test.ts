@@ -14,8 +14,9 @@ const minio = inject('minio');
 describe('the S3 capacity store', () => {
   let backend: Backend;
   const bucket = uniqueBucket('capstore');
-  // A quote (MinIO lists it as &#34;), markup characters, and a trailing space.
-  const keys = ['plain', 'a "quoted" & <marked> key ', 'tab\there'];
+  // A quote (MinIO lists it as &#34;), markup characters, a trailing space, control characters
+  // XML cannot carry, a plus, a percent sign and characters beyond ASCII.
+  const keys = ['plain', 'a "quoted" & <marked> key ', 'tab\there', 'bell\u0007 and \u001f', 'a+b %41 caf\u00e9 \u{1f600}'];
 
   beforeAll(async () => {
     const config = loadServeConfig(['--s3-endpoint', minio.endpoint], { OBJECTCACHE_ACCESS_KEY: 'k', OBJECTCACHE_SECRET_KEY: 'secret-secret', OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey });

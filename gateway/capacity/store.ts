@@ -129,10 +129,19 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
 
 /**
  * Keys and ETags as the store wrote them: untrimmed (a key may end in a space), with character
- * references decoded (MinIO writes an ETag's quotes as &#34;, and a key's control characters as
- * numeric references, as Go's encoding/xml does).
+ * references decoded (MinIO writes an ETag's quotes as &#34;, as Go's encoding/xml does). Keys are
+ * listed URL-encoded (`encoding-type=url`), since XML 1.0 cannot carry most control characters.
  */
 const listParser = new XMLParser({ ignoreAttributes: true, parseTagValue: false, trimValues: false, processEntities: true, htmlEntities: true, isArray: (name) => name === 'Contents' });
+
+/** A key as S3 lists it with `encoding-type=url`: percent-encoded, a space as `+`. */
+function urlDecodedKey(encoded: string): string {
+  try {
+    return decodeURIComponent(encoded.replace(/\+/g, ' '));
+  } catch {
+    throw new ObjectCacheError('OC_ERR_BACKEND_PROTOCOL', `the store listed a key that is not URL-encoded: ${JSON.stringify(encoded.slice(0, 200))}`);
+  }
+}
 
 export function s3CapacityStore(backend: S3Backend): CapacityStore {
   const path = (bucket: string, key?: string): string => (key === undefined ? `/${bucket}` : `/${bucket}/${escapeUriPath(key)}`);
@@ -154,7 +163,7 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       if (res.statusCode !== 200 && res.statusCode !== 409) throw fail(`CreateBucket ${bucket}`, res.statusCode);
     },
     async list(bucket, prefix, after) {
-      const query: [string, string][] = [['list-type', '2'], ['max-keys', '1000'], ['prefix', prefix]];
+      const query: [string, string][] = [['list-type', '2'], ['max-keys', '1000'], ['prefix', prefix], ['encoding-type', 'url']];
       if (after !== undefined) query.push(['start-after', after]);
       const res = await backend.request({ method: 'GET', path: path(bucket), query });
       const text = await res.body.text();
@@ -163,7 +172,7 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       const parsed = listParser.parse(text) as { ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string } };
       const result = parsed.ListBucketResult ?? {};
       return {
-        objects: (result.Contents ?? []).map((c) => ({ key: String(c.Key ?? ''), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
+        objects: (result.Contents ?? []).map((c) => ({ key: urlDecodedKey(String(c.Key ?? '')), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
         truncated: result.IsTruncated === 'true',
       };
     },
