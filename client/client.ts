@@ -168,6 +168,28 @@ function descriptorKey(input: DescriptorInput): string {
 const FETCH_IDLE_TIMEOUT_MS = 300_000;
 /** The part of an error answer's body that is read. */
 const ERROR_BODY_LIMIT = 64 * 1024;
+/** The longest answer to lookup or pin that is read (each is a few bytes of JSON). */
+const ANSWER_BODY_LIMIT = 64 * 1024;
+
+/**
+ * Up to `limit` bytes of a body, as UTF-8; the rest is not read (the connection is closed), so
+ * a broken or hostile server cannot make the client hold more. `whole` says whether that was all.
+ */
+async function readCapped(body: Readable, limit: number): Promise<{ text: string; whole: boolean }> {
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  for await (const chunk of body) {
+    const b = chunk as Buffer;
+    chunks.push(b.subarray(0, limit - bytes));
+    bytes += b.byteLength;
+    if (bytes > limit) {
+      body.destroy();
+      return { text: Buffer.concat(chunks).toString('utf8'), whole: false };
+    }
+  }
+  return { text: Buffer.concat(chunks).toString('utf8'), whole: true };
+}
+
 /** The longest Retry-After a fetch waits for (the Python client's MAX_RETRY_AFTER_S). */
 const MAX_RETRY_AFTER_MS = 30_000;
 
@@ -308,9 +330,13 @@ export class ObjectCacheClient {
   }
 
   async #failure(response: { statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }): Promise<ObjectCacheError> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of response.body) chunks.push(chunk as Buffer);
-    return errorFromAnswer(response.statusCode, parseErrorDocument(Buffer.concat(chunks).toString('utf8')), (name) => {
+    let text = '';
+    try {
+      ({ text } = await readCapped(response.body, ERROR_BODY_LIMIT));
+    } catch {
+      // Cut off: the status and headers still say what went wrong.
+    }
+    return errorFromAnswer(response.statusCode, parseErrorDocument(text), (name) => {
       const value = response.headers[name];
       return typeof value === 'string' ? value : undefined;
     });
@@ -324,9 +350,7 @@ export class ObjectCacheClient {
     const body = { keys, keyPrefix, ...(geometry ? { layers: geometry.layers, layerBytes: geometry.layerBytes } : {}) };
     const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify(body)));
     if (response.statusCode !== 200) throw await this.#failure(response);
-    let text = '';
-    for await (const chunk of response.body) text += (chunk as Buffer).toString('utf8');
-    return (JSON.parse(text) as { matched: number }).matched;
+    return (await this.#answer<{ matched: number }>(response.body, 'objectcache-lookup')).matched;
   }
 
   /**
@@ -338,10 +362,19 @@ export class ObjectCacheClient {
     const body = { keys, until: until === null ? null : until.toISOString() };
     const response = await this.#signedPost('objectcache-pin', Buffer.from(JSON.stringify(body)));
     if (response.statusCode !== 200) throw await this.#failure(response);
-    let text = '';
-    for await (const chunk of response.body) text += (chunk as Buffer).toString('utf8');
-    const answer = JSON.parse(text) as { until: string | null };
+    const answer = await this.#answer<{ until: string | null }>(response.body, 'objectcache-pin');
     return answer.until === null ? null : new Date(answer.until);
+  }
+
+  /** A JSON answer of at most ANSWER_BODY_LIMIT bytes; anything else is the gateway's protocol error. */
+  async #answer<T>(body: Readable, what: string): Promise<T> {
+    const { text, whole } = await readCapped(body, ANSWER_BODY_LIMIT);
+    if (!whole) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is longer than ${ANSWER_BODY_LIMIT} bytes`);
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is not JSON: ${JSON.stringify(text.slice(0, 200))}`);
+    }
   }
 
   /** The response body of a layerwise GET, and the gateway's id of the request. */

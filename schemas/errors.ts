@@ -116,7 +116,7 @@ export const ERRORS = {
   OC_ERR_CONFIG_INVALID: { status: 0, s3Code: '-', description: 'A setting (flag, environment variable or file) is invalid; the message names it, and `objectcache serve` exits with code 2.' },
 
   // --- the client library (never sent by the gateway; status 0) ---
-  OC_ERR_CLIENT_PROTOCOL: { status: 0, s3Code: '-', description: 'The response is not a valid ObjectCache stream (preamble, frame order, sizes).' },
+  OC_ERR_CLIENT_PROTOCOL: { status: 0, s3Code: '-', description: 'The gateway\u2019s answer is not a valid ObjectCache answer: a stream\u2019s preamble, frame order or sizes, or a lookup or pin answer that is not short JSON.' },
   OC_ERR_CLIENT_CRC: { status: 0, s3Code: '-', description: 'A delivered payload does not match its CRC32C.' },
   OC_ERR_CLIENT_INCOMPLETE: { status: 0, s3Code: '-', description: 'The stream ended before its END frame.' },
   OC_ERR_CLIENT_TARGET: { status: 0, s3Code: '-', description: 'The target buffer is too small for the delivered layers.' },

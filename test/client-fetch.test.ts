@@ -4,7 +4,7 @@
 // extensions and trailers, after an interim answer), and every way it can go wrong has its code:
 // a stream cut mid-body, bytes after END, a refused request, gateways that cannot be reached, and
 // an idle connection the other end closes as the request goes out (tried again on a new one).
-import { createServer, type Server } from 'node:net';
+import { createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
@@ -205,3 +205,59 @@ describe('TypeScript client fetch, read in place', () => {
     expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
   });
 });
+
+describe('TypeScript client, a server that never stops answering', () => {
+  let server: Server;
+  const sockets = new Set<Socket>();
+  let endpoint: string;
+  /** What the server answers every request with: a status line and headers, then chunks of 64 KiB without end (until the client goes, or 20 s). */
+  let status = 503;
+
+  beforeAll(async () => {
+    server = createServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => {});
+      socket.once('data', () => {
+        const headers = status === 200 ? 'Content-Type: application/json' : 'Content-Type: application/xml\r\nx-objectcache-error-code: OC_ERR_KEY_CONCURRENCY\r\nx-objectcache-retryable: true';
+        socket.write(`HTTP/1.1 ${status} X\r\n${headers}\r\nTransfer-Encoding: chunked\r\n\r\n`);
+        const piece = Buffer.concat([Buffer.from('10000\r\n'), Buffer.alloc(0x10000, status === 200 ? ' ' : '<'), Buffer.from('\r\n')]);
+        const deadline = Date.now() + 20_000;
+        const more = (): void => {
+          while (!socket.destroyed && Date.now() < deadline && socket.write(piece));
+          if (!socket.destroyed && Date.now() < deadline) socket.once('drain', more);
+          else socket.destroy();
+        };
+        more();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    endpoint = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  });
+  afterAll(async () => {
+    for (const socket of sockets) socket.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  it('reads at most 64 KiB of an error answer or of a lookup or pin answer, and says what it was', async () => {
+    const client = new ObjectCacheClient({ endpoint, bucket: 'endless', credentials, retries: 0 });
+    try {
+      status = 503;
+      for (const call of [() => client.lookup(['a', 'b']), () => client.pin(['a'], null)]) {
+        const started = performance.now();
+        const error = await failure(call());
+        // The refusal's own code, from its headers, long before the server's 20 s are up.
+        expect(error.code).toBe('OC_ERR_KEY_CONCURRENCY');
+        expect(performance.now() - started).toBeLessThan(10_000);
+      }
+      status = 200;
+      for (const call of [() => client.lookup(['a', 'b']), () => client.pin(['a'], null)]) {
+        const error = await failure(call());
+        expect(error.code).toBe('OC_ERR_CLIENT_PROTOCOL');
+        expect(error.message).toMatch(/longer than 65536 bytes/);
+      }
+    } finally {
+      await client.close();
+    }
+  }, 30_000);
+});
+

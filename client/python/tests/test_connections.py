@@ -2,7 +2,9 @@
 meanwhile (two small HTTP servers stand in for two gateways; no store is needed)."""
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator, Tuple
 
@@ -105,3 +107,60 @@ def test_a_descriptor_leaves_the_delivery_mode_to_the_gateway_unless_asked() -> 
     assert ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64, mode="layerwise")["mode"] == "layerwise"
     assert ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64, key_prefix="kv/ab/")["keyPrefix"] == "kv/ab/"
     assert "keyPrefix" not in ObjectCacheClient.descriptor(["k"], layers=2, chunk_tokens=16, layer_bytes=64)
+
+
+@pytest.fixture()
+def endless() -> Iterator[Tuple[str, dict]]:
+    """A server that answers every request with ``state["status"]`` and then a chunked body
+    without end (until the client goes, or 20 s)."""
+    state = {"status": 503}
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                ok = state["status"] == 200
+                headers = "Content-Type: application/json" if ok else "Content-Type: application/xml\r\nx-objectcache-error-code: OC_ERR_KEY_CONCURRENCY\r\nx-objectcache-retryable: true"
+                conn.sendall(f"HTTP/1.1 {state['status']} X\r\n{headers}\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+                piece = b"10000\r\n" + (b" " if ok else b"<") * 0x10000 + b"\r\n"
+                deadline = time.monotonic() + 20
+                while not stop.is_set() and time.monotonic() < deadline:
+                    conn.sendall(piece)
+            except OSError:
+                pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", state
+    stop.set()
+    listener.close()
+
+
+def test_reads_at_most_so_much_of_an_answer_that_never_ends(endless: Tuple[str, dict]) -> None:
+    url, state = endless
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    calls = [lambda: client.lookup(["a", "b"]), lambda: client.pin(["a"], None)]
+    for call in calls:
+        started = time.monotonic()
+        with pytest.raises(ObjectCacheError) as refused:
+            call()
+        # The refusal's own code, from its headers, long before the server's 20 s are up.
+        assert refused.value.code == "OC_ERR_KEY_CONCURRENCY"
+        assert time.monotonic() - started < 10
+    state["status"] = 200
+    for call in calls:
+        with pytest.raises(ObjectCacheError) as broken:
+            call()
+        assert broken.value.code == "OC_ERR_CLIENT_PROTOCOL"
+        assert "longer than 65536 bytes" in str(broken.value)
+    client.close()
+

@@ -42,6 +42,12 @@ from .types import CodecName, Descriptor, EndSummary, KVDtype, Layout, Mode, Tra
 
 #: The longest Retry-After honoured, in seconds.
 MAX_RETRY_AFTER_S = 30.0
+#: The part of an error answer's body that is read (the TypeScript client's ERROR_BODY_LIMIT).
+ERROR_BODY_LIMIT = 64 * 1024
+#: The longest answer to lookup or pin that is read (each is a few bytes of JSON).
+ANSWER_BODY_LIMIT = 64 * 1024
+#: The longest answer to another call that is read (a page of 1,000 listed keys is about 1 MB).
+CALL_BODY_LIMIT = 16 * 1024 * 1024
 
 _B = TypeVar("_B", bound=Buffer)
 
@@ -92,6 +98,17 @@ def _error_from_response(status: int, headers: http.client.HTTPMessage, body: by
     request_id = headers.get("x-amz-request-id") or details.get("RequestId")
     return ObjectCacheError(code, message, status=status, details={**details, "S3Code": s3_code}, retryable=retryable, request_id=request_id, operation_name=operation)
 
+
+
+def _json_answer(data: bytes, operation: str) -> Dict[str, Any]:
+    """A JSON object the gateway answered; anything else is OC_ERR_CLIENT_PROTOCOL."""
+    try:
+        answer = json.loads(data)
+    except ValueError as error:
+        raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is not JSON: {data[:200]!r}", operation_name=operation) from error
+    if not isinstance(answer, dict):
+        raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is not a JSON object: {data[:200]!r}", operation_name=operation)
+    return answer
 
 class ObjectCacheClient:
     """A client of one gateway and bucket. Thread-safe; close it (or use ``with``) when done."""
@@ -240,7 +257,12 @@ class ObjectCacheClient:
                 continue
             if response.status < 400:
                 return conn, response
-            refused = _error_from_response(response.status, response.headers, response.read(), operation)
+            try:
+                # Only so much of it: a broken or hostile server cannot make the client hold more.
+                text = response.read(ERROR_BODY_LIMIT)
+            except (http.client.HTTPException, OSError):
+                text = b""  # cut off: the status and headers still say what went wrong
+            refused = _error_from_response(response.status, response.headers, text, operation)
             self._give(conn, response)
             if refused.retryable and attempt < self._retries:
                 attempt += 1
@@ -253,9 +275,12 @@ class ObjectCacheClient:
                 continue
             raise refused
 
-    def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None) -> bytes:
+    def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None, limit: int = CALL_BODY_LIMIT) -> bytes:
         conn, response = self._send(method, path, body, headers, operation=operation)
-        data = response.read()
+        data = response.read(limit + 1)
+        if len(data) > limit:
+            conn.close()
+            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is longer than {limit} bytes", operation_name=operation)
         self._give(conn, response)
         return data
 
@@ -389,8 +414,11 @@ class ObjectCacheClient:
         if codecs is not None:
             document["codecs"] = list(codecs)
         body = json.dumps(document).encode("utf-8")
-        answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"}, operation="PrefixLookup")
-        return int(json.loads(answer)["matched"])
+        answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"}, operation="PrefixLookup", limit=ANSWER_BODY_LIMIT)
+        matched = _json_answer(answer, "PrefixLookup").get("matched")
+        if not isinstance(matched, int):
+            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to PrefixLookup has no matched count: {answer[:200]!r}", operation_name="PrefixLookup")
+        return matched
 
     def pin(self, keys: Sequence[str], until: Optional[datetime.datetime]) -> Optional[datetime.datetime]:
         """Retains ``keys`` of a budgeted bucket until ``until`` (an aware datetime): eviction never
@@ -400,7 +428,7 @@ class ObjectCacheClient:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "until must be an aware datetime (with a time zone)")
         stamp = None if until is None else until.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
         body = json.dumps({"keys": list(keys), "until": stamp}).encode("utf-8")
-        answer = json.loads(self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-pin=", body, {"Content-Type": "application/json"}, operation="PinObjects"))
+        answer = _json_answer(self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-pin=", body, {"Content-Type": "application/json"}, operation="PinObjects", limit=ANSWER_BODY_LIMIT), "PinObjects")
         held = answer.get("until")
         return None if held is None else datetime.datetime.fromisoformat(str(held).replace("Z", "+00:00"))
 
