@@ -471,9 +471,11 @@ export class ObjectCacheClient {
       for (const fresh of [false, true]) {
         const target = new DecoderTarget(decoder);
         let answered: Readonly<Record<string, string>> | undefined;
+        let answeredStatus = 0;
         const sink: RangeAnswerSink = {
           onHead: (status, headers) => {
             answered = headers;
+            answeredStatus = status;
             return status === 200 ? { stream: target } : { collect: ERROR_BODY_LIMIT };
           },
         };
@@ -484,6 +486,11 @@ export class ObjectCacheClient {
           if (live.aborted) throw live.reason;
           const requestId = answered?.['x-amz-request-id'];
           if (target.failure !== undefined) throw withRequestId(target.failure, requestId);
+          // A refusal whose body was cut off: its status and headers still say what went wrong.
+          if (answered !== undefined && answeredStatus !== 200) {
+            const headers = answered;
+            return { refused: errorFromAnswer(answeredStatus, {}, (name) => headers[name], error), retryAfter: headers['retry-after'] };
+          }
           if (answered !== undefined) throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
           // Not reached (refused, reset or closed before any answer): again, then the next gateway.
           if (!(error instanceof ObjectCacheError) || error.code !== 'OC_ERR_BACKEND_UNAVAILABLE') throw error;

@@ -84,12 +84,15 @@ class ViewsTarget implements BodyTarget {
 }
 
 /**
- * An error body: its first `limit` bytes kept, the rest read into DROPPED and forgotten. As a
+ * An error body: its first `limit` bytes kept, the rest read into DROPPED and forgotten, up to
+ * DRAIN_LIMIT bytes (so that the connection can serve the next request). Past that, the body is
+ * not read to its end: what was kept is the answer, and the connection is dropped (ENOUGH). As a
  * target, it goes through the same framing (Content-Length or chunked) as a range's body.
  */
 class CollectTarget implements BodyTarget {
   readonly #kept: Buffer;
   #bytes = 0;
+  #dropped = 0;
   constructor(limit: number) {
     this.#kept = Buffer.allocUnsafe(limit);
   }
@@ -98,6 +101,7 @@ class CollectTarget implements BodyTarget {
   }
   wrote(n: number): void {
     if (this.#bytes < this.#kept.byteLength) this.#bytes += n;
+    else if ((this.#dropped += n) > DRAIN_LIMIT) throw ENOUGH;
   }
   paused(): void {} // never: it always has a place
   get text(): string {
@@ -117,6 +121,10 @@ const HEAD_LIMIT = 64 * 1024;
 const STORE = 'the object store';
 /** The buffer of a stopped socket's next read (copied once it has a place). */
 const STOPPED_READ_BYTES = 4096;
+/** The bytes of an error body read past what is kept, at most, before the connection is dropped instead. */
+const DRAIN_LIMIT = 1024 * 1024;
+/** Thrown by a CollectTarget that has read enough of an endless error body (Connection.#guarded). */
+const ENOUGH = new Error('enough of the error body');
 /** Where the bytes of an error body past what is kept go. */
 const DROPPED = new Uint8Array(STOPPED_READ_BYTES);
 /**
@@ -332,6 +340,15 @@ class Connection {
     this.#held = undefined;
     this.socket.destroy();
     this.#settle?.(error);
+  }
+
+  /** An error body too long to read to its end: the answer is what was kept, and the connection is dropped. */
+  #cutShort(): void {
+    if (this.#state === 'closed') return;
+    this.#state = 'closed';
+    this.#held = undefined;
+    this.socket.destroy();
+    this.#settle?.(undefined);
   }
 
   #done(): void {
@@ -585,7 +602,8 @@ class Connection {
     try {
       return step();
     } catch (error) {
-      this.#fail(new ReadError('OC_ERR_INTERNAL', `placing ${this.#peer}'s answer: ${(error as Error).message}`, false, { cause: error }));
+      if (error === ENOUGH) this.#cutShort();
+      else this.#fail(new ReadError('OC_ERR_INTERNAL', `placing ${this.#peer}'s answer: ${(error as Error).message}`, false, { cause: error }));
       return true;
     }
   }

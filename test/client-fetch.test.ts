@@ -7,6 +7,7 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
+import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, testClient, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
@@ -212,6 +213,8 @@ describe('TypeScript client, a server that never stops answering', () => {
   let endpoint: string;
   /** What the server answers every request with: a status line and headers, then chunks of 64 KiB without end (until the client goes, or 20 s). */
   let status = 503;
+  /** Instead: a Content-Length body of 100,000 bytes, closed after its first 10. */
+  let cut = false;
 
   beforeAll(async () => {
     server = createServer((socket) => {
@@ -219,6 +222,10 @@ describe('TypeScript client, a server that never stops answering', () => {
       socket.on('error', () => {});
       socket.once('data', () => {
         const headers = status === 200 ? 'Content-Type: application/json' : 'Content-Type: application/xml\r\nx-objectcache-error-code: OC_ERR_KEY_CONCURRENCY\r\nx-objectcache-retryable: true';
+        if (cut) {
+          socket.end(`HTTP/1.1 ${status} X\r\n${headers}\r\nContent-Length: 100000\r\n\r\n<Error><Co`);
+          return;
+        }
         socket.write(`HTTP/1.1 ${status} X\r\n${headers}\r\nTransfer-Encoding: chunked\r\n\r\n`);
         const piece = Buffer.concat([Buffer.from('10000\r\n'), Buffer.alloc(0x10000, status === 200 ? ' ' : '<'), Buffer.from('\r\n')]);
         const deadline = Date.now() + 20_000;
@@ -237,6 +244,25 @@ describe('TypeScript client, a server that never stops answering', () => {
     for (const socket of sockets) socket.destroy();
     await new Promise((resolve) => server.close(resolve));
   });
+
+  it('answers a fetch refused with an endless error body, or one cut off, with the refusal', async () => {
+    const client = new ObjectCacheClient({ endpoint, bucket: 'endless', credentials, retries: 0 });
+    const descriptor: DescriptorInput = { version: 1, keys: ['a'], layers: 1, chunkTokens: 16, layerBytes: 16, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
+    try {
+      for (const how of ['endless', 'cut'] as const) {
+        status = 503;
+        cut = how === 'cut';
+        const started = performance.now();
+        const error = await failure(client.fetch(descriptor));
+        expect(error.code).toBe('OC_ERR_KEY_CONCURRENCY');
+        expect(error.details['Status']).toBe(503);
+        expect(performance.now() - started).toBeLessThan(10_000);
+      }
+    } finally {
+      cut = false;
+      await client.close();
+    }
+  }, 30_000);
 
   it('reads at most 64 KiB of an error answer or of a lookup or pin answer, and says what it was', async () => {
     const client = new ObjectCacheClient({ endpoint, bucket: 'endless', credentials, retries: 0 });

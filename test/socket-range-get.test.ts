@@ -418,6 +418,35 @@ describe('socket range reads refuse what they do not read', () => {
     await c.close();
   });
 
+  it('keeps the first bytes of an error body that never ends, drops that connection, and reads the next answer on a new one', async () => {
+    const c = client();
+    // 64 KiB chunks of 'x' without end, until the reader goes (or 10 s).
+    script = {
+      answer: (socket) => {
+        socket.write('HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n');
+        const piece = `10000\r\n${'x'.repeat(0x10000)}\r\n`;
+        const deadline = Date.now() + 10_000;
+        const more = (): void => {
+          while (!socket.destroyed && Date.now() < deadline && socket.write(piece));
+          if (!socket.destroyed && Date.now() < deadline) socket.once('drain', more);
+        };
+        more();
+      },
+    };
+    const before = accepted;
+    const started = performance.now();
+    const answer = await c.get('/b/k', 'bytes=0-4', accept([new Uint8Array(5)]), live);
+    expect(answer.status).toBe(500);
+    expect(answer.text).toBe('x'.repeat(16 * 1024));
+    expect(performance.now() - started).toBeLessThan(5_000);
+    script = { answer: (socket) => socket.write(ok('world')) };
+    const target = new Uint8Array(5);
+    await c.get('/b/k', 'bytes=0-4', accept([target]), live);
+    expect(Buffer.from(target).toString()).toBe('world');
+    expect(accepted).toBe(before + 2);
+    await c.close();
+  });
+
   it('reports silence past the timeout as retryable OC_ERR_BACKEND_TIMEOUT', async () => {
     const c = client();
     script = { answer: (socket) => socket.write('HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n\r\nhal') };
