@@ -171,6 +171,8 @@ export function errorBodyFailure(status: number, text: string, bucket: string, k
 
 /** The most of an error response body kept (to tell NoSuchBucket from NoSuchKey). */
 export const ERROR_BODY_LIMIT = 16 * 1024;
+/** The bytes of an error body read past what is kept, at most, before the read ends on what was kept. */
+const ERROR_DRAIN_LIMIT = 1024 * 1024;
 
 /**
  * One range GET as an undici dispatch handler: the body is copied into the target's views as it
@@ -242,6 +244,8 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
     if (this.#errorBody) {
       if (this.#errorBytes < ERROR_BODY_LIMIT) this.#errorBody.push(chunk);
       this.#errorBytes += chunk.byteLength;
+      // An error body without end (socket-range-get.ts reads as far): what was kept decides.
+      if (this.#errorBytes > ERROR_BODY_LIMIT + ERROR_DRAIN_LIMIT) this.#fail(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#bucket, this.#key, this.#expected.objectBytes));
       return;
     }
     if (!this.#cursor.write(chunk)) this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.#key}: the range read returned more than ${this.#target.length} bytes`));

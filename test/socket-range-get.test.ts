@@ -447,6 +447,31 @@ describe('socket range reads refuse what they do not read', () => {
     await c.close();
   });
 
+  it('names a missing chunk from a 404 whose body never ends, through either transport of S3RangeReader', async () => {
+    script = {
+      answer: (socket) => {
+        socket.write('HTTP/1.1 404 Not Found\r\nContent-Type: application/xml\r\nTransfer-Encoding: chunked\r\n\r\n');
+        const start = '<Error><Code>NoSuchKey</Code>';
+        socket.write(`${start.length.toString(16)}\r\n${start}\r\n`);
+        const piece = `10000\r\n${' '.repeat(0x10000)}\r\n`;
+        const deadline = Date.now() + 10_000;
+        const more = (): void => {
+          while (!socket.destroyed && Date.now() < deadline && socket.write(piece));
+          if (!socket.destroyed && Date.now() < deadline) socket.once('drain', more);
+        };
+        more();
+      },
+    };
+    const options = { endpoint, connections: 1, timeoutMs: 8_000, accessKeyId: 'k', secretAccessKey: 's', region: 'us-east-1' };
+    for (const reader of [new S3RangeReader(new SocketRangeClient(options), 8_000), new S3RangeReader(new UndiciRangeClient(options), 8_000)]) {
+      const started = performance.now();
+      const error = await reader.read({ bucket: 'b', key: 'k', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: 10, codec: 'none', signal: live }).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
+      expect(performance.now() - started).toBeLessThan(5_000);
+      await reader.close();
+    }
+  });
+
   it('reports silence past the timeout as retryable OC_ERR_BACKEND_TIMEOUT', async () => {
     const c = client();
     script = { answer: (socket) => socket.write('HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n\r\nhal') };
