@@ -16,6 +16,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { waitFor } from './helpers/wait.js';
 
 const CHUNK = 64 * 1024;
 const open: TestGateway[] = [];
@@ -33,14 +34,6 @@ async function budgeted(backend: BackendKind, bucket: string, chunks: number, ex
   });
   open.push(gw);
   return gw;
-}
-
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -112,7 +105,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     expect(await client.lookup(a.keys)).toBe(6);
     await pause(5);
     const c = await storePrefix(client, 'c', 4); // 16 chunks: past 95%; trimmed to 85% (13.6)
-    await until('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    await waitFor('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
     expect(await client.lookup(a.keys)).toBe(6);
     expect(await client.lookup(c.keys)).toBe(4);
     // B lost its last three chunks, never its first ones: its prefix is shorter, not broken.
@@ -138,7 +131,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     };
     const a = await write('a', 8);
     await write('b', 8); // 16 chunks: past 95%, trimmed to 85%
-    await until('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    await waitFor('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
     expect(gw.gateway.capacity?.chunk(bucket, a[1] as string)?.pred).toBe(a[0]);
     const s3 = sdkClient(gw.url);
     // The oldest prefix lost its tail; its head, written first of all, is there.
@@ -158,7 +151,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     const hour = new Date(Date.now() + 3_600_000);
     expect((await client.pin(cold.keys, hour))?.toISOString()).toBe(hour.toISOString());
     await storePrefix(client, 'new', 4);
-    await until('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    await waitFor('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
     const s3 = sdkClient(gw.url);
     expect(await present(s3, bucket, cold.keys)).toBe(6); // the coldest, but pinned
     expect(await present(s3, bucket, warm.keys)).toBe(3);
@@ -166,7 +159,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     // Unpinned, it goes next.
     expect(await client.pin(cold.keys, null)).toBeNull();
     await storePrefix(client, 'more', 3);
-    await until('the paid prefix is trimmed', async () => (await present(s3, bucket, cold.keys)) < 6);
+    await waitFor('the paid prefix is trimmed', async () => (await present(s3, bucket, cold.keys)) < 6);
     expect(await present(s3, bucket, cold.keys)).toBeGreaterThan(0); // from its tail
     s3.destroy();
   });
@@ -212,7 +205,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     // Read to its end, it is the coldest chunk that may go: the next trim takes it.
     await pause(50);
     await client.putChunks(['fill/002'], [randomBytes(big / 2)]);
-    await until('the chunk read is evicted', async () => !(await exists(s3, bucket, 'held/000')));
+    await waitFor('the chunk read is evicted', async () => !(await exists(s3, bucket, 'held/000')));
     s3.destroy();
   });
 
@@ -225,7 +218,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     const old = await storePrefix(client, 'old', 5);
     await storePrefix(client, 'hot', 5); // 10 chunks: trimmed to 8.5: old loses two, tail first
     const s3 = sdkClient(gw.url);
-    await until('the tail of old is deleted', async () => (await present(s3, bucket, old.keys)) === 4);
+    await waitFor('the tail of old is deleted', async () => (await present(s3, bucket, old.keys)) === 4);
     const rewritten = randomBytes(CHUNK);
     await client.putChunks([old.keys[3] as string], [rewritten]); // the next victim, rewritten
     await pause(1500);
@@ -292,7 +285,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
         return next(args);
       }, { step: 'build', name: 'spoofTenant' });
       await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'm/000', Body: randomBytes(CHUNK) }));
-      await until('the write is learnt', () => gw.gateway.capacity?.chunk(bucket, 'm/000') !== undefined);
+      await waitFor('the write is learnt', () => gw.gateway.capacity?.chunk(bucket, 'm/000') !== undefined);
       expect(gw.gateway.capacity?.chunk(bucket, 'm/000')).toMatchObject({ tenant: 'mallory', size: CHUNK });
       const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'm/000' }));
       expect(head.Metadata?.['objectcache-tenant']).toBe('mallory');
@@ -322,7 +315,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       expect(second.gateway.capacity?.chunk(bucket, a.keys[5] as string)?.lastAccess).toBe(before);
       expect(second.gateway.capacity?.chunk(bucket, b.keys[5] as string)?.pred).toBe(b.keys[4]);
       await storePrefix(again, 'c', 4);
-      await until('the bucket is trimmed', () => (second.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+      await waitFor('the bucket is trimmed', () => (second.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
       expect(await again.lookup(a.keys)).toBe(6);
       expect(await again.lookup(b.keys)).toBe(3);
     } finally {
@@ -337,7 +330,7 @@ describe('capacity with two gateways over one MinIO', () => {
     const state = `${bucket}-state`;
     const one = await budgeted('s3', bucket, 16, [], undefined, state);
     const two = await budgeted('s3', bucket, 16, [], undefined, state);
-    await until('one holds the lease', () => (one.gateway.capacity?.isLeader ?? false) !== (two.gateway.capacity?.isLeader ?? false));
+    await waitFor('one holds the lease', () => (one.gateway.capacity?.isLeader ?? false) !== (two.gateway.capacity?.isLeader ?? false));
     const leader = one.gateway.capacity?.isLeader ? one : two;
     const follower = leader === one ? two : one;
     const viaLeader = testClient(leader, bucket);
@@ -348,11 +341,11 @@ describe('capacity with two gateways over one MinIO', () => {
     expect(await viaFollower.lookup(a.keys)).toBe(6); // read through the follower: A is hot
     await pause(300); // the follower's journal reaches the leader
     await storePrefix(viaLeader, 'c', 4);
-    await until('the leader trims', () => (leader.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+    await waitFor('the leader trims', () => (leader.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
     expect(await viaLeader.lookup(a.keys)).toBe(6);
     expect(await viaLeader.lookup(b.keys)).toBe(3);
     // The follower learns the evictions from the leader's journal and agrees on the usage.
-    await until('the follower agrees', () => follower.gateway.capacity?.usage()[0]?.bytes === leader.gateway.capacity?.usage()[0]?.bytes);
+    await waitFor('the follower agrees', () => follower.gateway.capacity?.usage()[0]?.bytes === leader.gateway.capacity?.usage()[0]?.bytes);
     expect(await metricValue(follower.gateway.adminUrl, 'objectcache_evictions_total')).toBe(0);
   });
 });
@@ -366,7 +359,7 @@ describe('capacity when the gateway holding the lease is killed', () => {
     const first = await startGatewayProcess({ minio: inject('minio'), args });
     try {
       const leads = async (adminUrl: string): Promise<boolean> => ((await (await fetch(`${adminUrl}/capacity`)).json()) as { leader: boolean }).leader;
-      await until('the first gateway holds the lease', () => leads(first.adminUrl));
+      await waitFor('the first gateway holds the lease', () => leads(first.adminUrl));
       const second = await budgeted('s3', bucket, 16, [], undefined, state);
       const client = testClient(second, bucket);
       await client.ensureBucket();
@@ -378,9 +371,9 @@ describe('capacity when the gateway holding the lease is killed', () => {
       expect(second.gateway.capacity?.isLeader).toBe(false);
       const a = await storePrefix(client, 'a', 10);
       await storePrefix(client, 'b', 6);
-      await until('the second gateway takes the lease', () => second.gateway.capacity?.isLeader === true, 10_000);
+      await waitFor('the second gateway takes the lease', () => second.gateway.capacity?.isLeader === true, 10_000);
       expect(Date.now() - killed).toBeGreaterThanOrEqual(800);
-      await until('the second gateway trims', () => (second.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
+      await waitFor('the second gateway trims', () => (second.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK);
       const s3 = sdkClient(second.url);
       expect(await present(s3, bucket, a.keys)).toBe(7); // the coldest prefix, from its tail
       s3.destroy();
@@ -418,7 +411,6 @@ describe('capacity settings', () => {
     expect(ok.reservedBuckets.has('objectcache-capacity')).toBe(true);
   });
 });
-
 
 describe('what walks of the eviction order may hold at once', () => {
   it('walks one order at a time, and shares one /capacity document among the requests that arrive while it is made', async () => {

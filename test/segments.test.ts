@@ -20,19 +20,11 @@ import { startServe } from './helpers/cli.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, segmentEvents, type SegmentEvent, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { FaultProxy } from './helpers/fault-proxy.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
+import { waitFor } from './helpers/wait.js';
 
 const minio = inject('minio');
 const L = 6;
 const S = 8192;
-
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 
 /** A fetch delivered exactly `expected`. */
 function expectBytes(got: { readonly target: Uint8Array }, expected: Uint8Array): void {
@@ -67,7 +59,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
       const result = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
       expectBytes(result, reference(prefix));
     }
-    await until('the segment is packed', async () => (await events('packed')) > before);
+    await waitFor('the segment is packed', async () => (await events('packed')) > before);
   }
 
   const subset = (prefix: SeededPrefix, chunks: number): SeededPrefix => ({ ...prefix, keys: prefix.keys.slice(0, chunks), canonical: prefix.canonical.slice(0, chunks) });
@@ -134,7 +126,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: prefix.keys[3], Body: fresh }));
     expect(await events('dropped')).toBe(dropped + 1);
     // Its manifest (deleted only while it is the one the gateway knows) and its data object are gone.
-    await until('the dropped segment is deleted', async () => (await stored()) === before - 2);
+    await waitFor('the dropped segment is deleted', async () => (await stored()) === before - 2);
     const rewritten: SeededPrefix = { ...prefix, canonical: prefix.canonical.map((c, i) => (i === 3 ? fresh : c)) };
     const served = await events('served');
     const packs = await events('packed');
@@ -143,7 +135,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     expect(await events('served')).toBe(served);
     // That read packed the run again (it was due already), from the new version; then one chunk
     // is deleted: the GET fails as without segments.
-    await until('the run is packed anew', async () => (await events('packed')) > packs);
+    await waitFor('the run is packed anew', async () => (await events('packed')) > packs);
     await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: prefix.keys[5] }));
     await expect(client.fetch(descriptorOf(rewritten, { mode: 'layerwise' }))).rejects.toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
   });
@@ -234,7 +226,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     const controller = new AbortController();
     // The second read would pack: its client goes away after the first layer.
     await expect(client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { onLayerReady: () => controller.abort(), signal: controller.signal })).rejects.toThrow();
-    await until('the pack is abandoned', async () => (await events('abandoned')) > abandoned);
+    await waitFor('the pack is abandoned', async () => (await events('abandoned')) > abandoned);
     const served = await events('served');
     const got = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
     expectBytes(got, reference(prefix));
@@ -245,7 +237,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
       // The test key is the gateway's administrator, which may read the reserved bucket.
       const admin = sdkClient(gw.url);
       try {
-        await until('no data object is left without its manifest', async () => {
+        await waitFor('no data object is left without its manifest', async () => {
           const listed = await admin.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }));
           const names = (listed.Contents ?? []).map((o) => o.Key as string);
           const manifests = names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5));
@@ -322,7 +314,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
     await withGateway(bucket, budget, async (gw, client) => {
       const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(client, prefix);
-      await until('the segment is evicted', async () => (await segmentEvents(gw.gateway.adminUrl, 'evicted')) === 1 && gw.gateway.capacity?.usage()[0]?.derivedBytes === 0);
+      await waitFor('the segment is evicted', async () => (await segmentEvents(gw.gateway.adminUrl, 'evicted')) === 1 && gw.gateway.capacity?.usage()[0]?.derivedBytes === 0);
       expect(await segmentEvents(gw.gateway.adminUrl, 'packed')).toBe(1);
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segments')).toBe(0);
       // Every chunk is still there, and the prefix reads as before.
@@ -343,9 +335,9 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
       const a = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       const b = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(client, a);
-      await until('A is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1);
+      await waitFor('A is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1);
       await readTwice(client, b);
-      await until('B is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 2);
+      await waitFor('B is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 2);
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segments')).toBe(1);
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segment_bytes')).toBe(one);
       expect(await segmentEvents(gw.gateway.adminUrl, 'evicted')).toBe(1);
@@ -372,10 +364,10 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
       const older = await seedPrefix(clientA, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       const newer = await seedPrefix(clientA, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(clientA, older);
-      await until('the older prefix is packed', async () => (await segmentEvents(a.gateway.adminUrl, 'packed')) === 1);
+      await waitFor('the older prefix is packed', async () => (await segmentEvents(a.gateway.adminUrl, 'packed')) === 1);
       await new Promise((r) => setTimeout(r, 1100)); // a later LastModified, to the second
       await readTwice(clientA, newer);
-      await until('the newer prefix is packed', async () => (await segmentEvents(a.gateway.adminUrl, 'packed')) === 2);
+      await waitFor('the newer prefix is packed', async () => (await segmentEvents(a.gateway.adminUrl, 'packed')) === 2);
       b = await startTestGateway({ backend, minio, ...(a.dataDir ? { dataDir: a.dataDir } : {}), args: ['--segments', 'on', '--segment-bucket', segmentBucket, '--max-segment-bytes', String(one)] });
       const segments = b.gateway.segments;
       if (!segments) throw new Error('gateway B has no segments');
@@ -453,7 +445,7 @@ describe.each<BackendKind>(['local', 's3'])('a gateway killed while it packs (%s
         // The restarted gateway reads the prefix from its chunks, packs it on its second read, and serves the third from the segment.
         const events = (event: SegmentEvent): Promise<number> => segmentEvents(serve.adminUrl, event);
         for (let i = 0; i < 2; i++) expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
-        await until('the prefix is packed', async () => (await events('packed')) === 1);
+        await waitFor('the prefix is packed', async () => (await events('packed')) === 1);
         expect(await events('served')).toBe(0);
         expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
         expect(await events('served')).toBe(1);
@@ -491,7 +483,7 @@ describe.each<BackendKind>(['local', 's3'])('a segment packed by another gateway
         await client.ensureBucket();
         prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
         expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
-        await until('the prefix is packed', async () => (await events('packed')) === 1);
+        await waitFor('the prefix is packed', async () => (await events('packed')) === 1);
       });
       const p = prefix as SeededPrefix;
       // A fresh gateway: its first read of the run finds the segment, and is served from it.
@@ -519,7 +511,7 @@ describe.each<BackendKind>(['local', 's3'])('a segment packed by another gateway
         expect(await events('discovered')).toBe(0);
         expect(await events('stale')).toBe(1);
         // That read packed the new version, which the next read is served from.
-        await until('the new version is packed', async () => (await events('packed')) === 1);
+        await waitFor('the new version is packed', async () => (await events('packed')) === 1);
         expectBytes(await client.fetch(descriptorOf(rewritten, { mode: 'layerwise' })), reference(rewritten));
         expect(await events('served')).toBe(1);
       });
@@ -546,7 +538,7 @@ describe.each<BackendKind>(['local', 's3'])('a pack that falls behind its read (
           const rereads = await segmentEvents(gw.gateway.adminUrl, 'reread');
           const packs = await segmentEvents(gw.gateway.adminUrl, 'packed');
           expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
-          await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs);
+          await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs);
           fellBehind = (await segmentEvents(gw.gateway.adminUrl, 'reread')) > rereads;
           // Every slice is checked against the manifest's CRC as it is read: a misplaced rest fails here.
           const served = await segmentEvents(gw.gateway.adminUrl, 'served');
@@ -578,11 +570,11 @@ describe('a pack that falls behind a read that lasts (s3 backend)', () => {
       proxy.holdUploads();
       let settled = false;
       const read = client.fetch(descriptorOf(prefix, { mode: 'layerwise' })).finally(() => (settled = true));
-      await until('the rest is being read', async () => (await segmentEvents(gw.gateway.adminUrl, 'reread')) === 1, 20_000);
+      await waitFor('the rest is being read', async () => (await segmentEvents(gw.gateway.adminUrl, 'reread')) === 1, 20_000);
       expect(settled).toBe(false);
       expectBytes(await read, reference(prefix));
       proxy.releaseUploads();
-      await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1, 30_000);
+      await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1, 30_000);
       expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
       expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(1);
       expect(await segmentEvents(gw.gateway.adminUrl, 'abandoned')).toBe(0);
@@ -612,7 +604,7 @@ describe.each<BackendKind>(['local', 's3'])('--segment-pack-from chunks (%s back
         const puts = proxy?.puts ?? 0;
         expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
         if (proxy) expect(proxy.puts).toBe(puts);
-        await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs, 30_000);
+        await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs, 30_000);
         expect(await segmentEvents(gw.gateway.adminUrl, 'reread')).toBe(rereads + 1);
         if (proxy) expect(proxy.puts).toBeGreaterThan(puts);
         // Every slice is checked against the manifest's CRC as it is read.
@@ -646,7 +638,7 @@ describe('a segment the store refuses (local backend)', () => {
       expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
       // Held for the pack, it would have waited PACK_STALL_MS (30 s) for a store that takes nothing.
       expect(performance.now() - started).toBeLessThan(15_000);
-      await until('the pack is abandoned', async () => (await segmentEvents(gw.gateway.adminUrl, 'abandoned')) > abandoned);
+      await waitFor('the pack is abandoned', async () => (await segmentEvents(gw.gateway.adminUrl, 'abandoned')) > abandoned);
       expect(await segmentEvents(gw.gateway.adminUrl, 'packed')).toBe(0);
     } finally {
       await client.close();
@@ -666,7 +658,7 @@ describe('--segment-check writes: a write through the gateway is the only guard 
       const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       /** Reads `p` once (with --segment-after-reads 1, the read that packs it), waits for the pack, then reads it from the segment. */
       const packAndServe = async (p: SeededPrefix, packs: number): Promise<void> => {
-        await until('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) >= packs);
+        await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) >= packs);
         const served = await segmentEvents(gw.gateway.adminUrl, 'served');
         expectBytes(await client.fetch(descriptorOf(p, { mode: 'layerwise' })), reference(p));
         expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 1);
