@@ -350,7 +350,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
     });
   });
 
-  it('counts the segments in the store it does not know, and keeps them within --max-segment-bytes, the oldest going first', async () => {
+  it('counts the segments in the store it does not know, keeps them within --max-segment-bytes, the oldest going first, and learns the rest', async () => {
     const bucket = uniqueBucket('segstore');
     const segmentBucket = uniqueBucket('segs');
     const one = 6 * L * S; // one prefix's segment
@@ -384,6 +384,17 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
         expect(names).toHaveLength(2);
       } finally {
         s3.destroy();
+      }
+      // B learnt the newer one: it serves a shorter prefix of it from the segment at once, though
+      // it never read the packed run (a lookup in the store would look for the shorter run's name).
+      expect(await segmentEvents(b.gateway.adminUrl, 'discovered')).toBe(1);
+      const clientB = testClient(b, bucket);
+      try {
+        const shorter = { ...newer, keys: newer.keys.slice(0, 4), canonical: newer.canonical.slice(0, 4) };
+        expectBytes(await clientB.fetch(descriptorOf(shorter, { mode: 'layerwise' })), reference(shorter));
+        expect(await segmentEvents(b.gateway.adminUrl, 'served')).toBe(1);
+      } finally {
+        await clientB.close();
       }
       // A still knows the deleted segment: its read goes to the chunks, byte-exact, and drops it.
       const dropped = await segmentEvents(a.gateway.adminUrl, 'dropped');

@@ -194,6 +194,16 @@ function remember<V>(map: Map<string, V>, key: string, value: V): void {
 }
 
 /**
+ * What a known segment holds in the index, in 4-byte units (against MAX_KNOWN_SLICES): a CRC32C
+ * per slice, an encoded slice's length, and the chunks' keys (held twice: the manifest's, and the
+ * index by key) and ETags, so long keys count too.
+ */
+function heldOf(manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined): number {
+  const keyBytes = manifest.keys.reduce((n, key, i) => n + 2 * key.length + (manifest.etags[i] as string).length, 0);
+  return crcs.length + (sizes?.length ?? 0) + Math.ceil(keyBytes / 4);
+}
+
+/**
  * A run's name: the same chunks, layout and layers always give the same name, whichever gateway
  * packs it (so a second pack of a run finds the first one's manifest).
  */
@@ -343,6 +353,8 @@ export class Segments {
   /** Bytes of the unknown segments the last sweep found past the MAX_UNKNOWN_KEPT it kept, by chunks' bucket (approximate until the next). */
   #unkeptBytes = new Map<string, number>();
 
+  /** Writes through this gateway that could make a segment stale (changed()): a sweep learns nothing across one. */
+  #changes = 0;
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<number> | undefined;
   #closed = false;
@@ -459,7 +471,46 @@ export class Segments {
       over -= u.bytes;
     }
     if (evicted > 0) this.#o.logger.info({ bucket, evicted }, 'segments: the segments in the store passed --max-segment-bytes; deleted the oldest this gateway did not know');
+    // Those left are learnt, newest first, while they fit: from then on this gateway serves them,
+    // and shorter prefixes and longer requests of them, without first reading each packed run
+    // (Found in the store). Only where every read checks its chunks (--segment-check heads):
+    // writes made while this gateway did not run were never seen by it.
+    if (this.#o.config.check === 'heads') {
+      let learnt = 0;
+      for (const u of [...this.#unknown.values()].reverse()) {
+        if (this.#closed) break;
+        if (this.#bytes + u.bytes <= this.#o.config.maxBytes && (await this.#learnUnknown(u))) learnt++;
+      }
+      if (learnt > 0) this.#o.logger.info({ bucket, learnt }, 'segments: learnt segments in the store this gateway did not know');
+    }
     return deleted;
+  }
+
+  /**
+   * Learns a segment the sweep found: its manifest as listed (the same ETag), of exactly the run
+   * its name says, naming a data object listed with it, within --max-segment-bytes and the index's
+   * bound (it never evicts one this gateway knows). Nothing is learnt across a write through this
+   * gateway meanwhile (the next sweep tries again). Resolves to whether it was learnt.
+   */
+  async #learnUnknown(u: Unknown): Promise<boolean> {
+    const changes = this.#changes;
+    let found: Awaited<ReturnType<CapacityStore['get']>>;
+    try {
+      found = await this.#o.store.get(this.#o.config.bucket, manifestKey(u.bucket, u.run));
+    } catch (error) {
+      this.#o.logger.warn({ run: u.run, error }, 'segments: could not read the manifest of a segment in the store');
+      return false;
+    }
+    const parsed = found && found.etag === u.manifestEtag ? parseManifest(found.body) : undefined;
+    if (!found || !parsed) return false;
+    const m = parsed.manifest;
+    if (m.bucket !== u.bucket || runName(m.bucket, m, m.first, m.end, m.codec) !== u.run || !u.data.includes(m.data)) return false;
+    if (this.#closed || this.#changes !== changes || this.#unknown.get(u.run) !== u || this.#segments.has(u.run) || this.#packs.has(u.run)) return false;
+    if (this.#bytes + m.bytes > this.#o.config.maxBytes || this.#slices + heldOf(m, parsed.crcs, parsed.sizes) > MAX_KNOWN_SLICES) return false;
+    this.#missing.delete(u.run);
+    this.#learn(u.run, m, parsed.crcs, parsed.sizes, found.etag);
+    this.#o.observer?.event('discovered');
+    return true;
   }
 
   /** Bytes of the segments in the store this gateway does not know, of chunks in `bucket` (all buckets when absent). */
@@ -633,6 +684,7 @@ export class Segments {
 
   /** A client wrote or deleted `key` through this gateway: every segment holding it is stale, and so is any pack of it. */
   changed(bucket: string, key: string): void {
+    this.#changes++;
     const runs = this.#byKey.get(slot(bucket, key));
     if (runs) for (const run of [...runs]) this.drop(run, `${key} was written or deleted`);
     for (const pack of this.#packs.values()) if (pack.bucket === bucket && pack.holds(key)) pack.abandon(`${key} was written or deleted while it was being packed`);
@@ -817,10 +869,7 @@ export class Segments {
   #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string): void {
     this.#forget(run);
     this.#unknown.delete(run);
-    // In 4-byte units: a CRC32C per slice, an encoded slice's length, and the chunks' keys (held
-    // twice: the manifest's, and the index by key) and ETags, so long keys count too.
-    const keyBytes = manifest.keys.reduce((n, key, i) => n + 2 * key.length + (manifest.etags[i] as string).length, 0);
-    const held = crcs.length + (sizes?.length ?? 0) + Math.ceil(keyBytes / 4);
+    const held = heldOf(manifest, crcs, sizes);
     // Kept without its encoded checksums and lengths: they are held decoded.
     const { sizes: _, ...rest } = manifest;
     const kept: Manifest = { ...rest, crcs: '' };
