@@ -12,6 +12,7 @@ import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, testClient, uniqueBucket, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 import { ReframingProxy, asIs, chunked, head, pieces, type Reframe, type Upstream } from './helpers/reframing-proxy.js';
+import { answerWithoutEnd } from './helpers/endless.js';
 
 const credentials = { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET };
 
@@ -226,15 +227,7 @@ describe('TypeScript client, a server that never stops answering', () => {
           socket.end(`HTTP/1.1 ${status} X\r\n${headers}\r\nContent-Length: 100000\r\n\r\n<Error><Co`);
           return;
         }
-        socket.write(`HTTP/1.1 ${status} X\r\n${headers}\r\nTransfer-Encoding: chunked\r\n\r\n`);
-        const piece = Buffer.concat([Buffer.from('10000\r\n'), Buffer.alloc(0x10000, status === 200 ? ' ' : '<'), Buffer.from('\r\n')]);
-        const deadline = Date.now() + 20_000;
-        const more = (): void => {
-          while (!socket.destroyed && Date.now() < deadline && socket.write(piece));
-          if (!socket.destroyed && Date.now() < deadline) socket.once('drain', more);
-          else socket.destroy();
-        };
-        more();
+        answerWithoutEnd(socket, `HTTP/1.1 ${status} X\r\n${headers}\r\nTransfer-Encoding: chunked\r\n\r\n`, status === 200 ? ' ' : '<', 20_000);
       });
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

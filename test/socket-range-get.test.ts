@@ -13,6 +13,7 @@ import { ReadError } from '../storage-worker/read-errors.js';
 import { S3RangeReader, UndiciRangeClient } from '../storage-worker/range-reader.js';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
 import { ReframingProxy, asIs, chunked, head, pieces, type ChunkedOptions, type Reframe, type Upstream } from './helpers/reframing-proxy.js';
+import { answerWithoutEnd } from './helpers/endless.js';
 
 const live = new AbortController().signal;
 
@@ -421,18 +422,7 @@ describe('socket range reads refuse what they do not read', () => {
   it('keeps the first bytes of an error body that never ends, drops that connection, and reads the next answer on a new one', async () => {
     const c = client();
     // 64 KiB chunks of 'x' without end, until the reader goes (or 10 s).
-    script = {
-      answer: (socket) => {
-        socket.write('HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n');
-        const piece = `10000\r\n${'x'.repeat(0x10000)}\r\n`;
-        const deadline = Date.now() + 10_000;
-        const more = (): void => {
-          while (!socket.destroyed && Date.now() < deadline && socket.write(piece));
-          if (!socket.destroyed && Date.now() < deadline) socket.once('drain', more);
-        };
-        more();
-      },
-    };
+    script = { answer: (socket) => answerWithoutEnd(socket, 'HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n', 'x') };
     const before = accepted;
     const started = performance.now();
     const answer = await c.get('/b/k', 'bytes=0-4', accept([new Uint8Array(5)]), live);
@@ -448,20 +438,9 @@ describe('socket range reads refuse what they do not read', () => {
   });
 
   it('names a missing chunk from a 404 whose body never ends, through either transport of S3RangeReader', async () => {
-    script = {
-      answer: (socket) => {
-        socket.write('HTTP/1.1 404 Not Found\r\nContent-Type: application/xml\r\nTransfer-Encoding: chunked\r\n\r\n');
-        const start = '<Error><Code>NoSuchKey</Code>';
-        socket.write(`${start.length.toString(16)}\r\n${start}\r\n`);
-        const piece = `10000\r\n${' '.repeat(0x10000)}\r\n`;
-        const deadline = Date.now() + 10_000;
-        const more = (): void => {
-          while (!socket.destroyed && Date.now() < deadline && socket.write(piece));
-          if (!socket.destroyed && Date.now() < deadline) socket.once('drain', more);
-        };
-        more();
-      },
-    };
+    const start = '<Error><Code>NoSuchKey</Code>';
+    const head = `HTTP/1.1 404 Not Found\r\nContent-Type: application/xml\r\nTransfer-Encoding: chunked\r\n\r\n${start.length.toString(16)}\r\n${start}\r\n`;
+    script = { answer: (socket) => answerWithoutEnd(socket, head, ' ') };
     const options = { endpoint, connections: 1, timeoutMs: 8_000, accessKeyId: 'k', secretAccessKey: 's', region: 'us-east-1' };
     for (const reader of [new S3RangeReader(new SocketRangeClient(options), 8_000), new S3RangeReader(new UndiciRangeClient(options), 8_000)]) {
       const started = performance.now();
