@@ -169,10 +169,12 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       const text = await res.body.text();
       if (res.statusCode === 404) return { objects: [], truncated: false };
       if (res.statusCode !== 200) throw fail(`ListObjectsV2 ${bucket}`, res.statusCode);
-      const parsed = listParser.parse(text) as { ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string } };
+      const parsed = listParser.parse(text) as { ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string; EncodingType?: string } };
       const result = parsed.ListBucketResult ?? {};
+      // Only when the store says it encoded them (one that ignores encoding-type lists them as they are).
+      const keyOf = result.EncodingType === 'url' ? urlDecodedKey : (key: string): string => key;
       return {
-        objects: (result.Contents ?? []).map((c) => ({ key: urlDecodedKey(String(c.Key ?? '')), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
+        objects: (result.Contents ?? []).map((c) => ({ key: keyOf(String(c.Key ?? '')), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
         truncated: result.IsTruncated === 'true',
       };
     },

@@ -67,6 +67,8 @@ const TRACKED_RUNS = 10_000;
  * in 4-byte units (#learn), so what the index of segments holds stays about 64 MiB.
  */
 const MAX_KNOWN_SLICES = 16 * 1024 * 1024;
+/** Chunks written and runs dropped a sweep keeps track of while it runs (#sinceSweep). */
+const SWEEP_NOTED = 100_000;
 
 export interface SegmentConfig {
   /** Where segments are kept: a bucket of the store only the gateway uses (--segment-bucket). */
@@ -353,8 +355,12 @@ export class Segments {
   /** Bytes of the unknown segments the last sweep found past the MAX_UNKNOWN_KEPT it kept, by chunks' bucket (approximate until the next). */
   #unkeptBytes = new Map<string, number>();
 
-  /** Writes through this gateway that could make a segment stale (changed()): a sweep learns nothing across one. */
-  #changes = 0;
+  /**
+   * While a sweep runs: the chunks written and the runs dropped through this gateway since it
+   * began, which it learns nothing of (a dropped segment's delete may not have landed yet), up to
+   * SWEEP_NOTED of them (past that, it learns nothing more).
+   */
+  #sinceSweep: { readonly written: Set<string>; readonly dropped: Set<string>; full: boolean } | undefined;
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<number> | undefined;
   #closed = false;
@@ -386,8 +392,22 @@ export class Segments {
    * objects deleted as unnamed. One sweep at a time.
    */
   sweep(olderThanMs = SWEEP_AGE_MS): Promise<number> {
-    this.#sweeping ??= this.#sweep(olderThanMs).finally(() => (this.#sweeping = undefined));
+    if (!this.#sweeping) {
+      this.#sinceSweep = { written: new Set(), dropped: new Set(), full: false };
+      this.#sweeping = this.#sweep(olderThanMs).finally(() => {
+        this.#sweeping = undefined;
+        this.#sinceSweep = undefined;
+      });
+    }
     return this.#sweeping;
+  }
+
+  /** Notes a chunk written or a run dropped while a sweep runs (#sinceSweep). */
+  #noteForSweep(kind: 'written' | 'dropped', entry: string): void {
+    const since = this.#sinceSweep;
+    if (!since || since.full) return;
+    if (since.written.size + since.dropped.size >= SWEEP_NOTED) since.full = true;
+    else since[kind].add(entry);
   }
 
   async #sweep(olderThanMs: number): Promise<number> {
@@ -489,11 +509,11 @@ export class Segments {
   /**
    * Learns a segment the sweep found: its manifest as listed (the same ETag), of exactly the run
    * its name says, naming a data object listed with it, within --max-segment-bytes and the index's
-   * bound (it never evicts one this gateway knows). Nothing is learnt across a write through this
-   * gateway meanwhile (the next sweep tries again). Resolves to whether it was learnt.
+   * bound (it never evicts one this gateway knows). Not a run dropped, nor one with a chunk
+   * written, through this gateway since the sweep began (the next sweep tries again). Resolves to
+   * whether it was learnt.
    */
   async #learnUnknown(u: Unknown): Promise<boolean> {
-    const changes = this.#changes;
     let found: Awaited<ReturnType<CapacityStore['get']>>;
     try {
       found = await this.#o.store.get(this.#o.config.bucket, manifestKey(u.bucket, u.run));
@@ -505,7 +525,9 @@ export class Segments {
     if (!found || !parsed) return false;
     const m = parsed.manifest;
     if (m.bucket !== u.bucket || runName(m.bucket, m, m.first, m.end, m.codec) !== u.run || !u.data.includes(m.data)) return false;
-    if (this.#closed || this.#changes !== changes || this.#unknown.get(u.run) !== u || this.#segments.has(u.run) || this.#packs.has(u.run)) return false;
+    if (this.#closed || this.#unknown.get(u.run) !== u || this.#segments.has(u.run) || this.#packs.has(u.run)) return false;
+    const since = this.#sinceSweep;
+    if (!since || since.full || since.dropped.has(u.run) || m.keys.some((key) => since.written.has(slot(m.bucket, key)))) return false;
     if (this.#bytes + m.bytes > this.#o.config.maxBytes || this.#slices + heldOf(m, parsed.crcs, parsed.sizes) > MAX_KNOWN_SLICES) return false;
     this.#missing.delete(u.run);
     this.#learn(u.run, m, parsed.crcs, parsed.sizes, found.etag);
@@ -678,13 +700,14 @@ export class Segments {
     if (data !== undefined && this.#segments.get(run)?.manifest.data !== data) return;
     const segment = this.#forget(run);
     if (!segment) return;
+    this.#noteForSweep('dropped', run);
     this.#o.observer?.event('dropped');
     void this.#delete(segment.manifest, run, segment.manifestEtag).catch((error: unknown) => this.#o.logger.warn({ run, why, error }, 'segments: could not delete a dropped segment'));
   }
 
   /** A client wrote or deleted `key` through this gateway: every segment holding it is stale, and so is any pack of it. */
   changed(bucket: string, key: string): void {
-    this.#changes++;
+    this.#noteForSweep('written', slot(bucket, key));
     const runs = this.#byKey.get(slot(bucket, key));
     if (runs) for (const run of [...runs]) this.drop(run, `${key} was written or deleted`);
     for (const pack of this.#packs.values()) if (pack.bucket === bucket && pack.holds(key)) pack.abandon(`${key} was written or deleted while it was being packed`);
@@ -701,6 +724,7 @@ export class Segments {
     for (const victim of victims) {
       if (freed >= bytes) break;
       if (!this.#forget(victim.run)) continue;
+      this.#noteForSweep('dropped', victim.run);
       try {
         await this.#delete(victim.manifest, victim.run, victim.manifestEtag);
         freed += victim.manifest.bytes;
