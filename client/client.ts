@@ -350,7 +350,9 @@ export class ObjectCacheClient {
     const body = { keys, keyPrefix, ...(geometry ? { layers: geometry.layers, layerBytes: geometry.layerBytes } : {}) };
     const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify(body)));
     if (response.statusCode !== 200) throw await this.#failure(response);
-    return (await this.#answer<{ matched: number }>(response.body, 'objectcache-lookup')).matched;
+    const { matched } = await this.#answer<{ matched?: unknown }>(response.body, 'objectcache-lookup');
+    if (typeof matched !== 'number' || !Number.isInteger(matched) || matched < 0) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-lookup has no matched count: ${JSON.stringify(matched)}`);
+    return matched;
   }
 
   /**
@@ -362,7 +364,8 @@ export class ObjectCacheClient {
     const body = { keys, until: until === null ? null : until.toISOString() };
     const response = await this.#signedPost('objectcache-pin', Buffer.from(JSON.stringify(body)));
     if (response.statusCode !== 200) throw await this.#failure(response);
-    const answer = await this.#answer<{ until: string | null }>(response.body, 'objectcache-pin');
+    const answer = await this.#answer<{ until?: unknown }>(response.body, 'objectcache-pin');
+    if (answer.until !== null && (typeof answer.until !== 'string' || Number.isNaN(Date.parse(answer.until)))) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-pin has no time: ${JSON.stringify(answer.until)}`);
     return answer.until === null ? null : new Date(answer.until);
   }
 
@@ -370,11 +373,14 @@ export class ObjectCacheClient {
   async #answer<T>(body: Readable, what: string): Promise<T> {
     const { text, whole } = await readCapped(body, ANSWER_BODY_LIMIT);
     if (!whole) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is longer than ${ANSWER_BODY_LIMIT} bytes`);
+    let answer: unknown;
     try {
-      return JSON.parse(text) as T;
+      answer = JSON.parse(text);
     } catch {
       throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is not JSON: ${JSON.stringify(text.slice(0, 200))}`);
     }
+    if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is not a JSON object: ${JSON.stringify(text.slice(0, 200))}`);
+    return answer as T;
   }
 
   /** The response body of a layerwise GET, and the gateway's id of the request. */

@@ -216,6 +216,8 @@ describe('TypeScript client, a server that never stops answering', () => {
   let status = 503;
   /** Instead: a Content-Length body of 100,000 bytes, closed after its first 10. */
   let cut = false;
+  /** Instead: a 200 with this whole body. */
+  let whole: string | undefined;
 
   beforeAll(async () => {
     server = createServer((socket) => {
@@ -223,6 +225,10 @@ describe('TypeScript client, a server that never stops answering', () => {
       socket.on('error', () => {});
       socket.once('data', () => {
         const headers = status === 200 ? 'Content-Type: application/json' : 'Content-Type: application/xml\r\nx-objectcache-error-code: OC_ERR_KEY_CONCURRENCY\r\nx-objectcache-retryable: true';
+        if (whole !== undefined) {
+          socket.end(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(whole)}\r\n\r\n${whole}`);
+          return;
+        }
         if (cut) {
           socket.end(`HTTP/1.1 ${status} X\r\n${headers}\r\nContent-Length: 100000\r\n\r\n<Error><Co`);
           return;
@@ -256,6 +262,25 @@ describe('TypeScript client, a server that never stops answering', () => {
       await client.close();
     }
   }, 30_000);
+
+  it('refuses a lookup or pin answer that is not the JSON object it should be with OC_ERR_CLIENT_PROTOCOL', async () => {
+    const client = new ObjectCacheClient({ endpoint, bucket: 'endless', credentials, retries: 0 });
+    try {
+      for (const [call, answers] of [
+        [() => client.lookup(['a']), ['null', '[1]', '7', '{"matched":"x"}', '{}', 'not json']],
+        [() => client.pin(['a'], null), ['null', '{"until":5}', '{"until":"never"}']],
+      ] as const) {
+        for (const answer of answers) {
+          whole = answer;
+          const error = await failure(call());
+          expect(error.code, answer).toBe('OC_ERR_CLIENT_PROTOCOL');
+        }
+      }
+    } finally {
+      whole = undefined;
+      await client.close();
+    }
+  });
 
   it('reads at most 64 KiB of an error answer or of a lookup or pin answer, and says what it was', async () => {
     const client = new ObjectCacheClient({ endpoint, bucket: 'endless', credentials, retries: 0 });

@@ -164,3 +164,33 @@ def test_reads_at_most_so_much_of_an_answer_that_never_ends(endless: Tuple[str, 
         assert "longer than 65536 bytes" in str(broken.value)
     client.close()
 
+
+@pytest.mark.parametrize("call,answer", [("lookup", b"null"), ("lookup", b"[1]"), ("lookup", b'{"matched": "x"}'), ("lookup", b"not json"), ("pin", b"null"), ("pin", b'{"until": 5}'), ("pin", b'{"until": "never"}')])
+def test_an_answer_that_is_not_the_json_object_it_should_be_is_a_protocol_error(call: str, answer: bytes) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", "bucket", ("key", "secret"), retries=0)
+    try:
+        with pytest.raises(ObjectCacheError) as broken:
+            client.lookup(["a"]) if call == "lookup" else client.pin(["a"], None)
+        assert broken.value.code == "OC_ERR_CLIENT_PROTOCOL"
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+

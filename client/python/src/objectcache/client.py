@@ -430,7 +430,14 @@ class ObjectCacheClient:
         body = json.dumps({"keys": list(keys), "until": stamp}).encode("utf-8")
         answer = _json_answer(self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-pin=", body, {"Content-Type": "application/json"}, operation="PinObjects", limit=ANSWER_BODY_LIMIT), "PinObjects")
         held = answer.get("until")
-        return None if held is None else datetime.datetime.fromisoformat(str(held).replace("Z", "+00:00"))
+        if held is None:
+            return None
+        try:
+            if not isinstance(held, str):
+                raise ValueError(held)
+            return datetime.datetime.fromisoformat(held.replace("Z", "+00:00"))
+        except ValueError as error:
+            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to PinObjects has no time: {held!r}", operation_name="PinObjects") from error
 
     # -- the layerwise GET -------------------------------------------------------------------
 
