@@ -119,7 +119,7 @@ async function main(): Promise<void> {
 
   const embedded = values.backend === 'embedded';
   const cluster = values.backend === 'distributed' ? await startDistributedMinio({ binary: installMinio(), nodes: 4, drivesPerNode: 2 }) : undefined;
-  const single = cluster ? undefined : await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')), ...(placement.othersCpus !== undefined ? { cpus: placement.othersCpus } : {}) });
+  const single = cluster ? undefined : await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')), ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}) });
   const minio = cluster ?? (single as NonNullable<typeof single>);
   const minioPids = cluster ? cluster.nodes.map((n) => n.process.pid as number) : [single?.process.pid as number];
   const profileDir = values['profile-gateway'];

@@ -4,7 +4,8 @@
  * front of one MinIO, for C = 1, 4, 16. Reports the gateway's peak resident memory over its idle
  * resident memory, the kernel's TCP socket memory (machine-wide, /proc/net/sockstat) at its peak
  * over idle, the aggregate GB/s, and each request's layer-0 time. Writes
- * bench/results/memory-latest.json (memory-segments-latest.json with --repeated). Each level runs on a fresh gateway process: its idle resident
+ * bench/results/memory-latest.json (memory-segments-latest.json with --repeated; -store-apart or
+ * -pinned in place of -latest with --placement). Each level runs on a fresh gateway process: its idle resident
  * memory (after a two-chunk GET) is the baseline, then one whole GET warms the path, then the C
  * GETs are measured (peak resident memory over that baseline: the steady state's footprint).
  *
@@ -13,6 +14,9 @@
  *   before and after a change, in one run)  [-- --minio-args="--send-buf-size 262144"]
  *   [-- --compare-gateway-args="--budget memory-bench=1TiB"]  (this build again with other
  *   settings, at every level: a feature on and off, in one run)
+ *   [-- --placement store-apart]  (MinIO on a core of its own, the gateway and the load generator
+ *   on the others, as a store on machines of its own would be; `pinned` gives the gateway the
+ *   core instead; placement.ts; default shared)
  *
  * Also reports every process's CPU-seconds per GiB delivered (gateway, MinIO, and this load
  * generator as `client`).
@@ -47,17 +51,23 @@ import { directPut, directS3, getWholeObjects, getWholeObjectsInPlace, inParalle
 import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from './minio.js';
 import { cpuMeter, formatCpu, memoryWatch, processUsage } from './process-usage.js';
+import { choosePlacement, pinThisProcess, PLACEMENT_MODES, type PlacementMode } from './placement.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
 const BUCKET = 'memory-bench';
 const MiB = 1024 * 1024;
+/** The gateways' CPUs (--placement), for every gateway the bench starts. */
+let gatewayCpus: string | undefined;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false }, rounds: { type: 'string', default: '1' } } });
+  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false }, rounds: { type: 'string', default: '1' }, placement: { type: 'string', default: 'shared' } } });
   const rounds = Number(values.rounds);
   if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a whole number of at least 1, not ${values.rounds}`);
   const repeated = values.repeated === true;
+  if (!PLACEMENT_MODES.includes(values.placement as PlacementMode)) throw new Error(`--placement is one of ${PLACEMENT_MODES.join(', ')}, not ${values.placement}`);
+  const placement = choosePlacement(values.placement as PlacementMode);
+  gatewayCpus = placement.gatewayCpus;
   const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
   const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
   const builds: { name: string; cli: string | undefined; args: string[] }[] = [
@@ -72,9 +82,10 @@ async function main(): Promise<void> {
   const L = PRESET.layers;
   const S = G * PRESET.bytesPerTokenPerLayer;
   const payload = N * L * S;
-  console.log(`node ${process.version}, ${cpus().length} cores; 16K G=${G}: N=${N}, S=${S / 1024} KiB, ${(payload / MiB).toFixed(0)} MiB per GET; C = ${levels.join(', ')}; gateway ${JSON.stringify(gatewayArgs)}; minio ${JSON.stringify(minioArgs)}`);
+  console.log(`node ${process.version}, ${cpus().length} cores; 16K G=${G}: N=${N}, S=${S / 1024} KiB, ${(payload / MiB).toFixed(0)} MiB per GET; C = ${levels.join(', ')}; gateway ${JSON.stringify(gatewayArgs)}; minio ${JSON.stringify(minioArgs)}; placement ${placement.description}`);
+  if (placement.othersCpus !== undefined) pinThisProcess(placement.othersCpus);
 
-  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')), extraArgs: minioArgs });
+  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')), extraArgs: minioArgs, ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}) });
   const direct = directS3(minio, 32);
   const rows: Record<string, unknown>[] = [];
   let packing: Packing | undefined;
@@ -97,7 +108,7 @@ async function main(): Promise<void> {
     for (const build of builds) {
       // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
       // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
-      const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli });
+      const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli, cpus: gatewayCpus });
       const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
       try {
         await client.fetch(warmUp, { transport: 'post' });
@@ -164,8 +175,9 @@ async function main(): Promise<void> {
   }
   const out = join(repoRoot(), 'bench', 'results');
   mkdirSync(out, { recursive: true });
-  const file = repeated ? 'memory-segments-latest.json' : 'memory-latest.json';
-  writeFileSync(join(out, file), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rounds, ...(packing ? { packing } : {}), rows }, null, 2)}\n`);
+  // Another placement's figures sit beside the shared ones (memory-segments-store-apart.json ...).
+  const file = `${repeated ? 'memory-segments' : 'memory'}${placement.mode === 'shared' ? '-latest' : `-${placement.mode}`}.json`;
+  writeFileSync(join(out, file), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rounds, placement: placement.description, ...(packing ? { packing } : {}), rows }, null, 2)}\n`);
   console.log(`wrote bench/results/${file}`);
 }
 
@@ -218,7 +230,7 @@ async function firstReads(minio: Awaited<ReturnType<typeof startMinio>>, args: s
 }
 
 async function firstRead(minio: Awaited<ReturnType<typeof startMinio>>, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, packs: boolean): Promise<PackingRead> {
-  const gateway = await startGatewayProcess({ minio, args });
+  const gateway = await startGatewayProcess({ minio, args, cpus: gatewayCpus });
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
   try {
     await client.fetch(warmUp, { transport: 'post' });

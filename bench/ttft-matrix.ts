@@ -259,7 +259,7 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   stdout.write(`placement: ${placement.description}\n`);
 
   if (placement.othersCpus !== undefined) pinThisProcess(placement.othersCpus);
-  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-ttft-')), ...(placement.othersCpus !== undefined ? { cpus: placement.othersCpus } : {}) });
+  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-ttft-')), ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}) });
   const gateway = await startGatewayProcess({ minio, cpus: placement.gatewayCpus });
   const direct = directS3(minio, CONCURRENCY);
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'ttft-bench', credentials: BENCH_CLIENT });
