@@ -95,11 +95,16 @@ describe('timelineSvg', () => {
 });
 
 describe('placement', () => {
-  it('pins the gateway to the last core and the others to the rest, where it can', () => {
+  it('pins the gateway (or, store apart, MinIO) to the last core and the others to the rest, where it can', () => {
     expect(choosePlacement('shared').mode).toBe('shared');
     const pinned = choosePlacement('pinned');
     if (process.platform === 'linux' && cpus().length >= 2) {
-      expect(pinned).toMatchObject({ mode: 'pinned', gatewayCpus: String(cpus().length - 1) });
+      const last = String(cpus().length - 1);
+      expect(pinned).toMatchObject({ mode: 'pinned', gatewayCpus: last });
+      expect(pinned.storeCpus).toBe(pinned.othersCpus);
+      // store-apart: MinIO alone on the last core, the gateway beside the load generator.
+      const apart = choosePlacement('store-apart');
+      expect(apart).toMatchObject({ mode: 'store-apart', storeCpus: last, gatewayCpus: pinned.othersCpus, othersCpus: pinned.othersCpus });
     } else {
       expect(pinned.mode).toBe('shared');
       expect(pinned.description).toMatch(/pinning asked for/);
