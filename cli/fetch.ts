@@ -69,7 +69,7 @@ export async function runFetch(argv: readonly string[], env: NodeJS.ProcessEnv, 
     const mib = result.summary.bytes / 1024 ** 2;
     stdout.write(
       `delivered ${mib.toFixed(1)} MiB in ${ms.toFixed(0)} ms (${(mib / (ms / 1000)).toFixed(1)} MiB/s); mode ${result.summary.mode}; transport ${result.transport}; ` +
-        `backend reads ${result.summary.backendReads}; first layer ready at ${(result.timeline[0]?.ms ?? 0).toFixed(1)} ms\n`,
+        `backend reads ${result.summary.backendReads}; ${result.segmentChunks > 0 ? `${result.segmentChunks} of ${descriptor.keys.length} chunks from a packed segment; ` : ''}first layer ready at ${(result.timeline[0]?.ms ?? 0).toFixed(1)} ms\n`,
     );
     return 0;
   } finally {

@@ -13,7 +13,7 @@ import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client, S3Se
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { XMLParser } from 'fast-xml-parser';
 import type { Dispatcher, Pool } from 'undici';
-import { DESCRIPTOR_HEADER, encodeDescriptorHeader, MAX_HEADER_DESCRIPTOR_BYTES, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
+import { DESCRIPTOR_HEADER, encodeDescriptorHeader, SEGMENT_CHUNKS_HEADER, MAX_HEADER_DESCRIPTOR_BYTES, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
 
 export { DESCRIPTOR_HEADER };
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
@@ -77,6 +77,16 @@ export interface FetchResult {
   /** Milliseconds from the request to each layer's ready notification. */
   readonly timeline: readonly { readonly layer: number; readonly ms: number }[];
   readonly transport: 'get' | 'post';
+  /**
+   * How many of the request's chunks (its first ones) the gateway read from a packed segment
+   * (docs/segments.md), as its x-objectcache-segment-chunks header says; 0 for none.
+   */
+  readonly segmentChunks: number;
+}
+
+/** The x-objectcache-segment-chunks header as a count (0 when absent or not a count). */
+function segmentChunksOf(value: string | string[] | undefined): number {
+  return typeof value === 'string' && /^\d{1,9}$/.test(value) ? Number(value) : 0;
 }
 
 /** Adds the signed descriptor header to one GetObjectCommand (for callers using their own S3Client). */
@@ -383,18 +393,29 @@ export class ObjectCacheClient {
     return answer as T;
   }
 
-  /** The response body of a layerwise GET, and the gateway's id of the request. */
-  async #open(input: DescriptorInput, transport: 'get' | 'post', signal?: AbortSignal): Promise<{ body: Readable; requestId: string | undefined }> {
+  /** The response body of a layerwise GET, the gateway's id of the request, and its segment header. */
+  async #open(input: DescriptorInput, transport: 'get' | 'post', signal?: AbortSignal): Promise<{ body: Readable; requestId: string | undefined; segmentChunks: number }> {
     if (transport === 'post') {
       const response = await this.#signedPost('objectcache', Buffer.from(JSON.stringify(input)), signal);
       if (response.statusCode !== 200) throw await this.#failure(response);
       const requestId = response.headers['x-amz-request-id'];
-      return { body: response.body, requestId: typeof requestId === 'string' ? requestId : undefined };
+      return { body: response.body, requestId: typeof requestId === 'string' ? requestId : undefined, segmentChunks: segmentChunksOf(response.headers[SEGMENT_CHUNKS_HEADER]) };
     }
     const key = descriptorKey(input);
     try {
-      const output = await this.#failover((e) => e.s3.send(withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input), signal ? { abortSignal: signal } : {}));
-      return { body: output.Body as Readable, requestId: output.$metadata.requestId };
+      // The SDK's output has no field for the gateway's own headers: taken from the raw response.
+      let segmentChunks = 0;
+      const command = withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input);
+      command.middlewareStack.add(
+        (next) => async (args) => {
+          const out = await next(args);
+          segmentChunks = segmentChunksOf((out.response as { headers?: Record<string, string> } | undefined)?.headers?.[SEGMENT_CHUNKS_HEADER]);
+          return out;
+        },
+        { step: 'deserialize', name: 'objectcacheSegmentChunks' },
+      );
+      const output = await this.#failover((e) => e.s3.send(command, signal ? { abortSignal: signal } : {}));
+      return { body: output.Body as Readable, requestId: output.$metadata.requestId, segmentChunks };
     } catch (error) {
       if (error instanceof S3ServiceException) {
         const headers = (error.$response?.headers ?? {}) as Record<string, string | undefined>;
@@ -429,12 +450,13 @@ export class ObjectCacheClient {
       },
     });
     if (this.#endpoints.every((e) => e.sockets !== undefined)) {
-      return { target, layerStride, summary: await this.#receive(input, transport, decoder, options.signal), timeline, transport };
+      const { summary, segmentChunks } = await this.#receive(input, transport, decoder, options.signal);
+      return { target, layerStride, summary, timeline, transport, segmentChunks };
     }
-    const { body, requestId } = await this.#open(input, transport, options.signal);
+    const { body, requestId, segmentChunks } = await this.#open(input, transport, options.signal);
     try {
       for await (const chunk of body) decoder.push(chunk as Uint8Array);
-      return { target, layerStride, summary: decoder.finish(), timeline, transport };
+      return { target, layerStride, summary: decoder.finish(), timeline, transport, segmentChunks };
     } catch (error) {
       body.destroy();
       throw withRequestId(error, requestId);
@@ -450,7 +472,7 @@ export class ObjectCacheClient {
    * the next one; a retryable refusal is tried again after its Retry-After (`retries`); once the
    * answer has begun, a broken connection ends the fetch.
    */
-  async #receive(input: DescriptorInput, transport: 'get' | 'post', decoder: FrameDecoder, signal: AbortSignal | undefined): Promise<EndSummary> {
+  async #receive(input: DescriptorInput, transport: 'get' | 'post', decoder: FrameDecoder, signal: AbortSignal | undefined): Promise<{ summary: EndSummary; segmentChunks: number }> {
     const request: SocketRequest =
       transport === 'post'
         ? { method: 'POST', path: escapeUriPath(`/${this.bucket}`), query: [['objectcache', '']], headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(input)) }
@@ -458,7 +480,7 @@ export class ObjectCacheClient {
     const live = signal ?? new AbortController().signal;
     for (let attempt = 1; ; attempt++) {
       const outcome = await this.#receiveOnce(request, decoder, live);
-      if (!('refused' in outcome)) return outcome;
+      if ('summary' in outcome) return outcome;
       if (!outcome.refused.retryable || attempt > this.#retries) throw outcome.refused;
       try {
         await sleep(retryDelayMs(outcome.retryAfter, attempt), undefined, { signal: live });
@@ -469,7 +491,7 @@ export class ObjectCacheClient {
   }
 
   /** One try of a fetch, on the endpoint in use and then the others: the END summary, or the gateway's refusal. */
-  async #receiveOnce(request: SocketRequest, decoder: FrameDecoder, live: AbortSignal): Promise<EndSummary | { refused: ObjectCacheError; retryAfter: string | undefined }> {
+  async #receiveOnce(request: SocketRequest, decoder: FrameDecoder, live: AbortSignal): Promise<{ summary: EndSummary; segmentChunks: number } | { refused: ObjectCacheError; retryAfter: string | undefined }> {
     let last: unknown;
     for (let tried = 0; tried < this.#endpoints.length; tried++) {
       const index = (this.#current + tried) % this.#endpoints.length;
@@ -506,7 +528,7 @@ export class ObjectCacheClient {
         this.#current = index;
         if (answer.status !== 200) return { refused: errorFromAnswer(answer.status, parseErrorDocument(answer.text ?? ''), (name) => answer.headers[name]), retryAfter: answer.headers['retry-after'] };
         try {
-          return decoder.finish();
+          return { summary: decoder.finish(), segmentChunks: segmentChunksOf(answer.headers[SEGMENT_CHUNKS_HEADER]) };
         } catch (error) {
           throw withRequestId(error, answer.headers['x-amz-request-id']);
         }

@@ -169,6 +169,8 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
 
 /** The request header that carries a descriptor on GET. */
 export const DESCRIPTOR_HEADER = 'x-objectcache-descriptor';
+/** On a descriptor GET's answer: how many of its first chunks were read from a packed segment (docs/segments.md, Serving). */
+export const SEGMENT_CHUNKS_HEADER = 'x-objectcache-segment-chunks';
 
 /** The clients send a descriptor whose header would be longer than this as a POST body instead (transport 'auto'). */
 export const MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024;

@@ -72,13 +72,17 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     const again = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
     expectBytes(again, reference(prefix));
     expect(await events('served')).toBe(served + 1);
+    // The client says so (the answer's x-objectcache-segment-chunks header), over either transport.
+    expect(first.segmentChunks).toBe(0);
+    expect(again.segmentChunks).toBe(8);
+    expect((await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' })).segmentChunks).toBe(8);
     // From the chunks: a read per chunk per layer group; from the segment: one per task.
     expect(again.summary.backendReads).toBeLessThan(first.summary.backendReads);
     expect(again.summary.verified).toBe(true);
     // Chunkwise delivery of the same prefix, from the same segment.
     const chunkwise = await client.fetch(descriptorOf(prefix, { mode: 'chunkwise' }));
     expectBytes(chunkwise, reference(prefix));
-    expect(await events('served')).toBe(served + 2);
+    expect(await events('served')).toBe(served + 3);
   });
 
   it('serves a shorter prefix, a layer range and a longer request from the segment and the chunks', async () => {
@@ -89,6 +93,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
       const shorter = subset(prefix, 5);
       const got = await client.fetch(descriptorOf(shorter, { mode }));
       expectBytes(got, reference(shorter));
+      expect(got.segmentChunks).toBe(5);
       const ranged = await client.fetch(descriptorOf(prefix, { mode, layerRange: [2, 5] }));
       expectBytes(ranged, reference(prefix, 2, 5));
     }
@@ -101,6 +106,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     for (const mode of ['layerwise', 'chunkwise'] as const) {
       const got = await client.fetch(descriptorOf(longer, { mode }));
       expectBytes(got, reference(longer));
+      expect(got.segmentChunks).toBe(8);
     }
     expect(await events('served')).toBe(served + 6);
   });

@@ -21,7 +21,7 @@
  * bytes per layer) counts the encoded bytes. Such requests use grouped reads.
  */
 import { setMaxListeners } from 'node:events';
-import type { Descriptor } from '../../schemas/descriptor.js';
+import { SEGMENT_CHUNKS_HEADER, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
 import { planChunkwise, planFromSegment, planLayerwise, planStreamed, planUnits, type PlanInput, type ReadPlan, type Unit } from './read-plan.js';
@@ -237,7 +237,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       'x-objectcache-plan-reads': String(plan.reads),
       'x-objectcache-reads': reads,
       ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
-      ...(found ? { 'x-objectcache-segment-chunks': String(found.cover.chunks) } : {}),
+      ...(found ? { [SEGMENT_CHUNKS_HEADER]: String(found.cover.chunks) } : {}),
     });
     const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded, pack });
     const version = encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;

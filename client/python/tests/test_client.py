@@ -290,3 +290,25 @@ def test_botocore_virtual_hosted_style_reaches_the_bucket(monkeypatch: pytest.Mo
             assert oc.list_keys() == ["dir/chunk 1"]
     finally:
         vhost.stop()
+
+
+def test_says_how_many_chunks_came_from_a_packed_segment() -> None:
+    packing = start_stack(["--segments", "on", "--segment-after-reads", "1", "--segment-min-bytes", "0"], backend="local")
+    try:
+        with ObjectCacheClient(packing.gateway_url, uid("pyseg"), (CLIENT_KEY, CLIENT_SECRET)) as c:
+            c.ensure_bucket()
+            keys, chunks = seed(c, chunks=5, layers=4, layer_bytes=8192)
+            descriptor = ObjectCacheClient.descriptor(keys, layers=4, chunk_tokens=16, layer_bytes=8192, mode="layerwise")
+            first = c.fetch(descriptor)  # read from the chunks, and packed
+            assert first.segment_chunks == 0
+            deadline = time.monotonic() + 30
+            while packing.metric('objectcache_segment_events_total{event="packed"}') < 1:
+                assert time.monotonic() < deadline, "the prefix was not packed"
+                time.sleep(0.1)
+            for transport in ("get", "post"):
+                again = c.fetch(descriptor, transport=transport)
+                assert again.segment_chunks == 5 and bytes(again.target) == layer_major(chunks, 8192, 0, 4)
+            shorter = c.fetch(ObjectCacheClient.descriptor(keys[:3], layers=4, chunk_tokens=16, layer_bytes=8192, mode="layerwise"))
+            assert shorter.segment_chunks == 3 and bytes(shorter.target) == layer_major(chunks[:3], 8192, 0, 4)
+    finally:
+        packing.stop()

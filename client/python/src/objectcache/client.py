@@ -62,6 +62,14 @@ class FetchResult:
     #: Seconds from the request to each layer's ready notification, as (layer, seconds).
     timeline: List[Tuple[int, float]] = field(default_factory=list)
     transport: str = "get"
+    #: How many of the request's chunks (its first ones) the gateway read from a packed segment
+    #: (docs/segments.md), as its x-objectcache-segment-chunks header says; 0 for none.
+    segment_chunks: int = 0
+
+
+def _segment_chunks(response: http.client.HTTPResponse) -> int:
+    value = response.getheader("x-objectcache-segment-chunks") or ""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else 0
 
 
 def _writable_bytes(target: Any) -> memoryview:
@@ -501,7 +509,7 @@ class ObjectCacheClient:
 
         return SegmentDecoder(codec(name), SliceShape.of(layer_bytes, int(descriptor["chunkTokens"]), dtype), layer_bytes)
 
-    def _stream(self, descriptor: Descriptor, geometry: Geometry, transport: Transport, opened: List[str], dtype: Optional[KVDtype] = None) -> Generator[Tuple[int, memoryview], None, EndSummary]:
+    def _stream(self, descriptor: Descriptor, geometry: Geometry, transport: Transport, opened: List[Tuple[str, int]], dtype: Optional[KVDtype] = None) -> Generator[Tuple[int, memoryview], None, EndSummary]:
         """The ready layers of one fetch, then (as the generator's value) the END summary. The
         connection goes back to the pool only after a complete stream; closing the generator
         early closes it, which the gateway sees as the client leaving."""
@@ -509,7 +517,7 @@ class ObjectCacheClient:
         if codecs is not None and dtype is None and any(c != RAW_CODEC for c in codecs):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "decoding encoded chunks needs the KV dtype: fetch(..., dtype=...)")
         conn, response, used = self._open(descriptor, transport)
-        opened.append(used)
+        opened.append((used, _segment_chunks(response)))
         finished = False
         try:
             try:
@@ -560,7 +568,7 @@ class ObjectCacheClient:
     def _run(self, descriptor: Descriptor, geometry: Geometry, target: Any, on_layer_ready: Optional[OnLayerReady], transport: Transport, dtype: Optional[KVDtype] = None) -> FetchResult:
         started = time.perf_counter()
         timeline: List[Tuple[int, float]] = []
-        used: List[str] = []
+        used: List[Tuple[str, int]] = []
         stream = self._stream(descriptor, geometry, transport, used, dtype)
         try:
             while True:
@@ -574,4 +582,4 @@ class ObjectCacheClient:
                     on_layer_ready(layer, view)
         finally:
             stream.close()  # a callback that raised: the connection is closed, not left to the GC
-        return FetchResult(target=target, layer_stride=geometry.stride, summary=summary, timeline=timeline, transport=used[0])
+        return FetchResult(target=target, layer_stride=geometry.stride, summary=summary, timeline=timeline, transport=used[0][0], segment_chunks=used[0][1])
