@@ -56,8 +56,6 @@ import { choosePlacement, pinThisProcess, PLACEMENT_MODES, type PlacementMode } 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
 const BUCKET = 'memory-bench';
 const MiB = 1024 * 1024;
-/** The gateways' CPUs (--placement), for every gateway the bench starts. */
-let gatewayCpus: string | undefined;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
@@ -67,7 +65,7 @@ async function main(): Promise<void> {
   const repeated = values.repeated === true;
   if (!PLACEMENT_MODES.includes(values.placement as PlacementMode)) throw new Error(`--placement is one of ${PLACEMENT_MODES.join(', ')}, not ${values.placement}`);
   const placement = choosePlacement(values.placement as PlacementMode);
-  gatewayCpus = placement.gatewayCpus;
+  const gatewayCpus = placement.gatewayCpus;
   const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
   const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
   const builds: { name: string; cli: string | undefined; args: string[] }[] = [
@@ -100,7 +98,7 @@ async function main(): Promise<void> {
     // fresh gateway then finds that segment in the store at its first read of the prefix.
     // Touched before any read (as the warming GETs find it): a fresh target's page faults are the client's, not the gateway's.
     target.fill(0);
-    packing = repeated ? await firstReads(minio, builds[0]?.args ?? [], warmUp, descriptor, target, payload, rounds) : undefined;
+    packing = repeated ? await firstReads(minio, gatewayCpus, builds[0]?.args ?? [], warmUp, descriptor, target, payload, rounds) : undefined;
     // What the seeding and a 1.75 GiB PUT leave MinIO doing (its scanner, its caches) is not the measurement's.
     await settled(minio.process.pid as number);
     for (const C of levels) {
@@ -206,19 +204,19 @@ interface Packing {
  * frames pack goes to a segment bucket of its own, so each is a first; that last one's segment,
  * in the default bucket, is the one the levels find.
  */
-async function firstReads(minio: Awaited<ReturnType<typeof startMinio>>, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, trials: number): Promise<Packing> {
+async function firstReads(minio: Awaited<ReturnType<typeof startMinio>>, gatewayCpus: string | undefined, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, trials: number): Promise<Packing> {
   const out: Packing['trials'][number][] = [];
   // MinIO's first read of the chunks since it started is slower (3.3-3.4 s, against 2.0-2.1 s for
   // the next ones, in one run): it is not a trial's.
-  await firstRead(minio, [...args, '--segments', 'off'], warmUp, descriptor, target, payload, false);
+  await firstRead(minio, gatewayCpus, [...args, '--segments', 'off'], warmUp, descriptor, target, payload, false);
   for (let trial = 0; trial < trials; trial++) {
     const bucket = trial === trials - 1 ? [] : ['--segment-bucket', `memory-bench-trial-${trial}`];
     await settled(minio.process.pid as number);
-    const chunks = await firstRead(minio, [...args, '--segments', 'off'], warmUp, descriptor, target, payload, false);
+    const chunks = await firstRead(minio, gatewayCpus, [...args, '--segments', 'off'], warmUp, descriptor, target, payload, false);
     await settled(minio.process.pid as number);
-    const packingFromChunks = await firstRead(minio, [...args, '--segment-pack-from', 'chunks', '--segment-bucket', `memory-bench-trial-chunks-${trial}`], warmUp, descriptor, target, payload, true);
+    const packingFromChunks = await firstRead(minio, gatewayCpus, [...args, '--segment-pack-from', 'chunks', '--segment-bucket', `memory-bench-trial-chunks-${trial}`], warmUp, descriptor, target, payload, true);
     await settled(minio.process.pid as number);
-    const packing = await firstRead(minio, [...args, ...bucket], warmUp, descriptor, target, payload, true);
+    const packing = await firstRead(minio, gatewayCpus, [...args, ...bucket], warmUp, descriptor, target, payload, true);
     const cores = cpus().length;
     const stored = (read: PackingRead): string => `segment stored after ${read.packedAfterSeconds.toFixed(2)} s${read.reread ? ', the rest read from the chunks' : ''}`;
     console.log(`first read ${trial + 1}/${trials}: from the chunks ${chunks.seconds.toFixed(2)} s, ${formatCpu(chunks.cpuSecondsPerGiB, cores)}`);
@@ -229,7 +227,7 @@ async function firstReads(minio: Awaited<ReturnType<typeof startMinio>>, args: s
   return { trials: out };
 }
 
-async function firstRead(minio: Awaited<ReturnType<typeof startMinio>>, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, packs: boolean): Promise<PackingRead> {
+async function firstRead(minio: Awaited<ReturnType<typeof startMinio>>, gatewayCpus: string | undefined, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, packs: boolean): Promise<PackingRead> {
   const gateway = await startGatewayProcess({ minio, args, cpus: gatewayCpus });
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
   try {
