@@ -21,6 +21,8 @@ export async function runServe(argv: readonly string[]): Promise<number> {
   if (powerless.length > 0) {
     logger.warn({ keys: powerless }, 'these keys have no access policy and may do nothing; attach one with "policy" in --credentials or in --access-policies');
   }
+  // Names no key but the administrator's may use: the store's own APIs and the gateways' own state.
+  logger.info({ reserved: [...config.reservedBuckets].sort() }, 'reserved bucket names (refused to every key but the administrator)');
   const gateway = await startGateway(config, { logger });
   await new Promise<void>((resolve) => {
     const stop = (signal: string): void => {

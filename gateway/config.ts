@@ -16,6 +16,7 @@ import { parseSchedulingPolicy, type Policy } from './scheduler/allocate.js';
 import { parseMargin, parseRate } from './scheduler/rate.js';
 import { defaultWorkerCount } from './read-pool/reader-pool.js';
 import { assertBucketName } from './s3/request.js';
+import { MIN_STATE_KEY_CHARS } from './state-key.js';
 import type { S3BackendOptions } from '../storage-worker/backends/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
@@ -55,6 +56,7 @@ export const SERVE_SETTINGS = {
   secretKey: { flag: 'secret-key', env: 'OBJECTCACHE_SECRET_KEY', kind: 'string', default: 'objectcache-secret', envOnly: true, secret: true, description: 'Client secret key (environment only; the default is for local trials).' },
   backendAccessKey: { flag: 'backend-access-key', env: 'OBJECTCACHE_BACKEND_ACCESS_KEY', kind: 'string', default: undefined, envOnly: true, description: 'Access key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
   backendSecretKey: { flag: 'backend-secret-key', env: 'OBJECTCACHE_BACKEND_SECRET_KEY', kind: 'string', default: undefined, envOnly: true, secret: true, description: 'Secret key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
+  stateKey: { flag: 'state-key', env: 'OBJECTCACHE_STATE_KEY', kind: 'string', default: undefined, envOnly: true, secret: true, description: 'Secret (16 or more characters) the gateways in front of one store sign their own state with (capacity journals, snapshot and lease; packed segments\' manifests); state not signed with it is never applied or served. The same on every gateway. Unset: derived from the S3 store\'s credentials, or kept in <data dir>/.state-key on the embedded store (environment only).' },
   backendConnections: { flag: 'backend-connections', env: 'OBJECTCACHE_BACKEND_CONNECTIONS', kind: 'integer', default: '64', min: 1, max: 4096, description: 'Keep-alive connections to the S3 backend.' },
   backendTimeoutMs: { flag: 'backend-timeout-ms', env: 'OBJECTCACHE_BACKEND_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'Time the backend may take to connect, to send headers, and between body bytes; also the longest a request waits for a free connection to it (then 503, OC_ERR_BACKEND_TIMEOUT).' },
   maxObjectBytes: { flag: 'max-object-bytes', env: 'OBJECTCACHE_MAX_OBJECT_BYTES', kind: 'integer', default: String(5 * 1024 ** 3), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Largest single PUT or part accepted (S3 allows 5 GiB).' },
@@ -177,6 +179,8 @@ export interface GatewayConfig {
   readonly capacity: CapacityConfig | undefined;
   /** Packed segments (gateway/descriptor-get/segments.ts); undefined when --segments is off. */
   readonly segments: SegmentConfig | undefined;
+  /** OBJECTCACHE_STATE_KEY (gateway/state-key.ts); undefined: derived from the store's credentials or kept in the data directory. */
+  readonly stateKey: string | undefined;
 }
 
 /** Budgets, quotas and eviction (gateway/capacity/). */
@@ -617,16 +621,22 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
   }
 
   const capacity = loadCapacity(raw);
-  const reservedBuckets = parseReserved(raw.reservedBuckets);
-  // Clients never reach capacity management's own state (the administrator key still can).
-  if (capacity) reservedBuckets.add(capacity.stateBucket);
   const segments = loadSegments(raw);
-  if (segments) reservedBuckets.add(segments.bucket);
+  const reservedBuckets = parseReserved(raw.reservedBuckets);
+  // Clients never reach the gateways' own state (capacity's journals, snapshot and lease; packed
+  // segments), whatever features this gateway has on: another gateway in front of the same store
+  // may have them on, and would trust what it finds there. The default names are reserved too, and
+  // the configured ones (the administrator key still can).
+  for (const name of stateBuckets(raw)) reservedBuckets.add(name);
+  for (const bucket of capacity?.budgets.keys() ?? []) {
+    if (reservedBuckets.has(bucket.toLowerCase())) throw new ConfigError('budget', `--budget names ${bucket}, a reserved bucket (the store's own API or the gateways' own state): no client may write it`);
+  }
 
   return {
     scheduler,
     capacity,
     segments,
+    stateKey: stateKeySetting(raw),
     host,
     port: integer('port', raw),
     metricsHost: nonEmpty('metricsHost', raw),
@@ -675,6 +685,29 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       },
     },
   };
+}
+
+/** OBJECTCACHE_STATE_KEY, when set: long enough to be a secret. */
+function stateKeySetting(raw: RawSettings): string | undefined {
+  const key = raw.stateKey;
+  if (key === undefined || key === '') return undefined;
+  if (key.length < MIN_STATE_KEY_CHARS) throw new ConfigError('state-key', `OBJECTCACHE_STATE_KEY must be at least ${MIN_STATE_KEY_CHARS} characters long (it is ${key.length})`);
+  return key;
+}
+
+/**
+ * The buckets that hold the gateways' own state: the default names of the capacity state bucket
+ * and the segment bucket, and the names configured here (each checked as a bucket name, used or not).
+ */
+function stateBuckets(raw: RawSettings): string[] {
+  const names = new Set<string>([SERVE_SETTINGS.capacityStateBucket.default, SERVE_SETTINGS.segmentBucket.default]);
+  for (const [setting, flag] of [['capacityStateBucket', 'capacity-state-bucket'], ['segmentBucket', 'segment-bucket']] as const) {
+    const name = raw[setting];
+    if (name === undefined || name === '') continue;
+    bucketSetting(flag, `--${flag} / ${SERVE_SETTINGS[setting].env}`, name);
+    names.add(name.toLowerCase());
+  }
+  return [...names];
 }
 
 /** A setting that names a bucket follows S3's naming rules (gateway/s3/request.ts assertBucketName). */

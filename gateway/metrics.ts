@@ -202,6 +202,9 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     },
   });
   new Gauge({ name: 'objectcache_capacity_quota_bytes', help: 'The --tenant-quota of each tenant that has one.', labelNames: ['tenant'] as const, registers, collect() { this.reset(); for (const [tenant, bytes] of watched?.quotas ?? []) this.set({ tenant }, bytes); } });
+  const capacityRejected = new Counter({ name: 'objectcache_capacity_rejected_total', help: 'Shared capacity state read from the store and not applied, by what: journal, snapshot or lease (not signed with the state key, or a journal too large), event (a line out of shape or bounds), unauthorized (a write journalled for a tenant none of whose keys may write the chunk).', labelNames: ['what'] as const, registers });
+  const capacityHintsDropped = new Counter({ name: 'objectcache_capacity_hints_dropped_total', help: 'Accesses and chains not journalled because their access key passed its share of the journal this sync period (they still count at this gateway).', registers });
+  new Gauge({ name: 'objectcache_capacity_unchecked_bytes', help: 'Bytes each budgeted bucket holds as other gateways journalled them, not yet checked against the store by the lease holder (eviction does not act on them until then).', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uncheckedBytes); } });
   new Gauge({ name: 'objectcache_capacity_leader', help: '1 while this gateway holds the eviction lease (one gateway over a store evicts at a time).', registers, collect() { this.set(watched?.isLeader ? 1 : 0); } });
   const capacity: CapacityObserver = {
     evicted: (bucket, reason, bytes) => {
@@ -209,11 +212,13 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
       evictedBytes.inc({ bucket, reason }, bytes);
     },
     syncFailed: (what) => capacitySyncFailures.inc({ what }),
+    rejected: (what, count) => capacityRejected.inc({ what }, count),
+    hintsDropped: (count) => capacityHintsDropped.inc(count),
   };
 
   // --- packed segments (gateway/descriptor-get/segments.ts) ---
   let watchedSegments: Segments | undefined;
-  const segmentEvents = new Counter({ name: 'objectcache_segment_events_total', help: 'Packed segments, by event: packed (a manifest written), discovered (a segment found in the store, packed by another gateway or before a restart: at a read of its run, or by the sweep), reread (a pack that fell behind its read reads the layers it missed from the chunks), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), dropped (one this gateway knew, removed for any reason), evicted (for a budget or --max-segment-bytes, including segments this gateway did not know, deleted by the sweep), swept (a data object no manifest names, deleted by the hourly sweep).', labelNames: ['event'] as const, registers });
+  const segmentEvents = new Counter({ name: 'objectcache_segment_events_total', help: 'Packed segments, by event: packed (a manifest written), discovered (a segment found in the store, packed by another gateway or before a restart: at a read of its run, or by the sweep), reread (a pack that fell behind its read reads the layers it missed from the chunks), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), rejected (a manifest not signed with the state key, or a segment whose CRC32Cs are not those its chunks\u2019 writers recorded: not used, and dropped), dropped (one this gateway knew, removed for any reason), evicted (for a budget or --max-segment-bytes, including segments this gateway did not know, deleted by the sweep), swept (a data object no manifest names, deleted by the hourly sweep).', labelNames: ['event'] as const, registers });
   new Gauge({ name: 'objectcache_segments', help: 'Packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.count ?? 0); } });
   new Gauge({ name: 'objectcache_segment_bytes', help: 'Bytes of the packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.knownBytes ?? 0); } });
   const segments: SegmentObserver = { event: (event) => segmentEvents.inc({ event }) };

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { BackendStats } from '../storage-worker/backends/s3-backend.js';
 import { startAdminServer, type AdminServer } from './admin.js';
-import { authorize, authorizeKeys, authorizeNamespace, authorizeSomeObject, authorizeUnclassified, requirementOf, tenantFor } from './auth/access.js';
+import { authorize, authorizeKeys, authorizeNamespace, authorizeSomeObject, authorizeUnclassified, requirementOf, tenantFor, tenantMayWrite } from './auth/access.js';
 import { s3Arn } from './auth/policy.js';
 import { RequestVerifier } from './auth/request-verifier.js';
 import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
@@ -38,6 +38,7 @@ import { Capacity } from './capacity/capacity.js';
 import { Segments } from './descriptor-get/segments.js';
 import { servePin } from './capacity/pin-request.js';
 import { serveBudgeted } from './capacity/serve-budgeted.js';
+import { loadStateKey } from './state-key.js';
 
 export interface GatewayDependencies {
   readonly logger?: Logger;
@@ -150,12 +151,14 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     activeLayerwise: () => admission.descriptorGets,
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
+  // What the gateways in front of the store sign their own state with (gateway/state-key.ts).
+  const stateKey = loadStateKey(config.stateKey, config.backend);
   const segments = config.segments
-    ? new Segments({ config: config.segments, store: backend.capacity, workerEtag: (etag) => (backend.kind === 's3' ? `"${etag}"` : etag), logger, observer: metrics.segments })
+    ? new Segments({ config: config.segments, key: stateKey, store: backend.capacity, workerEtag: (etag) => (backend.kind === 's3' ? `"${etag}"` : etag), logger, observer: metrics.segments })
     : undefined;
   metrics.watchSegments(segments);
   const capacity = config.capacity
-    ? new Capacity({ config: config.capacity, store: backend.capacity, logger, observer: metrics.capacity, ...(segments ? { derived: segments } : {}) })
+    ? new Capacity({ config: config.capacity, key: stateKey, mayWrite: (tenant, bucket, key) => tenantMayWrite(config.clientCredentials, tenant, bucket, key), store: backend.capacity, logger, observer: metrics.capacity, ...(segments ? { derived: segments } : {}) })
     : undefined;
   metrics.watchCapacity(capacity);
   const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds, ...(deps.now ? { now: deps.now } : {}) });
@@ -382,8 +385,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         try {
           if (budgeted) {
             // The chain the descriptor names, an access of each chunk, and no eviction under the read.
-            budgeted.link(bucket, descriptor.keys, credential.tenant);
-            r.hold(await budgeted.reading(bucket, descriptor.keys));
+            budgeted.link(bucket, descriptor.keys, credential.tenant, credential.accessKeyId);
+            r.hold(await budgeted.reading(bucket, descriptor.keys, credential.accessKeyId));
           }
           return await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, segments, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
@@ -392,8 +395,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       }
       case 'prefix-lookup': {
         const looked = await servePrefixLookup(ctx, lw, backend);
-        budgeted?.link(bucket, looked.keys, credential.tenant);
-        budgeted?.accessed(bucket, looked.keys.slice(0, looked.matched));
+        budgeted?.link(bucket, looked.keys, credential.tenant, credential.accessKeyId);
+        budgeted?.accessed(bucket, looked.keys.slice(0, looked.matched), credential.accessKeyId);
         return;
       }
       default: {
@@ -525,7 +528,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     throw error;
   }
   const address = server.address() as AddressInfo;
-  logger.info({ url: urlOf(address), admin: admin.url, backend: backend.description }, 'gateway listening');
+  logger.info({ url: urlOf(address), admin: admin.url, backend: backend.description, stateKey: stateKey.origin }, 'gateway listening');
   const files = openFileLimit();
   const needed = config.limits.maxConnections + (config.backend.kind === 's3' ? config.backend.connections + lw.maxChunkStreams : 0) + 64;
   if (files !== undefined && files < needed) {

@@ -114,6 +114,23 @@ describe('ChunkIndex', () => {
     expect(index.get('p/50001')!.pred).toBe('p/50000');
   });
 
+  it('keeps another tenant\u2019s pending links when one tenant names 50,000 keys it never stores', () => {
+    const index = new ChunkIndex();
+    index.link(['v/0', 'v/1'], 'victim'); // the victim's lookup misses, then it stores
+    const noise = Array.from({ length: 60_000 }, (_, i) => `n/${i}`);
+    index.link(noise, 'flooder');
+    store(index, ['v/0', 'v/1'], 100, 'victim');
+    expect(index.get('v/1')!.pred).toBe('v/0');
+  });
+
+  it('says what a chain taught, never the whole list again', () => {
+    const index = new ChunkIndex();
+    store(index, ['c/0', 'c/1', 'c/2', 'c/3'], 100);
+    expect(index.learn(['c/0', 'c/1', 'c/2', 'c/3'], 'a')).toEqual([['c/0', 'c/1', 'c/2', 'c/3']]);
+    expect(index.learn(['c/0', 'c/1', 'c/2', 'c/3'], 'a')).toEqual([]);
+    expect(index.learn(['c/0', 'c/1', 'c/2', 'c/3', 'c/4', 'c/5'], 'a')).toEqual([['c/3', 'c/4', 'c/5']]);
+  });
+
   it('bounds the loop checks of one request, and learns a long chain over several', () => {
     const index = new ChunkIndex();
     const keys = Array.from({ length: 2000 }, (_, i) => `long/${i}`);

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { embeddedCapacityStore, type CapacityStore } from '../gateway/capacity/store.js';
 import { Segments } from '../gateway/descriptor-get/segments.js';
+import { StateKey } from '../gateway/state-key.js';
 import { parseDescriptor } from '../schemas/descriptor.js';
 import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
 
@@ -26,6 +27,7 @@ describe('looking for a segment in the store', () => {
     let now = 1_000_000;
     const segments = new Segments({
       config: { bucket: 'objectcache-segments', afterReads: 1, minBytes: 0, maxPacks: 2, maxBytes: 2 ** 40, check: 'heads', readAheadBytes: 2 ** 27, packQueueBytes: 2 ** 26, packFrom: 'frames' },
+      key: new StateKey(Buffer.from('a state key for this test'), 'setting'),
       store,
       workerEtag: (etag) => etag,
       logger: { warn: () => {}, info: () => {} },

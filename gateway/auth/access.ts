@@ -257,6 +257,15 @@ export function tenantFor(credential: ClientCredential, claimed: string | undefi
 }
 
 /**
+ * Whether some key of `tenant` may write `key` in `bucket` (s3:PutObject): what a write another
+ * gateway journalled for the tenant must pass to be applied (gateway/capacity/capacity.ts).
+ */
+export function tenantMayWrite(credentials: readonly ClientCredential[], tenant: string, bucket: string, key: string): boolean {
+  const arn = s3Arn(bucket, key);
+  return credentials.some((c) => c.tenant === tenant && c.access.allows('s3:PutObject', arn));
+}
+
+/**
  * The object store's own APIs (--reserved-buckets: MinIO's /minio/ admin, health, metrics and KMS
  * routes, Ceph RGW's /admin/ and Swift entries) parse as a bucket and key, and a passthrough that
  * re-signs them with the backend's key would hand any key the store's root rights. Only the
@@ -266,7 +275,7 @@ export function tenantFor(credential: ClientCredential, claimed: string | undefi
 export function authorizeNamespace(credential: ClientCredential | undefined, bucket: string, reserved: ReadonlySet<string>, role = 'path'): void {
   if (bucket === '' || !reserved.has(bucket.toLowerCase())) return;
   if (credential?.access.unrestricted === true) return;
-  throw new ObjectCacheError('OC_ERR_ACCESS_RESERVED', `Access Denied: /${bucket}/ is the object store's own API, not a bucket (--reserved-buckets); only the administrator key may use it${role === 'path' ? '' : ` (in ${role})`}`, {
+  throw new ObjectCacheError('OC_ERR_ACCESS_RESERVED', `Access Denied: /${bucket}/ is reserved (the object store's own API, --reserved-buckets, or the gateways' own state: the capacity state and segment buckets); only the administrator key may use it${role === 'path' ? '' : ` (in ${role})`}`, {
     details: { BucketName: bucket },
   });
 }

@@ -18,14 +18,25 @@ import { FifoBudget } from '../fifo-budget.js';
 import type { Logger } from '../logger.js';
 import { ChunkIndex, type Candidate, type Chunk, type OrderOptions } from './chunk-index.js';
 import type { CapacityStore } from './store.js';
-import { SharedState, type CapacityEvent } from './shared-state.js';
+import { SharedState, type CapacityEvent, type EventSource, type Rejected } from './shared-state.js';
+import type { StateKey } from '../state-key.js';
 
 export type EvictionCause = 'lru' | 'idle' | 'dead' | 'quota';
 
 export interface CapacityObserver {
   evicted(bucket: string, cause: EvictionCause, bytes: number): void;
   syncFailed(what: string): void;
+  /** Shared state read from the store and not applied (shared-state.ts Rejected; `unauthorized`: a put its tenant could not have made). */
+  rejected(what: Rejected | 'unauthorized', count: number): void;
+  /** Hints of an access key not journalled: past its share this sync period. */
+  hintsDropped(count: number): void;
 }
+
+/**
+ * Whether a key of `tenant` may write `key` in `bucket` (its access policy allows s3:PutObject
+ * there): a journal's write of a chunk no key of its tenant could have made is not applied.
+ */
+export type MayWrite = (tenant: string, bucket: string, key: string) => boolean;
 
 /** The time before now within which an access keeps a chunk from eviction even if its read is at another gateway. */
 const RECENT_ACCESS_GRACE_SYNCS = 2;
@@ -39,6 +50,9 @@ const IDLE_SCAN_MS = 30_000;
 const DEAD_AFTER_MS = 30_000;
 /** The longest a pin may hold. */
 export const MAX_PIN_MS = 366 * 86_400_000;
+/** Sizes of chunks learnt from other gateways' journals the lease holder checks (HEADs) per trimming pass, and at once. */
+const CHECKS_PER_PASS = 256;
+const CHECKS_AT_ONCE = 16;
 
 const slot = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
@@ -60,6 +74,8 @@ export interface BucketUsage {
   readonly bytes: number;
   /** Of `bytes`, derived data's. */
   readonly derivedBytes: number;
+  /** Of `bytes`, those learnt from other gateways' journals and not checked against the store yet (eviction does not act on them). */
+  readonly uncheckedBytes: number;
   readonly chunks: number;
   readonly pinnedBytes: number;
 }
@@ -119,8 +135,11 @@ export class Capacity {
   #closed = false;
   #derived: DerivedData | undefined;
 
-  constructor(options: { config: CapacityConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string; derived?: DerivedData }) {
+  readonly #mayWrite: MayWrite;
+
+  constructor(options: { config: CapacityConfig; key: StateKey; mayWrite: MayWrite; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string; derived?: DerivedData }) {
     this.#derived = options.derived;
+    this.#mayWrite = options.mayWrite;
     this.#config = options.config;
     this.#store = options.store;
     this.#log = options.logger;
@@ -130,14 +149,17 @@ export class Capacity {
     this.#shared = new SharedState({
       store: options.store,
       config: options.config,
+      key: options.key,
       logger: options.logger,
       now: this.#now,
       ...(options.gatewayId ? { gatewayId: options.gatewayId } : {}),
-      apply: (event) => this.#apply(event),
+      apply: (event, source) => this.#apply(event, source),
       reset: (events) => this.#reset(events),
       snapshot: () => this.#snapshot(),
       reconcile: () => this.#reconcile(),
       onFailure: (what) => options.observer.syncFailed(what),
+      onRejected: (what, count) => options.observer.rejected(what, count),
+      onHintsDropped: (count) => options.observer.hintsDropped(count),
     });
   }
 
@@ -169,7 +191,7 @@ export class Capacity {
    * A read of `keys` starting: they count as accessed, and are not evicted until `release`. A
    * read of a chunk being deleted waits for the delete (then finds it gone, never torn).
    */
-  async reading(bucket: string, keys: readonly string[]): Promise<() => void> {
+  async reading(bucket: string, keys: readonly string[], by?: string): Promise<() => void> {
     const index = this.#indexes.get(bucket);
     if (!index) return () => {};
     const at = this.#now();
@@ -178,7 +200,7 @@ export class Capacity {
       const s = slot(bucket, key);
       this.#readers.set(s, (this.#readers.get(s) ?? 0) + 1);
       taken.push(s);
-      if (index.touch(key, at)) this.#shared.record({ t: 'acc', b: bucket, k: key, at });
+      if (index.touch(key, at)) this.#shared.record({ t: 'acc', b: bucket, k: key, at }, by);
     }
     const deletes = taken.map((s) => this.#deleting.get(s)).filter((p): p is Promise<void> => p !== undefined);
     if (deletes.length > 0) await Promise.all(deletes);
@@ -194,22 +216,24 @@ export class Capacity {
     };
   }
 
-  /** Lookup hits: an access each (nothing is held: a lookup reads metadata only). */
-  accessed(bucket: string, keys: readonly string[]): void {
+  /** Lookup hits of access key `by`: an access each (nothing is held: a lookup reads metadata only). */
+  accessed(bucket: string, keys: readonly string[], by?: string): void {
     const index = this.#indexes.get(bucket);
     if (!index) return;
     const at = this.#now();
-    for (const key of keys) if (index.touch(key, at)) this.#shared.record({ t: 'acc', b: bucket, k: key, at });
+    for (const key of keys) if (index.touch(key, at)) this.#shared.record({ t: 'acc', b: bucket, k: key, at }, by);
   }
 
   /**
-   * The key order of a descriptor or lookup by a key of `tenant`: each key follows the one
-   * before it (kept only for the tenant's own chunks: ChunkIndex.link).
+   * The key order of a descriptor or lookup by a key of `tenant` (access key `by`): each key
+   * follows the one before it (kept only for the tenant's own chunks: ChunkIndex.link). Only
+   * what it taught is journalled, within the access key's share of the journal.
    */
-  link(bucket: string, keys: readonly string[], tenant: string): void {
+  link(bucket: string, keys: readonly string[], tenant: string, by?: string): void {
     const index = this.#indexes.get(bucket);
     if (!index || keys.length < 2) return;
-    if (index.link(keys, tenant)) this.#shared.recordLink(bucket, keys, tenant);
+    const chains = index.learn(keys, tenant);
+    if (chains.length > 0) this.#shared.recordLink(bucket, chains, tenant, by);
   }
 
   /**
@@ -338,7 +362,7 @@ export class Capacity {
     }
     return [...this.#indexes].map(([bucket, index]) => {
       const derivedBytes = this.#derived?.bytes(bucket) ?? 0;
-      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes + derivedBytes, derivedBytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 };
+      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes + derivedBytes, derivedBytes, uncheckedBytes: index.uncheckedBytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 };
     });
   }
 
@@ -455,9 +479,12 @@ export class Capacity {
       const idleScan = this.#config.idleMs !== undefined && now - this.#lastIdleScan >= IDLE_SCAN_MS;
       if (idleScan) this.#lastIdleScan = now;
       for (const [bucket, index] of this.#indexes) {
+        // Sizes learnt from other gateways' journals are checked against the store before
+        // eviction acts on them; until then they do not count here.
+        await this.#checkSizes(bucket, index);
         const budget = this.#config.budgets.get(bucket) ?? 0;
         const target = budget * this.#config.lowFraction;
-        const usage = (): number => index.bytes + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
+        const usage = (): number => index.bytes - index.uncheckedBytes + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
         const trim = usage() > budget * this.#config.highFraction;
         // Derived data goes first: it is rebuilt from the chunks, never the other way round.
         if (trim && this.#derived) await this.#derived.evict(bucket, usage() - target);
@@ -503,6 +530,36 @@ export class Capacity {
     } finally {
       this.#trimming = false;
     }
+  }
+
+  /**
+   * The lease holder checks the sizes other gateways journalled against the store's own (a HEAD
+   * each, CHECKS_AT_ONCE at a time, at most CHECKS_PER_PASS a pass): a chunk the store does not
+   * have is forgotten, one it has takes the store's size and ETag. Until then a size from a
+   * journal is not acted on, whoever wrote it.
+   */
+  async #checkSizes(bucket: string, index: ChunkIndex): Promise<void> {
+    const keys: string[] = [];
+    for (const key of index.unchecked()) {
+      keys.push(key);
+      if (keys.length >= CHECKS_PER_PASS) break;
+    }
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < keys.length && !this.#closed) {
+        const key = keys[next++] as string;
+        const chunk = index.get(key);
+        if (!chunk || chunk.checked) continue;
+        const head = await this.#store.head(bucket, key);
+        if (index.get(key) !== chunk) continue; // rewritten or gone meanwhile: what came after stands
+        if (head === undefined) {
+          index.remove(key);
+          this.#shared.record({ t: 'del', b: bucket, k: key, e: chunk.etag, at: this.#now() });
+        } else if (head.etag === chunk.etag && head.size === chunk.size) index.markChecked(key);
+        else this.#record(bucket, key, chunk.tenant, head.size, head.etag, chunk.written);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(CHECKS_AT_ONCE, keys.length) }, lane));
   }
 
   #prunePins(now: number): void {
@@ -608,10 +665,10 @@ export class Capacity {
     }
   }
 
-  #record(bucket: string, key: string, tenant: string, size: number, etag: string): void {
+  /** A chunk as the store's own answer has it (a write's, a HEAD's): its size is checked. */
+  #record(bucket: string, key: string, tenant: string, size: number, etag: string, at = this.#now()): void {
     const index = this.#indexes.get(bucket);
     if (!index) return;
-    const at = this.#now();
     const e = etag.startsWith('"') ? etag : `"${etag}"`;
     index.put(key, { size, tenant, etag: e, at });
     this.#shared.record({ t: 'put', b: bucket, k: key, s: size, n: tenant, e, at });
@@ -636,15 +693,26 @@ export class Capacity {
     else this.#pins.delete(s);
   }
 
-  #apply(event: CapacityEvent): void {
+  /**
+   * Applies an event of a journal (this gateway's own, after a reload, or another's) or of a
+   * snapshot. Another gateway's write is applied only if a key of its tenant may write the chunk
+   * (else dropped and counted), and its size is unchecked until the lease holder checks it
+   * against the store (#checkSizes); so is a snapshot's where it says so (`u`).
+   */
+  #apply(event: CapacityEvent, source: EventSource): void {
     const index = this.#indexes.get(event.b);
     if (!index) return;
     switch (event.t) {
       case 'put': {
+        if (source === 'peer' && event.n !== '' && !this.#mayWrite(event.n, event.b, event.k)) {
+          this.#observer.rejected('unauthorized', 1);
+          break;
+        }
         // Journals of different gateways are applied gateway by gateway, not in time order: an
         // older write never replaces a newer one.
         const known = index.get(event.k);
-        if (!known || event.at >= known.written) index.put(event.k, { size: event.s, tenant: event.n, etag: event.e, at: event.at });
+        const checked = source === 'own' || (source === 'snapshot' && event.u !== 1);
+        if (!known || event.at >= known.written) index.put(event.k, { size: event.s, tenant: event.n, etag: event.e, at: event.at, checked });
         break;
       }
       case 'del': {
@@ -669,7 +737,7 @@ export class Capacity {
   #reset(events: Iterable<CapacityEvent>): void {
     for (const bucket of this.#indexes.keys()) this.#indexes.set(bucket, new ChunkIndex());
     this.#pins.clear();
-    for (const event of events) this.#apply(event);
+    for (const event of events) this.#apply(event, 'snapshot');
   }
 
   /** Everything known, as events a snapshot holds. */
@@ -677,7 +745,7 @@ export class Capacity {
     const now = this.#now();
     for (const [bucket, index] of this.#indexes) {
       for (const c of index.values()) {
-        yield { t: 'put', b: bucket, k: c.key, s: c.size, n: c.tenant, e: c.etag, at: c.written };
+        yield { t: 'put', b: bucket, k: c.key, s: c.size, n: c.tenant, e: c.etag, at: c.written, ...(c.checked ? {} : { u: 1 as const }) };
         yield { t: 'acc', b: bucket, k: c.key, at: c.lastAccess };
         if (c.pred !== undefined) yield { t: 'link', b: bucket, keys: [c.pred, c.key], n: c.tenant };
       }
@@ -707,7 +775,12 @@ export class Capacity {
           // The index as it is now: a reload while the listing runs (it runs beside syncs) replaces it.
           let index = this.#indexes.get(bucket);
           const known = index?.get(object.key);
-          if (known && known.etag === object.etag) continue;
+          if (known && known.etag === object.etag) {
+            // The listing is the store's own word on its size.
+            if (known.size !== object.size) this.#record(bucket, object.key, known.tenant, object.size, object.etag, known.written);
+            else index?.markChecked(object.key);
+            continue;
+          }
           const head = await this.#store.head(bucket, object.key);
           index = this.#indexes.get(bucket);
           if (!head || !index) continue;

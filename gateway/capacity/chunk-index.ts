@@ -36,6 +36,11 @@ export interface Chunk {
   lastAccess: number;
   /** The chunk before it in its prefix, when a descriptor or lookup named both. */
   pred: string | undefined;
+  /**
+   * Its size is the store's: learnt from the store's own answer (a write's, a HEAD, a listing),
+   * not only from another gateway's journal (gateway/capacity/capacity.ts checks those).
+   */
+  checked: boolean;
 }
 
 export type EvictionReason = 'dead' | 'lru';
@@ -75,12 +80,27 @@ export class ChunkIndex {
   /** For each key, the present chunks whose `pred` it is. */
   private readonly children = new Map<string, Set<string>>();
   private readonly pendingLinks = new Map<string, { readonly pred: string; readonly tenant: string }>();
+  /** Pending links per tenant (makePendingRoom). */
+  private readonly pendingByTenant = new Map<string, number>();
   #bytes = 0;
   readonly #tenantBytes = new Map<string, number>();
+  /** Chunks whose size is not checked against the store yet, in the order they were learnt. */
+  readonly #unchecked = new Set<string>();
+  #uncheckedBytes = 0;
 
   /** Bytes of every chunk present. */
   get bytes(): number {
     return this.#bytes;
+  }
+
+  /** Of `bytes`, those of chunks whose size is not checked against the store yet. */
+  get uncheckedBytes(): number {
+    return this.#uncheckedBytes;
+  }
+
+  /** The keys of chunks whose size is not checked against the store yet, the earliest learnt first. */
+  unchecked(): IterableIterator<string> {
+    return this.#unchecked.values();
   }
 
   get size(): number {
@@ -105,14 +125,14 @@ export class ChunkIndex {
   }
 
   /** Records a write (or what a listing found): a new version replaces the old one. */
-  put(key: string, facts: { size: number; tenant: string; etag: string; at: number; lastAccess?: number; pred?: string | undefined }): Chunk {
+  put(key: string, facts: { size: number; tenant: string; etag: string; at: number; lastAccess?: number; pred?: string | undefined; checked?: boolean }): Chunk {
     const old = this.chunks.get(key);
     if (old) this.account(old, -1);
     const pending = this.pendingLinks.get(key);
-    this.pendingLinks.delete(key);
+    this.forgetPending(key);
     let pred = facts.pred ?? old?.pred ?? (pending?.tenant === facts.tenant ? pending.pred : undefined);
     if (pred !== undefined && this.reaches(pred, key)) pred = undefined;
-    const chunk: Chunk = { key, size: facts.size, tenant: facts.tenant, etag: facts.etag, written: facts.at, lastAccess: Math.max(facts.lastAccess ?? facts.at, old?.lastAccess ?? 0), pred };
+    const chunk: Chunk = { key, size: facts.size, tenant: facts.tenant, etag: facts.etag, written: facts.at, lastAccess: Math.max(facts.lastAccess ?? facts.at, old?.lastAccess ?? 0), pred, checked: facts.checked ?? true };
     this.chunks.set(key, chunk);
     this.account(chunk, 1);
     if (!old && pred !== undefined) this.addChild(pred, key);
@@ -121,6 +141,15 @@ export class ChunkIndex {
       if (pred !== undefined) this.addChild(pred, key);
     }
     return chunk;
+  }
+
+  /** The chunk's size was found to be the store's (a HEAD, a listing). */
+  markChecked(key: string): void {
+    const chunk = this.chunks.get(key);
+    if (!chunk || chunk.checked) return;
+    this.#uncheckedBytes -= chunk.size;
+    this.#unchecked.delete(key);
+    chunk.checked = true;
   }
 
   /** Forgets a chunk (deleted, evicted, or found gone); its successors become dead. */
@@ -145,10 +174,23 @@ export class ChunkIndex {
    * The chain a descriptor or lookup of `tenant` names: each key follows the one before it. A
    * chunk's predecessor is set once, and only for the tenant's own chunks; for keys not stored
    * yet the link is kept until that tenant stores them. A link that would close a loop is
-   * ignored. Returns whether anything was learnt (what is worth journalling).
+   * ignored. Returns whether anything was learnt.
    */
   link(keys: readonly string[], tenant: string): boolean {
-    let learnt = false;
+    return this.learn(keys, tenant).length > 0;
+  }
+
+  /**
+   * link(), returning what was learnt (what is worth journalling): the runs of consecutive keys
+   * of `keys` each of which follows the one before it for the first time, never the whole list.
+   */
+  learn(keys: readonly string[], tenant: string): string[][] {
+    const chains: string[][] = [];
+    let run: string[] | undefined;
+    const learnt = (i: number): void => {
+      if (run && run.at(-1) === keys[i - 1]) run.push(keys[i] as string);
+      else chains.push((run = [keys[i - 1] as string, keys[i] as string]));
+    };
     const budget = { steps: MAX_LINK_STEPS };
     for (let i = 1; i < keys.length; i++) {
       const key = keys[i] as string;
@@ -158,12 +200,11 @@ export class ChunkIndex {
       if (!chunk) {
         const known = this.pendingLinks.get(key);
         if (known?.pred === pred && known.tenant === tenant) continue;
-        if (known === undefined && this.pendingLinks.size >= MAX_PENDING_LINKS) {
-          const oldest = this.pendingLinks.keys().next().value as string;
-          this.pendingLinks.delete(oldest);
-        }
+        if (known !== undefined) this.forgetPending(key);
+        else if (this.pendingLinks.size >= MAX_PENDING_LINKS) this.makePendingRoom();
         this.pendingLinks.set(key, { pred, tenant });
-        learnt = true;
+        this.pendingByTenant.set(tenant, (this.pendingByTenant.get(tenant) ?? 0) + 1);
+        learnt(i);
         continue;
       }
       if (chunk.pred !== undefined || chunk.tenant !== tenant) continue;
@@ -171,9 +212,32 @@ export class ChunkIndex {
       if (this.reaches(pred, key, budget)) continue;
       chunk.pred = pred;
       this.addChild(pred, key);
-      learnt = true;
+      learnt(i);
     }
-    return learnt;
+    return chains;
+  }
+
+  /**
+   * The pending links are full: the oldest of the tenant holding the most goes, so that one
+   * tenant's lookups of keys it never stores cannot push out the links another is about to use.
+   */
+  private makePendingRoom(): void {
+    let most: string | undefined;
+    for (const [tenant, count] of this.pendingByTenant) if (most === undefined || count > (this.pendingByTenant.get(most) ?? 0)) most = tenant;
+    for (const [key, link] of this.pendingLinks) {
+      if (link.tenant !== most) continue;
+      this.forgetPending(key);
+      return;
+    }
+  }
+
+  private forgetPending(key: string): void {
+    const link = this.pendingLinks.get(key);
+    if (!link) return;
+    this.pendingLinks.delete(key);
+    const left = (this.pendingByTenant.get(link.tenant) ?? 1) - 1;
+    if (left <= 0) this.pendingByTenant.delete(link.tenant);
+    else this.pendingByTenant.set(link.tenant, left);
   }
 
   /**
@@ -351,6 +415,11 @@ export class ChunkIndex {
 
   private account(chunk: Chunk, sign: 1 | -1): void {
     this.#bytes += sign * chunk.size;
+    if (!chunk.checked) {
+      this.#uncheckedBytes += sign * chunk.size;
+      if (sign === 1) this.#unchecked.add(chunk.key);
+      else this.#unchecked.delete(chunk.key);
+    }
     const now = (this.#tenantBytes.get(chunk.tenant) ?? 0) + sign * chunk.size;
     if (now === 0) this.#tenantBytes.delete(chunk.tenant);
     else this.#tenantBytes.set(chunk.tenant, now);

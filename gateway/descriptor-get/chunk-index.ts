@@ -7,6 +7,7 @@
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError, siteDetails } from '../../schemas/errors.js';
 import { CODEC_META, chunkIndex, RAW_CODEC } from '../../schemas/encoded-chunk.js';
+import { LAYER_CRC_META } from '../../schemas/integrity.js';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Backend } from '../backend.js';
 import type { EncodedChunks } from './read-ahead.js';
@@ -15,6 +16,7 @@ export async function readChunkIndex(descriptor: Descriptor, bucket: string, bac
   const accepted = descriptor.codecs ?? [RAW_CODEC];
   const sliceBytes: (readonly number[])[] = [];
   const etags: (string | undefined)[] = [];
+  const recorded: (string | undefined)[] = [];
   let codec: string | undefined;
   // Every HEAD listens on the request's signal (one abort ends them all).
   setMaxListeners(descriptor.keys.length + 8, signal);
@@ -30,8 +32,9 @@ export async function readChunkIndex(descriptor: Descriptor, bucket: string, bac
     if (index.codec !== codec) throw new ObjectCacheError('OC_ERR_CODEC_MIXED', `chunk ${chunk} (${key}) is stored as ${index.codec}, the chunks before it as ${codec}`, site);
     sliceBytes.push(index.sliceBytes);
     etags.push(index.etag);
+    recorded.push(head.meta[LAYER_CRC_META]);
   });
-  return { codec: codec as string, sliceBytes, etags };
+  return { codec: codec as string, sliceBytes, etags, recorded };
 }
 
 /** Payload bytes of an encoded prefix's delivered layers: the slices, and one u32 per slice for the segment tables. */

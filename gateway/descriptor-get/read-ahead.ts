@@ -46,6 +46,8 @@ export interface EncodedChunks {
   readonly sliceBytes: readonly (readonly number[])[];
   /** Each chunk's ETag when its index was read: every read of the chunk is pinned to it. */
   readonly etags: readonly (string | undefined)[];
+  /** Each chunk's `oc-layer-crc32c` as its index HEAD found it (its writer's CRC32Cs), if any. */
+  readonly recorded: readonly (string | undefined)[];
 }
 
 /**

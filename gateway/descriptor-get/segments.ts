@@ -21,6 +21,11 @@
  *   has the version (ETag) it was packed from: with `--segment-check heads` (the default) each
  *   read asks the store (one HEAD per covered chunk, sent while the first layer is read); a
  *   write or delete through this gateway drops the segments of its key at once, either way.
+ * - A segment is served only as what its chunks' writers recorded: its manifest must carry the
+ *   MAC of the gateways' state key (gateway/state-key.ts), and its slices' CRC32Cs must be those
+ *   the chunks' writers recorded (`oc-layer-crc32c`, in the HEADs' answers; at pack time, in the
+ *   reads'). One that differs is dropped and counted (`rejected`); where a writer recorded none,
+ *   the stream's END says `verified: false`.
  * - Segments are derived data: capacity management counts them against their bucket's budget and
  *   evicts them before any chunk (gateway/capacity/capacity.ts, DerivedData).
  */
@@ -32,6 +37,8 @@ import { unquoted, type CapacityStore, type ListedObject } from '../capacity/sto
 import type { Logger } from '../logger.js';
 import { SEGMENT_SKIP_BYTES } from '../../storage-worker/protocol.js';
 import { CODEC_NAME, RAW_CODEC } from '../../schemas/encoded-chunk.js';
+import { decodeLayerCrcs, LAYER_CRC_META } from '../../schemas/integrity.js';
+import type { StateKey } from '../state-key.js';
 import type { EncodedChunks, SegmentSource, TaskRead } from './read-ahead.js';
 import { layoutOf, type SegmentCover, type Slices } from './read-plan.js';
 
@@ -134,6 +141,11 @@ interface Segment {
   readonly sizes: Uint32Array | undefined;
   /** Against MAX_KNOWN_SLICES (#learn): its slices' CRC32Cs and lengths, keys and ETags, in 4-byte units. */
   readonly held: number;
+  /**
+   * Its CRC32Cs were found to be those every chunk's writer recorded, when it was packed or
+   * discovered (what a read without HEADs, --segment-check writes, can say of it).
+   */
+  readonly writerVerified: boolean;
   lastUsed: number;
 }
 
@@ -147,10 +159,22 @@ export interface Found {
    * and those ETags are the segment's (no check of its own is needed, `current`).
    */
   readonly checked: boolean;
+  /**
+   * Known at `find` (an encoded request's index, or --segment-check writes): whether its CRC32Cs
+   * are those every covered chunk's writer recorded. Otherwise `current` says.
+   */
+  readonly verified?: boolean;
 }
 
+/**
+ * What a check of a found segment's chunks says: `stale` (a chunk changed, or its writer recorded
+ * other CRC32Cs: not to be used), else whether every covered chunk's writer recorded CRC32Cs, all
+ * equal to the segment's (`verified`), or some recorded none (`unverified`).
+ */
+export type SegmentCheck = 'verified' | 'unverified' | 'stale';
+
 export interface SegmentObserver {
-  event(event: 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'dropped' | 'evicted' | 'swept'): void;
+  event(event: 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'rejected' | 'dropped' | 'evicted' | 'swept'): void;
 }
 
 /** A segment in the store that this gateway does not know (a sweep's listing): enough to count and delete it. */
@@ -173,14 +197,38 @@ interface Lookup {
   done: Promise<void>;
 }
 
-/** The HEADs of chunks (the store's answers, in order; undefined for a chunk that is gone). */
-export type Heads = (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined } | undefined)[]>;
+/** The HEADs of chunks (the store's answers, in order, with their user metadata; undefined for a chunk that is gone). */
+export type Heads = (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined; readonly meta: Readonly<Record<string, string>> } | undefined)[]>;
 
 const slot = (bucket: string, key: string): string => `${bucket}\n${key}`;
 
 /** Whether every chunk HEAD found is there with the ETag (unquoted) its segment was packed from. */
-function pinned(heads: Awaited<ReturnType<Heads>>, etags: readonly string[]): boolean {
+function pinned(heads: readonly ({ readonly etag: string | undefined } | undefined)[], etags: readonly string[]): boolean {
   return heads.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === etags[i]);
+}
+
+/**
+ * How a segment's CRC32Cs compare with those its first `chunks` chunks' writers recorded
+ * (`recorded`: each chunk's `oc-layer-crc32c`, by prefix position): all recorded and equal, some
+ * not recorded and the rest equal, or one different.
+ */
+function writerCheck(m: Manifest, crcs: Uint32Array, recorded: readonly (string | undefined)[], chunks: number): 'verified' | 'unverified' | 'mismatch' {
+  let all = true;
+  const n = m.keys.length;
+  for (let c = 0; c < chunks; c++) {
+    const expected = decodeLayerCrcs(recorded[c], m.layers);
+    if (!expected) {
+      all = false;
+      continue;
+    }
+    for (let layer = m.first; layer < m.end; layer++) if (crcs[(layer - m.first) * n + c] !== expected[layer]) return 'mismatch';
+  }
+  return all ? 'verified' : 'unverified';
+}
+
+/** Each HEAD's recorded CRC32Cs (`oc-layer-crc32c`). */
+function recordedOf(heads: Awaited<ReturnType<Heads>>): (string | undefined)[] {
+  return heads.map((head) => head?.meta[LAYER_CRC_META]);
 }
 
 /** Whether a manifest is of exactly the run `run` describes (its chunks, layout, layers and codec). */
@@ -273,11 +321,27 @@ function decodeU32s(text: string, count: number): Uint32Array | undefined {
   return values;
 }
 
-/** A manifest read from the store, checked field by field (a damaged or foreign one is not used). */
-function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array; sizes: Uint32Array | undefined } | undefined {
+/**
+ * A manifest as stored: its JSON with one more field, `mac`, the state key's MAC of the JSON
+ * without it (gateway/state-key.ts).
+ */
+function sealManifest(manifest: Manifest, key: StateKey): Buffer {
+  const json = JSON.stringify(manifest);
+  return Buffer.from(JSON.stringify({ ...manifest, mac: key.mac('segment-manifest', json) }));
+}
+
+/**
+ * A manifest read from the store: `unsigned` unless its MAC is the state key's (no gateway with
+ * this key wrote it); then checked field by field (a damaged or foreign one is not used).
+ */
+function parseManifest(body: Buffer, key: StateKey): { manifest: Manifest; crcs: Uint32Array; sizes: Uint32Array | undefined } | 'unsigned' | undefined {
   let m: Partial<Manifest>;
   try {
-    m = JSON.parse(body.toString('utf8')) as Partial<Manifest>;
+    const sealed = JSON.parse(body.toString('utf8')) as Partial<Manifest> & { mac?: unknown };
+    if (sealed === null || typeof sealed !== 'object' || Array.isArray(sealed)) return undefined;
+    const { mac, ...rest } = sealed;
+    if (!key.verify('segment-manifest', JSON.stringify(rest), mac)) return 'unsigned';
+    m = rest;
   } catch {
     return undefined;
   }
@@ -318,6 +382,8 @@ function parseManifest(body: Buffer): { manifest: Manifest; crcs: Uint32Array; s
 
 export interface SegmentsOptions {
   readonly config: SegmentConfig;
+  /** What manifests are signed with, and must be signed with to be used. */
+  readonly key: StateKey;
   readonly store: CapacityStore;
   /** The form the read workers' store reports ETags in (S3: quoted; the embedded store: not). */
   readonly workerEtag: (unquoted: string) => string;
@@ -340,7 +406,7 @@ export class Segments {
   readonly #reads = new Map<string, number>();
   readonly #packs = new Map<string, Pack>();
   /** Checks of a segment's chunks in flight, by run and chunks covered: requests that arrive meanwhile share them. */
-  readonly #checks = new Map<string, Promise<boolean>>();
+  readonly #checks = new Map<string, Promise<SegmentCheck>>();
   /** Runs being looked for in the store (discover), and when a run was last found to have no segment there. */
   readonly #lookups = new Map<string, Lookup>();
   readonly #missing = new Map<string, number>();
@@ -432,7 +498,8 @@ export class Segments {
         let named = true;
         if (manifest) {
           const found = await store.get(bucket, manifest.key);
-          live = found ? parseManifest(found.body)?.manifest.data : undefined;
+          const parsed = found ? this.#open(found.body, run) : undefined;
+          live = parsed?.manifest.data;
           // A manifest that cannot be read is left to the reads that find it (they drop it), and its data with it.
           if (found && live === undefined) return;
           // Gone since it was listed: its data objects are swept as unnamed once old enough, and nothing is counted.
@@ -521,7 +588,7 @@ export class Segments {
       this.#o.logger.warn({ run: u.run, error }, 'segments: could not read the manifest of a segment in the store');
       return false;
     }
-    const parsed = found && found.etag === u.manifestEtag ? parseManifest(found.body) : undefined;
+    const parsed = found && found.etag === u.manifestEtag ? this.#open(found.body, u.run) : undefined;
     if (!found || !parsed) return false;
     const m = parsed.manifest;
     if (m.bucket !== u.bucket || runName(m.bucket, m, m.first, m.end, m.codec) !== u.run || !u.data.includes(m.data)) return false;
@@ -530,9 +597,29 @@ export class Segments {
     if (!since || since.full || since.dropped.has(u.run) || m.keys.some((key) => since.written.has(slot(m.bucket, key)))) return false;
     if (this.#bytes + m.bytes > this.#o.config.maxBytes || this.#slices + heldOf(m, parsed.crcs, parsed.sizes) > MAX_KNOWN_SLICES) return false;
     this.#missing.delete(u.run);
-    this.#learn(u.run, m, parsed.crcs, parsed.sizes, found.etag);
+    // Learnt only where every read checks its chunks (heads), which checks their writers' CRC32Cs too.
+    this.#learn(u.run, m, parsed.crcs, parsed.sizes, found.etag, false);
     this.#o.observer?.event('discovered');
     return true;
+  }
+
+  /**
+   * A manifest read from the store (parseManifest), or undefined; one not signed with the state key
+   * is counted (`rejected`) and logged: no gateway holding this key wrote it.
+   */
+  #open(body: Buffer, run: string): Exclude<ReturnType<typeof parseManifest>, 'unsigned'> {
+    const parsed = parseManifest(body, this.#o.key);
+    if (parsed !== 'unsigned') return parsed;
+    this.#o.observer?.event('rejected');
+    this.#o.logger.warn({ run }, 'segments: a manifest in the segment bucket is not signed with this gateway\u2019s state key; not used (is OBJECTCACHE_STATE_KEY the same on every gateway?)');
+    return undefined;
+  }
+
+  /** A segment whose CRC32Cs are not those its chunks' writers recorded: dropped and counted. */
+  #reject(run: string, bucket: string): void {
+    this.#o.observer?.event('rejected');
+    this.#o.logger.warn({ run, bucket }, 'segments: a packed segment\u2019s CRC32Cs are not those its chunks\u2019 writers recorded; dropped, and its chunks served instead');
+    this.drop(run, 'its CRC32Cs are not those its chunks\u2019 writers recorded');
   }
 
   /** Bytes of the segments in the store this gateway does not know, of chunks in `bucket` (all buckets when absent). */
@@ -629,14 +716,22 @@ export class Segments {
       this.drop(segment.run, `the slice lengths of a chunk of ${bucket} differ from its manifest's`);
       return undefined;
     }
+    // An encoded request's index HEADs carried the writers' CRC32Cs too: the segment's must be theirs.
+    const writers = encoded ? writerCheck(m, segment.crcs, encoded.recorded, chunks) : undefined;
+    if (writers === 'mismatch') {
+      this.#reject(segment.run, bucket);
+      return undefined;
+    }
     // A shorter prefix of a segment reads one range per layer unless the rest is cheaper to skip.
     const perLayer = ((m.keys.length - chunks) * m.bytes) / m.keys.length / (m.end - m.first) > SEGMENT_SKIP_BYTES;
     if (perLayer && d.layerEnd - d.layerStart > chunkReads(chunks)) return undefined;
     segment.lastUsed = this.#now();
+    const verified = writers !== undefined ? writers === 'verified' : this.#o.config.check === 'writes' ? segment.writerVerified : undefined;
     return {
       run: segment.run,
       cover: { chunks, segmentChunks: m.keys.length },
       checked: encoded !== undefined,
+      ...(verified !== undefined ? { verified } : {}),
       source: {
         bucket: this.#o.config.bucket,
         key: m.data,
@@ -653,18 +748,22 @@ export class Segments {
   }
 
   /**
-   * Whether the chunks a found segment covers still hold the versions it was packed from, by the
-   * HEADs `heads` makes (`--segment-check heads`); a stale segment is dropped.
+   * Whether the chunks a found segment covers still hold the versions it was packed from, and
+   * whether their writers recorded its CRC32Cs, by the HEADs `heads` makes (`--segment-check
+   * heads`); a stale segment is dropped, and one whose CRC32Cs are not the writers' rejected.
    */
-  async current(bucket: string, found: Found, heads: Heads): Promise<boolean> {
-    if (this.#o.config.check === 'writes' || found.checked) return true;
+  async current(bucket: string, found: Found, heads: Heads): Promise<SegmentCheck> {
+    if (found.verified !== undefined) return found.verified ? 'verified' : 'unverified';
     const segment = this.#segments.get(found.run);
-    if (!segment) return false;
+    if (!segment) return 'stale';
     return this.#check(bucket, segment, found.cover.chunks, heads);
   }
 
-  /** HEADs of a segment's first `chunks` chunks against its pins; a stale segment is dropped. */
-  #check(bucket: string, segment: Segment, chunks: number, heads: Heads): Promise<boolean> {
+  /**
+   * HEADs of a segment's first `chunks` chunks against its pins and its CRC32Cs; a stale segment
+   * is dropped, a segment whose CRC32Cs differ from the writers' rejected.
+   */
+  #check(bucket: string, segment: Segment, chunks: number, heads: Heads): Promise<SegmentCheck> {
     // Requests of one prefix that arrive while a check of it is in flight share that check: its
     // answers are at most one round trip older than a check of their own would be, and a write
     // through this gateway drops the segment whatever a check in flight says.
@@ -672,13 +771,18 @@ export class Segments {
     let check = this.#checks.get(id);
     if (!check) {
       const keys = segment.manifest.keys.slice(0, chunks);
-      check = heads(keys).then((now) => {
-        const fresh = pinned(now, segment.manifest.etags);
-        if (!fresh) {
+      check = heads(keys).then((now): SegmentCheck => {
+        if (!pinned(now, segment.manifest.etags)) {
           this.#o.observer?.event('stale');
           this.drop(segment.run, `a chunk of ${bucket} changed or went since it was packed`);
+          return 'stale';
         }
-        return fresh;
+        const writers = writerCheck(segment.manifest, segment.crcs, recordedOf(now), chunks);
+        if (writers === 'mismatch') {
+          this.#reject(segment.run, bucket);
+          return 'stale';
+        }
+        return writers;
       });
       this.#checks.set(id, check);
       const forget = (): void => void this.#checks.delete(id);
@@ -787,24 +891,30 @@ export class Segments {
 
   async #lookup(bucket: string, d: Descriptor, run: string, state: Lookup, heads: Heads, codec: string): Promise<void> {
     const found = await this.#o.store.get(this.#o.config.bucket, manifestKey(bucket, run));
-    const parsed = found ? parseManifest(found.body) : undefined;
+    const parsed = found ? this.#open(found.body, run) : undefined;
     const m = parsed?.manifest;
     const same = m !== undefined && sameRun(m, { bucket, keys: d.keys, layout: d.layout, layers: d.layers, layerBytes: d.layerBytes, first: d.layerStart, end: d.layerEnd, codec });
     if (!found || !parsed || !same) {
       remember(this.#missing, run, this.#now());
       return;
     }
+    // Without a HEAD at each read (writes), its chunks are checked once now: their versions, and
+    // that their writers recorded its CRC32Cs (whether all did is what later reads say of it).
+    let writerVerified = false;
     if (this.#o.config.check === 'writes') {
-      if (!pinned(await heads(parsed.manifest.keys), parsed.manifest.etags)) {
-        this.#o.observer?.event('stale');
+      const now = await heads(parsed.manifest.keys);
+      const writers = pinned(now, parsed.manifest.etags) ? writerCheck(parsed.manifest, parsed.crcs, recordedOf(now), parsed.manifest.keys.length) : 'stale';
+      if (writers === 'stale' || writers === 'mismatch') {
+        this.#o.observer?.event(writers === 'stale' ? 'stale' : 'rejected');
         await this.#delete(parsed.manifest, run, found.etag);
         return;
       }
+      writerVerified = writers === 'verified';
     }
     // A write through this gateway while the manifest was on its way: not learnt (a pack of it starts over).
     if (this.#segments.has(run) || this.#packs.has(run) || state.written) return;
     this.#missing.delete(run);
-    this.#learn(run, parsed.manifest, parsed.crcs, parsed.sizes, found.etag);
+    this.#learn(run, parsed.manifest, parsed.crcs, parsed.sizes, found.etag, writerVerified);
     this.#o.observer?.event('discovered');
   }
 
@@ -812,7 +922,7 @@ export class Segments {
    * Starts packing a due run (`counted`) unless a segment or pack of it exists, or
    * --max-segment-packs are being written. The caller feeds the pack its frames.
    */
-  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest, pins: () => readonly (string | undefined)[], encoded?: EncodedChunks): Pack | undefined {
+  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest, pins: () => readonly (string | undefined)[], verified: () => boolean, encoded?: EncodedChunks): Pack | undefined {
     if (this.#segments.has(run) || this.#packs.has(run) || this.#packs.size >= this.#o.config.maxPacks) return undefined;
     const pack: Pack = new Pack({
       run,
@@ -832,6 +942,7 @@ export class Segments {
       rest,
       reread: () => this.#o.observer?.event('reread'),
       pins,
+      verified,
     });
     this.#packs.set(run, pack);
     return pack;
@@ -852,22 +963,24 @@ export class Segments {
       this.#o.logger.info({ run: pack.run, bucket: pack.bucket, reason: outcome.abandoned }, 'segments: a pack was abandoned');
       return;
     }
-    const { manifest, crcs, sizes } = outcome;
+    const { manifest, crcs, sizes, writerVerified } = outcome;
     const store = this.#o.store;
     const key = manifestKey(manifest.bucket, pack.run);
-    const body = Buffer.from(JSON.stringify(manifest));
+    const body = sealManifest(manifest, this.#o.key);
     try {
       let written = await store.put(this.#o.config.bucket, key, body, { ifNoneMatch: true });
       if (written === undefined) {
         // Packed before (another gateway, or before a restart): keep that one if it is current.
         const existing = await store.get(this.#o.config.bucket, key);
-        const parsed = existing ? parseManifest(existing.body) : undefined;
+        const parsed = existing ? this.#open(existing.body, pack.run) : undefined;
         const kept = parsed?.manifest;
-        if (existing && parsed && kept && sameRun(kept, manifest) && kept.etags.length === manifest.etags.length && kept.etags.every((e, i) => e === manifest.etags[i])) {
+        // The one there is kept only if it is of the same versions and holds what this pack read
+        // (the same CRC32Cs): else it is replaced.
+        if (existing && parsed && kept && sameRun(kept, manifest) && kept.etags.length === manifest.etags.length && kept.etags.every((e, i) => e === manifest.etags[i]) && sameValues(parsed.crcs, crcs)) {
           await store.delete(this.#o.config.bucket, manifest.data);
           // Kept, but a chunk written meanwhile makes it stale as it makes this pack's.
           if (pack.stale) await this.#delete(parsed.manifest, pack.run, existing.etag);
-          else this.#learn(pack.run, parsed.manifest, parsed.crcs, parsed.sizes, existing.etag);
+          else this.#learn(pack.run, parsed.manifest, parsed.crcs, parsed.sizes, existing.etag, writerVerified);
           return;
         }
         written = existing ? await store.put(this.#o.config.bucket, key, body, { ifMatch: existing.etag }) : undefined;
@@ -882,7 +995,7 @@ export class Segments {
         await this.#delete(manifest, pack.run, written);
         return;
       }
-      this.#learn(pack.run, manifest, crcs, sizes, written);
+      this.#learn(pack.run, manifest, crcs, sizes, written, writerVerified);
       this.#o.observer?.event('packed');
     } catch (error) {
       this.#o.logger.warn({ run: pack.run, error }, 'segments: could not write a packed segment\u2019s manifest');
@@ -890,14 +1003,14 @@ export class Segments {
     }
   }
 
-  #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string): void {
+  #learn(run: string, manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | undefined, manifestEtag: string, writerVerified: boolean): void {
     this.#forget(run);
     this.#unknown.delete(run);
     const held = heldOf(manifest, crcs, sizes);
     // Kept without its encoded checksums and lengths: they are held decoded.
     const { sizes: _, ...rest } = manifest;
     const kept: Manifest = { ...rest, crcs: '' };
-    this.#segments.set(run, { run, manifest: kept, manifestEtag, crcs, offset: offsets(manifest, sizes), sizes, held, lastUsed: this.#now() });
+    this.#segments.set(run, { run, manifest: kept, manifestEtag, crcs, offset: offsets(manifest, sizes), sizes, held, writerVerified, lastUsed: this.#now() });
     this.#bytes += manifest.bytes;
     this.#bucketBytes.set(manifest.bucket, (this.#bucketBytes.get(manifest.bucket) ?? 0) + manifest.bytes);
     this.#slices += held;
@@ -977,6 +1090,12 @@ interface Packed {
   readonly manifest: Manifest;
   readonly crcs: Uint32Array;
   readonly sizes: Uint32Array | undefined;
+  /** Every read it was packed from was checked against CRC32Cs its chunk's writer recorded. */
+  readonly writerVerified: boolean;
+}
+
+function sameValues(a: Uint32Array, b: Uint32Array): boolean {
+  return a.length === b.length && a.every((value, i) => value === b[i]);
 }
 
 interface PackOptions {
@@ -1000,14 +1119,17 @@ interface PackOptions {
   readonly reread: () => void;
   /** The chunk versions the request has read so far, by prefix position (all of them once its first layer is in). */
   readonly pins: () => readonly (string | undefined)[];
+  /** Whether every read of the request so far was checked against CRC32Cs its chunk's writer recorded. */
+  readonly verified: () => boolean;
 }
 
 /**
  * Reads layers [from, the run's end) of a pack's run from its chunks, pinned to `pins` (the
  * versions its request read), handing each unit's reads and LAYER frames' pieces to `take` in
  * order, and waiting for it; ends early when `signal` aborts (serve-descriptor-get.ts readRest).
+ * Resolves to whether every read was checked against CRC32Cs its chunk's writer recorded.
  */
-export type ReadRest = (from: number, pins: readonly string[], signal: AbortSignal, take: (reads: readonly TaskRead[], frames: readonly (readonly Uint8Array[])[]) => Promise<void>) => Promise<void>;
+export type ReadRest = (from: number, pins: readonly string[], signal: AbortSignal, take: (reads: readonly TaskRead[], frames: readonly (readonly Uint8Array[])[]) => Promise<void>) => Promise<boolean>;
 
 /**
  * One segment being written from the frames of the layerwise GET that reads its run: each LAYER
@@ -1040,6 +1162,8 @@ export class Pack {
   #abandoned: string | undefined;
   /** The read of the layers the pack fell behind on, once started, and the timer that starts it. */
   #rest: Promise<void> | undefined;
+  /** Whether the rest's reads were all checked against their writers' CRC32Cs. */
+  #restVerified = true;
   #restTimer: NodeJS.Timeout | undefined;
   /** The request ended complete, and the pack waits for the rest to be read (finish). */
   #completing = false;
@@ -1142,7 +1266,10 @@ export class Pack {
           }
         }
       })
-      .catch((error: unknown) => this.abandon(`reading the layers it fell behind on failed: ${(error as Error).message}`));
+      .then(
+        (verified) => void (this.#restVerified = verified),
+        (error: unknown) => this.abandon(`reading the layers it fell behind on failed: ${(error as Error).message}`),
+      );
   }
 
   /**
@@ -1295,6 +1422,6 @@ export class Pack {
       crcs: encodeU32s(this.#crcs),
       packedAt: new Date().toISOString(),
     };
-    await this.#o.done({ manifest, crcs: this.#crcs, sizes });
+    await this.#o.done({ manifest, crcs: this.#crcs, sizes, writerVerified: this.#o.verified() && this.#restVerified });
   }
 }

@@ -192,6 +192,8 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     });
   }
   let pack: Pack | undefined;
+  /** Whether the segment's CRC32Cs are those every covered chunk's writer recorded (Segments.current). */
+  let segmentVerified = true;
   try {
     // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
     const firstIn = deps.firstLayers?.begin();
@@ -203,8 +205,9 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
         const current = segments.current(bucket, found, heads);
         const read = readAhead.unit(0);
         try {
-          const [fresh, reads] = await Promise.all([current, read]);
-          if (!fresh) return 'retry';
+          const [check, reads] = await Promise.all([current, read]);
+          if (check === 'stale') return 'retry';
+          segmentVerified = check === 'verified';
           first = reads;
         } catch (error) {
           if (ctx.signal.aborted) throw error;
@@ -223,7 +226,8 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
     // A run read often enough is packed from these frames (not one served whole from a segment).
     if (due !== undefined && reads === 'grouped' && found?.cover.chunks !== descriptor.chunks) {
       const pins = (): readonly (string | undefined)[] => (readAhead instanceof ReadAhead ? readAhead.pins : []);
-      pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pinned, signal, take) => readRest({ descriptor, deps, chunks, from, pins: pinned, signal, take }), pins, encoded);
+      const verified = (): boolean => readAhead.verified && segmentVerified;
+      pack = deps.segments?.packFor(ctx.target.bucket, descriptor, due, (from, pinned, signal, take) => readRest({ descriptor, deps, chunks, from, pins: pinned, signal, take }), pins, verified, encoded);
     }
     const firstReadMs = performance.now() - started;
     ctx.res.writeHead(200, {
@@ -239,7 +243,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
       ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
       ...(found ? { [SEGMENT_CHUNKS_HEADER]: String(found.cover.chunks) } : {}),
     });
-    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded, pack });
+    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded, pack, segmentVerified });
     const version = encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;
     const writes = grant ? paced(source, new Pacer(grant.rateBytesPerSec), version) : unpaced(source, version);
     try {
@@ -263,7 +267,7 @@ async function stream(ctx: RequestContext, descriptor: Descriptor, deps: Descrip
  * the gateway-wide budget and worker slots like a request, and at most --max-segment-packs run at
  * once.
  */
-async function readRest(r: { descriptor: Descriptor; deps: DescriptorGetDeps; chunks: ChunkSource; from: number; pins: readonly string[]; signal: AbortSignal; take: Parameters<ReadRest>[3] }): Promise<void> {
+async function readRest(r: { descriptor: Descriptor; deps: DescriptorGetDeps; chunks: ChunkSource; from: number; pins: readonly string[]; signal: AbortSignal; take: Parameters<ReadRest>[3] }): Promise<boolean> {
   const { descriptor, deps } = r;
   const windowBytes = Math.min(deps.config.readAheadBytes, deps.segments?.packQueueBytes ?? deps.config.readAheadBytes);
   const tasksInFlight = deps.pool.tasksPerRequest;
@@ -280,6 +284,7 @@ async function readRest(r: { descriptor: Descriptor; deps: DescriptorGetDeps; ch
       readAhead.recycle(u);
       readAhead.release(u);
     }
+    return readAhead.verified;
   } finally {
     await readAhead.close();
   }
@@ -317,6 +322,8 @@ interface SourceInput {
   readonly encoded: EncodedChunks | undefined;
   /** A segment being packed from this stream's LAYER frames. */
   readonly pack: Pack | undefined;
+  /** The segment read from (if any) holds CRC32Cs that every covered chunk's writer recorded. */
+  readonly segmentVerified: boolean;
 }
 
 /**
@@ -363,7 +370,8 @@ async function* frames(s: SourceInput): AsyncGenerator<Frame> {
     backendReads: readAhead.backendReads,
     plan: s.plan.groups,
     rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
-    verified: readAhead.verified,
+    // Writer-verified: every slice was checked against the CRC32C its chunk's writer recorded.
+    verified: readAhead.verified && s.segmentVerified,
     ...(s.encoded ? { codec: s.encoded.codec } : {}),
     timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
   });

@@ -1,0 +1,371 @@
+/**
+ * The gateway serves no byte and applies no state it cannot verify against what its writer
+ * recorded (docs/reliability.md, Trust model), tried as an attacker would:
+ *
+ * - the gateways' own state buckets are refused to every key but the administrator, whatever
+ *   features the gateway in front has on (a second gateway without --segments or --budget);
+ * - a packed segment is served only when its manifest carries the state key's MAC and its
+ *   CRC32Cs are those its chunks' writers recorded; else its chunks are served;
+ * - capacity journals, snapshots and leases no gateway signed are not applied, a signed
+ *   journal's sizes are checked against the store before eviction acts on them, and one tenant's
+ *   writes cannot be journalled for a chunk no key of its tenant may write;
+ * - one read-only key cannot grow the shared journal past its share, nor make another tenant's
+ *   pin be lost; a journal the store refuses keeps its events for the next sync.
+ */
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ObjectCacheClient } from '../client/client.js';
+import { embeddedCapacityStore, type CapacityStore } from '../gateway/capacity/store.js';
+import { SharedState, type CapacityEvent } from '../gateway/capacity/shared-state.js';
+import { loadStateKey, StateKey } from '../gateway/state-key.js';
+import { crc32c } from '../native/crc32c.js';
+import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { CLIENT_KEY, metricValue, sdkClient, segmentEvents, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
+import { waitFor } from './helpers/wait.js';
+
+const minio = inject('minio');
+const L = 4;
+const S = 8192;
+
+const open: TestGateway[] = [];
+const dirs: string[] = [];
+afterAll(async () => {
+  for (const gw of open.splice(0)) await gw.close();
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+async function gateway(backend: BackendKind, args: string[], dataDir?: string): Promise<TestGateway> {
+  const gw = await startTestGateway({ backend, minio, args, ...(dataDir ? { dataDir } : {}) });
+  open.push(gw);
+  return gw;
+}
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'oc-trust-'));
+  dirs.push(dir);
+  return dir;
+}
+
+/** A credentials file: each entry's key `<name>-key` / `<name>-secret`, its tenant its name, and its policy. */
+function credentialsFile(keys: Record<string, unknown>): string {
+  const file = join(tempDir(), 'credentials.json');
+  writeFileSync(file, JSON.stringify(Object.entries(keys).map(([name, policy]) => ({ accessKeyId: `${name}-key`, secretAccessKey: `${name}-secret`, tenant: name, policy }))));
+  return file;
+}
+
+const allowAll = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:*', 'objectcache:PinObject'], Resource: ['arn:aws:s3:::*'] }] };
+
+/** The MinIO server itself, with its root keys (what an operator, or anyone holding those keys, reaches). */
+function minioRoot(): S3Client {
+  return new S3Client({ endpoint: minio.endpoint, region: 'us-east-1', forcePathStyle: true, credentials: { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey } });
+}
+
+async function denied(promise: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await promise;
+    return undefined;
+  } catch (error) {
+    expect(error).toBeInstanceOf(S3ServiceException);
+    const e = error as S3ServiceException;
+    expect(e.$metadata.httpStatusCode).toBe(403);
+    return e.$response?.headers?.['x-objectcache-error-code'];
+  }
+}
+
+describe('the state buckets, through a gateway with no feature on', () => {
+  it('are refused to every key but the administrator: the default names and the configured ones', async () => {
+    const credentials = credentialsFile({
+      // Explicitly denied writes to the chunks, allowed everything else: the key of the finding.
+      mallory: { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: 's3:*', Resource: ['arn:aws:s3:::*'] }, { Effect: 'Deny', Action: 's3:PutObject', Resource: 'arn:aws:s3:::kvcache/*' }] },
+    });
+    const plain = await gateway('s3', ['--credentials', credentials, '--segment-bucket', 'my-segments', '--capacity-state-bucket', 'my-capacity']);
+    const mallory = sdkClient(plain.url, { accessKeyId: 'mallory-key', secretAccessKey: 'mallory-secret' });
+    try {
+      for (const bucket of ['objectcache-segments', 'objectcache-capacity', 'my-segments', 'my-capacity', 'OBJECTCACHE-SEGMENTS'.toLowerCase()]) {
+        expect(await denied(mallory.send(new PutObjectCommand({ Bucket: bucket, Key: 'kvcache/run.json', Body: '{}' }))), bucket).toBe('OC_ERR_ACCESS_RESERVED');
+        expect(await denied(mallory.send(new GetObjectCommand({ Bucket: bucket, Key: 'lease' }))), bucket).toBe('OC_ERR_ACCESS_RESERVED');
+      }
+      // The administrator still may (its key is the operator's).
+      const admin = sdkClient(plain.url);
+      await admin.send(new PutObjectCommand({ Bucket: 'my-segments', Key: 'probe', Body: 'x' })).catch(async (error: unknown) => {
+        // The bucket may not exist yet: what matters is that the refusal is not the reservation.
+        expect((error as S3ServiceException).$response?.headers?.['x-objectcache-error-code']).not.toBe('OC_ERR_ACCESS_RESERVED');
+      });
+      admin.destroy();
+    } finally {
+      mallory.destroy();
+    }
+  });
+});
+
+describe.each<BackendKind>(['local', 's3'])('a packed segment someone else wrote (%s backend)', (backend) => {
+  const bucket = uniqueBucket('trust');
+  const segmentBucket = uniqueBucket('trust-segs');
+  const args = ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S)];
+  let dataDir: string | undefined;
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+  let admin: S3Client;
+
+  beforeAll(async () => {
+    dataDir = backend === 'local' ? tempDir() : undefined;
+    gw = await gateway(backend, args, dataDir);
+    client = testClient(gw, bucket);
+    await client.ensureBucket();
+    admin = sdkClient(gw.url);
+  });
+  afterAll(async () => {
+    admin?.destroy();
+    await client?.close();
+  });
+
+  /** The state key every gateway of this backend holds (the store's credentials, or the data directory's). */
+  const stateKey = (): StateKey => loadStateKey(undefined, backend === 's3' ? { kind: 's3', accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey } : { kind: 'local', dataDir: dataDir as string });
+
+  /** Packs `prefix` (two reads), and returns its manifest's key and JSON as stored. */
+  async function pack(prefix: SeededPrefix): Promise<{ key: string; manifest: Record<string, unknown> }> {
+    const before = await segmentEvents(gw.gateway.adminUrl, 'packed');
+    for (let i = 0; i < 2; i++) await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+    await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > before);
+    const listed = await admin.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }));
+    const manifests = (listed.Contents ?? []).map((o) => o.Key as string).filter((k) => k.endsWith('.json'));
+    for (const key of manifests) {
+      const got = await admin.send(new GetObjectCommand({ Bucket: segmentBucket, Key: key }));
+      const manifest = JSON.parse(await got.Body!.transformToString()) as Record<string, unknown>;
+      if ((manifest['keys'] as string[])[0] === prefix.keys[0]) return { key, manifest };
+    }
+    throw new Error('no manifest of the prefix');
+  }
+
+  /**
+   * Replaces the segment's data with other bytes of the same length, and its manifest with one
+   * whose CRC32Cs are those bytes': signed with `key`, or unsigned.
+   */
+  async function forge(prefix: SeededPrefix, stored: { key: string; manifest: Record<string, unknown> }, key: StateKey | undefined): Promise<void> {
+    const { mac: _, ...manifest } = stored.manifest;
+    const slices = prefix.keys.length * prefix.layers;
+    const forged = randomBytes(slices * prefix.layerBytes);
+    const crcs = Buffer.alloc(slices * 4);
+    for (let i = 0; i < slices; i++) crcs.writeUInt32LE(crc32c(forged.subarray(i * prefix.layerBytes, (i + 1) * prefix.layerBytes)), 4 * i);
+    const put = await admin.send(new PutObjectCommand({ Bucket: segmentBucket, Key: manifest['data'] as string, Body: forged }));
+    const fields = { ...manifest, crcs: crcs.toString('base64'), dataEtag: (put.ETag as string).replace(/"/g, '') };
+    const body = key ? JSON.stringify({ ...fields, mac: key.mac('segment-manifest', JSON.stringify(fields)) }) : JSON.stringify(fields);
+    await admin.send(new PutObjectCommand({ Bucket: segmentBucket, Key: stored.key, Body: body }));
+  }
+
+  /**
+   * A gateway that does not know the segment yet (a second one in front of the store, or this one
+   * restarted on the embedded store): it finds the forged one in the store at the run's due read.
+   */
+  async function newcomer(): Promise<TestGateway> {
+    if (backend === 'local') {
+      await gw.close();
+      open.splice(open.indexOf(gw), 1);
+      gw = await gateway(backend, args, dataDir);
+      await client.close();
+      client = testClient(gw, bucket);
+      admin.destroy();
+      admin = sdkClient(gw.url);
+      return gw;
+    }
+    return gateway(backend, args);
+  }
+
+  for (const signed of [false, true]) {
+    it(`serves the chunks, not a segment whose ${signed ? 'CRC32Cs are not its chunks\u2019 writers\u2019 (its manifest signed)' : 'manifest no gateway signed'}`, async () => {
+      const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      await forge(prefix, await pack(prefix), signed ? stateKey() : undefined);
+      const other = await newcomer();
+      const reader = testClient(other, bucket);
+      try {
+        const rejected = await segmentEvents(other.gateway.adminUrl, 'rejected');
+        for (let i = 0; i < 3; i++) {
+          const got = await reader.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+          expect(Buffer.from(got.target).equals(Buffer.from(reference(prefix))), `read ${i} is the chunks' bytes`).toBe(true);
+          expect(got.segmentChunks).toBe(0);
+          expect(got.summary.verified).toBe(true);
+        }
+        expect(await segmentEvents(other.gateway.adminUrl, 'served')).toBe(0);
+        expect(await segmentEvents(other.gateway.adminUrl, 'rejected')).toBeGreaterThan(rejected);
+      } finally {
+        await reader.close();
+      }
+    });
+  }
+
+  it('says so in END (verified: false) when a chunk\u2019s writer recorded no CRC32Cs, from the segment as from the chunks', async () => {
+    const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD', checksums: false });
+    await pack(prefix);
+    const got = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+    expect(got.segmentChunks).toBe(6);
+    expect(Buffer.from(got.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+    expect(got.summary.verified).toBe(false);
+    const recorded = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+    await pack(recorded);
+    const fromSegment = await client.fetch(descriptorOf(recorded, { mode: 'layerwise' }));
+    expect(fromSegment.segmentChunks).toBe(6);
+    expect(fromSegment.summary.verified).toBe(true);
+  });
+});
+
+const CHUNK = 64 * 1024;
+
+describe('capacity state someone else wrote (two gateways over one MinIO)', () => {
+  const live: TestGateway[] = [];
+  afterEach(async () => {
+    for (const gw of live.splice(0)) {
+      await gw.close();
+      open.splice(open.indexOf(gw), 1);
+    }
+  });
+
+  async function pair(bucket: string, state: string, extra: string[] = []): Promise<{ leader: TestGateway; follower: TestGateway }> {
+    const args = ['--budget', `${bucket}=${16 * CHUNK}`, '--capacity-state-bucket', state, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000', ...extra];
+    const one = await gateway('s3', args);
+    const two = await gateway('s3', args);
+    live.push(one, two);
+    await waitFor('one holds the lease', () => (one.gateway.capacity?.isLeader ?? false) !== (two.gateway.capacity?.isLeader ?? false));
+    return one.gateway.capacity?.isLeader ? { leader: one, follower: two } : { leader: two, follower: one };
+  }
+
+  async function store(client: ObjectCacheClient, name: string, n: number): Promise<string[]> {
+    const keys = Array.from({ length: n }, (_, i) => `${name}/${String(i).padStart(3, '0')}`);
+    for (const key of keys) await client.putChunks([key], [randomBytes(CHUNK)]);
+    return keys;
+  }
+
+  const journal = (events: readonly CapacityEvent[]): string => events.map((e) => `${JSON.stringify(e)}\n`).join('');
+
+  it('applies no journal, snapshot or lease no gateway signed, and checks a signed journal\u2019s sizes before evicting', async () => {
+    const bucket = uniqueBucket('trustcap');
+    const state = `${bucket}-state`;
+    const { leader, follower } = await pair(bucket, state);
+    const viaLeader = testClient(leader, bucket);
+    await viaLeader.ensureBucket();
+    const a = await store(testClient(follower, bucket), 'a', 6);
+    const b = await store(viaLeader, 'b', 6);
+    await waitFor('the leader checked the follower\u2019s writes', () => leader.gateway.capacity?.usage()[0]?.uncheckedBytes === 0 && leader.gateway.capacity?.usage()[0]?.chunks === 12);
+    const root = minioRoot();
+    try {
+      // One line recording a 1 TB write for the administrator's tenant, unsigned: never applied.
+      const huge: CapacityEvent = { t: 'put', b: bucket, k: 'a/000', s: 2 ** 40, n: CLIENT_KEY, e: '"forged"', at: Date.now() };
+      await root.send(new PutObjectCommand({ Bucket: state, Key: 'journal/evil/000000000001', Body: journal([huge]) }));
+      // Signed with the state key (a gateway's own, gone rogue): applied, but its size is checked
+      // against the store before eviction acts on it.
+      const key = loadStateKey(undefined, { kind: 's3', accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+      const name = 'journal/rogue/000000000001';
+      const payload = journal([{ ...huge, k: 'b/000' }]);
+      await root.send(new PutObjectCommand({ Bucket: state, Key: name, Body: `${payload}${JSON.stringify({ mac: key.mac('capacity-journal', `${name}\n${payload}`) })}\n` }));
+      // An unsigned lease held far into the future by nobody: it stops no gateway from evicting.
+      await root.send(new PutObjectCommand({ Bucket: state, Key: 'lease', Body: JSON.stringify({ holder: 'evil', expires: Date.now() + 3_600_000 }) }));
+      await waitFor('the unsigned journal is rejected', async () => (await metricValue(leader.gateway.adminUrl, 'objectcache_capacity_rejected_total{what="journal"}')) >= 1);
+      await waitFor('a gateway holds the lease again', () => leader.gateway.capacity?.isLeader === true || follower.gateway.capacity?.isLeader === true, 10_000);
+      const holder = leader.gateway.capacity?.isLeader ? leader : follower;
+      await waitFor('the rogue size is checked', () => holder.gateway.capacity?.chunk(bucket, 'b/000')?.size === CHUNK && holder.gateway.capacity?.usage()[0]?.uncheckedBytes === 0);
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await viaLeader.lookup(a)).toBe(6);
+      expect(await viaLeader.lookup(b)).toBe(6);
+      expect(await metricValue(holder.gateway.adminUrl, 'objectcache_evictions_total')).toBe(0);
+      // Eviction still works: past the budget, the coldest go.
+      await store(viaLeader, 'c', 6);
+      await waitFor('the holder trims', () => (holder.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 13.6 * CHUNK, 10_000);
+      await viaLeader.close();
+    } finally {
+      root.destroy();
+    }
+  });
+
+  it('drops a journalled write of a chunk no key of its tenant may write', async () => {
+    const bucket = uniqueBucket('trustten');
+    const state = `${bucket}-state`;
+    const credentials = credentialsFile({ 'team-a': { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: 's3:*', Resource: [`arn:aws:s3:::${bucket}/a/*`] }] } });
+    const { leader } = await pair(bucket, state, ['--credentials', credentials]);
+    const client = testClient(leader, bucket);
+    await client.ensureBucket();
+    const keys = await store(client, 'b', 2);
+    const root = minioRoot();
+    try {
+      const key = loadStateKey(undefined, { kind: 's3', accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+      const name = 'journal/rogue/000000000001';
+      // team-a may write only a/*: a write of b/000 charged to it is not applied.
+      const payload = journal([{ t: 'put', b: bucket, k: keys[0] as string, s: CHUNK, n: 'team-a', e: '"x"', at: Date.now() + 1000 }]);
+      await root.send(new PutObjectCommand({ Bucket: state, Key: name, Body: `${payload}${JSON.stringify({ mac: key.mac('capacity-journal', `${name}\n${payload}`) })}\n` }));
+      await waitFor('the write is dropped', async () => (await metricValue(leader.gateway.adminUrl, 'objectcache_capacity_rejected_total{what="unauthorized"}')) >= 1);
+      expect(leader.gateway.capacity?.tenantBytes('team-a')).toBe(0);
+      expect(leader.gateway.capacity?.chunk(bucket, keys[0] as string)?.tenant).toBe(CLIENT_KEY);
+    } finally {
+      root.destroy();
+      await client.close();
+    }
+  });
+
+  it('bounds what a read-only key adds to the journal, and loses no other tenant\u2019s pin', async () => {
+    const bucket = uniqueBucket('trustflood');
+    const state = `${bucket}-state`;
+    const credentials = credentialsFile({
+      'team-a': allowAll,
+      reader: { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: 's3:GetObject', Resource: [`arn:aws:s3:::${bucket}/reader/*`] }] },
+    });
+    const { leader, follower } = await pair(bucket, state, ['--credentials', credentials]);
+    const teamA = new ObjectCacheClient({ endpoint: follower.url, bucket, credentials: { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret' } });
+    const reader = new ObjectCacheClient({ endpoint: follower.url, bucket, credentials: { accessKeyId: 'reader-key', secretAccessKey: 'reader-secret' }, retries: 0 });
+    const root = minioRoot();
+    try {
+      await teamA.ensureBucket();
+      const pinned = await store(teamA, 'a', 4);
+      // Keys of control characters (each 6 bytes in a journal line), never stored: every lookup
+      // teaches the gateway a new key order.
+      const noise = (n: number): string[] => Array.from({ length: 2000 }, (_, i) => `reader/${'\u0001'.repeat(120)}/${n}/${i}`);
+      const flood = Array.from({ length: 24 }, (_, n) => reader.lookup(noise(n)));
+      expect(await teamA.pin(pinned, new Date(Date.now() + 3_600_000))).toBeInstanceOf(Date);
+      await Promise.all(flood);
+      await waitFor('the pin reaches the lease holder', () => leader.gateway.capacity?.usage()[0]?.pinnedBytes === 4 * CHUNK, 10_000);
+      expect(await metricValue(follower.gateway.adminUrl, 'objectcache_capacity_hints_dropped_total')).toBeGreaterThan(0);
+      // What the follower journalled of it: at most its key's share per sync period.
+      const listed = await root.send(new ListObjectsV2Command({ Bucket: state, Prefix: 'journal/' }));
+      for (const object of listed.Contents ?? []) expect(object.Size, object.Key).toBeLessThanOrEqual(1024 * 1024 + 64 * 1024);
+    } finally {
+      root.destroy();
+      await teamA.close();
+      await reader.close();
+    }
+  });
+});
+
+describe('a journal the store refuses', () => {
+  it('keeps every event for the next sync, pins included', async () => {
+    const dataDir = tempDir();
+    const local = embeddedCapacityStore(await LocalStore.open(dataDir));
+    let refuse = 1;
+    const puts: string[] = [];
+    const store: CapacityStore = {
+      ...local,
+      put: async (bucket, key, body, condition) => {
+        if (key.startsWith('journal/') && refuse-- > 0) throw new Error('the store is down');
+        if (key.startsWith('journal/')) puts.push(body.toString('utf8'));
+        return local.put(bucket, key, body, condition);
+      },
+    };
+    const key = new StateKey(Buffer.from('a state key for this test'), 'setting');
+    const config = { budgets: new Map([['kv', 1024]]), quotas: new Map(), highFraction: 0.95, lowFraction: 0.85, idleMs: undefined, evictPerSecond: 100, stateBucket: 'state', syncMs: 60_000, leaseMs: 180_000 };
+    const applied: CapacityEvent[] = [];
+    const shared = new SharedState({
+      store, config, key, logger: { info: () => {}, warn: () => {}, error: () => {} }, now: Date.now, gatewayId: 'gw',
+      apply: (event) => applied.push(event), reset: () => {}, snapshot: () => [], reconcile: async () => {}, onFailure: () => {}, onRejected: () => {}, onHintsDropped: () => {},
+    });
+    await shared.start();
+    shared.record({ t: 'pin', b: 'kv', k: 'a/0', until: Date.now() + 60_000 });
+    for (let i = 0; i < 1000; i++) shared.recordLink('kv', [[`x/${i}/${'k'.repeat(1000)}`, `x/${i + 1}/${'k'.repeat(1000)}`]], 'team', 'reader-key');
+    await shared.close().catch(() => {}); // the first write fails: kept
+    await shared.close();
+    const written = puts.join('');
+    expect(written).toContain('"t":"pin"');
+    // The reader's chains past its share are not journalled, and what is stays within it.
+    expect(Buffer.byteLength(written)).toBeLessThan(1024 * 1024 + 4096);
+  });
+});
