@@ -56,7 +56,24 @@ export interface ObjectHead {
 
 const noSuchBucket = (bucket: string): ObjectCacheError => new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
 
-function embeddedBackend(store: LocalStore): Backend {
+/** How often the embedded store looks for uploads past --multipart-expiry (at most; a quarter of the expiry when shorter). */
+const EXPIRE_UPLOADS_EVERY_MS = 60 * 60 * 1000;
+
+function embeddedBackend(store: LocalStore, multipartExpiryMs: number | undefined, logger?: Pick<Logger, 'warn' | 'info'>): Backend {
+  let timer: NodeJS.Timeout | undefined;
+  if (multipartExpiryMs !== undefined) {
+    const expire = (): void => {
+      store.expireUploads(Date.now() - multipartExpiryMs).then(
+        (expired) => {
+          if (expired.length > 0) logger?.info({ uploads: expired.length }, 'embedded store: aborted multipart uploads left unfinished past --multipart-expiry');
+        },
+        (error: unknown) => logger?.warn({ error }, 'embedded store: could not abort multipart uploads past --multipart-expiry'),
+      );
+    };
+    expire();
+    timer = setInterval(expire, Math.max(1000, Math.min(EXPIRE_UPLOADS_EVERY_MS, multipartExpiryMs / 4)));
+    timer.unref();
+  }
   return {
     kind: 'local',
     workers: { kind: 'local', dataDir: store.dataDir },
@@ -78,7 +95,10 @@ function embeddedBackend(store: LocalStore): Backend {
     capacity: embeddedCapacityStore(store),
     stats: () => undefined,
     ready: async () => true,
-    close: () => store.close(),
+    close: () => {
+      clearInterval(timer);
+      return store.close();
+    },
   };
 }
 
@@ -127,11 +147,11 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, on
  * failure. `logger` gets a warning for each file the embedded store found unreadable at start-up
  * and moved aside (it serves the rest): an operator must learn that objects went missing.
  */
-export async function openBackend(config: GatewayConfig['backend'], onRetry?: RetryObserver, logger?: Pick<Logger, 'warn'>): Promise<Backend> {
+export async function openBackend(config: GatewayConfig['backend'], onRetry?: RetryObserver, logger?: Pick<Logger, 'warn' | 'info'>, multipartExpiryMs?: number): Promise<Backend> {
   if (config.kind !== 'local') return s3Backend(config, onRetry);
   const store = await LocalStore.open(config.dataDir);
   for (const { path, movedTo, reason } of store.damaged) {
     logger?.warn({ file: path, movedTo, reason }, 'embedded store: moved an unreadable file aside; its object or part is no longer served');
   }
-  return embeddedBackend(store);
+  return embeddedBackend(store, multipartExpiryMs, logger);
 }

@@ -74,6 +74,7 @@ export const SERVE_SETTINGS = {
   tenantQuota: { flag: 'tenant-quota', env: 'OBJECTCACHE_TENANT_QUOTA', kind: 'string', default: undefined, description: "Byte quotas of tenants over the budgeted buckets together, comma-separated tenant=size. A write that would take a tenant past its quota first evicts that tenant's own coldest chunks; when nothing of its own can go, it is refused (403 QuotaExceeded, OC_ERR_QUOTA_EXCEEDED). Needs --budget." },
   budgetHighPercent: { flag: 'budget-high-percent', env: 'OBJECTCACHE_BUDGET_HIGH_PERCENT', kind: 'integer', default: '95', min: 1, max: 100, description: 'Percentage of a bucket\'s budget at which trimming starts.' },
   budgetLowPercent: { flag: 'budget-low-percent', env: 'OBJECTCACHE_BUDGET_LOW_PERCENT', kind: 'integer', default: '85', min: 0, max: 99, description: 'Percentage of a bucket\'s budget trimming stops at; below --budget-high-percent.' },
+  multipartExpiry: { flag: 'multipart-expiry', env: 'OBJECTCACHE_MULTIPART_EXPIRY', kind: 'string', default: '24h', description: 'Abort a multipart upload left unfinished this long after it began (e.g. 24h, 30m), and free its parts: the embedded store\'s own, and in front of a store those of budgeted buckets (by the lease holder; MinIO expires its own after 24 hours by default too). off: never.' },
   evictIdle: { flag: 'evict-idle', env: 'OBJECTCACHE_EVICT_IDLE', kind: 'string', default: 'off', description: 'Evict a chunk of a budgeted bucket not read or written for this long (e.g. 7d, 12h, 30m, 90s), budget or not, tail first; off: only the budget trims.' },
   evictRate: { flag: 'evict-rate', env: 'OBJECTCACHE_EVICT_RATE', kind: 'integer', default: '100', min: 1, max: 100_000, description: 'Most chunks eviction deletes per second (one at a time), so trimming never crowds out reads at the store.' },
   capacityStateBucket: { flag: 'capacity-state-bucket', env: 'OBJECTCACHE_CAPACITY_STATE_BUCKET', kind: 'string', default: 'objectcache-capacity', description: 'Bucket of capacity management\'s own state (access journals, snapshot, the eviction lease), shared by every gateway in front of the store; created when missing, and reserved like --reserved-buckets.' },
@@ -181,6 +182,8 @@ export interface GatewayConfig {
   readonly segments: SegmentConfig | undefined;
   /** OBJECTCACHE_STATE_KEY (gateway/state-key.ts); undefined: derived from the store's credentials or kept in the data directory. */
   readonly stateKey: string | undefined;
+  /** --multipart-expiry: unfinished uploads older than this are aborted (the embedded store's; budgeted buckets' at the lease holder); undefined: never. */
+  readonly multipartExpiryMs: number | undefined;
 }
 
 /** Budgets, quotas and eviction (gateway/capacity/). */
@@ -197,6 +200,8 @@ export interface CapacityConfig {
   readonly stateBucket: string;
   readonly syncMs: number;
   readonly leaseMs: number;
+  /** Unfinished multipart uploads of budgeted buckets older than this are aborted by the lease holder (--multipart-expiry); undefined: never. */
+  readonly multipartExpiryMs: number | undefined;
 }
 
 /** What one connection, one request and one key may hold (gateway/server.ts enforces them). */
@@ -512,20 +517,21 @@ function parseSizes(setting: 'budget' | 'tenantQuota', text: string | undefined)
   return out;
 }
 
-/** `7d`, `12h`, `30m`, `90s`, `off`: ms, or undefined for off. */
-function parseIdle(text: string): number | undefined {
+/** `7d`, `12h`, `30m`, `90s`, `off`: ms, or undefined for off (--evict-idle, --multipart-expiry). */
+function parseDuration(setting: 'evictIdle' | 'multipartExpiry', raw: RawSettings): number | undefined {
+  const text = nonEmpty(setting, raw);
   if (text.trim().toLowerCase() === 'off') return undefined;
   const m = /^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s)\s*$/.exec(text);
   const unit = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1000 }[m?.[2] as 'd' | 'h' | 'm' | 's'];
   const ms = m && unit ? Math.round(Number(m[1]) * unit) : NaN;
-  if (!(ms > 0)) throw new ConfigError('evict-idle', `--evict-idle / OBJECTCACHE_EVICT_IDLE must be a duration such as 7d, 12h, 30m or 90s, or off; got ${JSON.stringify(text)}`);
+  if (!(ms > 0)) throw new ConfigError(SERVE_SETTINGS[setting].flag, `${label(SERVE_SETTINGS[setting])} must be a duration such as 7d, 12h, 30m or 90s, or off; got ${JSON.stringify(text)}`);
   return ms;
 }
 
 function loadCapacity(raw: RawSettings): CapacityConfig | undefined {
   const budgets = parseSizes('budget', raw.budget);
   const quotas = parseSizes('tenantQuota', raw.tenantQuota);
-  const idleMs = parseIdle(nonEmpty('evictIdle', raw));
+  const idleMs = parseDuration('evictIdle', raw);
   if (budgets.size === 0) {
     if (quotas.size > 0) throw new ConfigError('tenant-quota', '--tenant-quota counts the chunks of budgeted buckets, and no bucket has a --budget');
     if (idleMs !== undefined) throw new ConfigError('evict-idle', '--evict-idle evicts from budgeted buckets, and no bucket has a --budget');
@@ -541,7 +547,7 @@ function loadCapacity(raw: RawSettings): CapacityConfig | undefined {
   const syncMs = integer('capacitySyncMs', raw);
   const leaseMs = integer('capacityLeaseMs', raw);
   if (leaseMs < 3 * syncMs) throw new ConfigError('capacity-lease-ms', `--capacity-lease-ms (${leaseMs}) must be at least three --capacity-sync-ms (${syncMs}): the holder renews the lease once a sync`);
-  return { budgets, quotas, highFraction: high / 100, lowFraction: low / 100, idleMs, evictPerSecond: integer('evictRate', raw), stateBucket, syncMs, leaseMs };
+  return { budgets, quotas, highFraction: high / 100, lowFraction: low / 100, idleMs, evictPerSecond: integer('evictRate', raw), stateBucket, syncMs, leaseMs, multipartExpiryMs: parseDuration('multipartExpiry', raw) };
 }
 
 /** Builds and validates the serve configuration from argv (after `serve`) and the environment. */
@@ -637,6 +643,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     capacity,
     segments,
     stateKey: stateKeySetting(raw),
+    multipartExpiryMs: parseDuration('multipartExpiry', raw),
     host,
     port: integer('port', raw),
     metricsHost: nonEmpty('metricsHost', raw),

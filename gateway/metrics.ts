@@ -203,6 +203,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({ name: 'objectcache_capacity_quota_bytes', help: 'The --tenant-quota of each tenant that has one.', labelNames: ['tenant'] as const, registers, collect() { this.reset(); for (const [tenant, bytes] of watched?.quotas ?? []) this.set({ tenant }, bytes); } });
   const capacityRejected = new Counter({ name: 'objectcache_capacity_rejected_total', help: 'Shared capacity state read from the store and not applied, by what: journal, snapshot or lease (not signed with the state key, or a journal too large), event (a line out of shape or bounds), unauthorized (a write journalled for a tenant none of whose keys may write the chunk).', labelNames: ['what'] as const, registers });
+  const uploadsExpired = new Counter({ name: 'objectcache_multipart_expired_total', help: 'Unfinished multipart uploads of budgeted buckets aborted for --multipart-expiry, by bucket.', labelNames: ['bucket'] as const, registers });
+  new Gauge({ name: 'objectcache_capacity_upload_bytes', help: 'Bytes of the parts of unfinished multipart uploads in each budgeted bucket (counted against its budget and their tenants\u2019 quotas).', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uploadBytes); } });
   const capacityHintsDropped = new Counter({ name: 'objectcache_capacity_hints_dropped_total', help: 'Accesses and chains not journalled because their access key passed its share of the journal this sync period (they still count at this gateway).', registers });
   new Gauge({ name: 'objectcache_capacity_unchecked_bytes', help: 'Bytes each budgeted bucket holds as other gateways journalled them, not yet checked against the store by the lease holder (eviction does not act on them until then).', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uncheckedBytes); } });
   new Gauge({ name: 'objectcache_capacity_leader', help: '1 while this gateway holds the eviction lease (one gateway over a store evicts at a time).', registers, collect() { this.set(watched?.isLeader ? 1 : 0); } });
@@ -214,6 +216,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     syncFailed: (what) => capacitySyncFailures.inc({ what }),
     rejected: (what, count) => capacityRejected.inc({ what }, count),
     hintsDropped: (count) => capacityHintsDropped.inc(count),
+    uploadExpired: (bucket) => uploadsExpired.inc({ bucket }),
   };
 
   // --- packed segments (gateway/descriptor-get/segments.ts) ---

@@ -123,7 +123,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const logger = deps.logger ?? createLogger(config.logLevel);
   // Metrics need the backend's counters, and the backend reports retries to the metrics.
   let countRetry = (_kind: 'passthrough'): void => {};
-  const backend = await openBackend(config.backend, (kind) => countRetry(kind), logger);
+  const backend = await openBackend(config.backend, (kind) => countRetry(kind), logger, config.multipartExpiryMs);
   const lw = config.descriptorGet;
   const pool = new ReaderPool({
     backend: backend.workers,

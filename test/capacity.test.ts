@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, inject, it, vi } from 'vitest';
-import { GetObjectCommand, HeadObjectCommand, PutObjectCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
+import { AbortMultipartUploadCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListPartsCommand, PutObjectCommand, UploadPartCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
 import { ObjectCacheClient } from '../client/client.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
@@ -257,6 +257,60 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       s3.destroy();
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('counts the parts of an unfinished multipart upload against the quota and the budget from the first, and frees them when it ends', async () => {
+    const bucket = uniqueBucket('cap');
+    const { dir, credentials } = tenantKeys(['team-a']);
+    try {
+      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`]);
+      await testClient(gw, bucket).ensureBucket();
+      const s3 = sdkClient(gw.url, { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret' });
+      try {
+        const upload = async (key: string): Promise<string> => (await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }))).UploadId as string;
+        const part = (key: string, uploadId: string, n: number): Promise<unknown> => s3.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: randomBytes(CHUNK) }));
+        const id = await upload('big/000');
+        for (let n = 1; n <= 3; n++) await part('big/000', id, n);
+        expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(3 * CHUNK);
+        expect(gw.gateway.capacity?.usage()[0]).toMatchObject({ uploadBytes: 3 * CHUNK, bytes: 3 * CHUNK });
+        // A fourth part would still fit; past the quota, with nothing of its own to evict, refused.
+        await part('big/000', id, 4);
+        const refused = await part('big/000', id, 5).then(() => undefined, (error: S3ServiceException) => error);
+        expect(refused?.$metadata.httpStatusCode).toBe(403);
+        expect(refused?.$response?.headers['x-objectcache-error-code']).toBe('OC_ERR_QUOTA_EXCEEDED');
+        // Another upload's parts count too: the quota holds over every upload of the tenant.
+        const other = await upload('big/001');
+        expect(await part('big/001', other, 1).then(() => 'stored', () => 'refused')).toBe('refused');
+        // Aborted: its parts count no more.
+        await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/000', UploadId: id }));
+        expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(0);
+        await part('big/001', other, 1);
+        expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(CHUNK);
+        await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/001', UploadId: other }));
+      } finally {
+        s3.destroy();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('aborts a multipart upload left unfinished past --multipart-expiry, and frees its parts', async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted(backend, bucket, 100, ['--multipart-expiry', '2s']);
+    await testClient(gw, bucket).ensureBucket();
+    const s3 = sdkClient(gw.url);
+    try {
+      const id = (await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'left/000' }))).UploadId as string;
+      await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'left/000', UploadId: id, PartNumber: 1, Body: randomBytes(CHUNK) }));
+      expect(gw.gateway.capacity?.usage()[0]?.uploadBytes).toBe(CHUNK);
+      await waitFor('the upload is aborted', async () => (await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }))).Uploads === undefined, 10_000);
+      await waitFor('its parts count no more', () => gw.gateway.capacity?.usage()[0]?.uploadBytes === 0, 10_000);
+      const gone = await s3.send(new ListPartsCommand({ Bucket: bucket, Key: 'left/000', UploadId: id })).then(() => 'there', (error: S3ServiceException) => error.name);
+      expect(gone).toBe('NoSuchUpload');
+    } finally {
+      s3.destroy();
     }
   });
 

@@ -12,9 +12,9 @@
  * - one read-only key cannot grow the shared journal past its share, nor make another tenant's
  *   pin be lost; a journal the store refuses keeps its events for the next sync.
  */
-import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, ListMultipartUploadsCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -352,7 +352,7 @@ describe('a journal the store refuses', () => {
       },
     };
     const key = new StateKey(Buffer.from('a state key for this test'), 'setting');
-    const config = { budgets: new Map([['kv', 1024]]), quotas: new Map(), highFraction: 0.95, lowFraction: 0.85, idleMs: undefined, evictPerSecond: 100, stateBucket: 'state', syncMs: 60_000, leaseMs: 180_000 };
+    const config = { budgets: new Map([['kv', 1024]]), quotas: new Map(), highFraction: 0.95, lowFraction: 0.85, idleMs: undefined, evictPerSecond: 100, stateBucket: 'state', syncMs: 60_000, leaseMs: 180_000, multipartExpiryMs: undefined };
     const applied: CapacityEvent[] = [];
     const shared = new SharedState({
       store, config, key, logger: { info: () => {}, warn: () => {}, error: () => {} }, now: Date.now, gatewayId: 'gw',
@@ -367,5 +367,23 @@ describe('a journal the store refuses', () => {
     expect(written).toContain('"t":"pin"');
     // The reader's chains past its share are not journalled, and what is stays within it.
     expect(Buffer.byteLength(written)).toBeLessThan(1024 * 1024 + 4096);
+  });
+});
+
+describe('an unfinished multipart upload on the embedded store', () => {
+  it('is aborted past --multipart-expiry, budget or not, its parts freed', async () => {
+    const gw = await gateway('local', ['--multipart-expiry', '2s']);
+    const s3 = sdkClient(gw.url);
+    try {
+      const bucket = uniqueBucket('expire');
+      await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+      const id = (await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'left' }))).UploadId as string;
+      await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'left', UploadId: id, PartNumber: 1, Body: randomBytes(1024) }));
+      expect((await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }))).Uploads).toHaveLength(1);
+      await waitFor('the upload is aborted', async () => (await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }))).Uploads === undefined, 10_000);
+      expect(existsSync(join(gw.dataDir as string, 'buckets', bucket, 'uploads', id))).toBe(false);
+    } finally {
+      s3.destroy();
+    }
   });
 });

@@ -30,6 +30,8 @@ export interface CapacityObserver {
   rejected(what: Rejected | 'unauthorized', count: number): void;
   /** Hints of an access key not journalled: past its share this sync period. */
   hintsDropped(count: number): void;
+  /** An unfinished multipart upload aborted for --multipart-expiry. */
+  uploadExpired(bucket: string): void;
 }
 
 /**
@@ -53,6 +55,32 @@ export const MAX_PIN_MS = 366 * 86_400_000;
 /** Sizes of chunks learnt from other gateways' journals the lease holder checks (HEADs) per trimming pass, and at once. */
 const CHECKS_PER_PASS = 256;
 const CHECKS_AT_ONCE = 16;
+/** How often the lease holder lists the budgeted buckets' unfinished uploads (their parts' bytes, and those past --multipart-expiry), ms. */
+const UPLOAD_SWEEP_MS = 60_000;
+/** Uploads a sweep looks at per bucket (a ListParts each). */
+const UPLOADS_PER_SWEEP = 1000;
+/** Unfinished uploads counted at once, and per tenant: past these a new one's parts are refused (its tenant finishes or aborts some first). */
+const MAX_UPLOADS = 100_000;
+const MAX_UPLOADS_PER_TENANT = 10_000;
+
+/**
+ * An unfinished multipart upload of a budgeted bucket: its parts count against the bucket's
+ * budget and its tenant's quota from the first, until it is completed, aborted or expired.
+ */
+interface Upload {
+  readonly bucket: string;
+  readonly key: string;
+  readonly uploadId: string;
+  tenant: string;
+  /** Bytes of each part, by number (a part uploaded again replaces its bytes). */
+  readonly parts: Map<number, number>;
+  bytes: number;
+  /** When this gateway first knew of it, and last learnt a part of it, ms since the epoch. */
+  readonly seen: number;
+  changed: number;
+  /** Its bytes are the store's (parts through this gateway, or the holder's listing), not only a journal's. */
+  checked: boolean;
+}
 
 const slot = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
@@ -76,6 +104,8 @@ export interface BucketUsage {
   readonly derivedBytes: number;
   /** Of `bytes`, those learnt from other gateways' journals and not checked against the store yet (eviction does not act on them). */
   readonly uncheckedBytes: number;
+  /** Of `bytes`, the parts of unfinished multipart uploads. */
+  readonly uploadBytes: number;
   readonly chunks: number;
   readonly pinnedBytes: number;
 }
@@ -121,6 +151,11 @@ export class Capacity {
   readonly #pendingFree = new Map<string, number>();
   /** Pins: retain until this time, ms. */
   readonly #pins = new Map<string, number>();
+  /** Unfinished multipart uploads, by bucket and upload id. */
+  readonly #uploads = new Map<string, Upload>();
+  /** When uploads ended here, the latest MAX_UPLOADS: a listing that began before is not to count them again. */
+  readonly #ended = new Map<string, number>();
+  #lastUploadSweep = 0;
   readonly #shared: SharedState;
   #trimTimer: NodeJS.Timeout | undefined;
   #trimming = false;
@@ -245,7 +280,7 @@ export class Capacity {
    * against its length, and the store's answer), with true when the store is to be asked (a
    * copy), with false when nothing was stored. The bytes stay reserved until they are known.
    */
-  async admitWrite(bucket: string, key: string, tenant: string, bytes: number): Promise<(stored: boolean | { readonly size: number; readonly etag: string }) => void> {
+  async admitWrite(bucket: string, key: string, tenant: string, bytes: number, replaces = true): Promise<(stored: boolean | { readonly size: number; readonly etag: string }) => void> {
     if (!this.#indexes.has(bucket)) return () => {};
     const s = slot(bucket, key);
     const quota = this.#config.quotas.get(tenant);
@@ -263,7 +298,8 @@ export class Capacity {
     try {
       await this.#deleting.get(s);
       if (quota !== undefined) {
-        const replaced = this.#indexes.get(bucket)?.get(key);
+        // A part replaces nothing yet (the object it completes may).
+        const replaced = replaces ? this.#indexes.get(bucket)?.get(key) : undefined;
         const over = this.tenantBytes(tenant) + (this.#reserved.get(tenant) ?? 0) - (replaced?.tenant === tenant ? replaced.size : 0) - quota;
         if (over > 0) await this.#evictForQuota(tenant, over, bytes, quota);
       }
@@ -362,14 +398,121 @@ export class Capacity {
     }
     return [...this.#indexes].map(([bucket, index]) => {
       const derivedBytes = this.#derived?.bytes(bucket) ?? 0;
-      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes + derivedBytes, derivedBytes, uncheckedBytes: index.uncheckedBytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 };
+      const uploadBytes = this.#uploadBytes(bucket);
+      const uncheckedBytes = index.uncheckedBytes + uploadBytes - this.#uploadBytes(bucket, true);
+      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes + derivedBytes + uploadBytes, derivedBytes, uncheckedBytes, uploadBytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 };
     });
   }
 
+  /** Bytes of the tenant's chunks and unfinished uploads' parts over the budgeted buckets. */
   tenantBytes(tenant: string): number {
     let bytes = 0;
     for (const index of this.#indexes.values()) bytes += index.tenantBytes(tenant);
+    for (const upload of this.#uploads.values()) if (upload.tenant === tenant) bytes += upload.bytes;
     return bytes;
+  }
+
+  /** Bytes of the bucket's unfinished uploads' parts (`checked`: only those the store's answers gave). */
+  #uploadBytes(bucket: string, checked = false): number {
+    let bytes = 0;
+    for (const upload of this.#uploads.values()) if (upload.bucket === bucket && (!checked || upload.checked)) bytes += upload.bytes;
+    return bytes;
+  }
+
+  // ---- multipart uploads ----
+
+  /**
+   * Whether a part of `uploadId` by `tenant` may be counted: refused (OC_ERR_QUOTA_EXCEEDED)
+   * when it would be a new upload past MAX_UPLOADS, or past MAX_UPLOADS_PER_TENANT of its
+   * tenant's. Called before the part is sent to the store.
+   */
+  admitPart(bucket: string, uploadId: string, tenant: string): void {
+    if (!this.#indexes.has(bucket) || this.#uploads.has(slot(bucket, uploadId))) return;
+    let mine = 0;
+    for (const upload of this.#uploads.values()) if (upload.tenant === tenant) mine++;
+    if (this.#uploads.size >= MAX_UPLOADS || mine >= MAX_UPLOADS_PER_TENANT) {
+      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Tenant ${tenant} has ${mine} unfinished multipart uploads in budgeted buckets, the most counted at once (${MAX_UPLOADS_PER_TENANT}; ${MAX_UPLOADS} for all): complete or abort some first`, {
+        details: { Tenant: tenant },
+      });
+    }
+  }
+
+  /** A part of an unfinished upload was stored (its bytes as checked against its length): counted from now. */
+  partStored(bucket: string, key: string, uploadId: string, partNumber: number, bytes: number, tenant: string): void {
+    if (!this.#indexes.has(bucket)) return;
+    const at = this.#now();
+    this.#part(bucket, key, uploadId, partNumber, bytes, tenant, true, at);
+    this.#shared.record({ t: 'part', b: bucket, k: key, u: uploadId, p: partNumber, s: bytes, n: tenant, at });
+  }
+
+  /** The upload was completed or aborted: its parts count no more (a completed object is learnt as a write). */
+  uploadEnded(bucket: string, uploadId: string): void {
+    if (!this.#indexes.has(bucket)) return;
+    const id = slot(bucket, uploadId);
+    remember(this.#ended, id, this.#now());
+    if (this.#uploads.delete(id)) this.#shared.record({ t: 'upend', b: bucket, u: uploadId });
+  }
+
+  #part(bucket: string, key: string, uploadId: string, partNumber: number, bytes: number, tenant: string, checked: boolean, at: number): void {
+    const id = slot(bucket, uploadId);
+    let upload = this.#uploads.get(id);
+    if (!upload) this.#uploads.set(id, (upload = { bucket, key, uploadId, tenant, parts: new Map(), bytes: 0, seen: at, changed: at, checked }));
+    upload.bytes += bytes - (upload.parts.get(partNumber) ?? 0);
+    upload.parts.set(partNumber, bytes);
+    upload.checked &&= checked;
+    upload.changed = Math.max(upload.changed, this.#now());
+    // A holder's listing learns an upload before its part's own news, with no tenant: this names it.
+    if (upload.tenant === '') upload.tenant = tenant;
+  }
+
+  /**
+   * The lease holder's look at the budgeted buckets' unfinished uploads, every UPLOAD_SWEEP_MS:
+   * those begun before --multipart-expiry are aborted (their parts freed); the others' bytes are
+   * taken from the store's own listing of their parts (so uploads made past the gateway, or
+   * through another, count, checked); those the store no longer has are forgotten.
+   */
+  async #sweepUploads(now: number): Promise<void> {
+    const expiry = this.#config.multipartExpiryMs;
+    for (const bucket of this.#indexes.keys()) {
+      const seen = new Set<string>();
+      let looked = 0;
+      let complete = true;
+      for (let after: Awaited<ReturnType<CapacityStore['uploads']>>['next']; ; ) {
+        const page = await this.#store.uploads(bucket, after);
+        for (const listed of page.uploads) {
+          const id = slot(bucket, listed.uploadId);
+          seen.add(id);
+          if ((this.#ended.get(id) ?? -Infinity) >= now) continue; // ended while the listing ran
+          if (expiry !== undefined && listed.initiated > 0 && listed.initiated < now - expiry) {
+            await this.#store.abortUpload(bucket, listed.key, listed.uploadId);
+            this.#observer.uploadExpired(bucket);
+            this.#log.info({ bucket, key: listed.key, uploadId: listed.uploadId, initiated: new Date(listed.initiated).toISOString() }, 'capacity: aborted a multipart upload left unfinished past --multipart-expiry');
+            this.uploadEnded(bucket, listed.uploadId);
+            continue;
+          }
+          if (looked++ >= UPLOADS_PER_SWEEP) {
+            complete = false;
+            continue;
+          }
+          const asked = this.#now();
+          const parts = await this.#store.uploadParts(bucket, listed.key, listed.uploadId);
+          if (parts === undefined || (this.#ended.get(id) ?? -Infinity) >= now) continue;
+          // The store's own part sizes. A part learnt while they were asked for stays as learnt too.
+          const known = this.#uploads.get(id);
+          const upload: Upload = { bucket, key: listed.key, uploadId: listed.uploadId, tenant: known?.tenant ?? '', parts, bytes: 0, seen: known?.seen ?? now, changed: asked, checked: true };
+          if (known && known.changed >= asked) for (const [n, bytes] of known.parts) if (!parts.has(n)) parts.set(n, bytes);
+          for (const bytes of parts.values()) upload.bytes += bytes;
+          this.#uploads.set(id, upload);
+        }
+        after = page.next;
+        if (after === undefined || this.#closed) break;
+      }
+      if (!complete) continue;
+      // Gone from the store since (completed or aborted elsewhere), unless learnt after the listing began.
+      for (const [id, upload] of this.#uploads) {
+        if (upload.bucket === bucket && !seen.has(id) && upload.seen < now) this.uploadEnded(bucket, upload.uploadId);
+      }
+    }
   }
 
   /** Bytes per tenant over the budgeted buckets. */
@@ -478,13 +621,19 @@ export class Capacity {
       this.#prunePins(now);
       const idleScan = this.#config.idleMs !== undefined && now - this.#lastIdleScan >= IDLE_SCAN_MS;
       if (idleScan) this.#lastIdleScan = now;
+      const expiry = this.#config.multipartExpiryMs;
+      if (now - this.#lastUploadSweep >= Math.min(UPLOAD_SWEEP_MS, Math.max(1000, (expiry ?? UPLOAD_SWEEP_MS) / 4))) {
+        this.#lastUploadSweep = now;
+        await this.#sweepUploads(now);
+      }
       for (const [bucket, index] of this.#indexes) {
         // Sizes learnt from other gateways' journals are checked against the store before
         // eviction acts on them; until then they do not count here.
         await this.#checkSizes(bucket, index);
         const budget = this.#config.budgets.get(bucket) ?? 0;
         const target = budget * this.#config.lowFraction;
-        const usage = (): number => index.bytes - index.uncheckedBytes + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
+        const uploads = this.#uploadBytes(bucket, true);
+        const usage = (): number => index.bytes - index.uncheckedBytes + uploads + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
         const trim = usage() > budget * this.#config.highFraction;
         // Derived data goes first: it is rebuilt from the chunks, never the other way round.
         if (trim && this.#derived) await this.#derived.evict(bucket, usage() - target);
@@ -730,6 +879,16 @@ export class Capacity {
       case 'pin':
         this.#applyPin(event.b, event.k, event.until);
         break;
+      case 'part':
+        if (source === 'peer' && event.n !== '' && !this.#mayWrite(event.n, event.b, event.k)) {
+          this.#observer.rejected('unauthorized', 1);
+          break;
+        }
+        this.#part(event.b, event.k, event.u, event.p, event.s, event.n, source === 'own' || (source === 'snapshot' && event.c === undefined), event.at);
+        break;
+      case 'upend':
+        this.#uploads.delete(slot(event.b, event.u));
+        break;
     }
   }
 
@@ -737,6 +896,7 @@ export class Capacity {
   #reset(events: Iterable<CapacityEvent>): void {
     for (const bucket of this.#indexes.keys()) this.#indexes.set(bucket, new ChunkIndex());
     this.#pins.clear();
+    this.#uploads.clear();
     for (const event of events) this.#apply(event, 'snapshot');
   }
 
@@ -754,6 +914,9 @@ export class Capacity {
       if (until <= now) continue;
       const [b, k] = s.split('\0') as [string, string];
       yield { t: 'pin', b, k, until };
+    }
+    for (const u of this.#uploads.values()) {
+      for (const [p, s] of u.parts) yield { t: 'part', b: u.bucket, k: u.key, u: u.uploadId, p, s, n: u.tenant, at: u.seen, ...(u.checked ? {} : { c: 0 as const }) };
     }
   }
 
@@ -805,4 +968,11 @@ export class Capacity {
       }
     }
   }
+}
+
+/** Sets `key` as the most recent entry of `map`, forgetting the oldest past MAX_UPLOADS. */
+function remember(map: Map<string, number>, key: string, value: number): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > MAX_UPLOADS) map.delete(map.keys().next().value as string);
 }

@@ -6,7 +6,7 @@ import { AFTER_META } from '../../schemas/chain.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { Backend } from '../backend.js';
 import { headerOf, type RequestContext } from '../context.js';
-import { parseCopySource } from '../s3/request.js';
+import { parseCopySource, queryValue } from '../s3/request.js';
 import type { Capacity } from './capacity.js';
 
 /** The object metadata a chunk's tenant is recorded in: set by the gateway only. */
@@ -34,7 +34,10 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
   delete ctx.req.headers[TENANT_META];
   if (op === 'PutObject' || op === 'CopyObject' || op === 'UploadPart' || op === 'UploadPartCopy') {
     const bytes = await writeSize(ctx, backend);
-    const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes);
+    // A part counts against the budget and the quota from the first (until its upload ends).
+    const part = op === 'UploadPart' || op === 'UploadPartCopy' ? partOf(ctx) : undefined;
+    if (part) budgeted.admitPart(bucket, part.uploadId, ctx.tenant);
+    const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes, part === undefined);
     const replaces = op === 'PutObject' || (op === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
     if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
     let stored: boolean | { size: number; etag: string } = false;
@@ -45,6 +48,7 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
       // that, and the store's answer, are what it holds; a copy's size is asked of the store.
       // Without an ETag in the answer, a stored object's facts are asked of the store (`true`).
       if (ctx.res.statusCode === 200) stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag } : op === 'PutObject' || op === 'CopyObject';
+      if (ctx.res.statusCode === 200 && part) budgeted.partStored(bucket, key, part.uploadId, part.partNumber, bytes, ctx.tenant);
       // The writer's word on the chunk before it (schemas/chain.ts), taken for its own chunk.
       const after = op === 'PutObject' ? headerOf(ctx.req, `x-amz-meta-${AFTER_META}`) : undefined;
       if (stored !== false && after !== undefined && objectKeyProblem(after) === undefined) budgeted.link(bucket, [after, key], ctx.tenant);
@@ -57,17 +61,28 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
   await backend.serveS3(ctx);
   const status = ctx.res.statusCode;
   const versioned = ctx.target.query.some(([name]) => name === 'versionId');
-  if (op === 'CompleteMultipartUpload' && status === 200) budgeted.written(bucket, key, ctx.tenant);
+  if (op === 'CompleteMultipartUpload' && status === 200) {
+    budgeted.written(bucket, key, ctx.tenant);
+    budgeted.uploadEnded(bucket, queryValue(ctx.target, 'uploadId') ?? '');
+  } else if (op === 'AbortMultipartUpload' && status < 300) budgeted.uploadEnded(bucket, queryValue(ctx.target, 'uploadId') ?? '');
   else if (op === 'DeleteObject' && status < 300) {
     if (versioned) budgeted.verify(bucket, key);
     else budgeted.deleted(bucket, key);
   } else if (op === 'DeleteObjects' && status === 200) for (const deleted of ctx.deleteKeys ?? []) budgeted.verify(bucket, deleted);
 }
 
+/** A part's upload and number, from the request's query (the store refuses a malformed one before anything is counted). */
+function partOf(ctx: RequestContext): { uploadId: string; partNumber: number } | undefined {
+  const uploadId = queryValue(ctx.target, 'uploadId');
+  const partNumber = Number(queryValue(ctx.target, 'partNumber'));
+  return uploadId !== undefined && uploadId !== '' && Number.isSafeInteger(partNumber) && partNumber >= 1 && partNumber <= 10_000 ? { uploadId, partNumber } : undefined;
+}
+
 /**
  * The bytes a write will store, for the quota: the decoded length of an aws-chunked body, the
- * Content-Length of any other, a copy's source size. What is recorded afterwards is what the
- * store says it holds, never this.
+ * Content-Length of any other, a copy's source size (or the range of it a part copies). What is
+ * recorded of a whole object afterwards is what the store says it holds, never this; a part's is
+ * this (a body checked against its length, or a copy the store took).
  */
 async function writeSize(ctx: RequestContext, backend: Backend): Promise<number> {
   const whole = (text: string | undefined): number => {
@@ -77,7 +92,9 @@ async function writeSize(ctx: RequestContext, backend: Backend): Promise<number>
   const source = headerOf(ctx.req, 'x-amz-copy-source');
   if (source !== undefined) {
     const { bucket, key } = parseCopySource(source);
-    return (await backend.capacity.head(bucket, key).catch(() => undefined))?.size ?? 0;
+    const size = (await backend.capacity.head(bucket, key).catch(() => undefined))?.size ?? 0;
+    const range = /^bytes=(\d+)-(\d+)$/.exec(headerOf(ctx.req, 'x-amz-copy-source-range') ?? '');
+    return range ? Math.max(0, Math.min(size, Number(range[2]) + 1) - Number(range[1])) : size;
   }
   const chunked = ctx.auth.payloadHash.startsWith('STREAMING-');
   return whole(headerOf(ctx.req, chunked ? 'x-amz-decoded-content-length' : 'content-length'));

@@ -43,7 +43,11 @@ export type CapacityEvent =
   | { readonly t: 'del'; readonly b: string; readonly k: string; readonly e?: string; readonly at: number }
   | { readonly t: 'acc'; readonly b: string; readonly k: string; readonly at: number }
   | { readonly t: 'link'; readonly b: string; readonly keys: readonly string[]; readonly n?: string }
-  | { readonly t: 'pin'; readonly b: string; readonly k: string; readonly until: number };
+  | { readonly t: 'pin'; readonly b: string; readonly k: string; readonly until: number }
+  /** A part `p` of the unfinished multipart upload `u` of key `k`, `s` bytes, by tenant `n`. */
+  | { readonly t: 'part'; readonly b: string; readonly k: string; readonly u: string; readonly p: number; readonly s: number; readonly n: string; readonly at: number; readonly c?: 0 }
+  /** The upload `u` was completed, aborted or expired: its parts count no more. */
+  | { readonly t: 'upend'; readonly b: string; readonly u: string };
 
 /** Where an applied event comes from: this gateway's own journal (after a reload), another gateway's, or a snapshot. */
 export type EventSource = 'own' | 'peer' | 'snapshot';
@@ -62,7 +66,7 @@ export const HINT_BYTES_PER_KEY = 1024 * 1024;
 const MAX_KEY_BYTES = 1024;
 const MAX_TENANT_CHARS = 256;
 const MAX_CHAIN_KEYS = 4096;
-/** The largest object S3 stores (5 TiB): no event's size may be more. */
+/** The largest object S3 stores (5 TiB): no event's size may be more, nor an upload's parts together. */
 const MAX_OBJECT_BYTES = 5 * 1024 ** 4;
 /** The holder lists the budgeted buckets again this often, ms. */
 const RECONCILE_EVERY_MS = 10 * 60_000;
@@ -106,6 +110,7 @@ const num = (v: unknown): v is number => typeof v === 'number' && Number.isFinit
 const key = (v: unknown): v is string => str(v) && v.length > 0 && Buffer.byteLength(v) <= MAX_KEY_BYTES;
 const tenant = (v: unknown): v is string => str(v) && v.length <= MAX_TENANT_CHARS;
 const etag = (v: unknown): v is string => str(v) && v.length <= 256;
+const uploadId = (v: unknown): v is string => str(v) && v.length > 0 && v.length <= 1024;
 
 /** Whether a parsed line is an event of the right shape and within bounds (anything else is skipped and counted). */
 function isEvent(e: Record<string, unknown>): boolean {
@@ -121,6 +126,10 @@ function isEvent(e: Record<string, unknown>): boolean {
       return Array.isArray(e['keys']) && e['keys'].length <= MAX_CHAIN_KEYS && (e['keys'] as unknown[]).every(key) && (e['n'] === undefined || tenant(e['n']));
     case 'pin':
       return key(e['k']) && num(e['until']);
+    case 'part':
+      return key(e['k']) && uploadId(e['u']) && Number.isSafeInteger(e['p']) && (e['p'] as number) >= 1 && (e['p'] as number) <= 10_000 && Number.isSafeInteger(e['s']) && (e['s'] as number) >= 0 && (e['s'] as number) <= MAX_OBJECT_BYTES && tenant(e['n']) && num(e['at']) && (e['c'] === undefined || e['c'] === 0);
+    case 'upend':
+      return uploadId(e['u']);
     default:
       return false;
   }

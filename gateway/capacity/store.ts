@@ -48,6 +48,25 @@ export interface CapacityStore {
   deleteVersion(bucket: string, key: string, etag: string): Promise<'deleted' | 'changed' | 'gone'>;
   /** Deletes the object whatever it holds (the gateway's own state objects). */
   delete(bucket: string, key: string): Promise<void>;
+  /** One page of the bucket's unfinished multipart uploads (after `after`, in key and upload id order). */
+  uploads(bucket: string, after: UploadMarker | undefined): Promise<{ uploads: ListedUpload[]; next: UploadMarker | undefined }>;
+  /** The bytes of each part of an unfinished upload, by part number, or undefined when it is not there (completed or aborted). */
+  uploadParts(bucket: string, key: string, uploadId: string): Promise<Map<number, number> | undefined>;
+  /** Aborts an unfinished upload (its parts are freed); one already gone is no error. */
+  abortUpload(bucket: string, key: string, uploadId: string): Promise<void>;
+}
+
+export interface ListedUpload {
+  readonly key: string;
+  readonly uploadId: string;
+  /** ms since the epoch. */
+  readonly initiated: number;
+}
+
+/** Where a listing of uploads goes on: after this key and upload id. */
+export interface UploadMarker {
+  readonly key: string;
+  readonly uploadId: string;
 }
 
 const quoted = (etag: string): string => (etag.startsWith('"') ? etag : `"${etag}"`);
@@ -123,6 +142,30 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
     },
     async delete(bucket, key) {
       if (store.hasBucket(bucket)) await store.deleteObject(bucket, key);
+    },
+    async uploads(bucket, after) {
+      if (!store.hasBucket(bucket)) return { uploads: [], next: undefined };
+      const all = store.listUploads(bucket, '');
+      const from = after === undefined ? 0 : all.findIndex((u) => u.key > after.key || (u.key === after.key && u.uploadId > after.uploadId));
+      const page = from < 0 ? [] : all.slice(from, from + 1000);
+      const last = page.at(-1);
+      return { uploads: page.map((u) => ({ key: u.key, uploadId: u.uploadId, initiated: u.initiated })), next: last && from + page.length < all.length ? { key: last.key, uploadId: last.uploadId } : undefined };
+    },
+    async uploadParts(bucket, key, uploadId) {
+      try {
+        return new Map(store.listParts(bucket, key, uploadId).parts.map((part) => [part.partNumber, part.size]));
+      } catch (error) {
+        if (error instanceof ObjectCacheError && (error.code === 'OC_ERR_STORE_NO_SUCH_UPLOAD' || error.code === 'OC_ERR_STORE_NO_SUCH_BUCKET')) return undefined;
+        throw error;
+      }
+    },
+    async abortUpload(bucket, key, uploadId) {
+      try {
+        await store.abortUpload(bucket, key, uploadId);
+      } catch (error) {
+        if (error instanceof ObjectCacheError && (error.code === 'OC_ERR_STORE_NO_SUCH_UPLOAD' || error.code === 'OC_ERR_STORE_NO_SUCH_BUCKET')) return;
+        throw error;
+      }
     },
   };
 }
@@ -221,5 +264,39 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       await res.body.dump();
       if (res.statusCode !== 204 && res.statusCode !== 200 && res.statusCode !== 404) throw fail(`DELETE ${key}`, res.statusCode);
     },
+    async uploads(bucket, after) {
+      const query: [string, string][] = [['uploads', ''], ['max-uploads', '1000'], ['encoding-type', 'url']];
+      if (after !== undefined) query.push(['key-marker', after.key], ['upload-id-marker', after.uploadId]);
+      const res = await backend.request({ method: 'GET', path: path(bucket), query });
+      const text = await res.body.text();
+      if (res.statusCode === 404) return { uploads: [], next: undefined };
+      if (res.statusCode !== 200) throw fail(`ListMultipartUploads ${bucket}`, res.statusCode);
+      const result = (uploadsParser.parse(text) as { ListMultipartUploadsResult?: { Upload?: { Key?: string; UploadId?: string; Initiated?: string }[]; IsTruncated?: string; EncodingType?: string } }).ListMultipartUploadsResult ?? {};
+      const keyOf = result.EncodingType === 'url' ? urlDecodedKey : (key: string): string => key;
+      const uploads = (result.Upload ?? []).map((u) => ({ key: keyOf(String(u.Key ?? '')), uploadId: String(u.UploadId ?? ''), initiated: Date.parse(String(u.Initiated ?? '')) || 0 }));
+      const last = uploads.at(-1);
+      return { uploads, next: result.IsTruncated === 'true' && last ? { key: last.key, uploadId: last.uploadId } : undefined };
+    },
+    async uploadParts(bucket, key, uploadId) {
+      const parts = new Map<number, number>();
+      for (let marker = '0', pages = 0; pages < 10; pages++) {
+        const res = await backend.request({ method: 'GET', path: path(bucket, key), query: [['uploadId', uploadId], ['max-parts', '1000'], ['part-number-marker', marker]] });
+        const text = await res.body.text();
+        if (res.statusCode === 404) return undefined;
+        if (res.statusCode !== 200) throw fail(`ListParts ${key}`, res.statusCode);
+        const result = (uploadsParser.parse(text) as { ListPartsResult?: { Part?: { PartNumber?: string; Size?: string }[]; IsTruncated?: string; NextPartNumberMarker?: string } }).ListPartsResult ?? {};
+        for (const part of result.Part ?? []) parts.set(Number(part.PartNumber ?? 0), Number(part.Size ?? 0) || 0);
+        if (result.IsTruncated !== 'true' || result.NextPartNumberMarker === undefined) break;
+        marker = String(result.NextPartNumberMarker);
+      }
+      return parts;
+    },
+    async abortUpload(bucket, key, uploadId) {
+      const res = await backend.request({ method: 'DELETE', path: path(bucket, key), query: [['uploadId', uploadId]] });
+      await res.body.dump();
+      if (res.statusCode !== 204 && res.statusCode !== 200 && res.statusCode !== 404) throw fail(`AbortMultipartUpload ${key}`, res.statusCode);
+    },
   };
 }
+
+const uploadsParser = new XMLParser({ ignoreAttributes: true, parseTagValue: false, trimValues: false, processEntities: true, htmlEntities: true, isArray: (name) => name === 'Upload' || name === 'Part' });

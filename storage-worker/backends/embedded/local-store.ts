@@ -635,6 +635,23 @@ export class LocalStore {
     return committed;
   }
 
+  /**
+   * Aborts every unfinished upload begun before `before` (ms since the epoch), its parts freed
+   * (--multipart-expiry); resolves to those aborted.
+   */
+  async expireUploads(before: number): Promise<{ bucket: string; key: string; uploadId: string }[]> {
+    const expired: { bucket: string; key: string; uploadId: string }[] = [];
+    for (const state of this.#buckets.values()) {
+      for (const info of [...state.uploads.values()]) {
+        if (info.initiated >= before || state.uploads.get(info.uploadId) !== info) continue;
+        state.uploads.delete(info.uploadId);
+        await rm(this.#uploadDir(state.name, info.uploadId), { recursive: true, force: true });
+        expired.push({ bucket: state.name, key: info.key, uploadId: info.uploadId });
+      }
+    }
+    return expired;
+  }
+
   async abortUpload(bucket: string, key: string, uploadId: string): Promise<void> {
     this.#upload(bucket, key, uploadId);
     this.#bucket(bucket).uploads.delete(uploadId);
