@@ -7,7 +7,8 @@
  *   --max-requests-per-key, a quarter of it for presigned URLs and forms): one key's flood leaves
  *   room for every other key.
  * - A passthrough to an S3 backend takes one of its key's backend connections (three quarters of
- *   --backend-connections) for as long as its client takes.
+ *   --backend-connections) for as long as its client takes; the HEADs the gateway makes for a
+ *   key's lookup or encoded descriptor GET each wait for a place in the same share.
  * - A descriptor GET takes a slot (--max-layerwise-requests), one of its key's
  *   (--max-layerwise-per-key), and only while buffered bytes (--max-buffered-bytes) and the read
  *   workers' queue (--worker-queue) have room.
@@ -19,7 +20,7 @@
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { ClientCredential } from './config.js';
 import type { FifoBudget } from './fifo-budget.js';
-import type { KeyLimits, SignedBy } from './key-limits.js';
+import type { BackendGate, KeyLimits, SignedBy } from './key-limits.js';
 
 export interface AdmissionOptions {
   readonly keys: KeyLimits;
@@ -55,6 +56,11 @@ export class Admission {
   /** A backend connection for a passthrough of the key; returns its release. */
   backendConnection(credential: ClientCredential): () => void {
     return this.#o.keys.takeBackend(credential);
+  }
+
+  /** The gate of the backend requests the gateway makes for the key (lookups' and indexes' HEADs), within its share. */
+  backendGate(credential: ClientCredential): BackendGate {
+    return this.#o.keys.backendGate(credential);
   }
 
   /**

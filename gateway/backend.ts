@@ -12,6 +12,7 @@ import { ObjectCacheError } from '../schemas/errors.js';
 import type { WorkerBackend } from '../storage-worker/protocol.js';
 import type { GatewayConfig } from './config.js';
 import type { Logger } from './logger.js';
+import type { BackendGate } from './key-limits.js';
 import type { RequestContext } from './context.js';
 import { embeddedCapacityStore, s3CapacityStore, type CapacityStore } from './capacity/store.js';
 import { serveEmbedded } from './s3/embedded/router.js';
@@ -33,7 +34,7 @@ export interface Backend {
    * OC_ERR_STORE_NO_SUCH_BUCKET when the bucket does not exist. Prefix lookups and encoded
    * chunks' indexes read it.
    */
-  heads(bucket: string, keys: readonly string[], signal: AbortSignal, checkBucket: boolean): Promise<(ObjectHead | undefined)[]>;
+  heads(bucket: string, keys: readonly string[], signal: AbortSignal, checkBucket: boolean, gate?: BackendGate): Promise<(ObjectHead | undefined)[]>;
   /** Every bucket (for ListBuckets filtered by an access policy). */
   listBuckets(signal: AbortSignal): Promise<BucketEntry[]>;
   /** Answers a plain S3 request (the embedded handlers, or passthrough to the endpoint). */
@@ -117,11 +118,21 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, on
     workers: { ...config, endpoint: config.endpoint.origin },
     description: config.endpoint.origin,
     postSink: backendPostSink(backend),
-    async heads(bucket, keys, signal, checkBucket) {
-      if (checkBucket && (await head(`/${bucket}`, signal)).status === 404) throw noSuchBucket(bucket);
+    async heads(bucket, keys, signal, checkBucket, gate) {
+      // Each HEAD holds a place in its key's share of the store's connections (`gate`): a key's
+      // thousands of HEADs wait behind its own, never in the pool in front of other keys' requests.
+      const gated = async (path: string): Promise<{ status: number; object: ObjectHead }> => {
+        await gate?.acquire(signal);
+        try {
+          return await head(path, signal);
+        } finally {
+          gate?.release();
+        }
+      };
+      if (checkBucket && (await gated(`/${bucket}`)).status === 404) throw noSuchBucket(bucket);
       return Promise.all(
         keys.map(async (key) => {
-          const { status, object } = await head(`/${bucket}/${key}`, signal);
+          const { status, object } = await gated(`/${bucket}/${key}`);
           if (status === 200) return object;
           if (status === 404) return undefined;
           throw new ObjectCacheError(status >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `HEAD of ${key} answered ${status}`);

@@ -14,7 +14,7 @@ import { s3Arn } from './auth/policy.js';
 import { RequestVerifier } from './auth/request-verifier.js';
 import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
 import { classify, operationLabel, type Classified } from './classify.js';
-import type { GatewayConfig } from './config.js';
+import type { ClientCredential, GatewayConfig } from './config.js';
 import { headerOf, type RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
@@ -31,7 +31,7 @@ import { KeyLimits } from './key-limits.js';
 import { Admission, THROTTLING } from './admission.js';
 import type { AuthResult } from './auth/request-verifier.js';
 import { servePostObject } from './s3/post-object.js';
-import { openBackend } from './backend.js';
+import { openBackend, type Backend } from './backend.js';
 import { newRequestId, sendError, toObjectCacheError } from './s3/respond.js';
 import { errorXml } from './s3/xml.js';
 import { Capacity } from './capacity/capacity.js';
@@ -366,6 +366,16 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   /** Capacity management, when the bucket has a budget. */
   const budgetOf = (bucket: string): Capacity | undefined => (capacity?.manages(bucket) === true ? capacity : undefined);
 
+  /**
+   * The backend's HEADs as a request of `credential` makes them: each within the key's share of
+   * the store's connections (gateway/key-limits.ts), on an S3 store (the embedded one has none).
+   */
+  const headsOf = (credential: ClientCredential): Pick<Backend, 'heads'> => {
+    if (config.backend.kind !== 's3') return backend;
+    const gate = admission.backendGate(credential);
+    return { heads: (bucket, keys, signal, checkBucket) => backend.heads(bucket, keys, signal, checkBucket, gate) };
+  };
+
   /** Stage 5: the handler for the request's kind. */
   async function dispatch(r: Request, ctx: RequestContext, classified: Classified, filteredListing: boolean): Promise<void> {
     const { bucket } = ctx.target;
@@ -388,13 +398,13 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
             budgeted.link(bucket, descriptor.keys, credential.tenant, credential.accessKeyId);
             r.hold(await budgeted.reading(bucket, descriptor.keys, credential.accessKeyId));
           }
-          return await serveDescriptorGet(ctx, descriptor, { backend, pool, config: lw, budget, scheduler, firstLayers, segments, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          return await serveDescriptorGet(ctx, descriptor, { backend: headsOf(credential), pool, config: lw, budget, scheduler, firstLayers, segments, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           release();
         }
       }
       case 'prefix-lookup': {
-        const looked = await servePrefixLookup(ctx, lw, backend);
+        const looked = await servePrefixLookup(ctx, lw, headsOf(credential));
         budgeted?.link(bucket, looked.keys, credential.tenant, credential.accessKeyId);
         budgeted?.accessed(bucket, looked.keys.slice(0, looked.matched), credential.accessKeyId);
         return;

@@ -387,3 +387,40 @@ describe('an unfinished multipart upload on the embedded store', () => {
     }
   });
 });
+
+describe('one key\u2019s lookups (in front of MinIO)', () => {
+  it('wait within the key\u2019s share of backend connections, and leave the rest to other keys', async () => {
+    const bucket = uniqueBucket('lookups');
+    const credentials = credentialsFile({ flooder: allowAll, 'team-a': allowAll });
+    // 8 connections to the store: a key's share is 6.
+    const gw = await gateway('s3', ['--credentials', credentials, '--backend-connections', '8']);
+    const admin = sdkClient(gw.url);
+    const flooder = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: 'flooder-key', secretAccessKey: 'flooder-secret' }, retries: 0 });
+    const teamA = sdkClient(gw.url, { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret' });
+    try {
+      await admin.send(new CreateBucketCommand({ Bucket: bucket }));
+      const keys = Array.from({ length: 256 }, (_, i) => `f/${String(i).padStart(4, '0')}`);
+      for (let at = 0; at < keys.length; at += 6) await Promise.all(keys.slice(at, at + 6).map((key) => admin.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: 'x' }))));
+      await admin.send(new PutObjectCommand({ Bucket: bucket, Key: 'a/object', Body: 'team-a' }));
+      let most = 0;
+      let flooding = true;
+      const sampler = setInterval(() => {
+        const stats = gw.gateway.backendStats();
+        if (stats) most = Math.max(most, stats.inflight + stats.waiting);
+      }, 2);
+      const flood = Promise.all(Array.from({ length: 16 }, () => flooder.lookup(keys))).finally(() => (flooding = false));
+      await waitFor('the flood reaches the store', () => (gw.gateway.backendStats()?.inflight ?? 0) > 0);
+      const got = await teamA.send(new GetObjectCommand({ Bucket: bucket, Key: 'a/object' }));
+      expect(await got.Body!.transformToString()).toBe('team-a');
+      expect(flooding, 'team-a was served while the flood went on').toBe(true);
+      expect(await flood).toEqual(Array.from({ length: 16 }, () => 256));
+      clearInterval(sampler);
+      // The flooder's HEADs never took more than its share of the pool (plus team-a's one GET).
+      expect(most).toBeLessThanOrEqual(7);
+    } finally {
+      admin.destroy();
+      teamA.destroy();
+      await flooder.close();
+    }
+  });
+});
