@@ -45,6 +45,51 @@ export interface ObjectCacheClientOptions {
    * answer's Retry-After (at most 30 s), else 0.2, 0.4, 0.8 s. Default 3, as the Python client.
    */
   readonly retries?: number;
+  /**
+   * The longest one call may take in all (connecting, waiting for the answer and for Retry-After,
+   * reading it), in ms: past it the call is abandoned, its connection closed, and it fails with
+   * OC_ERR_CLIENT_TIMEOUT, however the gateway trickles its bytes. Default 300,000 (5 minutes).
+   */
+  readonly deadlineMs?: number;
+}
+
+/** The default of `deadlineMs`. */
+const DEFAULT_DEADLINE_MS = 300_000;
+
+/**
+ * One call's deadline: a signal that aborts at `ms` (or with the caller's `outer` signal), and
+ * the error a call cut off by it fails with.
+ */
+class Deadline {
+  readonly signal: AbortSignal;
+  readonly #timer: AbortSignal;
+  readonly #ms: number;
+  readonly #what: string;
+  constructor(ms: number, what: string, outer?: AbortSignal) {
+    this.#ms = ms;
+    this.#what = what;
+    this.#timer = AbortSignal.timeout(ms);
+    this.signal = outer ? AbortSignal.any([outer, this.#timer]) : this.#timer;
+  }
+
+  get expired(): boolean {
+    return this.#timer.aborted;
+  }
+
+  /** OC_ERR_CLIENT_TIMEOUT in place of whatever a call cut off by its deadline failed with. */
+  error(cause?: unknown): ObjectCacheError {
+    return new ObjectCacheError('OC_ERR_CLIENT_TIMEOUT', `${this.#what} did not finish within its deadline of ${this.#ms} ms`, cause !== undefined ? { cause } : {});
+  }
+
+  /** Runs `op`; a failure after the deadline passed is the deadline's. */
+  async run<T>(op: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    try {
+      return await op(this.signal);
+    } catch (error) {
+      if (this.expired) throw this.error(error);
+      throw error;
+    }
+  }
 }
 
 export type Transport = 'auto' | 'get' | 'post';
@@ -68,6 +113,8 @@ export interface FetchOptions {
   readonly onLayerReady?: (layer: number, view: Uint8Array) => void;
   readonly transport?: Transport;
   readonly signal?: AbortSignal;
+  /** This fetch's deadline, in ms (default: the client's `deadlineMs`). */
+  readonly deadlineMs?: number;
 }
 
 export interface FetchResult {
@@ -250,6 +297,7 @@ export class ObjectCacheClient {
   readonly bucket: string;
   readonly #endpoints: Endpoint[];
   readonly #retries: number;
+  readonly #deadlineMs: number;
   /** The endpoint in use (the last one that answered). */
   #current = 0;
 
@@ -257,6 +305,7 @@ export class ObjectCacheClient {
     this.bucket = options.bucket;
     this.#retries = options.retries ?? 3;
     if (!Number.isInteger(this.#retries) || this.#retries < 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `retries must be a whole number of at least 0, got ${options.retries}`);
+    this.#deadlineMs = deadlineOf(options.deadlineMs, DEFAULT_DEADLINE_MS);
     const region = options.region ?? 'us-east-1';
     const urls = typeof options.endpoint === 'string' ? [options.endpoint] : [...options.endpoint];
     if (urls.length === 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'the client needs at least one endpoint');
@@ -297,8 +346,9 @@ export class ObjectCacheClient {
 
   /** Creates the bucket unless it exists. */
   async ensureBucket(): Promise<void> {
+    const deadline = new Deadline(this.#deadlineMs, 'CreateBucket');
     try {
-      await this.#failover((e) => e.s3.send(new CreateBucketCommand({ Bucket: this.bucket })));
+      await deadline.run((signal) => this.#failover((e) => e.s3.send(new CreateBucketCommand({ Bucket: this.bucket }), { abortSignal: signal })));
     } catch (error) {
       const name = (error as S3ServiceException).name;
       if (name !== 'BucketAlreadyOwnedByYou' && name !== 'BucketAlreadyExists') throw error;
@@ -327,7 +377,8 @@ export class ObjectCacheClient {
         const after = i > 0 && options.chain !== false ? (keys[i - 1] as string) : undefined;
         // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
         if (after !== undefined && recordableAfter(after)) metadata[AFTER_META] = after;
-        await this.#failover((e) => e.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata })));
+        const deadline = new Deadline(this.#deadlineMs, `PutObject ${keys[i] as string}`);
+        await deadline.run((signal) => this.#failover((e) => e.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata }), { abortSignal: signal })));
       }
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, keys.length) }, lane));
@@ -358,11 +409,14 @@ export class ObjectCacheClient {
    */
   async lookup(keys: readonly string[], keyPrefix = '', geometry?: { readonly layers: number; readonly layerBytes: number }): Promise<number> {
     const body = { keys, keyPrefix, ...(geometry ? { layers: geometry.layers, layerBytes: geometry.layerBytes } : {}) };
-    const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify(body)));
-    if (response.statusCode !== 200) throw await this.#failure(response);
-    const { matched } = await this.#answer<{ matched?: unknown }>(response.body, 'objectcache-lookup');
-    if (typeof matched !== 'number' || !Number.isInteger(matched) || matched < 0) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-lookup has no matched count: ${JSON.stringify(matched)}`);
-    return matched;
+    return new Deadline(this.#deadlineMs, 'objectcache-lookup').run(async (signal) => {
+      const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify(body)), signal);
+      if (response.statusCode !== 200) throw await this.#failure(response);
+      const { matched } = await this.#answer<{ matched?: unknown }>(response.body, 'objectcache-lookup');
+      // A count of what was asked: a whole number from 0 to the keys named.
+      if (typeof matched !== 'number' || !Number.isInteger(matched) || matched < 0 || matched > keys.length) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-lookup has no matched count between 0 and ${keys.length}: ${JSON.stringify(matched)}`);
+      return matched;
+    });
   }
 
   /**
@@ -372,11 +426,13 @@ export class ObjectCacheClient {
    */
   async pin(keys: readonly string[], until: Date | null): Promise<Date | null> {
     const body = { keys, until: until === null ? null : until.toISOString() };
-    const response = await this.#signedPost('objectcache-pin', Buffer.from(JSON.stringify(body)));
-    if (response.statusCode !== 200) throw await this.#failure(response);
-    const answer = await this.#answer<{ until?: unknown }>(response.body, 'objectcache-pin');
-    if (answer.until !== null && (typeof answer.until !== 'string' || Number.isNaN(Date.parse(answer.until)))) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-pin has no time: ${JSON.stringify(answer.until)}`);
-    return answer.until === null ? null : new Date(answer.until);
+    return new Deadline(this.#deadlineMs, 'objectcache-pin').run(async (signal) => {
+      const response = await this.#signedPost('objectcache-pin', Buffer.from(JSON.stringify(body)), signal);
+      if (response.statusCode !== 200) throw await this.#failure(response);
+      const answer = await this.#answer<{ until?: unknown }>(response.body, 'objectcache-pin');
+      if (answer.until !== null && (typeof answer.until !== 'string' || Number.isNaN(Date.parse(answer.until)))) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-pin has no time: ${JSON.stringify(answer.until)}`);
+      return answer.until === null ? null : new Date(answer.until);
+    });
   }
 
   /** A JSON answer of at most ANSWER_BODY_LIMIT bytes; anything else is the gateway's protocol error. */
@@ -449,18 +505,21 @@ export class ObjectCacheClient {
         options.onLayerReady?.(layer, view);
       },
     });
-    if (this.#endpoints.every((e) => e.sockets !== undefined)) {
-      const { summary, segmentChunks } = await this.#receive(input, transport, decoder, options.signal);
-      return { target, layerStride, summary, timeline, transport, segmentChunks };
-    }
-    const { body, requestId, segmentChunks } = await this.#open(input, transport, options.signal);
-    try {
-      for await (const chunk of body) decoder.push(chunk as Uint8Array);
-      return { target, layerStride, summary: decoder.finish(), timeline, transport, segmentChunks };
-    } catch (error) {
-      body.destroy();
-      throw withRequestId(error, requestId);
-    }
+    const deadline = new Deadline(deadlineOf(options.deadlineMs, this.#deadlineMs), 'the descriptor GET', options.signal);
+    return deadline.run(async (signal) => {
+      if (this.#endpoints.every((e) => e.sockets !== undefined)) {
+        const { summary, segmentChunks } = await this.#receive(input, transport, decoder, signal);
+        return { target, layerStride, summary, timeline, transport, segmentChunks };
+      }
+      const { body, requestId, segmentChunks } = await this.#open(input, transport, signal);
+      try {
+        for await (const chunk of body) decoder.push(chunk as Uint8Array);
+        return { target, layerStride, summary: decoder.finish(), timeline, transport, segmentChunks };
+      } catch (error) {
+        body.destroy();
+        throw withRequestId(error, requestId);
+      }
+    });
   }
 
   /**
@@ -592,4 +651,11 @@ export class ObjectCacheClient {
     for (const e of this.#endpoints) e.s3.destroy();
     await Promise.all(this.#endpoints.flatMap((e) => [e.pool.close(), e.sockets?.close()]));
   }
+}
+
+/** A deadline in ms, checked: `given` when set, else `fallback`. */
+function deadlineOf(given: number | undefined, fallback: number): number {
+  if (given === undefined) return fallback;
+  if (!Number.isFinite(given) || given <= 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `deadlineMs must be a positive number of milliseconds, got ${given}`);
+  return given;
 }

@@ -120,6 +120,7 @@ export const ERRORS = {
   OC_ERR_CLIENT_CRC: { status: 0, s3Code: '-', description: 'A delivered payload does not match its CRC32C.' },
   OC_ERR_CLIENT_INCOMPLETE: { status: 0, s3Code: '-', description: 'The stream ended before its END frame.' },
   OC_ERR_CLIENT_TARGET: { status: 0, s3Code: '-', description: 'The target buffer is too small for the delivered layers.' },
+  OC_ERR_CLIENT_TIMEOUT: { status: 0, s3Code: '-', description: 'A client call did not finish within its overall deadline (the client\u2019s `deadline`): a gateway that answers slowly or trickles bytes cannot hold a call longer; nothing it wrote is complete.' },
   OC_ERR_CLIENT_USAGE: { status: 0, s3Code: '-', description: 'A client call or CLI option is invalid (the message names it).' },
 
   // --- the gateway itself ---

@@ -267,7 +267,7 @@ describe('TypeScript client, a server that never stops answering', () => {
     const client = new ObjectCacheClient({ endpoint, bucket: 'endless', credentials, retries: 0 });
     try {
       for (const [call, answers] of [
-        [() => client.lookup(['a']), ['null', '[1]', '7', '{"matched":"x"}', '{}', 'not json']],
+        [() => client.lookup(['a']), ['null', '[1]', '7', '{"matched":"x"}', '{}', 'not json', '{"matched":true}', '{"matched":-3}', '{"matched":1e9}', '{"matched":2}', '{"matched":0.5}']],
         [() => client.pin(['a'], null), ['null', '{"until":5}', '{"until":"never"}']],
       ] as const) {
         for (const answer of answers) {
@@ -305,3 +305,66 @@ describe('TypeScript client, a server that never stops answering', () => {
   }, 30_000);
 });
 
+describe('the client against a gateway that redirects or trickles', () => {
+  let server: Server;
+  let endpoint: string;
+  const sockets = new Set<Socket>();
+  let mode: 'redirect' | 'trickle' = 'redirect';
+
+  beforeAll(async () => {
+    server = createServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => {});
+      socket.once('data', () => {
+        if (mode === 'redirect') {
+          socket.end('HTTP/1.1 307 Temporary Redirect\r\nLocation: http://elsewhere.example/x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+          return;
+        }
+        // A stream's preamble, then zeros, one byte every 300 ms: each within any socket timeout.
+        socket.write('HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n');
+        const body = Buffer.concat([Buffer.from('OCKV\x01\x00\x00\x00', 'latin1'), Buffer.alloc(100)]);
+        let at = 0;
+        const timer = setInterval(() => {
+          if (socket.destroyed || at >= body.length) return clearInterval(timer);
+          socket.write(body.subarray(at, ++at));
+        }, 300);
+        socket.once('close', () => clearInterval(timer));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    endpoint = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  });
+  afterAll(async () => {
+    for (const socket of sockets) socket.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  it('never takes a redirect for a stored chunk or an answer', async () => {
+    mode = 'redirect';
+    const client = new ObjectCacheClient({ endpoint, bucket: 'b', credentials, retries: 0 });
+    try {
+      await expect(client.putChunks(['k'], [new Uint8Array(16)])).rejects.toThrow();
+      expect((await failure(client.lookup(['k']))).details['Status']).toBe(307);
+      const descriptor: DescriptorInput = { version: 1, keys: ['a'], layers: 1, chunkTokens: 16, layerBytes: 16, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
+      expect((await failure(client.fetch(descriptor))).details['Status']).toBe(307);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('ends a call at its deadline whatever the gateway still trickles', async () => {
+    mode = 'trickle';
+    const client = new ObjectCacheClient({ endpoint, bucket: 'b', credentials, retries: 0, deadlineMs: 1500 });
+    const descriptor: DescriptorInput = { version: 1, keys: ['a', 'b'], layers: 2, chunkTokens: 16, layerBytes: 64, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
+    try {
+      for (const call of [() => client.fetch(descriptor), () => client.fetch(descriptor, { transport: 'post' }), () => client.lookup(['a']), () => client.fetch(descriptor, { deadlineMs: 500 })]) {
+        const started = performance.now();
+        const error = await failure(call());
+        expect(error.code).toBe('OC_ERR_CLIENT_TIMEOUT');
+        expect(performance.now() - started).toBeLessThan(5_000);
+      }
+    } finally {
+      await client.close();
+    }
+  }, 30_000);
+});

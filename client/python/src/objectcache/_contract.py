@@ -53,6 +53,7 @@ KNOWN_CODES: Final[FrozenSet[str]] = frozenset(
         "OC_ERR_CLIENT_PROTOCOL",
         "OC_ERR_CLIENT_STALLED",
         "OC_ERR_CLIENT_TARGET",
+        "OC_ERR_CLIENT_TIMEOUT",
         "OC_ERR_CLIENT_USAGE",
         "OC_ERR_CODEC_MIXED",
         "OC_ERR_CODEC_UNACCEPTED",

@@ -5,6 +5,11 @@ Requests are S3 requests signed with botocore's SigV4 (path-style), sent over ke
 ``http.client`` connections. A 503 (SlowDown: the gateway is at its admission limit) is retried
 after the ``Retry-After`` it names, up to ``retries`` times, before any byte of a stream is used;
 a keep-alive connection the gateway closed meanwhile is replaced once, transparently.
+
+Nothing the server says is taken on trust: a redirect is refused (a write behind a redirecting
+proxy is not "stored"), a lookup's count must lie between 0 and the keys asked, answers are read
+only up to a bound, and every call has one overall ``deadline``, past which its connection is
+shut down whatever the server still trickles (``OC_ERR_CLIENT_TIMEOUT``).
 """
 from __future__ import annotations
 
@@ -12,12 +17,15 @@ import base64
 import datetime
 import http.client
 import json
+import heapq
 import re
+import socket
 import struct
 import threading
 import time
 import weakref
 import xml.etree.ElementTree as ElementTree
+import copy
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast, overload
@@ -48,6 +56,114 @@ ERROR_BODY_LIMIT = 64 * 1024
 ANSWER_BODY_LIMIT = 64 * 1024
 #: The longest answer to another call that is read (a page of 1,000 listed keys is about 1 MB).
 CALL_BODY_LIMIT = 16 * 1024 * 1024
+#: A call's overall deadline unless the client is given another, in seconds.
+DEFAULT_DEADLINE_S = 300.0
+
+
+class _Watchdog:
+    """One daemon thread for every call's deadline: at each one's time it runs its ``expire``."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: List[Tuple[float, int, List[Any]]] = []
+        self._seq = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, at: float, expire: Callable[[], None]) -> List[Any]:
+        entry: List[Any] = [expire]
+        with self._cv:
+            self._seq += 1
+            heapq.heappush(self._heap, (at, self._seq, entry))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="objectcache-deadlines", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        return entry
+
+    @staticmethod
+    def cancel(entry: List[Any]) -> None:
+        entry[0] = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap:
+                    self._cv.wait()
+                at, _, entry = self._heap[0]
+                wait = at - time.monotonic()
+                if wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+            expire = entry[0]
+            if expire is not None:
+                try:
+                    expire()
+                except Exception:  # pragma: no cover - an expiry never fails the watchdog
+                    pass
+
+
+_WATCHDOG = _Watchdog()
+
+
+class _Deadline:
+    """One call's overall deadline. Past it the connection the call uses is shut down (a server
+    that trickles bytes cannot hold the call), and the call fails with OC_ERR_CLIENT_TIMEOUT."""
+
+    def __init__(self, seconds: Optional[float], operation: Optional[str]) -> None:
+        self.seconds = seconds
+        self.operation = operation
+        self.at = None if seconds is None else time.monotonic() + seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._conn: Optional[http.client.HTTPConnection] = None
+        self._entry = None if self.at is None else _WATCHDOG.add(self.at, self._expire)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            conn = self._conn
+        if conn is not None:
+            _shut(conn)
+
+    def watch(self, conn: http.client.HTTPConnection, timeout: float) -> None:
+        """The connection the call uses from now on (shut down at the deadline); ``timeout``, the
+        client's wait for one socket operation, is cut to what is left of the deadline."""
+        with self._lock:
+            self._conn = conn
+            expired = self.expired
+        if expired:
+            _shut(conn)
+        remaining = self.remaining()
+        conn.timeout = timeout if remaining is None else max(0.001, min(timeout, remaining))
+        if conn.sock is not None:
+            conn.sock.settimeout(conn.timeout)
+
+    def remaining(self) -> Optional[float]:
+        return None if self.at is None else self.at - time.monotonic()
+
+    def error(self) -> ObjectCacheError:
+        return ObjectCacheError("OC_ERR_CLIENT_TIMEOUT", f"{self.operation or 'the call'} did not finish within its deadline of {self.seconds} s", operation_name=self.operation)
+
+    def check(self) -> None:
+        remaining = self.remaining()
+        if self.expired or (remaining is not None and remaining <= 0):
+            raise self.error()
+
+    def cancel(self) -> None:
+        if self._entry is not None:
+            _WATCHDOG.cancel(self._entry)
+        with self._lock:
+            self._conn = None
+
+
+def _shut(conn: http.client.HTTPConnection) -> None:
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 _B = TypeVar("_B", bound=Buffer)
 
@@ -135,9 +251,15 @@ class ObjectCacheClient:
         timeout: float = 60.0,
         retries: int = 3,
         max_idle_connections: int = 8,
+        deadline: Optional[float] = DEFAULT_DEADLINE_S,
     ) -> None:
         """``endpoint``: a gateway URL, or several gateways in front of the same store (a request
         that cannot reach one goes to the next; the client keeps the one that answered).
+
+        ``timeout``: the longest wait for one socket operation; ``deadline``: the longest one call
+        may take in all, waits for ``Retry-After`` included (``None``: no overall deadline);
+        ``retries``: how often a retryable refusal is tried again. :meth:`with_limits` gives a
+        client sharing this one's connections with other limits (an engine's critical path).
 
         boto3's names work too: ``ObjectCacheClient(endpoint_url=..., bucket=...,
         aws_access_key_id=..., aws_secret_access_key=..., region_name=...)``. ``region`` defaults
@@ -171,13 +293,34 @@ class ObjectCacheClient:
         self.bucket = bucket
         creds = credentials if isinstance(credentials, Credentials) else Credentials(credentials[0], credentials[1])
         self._auth = S3SigV4Auth(creds, "s3", region)
+        if deadline is not None and not deadline > 0:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"deadline must be a positive number of seconds or None, got {deadline!r}")
+        if retries < 0:
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"retries must be at least 0, got {retries!r}")
         self._timeout = timeout
+        self._deadline = deadline
         self._retries = retries
         self._idle: List[Tuple[int, http.client.HTTPConnection]] = []
         #: The endpoint each connection was opened to (forgotten with the connection).
         self._opened_to: "weakref.WeakKeyDictionary[http.client.HTTPConnection, int]" = weakref.WeakKeyDictionary()
         self._max_idle = max_idle_connections
         self._lock = threading.Lock()
+
+    def with_limits(self, *, deadline: Optional[float] = None, retries: Optional[int] = None) -> "ObjectCacheClient":
+        """A client of the same gateways, bucket and key that shares this one's connections, with
+        another overall ``deadline`` per call and ``retries`` (for an engine's critical path: a
+        short deadline and no waiting out a ``Retry-After``). Closing either closes the shared
+        idle connections."""
+        other = copy.copy(self)
+        if deadline is not None:
+            if not deadline > 0:
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"deadline must be a positive number of seconds, got {deadline!r}")
+            other._deadline = deadline
+        if retries is not None:
+            if retries < 0:
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"retries must be at least 0, got {retries!r}")
+            other._retries = retries
+        return other
 
     # -- connections -------------------------------------------------------------------------
 
@@ -234,9 +377,10 @@ class ObjectCacheClient:
         self._auth.add_auth(request)
         return {name: value for name, value in request.headers.items()}
 
-    def _send(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Sends a signed request and returns the open response of a status below 400 (or raises).
-        ``operation`` names the request in errors, as the gateway's classification does."""
+    def _send(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None, deadline: Optional[_Deadline] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Sends a signed request and returns the open response of a 1xx or 2xx status (or raises:
+        a refusal as its error, a redirect as OC_ERR_CLIENT_PROTOCOL). ``operation`` names the
+        request in errors, as the gateway's classification does; ``deadline`` bounds it all."""
         headers = dict(headers or {})
         if body:
             headers.setdefault("Content-Length", str(len(body)))
@@ -244,18 +388,32 @@ class ObjectCacheClient:
         unreachable = 0  # endpoints tried in turn that could not be reached
         while True:
             index = self._current
+            if deadline is not None:
+                deadline.check()
             conn, reused = self._take(index)
+            if deadline is not None:
+                deadline.watch(conn, self._timeout)
+            elif conn.timeout != self._timeout:
+                conn.timeout = self._timeout  # an idle connection a deadline had cut short
+                if conn.sock is not None:
+                    conn.sock.settimeout(self._timeout)
             failure: Optional[OSError] = None
             try:
                 conn.request(method, path, body=body or None, headers=self._sign(index, method, path, body, headers))
                 response = conn.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as error:
                 conn.close()
+                if deadline is not None and deadline.expired:
+                    raise deadline.error() from error
                 if reused:
                     continue  # a keep-alive connection the gateway had closed: once more, on a fresh one
                 failure = error
-            except OSError as error:
+            except (OSError, http.client.HTTPException) as error:
                 conn.close()
+                if deadline is not None and deadline.expired:
+                    raise deadline.error() from error
+                if not isinstance(error, OSError):
+                    raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the gateway's answer to {operation or method} is not HTTP: {error}", operation_name=operation) from error
                 failure = error
             if failure is not None:
                 unreachable += 1
@@ -263,8 +421,13 @@ class ObjectCacheClient:
                     raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"cannot reach the gateway at {self._endpoints[index][0]}: {failure}", operation_name=operation) from failure
                 self._current = (index + 1) % len(self._endpoints)  # the next gateway
                 continue
-            if response.status < 400:
+            if response.status < 300:
                 return conn, response
+            if response.status < 400:
+                # Never followed, never taken as success: a write behind a redirecting proxy was not stored.
+                conn.close()
+                location = response.getheader("Location") or "nowhere"
+                raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the gateway answered {operation or method} with a redirect ({response.status} to {location[:200]}); redirects are not followed", status=response.status, operation_name=operation)
             try:
                 # Only so much of it: a broken or hostile server cannot make the client hold more.
                 text = response.read(ERROR_BODY_LIMIT)
@@ -279,18 +442,37 @@ class ObjectCacheClient:
                     delay = float(retry_after) if retry_after is not None else 0.1 * 2**attempt
                 except ValueError:
                     delay = 0.1 * 2**attempt
-                time.sleep(min(max(delay, 0.0), MAX_RETRY_AFTER_S))
+                delay = min(max(delay, 0.0), MAX_RETRY_AFTER_S) if delay == delay else MAX_RETRY_AFTER_S
+                remaining = None if deadline is None else deadline.remaining()
+                # A wait that would outlast the call's deadline is not begun: the refusal is the answer.
+                if remaining is not None and delay >= remaining:
+                    raise refused
+                time.sleep(delay)
                 continue
             raise refused
 
     def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None, limit: int = CALL_BODY_LIMIT) -> bytes:
-        conn, response = self._send(method, path, body, headers, operation=operation)
-        data = response.read(limit + 1)
-        if len(data) > limit:
-            conn.close()
-            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is longer than {limit} bytes", operation_name=operation)
-        self._give(conn, response)
-        return data
+        deadline = _Deadline(self._deadline, operation)
+        try:
+            conn, response = self._send(method, path, body, headers, operation=operation, deadline=deadline)
+            try:
+                data = response.read(limit + 1)
+            except (OSError, http.client.HTTPException) as error:
+                conn.close()
+                if deadline.expired:
+                    raise deadline.error() from error
+                raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", f"the answer to {operation} broke off: {error}", operation_name=operation) from error
+            if deadline.expired:
+                conn.close()
+                raise deadline.error()
+            if len(data) > limit:
+                conn.close()
+                raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is longer than {limit} bytes", operation_name=operation)
+            deadline.cancel()  # before the connection is pooled: the watchdog must not shut it then
+            self._give(conn, response)
+            return data
+        finally:
+            deadline.cancel()
 
     def _object_path(self, key: str) -> str:
         return f"/{quote(self.bucket, safe='')}/{quote(key, safe='/~')}"
@@ -363,7 +545,22 @@ class ObjectCacheClient:
     def get_object(self, key: str, into: Optional[Buffer] = None) -> Any:
         """A whole object (a plain S3 GET), read into ``into`` when given (it must be exactly the
         object's size) and returned, or returned as bytes."""
-        conn, response = self._send("GET", self._object_path(key), operation="GetObject")
+        deadline = _Deadline(self._deadline, "GetObject")
+        try:
+            return self._get_object(key, into, deadline)
+        except (OSError, http.client.HTTPException) as error:
+            if deadline.expired:
+                raise deadline.error() from error
+            raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", f"{key!r} broke off: {error}", operation_name="GetObject") from error
+        except ObjectCacheError as error:
+            if deadline.expired and error.code.startswith("OC_ERR_CLIENT_"):
+                raise deadline.error() from error
+            raise
+        finally:
+            deadline.cancel()
+
+    def _get_object(self, key: str, into: Optional[Buffer], deadline: _Deadline) -> Any:
+        conn, response = self._send("GET", self._object_path(key), operation="GetObject", deadline=deadline)
         try:
             if into is None:
                 data: Any = response.read()
@@ -382,6 +579,10 @@ class ObjectCacheClient:
         except BaseException:
             conn.close()
             raise
+        if deadline.expired:
+            conn.close()
+            raise deadline.error()
+        deadline.cancel()  # before the connection is pooled: the watchdog must not shut it then
         self._give(conn, response)
         return data
 
@@ -424,8 +625,9 @@ class ObjectCacheClient:
         body = json.dumps(document).encode("utf-8")
         answer = self._call("POST", f"/{quote(self.bucket, safe='')}?objectcache-lookup=", body, {"Content-Type": "application/json"}, operation="PrefixLookup", limit=ANSWER_BODY_LIMIT)
         matched = _json_answer(answer, "PrefixLookup").get("matched")
-        if not isinstance(matched, int):
-            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to PrefixLookup has no matched count: {answer[:200]!r}", operation_name="PrefixLookup")
+        # A count of what was asked: a whole number from 0 to the keys named (a bool is no count).
+        if isinstance(matched, bool) or not isinstance(matched, int) or not 0 <= matched <= len(keys):
+            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to PrefixLookup has no matched count between 0 and {len(keys)}: {answer[:200]!r}", operation_name="PrefixLookup")
         return matched
 
     def pin(self, keys: Sequence[str], until: Optional[datetime.datetime]) -> Optional[datetime.datetime]:
@@ -468,16 +670,16 @@ class ObjectCacheClient:
         document.update(cast(Descriptor, extra))  # the caller's fields as given; the gateway checks them
         return document
 
-    def _open(self, descriptor: Descriptor, transport: Transport) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
+    def _open(self, descriptor: Descriptor, transport: Transport, deadline: _Deadline) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
         text = json.dumps(descriptor, separators=(",", ":")).encode("utf-8")
         encoded = base64.urlsafe_b64encode(text).rstrip(b"=").decode("ascii")
         if transport == "auto":
             transport = "post" if len(encoded) > MAX_HEADER_DESCRIPTOR_BYTES else "get"
         if transport == "post":
-            conn, response = self._send("POST", f"/{quote(self.bucket, safe='')}?objectcache=", text, {"Content-Type": "application/json"}, operation="DescriptorGet")
+            conn, response = self._send("POST", f"/{quote(self.bucket, safe='')}?objectcache=", text, {"Content-Type": "application/json"}, operation="DescriptorGet", deadline=deadline)
         elif transport == "get":
             last = str(descriptor.get("keyPrefix", "")) + str(descriptor["keys"][-1])
-            conn, response = self._send("GET", self._object_path(last), b"", {DESCRIPTOR_HEADER: encoded}, operation="DescriptorGet")
+            conn, response = self._send("GET", self._object_path(last), b"", {DESCRIPTOR_HEADER: encoded}, operation="DescriptorGet", deadline=deadline)
         else:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"transport is auto, get or post, not {transport!r}")
         return conn, response, transport
@@ -516,20 +718,33 @@ class ObjectCacheClient:
         codecs = descriptor.get("codecs")
         if codecs is not None and dtype is None and any(c != RAW_CODEC for c in codecs):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "decoding encoded chunks needs the KV dtype: fetch(..., dtype=...)")
-        conn, response, used = self._open(descriptor, transport)
+        deadline = _Deadline(self._deadline, "DescriptorGet")
+        try:
+            conn, response, used = self._open(descriptor, transport, deadline)
+        except BaseException:
+            deadline.cancel()
+            raise
         opened.append((used, _segment_chunks(response)))
         finished = False
         try:
             try:
                 summary = yield from read_frames(response, geometry, self._decoder(descriptor, response, dtype))
+            except (OSError, http.client.HTTPException) as error:
+                raise deadline.error() if deadline.expired else ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", f"the stream broke off: {error}") from error
             except ObjectCacheError as error:
+                # Cut off at the deadline: the stream's end was the watchdog's, not the gateway's.
+                if deadline.expired and error.code.startswith("OC_ERR_CLIENT_"):
+                    raise deadline.error() from error
                 # An ERROR frame (or a broken stream) names the request, as an error answer does.
                 error.request_id = error.request_id or response.getheader("x-amz-request-id")
                 error.operation_name = error.operation_name or "DescriptorGet"
                 raise
+            if deadline.expired:
+                raise deadline.error()
             finished = True
             return summary
         finally:
+            deadline.cancel()
             if finished:
                 self._give(conn, response)
             else:

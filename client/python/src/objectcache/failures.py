@@ -4,13 +4,30 @@ counted and logged so that an operator sees it."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .errors import ObjectCacheError
 
-#: Codes that mean the configuration is wrong (the key's policy), not that something failed once.
-_POLICY_CODES = ("OC_ERR_ACCESS_DENIED", "OC_ERR_ACCESS_TENANT")
+#: Codes that mean the configuration is wrong (the key, its secret or its policy), not that
+#: something failed once: logged as errors at every call, so that an engine never runs for long
+#: on a remote tier that only ever misses.
+_POLICY_CODES = ("OC_ERR_ACCESS_DENIED", "OC_ERR_ACCESS_TENANT", "OC_ERR_AUTH_UNKNOWN_KEY", "OC_ERR_AUTH_SIGNATURE", "OC_ERR_CLIENT_USAGE")
+
+
+def missing_chunk(error: BaseException, count: int) -> Optional[int]:
+    """The index of the chunk a fetch of ``count`` chunks found missing (OC_ERR_CHUNK_MISSING's
+    ``ChunkIndex``), when it is a whole number between 1 and ``count - 1``: what the run can be cut
+    to. Anything else the server says there (``"x"``, ``"\u00b2"``, ``-1``, ``true``) is None."""
+    if not isinstance(error, ObjectCacheError) or error.code != "OC_ERR_CHUNK_MISSING":
+        return None
+    value = error.details.get("ChunkIndex")
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value, flags=re.ASCII):
+        value = int(value)
+    return value if isinstance(value, int) and 0 < value < count else None
 
 
 class EngineFailures(Dict[Tuple[str, str], int]):
@@ -39,7 +56,7 @@ class EngineFailures(Dict[Tuple[str, str], int]):
         if self._counter is not None:
             self._counter.labels(op=op, code=code).inc()
         if code in _POLICY_CODES:
-            self._logger.error("ObjectCache %s of %d %s refused by the key's access policy, served as a miss (check key_prefix and tenant against the key's policy, docs/access-control.md): %s", op, count, self._unit, error)
+            self._logger.error("ObjectCache %s of %d %s refused for the key, served as a miss: check the key pair, and key_prefix and tenant against the key's policy (docs/access-control.md): %s", op, count, self._unit, error)
             return
         level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
         self._logger.log(level, "ObjectCache %s of %d %s failed, served as a miss: %s", op, count, self._unit, error)

@@ -53,8 +53,8 @@ from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
-from .engine_settings import complete_common
-from .failures import EngineFailures
+from .engine_settings import DEADLINE_S, complete_common, critical
+from .failures import EngineFailures, missing_chunk
 from .types import Descriptor, KVDtype, Layout, Mode
 
 logger = logging.getLogger("objectcache.lmcache")
@@ -75,7 +75,8 @@ SETTINGS: Dict[str, Optional[str]] = {
     "mode": "auto",  # layerwise, chunkwise or auto (the gateway's size threshold)
     "compute_ms_per_layer": None,  # the engine's per-layer compute window, for the scheduler
     "timeout_s": "30",
-    "retries": "2",  # answers the gateway marks retryable, retried after their Retry-After
+    "retries": "2",  # stores (not on the forward pass): answers the gateway marks retryable, retried after their Retry-After
+    "deadline_s": str(DEADLINE_S),  # lookups, loads, layerwise stores: one call's longest, and never a Retry-After wait
     "codec": "none",  # store chunks encoded (bplane-zstd, bplane-lz4, int8-kivi, ...): docs/compression.md
 }
 
@@ -171,6 +172,8 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
             endpoints, settings["bucket"] or "", (settings["access_key_id"] or "", settings["secret_access_key"] or ""), settings["region"] or "us-east-1",
             timeout=self.client_timeout, retries=int(settings["retries"] or 0),
         )
+        #: Lookups, loads and layerwise stores hold the engine: a short deadline, no Retry-After waits.
+        self.critical = critical(self.client, settings["deadline_s"])
         logger.info("ObjectCache backend %s: %s bucket %s, %s chunks of %d layers x %d bytes", self.plugin_name, self.client.endpoint, self.client.bucket, self.layout, layers, self.layer_bytes)
 
     # -- names and places -------------------------------------------------------------------
@@ -224,14 +227,14 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
                 return []
             names = names[:len(objs)]
             try:
-                self.client.fetch_into(self._descriptor(names), self._place(objs), dtype=self.codec_dtype)
+                self.critical.fetch_into(self._descriptor(names), self._place(objs), dtype=self.codec_dtype)
                 return objs
             except Exception as error:  # a broken connection, a bug: a miss, never the engine's crash
                 for obj in objs:
                     obj.ref_count_down()
-                missing = error.details.get("ChunkIndex") if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else None
-                if attempt == 0 and missing is not None and int(missing) > 0:
-                    names = names[:int(missing)]
+                missing = missing_chunk(error, len(names))
+                if attempt == 0 and missing is not None:
+                    names = names[:missing]
                     continue
                 self._miss("get", error, len(names))
                 return []
@@ -317,7 +320,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
     def _matched(self, keys: Sequence[CacheEngineKey]) -> int:
         try:
             codecs = None if self.codec is None else [self.codec]
-            return self.client.lookup([self.object_name(k) for k in keys], layers=self.layers, layer_bytes=self.layer_bytes, codecs=codecs)
+            return self.critical.lookup([self.object_name(k) for k in keys], layers=self.layers, layer_bytes=self.layer_bytes, codecs=codecs)
         except Exception as error:
             self._miss("lookup", error, len(keys))
             return 0
@@ -342,10 +345,10 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _put(self, name: str, body: Any) -> None:
+    def _put(self, name: str, body: Any, client: Optional[ObjectCacheClient] = None) -> None:
         """Writes one chunk object (bytes, or an assembled chunk's uint8 array)."""
         try:
-            self.client.put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes), codec=self.codec, chunk_tokens=self.chunk_tokens, dtype=self.codec_dtype)
+            (client or self.client).put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes), codec=self.codec, chunk_tokens=self.chunk_tokens, dtype=self.codec_dtype)
         except Exception as error:
             self._miss("put", error, 1)
 
@@ -356,7 +359,8 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         if isinstance(key, LayerCacheEngineKey):
             chunk = self._assemble(key, memory_obj)
             if chunk is not None:
-                await self._in_thread(self._put, self.object_name(key), chunk.view(torch.uint8).numpy())
+                # LMCache's layerwise store is on the forward pass: the critical path's limits.
+                await self._in_thread(self._put, self.object_name(key), chunk.view(torch.uint8).numpy(), self.critical)
             return
         if memory_obj.get_physical_size() != self.full_chunk_size_bytes:
             # As LMCache's S3 connector: a partial chunk has no fixed-size object to be read as.
@@ -513,7 +517,7 @@ class _LayerStream:
         try:
             descriptor = c._descriptor(list(self.names))
             descriptor["mode"], descriptor["layerRange"] = "layerwise", [self.first, c.layers]
-            c.client.fetch_into(descriptor, lambda layer, chunk: (staging[chunk * size:(chunk + 1) * size],), ready, dtype=c.codec_dtype)
+            c.critical.fetch_into(descriptor, lambda layer, chunk: (staging[chunk * size:(chunk + 1) * size],), ready, dtype=c.codec_dtype)
         except Exception as error:
             c._miss("get", error, chunks)
             failure = error

@@ -59,8 +59,8 @@ from lmcache.v1.platform import create_event_notifier
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
-from .engine_settings import complete_common
-from .failures import EngineFailures
+from .engine_settings import DEADLINE_S, complete_common, critical
+from .failures import EngineFailures, missing_chunk
 from .types import Layout, Mode
 
 logger = logging.getLogger("objectcache.lmcache_l2")
@@ -77,7 +77,8 @@ SETTINGS: Dict[str, Any] = {
     "mode": "auto",  # layerwise, chunkwise or auto (the gateway's size threshold)
     "compute_ms_per_layer": None,  # the engine's per-layer compute window, for the scheduler
     "timeout_s": 30,
-    "retries": 2,  # answers the gateway marks retryable, retried after their Retry-After
+    "retries": 2,  # stores: answers the gateway marks retryable, retried after their Retry-After
+    "deadline_s": DEADLINE_S,  # lookups and loads: one call's longest, and never a Retry-After wait
     "workers": 4,  # PUTs in flight, and lookups and loads in flight
 }
 
@@ -120,7 +121,7 @@ class ObjectCacheL2AdapterConfig(L2AdapterConfigBase):  # type: ignore[misc]
             "- bucket (str, required)\n"
             "- access_key_id, secret_access_key (str): or OBJECTCACHE_ACCESS_KEY / OBJECTCACHE_SECRET_KEY\n"
             "- region (default us-east-1), tenant, key_prefix (default ''), mode (auto|layerwise|chunkwise),\n"
-            "  compute_ms_per_layer, timeout_s (30), retries (2), workers (4)"
+            "  compute_ms_per_layer, timeout_s (30), retries (2), deadline_s (5), workers (4)"
         )
 
 
@@ -215,6 +216,8 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
             endpoints, str(settings["bucket"]), (str(settings["access_key_id"]), str(settings["secret_access_key"])), str(settings["region"]),
             timeout=self.timeout, retries=int(settings["retries"]), max_idle_connections=2 * int(settings["workers"]),
         )
+        #: Lookups and loads hold a request: a short deadline, no Retry-After waits.
+        self.critical = critical(self.client, settings["deadline_s"])
         self.key_prefix = str(settings["key_prefix"] or "")
         self.mode = cast(Mode, str(settings["mode"]))  # one of them: from_dict checked it
         self.extra_descriptor: Dict[str, Any] = {}
@@ -327,7 +330,7 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
                 # One geometry: the gateway counts only chunks of exactly that size.
                 layers, layer_bytes = next(iter(sizes)) if len(sizes) == 1 else (None, None)
                 names = [object_name(keys[i], layouts[keys[i].object_group_id].dtype, self.key_prefix) for i in named]
-                matched = self.client.lookup(names, layers=layers, layer_bytes=layer_bytes)
+                matched = self.critical.lookup(names, layers=layers, layer_bytes=layer_bytes)
                 found.batched_set(named[:matched])
         except Exception as error:
             self._miss("lookup", error, len(keys))
@@ -382,12 +385,11 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         for attempt in range(2):
             descriptor = ObjectCacheClient.descriptor(names, layers=chunk.layers, chunk_tokens=chunk.chunk_tokens, layer_bytes=chunk.layer_bytes, layout=chunk.layout, mode=self.mode, **self.extra_descriptor)
             try:
-                self.client.fetch_into(descriptor, self._place(chunk, objects[:len(names)]))
+                self.critical.fetch_into(descriptor, self._place(chunk, objects[:len(names)]))
                 return len(names)
             except Exception as error:
-                missing = error.details.get("ChunkIndex") if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else None
-                shorter = int(missing) if isinstance(missing, (int, str)) and str(missing).isdigit() else 0
-                if attempt == 0 and 0 < shorter < len(names):
+                shorter = missing_chunk(error, len(names))
+                if attempt == 0 and shorter is not None:
                     names = names[:shorter]
                     continue
                 self._miss("get", error, len(names))

@@ -62,8 +62,8 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
-from .engine_settings import complete_common
-from .failures import EngineFailures
+from .engine_settings import DEADLINE_S, complete_common, critical
+from .failures import EngineFailures, missing_chunk
 from .types import Descriptor, Layout, Mode
 
 logger = logging.getLogger("objectcache.sglang")
@@ -82,7 +82,8 @@ SETTINGS: Dict[str, Optional[str]] = {
     "mode": "chunkwise",
     "tenant": None,  # the bandwidth scheduler's tenant (the key's own when unset)
     "timeout_s": "30",
-    "retries": "2",  # answers the gateway marks retryable, retried after their Retry-After
+    "retries": "2",  # stores: answers the gateway marks retryable, retried after their Retry-After
+    "deadline_s": str(DEADLINE_S),  # lookups and loads: one call's longest, and never a Retry-After wait
     "put_concurrency": "8",  # PUTs in flight per batch_set
 }
 
@@ -222,6 +223,8 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
             endpoints, settings["bucket"] or "", (settings["access_key_id"] or "", settings["secret_access_key"] or ""), settings["region"] or "us-east-1",
             timeout=float(settings["timeout_s"] or 30), retries=int(float(settings["retries"] or 0)),
         )
+        #: Lookups (the scheduler's) and loads (prefetches) hold requests: a short deadline, no Retry-After waits.
+        self.critical = critical(self.client, settings["deadline_s"])
         self._puts = ThreadPoolExecutor(max_workers=max(1, int(float(settings["put_concurrency"] or 8))), thread_name_prefix="objectcache-sglang-put")
         self.form: Optional[PageForm] = None
         self._host: Optional[memoryview] = None
@@ -270,12 +273,11 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
         names = [self.object_name(k) for k in keys]
         for attempt in range(2):
             try:
-                self.client.fetch_into(self._descriptor(names), place)
+                self.critical.fetch_into(self._descriptor(names), place)
                 return len(names)
             except Exception as error:  # a broken connection, a bug: a miss, never the engine's crash
-                missing = error.details.get("ChunkIndex") if isinstance(error, ObjectCacheError) and error.code == "OC_ERR_CHUNK_MISSING" else None
-                shorter = int(missing) if isinstance(missing, (int, str)) and str(missing).isdigit() else 0
-                if attempt == 0 and 0 < shorter < len(names):
+                shorter = missing_chunk(error, len(names))
+                if attempt == 0 and shorter is not None:
                     names = names[:shorter]
                     continue
                 self._miss("get", error, len(names))
@@ -350,7 +352,7 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
             return 0
         try:
             form = self._page_form()
-            return self.client.lookup([self.object_name(k) for k in keys], layers=form.layers, layer_bytes=form.layer_bytes)
+            return self.critical.lookup([self.object_name(k) for k in keys], layers=form.layers, layer_bytes=form.layer_bytes)
         except Exception as error:
             self._miss("lookup", error, len(keys))
             return 0

@@ -1,0 +1,161 @@
+"""The client against a broken or hostile server (docs/reliability.md, Trust model): every number
+it answers is checked against what was asked, a redirect is never taken for success, and one
+overall deadline bounds a call whatever the server trickles or asks it to wait."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Iterator, Tuple
+
+import pytest
+
+from objectcache import ObjectCacheClient, ObjectCacheError
+
+
+def _serve(handle: Callable[[BaseHTTPRequestHandler], None]) -> Tuple[ThreadingHTTPServer, str]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _any(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            handle(self)
+
+        do_GET = do_PUT = do_POST = do_HEAD = _any  # noqa: N815 (http.server's naming)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _answer(status: int, body: bytes = b"", headers: Tuple[Tuple[str, str], ...] = ()) -> Callable[[BaseHTTPRequestHandler], None]:
+    def handle(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(status)
+        for name, value in headers:
+            h.send_header(name, value)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    return handle
+
+
+@pytest.mark.parametrize("answer", [b'{"matched": 1000000000}', b'{"matched": -3}', b'{"matched": true}', b'{"matched": 4}', b'{"matched": 1.5}'])
+def test_a_lookup_count_outside_what_was_asked_is_a_protocol_error(answer: bytes) -> None:
+    server, url = _serve(_answer(200, answer, (("Content-Type", "application/json"),)))
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    try:
+        with pytest.raises(ObjectCacheError) as broken:
+            client.lookup(["a", "b", "c"])
+        assert broken.value.code == "OC_ERR_CLIENT_PROTOCOL"
+    finally:
+        client.close()
+        server.shutdown()
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_never_taken_as_stored(status: int) -> None:
+    server, url = _serve(_answer(status, b"", (("Location", "http://elsewhere.example/bucket/k"),)))
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    try:
+        with pytest.raises(ObjectCacheError) as refused:
+            client.put_chunk("k", b"bytes")
+        assert refused.value.code == "OC_ERR_CLIENT_PROTOCOL"
+        assert "redirect" in str(refused.value)
+        with pytest.raises(ObjectCacheError):
+            client.lookup(["k"])
+    finally:
+        client.close()
+        server.shutdown()
+
+
+@pytest.fixture()
+def trickler() -> Iterator[str]:
+    """A server that answers 200 and then one byte of its body every 0.3 s (a stream's preamble, then zeros)."""
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n")
+                # A stream's preamble, then zeros: a byte at a time, each well within the socket timeout.
+                body = b"OCKV\x01\x00\x00\x00" + b"\0" * 100
+                until = time.monotonic() + 25
+                for byte in body:
+                    if stop.is_set() or time.monotonic() >= until:
+                        break
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.3)
+            except OSError:
+                pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    listener.close()
+
+
+def test_one_deadline_bounds_a_call_whatever_the_server_trickles(trickler: str) -> None:
+    # Every byte comes within the socket timeout: only the call's deadline can end it.
+    client = ObjectCacheClient(trickler, "bucket", ("key", "secret"), timeout=5, deadline=2, retries=0)
+    descriptor = ObjectCacheClient.descriptor(["a", "b"], layers=2, chunk_tokens=16, layer_bytes=64)
+    try:
+        for call in (lambda: client.fetch(descriptor), lambda: client.get_object("k"), lambda: client.lookup(["a"])):
+            started = time.monotonic()
+            with pytest.raises(ObjectCacheError) as late:
+                call()
+            assert late.value.code == "OC_ERR_CLIENT_TIMEOUT"
+            assert time.monotonic() - started < 5
+        # The same, for a client made for an engine's critical path.
+        quick = client.with_limits(deadline=0.5)
+        started = time.monotonic()
+        with pytest.raises(ObjectCacheError) as late:
+            quick.fetch(descriptor)
+        assert late.value.code == "OC_ERR_CLIENT_TIMEOUT"
+        assert time.monotonic() - started < 3
+    finally:
+        client.close()
+
+
+def test_a_retry_after_past_the_deadline_is_not_waited_out() -> None:
+    busy = (("Content-Type", "application/xml"), ("Retry-After", "30"), ("x-objectcache-error-code", "OC_ERR_ADMISSION_LIMIT"), ("x-objectcache-retryable", "true"))
+    server, url = _serve(_answer(503, b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>", busy))
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=2, deadline=3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ObjectCacheError) as refused:
+            client.lookup(["a"])
+        assert refused.value.code == "OC_ERR_ADMISSION_LIMIT"
+        assert time.monotonic() - started < 2
+        # With no retries (an engine's critical path), not even a short wait.
+        started = time.monotonic()
+        with pytest.raises(ObjectCacheError):
+            client.with_limits(retries=0).lookup(["a"])
+        assert time.monotonic() - started < 1
+    finally:
+        client.close()
+        server.shutdown()
+
+
+@pytest.mark.parametrize("index,expected", [("3", 3), (3, 3), ("x", None), ("\u00b2", None), ("-1", None), (True, None), ("0", None), ("10", None), ("3.0", None), (None, None)])
+def test_a_missing_chunk_the_server_names_is_taken_only_as_a_whole_number_within_the_run(index: object, expected: object) -> None:
+    from objectcache.failures import missing_chunk
+
+    error = ObjectCacheError("OC_ERR_CHUNK_MISSING", "gone", details={"ChunkIndex": index})
+    assert missing_chunk(error, 10) == expected
+    assert missing_chunk(ObjectCacheError("OC_ERR_CHUNK_CORRUPT", "bad", details={"ChunkIndex": "3"}), 10) is None
