@@ -207,6 +207,75 @@ def test_a_fleet_key_confined_to_its_prefix_serves_lmcache_and_nothing_else(stac
         assert admin.list_keys() == admin.list_keys("fleet/")
 
 
+def test_a_plugin_whose_key_cannot_work_says_so_at_every_call(stack: Stack, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No credentials, a key the gateway does not know, or a wrong secret: LMCache would log one
+    line and run with no remote tier, every call a silent miss. The plugin serves every call as a
+    miss that is counted (OC_ERR_CLIENT_USAGE) and logged as an error saying what is wrong."""
+    tokens = torch.arange(3000, 3000 + 256)
+    for key, secret, why in (("", "", "access_key_id is required"), ("no-such-key", "whatever-secret", "refuses the key pair"), (CLIENT_KEY, "not-the-secret", "refuses the key pair")):
+        monkeypatch.delenv("OBJECTCACHE_ACCESS_KEY", raising=False)
+        monkeypatch.delenv("OBJECTCACHE_SECRET_KEY", raising=False)
+        engine = harness.lmcache_engine("unusable", layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=torch.bfloat16, **harness.plugin_config(stack.gateway_url, bucket, key, secret))
+        try:
+            remote = engine.storage_manager.storage_backends["RemoteBackend-objectcache"]
+            assert why in repr(remote.connection.getWrappedConnector())
+            before = lmcache_backend.FAILURES.get(("lookup", "OC_ERR_CLIENT_USAGE"), 0)
+            for _ in range(3):
+                assert engine.lookup(tokens) == 0
+            assert lmcache_backend.FAILURES.get(("lookup", "OC_ERR_CLIENT_USAGE"), 0) >= before + 3
+        finally:
+            harness.destroy_engine("unusable")
+
+
+def test_a_refusing_gateway_is_a_miss_at_once_never_a_held_engine() -> None:
+    """A gateway answering every request 503 with Retry-After: 30: a lookup, a retrieval and a
+    layerwise store each give up at once (a miss), instead of waiting out the Retry-After."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Busy(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _any(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>"
+            self.send_response(503)
+            for name, value in (("Retry-After", "30"), ("x-objectcache-error-code", "OC_ERR_ADMISSION_LIMIT"), ("x-objectcache-retryable", "true"), ("Content-Length", str(len(body)))):
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PUT = do_POST = do_HEAD = _any  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    tokens = torch.arange(7000, 7000 + 512)
+    kv = torch.randn(2, L, 512, KV_HEADS * HEAD_DIM).to(torch.bfloat16)
+    busy = harness.lmcache_engine("busy", layers=L, kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=torch.bfloat16, use_layerwise=True, **harness.plugin_config(f"http://127.0.0.1:{server.server_address[1]}", "b", CLIENT_KEY, CLIENT_SECRET))
+    try:
+        started = time.monotonic()
+        assert busy.lookup(tokens) == 0
+        assert time.monotonic() - started < 5
+        # The layerwise store is on the forward pass: each layer's call returns at once, and
+        # each chunk's put, assembled from its layers, is refused at once (no Retry-After wait).
+        puts = lmcache_backend.FAILURES.get(("put", "OC_ERR_ADMISSION_LIMIT"), 0)
+        started = time.monotonic()
+        harness.store_layerwise(busy, tokens, kv)
+        # Both chunks' puts must have ended before the engine is destroyed (it frees their buffers).
+        while lmcache_backend.FAILURES.get(("put", "OC_ERR_ADMISSION_LIMIT"), 0) < puts + 2 and time.monotonic() - started < 30:
+            time.sleep(0.05)
+        assert lmcache_backend.FAILURES.get(("put", "OC_ERR_ADMISSION_LIMIT"), 0) == puts + 2
+        assert time.monotonic() - started < 5
+        assert lmcache_backend.FAILURES.get(("lookup", "OC_ERR_ADMISSION_LIMIT"), 0) >= 1
+    finally:
+        harness.destroy_engine("busy")
+        server.shutdown()
+
+
 def test_settings_are_checked_with_clear_messages() -> None:
     with pytest.raises(ValueError, match=r"remote_storage_plugin\.objectcache\.bucket is required"):
         lmcache_backend.plugin_settings({"remote_storage_plugin.objectcache.endpoint": "http://x"}, "objectcache")

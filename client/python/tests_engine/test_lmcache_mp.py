@@ -207,6 +207,15 @@ def test_a_missing_or_wrong_sized_chunk_is_a_miss_never_wrong_bytes(stack: Stack
             assert mp_retrieve(reader, tokens, torch.bfloat16)[0] == 0
 
 
+def test_a_server_whose_key_the_gateway_refuses_does_not_start(stack: Stack, bucket: str) -> None:
+    """A key the gateway does not know, or a wrong secret: the adapter refuses to start, and so
+    does ``lmcache server``, rather than run an L2 tier that only ever misses."""
+    for key, secret in (("no-such-key", "whatever-secret"), (CLIENT_KEY, "not-the-secret")):
+        with pytest.raises(ValueError, match="refuses the key pair"):
+            with mp_storage(server_argv(stack.gateway_url, bucket, access_key_id=key, secret_access_key=secret)):
+                pass
+
+
 def test_a_gateway_that_is_down_is_a_counted_miss() -> None:
     tokens = torch.arange(5000, 5000 + 2 * CHUNK)
     kv = torch.randn(2, L, 2 * CHUNK, HIDDEN).to(torch.bfloat16)

@@ -243,6 +243,15 @@ def test_a_missing_foreign_or_unreachable_page_is_a_failure_value_never_wrong_by
         backend.close()
 
 
+def test_a_backend_whose_key_the_gateway_refuses_does_not_start(model: Any, stack: Stack, bucket: str) -> None:
+    """A key the gateway does not know, or a wrong secret: SGLang re-raises the backend's error
+    at start-up, so the server does not run with a storage tier that only ever misses."""
+    pool = host_pool("layer_first", model)
+    for key, secret in (("no-such-key", "whatever-secret"), (CLIENT_KEY, "not-the-secret")):
+        with pytest.raises(ValueError, match="refuses the key pair"):
+            ours(stack, bucket, pool, access_key_id=key, secret_access_key=secret)
+
+
 def test_one_descriptor_get_per_load_against_sglangs_s3_backend_with_one_get_per_page(model: Any, prompt_kv: Tuple[List[int], torch.Tensor], stack: Stack, bucket: str) -> None:
     """The same eight pages, loaded by each backend into SGLang's default host layout
     (page_first): request counts asserted, load times printed (best of five)."""

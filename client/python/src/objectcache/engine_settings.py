@@ -4,11 +4,16 @@ in one place: the gateway's endpoint and bucket, a key pair (from the engine's c
 call on the engine's critical path."""
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any, MutableMapping
+from typing import Any, MutableMapping, Optional
 
 from ._contract import MODES
 from .client import ObjectCacheClient
+from .errors import ObjectCacheError
+
+#: What the gateway answers a key it does not know, or a request signed with the wrong secret.
+_UNUSABLE_KEY = ("OC_ERR_AUTH_UNKNOWN_KEY", "OC_ERR_AUTH_SIGNATURE")
 
 #: The default of ``deadline_s``: the longest a lookup, a load or a layerwise store may hold the
 #: engine, in seconds (a load of a 2 GiB prefix takes 0.2 s at 10 GB/s, 2 s at 1 GB/s).
@@ -20,6 +25,23 @@ def critical(client: ObjectCacheClient, deadline_s: Any) -> ObjectCacheClient:
     overall deadline of ``deadline_s`` per call, and no waiting out a ``Retry-After`` (a refusal
     is a miss at once, which costs the engine less than a wait)."""
     return client.with_limits(deadline=float(deadline_s if deadline_s not in (None, "") else DEADLINE_S), retries=0)
+
+
+def unusable_key(client: ObjectCacheClient, key_prefix: str, logger: logging.Logger) -> Optional[str]:
+    """Why the gateway refuses this adapter's key pair outright (an unknown key, a wrong secret),
+    asked with a listing of one key under ``key_prefix`` at start-up: the adapter then refuses to
+    start, rather than run as a remote tier that only ever misses. A gateway that cannot be
+    reached yet, or a key that may not list, is not refused (warned of): it may work once the
+    gateway is up, and reads may still be allowed."""
+    try:
+        client.list_keys(key_prefix, 1)
+    except ObjectCacheError as error:
+        if error.code in _UNUSABLE_KEY:
+            return f"the gateway at {client.endpoint} refuses the key pair ({error.code}: {error}); set access_key_id and secret_access_key, or OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY, to a key the gateway knows"
+        logger.warning("ObjectCache: could not check the key pair at start-up (%s); every call tries the gateway", error)
+    except Exception as error:  # pragma: no cover - a bug must not keep the engine from starting
+        logger.warning("ObjectCache: could not check the key pair at start-up (%s)", error)
+    return None
 
 
 def complete_common(values: MutableMapping[str, Any], where: str) -> None:

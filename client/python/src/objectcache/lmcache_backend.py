@@ -51,9 +51,15 @@ from lmcache.v1.memory_management import MemoryFormat, MemoryObj
 from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorContext
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
+
+class UnusableConfiguration(ValueError):
+    """The plugin's configuration cannot work: a setting missing or wrong, or a key pair the
+    gateway refuses. LMCache only logs a failed remote backend once and runs on without it, so the
+    adapter serves :class:`_Unusable` instead, which says so at every call."""
+
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
-from .engine_settings import DEADLINE_S, complete_common, critical
+from .engine_settings import DEADLINE_S, complete_common, critical, unusable_key
 from .failures import EngineFailures, missing_chunk
 from .types import Descriptor, KVDtype, Layout, Mode
 
@@ -124,7 +130,10 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
         self.plugin_name = plugin_name or _plugin_for(config)
-        settings = plugin_settings(config.extra_config, self.plugin_name)
+        try:
+            settings = plugin_settings(config.extra_config, self.plugin_name)
+        except ValueError as error:
+            raise UnusableConfiguration(f"ObjectCache backend {self.plugin_name}: {error}") from error
         if len(self.meta_shapes) != 1:
             raise ValueError(f"the ObjectCache backend stores one KV group per chunk; this engine has {len(self.meta_shapes)}")
         shape = self.meta_shapes[0]
@@ -174,6 +183,10 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
         )
         #: Lookups, loads and layerwise stores hold the engine: a short deadline, no Retry-After waits.
         self.critical = critical(self.client, settings["deadline_s"])
+        refused = unusable_key(self.critical, self.key_prefix, logger)
+        if refused is not None:
+            self.client.close()
+            raise UnusableConfiguration(f"ObjectCache backend {self.plugin_name}: {refused}")
         logger.info("ObjectCache backend %s: %s bucket %s, %s chunks of %d layers x %d bytes", self.plugin_name, self.client.endpoint, self.client.bucket, self.layout, layers, self.layer_bytes)
 
     # -- names and places -------------------------------------------------------------------
@@ -527,6 +540,66 @@ class _LayerStream:
                     future.set_exception(failure)
 
 
+class _Unusable(RemoteConnector):  # type: ignore[misc]
+    """What an ObjectCache plugin whose configuration cannot work serves (no credentials, a key
+    the gateway refuses, a setting missing): every call is a miss that is counted
+    (``objectcache_lmcache_failures_total``, code OC_ERR_CLIENT_USAGE) and logged as an error
+    naming what is wrong, for as long as the engine runs: never a remote tier that silently misses."""
+
+    def __init__(self, config: Any, metadata: Any, why: str) -> None:
+        super().__init__(config, metadata)
+        self.why = why
+        logger.error("%s; every lookup, load and store of this plugin is a miss until it is fixed", why)
+
+    def _refuse(self, op: str, count: int) -> None:
+        FAILURES.miss(op, ObjectCacheError("OC_ERR_CLIENT_USAGE", self.why), count)
+
+    async def exists(self, key: CacheEngineKey) -> bool:
+        self._refuse("lookup", 1)
+        return False
+
+    def exists_sync(self, key: CacheEngineKey) -> bool:
+        self._refuse("lookup", 1)
+        return False
+
+    def support_batched_contains(self) -> bool:
+        return True
+
+    def batched_contains(self, keys: List[CacheEngineKey]) -> int:
+        self._refuse("lookup", len(keys))
+        return 0
+
+    def support_batched_async_contains(self) -> bool:
+        return True
+
+    async def batched_async_contains(self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False) -> int:
+        self._refuse("lookup", len(keys))
+        return 0
+
+    async def get(self, key: CacheEngineKey) -> Optional[MemoryObj]:
+        self._refuse("get", 1)
+        return None
+
+    def support_batched_get(self) -> bool:
+        return True
+
+    async def batched_get(self, keys: List[CacheEngineKey]) -> List[Optional[MemoryObj]]:
+        self._refuse("get", len(keys))
+        return [None] * len(keys)
+
+    async def put(self, key: CacheEngineKey, memory_obj: MemoryObj) -> None:
+        self._refuse("put", 1)
+
+    async def list(self) -> List[str]:
+        return []
+
+    async def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<ObjectCache plugin, unusable: {self.why}>"
+
+
 class ObjectCacheAdapter(ConnectorAdapter):  # type: ignore[misc]
     """The adapter LMCache instantiates from ``class_name: ObjectCacheAdapter``: it claims the
     plugins named ``objectcache`` or ``objectcache.<instance>`` and builds their connectors with
@@ -542,4 +615,8 @@ class ObjectCacheAdapter(ConnectorAdapter):  # type: ignore[misc]
 
     def create_connector(self, context: ConnectorContext) -> RemoteConnector:
         name = context.plugin_name or context.url[len("plugin://"):]
-        return ObjectCacheConnector(context.loop, context.local_cpu_backend, context.config, plugin_name=name)
+        try:
+            return ObjectCacheConnector(context.loop, context.local_cpu_backend, context.config, plugin_name=name)
+        except ValueError as error:  # UnusableConfiguration, or an engine shape the plugin cannot store
+            config = context.config if context.config is not None else context.local_cpu_backend.config
+            return _Unusable(config, context.local_cpu_backend.metadata, str(error))

@@ -59,7 +59,7 @@ from lmcache.v1.platform import create_event_notifier
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
-from .engine_settings import DEADLINE_S, complete_common, critical
+from .engine_settings import DEADLINE_S, complete_common, critical, unusable_key
 from .failures import EngineFailures, missing_chunk
 from .types import Layout, Mode
 
@@ -219,6 +219,10 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         #: Lookups and loads hold a request: a short deadline, no Retry-After waits.
         self.critical = critical(self.client, settings["deadline_s"])
         self.key_prefix = str(settings["key_prefix"] or "")
+        refused = unusable_key(self.critical, self.key_prefix, logger)
+        if refused is not None:
+            self.client.close()
+            raise ValueError(f"ObjectCache L2 adapter: {refused}")
         self.mode = cast(Mode, str(settings["mode"]))  # one of them: from_dict checked it
         self.extra_descriptor: Dict[str, Any] = {}
         if settings["tenant"]:

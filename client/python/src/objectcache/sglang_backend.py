@@ -62,7 +62,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 
 from .client import ObjectCacheClient
 from .errors import ObjectCacheError
-from .engine_settings import DEADLINE_S, complete_common, critical
+from .engine_settings import DEADLINE_S, complete_common, critical, unusable_key
 from .failures import EngineFailures, missing_chunk
 from .types import Descriptor, Layout, Mode
 
@@ -225,6 +225,10 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
         )
         #: Lookups (the scheduler's) and loads (prefetches) hold requests: a short deadline, no Retry-After waits.
         self.critical = critical(self.client, settings["deadline_s"])
+        refused = unusable_key(self.critical, self.key_prefix, logger)
+        if refused is not None:
+            self.client.close()
+            raise ValueError(f"ObjectCache HiCache backend: {refused}")
         self._puts = ThreadPoolExecutor(max_workers=max(1, int(float(settings["put_concurrency"] or 8))), thread_name_prefix="objectcache-sglang-put")
         self.form: Optional[PageForm] = None
         self._host: Optional[memoryview] = None
