@@ -15,7 +15,10 @@ coldest prefixes, with their depth in the prefix and how long they have been idl
 
   --admin URL   the gateway's admin endpoint (default http://127.0.0.1:9081)
   --top N       chunks to show per bucket (default 10)
-  --json        print the document as JSON`;
+  --json        print the document as JSON
+
+The admin token, when the gateway has one (its /capacity on an address other than loopback),
+is read from OBJECTCACHE_ADMIN_TOKEN.`;
 
 interface Report {
   readonly leader: boolean;
@@ -45,7 +48,7 @@ export function formatCapacity(report: Report): string {
   return lines.join('\n');
 }
 
-export async function runCapacity(argv: readonly string[], stdout: Writable): Promise<number> {
+export async function runCapacity(argv: readonly string[], stdout: Writable, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let values: { admin?: string; top?: string; json?: boolean; help?: boolean };
   try {
     values = parseArgs({ args: [...argv], options: { admin: { type: 'string' }, top: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, strict: true }).values;
@@ -61,12 +64,14 @@ export async function runCapacity(argv: readonly string[], stdout: Writable): Pr
   const admin = (values.admin ?? 'http://127.0.0.1:9081').replace(/\/+$/, '');
   let res: Response;
   try {
-    res = await fetch(`${admin}/capacity?top=${top}`);
+    const token = env['OBJECTCACHE_ADMIN_TOKEN'];
+    res = await fetch(`${admin}/capacity?top=${top}`, token ? { headers: { authorization: `Bearer ${token}` } } : {});
   } catch (error) {
     throw usageError(`cannot reach the admin endpoint ${admin}: ${(error as Error).message}`);
   }
   const body = await res.text();
   if (res.status === 404) throw usageError(`${admin} has no budgeted bucket (start the gateway with --budget bucket=size)`);
+  if (res.status === 401 || res.status === 403) throw usageError(`${admin}/capacity answered ${res.status}: set OBJECTCACHE_ADMIN_TOKEN to the gateway's admin token (${body.slice(0, 200)})`);
   if (!res.ok) throw usageError(`${admin}/capacity answered ${res.status}: ${body.slice(0, 200)}`);
   stdout.write(values.json ? `${body}\n` : `${formatCapacity(JSON.parse(body) as Report)}\n`);
   return 0;

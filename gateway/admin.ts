@@ -3,8 +3,13 @@
  * name: /healthz (the process serves), /readyz (the store or backend answers), /metrics
  * (Prometheus text format from the gateway's own registry), /capacity (budgeted buckets' usage
  * and the chunks eviction would take next, as JSON; `objectcache capacity` prints it).
+ *
+ * /capacity names every tenant's coldest keys: with OBJECTCACHE_ADMIN_TOKEN set it answers only a
+ * request with `Authorization: Bearer <token>`, and without one only on a loopback admin address
+ * (docs/reference.md: --metrics-host).
  */
-import { createServer } from 'node:http';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import type { Registry } from 'prom-client';
@@ -17,6 +22,17 @@ export interface AdminOptions {
   readonly ready: () => Promise<boolean>;
   /** The /capacity document for `?top=n` coldest chunks per bucket; undefined: no budget is set. */
   readonly capacity?: (top: number) => Promise<unknown>;
+  /** OBJECTCACHE_ADMIN_TOKEN: the bearer token /capacity asks for; undefined: none (then loopback only). */
+  readonly token?: string | undefined;
+  /** Whether `host` is a loopback address (config.ts isLoopback). */
+  readonly loopback: boolean;
+}
+
+/** Whether the request carries `Authorization: Bearer <token>` (compared in constant time). */
+function bearer(req: IncomingMessage, token: string): boolean {
+  const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
+  const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
+  return timingSafeEqual(digest(given), digest(token));
 }
 
 export interface AdminServer {
@@ -52,6 +68,14 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
         );
         return;
       case '/capacity': {
+        if (options.token !== undefined) {
+          if (!bearer(req, options.token)) {
+            res.setHeader('www-authenticate', 'Bearer realm="objectcache-admin"');
+            return respond(json(401, { error: '/capacity needs Authorization: Bearer <OBJECTCACHE_ADMIN_TOKEN>' }));
+          }
+        } else if (!options.loopback) {
+          return respond(json(403, { error: '/capacity lists every tenant\u2019s keys: it is served on a loopback admin address, or with OBJECTCACHE_ADMIN_TOKEN set (then with Authorization: Bearer <token>)' }));
+        }
         if (!options.capacity) return respond(json(404, { error: 'no bucket has a --budget' }));
         const top = Number(new URLSearchParams(query).get('top') ?? '10');
         options.capacity(Number.isSafeInteger(top) ? Math.min(Math.max(top, 0), MAX_REPORT_TOP) : 10).then(

@@ -41,7 +41,8 @@ export interface SettingSpec {
 export const SERVE_SETTINGS = {
   host: { flag: 'host', env: 'OBJECTCACHE_HOST', kind: 'string', default: '127.0.0.1', description: 'Address the S3 endpoint listens on.' },
   port: { flag: 'port', env: 'OBJECTCACHE_PORT', kind: 'integer', default: '9080', min: 0, max: 65535, description: 'Port of the S3 endpoint (0 picks a free port).' },
-  metricsHost: { flag: 'metrics-host', env: 'OBJECTCACHE_METRICS_HOST', kind: 'string', default: '127.0.0.1', description: 'Address of the admin endpoint (/healthz, /readyz, /metrics).' },
+  metricsHost: { flag: 'metrics-host', env: 'OBJECTCACHE_METRICS_HOST', kind: 'string', default: '127.0.0.1', description: 'Address of the admin endpoint (/healthz, /readyz, /metrics, /capacity). /capacity lists every tenant\'s coldest keys: on an address other than loopback it is served only with OBJECTCACHE_ADMIN_TOKEN set.' },
+  adminToken: { flag: 'admin-token', env: 'OBJECTCACHE_ADMIN_TOKEN', kind: 'string', default: undefined, envOnly: true, secret: true, description: 'Bearer token the admin endpoint\'s /capacity asks for (Authorization: Bearer <token>; 16 or more characters). Unset: /capacity answers on a loopback admin address only (environment only).' },
   metricsPort: { flag: 'metrics-port', env: 'OBJECTCACHE_METRICS_PORT', kind: 'integer', default: '9081', min: 0, max: 65535, description: 'Port of the admin endpoint (0 picks a free port).' },
   dataDir: { flag: 'data-dir', env: 'OBJECTCACHE_DATA_DIR', kind: 'path', default: './data', description: 'Directory of the embedded store (used when no --s3-endpoint is given).' },
   s3Endpoint: { flag: 's3-endpoint', env: 'OBJECTCACHE_S3_ENDPOINT', kind: 'url', default: undefined, description: 'Base URL of the S3 backend (MinIO, Ceph RGW, S3). Unset: serve the embedded store.' },
@@ -184,6 +185,8 @@ export interface GatewayConfig {
   readonly stateKey: string | undefined;
   /** --multipart-expiry: unfinished uploads older than this are aborted (the embedded store's; budgeted buckets' at the lease holder); undefined: never. */
   readonly multipartExpiryMs: number | undefined;
+  /** OBJECTCACHE_ADMIN_TOKEN: what /capacity asks for; undefined: /capacity on a loopback admin address only. */
+  readonly adminToken: string | undefined;
 }
 
 /** Budgets, quotas and eviction (gateway/capacity/). */
@@ -644,6 +647,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     segments,
     stateKey: stateKeySetting(raw),
     multipartExpiryMs: parseDuration('multipartExpiry', raw),
+    adminToken: adminTokenSetting(raw),
     host,
     port: integer('port', raw),
     metricsHost: nonEmpty('metricsHost', raw),
@@ -692,6 +696,14 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       },
     },
   };
+}
+
+/** OBJECTCACHE_ADMIN_TOKEN, when set: long enough to be a secret. */
+function adminTokenSetting(raw: RawSettings): string | undefined {
+  const token = raw.adminToken;
+  if (token === undefined || token === '') return undefined;
+  if (token.length < 16 || /\s/.test(token)) throw new ConfigError('admin-token', `OBJECTCACHE_ADMIN_TOKEN must be at least 16 characters with no spaces (it is ${token.length})`);
+  return token;
 }
 
 /** OBJECTCACHE_STATE_KEY, when set: long enough to be a secret. */

@@ -14,7 +14,7 @@ import { s3Arn } from './auth/policy.js';
 import { RequestVerifier } from './auth/request-verifier.js';
 import { sendBucketList, visibleBuckets } from './s3/list-buckets.js';
 import { classify, operationLabel, type Classified } from './classify.js';
-import type { ClientCredential, GatewayConfig } from './config.js';
+import { isLoopback, type ClientCredential, type GatewayConfig } from './config.js';
 import { headerOf, type RequestContext } from './context.js';
 import { createLogger, type Logger } from './logger.js';
 import { createMetrics, type GatewayMetrics } from './metrics.js';
@@ -529,6 +529,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       registry: metrics.registry,
       ready: () => backend.ready(),
       ...(capacity ? { capacity: (top: number) => capacity.report(top) } : {}),
+      token: config.adminToken,
+      loopback: isLoopback(config.metricsHost),
     });
   } catch (error) {
     server.close();

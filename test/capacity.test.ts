@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, inject, it, vi } from 'vitest';
-import { AbortMultipartUploadCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListPartsCommand, PutObjectCommand, UploadPartCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
+import { AbortMultipartUploadCommand, CopyObjectCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListPartsCommand, PutObjectCommand, UploadPartCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
 import { ObjectCacheClient } from '../client/client.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
@@ -311,6 +311,40 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       expect(gone).toBe('NoSuchUpload');
     } finally {
       s3.destroy();
+    }
+  });
+
+  it("records the copier as a copy's tenant, and the source's chain only for the copier's own chunk", async () => {
+    const bucket = uniqueBucket('cap');
+    const { dir, credentials } = tenantKeys(['victim', 'mallory']);
+    try {
+      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials]);
+      await testClient(gw, bucket).ensureBucket();
+      // Written as one prefix: the second chunk records the first as the one before it.
+      const victim = { keys: ['v/000', 'v/001'] };
+      await clientAs(gw, bucket, 'victim').putChunks(victim.keys, [randomBytes(CHUNK), randomBytes(CHUNK)]);
+      const as = (who: string): S3Client => sdkClient(gw.url, { accessKeyId: `${who}-key`, secretAccessKey: `${who}-secret` });
+      const mallory = as('mallory');
+      const owner = as('victim');
+      try {
+        await mallory.send(new CopyObjectCommand({ Bucket: bucket, Key: 'm/copy', CopySource: `${bucket}/${victim.keys[1]}` }));
+        const copied = await mallory.send(new HeadObjectCommand({ Bucket: bucket, Key: 'm/copy' }));
+        expect(copied.Metadata?.['objectcache-tenant']).toBe('mallory');
+        expect(copied.Metadata?.['objectcache-after']).toBeUndefined();
+        expect(copied.ContentType).toBe('application/octet-stream');
+        await waitFor('the copy is learnt', () => gw.gateway.capacity?.chunk(bucket, 'm/copy') !== undefined);
+        expect(gw.gateway.capacity?.chunk(bucket, 'm/copy')).toMatchObject({ tenant: 'mallory', size: CHUNK });
+        expect(gw.gateway.capacity?.tenantBytes('victim')).toBe(2 * CHUNK);
+        // The owner's own copy keeps its chain (it is the owner's to write).
+        await owner.send(new CopyObjectCommand({ Bucket: bucket, Key: 'v/copy', CopySource: `${bucket}/${victim.keys[1]}` }));
+        const own = await owner.send(new HeadObjectCommand({ Bucket: bucket, Key: 'v/copy' }));
+        expect(own.Metadata).toMatchObject({ 'objectcache-tenant': 'victim', 'objectcache-after': victim.keys[0] });
+      } finally {
+        mallory.destroy();
+        owner.destroy();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -11,6 +11,8 @@ import {
   DeleteBucketCommand,
   DeleteObjectCommand,
   DeleteObjectsCommand,
+  GetBucketCorsCommand,
+  GetBucketPolicyCommand,
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
@@ -219,7 +221,16 @@ describe.each<BackendKind>(['local', 's3'])('S3 front door (%s backend)', (backe
     const tampered = await fetch(url.replace('presigned/obj', 'presigned/other'));
     expect(tampered.status).toBe(403);
     expect(await tampered.text()).toContain('<Code>SignatureDoesNotMatch</Code>');
-    // Checksums WHEN_REQUIRED: otherwise the presigner bakes the CRC32 of an empty body into the URL.
+    // With the SDK's default checksum setting the presigner bakes the CRC32 of an empty body into
+    // the URL: refused, as AWS S3 refuses it, with a message that names the remedy.
+    const defaults = sdkClient(gw.url);
+    const baked = await getSignedUrl(defaults, new PutObjectCommand({ Bucket: bucket, Key: 'presigned/baked' }), { expiresIn: 300 });
+    const refused = await fetch(baked, { method: 'PUT', body: 'uploaded via presigned PUT' });
+    expect(refused.status).toBe(400);
+    expect(refused.headers.get('x-objectcache-error-code')).toBe('OC_ERR_REQUEST_BAD_DIGEST');
+    expect(await refused.text()).toContain('requestChecksumCalculation: &apos;WHEN_REQUIRED&apos;');
+    defaults.destroy();
+    // Checksums WHEN_REQUIRED: the URL carries none, and the PUT is stored.
     const presigner = sdkClient(gw.url, { requestChecksumCalculation: 'WHEN_REQUIRED' });
     const put = await getSignedUrl(presigner, new PutObjectCommand({ Bucket: bucket, Key: 'presigned/put' }), { expiresIn: 60 });
     expect((await fetch(put, { method: 'PUT', body: 'uploaded via presigned PUT' })).status).toBe(200);
@@ -268,6 +279,18 @@ describe.each<BackendKind>(['local', 's3'])('S3 front door (%s backend)', (backe
     await s3.send(new DeleteObjectCommand({ Bucket: name, Key: 'k' }));
     await s3.send(new DeleteBucketCommand({ Bucket: name }));
     expect((await s3Error(s3.send(new HeadBucketCommand({ Bucket: name })))).$metadata.httpStatusCode).toBe(404);
+  });
+
+  it('answers a bucket without a policy or CORS configuration with 404, as MinIO does, and names the operation', async () => {
+    const policy = await s3Error(s3.send(new GetBucketPolicyCommand({ Bucket: bucket })));
+    expect(policy.name).toBe('NoSuchBucketPolicy');
+    expect(policy.$metadata.httpStatusCode).toBe(404);
+    const cors = await s3Error(s3.send(new GetBucketCorsCommand({ Bucket: bucket })));
+    expect(cors.name).toBe('NoSuchCORSConfiguration');
+    expect(cors.$metadata.httpStatusCode).toBe(404);
+    // Counted (and logged) as what they are, not as a listing of the bucket.
+    expect(await metricValue(gw.gateway.adminUrl, 'objectcache_http_requests_total{operation="GetBucketPolicy",status="404"}')).toBeGreaterThanOrEqual(1);
+    expect(await metricValue(gw.gateway.adminUrl, 'objectcache_http_requests_total{operation="GetBucketCors",status="404"}')).toBeGreaterThanOrEqual(1);
   });
 
   it('puts an x-amz-request-id on every response, errors included', async () => {

@@ -21,6 +21,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vi
 import { ObjectCacheClient } from '../client/client.js';
 import { embeddedCapacityStore, type CapacityStore } from '../gateway/capacity/store.js';
 import { SharedState, type CapacityEvent } from '../gateway/capacity/shared-state.js';
+import { loadServeConfig } from '../gateway/config.js';
+import { createLogger } from '../gateway/logger.js';
+import { startGateway, type Gateway } from '../gateway/server.js';
 import { loadStateKey, StateKey } from '../gateway/state-key.js';
 import { crc32c } from '../native/crc32c.js';
 import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
@@ -422,5 +425,38 @@ describe('one key\u2019s lookups (in front of MinIO)', () => {
       teamA.destroy();
       await flooder.close();
     }
+  });
+});
+
+describe('the admin endpoint\u2019s /capacity', () => {
+  it('is served on a loopback address only, unless it asks for a token; then only with it', async () => {
+    const bucket = uniqueBucket('admin');
+    const start = async (env: Record<string, string>): Promise<Gateway> => {
+      const config = loadServeConfig(['--port', '0', '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--log-level', 'silent', '--data-dir', tempDir(), '--budget', `${bucket}=1GiB`], { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: 'a-secret-for-the-test', ...env });
+      return startGateway(config, { logger: createLogger('silent') });
+    };
+    const open = await start({});
+    try {
+      const url = `http://127.0.0.1:${new URL(open.adminUrl).port}`;
+      expect((await fetch(`${url}/capacity`)).status).toBe(403);
+      expect((await fetch(`${url}/metrics`)).status).toBe(200);
+    } finally {
+      await open.close();
+    }
+    const token = 'an-admin-token-of-some-length';
+    const guarded = await start({ OBJECTCACHE_ADMIN_TOKEN: token });
+    try {
+      const url = `http://127.0.0.1:${new URL(guarded.adminUrl).port}`;
+      const without = await fetch(`${url}/capacity`);
+      expect(without.status).toBe(401);
+      expect(without.headers.get('www-authenticate')).toMatch(/^Bearer/);
+      expect((await fetch(`${url}/capacity`, { headers: { authorization: 'Bearer not-the-token-at-all' } })).status).toBe(401);
+      const answer = await fetch(`${url}/capacity`, { headers: { authorization: `Bearer ${token}` } });
+      expect(answer.status).toBe(200);
+      expect(((await answer.json()) as { buckets: { bucket: string }[] }).buckets[0]?.bucket).toBe(bucket);
+    } finally {
+      await guarded.close();
+    }
+    expect(() => loadServeConfig([], { OBJECTCACHE_ADMIN_TOKEN: 'short' })).toThrow(/OBJECTCACHE_ADMIN_TOKEN/);
   });
 });

@@ -41,7 +41,15 @@ interface Expectations {
   readonly sha256Hex: string | undefined;
   readonly contentMd5: string | undefined;
   readonly checksum: { readonly algorithm: ChecksumAlgorithm; readonly expected: () => string | undefined } | undefined;
+  /** The checksum came in a presigned URL (its query), not from the uploader: the refusal says how that happens. */
+  readonly presigned: boolean;
 }
+
+/**
+ * What a presigned URL's checksum that the body does not match most likely is: the AWS SDK v3
+ * presigner's checksum of an empty body (aws-sdk-js-v3 #6994; AWS S3 refuses such a PUT too).
+ */
+const PRESIGNED_CHECKSUM_HINT = ": the presigned URL carries it. The AWS SDK for JavaScript v3 puts the checksum of an empty body in the URLs it presigns unless its S3Client is made with requestChecksumCalculation: 'WHEN_REQUIRED' (AWS S3 refuses such a PUT as well); presign with that setting, or send the body's own checksum";
 
 /** Counts, hashes and holds back the last piece until every check has passed at the end. */
 class BodyVerifier extends Transform {
@@ -98,7 +106,7 @@ class BodyVerifier extends Transform {
       this.#checksum.digestBase64().then(
         (actual) => {
           if (actual !== expected) {
-            callback(new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${algorithm} you specified did not match the calculated checksum`));
+            callback(new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${algorithm} you specified did not match the calculated checksum${e.presigned ? PRESIGNED_CHECKSUM_HINT : ''}`));
             return;
           }
           this.#release(callback);
@@ -220,6 +228,7 @@ export function uploadBody(req: IncomingMessage, auth: AuthResult, options: Uplo
     sha256Hex,
     contentMd5,
     checksum: claim === undefined ? undefined : { algorithm: claim.algorithm, expected },
+    presigned: auth.mode === 'presigned' && claim?.headerValue !== undefined,
   });
   const stream = decoder ? pipeline(decoder, verifier, () => {}) : verifier;
   connectRequest(req, decoder ?? verifier);

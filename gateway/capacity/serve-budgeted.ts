@@ -8,6 +8,7 @@ import type { Backend } from '../backend.js';
 import { headerOf, type RequestContext } from '../context.js';
 import { parseCopySource, queryValue } from '../s3/request.js';
 import type { Capacity } from './capacity.js';
+import { STORED_HEADERS, type StoreHead } from './store.js';
 
 /** The object metadata a chunk's tenant is recorded in: set by the gateway only. */
 export const TENANT_META = 'x-amz-meta-objectcache-tenant';
@@ -33,13 +34,17 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
   // Only the gateway names an object's tenant: a client's own value is dropped on every write.
   delete ctx.req.headers[TENANT_META];
   if (op === 'PutObject' || op === 'CopyObject' || op === 'UploadPart' || op === 'UploadPartCopy') {
-    const bytes = await writeSize(ctx, backend);
+    const source = copySource(ctx) === undefined ? undefined : await sourceHead(ctx, backend);
+    const bytes = writeSize(ctx, source);
     // A part counts against the budget and the quota from the first (until its upload ends).
     const part = op === 'UploadPart' || op === 'UploadPartCopy' ? partOf(ctx) : undefined;
     if (part) budgeted.admitPart(bucket, part.uploadId, ctx.tenant);
     const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes, part === undefined);
     const replaces = op === 'PutObject' || (op === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
     if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
+    // A copy that would take its source's metadata takes it from the gateway instead: the copier
+    // as its tenant, and the source's chain only when it is the copier's own.
+    else if (op === 'CopyObject' && source) copyMetadata(ctx, source);
     let stored: boolean | { size: number; etag: string } = false;
     try {
       await backend.serveS3(ctx);
@@ -78,21 +83,52 @@ function partOf(ctx: RequestContext): { uploadId: string; partNumber: number } |
   return uploadId !== undefined && uploadId !== '' && Number.isSafeInteger(partNumber) && partNumber >= 1 && partNumber <= 10_000 ? { uploadId, partNumber } : undefined;
 }
 
+function copySource(ctx: RequestContext): { bucket: string; key: string } | undefined {
+  const source = headerOf(ctx.req, 'x-amz-copy-source');
+  return source === undefined ? undefined : parseCopySource(source);
+}
+
+/** A copy's source as the store has it now (undefined: gone, or the store could not say; the copy itself then answers). */
+async function sourceHead(ctx: RequestContext, backend: Backend): Promise<StoreHead | undefined> {
+  const { bucket, key } = copySource(ctx) as { bucket: string; key: string };
+  return backend.capacity.head(bucket, key).catch(() => undefined);
+}
+
+/**
+ * Turns a CopyObject that would copy its source's metadata (directive COPY, the default) into one
+ * that sets it (REPLACE) to the source's stored headers and user metadata, but with the copier as
+ * the object's tenant, and the source's chain (`objectcache-after`) only when the source is the
+ * copier's tenant's own: a copy never charges or links another tenant's name.
+ */
+function copyMetadata(ctx: RequestContext, source: StoreHead): void {
+  const headers = ctx.req.headers;
+  headers['x-amz-metadata-directive'] = 'REPLACE';
+  for (const name of Object.keys(headers)) if (name.startsWith('x-amz-meta-')) delete headers[name];
+  for (const name of STORED_HEADERS) {
+    const value = source.headers[name];
+    if (value !== undefined) headers[name] = value;
+  }
+  const own = source.meta['objectcache-tenant'] === ctx.tenant;
+  for (const [name, value] of Object.entries(source.meta)) {
+    if (name === 'objectcache-tenant' || (name === AFTER_META && !own)) continue;
+    headers[`x-amz-meta-${name}`] = value;
+  }
+  headers[TENANT_META] = ctx.tenant;
+}
+
 /**
  * The bytes a write will store, for the quota: the decoded length of an aws-chunked body, the
  * Content-Length of any other, a copy's source size (or the range of it a part copies). What is
  * recorded of a whole object afterwards is what the store says it holds, never this; a part's is
  * this (a body checked against its length, or a copy the store took).
  */
-async function writeSize(ctx: RequestContext, backend: Backend): Promise<number> {
+function writeSize(ctx: RequestContext, source: StoreHead | undefined): number {
   const whole = (text: string | undefined): number => {
     const n = Number(text ?? 0);
     return Number.isSafeInteger(n) && n > 0 ? n : 0;
   };
-  const source = headerOf(ctx.req, 'x-amz-copy-source');
-  if (source !== undefined) {
-    const { bucket, key } = parseCopySource(source);
-    const size = (await backend.capacity.head(bucket, key).catch(() => undefined))?.size ?? 0;
+  if (copySource(ctx) !== undefined) {
+    const size = source?.size ?? 0;
     const range = /^bytes=(\d+)-(\d+)$/.exec(headerOf(ctx.req, 'x-amz-copy-source-range') ?? '');
     return range ? Math.max(0, Math.min(size, Number(range[2]) + 1) - Number(range[1])) : size;
   }

@@ -42,8 +42,8 @@ export interface CapacityStore {
    * written, and destroys it otherwise: a body that fails stores nothing.
    */
   putStream(bucket: string, key: string, body: Readable, bytes: number, signal: AbortSignal): Promise<string>;
-  /** An object's size, ETag and user metadata, or undefined. */
-  head(bucket: string, key: string): Promise<{ size: number; etag: string; meta: Readonly<Record<string, string>> } | undefined>;
+  /** An object's size, ETag, user metadata and stored headers (content-type, cache-control, ...), or undefined. */
+  head(bucket: string, key: string): Promise<StoreHead | undefined>;
   /** Deletes the object if it still has `etag`: 'deleted', 'changed' (left alone) or 'gone'. */
   deleteVersion(bucket: string, key: string, etag: string): Promise<'deleted' | 'changed' | 'gone'>;
   /** Deletes the object whatever it holds (the gateway's own state objects). */
@@ -55,6 +55,18 @@ export interface CapacityStore {
   /** Aborts an unfinished upload (its parts are freed); one already gone is no error. */
   abortUpload(bucket: string, key: string, uploadId: string): Promise<void>;
 }
+
+export interface StoreHead {
+  readonly size: number;
+  readonly etag: string;
+  /** User metadata: lowercase names without x-amz-meta-. */
+  readonly meta: Readonly<Record<string, string>>;
+  /** The representation headers S3 stores with an object (STORED_HEADERS), lowercase. */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** The representation headers S3 stores with an object, and a copy takes from its source. */
+export const STORED_HEADERS = ['content-type', 'cache-control', 'content-disposition', 'content-encoding', 'content-language', 'expires'] as const;
 
 export interface ListedUpload {
   readonly key: string;
@@ -78,7 +90,7 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
     if (!store.hasBucket(bucket)) return Promise.resolve(undefined);
     try {
       const meta = store.headObject(bucket, key);
-      return Promise.resolve({ size: meta.size, etag: quoted(meta.etag), meta: meta.userMeta });
+      return Promise.resolve({ size: meta.size, etag: quoted(meta.etag), meta: meta.userMeta, headers: { ...meta.headers, 'content-type': meta.contentType } });
     } catch {
       return Promise.resolve(undefined);
     }
@@ -197,7 +209,12 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
     if (res.statusCode !== 200) throw fail(`HEAD ${key}`, res.statusCode);
     const meta: Record<string, string> = {};
     for (const [name, value] of Object.entries(res.headers)) if (name.startsWith('x-amz-meta-') && typeof value === 'string') meta[name.slice(11)] = value;
-    return { size: Number(res.headers['content-length']), etag: quoted(String(res.headers['etag'] ?? '')), meta };
+    const headers: Record<string, string> = {};
+    for (const name of STORED_HEADERS) {
+      const value = res.headers[name];
+      if (typeof value === 'string') headers[name] = value;
+    }
+    return { size: Number(res.headers['content-length']), etag: quoted(String(res.headers['etag'] ?? '')), meta, headers };
   };
   return {
     async ensureBucket(bucket) {

@@ -9,13 +9,25 @@ export type S3Operation =
   | 'ListBuckets' | 'CreateBucket' | 'HeadBucket' | 'DeleteBucket' | 'GetBucketLocation' | 'ListMultipartUploads'
   | 'ListObjects' | 'ListObjectsV2' | 'DeleteObjects' | 'ListParts' | 'GetObject' | 'HeadObject' | 'UploadPart'
   | 'PutObject' | 'AbortMultipartUpload' | 'DeleteObject' | 'CreateMultipartUpload' | 'CompleteMultipartUpload'
-  | 'ListObjectVersions' | 'GetBucketAcl' | 'PutBucketAcl' | 'GetObjectAcl' | 'PutObjectAcl' | 'GetObjectAttributes';
+  | 'ListObjectVersions' | 'GetBucketAcl' | 'PutBucketAcl' | 'GetObjectAcl' | 'PutObjectAcl' | 'GetObjectAttributes'
+  | 'GetBucketPolicy' | 'PutBucketPolicy' | 'DeleteBucketPolicy' | 'GetBucketCors' | 'PutBucketCors' | 'DeleteBucketCors';
+
+/** A bucket's configuration sub-resources named here (the others are `undefined`: never read as a listing). */
+const BUCKET_CONFIGURATIONS: Readonly<Record<string, Readonly<Record<string, S3Operation>>>> = {
+  policy: { GET: 'GetBucketPolicy', PUT: 'PutBucketPolicy', DELETE: 'DeleteBucketPolicy' },
+  cors: { GET: 'GetBucketCors', PUT: 'PutBucketCors', DELETE: 'DeleteBucketCors' },
+};
+/** Bucket sub-resources S3 has that this gateway names no operation for. */
+const OTHER_BUCKET_SUBRESOURCES = ['tagging', 'versioning', 'lifecycle', 'encryption', 'notification', 'object-lock', 'replication', 'website', 'logging', 'requestPayment', 'accelerate', 'analytics', 'inventory', 'metrics', 'ownershipControls', 'publicAccessBlock', 'intelligent-tiering'];
 
 export function s3Operation(method: string, target: S3Target): S3Operation | undefined {
   const { bucket, key } = target;
   const q = (name: string): boolean => hasQuery(target, name);
   if (bucket === '') return method === 'GET' ? 'ListBuckets' : undefined;
   if (key === '') {
+    for (const [name, byMethod] of Object.entries(BUCKET_CONFIGURATIONS)) if (q(name)) return byMethod[method];
+    // Another configuration: no operation of ours, and never the plain request it would look like.
+    if (OTHER_BUCKET_SUBRESOURCES.some(q)) return undefined;
     switch (method) {
       case 'PUT':
         return q('acl') ? 'PutBucketAcl' : 'CreateBucket';
