@@ -15,7 +15,7 @@ import { AbortMultipartUploadCommand, CopyObjectCommand, CreateMultipartUploadCo
 import { ObjectCacheClient } from '../client/client.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { waitFor } from './helpers/wait.js';
 
 const CHUNK = 64 * 1024;
@@ -30,7 +30,7 @@ async function budgeted(backend: BackendKind, bucket: string, chunks: number, ex
     backend,
     minio: inject('minio'),
     ...(dataDir ? { dataDir } : {}),
-    args: ['--budget', `${bucket}=${chunks * CHUNK}`, '--capacity-state-bucket', stateBucket, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000', ...extra],
+    args: ['--budget', `${bucket}=${chunks * CHUNK}`, '--capacity-state-bucket', stateBucket, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000', ...SMALL_ARENA, ...extra],
   });
   open.push(gw);
   return gw;

@@ -27,7 +27,7 @@ import { startGateway, type Gateway } from '../gateway/server.js';
 import { loadStateKey, StateKey } from '../gateway/state-key.js';
 import { crc32c } from '../native/crc32c.js';
 import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
-import { CLIENT_KEY, metricValue, sdkClient, segmentEvents, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { CLIENT_KEY, metricValue, sdkClient, segmentEvents, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 import { waitFor } from './helpers/wait.js';
 
@@ -43,7 +43,7 @@ afterAll(async () => {
 });
 
 async function gateway(backend: BackendKind, args: string[], dataDir?: string): Promise<TestGateway> {
-  const gw = await startTestGateway({ backend, minio, args, ...(dataDir ? { dataDir } : {}) });
+  const gw = await startTestGateway({ backend, minio, args: [...SMALL_ARENA, ...args], ...(dataDir ? { dataDir } : {}) });
   open.push(gw);
   return gw;
 }
@@ -384,7 +384,7 @@ describe('an unfinished multipart upload on the embedded store', () => {
       await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'left', UploadId: id, PartNumber: 1, Body: randomBytes(1024) }));
       expect((await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }))).Uploads).toHaveLength(1);
       await waitFor('the upload is aborted', async () => (await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }))).Uploads === undefined, 10_000);
-      expect(existsSync(join(gw.dataDir as string, 'buckets', bucket, 'uploads', id))).toBe(false);
+      await waitFor('its parts are removed', () => !existsSync(join(gw.dataDir as string, 'buckets', bucket, 'uploads', id)), 10_000);
     } finally {
       s3.destroy();
     }

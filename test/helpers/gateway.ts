@@ -20,6 +20,14 @@ export const CLIENT_SECRET = 'test-client-secret';
 
 export type BackendKind = 'local' | 's3';
 
+/**
+ * A 64 MiB buffer arena (--max-buffered-bytes) for test gateways that read little: each gateway
+ * reserves its whole arena as private memory for its life, and a test file that starts dozens of
+ * them in one worker would otherwise pass the machine's memory in address space, where spawning a
+ * process (a gateway of its own, MinIO) fails with ENOMEM under Linux's heuristic overcommit.
+ */
+export const SMALL_ARENA: readonly string[] = ['--max-buffered-bytes', String(64 * 1024 * 1024)];
+
 export interface TestGateway {
   readonly gateway: Gateway;
   readonly url: string;
