@@ -5,8 +5,10 @@
  * and the chunks eviction would take next, as JSON; `objectcache capacity` prints it).
  *
  * /capacity names every tenant's coldest keys: with OBJECTCACHE_ADMIN_TOKEN set it answers only a
- * request with `Authorization: Bearer <token>`, and without one only on a loopback admin address
- * (docs/reference.md: --metrics-host).
+ * request with `Authorization: Bearer <token>`, and without one only on a loopback admin address,
+ * to a request whose Host is a loopback name (a web page a browser on the host loaded from a
+ * domain that resolves to 127.0.0.1, DNS rebinding, names its own domain) (docs/reference.md:
+ * --metrics-host).
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage } from 'node:http';
@@ -26,6 +28,12 @@ export interface AdminOptions {
   readonly token?: string | undefined;
   /** Whether `host` is a loopback address (config.ts isLoopback). */
   readonly loopback: boolean;
+}
+
+/** Whether the request's Host names a loopback address (`127.x.x.x`, `[::1]`, `localhost`), with any port. */
+function loopbackHost(req: IncomingMessage): boolean {
+  const host = (req.headers.host ?? '').toLowerCase().replace(/:\d+$/, '');
+  return host === 'localhost' || host === '[::1]' || /^127(?:\.\d{1,3}){3}$/.test(host);
 }
 
 /** Whether the request carries `Authorization: Bearer <token>` (compared in constant time). */
@@ -73,8 +81,8 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
             res.setHeader('www-authenticate', 'Bearer realm="objectcache-admin"');
             return respond(json(401, { error: '/capacity needs Authorization: Bearer <OBJECTCACHE_ADMIN_TOKEN>' }));
           }
-        } else if (!options.loopback) {
-          return respond(json(403, { error: '/capacity lists every tenant\u2019s keys: it is served on a loopback admin address, or with OBJECTCACHE_ADMIN_TOKEN set (then with Authorization: Bearer <token>)' }));
+        } else if (!options.loopback || !loopbackHost(req)) {
+          return respond(json(403, { error: '/capacity lists every tenant\u2019s keys: it is served on a loopback admin address to a loopback Host, or with OBJECTCACHE_ADMIN_TOKEN set (then with Authorization: Bearer <token>)' }));
         }
         if (!options.capacity) return respond(json(404, { error: 'no bucket has a --budget' }));
         const top = Number(new URLSearchParams(query).get('top') ?? '10');

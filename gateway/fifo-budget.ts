@@ -25,11 +25,6 @@ export class FifoBudget {
     return this.#used;
   }
 
-  /** Acquisitions waiting. */
-  get waiting(): number {
-    return this.#waiters.length;
-  }
-
   #fits(units: number): boolean {
     return this.#used === 0 || this.#used + units <= this.capacity;
   }

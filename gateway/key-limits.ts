@@ -11,7 +11,6 @@
  */
 import { ObjectCacheError } from '../schemas/errors.js';
 import type { ClientCredential, ConnectionLimits } from './config.js';
-import { FifoBudget } from './fifo-budget.js';
 
 /**
  * One backend request's place in its key's share of backend connections: taken before the
@@ -61,16 +60,14 @@ export class KeyLimits {
   readonly #requests: Share;
   readonly #delegated: Share;
   readonly #layerwise: Share;
-  /** Each key's backend connections in use, and its requests waiting for one (made when first needed, dropped when idle). */
-  readonly #backend = new Map<string, FifoBudget>();
-  readonly #backendShare: number;
+  /** The key's backend connections: held by each key, in all, and the gated requests waiting for one, in order. */
+  readonly #backend = new BackendShares();
 
-  /** `backendConnections`: the S3 backend's pool (0 on the embedded store, where there is none to share). */
   constructor(limits: Pick<ConnectionLimits, 'maxRequestsPerKey' | 'maxLayerwisePerKey'>, backendConnections = 0) {
     this.#requests = new Share(limits.maxRequestsPerKey, (key, held) => `The key ${key} has ${held} requests in flight, its limit (--max-requests-per-key)`);
     this.#delegated = new Share(Math.max(1, Math.floor(limits.maxRequestsPerKey / 4)), (key, held) => `The presigned URLs and forms of the key ${key} have ${held} requests in flight, a quarter of its limit (--max-requests-per-key)`);
     this.#layerwise = new Share(limits.maxLayerwisePerKey, (key, held) => `The key ${key} holds ${held} layerwise GETs, its share of the gateway (--max-layerwise-per-key)`);
-    this.#backendShare = Math.max(1, Math.floor((backendConnections * 3) / 4));
+    this.#backend.size(backendConnections);
   }
 
   /**
@@ -94,56 +91,31 @@ export class KeyLimits {
 
   /**
    * Takes one of the backend connections `credential` may hold at once for as long as its client
-   * takes (a passthrough); throws OC_ERR_KEY_CONCURRENCY when its share is taken or others of its
-   * requests wait for one. The returned function gives it back, once.
+   * takes (a passthrough); throws OC_ERR_KEY_CONCURRENCY when its share is taken, when the
+   * connections left are the reserve for keys that hold none, or when others of its requests wait
+   * for one. The returned function gives it back, once.
    */
   takeBackend(credential: ClientCredential): () => void {
     const key = credential.accessKeyId;
-    const share = this.#backendOf(key);
-    if (!share.tryAcquire(1)) {
-      throw new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `The key ${key} holds ${share.used} backend connections, three quarters of --backend-connections; retry shortly`, { details: { AccessKeyId: key } });
+    if (!this.#backend.tryTake(key)) {
+      throw new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `The key ${key} holds ${this.#backend.heldBy(key)} backend connections: its share (three quarters of --backend-connections), or all but those kept for other keys; retry shortly`, { details: { AccessKeyId: key } });
     }
     let given = false;
     return () => {
       if (given) return;
       given = true;
-      this.#giveBack(key, share);
+      this.#backend.give(key);
     };
   }
 
   /**
    * The gate of `credential`'s backend requests that the gateway makes for it (a lookup's HEADs, an
-   * encoded prefix's index): each waits for a place in the key's share, behind the key's own
+   * encoded prefix's index): each waits for a place within the key's share, behind the key's own
    * requests only, so one key's thousands of HEADs never queue in front of another key's.
    */
   backendGate(credential: ClientCredential): BackendGate {
     const key = credential.accessKeyId;
-    return {
-      acquire: async (signal) => {
-        const share = this.#backendOf(key);
-        try {
-          await share.acquire(1, signal);
-        } catch (error) {
-          if (share.used === 0 && share.waiting === 0) this.#backend.delete(key);
-          throw error;
-        }
-      },
-      release: () => {
-        const share = this.#backend.get(key);
-        if (share) this.#giveBack(key, share);
-      },
-    };
-  }
-
-  #backendOf(key: string): FifoBudget {
-    let share = this.#backend.get(key);
-    if (!share) this.#backend.set(key, (share = new FifoBudget(this.#backendShare)));
-    return share;
-  }
-
-  #giveBack(key: string, share: FifoBudget): void {
-    share.release(1);
-    if (share.used === 0 && share.waiting === 0 && this.#backend.get(key) === share) this.#backend.delete(key);
+    return { acquire: (signal) => this.#backend.take(key, signal), release: () => this.#backend.give(key) };
   }
 
   /** Why `credential` may not take another layerwise slot, or undefined (admission control checks it in its order). */
@@ -154,5 +126,102 @@ export class KeyLimits {
   /** Takes a layerwise slot for `credential` once admitted; the returned function gives it back, once. */
   takeLayerwise(credential: ClientCredential): () => void {
     return this.#layerwise.take(credential.accessKeyId);
+  }
+}
+
+interface Waiter {
+  readonly key: string;
+  readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * The backend connections the keys hold: each key at most its share (three quarters of the pool),
+ * and a key that holds some takes another only while the connections held are fewer than the pool
+ * less a reserve (an eighth of it, at least one), which is kept for the first connection of keys
+ * that hold none: so one or a few greedy keys never shut every other key out (with 64 connections,
+ * it takes nine keys acting together). Gated requests wait in one FIFO, each behind its own key's
+ * earlier ones.
+ */
+class BackendShares {
+  #pool = 1;
+  #share = 1;
+  #reserve = 1;
+  #total = 0;
+  readonly #held = new Map<string, number>();
+  #waiters: Waiter[] = [];
+
+  size(connections: number): void {
+    this.#pool = Math.max(1, connections);
+    this.#share = Math.max(1, Math.floor((connections * 3) / 4));
+    this.#reserve = Math.max(1, Math.floor(connections / 8));
+  }
+
+  heldBy(key: string): number {
+    return this.#held.get(key) ?? 0;
+  }
+
+  #may(key: string): boolean {
+    const mine = this.heldBy(key);
+    if (mine >= this.#share) return false;
+    // A key's first connection is never held back here (the pool's own queue bounds its wait).
+    return mine === 0 || this.#total < this.#pool - this.#reserve;
+  }
+
+  #take(key: string): void {
+    this.#held.set(key, this.heldBy(key) + 1);
+    this.#total++;
+  }
+
+  tryTake(key: string): boolean {
+    if (this.#waiters.some((w) => w.key === key) || !this.#may(key)) return false;
+    this.#take(key);
+    return true;
+  }
+
+  take(key: string, signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.tryTake(key)) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => {
+        const at = this.#waiters.indexOf(waiter);
+        if (at !== -1) this.#waiters.splice(at, 1);
+        reject(signal?.reason);
+        this.#grant();
+      };
+      const waiter: Waiter = {
+        key,
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        },
+        reject,
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#waiters.push(waiter);
+    });
+  }
+
+  give(key: string): void {
+    const left = this.heldBy(key) - 1;
+    if (left < 0) return;
+    if (left === 0) this.#held.delete(key);
+    else this.#held.set(key, left);
+    this.#total--;
+    this.#grant();
+  }
+
+  /** Grants the waiters that may take one now, in order, none before an earlier one of its own key. */
+  #grant(): void {
+    const blocked = new Set<string>();
+    this.#waiters = this.#waiters.filter((waiter) => {
+      if (blocked.has(waiter.key) || !this.#may(waiter.key)) {
+        blocked.add(waiter.key);
+        return true;
+      }
+      this.#take(waiter.key);
+      waiter.resolve();
+      return false;
+    });
   }
 }

@@ -451,7 +451,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         if (!budgeted) return () => {};
         // The form's own tenant field is dropped: only the gateway names an object's tenant.
         userMeta['objectcache-tenant'] = credential.tenant;
-        const admitted = await budgeted.admitWrite(bucket, key, credential.tenant, 0);
+        // The file's size is known once it is stored: the whole form's length bounds it, and is
+        // what the quota admits (a form without a length is bounded by --max-object-bytes).
+        const length = Number(r.req.headers['content-length']);
+        const bytes = Number.isSafeInteger(length) && length > 0 ? Math.min(length, config.maxObjectBytes) : config.maxObjectBytes;
+        const admitted = await budgeted.admitWrite(bucket, key, credential.tenant, bytes);
         return (stored) => {
           admitted(false); // a form's size is known once stored: learnt, and its quota kept, after
           if (stored) budgeted.written(bucket, key, credential.tenant);

@@ -123,6 +123,14 @@ describe('ChunkIndex', () => {
     expect(index.get('v/1')!.pred).toBe('v/0');
   });
 
+  it("keeps a tenant's pending link when another tenant names the same key", () => {
+    const index = new ChunkIndex();
+    index.link(['v/0', 'v/1'], 'victim');
+    index.link(['elsewhere', 'v/1'], 'mallory');
+    store(index, ['v/0', 'v/1'], 100, 'victim');
+    expect(index.get('v/1')!.pred).toBe('v/0');
+  });
+
   it('says what a chain taught, never the whole list again', () => {
     const index = new ChunkIndex();
     store(index, ['c/0', 'c/1', 'c/2', 'c/3'], 100);

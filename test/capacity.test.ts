@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, inject, it, vi } from 'vitest';
 import { AbortMultipartUploadCommand, CopyObjectCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListPartsCommand, PutObjectCommand, UploadPartCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
+import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { ObjectCacheClient } from '../client/client.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
@@ -288,6 +289,35 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
         await part('big/001', other, 1);
         expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(CHUNK);
         await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/001', UploadId: other }));
+      } finally {
+        s3.destroy();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('counts a browser-form upload against the quota before it is stored, as a PUT', async () => {
+    const bucket = uniqueBucket('cap');
+    const { dir, credentials } = tenantKeys(['team-a']);
+    try {
+      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`]);
+      await testClient(gw, bucket).ensureBucket();
+      const s3 = sdkClient(gw.url, { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret' });
+      try {
+        const form = async (key: string, bytes: number): Promise<Response> => {
+          const { url, fields } = await createPresignedPost(s3, { Bucket: bucket, Key: key, Expires: 300 });
+          const body = new FormData();
+          for (const [name, value] of Object.entries(fields)) body.append(name, value);
+          body.append('file', new Blob([randomBytes(bytes)]), 'f.bin');
+          return fetch(url, { method: 'POST', body });
+        };
+        const refused = await form('forms/big', 8 * CHUNK);
+        expect(refused.status).toBe(403);
+        expect(refused.headers.get('x-objectcache-error-code')).toBe('OC_ERR_QUOTA_EXCEEDED');
+        expect(await exists(s3, bucket, 'forms/big')).toBe(false);
+        expect((await form('forms/small', CHUNK)).status).toBe(204);
+        await waitFor('the form upload is learnt', () => gw.gateway.capacity?.tenantBytes('team-a') === CHUNK);
       } finally {
         s3.destroy();
       }

@@ -12,9 +12,10 @@
  * - one read-only key cannot grow the shared journal past its share, nor make another tenant's
  *   pin be lost; a journal the store refuses keeps its events for the next sync.
  */
-import { CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, ListMultipartUploadsCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteObjectCommand, GetObjectCommand, ListMultipartUploadsCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -340,6 +341,82 @@ describe('capacity state someone else wrote (two gateways over one MinIO)', () =
   });
 });
 
+describe('a snapshot put back', () => {
+  it('is not applied by a gateway that applied a newer one (two gateways over one MinIO)', async () => {
+    const bucket = uniqueBucket('trustsnap');
+    const state = `${bucket}-state`;
+    const args = ['--budget', `${bucket}=${16 * 64 * 1024}`, '--capacity-state-bucket', state, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+    const one = await gateway('s3', args);
+    const two = await gateway('s3', args);
+    const client = testClient(one, bucket);
+    const root = minioRoot();
+    try {
+      await client.ensureBucket();
+      await client.putChunks(['gone/000'], [randomBytes(64 * 1024)]);
+      const snapshotOf = async (): Promise<{ body: string; etag: string }> => {
+        const got = await root.send(new GetObjectCommand({ Bucket: state, Key: 'snapshot' }));
+        return { body: await got.Body!.transformToString(), etag: got.ETag as string };
+      };
+      // A snapshot (written every 30 syncs, 3 s here) that holds the chunk.
+      await waitFor('a snapshot holds the chunk', async () => (await snapshotOf().catch(() => ({ body: '', etag: '' }))).body.includes('gone/000'), 15_000);
+      const old = await snapshotOf();
+      await client.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: 'gone/000' }));
+      await waitFor('a newer snapshot without it', async () => {
+        const now = await snapshotOf();
+        return now.etag !== old.etag && !now.body.includes('gone/000');
+      }, 15_000);
+      for (const gw of [one, two]) await waitFor('the chunk is forgotten', () => gw.gateway.capacity?.chunk(bucket, 'gone/000') === undefined);
+      const holder = one.gateway.capacity?.isLeader ? one : two;
+      // Put back, as someone who can write the state bucket (but holds no state key) would.
+      await root.send(new PutObjectCommand({ Bucket: state, Key: 'snapshot', Body: old.body }));
+      // The lease holder (which wrote the newer one) refuses it, and never counts the chunk again.
+      const until = Date.now() + 2000;
+      while (Date.now() < until) {
+        expect(holder.gateway.capacity?.chunk(bucket, 'gone/000')).toBeUndefined();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(await metricValue(holder.gateway.adminUrl, 'objectcache_capacity_rejected_total{what="snapshot"}')).toBeGreaterThanOrEqual(1);
+      // Its next snapshot (If-Match on the replayed one, a newer generation) replaces it, and a
+      // gateway that had not seen the newer one before the replay agrees again.
+      await waitFor('a newer snapshot replaces it', async () => !(await snapshotOf()).body.includes('gone/000'), 15_000);
+      for (const gw of [one, two]) await waitFor('every gateway agrees', () => gw.gateway.capacity?.chunk(bucket, 'gone/000') === undefined, 5000);
+    } finally {
+      root.destroy();
+      await client.close();
+    }
+  });
+});
+
+describe('pins repeated', () => {
+  it('journal one line per chunk per sync, however often they come', async () => {
+    const dataDir = tempDir();
+    const local = embeddedCapacityStore(await LocalStore.open(dataDir));
+    const written: string[] = [];
+    const store: CapacityStore = {
+      ...local,
+      put: async (bucket, key, body, condition) => {
+        if (key.startsWith('journal/')) written.push(body.toString('utf8'));
+        return local.put(bucket, key, body, condition);
+      },
+    };
+    const config = { budgets: new Map([['kv', 1024]]), quotas: new Map(), highFraction: 0.95, lowFraction: 0.85, idleMs: undefined, evictPerSecond: 100, stateBucket: 'state', syncMs: 60_000, leaseMs: 180_000, multipartExpiryMs: undefined };
+    const shared = new SharedState({
+      store, config, key: new StateKey(Buffer.from('a state key for this test'), 'setting'), logger: { info: () => {}, warn: () => {}, error: () => {} }, now: Date.now, gatewayId: 'gw',
+      apply: () => {}, reset: () => {}, snapshot: () => [], reconcile: async () => {}, onFailure: () => {}, onRejected: () => {}, onHintsDropped: () => {},
+    });
+    await shared.start();
+    // One tenant pins its 100 chunks 5,000 times over (what 367 requests of 4,096 keys were):
+    for (let round = 0; round < 5000; round++) for (let k = 0; k < 100; k++) shared.record({ t: 'pin', b: 'kv', k: `a/${k}`, until: 1_000_000 + round });
+    // Another tenant's write in between is never pushed out.
+    shared.record({ t: 'put', b: 'kv', k: 'b/victim', s: 10, n: 'team-b', e: '"x"', at: 1 });
+    await shared.close();
+    const lines = written.join('').split('\n').filter((line) => line.startsWith('{"t"'));
+    expect(lines.filter((line) => line.includes('"t":"pin"'))).toHaveLength(100);
+    expect(lines.some((line) => line.includes('b/victim'))).toBe(true);
+    expect(lines.find((line) => line.includes('"a/7"'))).toContain('"until":1004999');
+  });
+});
+
 describe('a journal the store refuses', () => {
   it('keeps every event for the next sync, pins included', async () => {
     const dataDir = tempDir();
@@ -442,6 +519,21 @@ describe('the admin endpoint\u2019s /capacity', () => {
       expect((await fetch(`${url}/metrics`)).status).toBe(200);
     } finally {
       await open.close();
+    }
+    // On loopback without a token, only to a loopback Host: not to a page of a rebound domain.
+    const loopback = await startGateway(loadServeConfig(['--port', '0', '--metrics-port', '0', '--log-level', 'silent', '--data-dir', tempDir(), '--budget', `${bucket}=1GiB`], { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: 'a-secret-for-the-test' }), { logger: createLogger('silent') });
+    try {
+      expect((await fetch(`${loopback.adminUrl}/capacity`)).status).toBe(200);
+      const rebound = await new Promise<number>((resolve, reject) => {
+        const url = new URL(`${loopback.adminUrl}/capacity`);
+        httpGet({ host: url.hostname, port: url.port, path: url.pathname, headers: { host: 'attacker.example' } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        }).on('error', reject);
+      });
+      expect(rebound).toBe(403);
+    } finally {
+      await loopback.close();
     }
     const token = 'an-admin-token-of-some-length';
     const guarded = await start({ OBJECTCACHE_ADMIN_TOKEN: token });

@@ -200,6 +200,8 @@ export class ChunkIndex {
       if (!chunk) {
         const known = this.pendingLinks.get(key);
         if (known?.pred === pred && known.tenant === tenant) continue;
+        // Another tenant's link for the key stays: naming someone's future chunk cannot undo theirs.
+        if (known !== undefined && known.tenant !== tenant) continue;
         if (known !== undefined) this.forgetPending(key);
         else if (this.pendingLinks.size >= MAX_PENDING_LINKS) this.makePendingRoom();
         this.pendingLinks.set(key, { pred, tenant });

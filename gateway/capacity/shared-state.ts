@@ -103,6 +103,11 @@ interface Header {
   readonly at: number;
   /** For each gateway, the last journal the snapshot contains. */
   readonly folded: Record<string, number>;
+  /**
+   * One more than the snapshot it replaced: a gateway never applies one older than a snapshot it
+   * applied (an old, signed snapshot put back would roll the state back).
+   */
+  readonly gen?: number;
 }
 
 const str = (v: unknown): v is string => typeof v === 'string';
@@ -191,12 +196,19 @@ export class SharedState {
   #pending: CapacityEvent[] = [];
   /** Accesses since the last journal, latest per key (one line each, whatever the read rate). */
   #accesses = new Map<string, CapacityEvent>();
+  /**
+   * Pins since the last journal, the latest per key: pinning the same chunks again and again adds
+   * nothing, so what a tenant's pins take of a journal is bounded by its own chunks.
+   */
+  #pinned = new Map<string, CapacityEvent>();
   #dropped = 0;
   /** Hint bytes each access key added to the journal this sync period (HINT_BYTES_PER_KEY). */
   #hintBytes = new Map<string, number>();
   /** The last journal applied, per gateway (this one's: the last written). */
   readonly #applied = new Map<string, number>();
   #snapshotEtag: string | undefined;
+  /** The generation of the newest snapshot applied or written here. */
+  #gen = 0;
   #leaseEtag: string | undefined;
   #leaseUntil = 0;
   #syncs = 0;
@@ -233,6 +245,10 @@ export class SharedState {
       const id = `${event.b}\0${event.k}`;
       if (this.#accesses.has(id)) this.#accesses.set(id, event);
       else if (this.#accesses.size < MAX_PENDING_EVENTS && this.#hint(by, lineBytes([event.b, event.k]))) this.#accesses.set(id, event);
+    } else if (event.t === 'pin') {
+      const id = `${event.b}\0${event.k}`;
+      this.#pinned.delete(id);
+      this.#pinned.set(id, event);
     } else this.#push(event);
   }
 
@@ -351,10 +367,11 @@ export class SharedState {
    * all after it, for the next sync: nothing recorded is lost to a failed write.
    */
   async #flush(): Promise<void> {
-    const events = [...this.#pending, ...this.#accesses.values()];
+    const events = [...this.#pending, ...this.#pinned.values(), ...this.#accesses.values()];
     this.#hintBytes = new Map();
     if (events.length === 0) return;
     this.#pending = [];
+    this.#pinned = new Map();
     this.#accesses = new Map();
     if (this.#dropped > 0) {
       this.#o.logger.warn({ dropped: this.#dropped }, 'capacity: journal events were dropped while the store could not take them');
@@ -466,13 +483,23 @@ export class SharedState {
         this.#o.logger.error({ bucket: this.#bucket }, 'capacity: the snapshot is unreadable; rebuilding from the journals and a listing of the store');
       }
     }
+    const gen = Number.isSafeInteger(header.gen) ? (header.gen as number) : 0;
+    if (gen < this.#gen) {
+      // Older than one applied here: put back by someone (a replay), not written by a holder. Not
+      // applied; the next snapshot the holder writes replaces it (If-Match on this one).
+      this.#o.onRejected('snapshot', 1);
+      this.#o.logger.error({ bucket: this.#bucket, generation: gen, applied: this.#gen }, 'capacity: the snapshot in the store is older than one this gateway applied (put back?); not applied');
+      this.#snapshotEtag = got?.etag;
+      return;
+    }
+    this.#gen = gen;
     this.#o.reset(events);
     this.#snapshotEtag = got?.etag;
     this.#applied.clear();
     for (const [gateway, seq] of Object.entries(header.folded)) this.#applied.set(gateway, seq);
     await this.#readJournals(true);
     // What this gateway recorded and has not written yet is in no journal: apply it again.
-    for (const event of [...this.#pending, ...this.#accesses.values()]) this.#o.apply(event, 'own');
+    for (const event of [...this.#pending, ...this.#pinned.values(), ...this.#accesses.values()]) this.#o.apply(event, 'own');
   }
 
   /** The lease's body: its holder and expiry, with the state key's MAC of both. */
@@ -523,7 +550,7 @@ export class SharedState {
   async #writeSnapshot(): Promise<void> {
     await this.#flush();
     const folded = Object.fromEntries(this.#applied);
-    const header: Header = { v: 1, at: this.#o.now(), folded };
+    const header: Header = { v: 1, at: this.#o.now(), folded, gen: this.#gen + 1 };
     const lines = [JSON.stringify(header)];
     for (const event of this.#o.snapshot()) lines.push(JSON.stringify(event));
     const body = seal(this.#o.key, 'capacity-snapshot', 'snapshot', `${lines.join('\n')}\n`);
@@ -535,6 +562,7 @@ export class SharedState {
       return;
     }
     this.#snapshotEtag = etag;
+    this.#gen = header.gen as number;
     let after: string | undefined;
     const folds: string[] = [];
     for (;;) {

@@ -159,3 +159,65 @@ def test_a_missing_chunk_the_server_names_is_taken_only_as_a_whole_number_within
     error = ObjectCacheError("OC_ERR_CHUNK_MISSING", "gone", details={"ChunkIndex": index})
     assert missing_chunk(error, 10) == expected
     assert missing_chunk(ObjectCacheError("OC_ERR_CHUNK_CORRUPT", "bad", details={"ChunkIndex": "3"}), 10) is None
+
+
+def test_an_interim_answer_is_never_taken_for_the_final_one() -> None:
+    def early_hints(h: BaseHTTPRequestHandler) -> None:
+        h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n")
+
+    server, url = _serve(early_hints)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    try:
+        with pytest.raises(ObjectCacheError) as refused:
+            client.put_chunk("k", b"bytes")
+        assert refused.value.code == "OC_ERR_CLIENT_PROTOCOL"
+    finally:
+        client.close()
+        server.shutdown()
+
+
+def test_a_lookup_answer_nested_past_the_parser_is_a_protocol_error() -> None:
+    server, url = _serve(_answer(200, b"[" * 60_000, (("Content-Type", "application/json"),)))
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    try:
+        with pytest.raises(ObjectCacheError) as broken:
+            client.lookup(["a"])
+        assert broken.value.code == "OC_ERR_CLIENT_PROTOCOL"
+    finally:
+        client.close()
+        server.shutdown()
+
+
+def test_a_listing_that_never_ends_is_bounded_by_one_deadline() -> None:
+    counter = {"page": 0}
+
+    def endless(h: BaseHTTPRequestHandler) -> None:
+        counter["page"] += 1
+        body = f"<ListBucketResult><Contents><Key>k{counter['page']}</Key></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>t{counter['page']}</NextContinuationToken></ListBucketResult>".encode()
+        time.sleep(0.05)
+        _answer(200, body, (("Content-Type", "application/xml"),))(h)
+
+    server, url = _serve(endless)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0, deadline=1.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ObjectCacheError) as late:
+            client.list_keys()
+        assert late.value.code == "OC_ERR_CLIENT_TIMEOUT"
+        assert time.monotonic() - started < 4
+    finally:
+        client.close()
+        server.shutdown()
+
+    def repeating(h: BaseHTTPRequestHandler) -> None:
+        _answer(200, b"<ListBucketResult><Contents><Key>k</Key></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>same</NextContinuationToken></ListBucketResult>", (("Content-Type", "application/xml"),))(h)
+
+    server, url = _serve(repeating)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    try:
+        with pytest.raises(ObjectCacheError) as looping:
+            client.list_keys()
+        assert looping.value.code == "OC_ERR_CLIENT_PROTOCOL"
+    finally:
+        client.close()
+        server.shutdown()

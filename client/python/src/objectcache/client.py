@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ElementTree
 import copy
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast, overload
+from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union, cast, overload
 from urllib.parse import quote, urlsplit
 
 from botocore.auth import S3SigV4Auth  # type: ignore[import-untyped]
@@ -150,11 +150,15 @@ class _Deadline:
         if self.expired or (remaining is not None and remaining <= 0):
             raise self.error()
 
+    def unwatch(self) -> None:
+        """The call is done with its connection (about to be pooled): the deadline no longer shuts it."""
+        with self._lock:
+            self._conn = None
+
     def cancel(self) -> None:
         if self._entry is not None:
             _WATCHDOG.cancel(self._entry)
-        with self._lock:
-            self._conn = None
+        self.unwatch()
 
 
 def _shut(conn: http.client.HTTPConnection) -> None:
@@ -228,7 +232,7 @@ def _json_answer(data: bytes, operation: str) -> Dict[str, Any]:
     """A JSON object the gateway answered; anything else is OC_ERR_CLIENT_PROTOCOL."""
     try:
         answer = json.loads(data)
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nesting deeper than the parser goes
         raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is not JSON: {data[:200]!r}", operation_name=operation) from error
     if not isinstance(answer, dict):
         raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is not a JSON object: {data[:200]!r}", operation_name=operation)
@@ -421,8 +425,12 @@ class ObjectCacheClient:
                     raise ObjectCacheError("OC_ERR_BACKEND_UNAVAILABLE", f"cannot reach the gateway at {self._endpoints[index][0]}: {failure}", operation_name=operation) from failure
                 self._current = (index + 1) % len(self._endpoints)  # the next gateway
                 continue
-            if response.status < 300:
+            if 200 <= response.status < 300:
                 return conn, response
+            if response.status < 200:
+                # An interim answer (103 Early Hints ...) is never the final one: http.client skips only 100.
+                conn.close()
+                raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the gateway answered {operation or method} with an interim status {response.status} as if final", status=response.status, operation_name=operation)
             if response.status < 400:
                 # Never followed, never taken as success: a write behind a redirecting proxy was not stored.
                 conn.close()
@@ -451,8 +459,11 @@ class ObjectCacheClient:
                 continue
             raise refused
 
-    def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None, limit: int = CALL_BODY_LIMIT) -> bytes:
-        deadline = _Deadline(self._deadline, operation)
+    def _call(self, method: str, path: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None, *, operation: Optional[str] = None, limit: int = CALL_BODY_LIMIT, deadline: Optional[_Deadline] = None) -> bytes:
+        """One request and its whole answer (up to ``limit`` bytes), within ``deadline`` (the
+        call's own, unless a caller making several requests gives one for all of them)."""
+        own = deadline is None
+        deadline = deadline if deadline is not None else _Deadline(self._deadline, operation)
         try:
             conn, response = self._send(method, path, body, headers, operation=operation, deadline=deadline)
             try:
@@ -468,11 +479,12 @@ class ObjectCacheClient:
             if len(data) > limit:
                 conn.close()
                 raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is longer than {limit} bytes", operation_name=operation)
-            deadline.cancel()  # before the connection is pooled: the watchdog must not shut it then
+            deadline.unwatch()  # before the connection is pooled: the watchdog must not shut it then
             self._give(conn, response)
             return data
         finally:
-            deadline.cancel()
+            if own:
+                deadline.cancel()
 
     def _object_path(self, key: str) -> str:
         return f"/{quote(self.bucket, safe='')}/{quote(key, safe='/~')}"
@@ -582,7 +594,7 @@ class ObjectCacheClient:
         if deadline.expired:
             conn.close()
             raise deadline.error()
-        deadline.cancel()  # before the connection is pooled: the watchdog must not shut it then
+        deadline.unwatch()  # before the connection is pooled: the watchdog must not shut it then
         self._give(conn, response)
         return data
 
@@ -599,17 +611,28 @@ class ObjectCacheClient:
         ``limit`` of them."""
         keys: List[str] = []
         token: Optional[str] = None
-        while True:
-            page = "" if limit is None else f"&max-keys={max(1, min(1000, limit - len(keys)))}"
-            query = f"list-type=2&prefix={quote(prefix, safe='')}{page}" + (f"&continuation-token={quote(token, safe='')}" if token else "")
-            root = ElementTree.fromstring(self._call("GET", f"/{quote(self.bucket, safe='')}?{query}", operation="ListObjectsV2"))
-            ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-            keys.extend(item.findtext(f"{ns}Key") or "" for item in root.iter(f"{ns}Contents"))
-            token = root.findtext(f"{ns}NextContinuationToken")
-            if limit is not None and len(keys) >= limit:
-                return keys[:limit]
-            if root.findtext(f"{ns}IsTruncated") != "true" or not token:
-                return keys
+        seen: Set[str] = set()
+        # One deadline for every page: a server that never stops saying "truncated" cannot hold the call.
+        deadline = _Deadline(self._deadline, "ListObjectsV2")
+        try:
+            while True:
+                page = "" if limit is None else f"&max-keys={max(1, min(1000, limit - len(keys)))}"
+                query = f"list-type=2&prefix={quote(prefix, safe='')}{page}" + (f"&continuation-token={quote(token, safe='')}" if token else "")
+                root = ElementTree.fromstring(self._call("GET", f"/{quote(self.bucket, safe='')}?{query}", operation="ListObjectsV2", deadline=deadline))
+                ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+                keys.extend(item.findtext(f"{ns}Key") or "" for item in root.iter(f"{ns}Contents"))
+                token = root.findtext(f"{ns}NextContinuationToken")
+                if limit is not None and len(keys) >= limit:
+                    return keys[:limit]
+                if root.findtext(f"{ns}IsTruncated") != "true" or not token:
+                    return keys
+                if token in seen:
+                    raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", "the listing repeats a continuation token: it would never end", operation_name="ListObjectsV2")
+                seen.add(token)
+        except ElementTree.ParseError as error:
+            raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the listing is not XML: {error}", operation_name="ListObjectsV2") from error
+        finally:
+            deadline.cancel()
 
     def lookup(self, keys: Sequence[str], key_prefix: str = "", *, layers: Optional[int] = None, layer_bytes: Optional[int] = None, codecs: Optional[Sequence[str]] = None) -> int:
         """How many leading chunks of ``keys`` the store holds (one round trip); with the geometry,
