@@ -699,7 +699,16 @@ export class Capacity {
         const key = keys[next++] as string;
         const chunk = index.get(key);
         if (!chunk || chunk.checked) continue;
-        const head = await this.#store.head(bucket, key);
+        let head: Awaited<ReturnType<CapacityStore['head']>>;
+        try {
+          head = await this.#store.head(bucket, key);
+        } catch {
+          // Left unchecked (not counted by trimming) for a later pass; one key the store will not
+          // answer for must not stop the others' checks, nor trimming.
+          this.#observer.syncFailed('head');
+          index.deferCheck(key);
+          continue;
+        }
         if (index.get(key) !== chunk) continue; // rewritten or gone meanwhile: what came after stands
         if (head === undefined) {
           index.remove(key);

@@ -143,6 +143,11 @@ export class ChunkIndex {
     return chunk;
   }
 
+  /** The chunk's size could not be checked now: it goes to the back of the unchecked ones. */
+  deferCheck(key: string): void {
+    if (this.#unchecked.delete(key)) this.#unchecked.add(key);
+  }
+
   /** The chunk's size was found to be the store's (a HEAD, a listing). */
   markChecked(key: string): void {
     const chunk = this.chunks.get(key);
