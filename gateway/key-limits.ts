@@ -130,9 +130,39 @@ export class KeyLimits {
 }
 
 interface Waiter {
-  readonly key: string;
   readonly resolve: () => void;
   readonly reject: (error: unknown) => void;
+  /** Given up (its request went): skipped when its turn comes. */
+  gone: boolean;
+}
+
+/** A FIFO of one key's waiters: O(1) at both ends whatever its length. */
+class Queue {
+  readonly #items: Waiter[] = [];
+  #head = 0;
+  /** Waiters not given up. */
+  live = 0;
+
+  push(waiter: Waiter): void {
+    this.#items.push(waiter);
+    this.live++;
+  }
+
+  /** The first waiter not given up, taken off the queue, or undefined. */
+  shift(): Waiter | undefined {
+    while (this.#head < this.#items.length) {
+      const waiter = this.#items[this.#head++] as Waiter;
+      if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+        this.#items.splice(0, this.#head);
+        this.#head = 0;
+      }
+      if (!waiter.gone) {
+        this.live--;
+        return waiter;
+      }
+    }
+    return undefined;
+  }
 }
 
 /**
@@ -140,8 +170,9 @@ interface Waiter {
  * and a key that holds some takes another only while the connections held are fewer than the pool
  * less a reserve (an eighth of it, at least one), which is kept for the first connection of keys
  * that hold none: so one or a few greedy keys never shut every other key out (with 64 connections,
- * it takes nine keys acting together). Gated requests wait in one FIFO, each behind its own key's
- * earlier ones.
+ * it takes nine keys acting together). Gated requests wait in a FIFO of their own key's, and keys
+ * take turns in the order they began to wait; a given-back connection costs the keys that wait,
+ * not the waiters.
  */
 class BackendShares {
   #pool = 1;
@@ -149,7 +180,8 @@ class BackendShares {
   #reserve = 1;
   #total = 0;
   readonly #held = new Map<string, number>();
-  #waiters: Waiter[] = [];
+  /** The keys with waiters, in the order they began to wait, and each one's queue. */
+  readonly #waiting = new Map<string, Queue>();
 
   size(connections: number): void {
     this.#pool = Math.max(1, connections);
@@ -174,7 +206,7 @@ class BackendShares {
   }
 
   tryTake(key: string): boolean {
-    if (this.#waiters.some((w) => w.key === key) || !this.#may(key)) return false;
+    if ((this.#waiting.get(key)?.live ?? 0) > 0 || !this.#may(key)) return false;
     this.#take(key);
     return true;
   }
@@ -184,13 +216,17 @@ class BackendShares {
     if (this.tryTake(key)) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       const onAbort = (): void => {
-        const at = this.#waiters.indexOf(waiter);
-        if (at !== -1) this.#waiters.splice(at, 1);
+        if (waiter.gone) return;
+        waiter.gone = true;
+        const queue = this.#waiting.get(key);
+        if (queue) {
+          queue.live--;
+          if (queue.live === 0) this.#waiting.delete(key);
+        }
         reject(signal?.reason);
-        this.#grant();
       };
       const waiter: Waiter = {
-        key,
+        gone: false,
         resolve: () => {
           signal?.removeEventListener('abort', onAbort);
           resolve();
@@ -198,7 +234,9 @@ class BackendShares {
         reject,
       };
       signal?.addEventListener('abort', onAbort, { once: true });
-      this.#waiters.push(waiter);
+      let queue = this.#waiting.get(key);
+      if (!queue) this.#waiting.set(key, (queue = new Queue()));
+      queue.push(waiter);
     });
   }
 
@@ -211,17 +249,16 @@ class BackendShares {
     this.#grant();
   }
 
-  /** Grants the waiters that may take one now, in order, none before an earlier one of its own key. */
+  /** Grants, key by key in the order they began to wait, each key's waiters in order while it may take one. */
   #grant(): void {
-    const blocked = new Set<string>();
-    this.#waiters = this.#waiters.filter((waiter) => {
-      if (blocked.has(waiter.key) || !this.#may(waiter.key)) {
-        blocked.add(waiter.key);
-        return true;
+    for (const [key, queue] of this.#waiting) {
+      while (queue.live > 0 && this.#may(key)) {
+        const waiter = queue.shift();
+        if (!waiter) break;
+        this.#take(key);
+        waiter.resolve();
       }
-      this.#take(waiter.key);
-      waiter.resolve();
-      return false;
-    });
+      if (queue.live === 0) this.#waiting.delete(key);
+    }
   }
 }

@@ -398,7 +398,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
             budgeted.link(bucket, descriptor.keys, credential.tenant, credential.accessKeyId);
             r.hold(await budgeted.reading(bucket, descriptor.keys, credential.accessKeyId));
           }
-          return await serveDescriptorGet(ctx, descriptor, { backend: headsOf(credential), pool, config: lw, budget, scheduler, firstLayers, segments, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
+          return await serveDescriptorGet(ctx, descriptor, { backend: headsOf(credential), checks: backend, pool, config: lw, budget, scheduler, firstLayers, segments, observer: metrics.descriptorGet, backendTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 });
         } finally {
           release();
         }

@@ -352,6 +352,12 @@ describe('the client against a gateway that redirects or trickles', () => {
     }
   });
 
+  it('refuses a deadline Node cannot time', () => {
+    for (const deadlineMs of [0, -1, 1.5, 2 ** 31, Number.POSITIVE_INFINITY]) {
+      expect(() => new ObjectCacheClient({ endpoint, bucket: 'b', credentials, deadlineMs })).toThrow(/deadlineMs/);
+    }
+  });
+
   it('ends a call at its deadline whatever the gateway still trickles', async () => {
     mode = 'trickle';
     const client = new ObjectCacheClient({ endpoint, bucket: 'b', credentials, retries: 0, deadlineMs: 1500 });

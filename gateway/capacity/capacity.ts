@@ -455,6 +455,7 @@ export class Capacity {
 
   #part(bucket: string, key: string, uploadId: string, partNumber: number, bytes: number, tenant: string, checked: boolean, at: number): void {
     const id = slot(bucket, uploadId);
+    if (this.#ended.has(id)) return; // completed, aborted or expired: its parts count no more
     let upload = this.#uploads.get(id);
     if (!upload) this.#uploads.set(id, (upload = { bucket, key, uploadId, tenant, parts: new Map(), bytes: 0, seen: at, changed: at, checked }));
     upload.bytes += bytes - (upload.parts.get(partNumber) ?? 0);
@@ -624,7 +625,11 @@ export class Capacity {
       const expiry = this.#config.multipartExpiryMs;
       if (now - this.#lastUploadSweep >= Math.min(UPLOAD_SWEEP_MS, Math.max(1000, (expiry ?? UPLOAD_SWEEP_MS) / 4))) {
         this.#lastUploadSweep = now;
-        await this.#sweepUploads(now);
+        // A store that cannot list uploads now does not keep this pass from trimming.
+        await this.#sweepUploads(now).catch((error: unknown) => {
+          this.#log.warn({ error }, 'capacity: listing the unfinished multipart uploads failed; the next sweep retries');
+          this.#observer.syncFailed('uploads');
+        });
       }
       for (const [bucket, index] of this.#indexes) {
         // Sizes learnt from other gateways' journals are checked against the store before
@@ -641,7 +646,8 @@ export class Capacity {
         const idleBefore = idleScan && this.#config.idleMs !== undefined ? now - this.#config.idleMs : undefined;
         let victims: { chunk: Chunk; cause: EvictionCause }[] = [];
         let free = usage();
-        for await (const { chunk, reason } of this.#order(index, { evictable: (c) => this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
+        // A chunk whose size is not checked yet does not count in the usage, so it is not taken to bring it down.
+        for await (const { chunk, reason } of this.#order(index, { evictable: (c) => c.checked && this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
           const idle = idleBefore !== undefined && chunk.lastAccess < idleBefore;
           if (trim && free > target) {
             victims.push({ chunk, cause: reason === 'dead' ? 'dead' : idle ? 'idle' : 'lru' });
@@ -896,6 +902,8 @@ export class Capacity {
         this.#part(event.b, event.k, event.u, event.p, event.s, event.n, source === 'own' || (source === 'snapshot' && event.c === undefined), event.at);
         break;
       case 'upend':
+        // Remembered: a part journalled before its upload ended, applied after, must not bring it back.
+        remember(this.#ended, slot(event.b, event.u), this.#now());
         this.#uploads.delete(slot(event.b, event.u));
         break;
     }

@@ -80,8 +80,8 @@ export class ChunkIndex {
   /** For each key, the present chunks whose `pred` it is. */
   private readonly children = new Map<string, Set<string>>();
   private readonly pendingLinks = new Map<string, { readonly pred: string; readonly tenant: string }>();
-  /** Pending links per tenant (makePendingRoom). */
-  private readonly pendingByTenant = new Map<string, number>();
+  /** Each tenant's pending links' keys, oldest first (makePendingRoom finds the oldest at once). */
+  private readonly pendingByTenant = new Map<string, Set<string>>();
   #bytes = 0;
   readonly #tenantBytes = new Map<string, number>();
   /** Chunks whose size is not checked against the store yet, in the order they were learnt. */
@@ -210,7 +210,9 @@ export class ChunkIndex {
         if (known !== undefined) this.forgetPending(key);
         else if (this.pendingLinks.size >= MAX_PENDING_LINKS) this.makePendingRoom();
         this.pendingLinks.set(key, { pred, tenant });
-        this.pendingByTenant.set(tenant, (this.pendingByTenant.get(tenant) ?? 0) + 1);
+        let mine = this.pendingByTenant.get(tenant);
+        if (!mine) this.pendingByTenant.set(tenant, (mine = new Set()));
+        mine.add(key);
         learnt(i);
         continue;
       }
@@ -229,22 +231,19 @@ export class ChunkIndex {
    * tenant's lookups of keys it never stores cannot push out the links another is about to use.
    */
   private makePendingRoom(): void {
-    let most: string | undefined;
-    for (const [tenant, count] of this.pendingByTenant) if (most === undefined || count > (this.pendingByTenant.get(most) ?? 0)) most = tenant;
-    for (const [key, link] of this.pendingLinks) {
-      if (link.tenant !== most) continue;
-      this.forgetPending(key);
-      return;
-    }
+    let most: Set<string> | undefined;
+    for (const keys of this.pendingByTenant.values()) if (most === undefined || keys.size > most.size) most = keys;
+    const oldest = most?.values().next().value;
+    if (oldest !== undefined) this.forgetPending(oldest);
   }
 
   private forgetPending(key: string): void {
     const link = this.pendingLinks.get(key);
     if (!link) return;
     this.pendingLinks.delete(key);
-    const left = (this.pendingByTenant.get(link.tenant) ?? 1) - 1;
-    if (left <= 0) this.pendingByTenant.delete(link.tenant);
-    else this.pendingByTenant.set(link.tenant, left);
+    const mine = this.pendingByTenant.get(link.tenant);
+    mine?.delete(key);
+    if (mine?.size === 0) this.pendingByTenant.delete(link.tenant);
   }
 
   /**

@@ -88,10 +88,14 @@ function copySource(ctx: RequestContext): { bucket: string; key: string } | unde
   return source === undefined ? undefined : parseCopySource(source);
 }
 
-/** A copy's source as the store has it now (undefined: gone, or the store could not say; the copy itself then answers). */
+/**
+ * A copy's source as the store has it now (undefined: gone, and the copy itself answers
+ * NoSuchKey). A store that cannot say fails the copy (503): a copy whose metadata the gateway
+ * could not set would take its source's tenant.
+ */
 async function sourceHead(ctx: RequestContext, backend: Backend): Promise<StoreHead | undefined> {
   const { bucket, key } = copySource(ctx) as { bucket: string; key: string };
-  return backend.capacity.head(bucket, key).catch(() => undefined);
+  return backend.capacity.head(bucket, key);
 }
 
 /**

@@ -207,8 +207,10 @@ export class SharedState {
   /** The last journal applied, per gateway (this one's: the last written). */
   readonly #applied = new Map<string, number>();
   #snapshotEtag: string | undefined;
-  /** The generation of the newest snapshot applied or written here. */
+  /** The generation and time of the newest snapshot applied or written here, and the highest generation seen in any signed one. */
   #gen = 0;
+  #genAt = 0;
+  #seenGen = 0;
   #leaseEtag: string | undefined;
   #leaseUntil = 0;
   #syncs = 0;
@@ -484,15 +486,19 @@ export class SharedState {
       }
     }
     const gen = Number.isSafeInteger(header.gen) ? (header.gen as number) : 0;
-    if (gen < this.#gen) {
-      // Older than one applied here: put back by someone (a replay), not written by a holder. Not
-      // applied; the next snapshot the holder writes replaces it (If-Match on this one).
+    const at = typeof header.at === 'number' && Number.isFinite(header.at) ? header.at : 0;
+    this.#seenGen = Math.max(this.#seenGen, gen);
+    if (gen < this.#gen && at <= this.#genAt) {
+      // Older than one applied here, and written no later: put back by someone (a replay), not
+      // written by a holder (a holder that had to rebuild, with a lower generation, writes a later
+      // time). Not applied; the next snapshot the holder writes replaces it (If-Match on this one).
       this.#o.onRejected('snapshot', 1);
       this.#o.logger.error({ bucket: this.#bucket, generation: gen, applied: this.#gen }, 'capacity: the snapshot in the store is older than one this gateway applied (put back?); not applied');
       this.#snapshotEtag = got?.etag;
       return;
     }
     this.#gen = gen;
+    this.#genAt = at;
     this.#o.reset(events);
     this.#snapshotEtag = got?.etag;
     this.#applied.clear();
@@ -550,7 +556,7 @@ export class SharedState {
   async #writeSnapshot(): Promise<void> {
     await this.#flush();
     const folded = Object.fromEntries(this.#applied);
-    const header: Header = { v: 1, at: this.#o.now(), folded, gen: this.#gen + 1 };
+    const header: Header = { v: 1, at: this.#o.now(), folded, gen: Math.max(this.#gen, this.#seenGen) + 1 };
     const lines = [JSON.stringify(header)];
     for (const event of this.#o.snapshot()) lines.push(JSON.stringify(event));
     const body = seal(this.#o.key, 'capacity-snapshot', 'snapshot', `${lines.join('\n')}\n`);
@@ -563,6 +569,7 @@ export class SharedState {
     }
     this.#snapshotEtag = etag;
     this.#gen = header.gen as number;
+    this.#genAt = header.at;
     let after: string | undefined;
     const folds: string[] = [];
     for (;;) {

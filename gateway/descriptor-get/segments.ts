@@ -615,11 +615,11 @@ export class Segments {
     return undefined;
   }
 
-  /** A segment whose CRC32Cs are not those its chunks' writers recorded: dropped and counted. */
-  #reject(run: string, bucket: string): void {
+  /** A segment whose CRC32Cs are not those its chunks' writers recorded: dropped (while it is still `data`'s) and counted. */
+  #reject(run: string, bucket: string, data?: string): void {
     this.#o.observer?.event('rejected');
     this.#o.logger.warn({ run, bucket }, 'segments: a packed segment\u2019s CRC32Cs are not those its chunks\u2019 writers recorded; dropped, and its chunks served instead');
-    this.drop(run, 'its CRC32Cs are not those its chunks\u2019 writers recorded');
+    this.drop(run, 'its CRC32Cs are not those its chunks\u2019 writers recorded', data);
   }
 
   /** Bytes of the segments in the store this gateway does not know, of chunks in `bucket` (all buckets when absent). */
@@ -713,13 +713,13 @@ export class Segments {
     }
     if (encoded && segment.sizes && !sameSizes(segment.sizes, m, encoded, chunks, d.layerStart, d.layerEnd)) {
       this.#o.observer?.event('stale');
-      this.drop(segment.run, `the slice lengths of a chunk of ${bucket} differ from its manifest's`);
+      this.drop(segment.run, `the slice lengths of a chunk of ${bucket} differ from its manifest's`, m.data);
       return undefined;
     }
     // An encoded request's index HEADs carried the writers' CRC32Cs too: the segment's must be theirs.
     const writers = encoded ? writerCheck(m, segment.crcs, encoded.recorded, chunks) : undefined;
     if (writers === 'mismatch') {
-      this.#reject(segment.run, bucket);
+      this.#reject(segment.run, bucket, m.data);
       return undefined;
     }
     // A shorter prefix of a segment reads one range per layer unless the rest is cheaper to skip.
@@ -767,19 +767,20 @@ export class Segments {
     // Requests of one prefix that arrive while a check of it is in flight share that check: its
     // answers are at most one round trip older than a check of their own would be, and a write
     // through this gateway drops the segment whatever a check in flight says.
-    const id = `${segment.run}\n${chunks}`;
+    // Per segment object (its manifest's ETag): a run packed again since is checked afresh.
+    const id = `${segment.run}\n${segment.manifestEtag}\n${chunks}`;
     let check = this.#checks.get(id);
     if (!check) {
       const keys = segment.manifest.keys.slice(0, chunks);
       check = heads(keys).then((now): SegmentCheck => {
         if (!pinned(now, segment.manifest.etags)) {
           this.#o.observer?.event('stale');
-          this.drop(segment.run, `a chunk of ${bucket} changed or went since it was packed`);
+          this.drop(segment.run, `a chunk of ${bucket} changed or went since it was packed`, segment.manifest.data);
           return 'stale';
         }
         const writers = writerCheck(segment.manifest, segment.crcs, recordedOf(now), chunks);
         if (writers === 'mismatch') {
-          this.#reject(segment.run, bucket);
+          this.#reject(segment.run, bucket, segment.manifest.data);
           return 'stale';
         }
         return writers;

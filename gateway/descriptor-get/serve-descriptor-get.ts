@@ -85,8 +85,13 @@ export interface DescriptorGetDeps {
   readonly observer?: DescriptorGetObserver;
   /** Shared by every layerwise GET of the gateway: streamed GETs yield to first layers. */
   readonly firstLayers?: FirstLayerGate;
-  /** Where encoded chunks' indexes are read (descriptors that name `codecs`), and a segment's chunks are checked. */
+  /** Where encoded chunks' indexes are read (descriptors that name `codecs`): within the requesting key's share of backend connections. */
   readonly backend: Pick<Backend, 'heads'>;
+  /**
+   * Where a segment's chunks are checked: the gateway's own HEADs, shared by every request of the
+   * run that arrives meanwhile (Segments.current), so not held in one key's share (default: `backend`).
+   */
+  readonly checks?: Pick<Backend, 'heads'>;
   /** Packed segments (segments.ts): absent when --segments is off. */
   readonly segments?: Segments | undefined;
 }
@@ -124,7 +129,7 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   const due = mode === 'layerwise' ? deps.segments?.counted(ctx.target.bucket, descriptor, encoded) : undefined;
   // The HEADs of a segment's chunks (discovery with --segment-check writes, and the checks of reads).
   const bucket = ctx.target.bucket;
-  const heads = (keys: readonly string[]): ReturnType<Backend['heads']> => deps.backend.heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false);
+  const heads = (keys: readonly string[]): ReturnType<Backend['heads']> => (deps.checks ?? deps.backend).heads(bucket, keys, checkSignal(deps.backendTimeoutMs), false);
   if (due !== undefined && deps.segments) await deps.segments.discover(bucket, descriptor, due, heads, encoded);
 
   // Layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.

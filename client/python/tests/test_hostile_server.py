@@ -221,3 +221,35 @@ def test_a_listing_that_never_ends_is_bounded_by_one_deadline() -> None:
     finally:
         client.close()
         server.shutdown()
+
+
+def test_deadlines_survive_fork_and_cancelled_ones_do_not_pile_up() -> None:
+    import os
+
+    from objectcache import client as module
+
+    for _ in range(5000):
+        deadline = module._Deadline(300.0, "test")
+        deadline.cancel()
+    # Cancelled deadlines are dropped once they are half of what is kept, not held for 300 s.
+    assert len(module._WATCHDOG._heap) < 3000
+    before = module._WATCHDOG
+    pid = os.fork()
+    if pid == 0:  # the child: a watchdog of its own (the parent's thread is not copied)
+        os._exit(0 if module._WATCHDOG is not before and module._WATCHDOG._thread is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+
+
+def test_a_client_with_other_limits_shares_the_connections_after_close() -> None:
+    server, url = _serve(_answer(200, b'{"matched": 1}', (("Content-Type", "application/json"),)))
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    quick = client.with_limits(deadline=1, retries=0)
+    try:
+        assert quick.lookup(["a"]) == 1
+        client.close()
+        assert quick._idle is client._idle and client._idle == []
+        assert quick.lookup(["a"]) == 1
+    finally:
+        quick.close()
+        server.shutdown()

@@ -18,6 +18,7 @@ import datetime
 import http.client
 import json
 import heapq
+import os
 import re
 import socket
 import struct
@@ -67,12 +68,19 @@ class _Watchdog:
         self._cv = threading.Condition()
         self._heap: List[Tuple[float, int, List[Any]]] = []
         self._seq = 0
+        self._cancelled = 0
         self._thread: Optional[threading.Thread] = None
 
     def add(self, at: float, expire: Callable[[], None]) -> List[Any]:
         entry: List[Any] = [expire]
         with self._cv:
             self._seq += 1
+            # Cancelled deadlines (most calls end well before theirs) are dropped once they are
+            # half the heap, rather than kept until their time.
+            if self._cancelled > 1024 and self._cancelled * 2 > len(self._heap):
+                self._heap = [item for item in self._heap if item[2][0] is not None]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
             heapq.heappush(self._heap, (at, self._seq, entry))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="objectcache-deadlines", daemon=True)
@@ -80,9 +88,11 @@ class _Watchdog:
             self._cv.notify()
         return entry
 
-    @staticmethod
-    def cancel(entry: List[Any]) -> None:
-        entry[0] = None
+    def cancel(self, entry: List[Any]) -> None:
+        with self._cv:
+            if entry[0] is not None:
+                entry[0] = None
+                self._cancelled += 1
 
     def _run(self) -> None:
         while True:
@@ -95,7 +105,9 @@ class _Watchdog:
                     self._cv.wait(wait)
                     continue
                 heapq.heappop(self._heap)
-            expire = entry[0]
+                expire = entry[0]
+                if expire is None:
+                    self._cancelled = max(0, self._cancelled - 1)
             if expire is not None:
                 try:
                     expire()
@@ -104,6 +116,16 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+
+
+def _new_watchdog() -> None:
+    """A forked child has no watchdog thread (only the forking thread is copied): a fresh one."""
+    global _WATCHDOG
+    _WATCHDOG = _Watchdog()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_watchdog)
 
 
 class _Deadline:
@@ -120,11 +142,11 @@ class _Deadline:
         self._entry = None if self.at is None else _WATCHDOG.add(self.at, self._expire)
 
     def _expire(self) -> None:
+        # Shut while holding the lock: a connection the call has let go of (unwatch) is never shut.
         with self._lock:
             self.expired = True
-            conn = self._conn
-        if conn is not None:
-            _shut(conn)
+            if self._conn is not None:
+                _shut(self._conn)
 
     def watch(self, conn: http.client.HTTPConnection, timeout: float) -> None:
         """The connection the call uses from now on (shut down at the deadline); ``timeout``, the
@@ -150,10 +172,12 @@ class _Deadline:
         if self.expired or (remaining is not None and remaining <= 0):
             raise self.error()
 
-    def unwatch(self) -> None:
-        """The call is done with its connection (about to be pooled): the deadline no longer shuts it."""
+    def unwatch(self) -> bool:
+        """The call is done with its connection (about to be pooled): the deadline no longer shuts
+        it. Returns whether the deadline had passed first (then the connection is not to be pooled)."""
         with self._lock:
             self._conn = None
+            return self.expired
 
     def cancel(self) -> None:
         if self._entry is not None:
@@ -364,7 +388,9 @@ class ObjectCacheClient:
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
+            # Emptied in place: a client made by with_limits() shares this very list.
+            idle = list(self._idle)
+            self._idle.clear()
         for _, conn in idle:
             conn.close()
 
@@ -442,6 +468,9 @@ class ObjectCacheClient:
             except (http.client.HTTPException, OSError):
                 text = b""  # cut off: the status and headers still say what went wrong
             refused = _error_from_response(response.status, response.headers, text, operation)
+            if deadline is not None and deadline.unwatch():
+                conn.close()
+                raise deadline.error()
             self._give(conn, response)
             if refused.retryable and attempt < self._retries:
                 attempt += 1
@@ -473,13 +502,13 @@ class ObjectCacheClient:
                 if deadline.expired:
                     raise deadline.error() from error
                 raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", f"the answer to {operation} broke off: {error}", operation_name=operation) from error
-            if deadline.expired:
-                conn.close()
-                raise deadline.error()
             if len(data) > limit:
                 conn.close()
                 raise ObjectCacheError("OC_ERR_CLIENT_PROTOCOL", f"the answer to {operation} is longer than {limit} bytes", operation_name=operation)
-            deadline.unwatch()  # before the connection is pooled: the watchdog must not shut it then
+            # Let go of the connection before it is pooled: the watchdog must not shut it then.
+            if deadline.unwatch():
+                conn.close()
+                raise deadline.error()
             self._give(conn, response)
             return data
         finally:
@@ -591,10 +620,10 @@ class ObjectCacheClient:
         except BaseException:
             conn.close()
             raise
-        if deadline.expired:
+        # Let go of the connection before it is pooled: the watchdog must not shut it then.
+        if deadline.unwatch():
             conn.close()
             raise deadline.error()
-        deadline.unwatch()  # before the connection is pooled: the watchdog must not shut it then
         self._give(conn, response)
         return data
 
@@ -762,11 +791,12 @@ class ObjectCacheClient:
                 error.request_id = error.request_id or response.getheader("x-amz-request-id")
                 error.operation_name = error.operation_name or "DescriptorGet"
                 raise
-            if deadline.expired:
-                raise deadline.error()
             finished = True
             return summary
         finally:
+            # Let go of the connection before it is pooled: the watchdog must not shut it then.
+            if deadline.unwatch():
+                finished = False
             deadline.cancel()
             if finished:
                 self._give(conn, response)
