@@ -7,6 +7,11 @@ import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { openBackend, type Backend } from '../gateway/backend.js';
 import { loadServeConfig } from '../gateway/config.js';
+import { embeddedCapacityStore } from '../gateway/capacity/store.js';
+import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
 
 const minio = inject('minio');
@@ -44,5 +49,31 @@ describe('the S3 capacity store', () => {
     const quoted = page.objects.find((o) => o.key === keys[1]);
     expect(await backend.capacity.deleteVersion(bucket, keys[1] as string, quoted?.etag as string)).toBe('deleted');
     expect(await backend.capacity.head(bucket, keys[1] as string)).toBeUndefined();
+  });
+
+  it('reads no more than it is asked to of an object: past the bound, an empty body and tooLarge', async () => {
+    // 'a+b ...' holds 5 bytes (keys[4]).
+    const whole = await backend.capacity.get(bucket, keys[4] as string, 5);
+    expect(whole?.body.length).toBe(5);
+    expect(whole?.tooLarge).toBeUndefined();
+    const bounded = await backend.capacity.get(bucket, keys[4] as string, 4);
+    expect(bounded).toMatchObject({ tooLarge: true });
+    expect(bounded?.body.length).toBe(0);
+    expect(bounded?.etag).toBe(whole?.etag);
+  });
+});
+
+describe('the embedded capacity store', () => {
+  it('reads no more than it is asked to of an object', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-capstore-'));
+    try {
+      const store = embeddedCapacityStore(await LocalStore.open(dataDir));
+      await store.ensureBucket('b');
+      await store.put('b', 'k', Buffer.from('twelve bytes'), { ifNoneMatch: true });
+      expect((await store.get('b', 'k', 12))?.body.toString()).toBe('twelve bytes');
+      expect(await store.get('b', 'k', 11)).toMatchObject({ tooLarge: true, body: Buffer.alloc(0) });
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });

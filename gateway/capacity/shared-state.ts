@@ -68,6 +68,8 @@ const MAX_TENANT_CHARS = 256;
 const MAX_CHAIN_KEYS = 4096;
 /** The largest object S3 stores (5 TiB): no event's size may be more, nor an upload's parts together. */
 const MAX_OBJECT_BYTES = 5 * 1024 ** 4;
+/** A lease is a holder's name and a time: anything longer is no gateway's (read no further; it counts as expired). */
+const MAX_LEASE_BYTES = 4096;
 /** The holder lists the budgeted buckets again this often, ms. */
 const RECONCILE_EVERY_MS = 10 * 60_000;
 const SEQ_DIGITS = 12;
@@ -383,11 +385,14 @@ export class SharedState {
     try {
       while (written < events.length) {
         let payload = '';
+        let bytes = 0;
         let end = written;
         for (; end < events.length; end++) {
           const line = `${JSON.stringify(events[end])}\n`;
-          if (end > written && payload.length + Buffer.byteLength(line) > JOURNAL_PART_BYTES) break;
+          const lineBytes = Buffer.byteLength(line);
+          if (end > written && bytes + lineBytes > JOURNAL_PART_BYTES) break;
           payload += line;
+          bytes += lineBytes;
         }
         await this.#writeJournal(payload);
         written = end;
@@ -416,7 +421,7 @@ export class SharedState {
       if (etag !== undefined) return;
       // The name is taken: by this very journal (an answer lost on the way back), or by an
       // earlier one; then the next number.
-      const there = await this.#o.store.get(this.#bucket, name);
+      const there = await this.#o.store.get(this.#bucket, name, MAX_JOURNAL_BYTES);
       if (there !== undefined && there.body.equals(body)) return;
       if (attempt >= 3) throw new Error(`journal names of ${this.id} up to ${seq} are taken`);
     }
@@ -439,11 +444,12 @@ export class SharedState {
           this.#applied.set(gateway, seq);
           continue;
         }
-        const got = await this.#o.store.get(this.#bucket, object.key);
+        // Bounded again as read: it may have been replaced since it was listed.
+        const got = await this.#o.store.get(this.#bucket, object.key, MAX_JOURNAL_BYTES);
         if (got === undefined) continue; // folded and deleted meanwhile: the next snapshot has it
         this.#applied.set(gateway, seq);
         // Signed over its own name: a journal copied or renamed from elsewhere does not verify.
-        const lines = got.body.length <= MAX_JOURNAL_BYTES ? unseal(this.#o.key, 'capacity-journal', journalName(gateway, seq), got.body) : undefined;
+        const lines = unseal(this.#o.key, 'capacity-journal', journalName(gateway, seq), got.body);
         if (lines === undefined) {
           this.#o.logger.warn({ journal: object.key }, 'capacity: skipped a journal not signed with this gateway\u2019s state key (is OBJECTCACHE_STATE_KEY the same on every gateway?)');
           this.#o.onRejected('journal', 1);
@@ -527,7 +533,7 @@ export class SharedState {
       this.#o.logger.warn({ gateway: this.id }, 'capacity: lost the eviction lease (another gateway took it); eviction stops here');
       this.#leaseEtag = undefined;
     }
-    const current = await this.#o.store.get(this.#bucket, 'lease');
+    const current = await this.#o.store.get(this.#bucket, 'lease', MAX_LEASE_BYTES);
     let etag: string | undefined;
     if (current === undefined) etag = await this.#o.store.put(this.#bucket, 'lease', body(), { ifNoneMatch: true });
     else {

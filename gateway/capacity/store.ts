@@ -29,8 +29,12 @@ export interface CapacityStore {
   ensureBucket(bucket: string): Promise<void>;
   /** One page of keys under `prefix`, after `after`, in key order (none while the bucket does not exist). */
   list(bucket: string, prefix: string, after: string | undefined): Promise<{ objects: ListedObject[]; truncated: boolean }>;
-  /** An object's bytes and ETag, or undefined when it does not exist. */
-  get(bucket: string, key: string): Promise<{ body: Buffer; etag: string } | undefined>;
+  /**
+   * An object's bytes and ETag, or undefined when it does not exist. Past `maxBytes` nothing of it
+   * is read: the body is empty and `tooLarge` set (what is read of an object nobody verified yet
+   * is bounded; an empty body verifies as nothing).
+   */
+  get(bucket: string, key: string, maxBytes?: number): Promise<{ body: Buffer; etag: string; tooLarge?: true } | undefined>;
   /**
    * Writes an object only if it does not exist (`ifNoneMatch`) or still has the ETag `ifMatch`;
    * resolves to the new ETag, or undefined when the condition failed.
@@ -104,7 +108,7 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
       const page = store.list(bucket, { prefix, delimiter: '', after, maxKeys: 1000 });
       return { objects: page.contents.map((m) => ({ key: m.key, size: m.size, etag: quoted(m.etag), lastModified: m.lastModified })), truncated: page.isTruncated };
     },
-    async get(bucket, key) {
+    async get(bucket, key, maxBytes = Number.POSITIVE_INFINITY) {
       let opened;
       try {
         opened = await store.openObject(bucket, key);
@@ -113,6 +117,7 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
         throw error;
       }
       try {
+        if (opened.meta.size > maxBytes) return { body: Buffer.alloc(0), etag: quoted(opened.meta.etag), tooLarge: true };
         const body = Buffer.alloc(opened.meta.size);
         if (body.length > 0) await opened.handle.read(body, 0, body.length, 0);
         return { body, etag: quoted(opened.meta.etag) };
@@ -238,11 +243,15 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
         truncated: result.IsTruncated === 'true',
       };
     },
-    async get(bucket, key) {
+    async get(bucket, key, maxBytes = Number.POSITIVE_INFINITY) {
       const res = await backend.request({ method: 'GET', path: path(bucket, key) });
       if (res.statusCode === 404) {
         await res.body.dump();
         return undefined;
+      }
+      if (res.statusCode === 200 && !(Number(res.headers['content-length']) <= maxBytes)) {
+        res.body.destroy();
+        return { body: Buffer.alloc(0), etag: quoted(String(res.headers['etag'] ?? '')), tooLarge: true };
       }
       const body = Buffer.from(await res.body.arrayBuffer());
       if (res.statusCode !== 200) throw fail(`GET ${key}`, res.statusCode);

@@ -74,6 +74,12 @@ const TRACKED_RUNS = 10_000;
  * in 4-byte units (#learn), so what the index of segments holds stays about 64 MiB.
  */
 const MAX_KNOWN_SLICES = 16 * 1024 * 1024;
+/**
+ * The largest manifest read: a run the index can hold (MAX_KNOWN_SLICES 4-byte units of CRC32Cs,
+ * slice lengths, keys and ETags) comes to under 200 MiB of JSON and base64; no gateway writes a
+ * larger one, and a larger one is not read (nor used).
+ */
+const MAX_MANIFEST_BYTES = 256 * 1024 * 1024;
 /** Chunks written and runs dropped a sweep keeps track of while it runs (#sinceSweep). */
 const SWEEP_NOTED = 100_000;
 
@@ -497,7 +503,7 @@ export class Segments {
         let live: string | undefined;
         let named = true;
         if (manifest) {
-          const found = await store.get(bucket, manifest.key);
+          const found = await store.get(bucket, manifest.key, MAX_MANIFEST_BYTES);
           const parsed = found ? this.#open(found.body, run) : undefined;
           live = parsed?.manifest.data;
           // A manifest that cannot be read is left to the reads that find it (they drop it), and its data with it.
@@ -583,7 +589,7 @@ export class Segments {
   async #learnUnknown(u: Unknown): Promise<boolean> {
     let found: Awaited<ReturnType<CapacityStore['get']>>;
     try {
-      found = await this.#o.store.get(this.#o.config.bucket, manifestKey(u.bucket, u.run));
+      found = await this.#o.store.get(this.#o.config.bucket, manifestKey(u.bucket, u.run), MAX_MANIFEST_BYTES);
     } catch (error) {
       this.#o.logger.warn({ run: u.run, error }, 'segments: could not read the manifest of a segment in the store');
       return false;
@@ -891,7 +897,7 @@ export class Segments {
   }
 
   async #lookup(bucket: string, d: Descriptor, run: string, state: Lookup, heads: Heads, codec: string): Promise<void> {
-    const found = await this.#o.store.get(this.#o.config.bucket, manifestKey(bucket, run));
+    const found = await this.#o.store.get(this.#o.config.bucket, manifestKey(bucket, run), MAX_MANIFEST_BYTES);
     const parsed = found ? this.#open(found.body, run) : undefined;
     const m = parsed?.manifest;
     const same = m !== undefined && sameRun(m, { bucket, keys: d.keys, layout: d.layout, layers: d.layers, layerBytes: d.layerBytes, first: d.layerStart, end: d.layerEnd, codec });
@@ -972,7 +978,7 @@ export class Segments {
       let written = await store.put(this.#o.config.bucket, key, body, { ifNoneMatch: true });
       if (written === undefined) {
         // Packed before (another gateway, or before a restart): keep that one if it is current.
-        const existing = await store.get(this.#o.config.bucket, key);
+        const existing = await store.get(this.#o.config.bucket, key, MAX_MANIFEST_BYTES);
         const parsed = existing ? this.#open(existing.body, pack.run) : undefined;
         const kept = parsed?.manifest;
         // The one there is kept only if it is of the same versions and holds what this pack read
