@@ -59,9 +59,20 @@ const CHECKS_AT_ONCE = 16;
 const UPLOAD_SWEEP_MS = 60_000;
 /** Uploads a sweep looks at per bucket (a ListParts each). */
 const UPLOADS_PER_SWEEP = 1000;
-/** Unfinished uploads counted at once, and per tenant: past these a new one's parts are refused (its tenant finishes or aborts some first). */
-const MAX_UPLOADS = 100_000;
-const MAX_UPLOADS_PER_TENANT = 10_000;
+/**
+ * Unfinished uploads and their parts counted at once, in all and per tenant: past these a new
+ * upload's or a new part's write is refused (its tenant finishes or aborts some first), so what a
+ * tenant's uploads make the gateway hold is bounded, whatever their size (a part may be empty).
+ */
+export interface UploadLimits {
+  readonly uploads: number;
+  readonly uploadsPerTenant: number;
+  readonly parts: number;
+  readonly partsPerTenant: number;
+}
+const UPLOAD_LIMITS: UploadLimits = { uploads: 100_000, uploadsPerTenant: 10_000, parts: 1_000_000, partsPerTenant: 100_000 };
+/** Ended uploads remembered (#ended), so that news of them arriving late does not count them again. */
+const ENDED_KEPT = 100_000;
 
 /**
  * An unfinished multipart upload of a budgeted bucket: its parts count against the bucket's
@@ -151,9 +162,14 @@ export class Capacity {
   readonly #pendingFree = new Map<string, number>();
   /** Pins: retain until this time, ms. */
   readonly #pins = new Map<string, number>();
-  /** Unfinished multipart uploads, by bucket and upload id. */
+  /** Unfinished multipart uploads, by bucket and upload id; changed only through #setUpload. */
   readonly #uploads = new Map<string, Upload>();
-  /** When uploads ended here, the latest MAX_UPLOADS: a listing that began before is not to count them again. */
+  /** What #uploads holds, summed as it changes: per tenant (bytes, uploads, parts) and per bucket (bytes, those checked). */
+  readonly #uploadsByTenant = new Map<string, { bytes: number; uploads: number; parts: number }>();
+  readonly #uploadsByBucket = new Map<string, { bytes: number; checked: number }>();
+  #uploadParts = 0;
+  readonly #uploadLimits: UploadLimits;
+  /** When uploads ended here, the latest ENDED_KEPT: a listing that began before is not to count them again. */
   readonly #ended = new Map<string, number>();
   #lastUploadSweep = 0;
   readonly #shared: SharedState;
@@ -172,8 +188,9 @@ export class Capacity {
 
   readonly #mayWrite: MayWrite;
 
-  constructor(options: { config: CapacityConfig; key: StateKey; mayWrite: MayWrite; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string; derived?: DerivedData }) {
+  constructor(options: { config: CapacityConfig; key: StateKey; mayWrite: MayWrite; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string; derived?: DerivedData; uploadLimits?: UploadLimits }) {
     this.#derived = options.derived;
+    this.#uploadLimits = options.uploadLimits ?? UPLOAD_LIMITS;
     this.#mayWrite = options.mayWrite;
     this.#config = options.config;
     this.#store = options.store;
@@ -406,35 +423,69 @@ export class Capacity {
 
   /** Bytes of the tenant's chunks and unfinished uploads' parts over the budgeted buckets. */
   tenantBytes(tenant: string): number {
-    let bytes = 0;
+    let bytes = this.#uploadsByTenant.get(tenant)?.bytes ?? 0;
     for (const index of this.#indexes.values()) bytes += index.tenantBytes(tenant);
-    for (const upload of this.#uploads.values()) if (upload.tenant === tenant) bytes += upload.bytes;
     return bytes;
   }
 
   /** Bytes of the bucket's unfinished uploads' parts (`checked`: only those the store's answers gave). */
   #uploadBytes(bucket: string, checked = false): number {
-    let bytes = 0;
-    for (const upload of this.#uploads.values()) if (upload.bucket === bucket && (!checked || upload.checked)) bytes += upload.bytes;
-    return bytes;
+    const sums = this.#uploadsByBucket.get(bucket);
+    return (checked ? sums?.checked : sums?.bytes) ?? 0;
+  }
+
+  /** Sets (or, with undefined, removes) an upload, keeping the sums of #uploads with it. */
+  #setUpload(id: string, upload: Upload | undefined): void {
+    const old = this.#uploads.get(id);
+    if (old) this.#count(old, -1);
+    if (upload) {
+      this.#uploads.set(id, upload);
+      this.#count(upload, 1);
+    } else this.#uploads.delete(id);
+  }
+
+  #count(upload: Upload, sign: 1 | -1): void {
+    const tenant = this.#uploadsByTenant.get(upload.tenant) ?? { bytes: 0, uploads: 0, parts: 0 };
+    tenant.bytes += sign * upload.bytes;
+    tenant.uploads += sign;
+    tenant.parts += sign * upload.parts.size;
+    if (tenant.uploads === 0) this.#uploadsByTenant.delete(upload.tenant);
+    else this.#uploadsByTenant.set(upload.tenant, tenant);
+    const bucket = this.#uploadsByBucket.get(upload.bucket) ?? { bytes: 0, checked: 0 };
+    bucket.bytes += sign * upload.bytes;
+    if (upload.checked) bucket.checked += sign * upload.bytes;
+    this.#uploadsByBucket.set(upload.bucket, bucket);
+    this.#uploadParts += sign * upload.parts.size;
+  }
+
+  /** Forgets an upload that ended (completed, aborted, expired), remembering that it did. */
+  #endUpload(id: string): boolean {
+    remember(this.#ended, id, this.#now());
+    const known = this.#uploads.has(id);
+    this.#setUpload(id, undefined);
+    return known;
   }
 
   // ---- multipart uploads ----
 
   /**
-   * Whether a part of `uploadId` by `tenant` may be counted: refused (OC_ERR_QUOTA_EXCEEDED)
-   * when it would be a new upload past MAX_UPLOADS, or past MAX_UPLOADS_PER_TENANT of its
-   * tenant's. Called before the part is sent to the store.
+   * Whether part `partNumber` of `uploadId` by `tenant` may be counted: refused
+   * (OC_ERR_QUOTA_EXCEEDED) when it would be a new upload or a new part past the limits
+   * (UploadLimits), its tenant's or all tenants'. Called before the part is sent to the store.
    */
-  admitPart(bucket: string, uploadId: string, tenant: string): void {
-    if (!this.#indexes.has(bucket) || this.#uploads.has(slot(bucket, uploadId))) return;
-    let mine = 0;
-    for (const upload of this.#uploads.values()) if (upload.tenant === tenant) mine++;
-    if (this.#uploads.size >= MAX_UPLOADS || mine >= MAX_UPLOADS_PER_TENANT) {
-      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Tenant ${tenant} has ${mine} unfinished multipart uploads in budgeted buckets, the most counted at once (${MAX_UPLOADS_PER_TENANT}; ${MAX_UPLOADS} for all): complete or abort some first`, {
+  admitPart(bucket: string, uploadId: string, partNumber: number, tenant: string): void {
+    if (!this.#indexes.has(bucket)) return;
+    const upload = this.#uploads.get(slot(bucket, uploadId));
+    if (upload?.parts.has(partNumber)) return; // uploaded again: it replaces its bytes
+    const limits = this.#uploadLimits;
+    const mine = this.#uploadsByTenant.get(tenant) ?? { uploads: 0, parts: 0 };
+    const refuse = (what: string, held: number, most: number, all: number): never => {
+      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Tenant ${tenant} has ${held} ${what} of unfinished multipart uploads counted in budgeted buckets, the most at once (${most}; ${all} for all tenants): complete or abort some first`, {
         details: { Tenant: tenant },
       });
-    }
+    };
+    if (!upload && (mine.uploads >= limits.uploadsPerTenant || this.#uploads.size >= limits.uploads)) refuse('uploads', mine.uploads, limits.uploadsPerTenant, limits.uploads);
+    if (mine.parts >= limits.partsPerTenant || this.#uploadParts >= limits.parts) refuse('parts', mine.parts, limits.partsPerTenant, limits.parts);
   }
 
   /** A part of an unfinished upload was stored (its bytes as checked against its length): counted from now. */
@@ -448,22 +499,21 @@ export class Capacity {
   /** The upload was completed or aborted: its parts count no more (a completed object is learnt as a write). */
   uploadEnded(bucket: string, uploadId: string): void {
     if (!this.#indexes.has(bucket)) return;
-    const id = slot(bucket, uploadId);
-    remember(this.#ended, id, this.#now());
-    if (this.#uploads.delete(id)) this.#shared.record({ t: 'upend', b: bucket, u: uploadId });
+    if (this.#endUpload(slot(bucket, uploadId))) this.#shared.record({ t: 'upend', b: bucket, u: uploadId });
   }
 
   #part(bucket: string, key: string, uploadId: string, partNumber: number, bytes: number, tenant: string, checked: boolean, at: number): void {
     const id = slot(bucket, uploadId);
     if (this.#ended.has(id)) return; // completed, aborted or expired: its parts count no more
-    let upload = this.#uploads.get(id);
-    if (!upload) this.#uploads.set(id, (upload = { bucket, key, uploadId, tenant, parts: new Map(), bytes: 0, seen: at, changed: at, checked }));
+    const upload = this.#uploads.get(id) ?? { bucket, key, uploadId, tenant, parts: new Map(), bytes: 0, seen: at, changed: at, checked };
+    this.#setUpload(id, undefined); // its sums leave while it changes, and come back with it
     upload.bytes += bytes - (upload.parts.get(partNumber) ?? 0);
     upload.parts.set(partNumber, bytes);
     upload.checked &&= checked;
     upload.changed = Math.max(upload.changed, this.#now());
     // A holder's listing learns an upload before its part's own news, with no tenant: this names it.
     if (upload.tenant === '') upload.tenant = tenant;
+    this.#setUpload(id, upload);
   }
 
   /**
@@ -500,10 +550,10 @@ export class Capacity {
           if (parts === undefined || (this.#ended.get(id) ?? -Infinity) >= now) continue;
           // The store's own part sizes. A part learnt while they were asked for stays as learnt too.
           const known = this.#uploads.get(id);
-          const upload: Upload = { bucket, key: listed.key, uploadId: listed.uploadId, tenant: known?.tenant ?? '', parts, bytes: 0, seen: known?.seen ?? now, changed: asked, checked: true };
           if (known && known.changed >= asked) for (const [n, bytes] of known.parts) if (!parts.has(n)) parts.set(n, bytes);
-          for (const bytes of parts.values()) upload.bytes += bytes;
-          this.#uploads.set(id, upload);
+          let bytes = 0;
+          for (const size of parts.values()) bytes += size;
+          this.#setUpload(id, { bucket, key: listed.key, uploadId: listed.uploadId, tenant: known?.tenant ?? '', parts, bytes, seen: known?.seen ?? now, changed: asked, checked: true });
         }
         after = page.next;
         if (after === undefined || this.#closed) break;
@@ -903,8 +953,7 @@ export class Capacity {
         break;
       case 'upend':
         // Remembered: a part journalled before its upload ended, applied after, must not bring it back.
-        remember(this.#ended, slot(event.b, event.u), this.#now());
-        this.#uploads.delete(slot(event.b, event.u));
+        this.#endUpload(slot(event.b, event.u));
         break;
     }
   }
@@ -913,7 +962,7 @@ export class Capacity {
   #reset(events: Iterable<CapacityEvent>): void {
     for (const bucket of this.#indexes.keys()) this.#indexes.set(bucket, new ChunkIndex());
     this.#pins.clear();
-    this.#uploads.clear();
+    for (const id of [...this.#uploads.keys()]) this.#setUpload(id, undefined);
     for (const event of events) this.#apply(event, 'snapshot');
   }
 
@@ -987,9 +1036,9 @@ export class Capacity {
   }
 }
 
-/** Sets `key` as the most recent entry of `map`, forgetting the oldest past MAX_UPLOADS. */
+/** Sets `key` as the most recent entry of `map`, forgetting the oldest past ENDED_KEPT. */
 function remember(map: Map<string, number>, key: string, value: number): void {
   map.delete(key);
   map.set(key, value);
-  if (map.size > MAX_UPLOADS) map.delete(map.keys().next().value as string);
+  if (map.size > ENDED_KEPT) map.delete(map.keys().next().value as string);
 }

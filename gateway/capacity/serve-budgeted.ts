@@ -38,7 +38,7 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
     const bytes = writeSize(ctx, source);
     // A part counts against the budget and the quota from the first (until its upload ends).
     const part = op === 'UploadPart' || op === 'UploadPartCopy' ? partOf(ctx) : undefined;
-    if (part) budgeted.admitPart(bucket, part.uploadId, ctx.tenant);
+    if (part) budgeted.admitPart(bucket, part.uploadId, part.partNumber, ctx.tenant);
     const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes, part === undefined);
     const replaces = op === 'PutObject' || (op === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
     if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
