@@ -531,7 +531,8 @@ function parseDuration(setting: 'evictIdle' | 'multipartExpiry', raw: RawSetting
   return ms;
 }
 
-function loadCapacity(raw: RawSettings): CapacityConfig | undefined {
+/** The budgets' settings; `multipartExpiryMs` is the gateway's own (--multipart-expiry), parsed once. */
+function loadCapacity(raw: RawSettings, multipartExpiryMs: number | undefined): CapacityConfig | undefined {
   const budgets = parseSizes('budget', raw.budget);
   const quotas = parseSizes('tenantQuota', raw.tenantQuota);
   const idleMs = parseDuration('evictIdle', raw);
@@ -550,7 +551,7 @@ function loadCapacity(raw: RawSettings): CapacityConfig | undefined {
   const syncMs = integer('capacitySyncMs', raw);
   const leaseMs = integer('capacityLeaseMs', raw);
   if (leaseMs < 3 * syncMs) throw new ConfigError('capacity-lease-ms', `--capacity-lease-ms (${leaseMs}) must be at least three --capacity-sync-ms (${syncMs}): the holder renews the lease once a sync`);
-  return { budgets, quotas, highFraction: high / 100, lowFraction: low / 100, idleMs, evictPerSecond: integer('evictRate', raw), stateBucket, syncMs, leaseMs, multipartExpiryMs: parseDuration('multipartExpiry', raw) };
+  return { budgets, quotas, highFraction: high / 100, lowFraction: low / 100, idleMs, evictPerSecond: integer('evictRate', raw), stateBucket, syncMs, leaseMs, multipartExpiryMs };
 }
 
 /** Builds and validates the serve configuration from argv (after `serve`) and the environment. */
@@ -629,7 +630,8 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     throw new ConfigError('max-requests-per-key', `--max-requests-per-key (${raw.maxRequestsPerKey}) is more than --max-connections (${raw.maxConnections}): one key could hold every connection`);
   }
 
-  const capacity = loadCapacity(raw);
+  const multipartExpiryMs = parseDuration('multipartExpiry', raw);
+  const capacity = loadCapacity(raw, multipartExpiryMs);
   const segments = loadSegments(raw);
   const reservedBuckets = parseReserved(raw.reservedBuckets);
   // Clients never reach the gateways' own state (capacity's journals, snapshot and lease; packed
@@ -646,7 +648,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     capacity,
     segments,
     stateKey: stateKeySetting(raw),
-    multipartExpiryMs: parseDuration('multipartExpiry', raw),
+    multipartExpiryMs,
     adminToken: adminTokenSetting(raw),
     host,
     port: integer('port', raw),
