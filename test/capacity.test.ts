@@ -76,6 +76,29 @@ function tenantKeys(tenants: readonly string[]): { dir: string; credentials: str
 /** A client of `gw` signing with the key `tenantKeys` made for `tenant`. */
 const clientAs = (gw: TestGateway, bucket: string, tenant: string): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret` } });
 
+/**
+ * Runs `body` against a gateway with a fresh bucket of 100 chunks' budget whose keys are
+ * `tenantKeys(tenants)`'s; `as(tenant)` gives an S3 client signing with the tenant's key. The
+ * clients and the keys' directory go after (the gateway with the others, after each test).
+ */
+async function withTenants(backend: BackendKind, tenants: readonly string[], extra: string[], body: (gw: TestGateway, bucket: string, as: (tenant: string) => S3Client) => Promise<void>): Promise<void> {
+  const bucket = uniqueBucket('cap');
+  const { dir, credentials } = tenantKeys(tenants);
+  const clients: S3Client[] = [];
+  try {
+    const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, ...extra]);
+    await testClient(gw, bucket).ensureBucket();
+    await body(gw, bucket, (tenant) => {
+      const client = sdkClient(gw.url, { accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret` });
+      clients.push(client);
+      return client;
+    });
+  } finally {
+    for (const client of clients) client.destroy();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 async function exists(s3: S3Client, bucket: string, key: string): Promise<boolean> {
   try {
     await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
@@ -228,12 +251,8 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     expect(gw.gateway.capacity?.chunk(bucket, old.keys[3] as string)).toBeDefined();
   });
 
-  it("keeps each tenant to its quota with its own chunks, never another tenant's", async () => {
-    const bucket = uniqueBucket('cap');
-    const { dir, credentials } = tenantKeys(['team-a', 'team-b']);
-    try {
-      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`]);
-      await testClient(gw, bucket).ensureBucket();
+  it("keeps each tenant to its quota with its own chunks, never another tenant's", () =>
+    withTenants(backend, ['team-a', 'team-b'], ['--tenant-quota', `team-a=${4 * CHUNK}`], async (gw, bucket) => {
       const a = clientAs(gw, bucket, 'team-a');
       const b = clientAs(gw, bucket, 'team-b');
       const first = await storePrefix(a, 'a1', 4);
@@ -256,75 +275,50 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: second.keys[0] }));
       expect(head.Metadata?.['objectcache-tenant']).toBe('team-a');
       s3.destroy();
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    }));
 
-  it('counts the parts of an unfinished multipart upload against the quota and the budget from the first, and frees them when it ends', async () => {
-    const bucket = uniqueBucket('cap');
-    const { dir, credentials } = tenantKeys(['team-a']);
-    try {
-      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`]);
-      await testClient(gw, bucket).ensureBucket();
-      const s3 = sdkClient(gw.url, { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret' });
-      try {
-        const upload = async (key: string): Promise<string> => (await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }))).UploadId as string;
-        const part = (key: string, uploadId: string, n: number): Promise<unknown> => s3.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: randomBytes(CHUNK) }));
-        const id = await upload('big/000');
-        for (let n = 1; n <= 3; n++) await part('big/000', id, n);
-        expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(3 * CHUNK);
-        expect(gw.gateway.capacity?.usage()[0]).toMatchObject({ uploadBytes: 3 * CHUNK, bytes: 3 * CHUNK });
-        // A fourth part would still fit; past the quota, with nothing of its own to evict, refused.
-        await part('big/000', id, 4);
-        const refused = await part('big/000', id, 5).then(() => undefined, (error: S3ServiceException) => error);
-        expect(refused?.$metadata.httpStatusCode).toBe(403);
-        expect(refused?.$response?.headers['x-objectcache-error-code']).toBe('OC_ERR_QUOTA_EXCEEDED');
-        // Another upload's parts count too: the quota holds over every upload of the tenant.
-        const other = await upload('big/001');
-        expect(await part('big/001', other, 1).then(() => 'stored', () => 'refused')).toBe('refused');
-        // Aborted: its parts count no more.
-        await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/000', UploadId: id }));
-        expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(0);
-        await part('big/001', other, 1);
-        expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(CHUNK);
-        await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/001', UploadId: other }));
-      } finally {
-        s3.destroy();
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  it('counts the parts of an unfinished multipart upload against the quota and the budget from the first, and frees them when it ends', () =>
+    withTenants(backend, ['team-a'], ['--tenant-quota', `team-a=${4 * CHUNK}`], async (gw, bucket, as) => {
+      const s3 = as('team-a');
+      const upload = async (key: string): Promise<string> => (await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }))).UploadId as string;
+      const part = (key: string, uploadId: string, n: number): Promise<unknown> => s3.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: randomBytes(CHUNK) }));
+      const id = await upload('big/000');
+      for (let n = 1; n <= 3; n++) await part('big/000', id, n);
+      expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(3 * CHUNK);
+      expect(gw.gateway.capacity?.usage()[0]).toMatchObject({ uploadBytes: 3 * CHUNK, bytes: 3 * CHUNK });
+      // A fourth part would still fit; past the quota, with nothing of its own to evict, refused.
+      await part('big/000', id, 4);
+      const refused = await part('big/000', id, 5).then(() => undefined, (error: S3ServiceException) => error);
+      expect(refused?.$metadata.httpStatusCode).toBe(403);
+      expect(refused?.$response?.headers['x-objectcache-error-code']).toBe('OC_ERR_QUOTA_EXCEEDED');
+      // Another upload's parts count too: the quota holds over every upload of the tenant.
+      const other = await upload('big/001');
+      expect(await part('big/001', other, 1).then(() => 'stored', () => 'refused')).toBe('refused');
+      // Aborted: its parts count no more.
+      await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/000', UploadId: id }));
+      expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(0);
+      await part('big/001', other, 1);
+      expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(CHUNK);
+      await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/001', UploadId: other }));
+    }));
 
-  it('counts a browser-form upload against the quota before it is stored, as a PUT', async () => {
-    const bucket = uniqueBucket('cap');
-    const { dir, credentials } = tenantKeys(['team-a']);
-    try {
-      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`]);
-      await testClient(gw, bucket).ensureBucket();
-      const s3 = sdkClient(gw.url, { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret' });
-      try {
-        const form = async (key: string, bytes: number): Promise<Response> => {
-          const { url, fields } = await createPresignedPost(s3, { Bucket: bucket, Key: key, Expires: 300 });
-          const body = new FormData();
-          for (const [name, value] of Object.entries(fields)) body.append(name, value);
-          body.append('file', new Blob([randomBytes(bytes)]), 'f.bin');
-          return fetch(url, { method: 'POST', body });
-        };
-        const refused = await form('forms/big', 8 * CHUNK);
-        expect(refused.status).toBe(403);
-        expect(refused.headers.get('x-objectcache-error-code')).toBe('OC_ERR_QUOTA_EXCEEDED');
-        expect(await exists(s3, bucket, 'forms/big')).toBe(false);
-        expect((await form('forms/small', CHUNK)).status).toBe(204);
-        await waitFor('the form upload is learnt', () => gw.gateway.capacity?.tenantBytes('team-a') === CHUNK);
-      } finally {
-        s3.destroy();
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  it('counts a browser-form upload against the quota before it is stored, as a PUT', () =>
+    withTenants(backend, ['team-a'], ['--tenant-quota', `team-a=${4 * CHUNK}`], async (gw, bucket, as) => {
+      const s3 = as('team-a');
+      const form = async (key: string, bytes: number): Promise<Response> => {
+        const { url, fields } = await createPresignedPost(s3, { Bucket: bucket, Key: key, Expires: 300 });
+        const body = new FormData();
+        for (const [name, value] of Object.entries(fields)) body.append(name, value);
+        body.append('file', new Blob([randomBytes(bytes)]), 'f.bin');
+        return fetch(url, { method: 'POST', body });
+      };
+      const refused = await form('forms/big', 8 * CHUNK);
+      expect(refused.status).toBe(403);
+      expect(refused.headers.get('x-objectcache-error-code')).toBe('OC_ERR_QUOTA_EXCEEDED');
+      expect(await exists(s3, bucket, 'forms/big')).toBe(false);
+      expect((await form('forms/small', CHUNK)).status).toBe(204);
+      await waitFor('the form upload is learnt', () => gw.gateway.capacity?.tenantBytes('team-a') === CHUNK);
+    }));
 
   it('aborts a multipart upload left unfinished past --multipart-expiry, and frees its parts', async () => {
     const bucket = uniqueBucket('cap');
@@ -344,49 +338,31 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     }
   });
 
-  it("records the copier as a copy's tenant, and the source's chain only for the copier's own chunk", async () => {
-    const bucket = uniqueBucket('cap');
-    const { dir, credentials } = tenantKeys(['victim', 'mallory']);
-    try {
-      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials]);
-      await testClient(gw, bucket).ensureBucket();
+  it("records the copier as a copy's tenant, and the source's chain only for the copier's own chunk", () =>
+    withTenants(backend, ['victim', 'mallory'], [], async (gw, bucket, as) => {
       // Written as one prefix: the second chunk records the first as the one before it.
       const victim = { keys: ['v/000', 'v/001'] };
       await clientAs(gw, bucket, 'victim').putChunks(victim.keys, [randomBytes(CHUNK), randomBytes(CHUNK)]);
-      const as = (who: string): S3Client => sdkClient(gw.url, { accessKeyId: `${who}-key`, secretAccessKey: `${who}-secret` });
       const mallory = as('mallory');
       const owner = as('victim');
-      try {
-        await mallory.send(new CopyObjectCommand({ Bucket: bucket, Key: 'm/copy', CopySource: `${bucket}/${victim.keys[1]}` }));
-        const copied = await mallory.send(new HeadObjectCommand({ Bucket: bucket, Key: 'm/copy' }));
-        expect(copied.Metadata?.['objectcache-tenant']).toBe('mallory');
-        expect(copied.Metadata?.['objectcache-after']).toBeUndefined();
-        expect(copied.ContentType).toBe('application/octet-stream');
-        await waitFor('the copy is learnt', () => gw.gateway.capacity?.chunk(bucket, 'm/copy') !== undefined);
-        expect(gw.gateway.capacity?.chunk(bucket, 'm/copy')).toMatchObject({ tenant: 'mallory', size: CHUNK });
-        expect(gw.gateway.capacity?.tenantBytes('victim')).toBe(2 * CHUNK);
-        // The owner's own copy keeps its chain (it is the owner's to write).
-        await owner.send(new CopyObjectCommand({ Bucket: bucket, Key: 'v/copy', CopySource: `${bucket}/${victim.keys[1]}` }));
-        const own = await owner.send(new HeadObjectCommand({ Bucket: bucket, Key: 'v/copy' }));
-        expect(own.Metadata).toMatchObject({ 'objectcache-tenant': 'victim', 'objectcache-after': victim.keys[0] });
-      } finally {
-        mallory.destroy();
-        owner.destroy();
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+      await mallory.send(new CopyObjectCommand({ Bucket: bucket, Key: 'm/copy', CopySource: `${bucket}/${victim.keys[1]}` }));
+      const copied = await mallory.send(new HeadObjectCommand({ Bucket: bucket, Key: 'm/copy' }));
+      expect(copied.Metadata?.['objectcache-tenant']).toBe('mallory');
+      expect(copied.Metadata?.['objectcache-after']).toBeUndefined();
+      expect(copied.ContentType).toBe('application/octet-stream');
+      await waitFor('the copy is learnt', () => gw.gateway.capacity?.chunk(bucket, 'm/copy') !== undefined);
+      expect(gw.gateway.capacity?.chunk(bucket, 'm/copy')).toMatchObject({ tenant: 'mallory', size: CHUNK });
+      expect(gw.gateway.capacity?.tenantBytes('victim')).toBe(2 * CHUNK);
+      // The owner's own copy keeps its chain (it is the owner's to write).
+      await owner.send(new CopyObjectCommand({ Bucket: bucket, Key: 'v/copy', CopySource: `${bucket}/${victim.keys[1]}` }));
+      const own = await owner.send(new HeadObjectCommand({ Bucket: bucket, Key: 'v/copy' }));
+      expect(own.Metadata).toMatchObject({ 'objectcache-tenant': 'victim', 'objectcache-after': victim.keys[0] });
+    }));
 
-  it("gives a tenant no way to spoof sizes or tenants, or to kill, pin or hold another tenant's chunks", async () => {
-    const bucket = uniqueBucket('cap');
-    const { dir, credentials } = tenantKeys(['victim', 'mallory']);
-    try {
-      const gw = await budgeted(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `victim=${4 * CHUNK},mallory=${4 * CHUNK}`]);
-      await testClient(gw, bucket).ensureBucket();
-      const as = (who: string): ObjectCacheClient => clientAs(gw, bucket, who);
-      const victim = await storePrefix(as('victim'), 'v', 3);
-      const mallory = as('mallory');
+  it("gives a tenant no way to spoof sizes or tenants, or to kill, pin or hold another tenant's chunks", () =>
+    withTenants(backend, ['victim', 'mallory'], ['--tenant-quota', `victim=${4 * CHUNK},mallory=${4 * CHUNK}`], async (gw, bucket, as) => {
+      const victim = await storePrefix(clientAs(gw, bucket, 'victim'), 'v', 3);
+      const mallory = clientAs(gw, bucket, 'mallory');
       // Links naming the victim's chunks after one that does not exist would make them dead.
       await mallory.lookup(['nowhere', ...victim.keys]);
       expect(gw.gateway.capacity?.chunk(bucket, victim.keys[0] as string)?.pred).toBeUndefined();
@@ -396,7 +372,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       await mallory.pin(victim.keys, new Date(Date.now() + 3_600_000));
       expect(gw.gateway.capacity?.usage()[0]?.pinnedBytes).toBe(0);
       // A tenant named by the client, and a size the body does not have, are not what is recorded.
-      const s3 = sdkClient(gw.url, { accessKeyId: 'mallory-key', secretAccessKey: 'mallory-secret' });
+      const s3 = as('mallory');
       s3.middlewareStack.add((next) => async (args) => {
         const request = args.request as { headers: Record<string, string> };
         request.headers['x-amz-meta-objectcache-tenant'] = 'victim';
@@ -408,11 +384,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'm/000' }));
       expect(head.Metadata?.['objectcache-tenant']).toBe('mallory');
       expect(gw.gateway.capacity?.tenantBytes('victim')).toBe(3 * CHUNK);
-      s3.destroy();
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+    }));
 
   it('keeps what it knows across a restart', async () => {
     const bucket = uniqueBucket('cap');
