@@ -14,6 +14,7 @@ import { afterEach, describe, expect, inject, it, vi } from 'vitest';
 import { AbortMultipartUploadCommand, CopyObjectCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListPartsCommand, PutObjectCommand, UploadPartCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { ObjectCacheClient } from '../client/client.js';
+import { Capacity } from '../gateway/capacity/capacity.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
@@ -514,11 +515,13 @@ describe('what walks of the eviction order may hold at once', () => {
     let active = 0;
     let most = 0;
     let walks = 0;
+    let gate: Promise<void> = Promise.resolve();
     const spy = vi.spyOn(ChunkIndex.prototype, 'evictionOrderPaced').mockImplementation(async function* (this: ChunkIndex, ...args: Parameters<ChunkIndex['evictionOrderPaced']>) {
       walks++;
       most = Math.max(most, ++active);
       try {
         await pause(30);
+        await gate;
         yield* original.apply(this, args);
       } finally {
         active--;
@@ -530,8 +533,16 @@ describe('what walks of the eviction order may hold at once', () => {
       expect(coldest.map((c) => c.length)).toEqual([2, 3, 1]);
       expect(most).toBe(1);
       walks = 0;
-      // Twenty admin requests at once: one walk, each answered with its own `top`.
-      const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => fetch(`${gw.gateway.adminUrl}/capacity?top=${i % 4}`).then((r) => r.json() as Promise<{ buckets: { bucket: string; coldest: unknown[] }[] }>)));
+      // Twenty admin requests while one walk is made (it waits until all twenty have arrived):
+      // one walk, each answered with its own `top`.
+      let release = (): void => {};
+      gate = new Promise((resolve) => (release = resolve));
+      const reports = vi.spyOn(Capacity.prototype, 'report');
+      const pending = Promise.all(Array.from({ length: 20 }, (_, i) => fetch(`${gw.gateway.adminUrl}/capacity?top=${i % 4}`).then((r) => r.json() as Promise<{ buckets: { bucket: string; coldest: unknown[] }[] }>)));
+      await waitFor('all twenty requests arrived', () => reports.mock.calls.length === 20);
+      release();
+      const answers = await pending;
+      reports.mockRestore();
       expect(walks).toBe(1);
       answers.forEach((answer, i) => expect(answer.buckets.find((b) => b.bucket === bucket)?.coldest).toHaveLength(i % 4));
     } finally {
