@@ -8,23 +8,25 @@
  * header, as the signed JSON body of `POST /{bucket}?objectcache` (`transport: 'post'`).
  */
 import type { Readable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { escapeUriPath } from '@smithy/util-uri-escape';
-import { XMLParser } from 'fast-xml-parser';
 import type { Dispatcher, Pool } from 'undici';
 import { DESCRIPTOR_HEADER, encodeDescriptorHeader, SEGMENT_CHUNKS_HEADER, MAX_HEADER_DESCRIPTOR_BYTES, parseDescriptor, type Descriptor } from '../schemas/descriptor.js';
 
 export { DESCRIPTOR_HEADER };
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
-import { ERRORS, ObjectCacheError, type ErrorCode } from '../schemas/errors.js';
+import { ObjectCacheError } from '../schemas/errors.js';
+import { DEFAULT_RETRIES } from '../schemas/retry-policy.js';
 import type { EndSummary } from '../schemas/frames.js';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
 import { AFTER_META, recordableAfter } from '../schemas/chain.js';
 import type { Layout } from '../schemas/layouts.js';
-import { SocketRangeClient, type BodyTarget, type RangeAnswer, type RangeAnswerSink, type SocketRequest } from '../storage-worker/socket-range-get.js';
+import { SocketRangeClient, type BodyTarget, type RangeAnswer, type RangeAnswerSink, type SocketRequest } from '../http-range/socket-range-get.js';
+import { errorFromAnswer, errorFromResponse, ERROR_BODY_LIMIT, parseErrorDocument, readCapped, toObjectCacheError, unreachable, withRequestId } from './answers.js';
+import { Deadline, deadlineOf, DEFAULT_DEADLINE_MS } from './deadline.js';
 import { FrameDecoder } from './frame-decoder.js';
+import { retrying } from './retry.js';
 import { toCanonical } from './kv-layout.js';
 
 export { MAX_HEADER_DESCRIPTOR_BYTES };
@@ -40,9 +42,11 @@ export interface ObjectCacheClientOptions {
   readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
   readonly region?: string;
   /**
-   * How often a fetch from a plain-http: gateway is tried again when the gateway refuses it with
-   * a retryable answer (a 503 SlowDown at its limits), before any byte is used: after the
-   * answer's Retry-After (at most 30 s), else 0.2, 0.4, 0.8 s. Default 3, as the Python client.
+   * How often a call is tried again when the gateway refuses it with a retryable answer (a 503
+   * SlowDown at its limits), before any byte of the answer is used, as the one retry policy of
+   * schemas/retry-policy.ts says (after the answer's Retry-After, capped, else a doubling
+   * backoff). Default DEFAULT_RETRIES (3), as the Python client. It is the only retry: the AWS
+   * SDK's own are off.
    */
   readonly retries?: number;
   /**
@@ -51,45 +55,6 @@ export interface ObjectCacheClientOptions {
    * OC_ERR_CLIENT_TIMEOUT, however the gateway trickles its bytes. Default 300,000 (5 minutes).
    */
   readonly deadlineMs?: number;
-}
-
-/** The default of `deadlineMs`. */
-const DEFAULT_DEADLINE_MS = 300_000;
-
-/**
- * One call's deadline: a signal that aborts at `ms` (or with the caller's `outer` signal), and
- * the error a call cut off by it fails with.
- */
-class Deadline {
-  readonly signal: AbortSignal;
-  readonly #timer: AbortSignal;
-  readonly #ms: number;
-  readonly #what: string;
-  constructor(ms: number, what: string, outer?: AbortSignal) {
-    this.#ms = ms;
-    this.#what = what;
-    this.#timer = AbortSignal.timeout(ms);
-    this.signal = outer ? AbortSignal.any([outer, this.#timer]) : this.#timer;
-  }
-
-  get expired(): boolean {
-    return this.#timer.aborted;
-  }
-
-  /** OC_ERR_CLIENT_TIMEOUT in place of whatever a call cut off by its deadline failed with. */
-  error(cause?: unknown): ObjectCacheError {
-    return new ObjectCacheError('OC_ERR_CLIENT_TIMEOUT', `${this.#what} did not finish within its deadline of ${this.#ms} ms`, cause !== undefined ? { cause } : {});
-  }
-
-  /** Runs `op`; a failure after the deadline passed is the deadline's. */
-  async run<T>(op: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    try {
-      return await op(this.signal);
-    } catch (error) {
-      if (this.expired) throw this.error(error);
-      throw error;
-    }
-  }
 }
 
 export type Transport = 'auto' | 'get' | 'post';
@@ -150,62 +115,6 @@ export function withDescriptor(command: GetObjectCommand, descriptor: Descriptor
   return command;
 }
 
-const errorXml = new XMLParser({ parseTagValue: false, processEntities: true });
-
-/** The Code and Message of an S3 error document (absent when the body is not one). */
-function parseErrorDocument(xml: string): { code?: string; message?: string } {
-  try {
-    const doc = errorXml.parse(xml) as { Error?: { Code?: unknown; Message?: unknown } };
-    const text = (v: unknown): string | undefined => (typeof v === 'string' || typeof v === 'number' ? String(v) : undefined);
-    const code = text(doc.Error?.Code);
-    const message = text(doc.Error?.Message);
-    return { ...(code !== undefined ? { code } : {}), ...(message !== undefined ? { message } : {}) };
-  } catch {
-    return {};
-  }
-}
-
-/**
- * The gateway's answer to a refused request as an ObjectCacheError: its stable code (the
- * `x-objectcache-error-code` header, else the S3 code's), whether a retry may succeed (the
- * `x-objectcache-retryable` header, else the code's), and the request id (`x-amz-request-id`).
- */
-function errorFromAnswer(status: number, parsed: { code?: string; message?: string }, header: (name: string) => string | undefined, cause?: unknown): ObjectCacheError {
-  const s3Code = parsed.code ?? 'Unknown';
-  const message = parsed.message ?? `the gateway answered ${status}`;
-  const headerCode = header('x-objectcache-error-code');
-  const code = headerCode !== undefined && headerCode in ERRORS ? (headerCode as ErrorCode) : codeForS3(s3Code, status);
-  const retryable = header('x-objectcache-retryable');
-  const requestId = header('x-amz-request-id');
-  return new ObjectCacheError(code, message, {
-    details: { S3Code: s3Code, Status: status, ...(requestId !== undefined ? { RequestId: requestId } : {}) },
-    ...(retryable === 'true' || retryable === 'false' ? { retryable: retryable === 'true' } : {}),
-    ...(cause !== undefined ? { cause } : {}),
-  });
-}
-
-/** An error met while reading a stream (an ERROR frame, a broken stream), naming the request as an error answer does. */
-function withRequestId(error: unknown, requestId: string | undefined): unknown {
-  if (!(error instanceof ObjectCacheError) || requestId === undefined || error.details['RequestId'] !== undefined) return error;
-  return new ObjectCacheError(error.code, error.message, { details: { ...error.details, RequestId: requestId }, retryable: error.retryable, cause: error.cause ?? error });
-}
-
-function codeForS3(s3Code: string, status: number): ErrorCode {
-  const match = (Object.entries(ERRORS) as [ErrorCode, { status: number; s3Code: string }][]).find(([, spec]) => spec.s3Code === s3Code && spec.status === status);
-  return match ? match[0] : status === 503 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_INTERNAL';
-}
-
-/** Errors that say the gateway could not be reached at all (so another one may be tried). */
-const UNREACHABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_CLOSED']);
-
-function unreachable(error: unknown): boolean {
-  for (let e = error as { code?: unknown; cause?: unknown; errors?: unknown[] } | undefined, depth = 0; e && depth < 5; e = e.cause as typeof e, depth++) {
-    if (typeof e.code === 'string' && UNREACHABLE.has(e.code)) return true;
-    if (Array.isArray(e.errors) && e.errors.some(unreachable)) return true;
-  }
-  return false;
-}
-
 interface Endpoint {
   readonly url: URL;
   readonly s3: S3Client;
@@ -223,38 +132,8 @@ function descriptorKey(input: DescriptorInput): string {
 
 /** How long a fetch's connection may be idle: waiting for the answer, or between its bytes (undici's default). */
 const FETCH_IDLE_TIMEOUT_MS = 300_000;
-/** The part of an error answer's body that is read. */
-const ERROR_BODY_LIMIT = 64 * 1024;
 /** The longest answer to lookup or pin that is read (each is a few bytes of JSON). */
 const ANSWER_BODY_LIMIT = 64 * 1024;
-
-/**
- * Up to `limit` bytes of a body, as UTF-8; the rest is not read (the connection is closed), so
- * a broken or hostile server cannot make the client hold more. `whole` says whether that was all.
- */
-async function readCapped(body: Readable, limit: number): Promise<{ text: string; whole: boolean }> {
-  const chunks: Buffer[] = [];
-  let bytes = 0;
-  for await (const chunk of body) {
-    const b = chunk as Buffer;
-    chunks.push(b.subarray(0, limit - bytes));
-    bytes += b.byteLength;
-    if (bytes > limit) {
-      body.destroy();
-      return { text: Buffer.concat(chunks).toString('utf8'), whole: false };
-    }
-  }
-  return { text: Buffer.concat(chunks).toString('utf8'), whole: true };
-}
-
-/** The longest Retry-After a fetch waits for (the Python client's MAX_RETRY_AFTER_S). */
-const MAX_RETRY_AFTER_MS = 30_000;
-
-/** How long to wait before try `attempt` (1, 2, ...) after a refusal: its Retry-After, else doubling from 0.2 s. */
-function retryDelayMs(retryAfter: string | undefined, attempt: number): number {
-  const seconds = retryAfter !== undefined && /^\d+(\.\d+)?$/.test(retryAfter.trim()) ? Number(retryAfter) : 0.1 * 2 ** attempt;
-  return Math.min(seconds * 1000, MAX_RETRY_AFTER_MS);
-}
 
 /**
  * The stream's body as the decoder places it: every socket read goes where `FrameDecoder.next()`
@@ -303,7 +182,7 @@ export class ObjectCacheClient {
 
   constructor(options: ObjectCacheClientOptions) {
     this.bucket = options.bucket;
-    this.#retries = options.retries ?? 3;
+    this.#retries = options.retries ?? DEFAULT_RETRIES;
     if (!Number.isInteger(this.#retries) || this.#retries < 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `retries must be a whole number of at least 0, got ${options.retries}`);
     this.#deadlineMs = deadlineOf(options.deadlineMs, DEFAULT_DEADLINE_MS);
     const region = options.region ?? 'us-east-1';
@@ -311,7 +190,8 @@ export class ObjectCacheClient {
     if (urls.length === 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'the client needs at least one endpoint');
     this.#endpoints = urls.map((endpoint) => {
       const url = new URL(endpoint);
-      const s3 = new S3Client({ endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 2 });
+      // maxAttempts 1: the SDK's own retries are off, the client's one policy decides (client/retry.ts).
+      const s3 = new S3Client({ endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 1 });
       const sockets = url.protocol === 'http:' ? new SocketRangeClient({ endpoint: url, connections: 8, timeoutMs: FETCH_IDLE_TIMEOUT_MS, ...options.credentials, region, peer: 'the gateway' }) : undefined;
       return { url, s3, sockets, ...signingPool({ endpoint: url, ...options.credentials, region, pool: { connections: 8 } }) };
     });
@@ -327,7 +207,10 @@ export class ObjectCacheClient {
     return (this.#endpoints[this.#current] as Endpoint).url.origin;
   }
 
-  /** Runs `op` on the endpoint in use; when that gateway cannot be reached, on the next ones in turn. */
+  /**
+   * Runs `op` on the endpoint in use; when that gateway cannot be reached, on the next ones in
+   * turn; when none can, fails with OC_ERR_BACKEND_UNAVAILABLE (not a refusal: never retried).
+   */
   async #failover<T>(op: (endpoint: Endpoint) => Promise<T>): Promise<T> {
     let last: unknown;
     for (let tried = 0; tried < this.#endpoints.length; tried++) {
@@ -341,17 +224,37 @@ export class ObjectCacheClient {
         last = error;
       }
     }
-    throw last;
+    throw this.#unreachable(last);
+  }
+
+  #unreachable(last: unknown): ObjectCacheError {
+    return new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', `cannot reach the gateway at ${this.#endpoints.map((e) => e.url.origin).join(', ')}: ${(last as Error).message}`, { cause: last, retryable: true });
+  }
+
+  /**
+   * One call through the AWS SDK on the endpoints in turn: what it fails with as an
+   * ObjectCacheError (an S3ServiceException by its code and status, the original as `cause`).
+   */
+  async #sdkSend<T>(what: string, send: (s3: S3Client) => Promise<T>): Promise<T> {
+    try {
+      return await this.#failover((e) => send(e.s3));
+    } catch (error) {
+      throw toObjectCacheError(error, what);
+    }
+  }
+
+  /** One call through the AWS SDK under the retry policy and the call's deadline. */
+  #sdk<T>(what: string, send: (s3: S3Client, signal: AbortSignal) => Promise<T>): Promise<T> {
+    return retrying(this.#retries, new Deadline(this.#deadlineMs, what), (signal) => this.#sdkSend(what, (s3) => send(s3, signal)));
   }
 
   /** Creates the bucket unless it exists. */
   async ensureBucket(): Promise<void> {
-    const deadline = new Deadline(this.#deadlineMs, 'CreateBucket');
     try {
-      await deadline.run((signal) => this.#failover((e) => e.s3.send(new CreateBucketCommand({ Bucket: this.bucket }), { abortSignal: signal })));
+      await this.#sdk('CreateBucket', (s3, abortSignal) => s3.send(new CreateBucketCommand({ Bucket: this.bucket }), { abortSignal }));
     } catch (error) {
-      const name = (error as S3ServiceException).name;
-      if (name !== 'BucketAlreadyOwnedByYou' && name !== 'BucketAlreadyExists') throw error;
+      const s3Code = (error as ObjectCacheError).details['S3Code'];
+      if (s3Code !== 'BucketAlreadyOwnedByYou' && s3Code !== 'BucketAlreadyExists') throw error;
     }
   }
 
@@ -377,30 +280,33 @@ export class ObjectCacheClient {
         const after = i > 0 && options.chain !== false ? (keys[i - 1] as string) : undefined;
         // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
         if (after !== undefined && recordableAfter(after)) metadata[AFTER_META] = after;
-        const deadline = new Deadline(this.#deadlineMs, `PutObject ${keys[i] as string}`);
-        await deadline.run((signal) => this.#failover((e) => e.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata }), { abortSignal: signal })));
+        const command = new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata });
+        await this.#sdk(`PutObject ${keys[i] as string}`, (s3, abortSignal) => s3.send(command, { abortSignal }));
       }
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, keys.length) }, lane));
   }
 
-  async #signedPost(query: string, body: Buffer, signal?: AbortSignal): Promise<{ statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }> {
+  /**
+   * A signed POST of `?{query}` on the endpoints in turn: its response when the gateway answered
+   * 200, else its refusal (or the failure to reach it) as an ObjectCacheError.
+   */
+  async #signedPost(query: string, body: Buffer, signal: AbortSignal): Promise<{ headers: Record<string, string | string[] | undefined>; body: Readable }> {
     const path = escapeUriPath(`/${this.bucket}`);
-    const response = await this.#failover((e) => e.http.request({ method: 'POST', path: `${path}?${query}=`, headers: { 'content-type': 'application/json', 'content-length': String(body.length) }, body, signal: signal ?? null }));
-    return { statusCode: response.statusCode, headers: response.headers, body: response.body };
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await this.#failover((e) => e.http.request({ method: 'POST', path: `${path}?${query}=`, headers: { 'content-type': 'application/json', 'content-length': String(body.length) }, body, signal }));
+    } catch (error) {
+      throw signal.aborted ? error : toObjectCacheError(error, query);
+    }
+    if (response.statusCode !== 200) throw await errorFromResponse(response);
+    return { headers: response.headers, body: response.body };
   }
 
-  async #failure(response: { statusCode: number; headers: Record<string, string | string[] | undefined>; body: Readable }): Promise<ObjectCacheError> {
-    let text = '';
-    try {
-      ({ text } = await readCapped(response.body, ERROR_BODY_LIMIT));
-    } catch {
-      // Cut off: the status and headers still say what went wrong.
-    }
-    return errorFromAnswer(response.statusCode, parseErrorDocument(text), (name) => {
-      const value = response.headers[name];
-      return typeof value === 'string' ? value : undefined;
-    });
+  /** A POST of JSON to `?{query}` and its JSON answer, under the retry policy and the call's deadline. */
+  #postJson<T>(query: string, document: unknown): Promise<T> {
+    const body = Buffer.from(JSON.stringify(document));
+    return retrying(this.#retries, new Deadline(this.#deadlineMs, query), async (signal) => this.#answer<T>((await this.#signedPost(query, body, signal)).body, query));
   }
 
   /**
@@ -409,14 +315,10 @@ export class ObjectCacheClient {
    */
   async lookup(keys: readonly string[], keyPrefix = '', geometry?: { readonly layers: number; readonly layerBytes: number }): Promise<number> {
     const body = { keys, keyPrefix, ...(geometry ? { layers: geometry.layers, layerBytes: geometry.layerBytes } : {}) };
-    return new Deadline(this.#deadlineMs, 'objectcache-lookup').run(async (signal) => {
-      const response = await this.#signedPost('objectcache-lookup', Buffer.from(JSON.stringify(body)), signal);
-      if (response.statusCode !== 200) throw await this.#failure(response);
-      const { matched } = await this.#answer<{ matched?: unknown }>(response.body, 'objectcache-lookup');
-      // A count of what was asked: a whole number from 0 to the keys named.
-      if (typeof matched !== 'number' || !Number.isInteger(matched) || matched < 0 || matched > keys.length) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-lookup has no matched count between 0 and ${keys.length}: ${JSON.stringify(matched)}`);
-      return matched;
-    });
+    const { matched } = await this.#postJson<{ matched?: unknown }>('objectcache-lookup', body);
+    // A count of what was asked: a whole number from 0 to the keys named.
+    if (typeof matched !== 'number' || !Number.isInteger(matched) || matched < 0 || matched > keys.length) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-lookup has no matched count between 0 and ${keys.length}: ${JSON.stringify(matched)}`);
+    return matched;
   }
 
   /**
@@ -426,18 +328,20 @@ export class ObjectCacheClient {
    */
   async pin(keys: readonly string[], until: Date | null): Promise<Date | null> {
     const body = { keys, until: until === null ? null : until.toISOString() };
-    return new Deadline(this.#deadlineMs, 'objectcache-pin').run(async (signal) => {
-      const response = await this.#signedPost('objectcache-pin', Buffer.from(JSON.stringify(body)), signal);
-      if (response.statusCode !== 200) throw await this.#failure(response);
-      const answer = await this.#answer<{ until?: unknown }>(response.body, 'objectcache-pin');
-      if (answer.until !== null && (typeof answer.until !== 'string' || Number.isNaN(Date.parse(answer.until)))) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-pin has no time: ${JSON.stringify(answer.until)}`);
-      return answer.until === null ? null : new Date(answer.until);
-    });
+    const answer = await this.#postJson<{ until?: unknown }>('objectcache-pin', body);
+    if (answer.until !== null && (typeof answer.until !== 'string' || Number.isNaN(Date.parse(answer.until)))) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-pin has no time: ${JSON.stringify(answer.until)}`);
+    return answer.until === null ? null : new Date(answer.until);
   }
 
   /** A JSON answer of at most ANSWER_BODY_LIMIT bytes; anything else is the gateway's protocol error. */
   async #answer<T>(body: Readable, what: string): Promise<T> {
-    const { text, whole } = await readCapped(body, ANSWER_BODY_LIMIT);
+    let read: { text: string; whole: boolean };
+    try {
+      read = await readCapped(body, ANSWER_BODY_LIMIT);
+    } catch (error) {
+      throw new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the answer to ${what} broke off: ${(error as Error).message}`, { cause: error });
+    }
+    const { text, whole } = read;
     if (!whole) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is longer than ${ANSWER_BODY_LIMIT} bytes`);
     let answer: unknown;
     try {
@@ -449,37 +353,29 @@ export class ObjectCacheClient {
     return answer as T;
   }
 
-  /** The response body of a layerwise GET, the gateway's id of the request, and its segment header. */
-  async #open(input: DescriptorInput, transport: 'get' | 'post', signal?: AbortSignal): Promise<{ body: Readable; requestId: string | undefined; segmentChunks: number }> {
+  /**
+   * One try at opening a layerwise GET through undici or the AWS SDK (behind TLS): the response
+   * body, the gateway's id of the request, and its segment header; or the refusal.
+   */
+  async #open(input: DescriptorInput, transport: 'get' | 'post', signal: AbortSignal): Promise<{ body: Readable; requestId: string | undefined; segmentChunks: number }> {
     if (transport === 'post') {
       const response = await this.#signedPost('objectcache', Buffer.from(JSON.stringify(input)), signal);
-      if (response.statusCode !== 200) throw await this.#failure(response);
       const requestId = response.headers['x-amz-request-id'];
       return { body: response.body, requestId: typeof requestId === 'string' ? requestId : undefined, segmentChunks: segmentChunksOf(response.headers[SEGMENT_CHUNKS_HEADER]) };
     }
-    const key = descriptorKey(input);
-    try {
-      // The SDK's output has no field for the gateway's own headers: taken from the raw response.
-      let segmentChunks = 0;
-      const command = withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: key }), input);
-      command.middlewareStack.add(
-        (next) => async (args) => {
-          const out = await next(args);
-          segmentChunks = segmentChunksOf((out.response as { headers?: Record<string, string> } | undefined)?.headers?.[SEGMENT_CHUNKS_HEADER]);
-          return out;
-        },
-        { step: 'deserialize', name: 'objectcacheSegmentChunks' },
-      );
-      const output = await this.#failover((e) => e.s3.send(command, signal ? { abortSignal: signal } : {}));
-      return { body: output.Body as Readable, requestId: output.$metadata.requestId, segmentChunks };
-    } catch (error) {
-      if (error instanceof S3ServiceException) {
-        const headers = (error.$response?.headers ?? {}) as Record<string, string | undefined>;
-        const status = error.$metadata.httpStatusCode ?? 0;
-        throw errorFromAnswer(status, { code: error.name, message: error.message }, (name) => headers[name] ?? (name === 'x-amz-request-id' ? error.$metadata.requestId : undefined), error);
-      }
-      throw error;
-    }
+    // The SDK's output has no field for the gateway's own headers: taken from the raw response.
+    let segmentChunks = 0;
+    const command = withDescriptor(new GetObjectCommand({ Bucket: this.bucket, Key: descriptorKey(input) }), input);
+    command.middlewareStack.add(
+      (next) => async (args) => {
+        const out = await next(args);
+        segmentChunks = segmentChunksOf((out.response as { headers?: Record<string, string> } | undefined)?.headers?.[SEGMENT_CHUNKS_HEADER]);
+        return out;
+      },
+      { step: 'deserialize', name: 'objectcacheSegmentChunks' },
+    );
+    const output = await this.#sdkSend('the descriptor GET', (s3) => s3.send(command, { abortSignal: signal }));
+    return { body: output.Body as Readable, requestId: output.$metadata.requestId, segmentChunks };
   }
 
   /** Fetches the prefix's KV: every layer lands in the target, each announced when ready. */
@@ -506,18 +402,28 @@ export class ObjectCacheClient {
       },
     });
     const deadline = new Deadline(deadlineOf(options.deadlineMs, this.#deadlineMs), 'the descriptor GET', options.signal);
+    if (this.#endpoints.every((e) => e.sockets !== undefined)) {
+      const request = this.#socketRequest(input, transport);
+      const { summary, segmentChunks } = await retrying(this.#retries, deadline, (signal) => this.#receive(request, decoder, signal));
+      return { target, layerStride, summary, timeline, transport, segmentChunks };
+    }
+    const { body, requestId, segmentChunks } = await retrying(this.#retries, deadline, (signal) => this.#open(input, transport, signal));
     return deadline.run(async (signal) => {
-      if (this.#endpoints.every((e) => e.sockets !== undefined)) {
-        const { summary, segmentChunks } = await this.#receive(input, transport, decoder, signal);
-        return { target, layerStride, summary, timeline, transport, segmentChunks };
-      }
-      const { body, requestId, segmentChunks } = await this.#open(input, transport, signal);
+      // Whether a failure is the decoder's (or the caller's onLayerReady, passed on as it is), not the connection's.
+      let decoding = false;
       try {
-        for await (const chunk of body) decoder.push(chunk as Uint8Array);
+        for await (const chunk of body) {
+          decoding = true;
+          decoder.push(chunk as Uint8Array);
+          decoding = false;
+        }
+        decoding = true;
         return { target, layerStride, summary: decoder.finish(), timeline, transport, segmentChunks };
       } catch (error) {
         body.destroy();
-        throw withRequestId(error, requestId);
+        if (decoding || signal.aborted) throw withRequestId(error, requestId);
+        // A connection that broke once the answer had begun: the stream is incomplete.
+        throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
       }
     });
   }
@@ -525,32 +431,20 @@ export class ObjectCacheClient {
   /**
    * A fetch from plain-http: gateways: the stream is read with the kernel writing each payload
    * byte straight into its place in the target (as the gateway reads the store,
-   * storage-worker/socket-range-get.ts), where a stream of network chunks costs a fresh buffer and
+   * http-range/socket-range-get.ts), where a stream of network chunks costs a fresh buffer and
    * a copy per socket read (measured in docs/clients.md). A gateway that cannot be reached before
    * it answers is tried once more on a new connection (an idle one may have been closing), then
    * the next one; a retryable refusal is tried again after its Retry-After (`retries`); once the
    * answer has begun, a broken connection ends the fetch.
    */
-  async #receive(input: DescriptorInput, transport: 'get' | 'post', decoder: FrameDecoder, signal: AbortSignal | undefined): Promise<{ summary: EndSummary; segmentChunks: number }> {
-    const request: SocketRequest =
-      transport === 'post'
-        ? { method: 'POST', path: escapeUriPath(`/${this.bucket}`), query: [['objectcache', '']], headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(input)) }
-        : { method: 'GET', path: escapeUriPath(`/${this.bucket}/${descriptorKey(input)}`), headers: { [DESCRIPTOR_HEADER]: encodeDescriptorHeader(input) } };
-    const live = signal ?? new AbortController().signal;
-    for (let attempt = 1; ; attempt++) {
-      const outcome = await this.#receiveOnce(request, decoder, live);
-      if ('summary' in outcome) return outcome;
-      if (!outcome.refused.retryable || attempt > this.#retries) throw outcome.refused;
-      try {
-        await sleep(retryDelayMs(outcome.retryAfter, attempt), undefined, { signal: live });
-      } catch {
-        throw live.reason;
-      }
-    }
+  #socketRequest(input: DescriptorInput, transport: 'get' | 'post'): SocketRequest {
+    return transport === 'post'
+      ? { method: 'POST', path: escapeUriPath(`/${this.bucket}`), query: [['objectcache', '']], headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(input)) }
+      : { method: 'GET', path: escapeUriPath(`/${this.bucket}/${descriptorKey(input)}`), headers: { [DESCRIPTOR_HEADER]: encodeDescriptorHeader(input) } };
   }
 
-  /** One try of a fetch, on the endpoint in use and then the others: the END summary, or the gateway's refusal. */
-  async #receiveOnce(request: SocketRequest, decoder: FrameDecoder, live: AbortSignal): Promise<{ summary: EndSummary; segmentChunks: number } | { refused: ObjectCacheError; retryAfter: string | undefined }> {
+  /** One try of a fetch over sockets, on the endpoint in use and then the others: the END summary, or the gateway's refusal. */
+  async #receive(request: SocketRequest, decoder: FrameDecoder, live: AbortSignal): Promise<{ summary: EndSummary; segmentChunks: number }> {
     let last: unknown;
     for (let tried = 0; tried < this.#endpoints.length; tried++) {
       const index = (this.#current + tried) % this.#endpoints.length;
@@ -576,16 +470,17 @@ export class ObjectCacheClient {
           // A refusal whose body was cut off: its status and headers still say what went wrong.
           if (answered !== undefined && answeredStatus !== 200) {
             const headers = answered;
-            return { refused: errorFromAnswer(answeredStatus, {}, (name) => headers[name], error), retryAfter: headers['retry-after'] };
+            throw errorFromAnswer(answeredStatus, {}, (name) => headers[name], error);
           }
           if (answered !== undefined) throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
           // Not reached (refused, reset or closed before any answer): again, then the next gateway.
-          if (!(error instanceof ObjectCacheError) || error.code !== 'OC_ERR_BACKEND_UNAVAILABLE') throw error;
+          if (!(error instanceof ObjectCacheError)) throw toObjectCacheError(error, 'the descriptor GET');
+          if (error.code !== 'OC_ERR_BACKEND_UNAVAILABLE') throw error;
           last = error;
           continue;
         }
         this.#current = index;
-        if (answer.status !== 200) return { refused: errorFromAnswer(answer.status, parseErrorDocument(answer.text ?? ''), (name) => answer.headers[name]), retryAfter: answer.headers['retry-after'] };
+        if (answer.status !== 200) throw errorFromAnswer(answer.status, parseErrorDocument(answer.text ?? ''), (name) => answer.headers[name]);
         try {
           return { summary: decoder.finish(), segmentChunks: segmentChunksOf(answer.headers[SEGMENT_CHUNKS_HEADER]) };
         } catch (error) {
@@ -593,7 +488,7 @@ export class ObjectCacheClient {
         }
       }
     }
-    throw new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', `cannot reach the gateway at ${this.#endpoints.map((e) => e.url.origin).join(', ')}: ${(last as Error).message}`, { cause: last, retryable: true });
+    throw this.#unreachable(last);
   }
 
   /** The same fetch as an async iterator of ready layers; leaving the loop early cancels it. */
@@ -651,12 +546,4 @@ export class ObjectCacheClient {
     for (const e of this.#endpoints) e.s3.destroy();
     await Promise.all(this.#endpoints.flatMap((e) => [e.pool.close(), e.sockets?.close()]));
   }
-}
-
-/** A deadline in ms, checked: `given` when set, else `fallback`. */
-function deadlineOf(given: number | undefined, fallback: number): number {
-  if (given === undefined) return fallback;
-  // Node's timers take whole milliseconds up to 2^31 - 1 (24.8 days); past that one fires at once.
-  if (!Number.isSafeInteger(given) || given <= 0 || given > 2 ** 31 - 1) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `deadlineMs must be a whole number of milliseconds from 1 to 2147483647, got ${given}`);
-  return given;
 }

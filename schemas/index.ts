@@ -12,3 +12,4 @@ export { LAYOUTS, PRESETS, layerRanges, presetNamed } from './layouts.js';
 export type { ByteRange, Layout, ModelPreset } from './layouts.js';
 export { FRAME_HEADER_BYTES, FrameType, PREAMBLE_BYTES, STREAM_CONTENT_TYPE, STREAM_MAGIC, STREAM_VERSION, checkPreamble, decodeFrameHeader, encodeFrameHeader, encodePreamble } from './frames.js';
 export type { EndSummary, ErrorPayload, FrameHeader } from './frames.js';
+export { DEFAULT_RETRIES, FIRST_BACKOFF_MS, MAX_RETRY_AFTER_MS, RETRY_AFTER, retryDelayMs } from './retry-policy.js';

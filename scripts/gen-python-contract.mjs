@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const COMMAND = 'npm run -s build && node scripts/gen-python-contract.mjs';
-const SOURCES = ['errors', 'frames', 'encoded-chunk', 'integrity', 'chain', 'descriptor', 'descriptor-schema', 'layouts'];
+const SOURCES = ['errors', 'retry-policy', 'frames', 'encoded-chunk', 'integrity', 'chain', 'descriptor', 'descriptor-schema', 'layouts'];
 
 const args = process.argv.slice(2);
 const check = args.includes('--check');
@@ -33,7 +33,7 @@ for (const name of SOURCES) {
   if (!existsSync(js) || statSync(js).mtimeMs < statSync(ts).mtimeMs) fail(`dist/schemas/${name}.js is missing or older than schemas/${name}.ts: run npm run -s build first`);
 }
 const load = (name) => import(new URL(`../dist/schemas/${name}.js`, import.meta.url).href);
-const [errors, frames, encoded, integrity, chain, descriptor, descriptorSchema, layouts] = await Promise.all(SOURCES.map(load));
+const [errors, retryPolicy, frames, encoded, integrity, chain, descriptor, descriptorSchema, layouts] = await Promise.all(SOURCES.map(load));
 const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 
 function same(a, b, what) {
@@ -51,6 +51,12 @@ function bytesLiteral(value) {
 function int(value, what) {
   if (!Number.isSafeInteger(value)) fail(`${what} is not an integer: ${value}`);
   return String(value);
+}
+/** A Python float literal of a number of ms, in seconds (30000 is 30.0). */
+function seconds(ms, what) {
+  if (!Number.isFinite(ms) || ms < 0) fail(`${what} is not a duration: ${ms}`);
+  const s = ms / 1000;
+  return Number.isInteger(s) ? `${s}.0` : String(s);
 }
 const frozen = (values) => `frozenset(\n    {\n${[...values].sort().map((v) => `        ${str(v)},\n`).join('')}    }\n)`;
 const literal = (values) => `Literal[${values.map(str).join(', ')}]`;
@@ -193,6 +199,15 @@ constant('RETRYABLE_CODES', 'FrozenSet[str]', frozen(retryable), 'The codes for 
   }
   constant('CODES_BY_ANSWER', 'Mapping[Tuple[int, str], str]', `{\n${rows.join('\n')}\n}`, "The code an answer without ours (the store's own, relayed) stands for, by HTTP status and S3 code, where one does.");
 }
+
+section('the retry policy (schemas/retry-policy.ts)');
+// The policy's function, checked against the numbers written here (objectcache/retry.py computes the same).
+for (const [attempt, expected] of [[1, retryPolicy.FIRST_BACKOFF_MS], [2, retryPolicy.FIRST_BACKOFF_MS * 2], [3, retryPolicy.FIRST_BACKOFF_MS * 4]]) same(retryPolicy.retryDelayMs(undefined, attempt), expected, `retryDelayMs(undefined, ${attempt})`);
+same(retryPolicy.retryDelayMs('100000', 1), retryPolicy.MAX_RETRY_AFTER_MS, 'a long Retry-After, capped');
+constant('DEFAULT_RETRIES', 'int', int(retryPolicy.DEFAULT_RETRIES, 'DEFAULT_RETRIES'), 'How often a retryable refusal is tried again unless the client is told otherwise.');
+constant('FIRST_BACKOFF_S', 'float', seconds(retryPolicy.FIRST_BACKOFF_MS, 'FIRST_BACKOFF_MS'), 'The wait before the first retry of an answer without Retry-After, in seconds; doubled at each next one.');
+constant('MAX_RETRY_AFTER_S', 'float', seconds(retryPolicy.MAX_RETRY_AFTER_MS, 'MAX_RETRY_AFTER_MS'), 'The longest Retry-After honoured, in seconds (a longer one is waited for this long).');
+constant('RETRY_AFTER_PATTERN', 'str', str(retryPolicy.RETRY_AFTER.source), 'A Retry-After the clients honour (re.fullmatch): delay-seconds; anything else is ignored and the backoff applies.');
 
 section('the response stream (schemas/frames.ts)');
 constant('STREAM_MAGIC', 'bytes', bytesLiteral(frames.STREAM_MAGIC));

@@ -1,8 +1,8 @@
 # GENERATED FILE, do not edit. Written by scripts/gen-python-contract.mjs from package.json
-# ("version") and schemas/errors.ts, schemas/frames.ts, schemas/encoded-chunk.ts,
-# schemas/integrity.ts, schemas/chain.ts, schemas/descriptor.ts, schemas/descriptor-schema.ts,
-# schemas/layouts.ts, as built into dist/schemas/. After changing any of them, run from the
-# repository root:
+# ("version") and schemas/errors.ts, schemas/retry-policy.ts, schemas/frames.ts,
+# schemas/encoded-chunk.ts, schemas/integrity.ts, schemas/chain.ts, schemas/descriptor.ts,
+# schemas/descriptor-schema.ts, schemas/layouts.ts, as built into dist/schemas/. After changing any
+# of them, run from the repository root:
 #   npm run -s build && node scripts/gen-python-contract.mjs
 # `node scripts/gen-python-contract.mjs --check` prints the drift and exits 1;
 # test/python-contract.test.ts fails on it.
@@ -160,6 +160,18 @@ CODES_BY_ANSWER: Final[Mapping[Tuple[int, str], str]] = {
     (408, "RequestTimeout"): "OC_ERR_CLIENT_STALLED",
     (499, "RequestCancelled"): "OC_ERR_CANCELLED",
 }
+
+
+# --- the retry policy (schemas/retry-policy.ts) ----------------------------------------------------
+
+#: How often a retryable refusal is tried again unless the client is told otherwise.
+DEFAULT_RETRIES: Final[int] = 3
+#: The wait before the first retry of an answer without Retry-After, in seconds; doubled at each next one.
+FIRST_BACKOFF_S: Final[float] = 0.2
+#: The longest Retry-After honoured, in seconds (a longer one is waited for this long).
+MAX_RETRY_AFTER_S: Final[float] = 30.0
+#: A Retry-After the clients honour (re.fullmatch): delay-seconds; anything else is ignored and the backoff applies.
+RETRY_AFTER_PATTERN: Final[str] = "^[0-9]{1,9}(\\.[0-9]{1,9})?$"
 
 
 # --- the response stream (schemas/frames.ts) -------------------------------------------------------
