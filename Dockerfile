@@ -8,11 +8,12 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
 COPY cli ./cli
 COPY gateway ./gateway
-COPY storage-worker ./storage-worker
+COPY http-range ./http-range
 COPY client ./client
 COPY schemas ./schemas
 COPY sigv4 ./sigv4
 COPY bench ./bench
+COPY test/helpers/minio.ts ./test/helpers/minio.ts
 COPY native ./native
 COPY scripts/build-native.mjs ./scripts/
 RUN npx tsc -p tsconfig.json && node scripts/build-native.mjs && npm prune --omit=dev

@@ -18,13 +18,13 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
-import { authorizeKeys } from '../gateway/auth/access.js';
-import { parseAccessPolicy } from '../gateway/auth/policy.js';
+import { authorizeKeys } from '../gateway/s3/auth/access.js';
+import { parseAccessPolicy } from '../gateway/s3/auth/policy.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, inParallel } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startMinio } from './minio.js';
+import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 import { cpuMeter } from './process-usage.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;

@@ -4,7 +4,7 @@
  */
 import type { Dispatcher, Pool } from 'undici';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
-import { SocketRangeClient } from '../storage-worker/socket-range-get.js';
+import { SocketRangeClient } from '../http-range/socket-range-get.js';
 
 export interface DirectS3 {
   readonly endpoint: URL;
@@ -72,7 +72,7 @@ export async function getWholeObjects(d: DirectS3, bucket: string, keys: readonl
   await inParallel(keys.length, limit, async (c) => directGetInto(d, `/${bucket}/${keys[c]}`, target, c * chunkBytes));
 }
 
-/** A direct reader as fast as the gateway's: its socket range reader (storage-worker/socket-range-get.ts), the kernel writing each body into the target. */
+/** A direct reader as fast as the gateway's: its socket range reader (http-range/socket-range-get.ts), the kernel writing each body into the target. */
 export function inPlaceReader(minio: { endpoint: string; accessKey: string; secretKey: string }, connections: number): SocketRangeClient {
   return new SocketRangeClient({ endpoint: new URL(minio.endpoint), connections, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', timeoutMs: 30_000 });
 }

@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { freePort, repoRoot } from './minio.js';
+import { freePort, repoRoot } from '../test/helpers/minio.js';
 import { onCpus } from './placement.js';
 import { processUsage } from './process-usage.js';
 

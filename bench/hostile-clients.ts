@@ -27,7 +27,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { NodeSha256 } from '../sigv4/signer.js';
 import { BENCH_CLIENT, startGatewayProcess, type GatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startMinio } from './minio.js';
+import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 import { processUsage } from './process-usage.js';
 
 const BUCKET = 'hostile-bench';

@@ -31,7 +31,7 @@ import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directGetInto, directPut, directS3, getWholeObjects, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startDistributedMinio, startMinio } from './minio.js';
+import { installMinio, repoRoot, startDistributedMinio, startMinio } from '../test/helpers/minio.js';
 import { choosePlacement, pinThisProcess } from './placement.js';
 import { cpuMeter, formatCpu, memoryWatch, predictedGBps, type CpuPerGiB } from './process-usage.js';
 

@@ -49,7 +49,7 @@ import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, getWholeObjects, getWholeObjectsInPlace, inParallel, inPlaceReader } from './direct-s3.js';
 import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startMinio } from './minio.js';
+import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 import { cpuMeter, formatCpu, memoryWatch, processUsage } from './process-usage.js';
 import { choosePlacement, pinThisProcess, PLACEMENT_MODES, type PlacementMode } from './placement.js';
 
@@ -272,7 +272,7 @@ async function segmentPacked(adminUrl: string, payload: number): Promise<void> {
 /**
  * C readers, each GETting every chunk object whole straight from MinIO (8 in flight each): undici
  * streams copied into the target, or (`inPlace`) the gateway's own socket range reader
- * (storage-worker/socket-range-get.ts), whose kernel reads land in the target, as fast a reader
+ * (http-range/socket-range-get.ts), whose kernel reads land in the target, as fast a reader
  * as the gateway's. MinIO's CPU per GiB depends on its reader's pace (docs/segments.md, Measured),
  * so the store's cost is held against both.
  */

@@ -18,7 +18,7 @@ import type { Dispatcher, Pool } from 'undici';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { processUsage } from './process-usage.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
-import { freePort, installMinio, repoRoot, startMinio } from './minio.js';
+import { freePort, installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 
 interface Target {
   readonly name: string;

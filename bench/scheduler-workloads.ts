@@ -20,11 +20,11 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
-import { POLICIES } from '../gateway/scheduler/allocate.js';
+import { POLICIES } from '../gateway/descriptor-get/scheduler/allocate.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { directPut, directS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startMinio } from './minio.js';
+import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 
 interface TableRow {
   readonly context: number;

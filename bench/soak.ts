@@ -16,7 +16,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { processUsage } from './process-usage.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startMinio } from './minio.js';
+import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 
 function openFds(pid: number): { fds: number; sockets: number } {
   try {

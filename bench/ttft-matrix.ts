@@ -44,7 +44,7 @@ import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { directGet, directPut, directS3, inParallel, type DirectS3 } from './direct-s3.js';
 import { cpuMeter, processUsage, type CpuPerGiB } from './process-usage.js';
 import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
-import { installMinio, repoRoot, startMinio } from './minio.js';
+import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 import { choosePlacement, pinThisProcess, type Placement, type PlacementMode } from './placement.js';
 import { groupedBarSvg } from './report/svg.js';
 import { timelineSvg } from './report/timeline-svg.js';

@@ -4,7 +4,7 @@
  * at the edge, and hands validated configuration to the commands; each command's module is
  * loaded only when it runs (`serve` never loads the benchmark harness or the client).
  */
-import { ConfigError } from '../gateway/config.js';
+import { ConfigError } from '../gateway/common/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 
 // The AWS SDK warns on every run that its releases after January 2027 will need Node 22; that

@@ -1,9 +1,9 @@
 /**
  * `objectcache serve`: validated settings in, a running gateway out, stopped on SIGINT/SIGTERM.
  */
-import { loadServeConfig, serveHelp, TRIAL_SECRET } from '../gateway/config.js';
-import { createLogger } from '../gateway/logger.js';
-import { startGateway } from '../gateway/server.js';
+import { loadServeConfig, serveHelp, TRIAL_SECRET } from '../gateway/common/config.js';
+import { createLogger } from '../gateway/common/logger.js';
+import { startGateway } from '../gateway/pipeline/server.js';
 
 export async function runServe(argv: readonly string[]): Promise<number> {
   if (argv.includes('--help') || argv.includes('-h')) {

@@ -134,7 +134,7 @@ export type ErrorCode = keyof typeof ERRORS;
 /**
  * Where a read failed, in the one shape it keeps from the read worker to the wire: the chunk's
  * position in the prefix, its key, the layer. A worker's failure (ReadError in
- * storage-worker/read-errors.ts, WorkerFailure in storage-worker/protocol.ts) and the ERROR frame
+ * gateway/threads/read-errors.ts, WorkerFailure in gateway/threads/protocol.ts) and the ERROR frame
  * (schemas/frames.ts ErrorPayload) carry these fields; an ObjectCacheError carries them as details
  * under the names of an S3 error document (ChunkIndex, Key, Layer), converted by these two
  * functions and nowhere else (fromWorkerFailure and encodeErrorPayload call them).
@@ -173,8 +173,8 @@ export interface ObjectCacheErrorOptions {
 
 /**
  * The one error class of ObjectCache. Recognise it by `code`, never by message. Its subclasses
- * only add what their origin knows: ConfigError (gateway/config.ts) and PolicyError
- * (gateway/auth/policy.ts) the setting, ReadError (storage-worker/read-errors.ts) a read's site and
+ * only add what their origin knows: ConfigError (gateway/common/config.ts) and PolicyError
+ * (gateway/s3/auth/policy.ts) the setting, ReadError (gateway/threads/read-errors.ts) a read's site and
  * whether the worker may read again.
  */
 export class ObjectCacheError extends Error {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Regenerates the settings and error tables of docs/reference.md from the code's registries
-// (gateway/config.ts SERVE_SETTINGS, schemas/errors.ts ERRORS). Run after `npm run build`:
+// (gateway/common/config.ts SERVE_SETTINGS, schemas/errors.ts ERRORS). Run after `npm run build`:
 //   node scripts/doc-tables.mjs
 import { readFileSync, writeFileSync } from 'node:fs';
 import { SERVE_SETTINGS } from '../dist/gateway/config.js';

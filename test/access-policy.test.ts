@@ -8,9 +8,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ACTIONS, AccessPolicy, parseAccessPolicy, PolicyError, s3Arn, wildcard } from '../gateway/auth/policy.js';
-import { requirementOf } from '../gateway/auth/access.js';
-import { ConfigError, isLoopback, loadServeConfig } from '../gateway/config.js';
+import { ACTIONS, AccessPolicy, parseAccessPolicy, PolicyError, s3Arn, wildcard } from '../gateway/s3/auth/policy.js';
+import { requirementOf } from '../gateway/s3/auth/access.js';
+import { ConfigError, isLoopback, loadServeConfig } from '../gateway/common/config.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { runCli, startServe } from './helpers/cli.js';
 
@@ -124,7 +124,7 @@ describe('policy evaluation', () => {
   });
 });
 
-describe('what a request needs (gateway/auth/access.ts)', () => {
+describe('what a request needs (gateway/s3/auth/access.ts)', () => {
   const need = (method: string, url: string, headers: Record<string, string> = {}): ReturnType<typeof requirementOf> => requirementOf(method, parseTarget(url), headers);
   const checks = (r: ReturnType<typeof requirementOf>): string[] => (r.kind === 'checks' ? r.checks.map((c) => `${c.action} ${c.resource}`) : [r.kind]);
 

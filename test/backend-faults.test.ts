@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { until } from './helpers/wait.js';
 import { signedHeaders } from './helpers/signing.js';
 import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
-import { startMinio, type MinioServer } from '../bench/minio.js';
+import { startMinio, type MinioServer } from './helpers/minio.js';
 
 const shared = inject('minio');
 

@@ -5,10 +5,10 @@
  */
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { openBackend, type Backend } from '../gateway/backend.js';
-import { loadServeConfig } from '../gateway/config.js';
+import { openBackend, type Backend } from '../gateway/stores/backend.js';
+import { loadServeConfig } from '../gateway/common/config.js';
 import { embeddedCapacityStore } from '../gateway/capacity/store.js';
-import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -11,10 +11,10 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Capacity } from '../gateway/capacity/capacity.js';
 import { embeddedCapacityStore } from '../gateway/capacity/store.js';
-import type { CapacityConfig } from '../gateway/config.js';
+import type { CapacityConfig } from '../gateway/common/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { StateKey } from '../gateway/state-key.js';
-import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { StateKey } from '../gateway/common/state-key.js';
+import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 
 const config: CapacityConfig = {
   budgets: new Map([['b', 1 << 30]]),

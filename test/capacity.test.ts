@@ -476,7 +476,7 @@ describe('capacity when the gateway holding the lease is killed', () => {
 
 describe('capacity settings', () => {
   it('refuse contradictions with errors that name the setting', async () => {
-    const { loadServeConfig } = await import('../gateway/config.js');
+    const { loadServeConfig } = await import('../gateway/common/config.js');
     const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET };
     const fails = (args: string[]): unknown => {
       try {

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { CreateBucketCommand, GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { describe, expect, inject, it } from 'vitest';
 import { syntheticChunk } from '../client/kv-layout.js';
-import { SERVE_SETTINGS } from '../gateway/config.js';
+import { SERVE_SETTINGS } from '../gateway/common/config.js';
 import { runCli, runCliAsync, startServe } from './helpers/cli.js';
 import { until } from './helpers/wait.js';
 import { CLIENT_KEY, CLIENT_SECRET, sdkClient, startTestGateway } from './helpers/gateway.js';

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ListBucketsCommand } from '@aws-sdk/client-s3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, loadServeConfig } from '../gateway/config.js';
+import { ConfigError, loadServeConfig } from '../gateway/common/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { sdkClient, startTestGateway } from './helpers/gateway.js';
 

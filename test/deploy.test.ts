@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 
-import { loadServeConfig } from '../gateway/config.js';
+import { loadServeConfig } from '../gateway/common/config.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix } from './helpers/kv.js';
 

@@ -11,7 +11,7 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ERRORS } from '../schemas/errors.js';
-import { startDistributedMinio, type DistributedMinio } from '../bench/minio.js';
+import { startDistributedMinio, type DistributedMinio } from './helpers/minio.js';
 import { startServe, type ServeProcess } from './helpers/cli.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, uniqueBucket } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';

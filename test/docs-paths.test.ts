@@ -2,7 +2,7 @@
  * The documentation names real things: every relative link of the README and the pages under
  * docs/ leads to a file that exists (and, with a #fragment, to a heading there); every repository
  * path written as code (`gateway/capacity/capacity.ts`) exists; and a symbol written right after
- * such a path (`gateway/config.ts` `SERVE_SETTINGS`) occurs in that file. A page that names a
+ * such a path (`gateway/common/config.ts` `SERVE_SETTINGS`) occurs in that file. A page that names a
  * file after it moved, or a function after it was renamed, fails here.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CreateBucketCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException } from '@aws-sdk/client-s3';
 import { describe, expect, inject, it } from 'vitest';
-import type { MinioInfo } from '../bench/minio.js';
+import type { MinioInfo } from './helpers/minio.js';
 import { startServe, type ServeProcess } from './helpers/cli.js';
 import { until } from './helpers/wait.js';
 import { signedHeaders } from './helpers/signing.js';

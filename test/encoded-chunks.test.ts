@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { crc32c } from '../native/crc32c.js';
 import { encodeLayerCrcs } from '../schemas/integrity.js';
 import { chunkIndex, encodeSliceBytes } from '../schemas/encoded-chunk.js';
-import { checkRangeAnswer } from '../storage-worker/range-reader.js';
+import { checkRangeAnswer } from '../gateway/worker/range-reader.js';
 import { FrameType } from '../schemas/frames.js';
 import { parseStream as parse, frameSegments as segments, storeEncoded, type Frame } from './helpers/stream.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';

@@ -10,7 +10,7 @@ import { until } from './helpers/wait.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { startMinio, type MinioServer } from '../bench/minio.js';
+import { startMinio, type MinioServer } from './helpers/minio.js';
 import { postDescriptor } from './helpers/signing.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FifoBudget } from '../gateway/fifo-budget.js';
+import { FifoBudget } from '../gateway/common/fifo-budget.js';
 
 describe('FifoBudget', () => {
   it('grants in FIFO order within capacity, and one oversized grant when nothing is held', async () => {

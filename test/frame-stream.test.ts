@@ -11,7 +11,7 @@ import { Writable } from 'node:stream';
 import { crc32c } from '@node-rs/crc32';
 import { describe, expect, it } from 'vitest';
 import { paced, send, unpaced, type Frame } from '../gateway/descriptor-get/frame-stream.js';
-import { Pacer } from '../gateway/scheduler/pacer.js';
+import { Pacer } from '../gateway/descriptor-get/scheduler/pacer.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { FrameType } from '../schemas/frames.js';
 import { ObjectCacheError } from '../schemas/errors.js';

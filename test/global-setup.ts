@@ -8,21 +8,24 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
-import { installMinio, repoRoot, startMinio, type MinioInfo } from '../bench/minio.js';
+import { installMinio, repoRoot, startMinio, type MinioInfo } from './helpers/minio.js';
 
-const SOURCES = ['cli', 'gateway', 'storage-worker', 'schemas', 'sigv4', 'client', 'bench', 'native'];
+const SOURCES = ['cli', 'gateway', 'http-range', 'test/helpers/minio.ts', 'schemas', 'sigv4', 'client', 'bench', 'native'];
 
 /** True when some compiled source is missing from dist/ or older than its .ts. */
 function distIsStale(root: string): boolean {
+  const stale = (path: string): boolean => {
+    const built = join(root, 'dist', path.replace(/\.ts$/, '.js').replace(/\.cts$/, '.cjs'));
+    return !existsSync(built) || statSync(built).mtimeMs < statSync(join(root, path)).mtimeMs;
+  };
   const walk = (dir: string): boolean =>
     readdirSync(join(root, dir), { withFileTypes: true }).some((entry) => {
       const path = join(dir, entry.name);
       if (entry.isDirectory()) return walk(path);
       if (!(entry.name.endsWith('.ts') || entry.name.endsWith('.cts')) || entry.name.endsWith('.d.ts')) return false;
-      const built = join(root, 'dist', path.replace(/\.ts$/, '.js'));
-      return !existsSync(built) || statSync(built).mtimeMs < statSync(join(root, path)).mtimeMs;
+      return stale(path);
     });
-  return SOURCES.some((dir) => existsSync(join(root, dir)) && walk(dir));
+  return SOURCES.some((source) => existsSync(join(root, source)) && (source.endsWith('.ts') ? stale(source) : walk(source)));
 }
 
 declare module 'vitest' {

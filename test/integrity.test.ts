@@ -10,7 +10,7 @@ import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { objectRelativePath } from '../storage-worker/backends/embedded/local-store.js';
+import { objectRelativePath } from '../gateway/stores/embedded/local-store.js';
 import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 

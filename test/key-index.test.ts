@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { compareKeys, KeyIndex } from '../storage-worker/backends/embedded/key-index.js';
+import { compareKeys, KeyIndex } from '../gateway/stores/embedded/key-index.js';
 
 const keyArb = fc.string({ unit: fc.constantFrom('a', 'b', '/', '-', 'é', '\u{E000}', '\u{1F9E0}', 'z'), minLength: 1, maxLength: 6 });
 

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 
 const attrs = { contentType: 'application/octet-stream', headers: {}, userMeta: {} };
 const dirs: string[] = [];

@@ -6,10 +6,10 @@
  * (The real pool is exercised by the integration suites, test/layerwise.test.ts among them.)
  */
 import { describe, expect, it } from 'vitest';
-import { FifoBudget } from '../gateway/fifo-budget.js';
+import { FifoBudget } from '../gateway/common/fifo-budget.js';
 import { ReadAhead, type TaskRunner } from '../gateway/descriptor-get/read-ahead.js';
 import { planLayerwise, planUnits, type Unit } from '../gateway/descriptor-get/read-plan.js';
-import type { ReadResult, ReadTask } from '../storage-worker/protocol.js';
+import type { ReadResult, ReadTask } from '../gateway/threads/protocol.js';
 
 const LAYER_BYTES = 1024;
 

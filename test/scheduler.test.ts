@@ -6,10 +6,10 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { allocate, waterFill, zeroStallRate, type AllocationRequest } from '../gateway/scheduler/allocate.js';
-import { EpochScheduler, type Clock } from '../gateway/scheduler/epoch-scheduler.js';
-import { Pacer } from '../gateway/scheduler/pacer.js';
-import { parseRate } from '../gateway/scheduler/rate.js';
+import { allocate, waterFill, zeroStallRate, type AllocationRequest } from '../gateway/descriptor-get/scheduler/allocate.js';
+import { EpochScheduler, type Clock } from '../gateway/descriptor-get/scheduler/epoch-scheduler.js';
+import { Pacer } from '../gateway/descriptor-get/scheduler/pacer.js';
+import { parseRate } from '../gateway/descriptor-get/scheduler/rate.js';
 
 const GB = 1e9;
 

@@ -1,5 +1,5 @@
 /**
- * What a reader can make the segment lookup cost the store (gateway/descriptor-get/segments.ts,
+ * What a reader can make the segment lookup cost the store (gateway/segments/segments.ts,
  * Segments.discover): one GET of a run's manifest however many reads of the run arrive together,
  * and none again for a minute when the store has none. Against the real embedded store.
  */
@@ -8,10 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { embeddedCapacityStore, type CapacityStore } from '../gateway/capacity/store.js';
-import { Segments } from '../gateway/descriptor-get/segments.js';
-import { StateKey } from '../gateway/state-key.js';
+import { Segments } from '../gateway/segments/segments.js';
+import { StateKey } from '../gateway/common/state-key.js';
 import { parseDescriptor } from '../schemas/descriptor.js';
-import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 
 describe('looking for a segment in the store', () => {
   let dataDir: string | undefined;

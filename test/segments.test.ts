@@ -1,5 +1,5 @@
 /**
- * Packed segments (docs/segments.md; gateway/descriptor-get/segments.ts), on both backends: a
+ * Packed segments (docs/segments.md; gateway/segments/segments.ts), on both backends: a
  * prefix read often enough is packed from the frames of a read of it, and later reads are served
  * from the one segment object, byte for byte what the chunks give, for the whole run, a shorter
  * prefix, a longer request, a layer range, chunkwise delivery and both stored layouts. A chunk
@@ -15,7 +15,7 @@ import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { toStoredLayout } from '../client/kv-layout.js';
-import { objectRelativePath } from '../storage-worker/backends/embedded/object-file.js';
+import { objectRelativePath } from '../gateway/stores/embedded/object-file.js';
 import { startServe } from './helpers/cli.js';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, segmentEvents, type SegmentEvent, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { FaultProxy } from './helpers/fault-proxy.js';

@@ -7,10 +7,10 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { escapeUri } from '@smithy/util-uri-escape';
 import { describe, expect, it } from 'vitest';
-import { RequestVerifier } from '../gateway/auth/request-verifier.js';
+import { RequestVerifier } from '../gateway/s3/auth/request-verifier.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { AccessPolicy } from '../gateway/auth/policy.js';
+import { AccessPolicy } from '../gateway/s3/auth/policy.js';
 
 interface Vector {
   name: string;

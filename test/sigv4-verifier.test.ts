@@ -4,11 +4,11 @@
  */
 import { SignatureV4 } from '@smithy/signature-v4';
 import { describe, expect, it } from 'vitest';
-import { RequestVerifier } from '../gateway/auth/request-verifier.js';
+import { RequestVerifier } from '../gateway/s3/auth/request-verifier.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { NodeSha256 } from '../sigv4/signer.js';
-import { AccessPolicy } from '../gateway/auth/policy.js';
+import { AccessPolicy } from '../gateway/s3/auth/policy.js';
 
 const credential = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY', tenant: 'AKIDEXAMPLE', access: AccessPolicy.unrestricted };
 const signer = new SignatureV4({ credentials: credential, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });

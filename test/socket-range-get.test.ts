@@ -1,4 +1,4 @@
-// The socket range reader (storage-worker/socket-range-get.ts): byte-exact bodies straight into
+// The socket range reader (http-range/socket-range-get.ts): byte-exact bodies straight into
 // shared-memory views from a real MinIO, its error bodies, connection reuse; the same answers
 // re-framed by a loopback relay in front of MinIO (test/helpers/reframing-proxy.ts) as a proxy
 // might send them (chunked, after interim answers) and as a broken one might (bad framing); and,
@@ -8,9 +8,9 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
-import { SocketRangeClient, type BodyTarget, type RangeAnswer, type RangeAnswerSink } from '../storage-worker/socket-range-get.js';
-import { ReadError } from '../storage-worker/read-errors.js';
-import { S3RangeReader, UndiciRangeClient } from '../storage-worker/range-reader.js';
+import { SocketRangeClient, type BodyTarget, type RangeAnswer, type RangeAnswerSink } from '../http-range/socket-range-get.js';
+import { ReadError } from '../http-range/read-error.js';
+import { S3RangeReader, UndiciRangeClient } from '../gateway/worker/range-reader.js';
 import { sdkClient, uniqueBucket } from './helpers/gateway.js';
 import { ReframingProxy, asIs, chunked, head, pieces, type ChunkedOptions, type Reframe, type Upstream } from './helpers/reframing-proxy.js';
 import { answerWithoutEnd } from './helpers/endless.js';

@@ -1,14 +1,14 @@
 /**
- * The layout of a read task's block (storage-worker/task-layout.ts) and the scatter of range
- * bytes into it (storage-worker/scatter.ts): every slice has one place, the places tile the block,
+ * The layout of a read task's block (gateway/threads/task-layout.ts) and the scatter of range
+ * bytes into it (gateway/worker/scatter.ts): every slice has one place, the places tile the block,
  * frame pieces are the slices they claim, and bytes copied into shared memory at any alignment
  * land exactly.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { slicePiece } from '../schemas/layouts.js';
-import { RingLayout, TaskLayout } from '../storage-worker/task-layout.js';
-import { ScatterCursor, copyInto, rangeTargets } from '../storage-worker/scatter.js';
+import { RingLayout, TaskLayout } from '../gateway/threads/task-layout.js';
+import { ScatterCursor, copyInto, rangeTargets } from '../gateway/worker/scatter.js';
 
 const layouts = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(8), layers: fc.integer({ min: 1, max: 6 }), chunks: fc.integer({ min: 1, max: 7 }), layerBytes: fc.integer({ min: 1, max: 64 }) }).map((r) => new TaskLayout(r.order, r.first, r.first + r.layers, r.chunks, r.layerBytes));
 

@@ -22,12 +22,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vi
 import { ObjectCacheClient } from '../client/client.js';
 import { embeddedCapacityStore, type CapacityStore } from '../gateway/capacity/store.js';
 import { SharedState, type CapacityEvent } from '../gateway/capacity/shared-state.js';
-import { loadServeConfig } from '../gateway/config.js';
-import { createLogger } from '../gateway/logger.js';
-import { startGateway, type Gateway } from '../gateway/server.js';
-import { loadStateKey, StateKey } from '../gateway/state-key.js';
+import { loadServeConfig } from '../gateway/common/config.js';
+import { createLogger } from '../gateway/common/logger.js';
+import { startGateway, type Gateway } from '../gateway/pipeline/server.js';
+import { loadStateKey, StateKey } from '../gateway/common/state-key.js';
 import { crc32c } from '../native/crc32c.js';
-import { LocalStore } from '../storage-worker/backends/embedded/local-store.js';
+import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 import { CLIENT_KEY, metricValue, sdkClient, segmentEvents, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 import { waitFor } from './helpers/wait.js';

@@ -20,9 +20,9 @@ import {
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
-import { signV2, stringToSignV2 } from '../gateway/auth/sigv2.js';
+import { signV2, stringToSignV2 } from '../gateway/s3/auth/sigv2.js';
 import { bucketFromHost, parseTarget } from '../gateway/s3/request.js';
-import { loadServeConfig } from '../gateway/config.js';
+import { loadServeConfig } from '../gateway/common/config.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 

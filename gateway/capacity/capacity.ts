@@ -6,20 +6,20 @@
  * lives in the store itself: gateway/capacity/shared-state.ts. docs/capacity.md is the user's
  * account; docs/architecture.md, "Capacity", the design and its failure modes.
  *
- * What the server tells it (gateway/server.ts): a read starting and ending (`reading`), which
+ * What the server tells it (gateway/pipeline/server.ts): a read starting and ending (`reading`), which
  * also counts as an access; a chain of keys (`link`, from descriptors and lookups); a write about
  * to happen (`admitWrite`, which enforces the tenant's quota) and done (`written`); a delete
  * (`deleted`); a pin (`pin`).
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { AFTER_META } from '../../schemas/chain.js';
-import type { CapacityConfig } from '../config.js';
-import { FifoBudget } from '../fifo-budget.js';
-import type { Logger } from '../logger.js';
+import type { CapacityConfig } from '../common/config.js';
+import { FifoBudget } from '../common/fifo-budget.js';
+import type { Logger } from '../common/logger.js';
 import { ChunkIndex, type Candidate, type Chunk, type OrderOptions } from './chunk-index.js';
 import type { CapacityStore } from './store.js';
 import { SharedState, type CapacityEvent, type EventSource, type Rejected } from './shared-state.js';
-import type { StateKey } from '../state-key.js';
+import type { StateKey } from '../common/state-key.js';
 
 export type EvictionCause = 'lru' | 'idle' | 'dead' | 'quota';
 
@@ -97,7 +97,7 @@ const slot = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
 /**
  * Data derived from a bucket's chunks and kept elsewhere in the store (packed segments,
- * gateway/descriptor-get/segments.ts): counted against the bucket's budget, and evicted before
+ * gateway/segments/segments.ts): counted against the bucket's budget, and evicted before
  * any chunk, since dropping it loses nothing.
  */
 export interface DerivedData {
@@ -131,7 +131,7 @@ export interface ColdPrefix {
   readonly reason: 'dead' | 'lru';
 }
 
-/** The most coldest chunks per bucket the /capacity document lists (`?top=`, gateway/admin.ts). */
+/** The most coldest chunks per bucket the /capacity document lists (`?top=`, gateway/pipeline/admin.ts). */
 export const MAX_REPORT_TOP = 1000;
 
 /** The admin endpoint's /capacity document. */

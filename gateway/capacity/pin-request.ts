@@ -10,8 +10,8 @@
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import { authorizeKeys } from '../auth/access.js';
-import type { RequestContext } from '../context.js';
+import { authorizeKeys } from '../s3/auth/access.js';
+import type { RequestContext } from '../pipeline/context.js';
 import { readSignedJsonBody } from '../descriptor-get/descriptor-request.js';
 import { MAX_PIN_MS, type Capacity } from './capacity.js';
 

@@ -1,11 +1,11 @@
 /**
  * Plain S3 requests on a budgeted bucket: what capacity management (capacity.ts) must know of
- * each, around the backend's own answer (gateway/server.ts routes them here).
+ * each, around the backend's own answer (gateway/pipeline/server.ts routes them here).
  */
 import { AFTER_META } from '../../schemas/chain.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import type { Backend } from '../backend.js';
-import { headerOf, type RequestContext } from '../context.js';
+import type { Backend } from '../stores/backend.js';
+import { headerOf, type RequestContext } from '../pipeline/context.js';
 import { parseCopySource, queryValue } from '../s3/request.js';
 import type { Capacity } from './capacity.js';
 import { STORED_HEADERS, type StoreHead } from './store.js';
@@ -49,7 +49,7 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
     try {
       await backend.serveS3(ctx);
       const etag = ctx.res.getHeader('etag');
-      // A PUT's body was checked against the length it declared (gateway/body/upload-body.ts), so
+      // A PUT's body was checked against the length it declared (gateway/s3/body/upload-body.ts), so
       // that, and the store's answer, are what it holds; a copy's size is asked of the store.
       // Without an ETag in the answer, a stored object's facts are asked of the store (`true`).
       if (ctx.res.statusCode === 200) stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag } : op === 'PutObject' || op === 'CopyObject';

@@ -17,7 +17,7 @@
  *
  * Nothing read from the store is applied on trust (docs/reliability.md, Trust model):
  * - every journal, snapshot and lease ends with the MAC of the gateways' state key
- *   (gateway/state-key.ts), a journal's over its own name too (it cannot be replayed as another);
+ *   (gateway/common/state-key.ts), a journal's over its own name too (it cannot be replayed as another);
  *   one without it was written by no gateway holding the key, and is skipped and counted;
  * - a journal is read only up to MAX_JOURNAL_BYTES, and each event is checked for its shape and
  *   bounds (key lengths, sizes an object can have) before capacity.ts applies it, which checks
@@ -29,9 +29,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import type { CapacityConfig } from '../config.js';
-import type { Logger } from '../logger.js';
-import type { StateKey } from '../state-key.js';
+import type { CapacityConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
+import type { StateKey } from '../common/state-key.js';
 import type { CapacityStore } from './store.js';
 
 /**

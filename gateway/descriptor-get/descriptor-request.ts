@@ -6,9 +6,9 @@
  */
 import { DESCRIPTOR_HEADER, decodeDescriptorHeader, decodeDescriptorJson, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { readWholeBody } from '../body/upload-body.js';
-import type { DescriptorGetConfig } from '../config.js';
-import { headerOf, type RequestContext } from '../context.js';
+import { readWholeBody } from '../s3/body/upload-body.js';
+import type { DescriptorGetConfig } from '../common/config.js';
+import { headerOf, type RequestContext } from '../pipeline/context.js';
 
 /** Reads a small, signed JSON body (descriptor or lookup request). */
 export async function readSignedJsonBody(ctx: RequestContext, maxBytes: number): Promise<unknown> {

@@ -1,7 +1,7 @@
 /**
  * The framed stream (schemas/frames.ts), built and sent. Frames are built from the read tasks'
  * blocks without copying (FrameBuilder: a frame's payload is a list of pieces of the blocks, laid
- * out as storage-worker/task-layout.ts says), each with its CRC32C combined from the workers'
+ * out as gateway/threads/task-layout.ts says), each with its CRC32C combined from the workers'
  * slice checksums (schemas/crc32c-combine.ts), so nothing here touches payload bytes. They come
  * from a source in order, pass through a stage that turns them into socket writes (all at once,
  * or paced at the request's granted rate), and are written with backpressure. The source is
@@ -14,10 +14,10 @@ import { crc32c } from '../../native/crc32c.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
-import { PACE_SLICE_BYTES, type Pacer } from '../scheduler/pacer.js';
+import { PACE_SLICE_BYTES, type Pacer } from './scheduler/pacer.js';
 import type { TaskRead } from './read-ahead.js';
 import { layoutOf, type Slices } from './read-plan.js';
-import type { TaskLayout } from '../../storage-worker/task-layout.js';
+import type { TaskLayout } from '../threads/task-layout.js';
 
 export interface Frame {
   readonly type: FrameType;

@@ -9,11 +9,11 @@
  */
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { Backend, ObjectHead } from '../backend.js';
+import type { Backend, ObjectHead } from '../stores/backend.js';
 import { CODEC_NAME, chunkIndex, RAW_CODEC } from '../../schemas/encoded-chunk.js';
-import type { DescriptorGetConfig } from '../config.js';
-import type { RequestContext } from '../context.js';
-import { authorizeKeys } from '../auth/access.js';
+import type { DescriptorGetConfig } from '../common/config.js';
+import type { RequestContext } from '../pipeline/context.js';
+import { authorizeKeys } from '../s3/auth/access.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import { readSignedJsonBody } from './descriptor-request.js';
 

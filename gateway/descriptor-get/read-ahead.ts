@@ -10,14 +10,14 @@
  * At most `tasksInFlight` of the request's tasks are in the pool at once.
  */
 import { setMaxListeners } from 'node:events';
-import type { ReadResult, ReadTask, SegmentRead } from '../../storage-worker/protocol.js';
-import { fromWorkerFailure } from '../../storage-worker/read-errors.js';
+import type { ReadResult, ReadTask, SegmentRead } from '../threads/protocol.js';
+import { fromWorkerFailure } from '../threads/read-errors.js';
 import type { ObjectCacheError } from '../../schemas/errors.js';
 import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
-import type { DescriptorGetObserver } from '../metrics.js';
-import { FifoBudget } from '../fifo-budget.js';
+import type { DescriptorGetObserver } from '../common/metrics.js';
+import { FifoBudget } from '../common/fifo-budget.js';
 
 /** A completed task: its plan entry and what the worker read. */
 export interface TaskRead {
@@ -51,7 +51,7 @@ export interface EncodedChunks {
 }
 
 /**
- * What the read-ahead needs of the read-worker pool (gateway/read-pool/reader-pool.ts, ReaderPool):
+ * What the read-ahead needs of the read-worker pool (gateway/descriptor-get/read-pool/reader-pool.ts, ReaderPool):
  * room in its queue, task ids, running and cancelling tasks, and taking task blocks back.
  */
 export interface TaskRunner {

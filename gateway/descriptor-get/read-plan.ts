@@ -10,8 +10,8 @@
  */
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
-import { TaskLayout } from '../../storage-worker/task-layout.js';
-import { SEGMENT_SKIP_BYTES } from '../../storage-worker/protocol.js';
+import { TaskLayout } from '../threads/task-layout.js';
+import { SEGMENT_SKIP_BYTES } from '../threads/protocol.js';
 
 export interface PlanInput {
   readonly layout: Layout;
@@ -89,7 +89,7 @@ export interface Slices {
 const layouts = new WeakMap<PlannedTask, TaskLayout>();
 
 /**
- * The layout of a planned task's block (storage-worker/task-layout.ts), its slices in `order`:
+ * The layout of a planned task's block (gateway/threads/task-layout.ts), its slices in `order`:
  * built the first time it is asked for and shared by everyone who asks after (the plan's unit
  * sizes, the read-ahead's budget and task block, the frame stream). The read worker, across the
  * thread boundary, builds its own from the task's fields.
@@ -169,7 +169,7 @@ export function planStreamed(input: Pick<PlanInput, 'layout' | 'layerStart' | 'l
   return { groups, tasks, reads: input.chunks * (input.layout === 'KV_2LTD' ? 2 : 1) };
 }
 
-/** What a packed segment holds of a request (gateway/descriptor-get/segments.ts): its first `chunks` chunks, `segmentChunks` in all. */
+/** What a packed segment holds of a request (gateway/segments/segments.ts): its first `chunks` chunks, `segmentChunks` in all. */
 export interface SegmentCover {
   readonly chunks: number;
   readonly segmentChunks: number;

@@ -25,18 +25,18 @@ import { SEGMENT_CHUNKS_HEADER, type Descriptor } from '../../schemas/descriptor
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
 import { planChunkwise, planFromSegment, planLayerwise, planStreamed, planUnits, type PlanInput, type ReadPlan, type Unit } from './read-plan.js';
-import type { Heads, Pack, ReadRest, Segments } from './segments.js';
-import type { ReaderPool } from '../read-pool/reader-pool.js';
-import type { DescriptorGetConfig } from '../config.js';
-import type { RequestContext } from '../context.js';
-import type { DescriptorGetObserver } from '../metrics.js';
-import type { EpochScheduler, Grant } from '../scheduler/epoch-scheduler.js';
-import { Pacer } from '../scheduler/pacer.js';
-import type { FifoBudget } from '../fifo-budget.js';
+import type { Heads, Pack, ReadRest, Segments } from '../segments/segments.js';
+import type { ReaderPool } from './read-pool/reader-pool.js';
+import type { DescriptorGetConfig } from '../common/config.js';
+import type { RequestContext } from '../pipeline/context.js';
+import type { DescriptorGetObserver } from '../common/metrics.js';
+import type { EpochScheduler, Grant } from './scheduler/epoch-scheduler.js';
+import { Pacer } from './scheduler/pacer.js';
+import type { FifoBudget } from '../common/fifo-budget.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
 import { ReadAhead, type ChunkSource, type EncodedChunks, type TaskRead, type UnitSource } from './read-ahead.js';
 import { encodedPayloadBytes, largestSlice, readChunkIndex } from './chunk-index.js';
-import type { Backend } from '../backend.js';
+import type { Backend } from '../stores/backend.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 

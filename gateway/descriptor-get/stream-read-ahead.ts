@@ -1,6 +1,6 @@
 /**
  * Streamed reads, the main thread's side (docs/layerwise-get.md, Streamed reads): one stream
- * task (storage-worker/chunk-streams.ts) holds a GET per chunk open and fills a ring of layer
+ * task (gateway/worker/chunk-streams.ts) holds a GET per chunk open and fills a ring of layer
  * buffers; this hands each layer to the frame source as a unit, and hands each layer's buffers
  * back to the worker once the socket has taken them, so the ring's next layer can be read.
  *
@@ -11,14 +11,14 @@
  */
 import { once, setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { ChunkRun, StreamLayer } from '../../storage-worker/protocol.js';
-import { fromWorkerFailure } from '../../storage-worker/read-errors.js';
-import type { ReaderPool, RunningStream, StreamRing } from '../read-pool/reader-pool.js';
-import type { DescriptorGetObserver } from '../metrics.js';
-import type { FifoBudget } from '../fifo-budget.js';
+import type { ChunkRun, StreamLayer } from '../threads/protocol.js';
+import { fromWorkerFailure } from '../threads/read-errors.js';
+import type { ReaderPool, RunningStream, StreamRing } from './read-pool/reader-pool.js';
+import type { DescriptorGetObserver } from '../common/metrics.js';
+import type { FifoBudget } from '../common/fifo-budget.js';
 import { deferred, type ChunkSource, type Deferred, type TaskRead, type UnitSource } from './read-ahead.js';
 import type { PlannedTask, ReadPlan } from './read-plan.js';
-import { RingLayout } from '../../storage-worker/task-layout.js';
+import { RingLayout } from '../threads/task-layout.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 
 /** What is read: the request's chunks (read-ahead.ts ChunkSource), layers [first, end). */
@@ -56,7 +56,7 @@ export class StreamReadAhead implements UnitSource {
   readonly #o: StreamReadAheadOptions;
   readonly #cancel = new AbortController();
   readonly #units: Deferred<TaskRead[]>[];
-  /** The ring's slots, runs and blocks (storage-worker/task-layout.ts): what is budgeted is what is taken. */
+  /** The ring's slots, runs and blocks (gateway/threads/task-layout.ts): what is budgeted is what is taken. */
   readonly #layout: RingLayout;
   /** The stream task slot and chunk streams (reserved by the caller) and the ring's budget bytes. */
   #held = { streams: true, budget: false };

@@ -1,7 +1,7 @@
 /**
  * The request of DeleteObjects (`POST /{bucket}?delete`), read, verified and checked in one place
  * for both backends: every key it names must be one the caller may delete, or nothing is deleted
- * (gateway/auth/access.ts). S3 itself would delete the allowed keys and report the others; the
+ * (gateway/s3/auth/access.ts). S3 itself would delete the allowed keys and report the others; the
  * gateway refuses the whole request instead, as it does for descriptors and lookups. A key that
  * could not delete any object of the bucket is refused before the body is read, so that it
  * cannot make the gateway read and parse megabytes of XML at all.
@@ -9,10 +9,10 @@
 import { createHash } from 'node:crypto';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import { authorize, authorizeSomeObject } from '../auth/access.js';
-import { s3Arn } from '../auth/policy.js';
-import { readWholeBody } from '../body/upload-body.js';
-import type { RequestContext } from '../context.js';
+import { authorize, authorizeSomeObject } from './auth/access.js';
+import { s3Arn } from './auth/policy.js';
+import { readWholeBody } from './body/upload-body.js';
+import type { RequestContext } from '../pipeline/context.js';
 import { MAX_XML_BODY_BYTES, parseXmlBody, S3_XMLNS, xmlList, xmlText } from './xml.js';
 
 /** S3 accepts at most 1000 keys per DeleteObjects. */

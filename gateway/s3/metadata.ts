@@ -3,7 +3,7 @@
  * write that sets metadata (PutObject, CreateMultipartUpload, CopyObject with REPLACE, POST
  * Object): user metadata (x-amz-meta-*) of at most 2 KB, and names and values that can be sent
  * back as HTTP headers. Without them one upload could store metadata that no GET can answer, or a
- * footer the embedded store cannot read back (storage-worker/backends/embedded/object-file.ts).
+ * footer the embedded store cannot read back (gateway/stores/embedded/object-file.ts).
  * https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingMetadata.html
  */
 import { ObjectCacheError } from '../../schemas/errors.js';
@@ -27,7 +27,7 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /**
  * Characters a stored value may not hold: anything but tab and printable ASCII. Controls (CR and
  * LF among them) would split the response's headers; bytes over 0x7f the gateway refuses in every
- * header it reads or forwards (gateway/server.ts), since Node reads them as latin1 and the store
+ * header it reads or forwards (gateway/pipeline/server.ts), since Node reads them as latin1 and the store
  * as UTF-8, so a value that arrived by another way (a form field) must not be stored with them
  * either. Values are counted in bytes: ASCII, one a character.
  */

@@ -13,11 +13,11 @@ import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { UNSIGNED_PAYLOAD } from '../auth/request-verifier.js';
-import { BACKEND_RETRY, EMPTY_PAYLOAD_SHA256, mapBackendError, retryPauseMs, type S3Backend } from '../../storage-worker/backends/s3-backend.js';
-import { checksumValueLength, type ChecksumAlgorithm } from '../body/checksum.js';
-import { uploadBody } from '../body/upload-body.js';
-import { headerOf, type RequestContext } from '../context.js';
+import { UNSIGNED_PAYLOAD } from './auth/request-verifier.js';
+import { BACKEND_RETRY, EMPTY_PAYLOAD_SHA256, mapBackendError, retryPauseMs, type S3Backend } from '../stores/s3-backend.js';
+import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js';
+import { uploadBody } from './body/upload-body.js';
+import { headerOf, type RequestContext } from '../pipeline/context.js';
 import { readDeleteObjects } from './delete-objects.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 

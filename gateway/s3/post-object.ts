@@ -16,18 +16,18 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import busboy from 'busboy';
-import type { LocalStore } from '../../storage-worker/backends/embedded/local-store.js';
-import type { S3Backend } from '../../storage-worker/backends/s3-backend.js';
-import { UNSIGNED_PAYLOAD } from '../auth/request-verifier.js';
-import { authorize, authorizeUnclassified, UNSAFE_HEADERS } from '../auth/access.js';
-import { s3Arn } from '../auth/policy.js';
+import type { LocalStore } from '../stores/embedded/local-store.js';
+import type { S3Backend } from '../stores/s3-backend.js';
+import { UNSIGNED_PAYLOAD } from './auth/request-verifier.js';
+import { authorize, authorizeUnclassified, UNSAFE_HEADERS } from './auth/access.js';
+import { s3Arn } from './auth/policy.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import type { RequestVerifier } from '../auth/request-verifier.js';
+import type { RequestVerifier } from './auth/request-verifier.js';
 import type { S3Target } from './request.js';
 import { checkPostPolicy } from './post-policy.js';
 import { checkStoredMetadata } from './metadata.js';
-import type { ClientCredential } from '../config.js';
+import type { ClientCredential } from '../common/config.js';
 import { sendEmpty, sendXml } from './respond.js';
 import { buildXml } from './xml.js';
 
@@ -89,7 +89,7 @@ export interface PostObjectDeps {
   readonly maxFieldsBytes: number;
   /** Time from the request's headers to its file part, the unauthenticated part of a form (--header-timeout-ms). */
   readonly fieldsTimeoutMs: number;
-  /** Counts the request against the key that signed the form (gateway/key-limits.ts); throws past its share. */
+  /** Counts the request against the key that signed the form (gateway/admission/key-limits.ts); throws past its share. */
   readonly admit: (credential: ClientCredential) => void;
   readonly now: () => number;
   /**

@@ -9,11 +9,11 @@ import { join } from 'node:path';
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { Client as MinioClient } from 'minio';
-import { loadServeConfig } from '../../gateway/config.js';
-import { createLogger } from '../../gateway/logger.js';
-import { startGateway, type Gateway } from '../../gateway/server.js';
-import type { MinioInfo } from '../../bench/minio.js';
-import type { SegmentObserver } from '../../gateway/descriptor-get/segments.js';
+import { loadServeConfig } from '../../gateway/common/config.js';
+import { createLogger } from '../../gateway/common/logger.js';
+import { startGateway, type Gateway } from '../../gateway/pipeline/server.js';
+import type { MinioInfo } from './minio.js';
+import type { SegmentObserver } from '../../gateway/segments/segments.js';
 
 export const CLIENT_KEY = 'test-client';
 export const CLIENT_SECRET = 'test-client-secret';
@@ -110,7 +110,7 @@ export function uniqueBucket(prefix = 'test'): string {
 }
 
 /** Reads a metric's summed value from the admin endpoint's Prometheus text. */
-/** A packed-segment event (gateway/descriptor-get/segments.ts). */
+/** A packed-segment event (gateway/segments/segments.ts). */
 export type SegmentEvent = Parameters<SegmentObserver['event']>[0];
 
 /** How often `event` happened at the gateway whose admin endpoint is `adminUrl` (objectcache_segment_events_total). */

@@ -4,9 +4,9 @@
  * https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html
  */
 import { ObjectCacheError } from '../../../schemas/errors.js';
-import type { LocalStore, ObjectMeta } from '../../../storage-worker/backends/embedded/local-store.js';
-import { readWholeBody } from '../../body/upload-body.js';
-import { headerOf, type RequestContext } from '../../context.js';
+import type { LocalStore, ObjectMeta } from '../../stores/embedded/local-store.js';
+import { readWholeBody } from '../body/upload-body.js';
+import { headerOf, type RequestContext } from '../../pipeline/context.js';
 import { assertBucketName, queryValue } from '../request.js';
 import { sendEmpty, sendXml } from '../respond.js';
 import { readDeleteObjects } from '../delete-objects.js';

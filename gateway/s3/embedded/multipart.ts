@@ -3,10 +3,10 @@
  * ListMultipartUploads. https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpuoverview.html
  */
 import { ObjectCacheError } from '../../../schemas/errors.js';
-import { MAX_PART_NUMBER, type LocalStore, type UploadChecksum } from '../../../storage-worker/backends/embedded/local-store.js';
-import { checksumAlgorithmOf, createChecksum, type ChecksumAlgorithm } from '../../body/checksum.js';
-import { uploadBody } from '../../body/upload-body.js';
-import { headerOf, type RequestContext } from '../../context.js';
+import { MAX_PART_NUMBER, type LocalStore, type UploadChecksum } from '../../stores/embedded/local-store.js';
+import { checksumAlgorithmOf, createChecksum, type ChecksumAlgorithm } from '../body/checksum.js';
+import { uploadBody } from '../body/upload-body.js';
+import { headerOf, type RequestContext } from '../../pipeline/context.js';
 import { queryValue } from '../request.js';
 import { sendEmpty, sendXml } from '../respond.js';
 import { buildXml, parseXmlBody, xmlList, xmlText } from '../xml.js';
