@@ -30,4 +30,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 # This checkout's package (its own dependencies are pinned in $reqs).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$root/client/python" >&2
+# vLLM imports `nixl._api`; nixl-cu12 installs `nixl_cu12`: the step docs/engines.md gives for that.
+"$venv/bin/python" -m objectcache.engines.nixl_compat install >&2
 echo "$venv"

@@ -30,25 +30,19 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-# vLLM imports `nixl`; the CUDA-12 wheel is the one whose OBJ plugin loads without a GPU library.
-import nixl_cu12
-import nixl_cu12._api
-import nixl_cu12._bindings
-
-sys.modules["nixl"] = nixl_cu12
-sys.modules["nixl._api"] = nixl_cu12._api
-sys.modules["nixl._bindings"] = nixl_cu12._bindings
-
-from vllm.config import KVTransferConfig  # noqa: E402
-from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext, make_offload_key  # noqa: E402
-from vllm.v1.kv_offload.config import (  # noqa: E402
+# vLLM imports `nixl._api`; the CUDA-12 wheel (the one whose OBJ plugin loads without a GPU
+# library) installs `nixl_cu12`. Nothing is done about that here: the engine venv is set up as
+# docs/engines.md says, with `python -m objectcache.engines.nixl_compat install`.
+from vllm.config import KVTransferConfig
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext, make_offload_key
+from vllm.v1.kv_offload.config import (
     OffloadingCacheConfig,
     OffloadingConfig,
     OffloadingGroupConfig,
     OffloadingModelConfig,
     OffloadingParallelConfig,
 )
-from vllm.v1.kv_offload.factory import OffloadingSpecFactory  # noqa: E402
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
 LAYERS, TOKENS_PER_BLOCK = 30, 16  # SmolLM2-135M
 
