@@ -19,7 +19,7 @@ import { parseArgs } from 'node:util';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import { authorizeKeys } from '../gateway/s3/auth/access.js';
-import { parseAccessPolicy } from '../gateway/s3/auth/policy.js';
+import { parseAccessPolicy } from '../gateway/common/access-policy.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, inParallel } from './direct-s3.js';

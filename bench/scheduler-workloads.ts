@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
-import { POLICIES } from '../gateway/descriptor-get/scheduler/allocate.js';
+import { POLICIES } from '../gateway/common/config.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { directPut, directS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';

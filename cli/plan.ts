@@ -6,8 +6,9 @@ import { readFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { requireString, usageError } from './options.js';
-import { allocate, parseSchedulingPolicy, POLICIES, type AllocationRequest } from '../gateway/descriptor-get/scheduler/allocate.js';
-import { formatGbps, parseMargin, parseRate } from '../gateway/descriptor-get/scheduler/rate.js';
+import { allocate, type AllocationRequest } from '../gateway/descriptor-get/scheduler/allocate.js';
+import { parseSchedulingPolicy, POLICIES } from '../gateway/common/config.js';
+import { formatGbps, parseMargin, parseRate } from '../gateway/common/rate.js';
 
 export const PLAN_HELP = `Usage: objectcache plan --cap RATE [--policy NAME] [--margin RATE|N%] FILE|-
 

@@ -174,7 +174,7 @@ export interface ObjectCacheErrorOptions {
 /**
  * The one error class of ObjectCache. Recognise it by `code`, never by message. Its subclasses
  * only add what their origin knows: ConfigError (gateway/common/config.ts) and PolicyError
- * (gateway/s3/auth/policy.ts) the setting, ReadError (gateway/threads/read-errors.ts) a read's site and
+ * (gateway/common/access-policy.ts) the setting, ReadError (gateway/threads/read-errors.ts) a read's site and
  * whether the worker may read again.
  */
 export class ObjectCacheError extends Error {

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ACTIONS, AccessPolicy, parseAccessPolicy, PolicyError, s3Arn, wildcard } from '../gateway/s3/auth/policy.js';
+import { ACTIONS, AccessPolicy, parseAccessPolicy, PolicyError, s3Arn, wildcard } from '../gateway/common/access-policy.js';
 import { requirementOf } from '../gateway/s3/auth/access.js';
 import { ConfigError, isLoopback, loadServeConfig } from '../gateway/common/config.js';
 import { parseTarget } from '../gateway/s3/request.js';

@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { authorizeKeys } from '../gateway/s3/auth/access.js';
-import { AccessPolicy, parseAccessPolicy, s3Arn, wildcard } from '../gateway/s3/auth/policy.js';
+import { AccessPolicy, parseAccessPolicy, s3Arn, wildcard } from '../gateway/common/access-policy.js';
 import { RequestVerifier, unsignedAmzHeaders, type SignedRequestInfo } from '../gateway/s3/auth/request-verifier.js';
 import { signV2, stringToSignV2 } from '../gateway/s3/auth/sigv2.js';
 import { MAX_XML_ATTRIBUTES, MAX_XML_DEPTH, MAX_XML_ELEMENTS, MAX_XML_RUN, parseXmlBody, scanXmlBody } from '../gateway/s3/xml.js';

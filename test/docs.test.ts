@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { Action } from '../gateway/s3/auth/policy.js';
+import type { Action } from '../gateway/common/access-policy.js';
 import { loadServeConfig, SERVE_SETTINGS, type ClientCredential } from '../gateway/common/config.js';
 import { ERRORS } from '../schemas/errors.js';
 

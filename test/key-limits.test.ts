@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { KeyLimits } from '../gateway/admission/key-limits.js';
-import { AccessPolicy } from '../gateway/s3/auth/policy.js';
+import { AccessPolicy } from '../gateway/common/access-policy.js';
 import type { ClientCredential } from '../gateway/common/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 

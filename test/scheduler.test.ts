@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { allocate, waterFill, zeroStallRate, type AllocationRequest } from '../gateway/descriptor-get/scheduler/allocate.js';
 import { EpochScheduler, type Clock } from '../gateway/descriptor-get/scheduler/epoch-scheduler.js';
 import { Pacer } from '../gateway/descriptor-get/scheduler/pacer.js';
-import { parseRate } from '../gateway/descriptor-get/scheduler/rate.js';
+import { parseRate } from '../gateway/common/rate.js';
 
 const GB = 1e9;
 

@@ -10,7 +10,7 @@ import { signV2, stringToSignV2 } from '../gateway/s3/auth/sigv2.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { CLIENT_KEY, CLIENT_SECRET, startTestGateway, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 import { signedHeaders } from './helpers/signing.js';
-import { AccessPolicy } from '../gateway/s3/auth/policy.js';
+import { AccessPolicy } from '../gateway/common/access-policy.js';
 
 // The credentials and requests of the SigV2 examples in the Amazon S3 documentation
 // ("Signing and authenticating REST requests"), bucket johnsmith, path-style here.

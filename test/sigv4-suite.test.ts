@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { RequestVerifier } from '../gateway/s3/auth/request-verifier.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { AccessPolicy } from '../gateway/s3/auth/policy.js';
+import { AccessPolicy } from '../gateway/common/access-policy.js';
 
 interface Vector {
   name: string;

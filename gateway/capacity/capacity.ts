@@ -17,22 +17,12 @@ import type { CapacityConfig } from '../common/config.js';
 import { FifoBudget } from '../common/fifo-budget.js';
 import type { Logger } from '../common/logger.js';
 import { ChunkIndex, type Candidate, type Chunk, type OrderOptions } from './chunk-index.js';
-import type { CapacityStore } from './store.js';
-import { SharedState, type CapacityEvent, type EventSource, type Rejected } from './shared-state.js';
+import type { CapacityStore } from '../stores/capacity-store.js';
+import { SharedState, type CapacityEvent, type EventSource } from './shared-state.js';
 import type { StateKey } from '../common/state-key.js';
+import type { CapacityObserver, EvictionCause } from '../common/observers.js';
 
-export type EvictionCause = 'lru' | 'idle' | 'dead' | 'quota';
 
-export interface CapacityObserver {
-  evicted(bucket: string, cause: EvictionCause, bytes: number): void;
-  syncFailed(what: string): void;
-  /** Shared state read from the store and not applied (shared-state.ts Rejected; `unauthorized`: a put its tenant could not have made). */
-  rejected(what: Rejected | 'unauthorized', count: number): void;
-  /** Hints of an access key not journalled: past its share this sync period. */
-  hintsDropped(count: number): void;
-  /** An unfinished multipart upload aborted for --multipart-expiry. */
-  uploadExpired(bucket: string): void;
-}
 
 /**
  * Whether a key of `tenant` may write `key` in `bucket` (its access policy allows s3:PutObject

@@ -11,8 +11,8 @@
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import { authorizeKeys } from '../s3/auth/access.js';
-import type { RequestContext } from '../pipeline/context.js';
-import { readSignedJsonBody } from '../descriptor-get/descriptor-request.js';
+import type { RequestContext } from '../s3/context.js';
+import { readSignedJsonBody } from '../s3/body/signed-json-body.js';
 import { MAX_PIN_MS, type Capacity } from './capacity.js';
 
 const USAGE = 'The pin body must be {"keys": [non-empty object keys], "until": an RFC 3339 time such as 2026-12-31T00:00:00Z, or null to unpin}';

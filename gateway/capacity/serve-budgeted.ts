@@ -4,11 +4,11 @@
  */
 import { AFTER_META } from '../../schemas/chain.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import type { Backend } from '../stores/backend.js';
-import { headerOf, type RequestContext } from '../pipeline/context.js';
+import type { Backend } from '../s3/backend.js';
+import { headerOf, type RequestContext } from '../s3/context.js';
 import { parseCopySource, queryValue } from '../s3/request.js';
 import type { Capacity } from './capacity.js';
-import { STORED_HEADERS, type StoreHead } from './store.js';
+import { STORED_HEADERS, type StoreHead } from '../stores/capacity-store.js';
 
 /** The object metadata a chunk's tenant is recorded in: set by the gateway only. */
 export const TENANT_META = 'x-amz-meta-objectcache-tenant';

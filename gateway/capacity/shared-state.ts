@@ -32,7 +32,8 @@ import { hostname } from 'node:os';
 import type { CapacityConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { StateKey } from '../common/state-key.js';
-import type { CapacityStore } from './store.js';
+import type { CapacityStore } from '../stores/capacity-store.js';
+import type { Rejected } from '../common/observers.js';
 
 /**
  * One event of a journal or snapshot. `u: 1` on a snapshot's `put`: its size came from another
@@ -75,7 +76,6 @@ const RECONCILE_EVERY_MS = 10 * 60_000;
 const SEQ_DIGITS = 12;
 
 /** What was read from the store and not applied: a journal, snapshot or lease without the state key's MAC, a journal too large, or an event out of bounds. */
-export type Rejected = 'journal' | 'snapshot' | 'lease' | 'event';
 
 export interface SharedStateOptions {
   readonly store: CapacityStore;

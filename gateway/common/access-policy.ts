@@ -17,7 +17,7 @@
  * ignored: an ignored clause would widen or narrow access silently.
  */
 
-import { ObjectCacheError } from '../../../schemas/errors.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
 
 /**
  * The actions the gateway checks. `objectcache:ActAsTenant` lets a descriptor name a tenant;

@@ -3,21 +3,18 @@
  * `OBJECTCACHE_*` environment variables, then defaults), validated at start-up so a bad value
  * fails fast with a message that names the setting. Nothing below the CLI reads process.env.
  */
-import type { SegmentConfig } from '../segments/segments.js';
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { evaluate, iterator, parse as parseJson, type ObjectNode } from '@humanwhocodes/momoa';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { AccessPolicy, parseAccessPolicy, PolicyError } from '../s3/auth/policy.js';
+import { AccessPolicy, parseAccessPolicy, PolicyError } from './access-policy.js';
 import type { DescriptorLimits } from '../../schemas/descriptor.js';
 import { DESCRIPTOR_SCHEMA } from '../../schemas/descriptor-schema.js';
-import { parseSchedulingPolicy, type Policy } from '../descriptor-get/scheduler/allocate.js';
-import { parseMargin, parseRate } from '../descriptor-get/scheduler/rate.js';
-import { defaultWorkerCount } from '../descriptor-get/read-pool/reader-pool.js';
-import { assertBucketName } from '../s3/request.js';
+import { parseMargin, parseRate } from './rate.js';
+import { assertBucketName } from './bucket-name.js';
 import { MIN_STATE_KEY_CHARS } from './state-key.js';
-import type { S3BackendOptions } from '../stores/s3-backend.js';
 
 export type SettingKind = 'string' | 'integer' | 'url' | 'path' | 'enum';
 
@@ -151,6 +148,52 @@ export interface DescriptorGetConfig {
   readonly maxLayerwiseRequests: number;
   readonly clientStallTimeoutMs: number;
   readonly limits: DescriptorLimits;
+}
+
+/** The scheduling policies (gateway/descriptor-get/scheduler/allocate.ts; --scheduling-policy). */
+export const POLICIES = ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'] as const;
+export type Policy = (typeof POLICIES)[number];
+
+/** The policy named `text`, or what is wrong with it. */
+export function parseSchedulingPolicy(text: string): { readonly policy: Policy } | { readonly problem: string } {
+  return (POLICIES as readonly string[]).includes(text) ? { policy: text as Policy } : { problem: `must be one of ${POLICIES.join(', ')}, got ${text}` };
+}
+
+/** How the gateway reaches an S3 store (gateway/stores/s3-backend.ts). */
+export interface S3BackendOptions {
+  readonly endpoint: URL;
+  readonly region: string;
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  readonly connections: number;
+  readonly timeoutMs: number;
+}
+
+/** One core is left to the main thread (CRC and socket writes); 1 to 4 read workers. */
+export function defaultWorkerCount(): number {
+  return Math.max(1, Math.min(4, availableParallelism() - 1));
+}
+
+/** Packed segments (gateway/segments/; docs/segments.md). */
+export interface SegmentConfig {
+  /** Where segments are kept: a bucket of the store only the gateway uses (--segment-bucket). */
+  readonly bucket: string;
+  /** Reads of a run, counting the one that packs, before it is packed (--segment-after-reads). */
+  readonly afterReads: number;
+  /** Smallest run packed, in payload bytes (--segment-min-bytes). */
+  readonly minBytes: number;
+  /** Packs written at once (--max-segment-packs). */
+  readonly maxPacks: number;
+  /** Bytes of all the segments this gateway keeps (--max-segment-bytes); past it the least recently used go. */
+  readonly maxBytes: number;
+  /** How a read checks that the covered chunks are unchanged (--segment-check). */
+  readonly check: 'heads' | 'writes';
+  /** Bytes a GET served from a segment may have read but not sent (--segment-read-ahead-bytes). */
+  readonly readAheadBytes: number;
+  /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
+  readonly packQueueBytes: number;
+  /** Where a pack takes its bytes: its read's frames, or the chunks after its read (--segment-pack-from). */
+  readonly packFrom: 'frames' | 'chunks';
 }
 
 export interface GatewayConfig {

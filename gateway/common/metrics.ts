@@ -3,12 +3,8 @@
  * one instance per gateway, created at start-up, served on the admin port. Point-in-time values
  * (pool, buffers, scheduler shares) are read in collect(), not refreshed by timers.
  */
-import type { SegmentObserver, Segments } from '../segments/segments.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { ReaderPoolStats } from '../descriptor-get/read-pool/reader-pool.js';
-import type { BackendStats } from '../stores/s3-backend.js';
-import type { SchedulerSnapshot } from '../descriptor-get/scheduler/epoch-scheduler.js';
-import type { Capacity, CapacityObserver } from '../capacity/capacity.js';
+import type { BackendStats, CapacityGauges, CapacityObserver, ReaderPoolStats, SchedulerSnapshot, SegmentGauges, SegmentObserver } from './observers.js';
 
 /** What serve-descriptor-get reports while it runs. */
 export interface DescriptorGetObserver {
@@ -36,11 +32,11 @@ export interface GatewayMetrics {
   /** What capacity management reports (evictions, sync failures). */
   readonly capacity: CapacityObserver;
   /** Gauges of usage against budgets and quotas, read from `capacity` at each scrape. */
-  watchCapacity(capacity: Capacity | undefined): void;
+  watchCapacity(capacity: CapacityGauges | undefined): void;
   /** Packed segments' events (gateway/segments/segments.ts). */
   readonly segments: SegmentObserver;
   /** Gauges of the packed segments known, read from `segments` at each scrape. */
-  watchSegments(segments: Segments | undefined): void;
+  watchSegments(segments: SegmentGauges | undefined): void;
 }
 
 export interface MetricSources {
@@ -179,7 +175,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
 
   // --- capacity (gateway/capacity/) ---
-  let watched: Capacity | undefined;
+  let watched: CapacityGauges | undefined;
   const evictions = new Counter({ name: 'objectcache_evictions_total', help: 'Chunks evicted, by bucket and reason: lru (the budget, coldest tail first), idle (--evict-idle), dead (a chunk whose predecessor was gone), quota (a tenant\u2019s write past its quota).', labelNames: ['bucket', 'reason'] as const, registers });
   const evictedBytes = new Counter({ name: 'objectcache_evicted_bytes_total', help: 'Bytes evicted, by bucket and reason.', labelNames: ['bucket', 'reason'] as const, registers });
   const capacitySyncFailures = new Counter({ name: 'objectcache_capacity_sync_failures_total', help: 'Capacity-management operations against the store that failed and will be retried, by what (sync, trim, head).', labelNames: ['what'] as const, registers });
@@ -220,7 +216,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   };
 
   // --- packed segments (gateway/segments/segments.ts) ---
-  let watchedSegments: Segments | undefined;
+  let watchedSegments: SegmentGauges | undefined;
   const segmentEvents = new Counter({ name: 'objectcache_segment_events_total', help: 'Packed segments, by event: packed (a manifest written), discovered (a segment found in the store, packed by another gateway or before a restart: at a read of its run, or by the sweep), reread (a pack that fell behind its read reads the layers it missed from the chunks), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), rejected (a manifest not signed with the state key, or a segment whose CRC32Cs are not those its chunks\u2019 writers recorded: not used, and dropped), dropped (one this gateway knew, removed for any reason), evicted (for a budget or --max-segment-bytes, including segments this gateway did not know, deleted by the sweep), swept (a data object no manifest names, deleted by the hourly sweep).', labelNames: ['event'] as const, registers });
   new Gauge({ name: 'objectcache_segments', help: 'Packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.count ?? 0); } });
   new Gauge({ name: 'objectcache_segment_bytes', help: 'Bytes of the packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.knownBytes ?? 0); } });

@@ -9,7 +9,7 @@ import { ObjectCacheError, siteDetails } from '../../schemas/errors.js';
 import { CODEC_META, chunkIndex, RAW_CODEC } from '../../schemas/encoded-chunk.js';
 import { LAYER_CRC_META } from '../../schemas/integrity.js';
 import type { Descriptor } from '../../schemas/descriptor.js';
-import type { Backend } from '../stores/backend.js';
+import type { Backend } from '../s3/backend.js';
 import type { EncodedChunks } from './read-ahead.js';
 
 export async function readChunkIndex(descriptor: Descriptor, bucket: string, backend: Pick<Backend, 'heads'>, signal: AbortSignal): Promise<EncodedChunks> {

@@ -4,19 +4,12 @@
  * `POST /{bucket}?objectcache` for descriptors too large for a header. Either way the descriptor
  * must be covered by the request signature, since it decides which objects are read.
  */
-import { DESCRIPTOR_HEADER, decodeDescriptorHeader, decodeDescriptorJson, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
+import { DESCRIPTOR_HEADER, decodeDescriptorHeader, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { readWholeBody } from '../s3/body/upload-body.js';
+import { readSignedJsonBody } from '../s3/body/signed-json-body.js';
 import type { DescriptorGetConfig } from '../common/config.js';
-import { headerOf, type RequestContext } from '../pipeline/context.js';
+import { headerOf, type RequestContext } from '../s3/context.js';
 
-/** Reads a small, signed JSON body (descriptor or lookup request). */
-export async function readSignedJsonBody(ctx: RequestContext, maxBytes: number): Promise<unknown> {
-  if (!/^[0-9a-f]{64}$/.test(ctx.auth.payloadHash) && !ctx.auth.payloadHash.startsWith('STREAMING-AWS4-HMAC-SHA256-PAYLOAD')) {
-    throw new ObjectCacheError('OC_ERR_DESCRIPTOR_UNSIGNED', 'The body must be covered by the signature: send x-amz-content-sha256 with its SHA-256 (not UNSIGNED-PAYLOAD)');
-  }
-  return decodeDescriptorJson((await readWholeBody(ctx.req, ctx.auth, maxBytes)).toString('utf8'));
-}
 
 export async function readDescriptor(ctx: RequestContext, config: DescriptorGetConfig): Promise<Descriptor> {
   if (ctx.req.method === 'GET') {

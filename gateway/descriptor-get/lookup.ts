@@ -9,13 +9,13 @@
  */
 import { setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { Backend, ObjectHead } from '../stores/backend.js';
+import type { Backend, ObjectHead } from '../s3/backend.js';
 import { CODEC_NAME, chunkIndex, RAW_CODEC } from '../../schemas/encoded-chunk.js';
 import type { DescriptorGetConfig } from '../common/config.js';
-import type { RequestContext } from '../pipeline/context.js';
+import type { RequestContext } from '../s3/context.js';
 import { authorizeKeys } from '../s3/auth/access.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
-import { readSignedJsonBody } from './descriptor-request.js';
+import { readSignedJsonBody } from '../s3/body/signed-json-body.js';
 
 const WINDOW = 32;
 const LOOKUP_FIELDS = new Set(['keys', 'keyPrefix', 'layers', 'layerBytes', 'codecs']);

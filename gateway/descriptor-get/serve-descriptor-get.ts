@@ -28,7 +28,7 @@ import { planChunkwise, planFromSegment, planLayerwise, planStreamed, planUnits,
 import type { Heads, Pack, ReadRest, Segments } from '../segments/segments.js';
 import type { ReaderPool } from './read-pool/reader-pool.js';
 import type { DescriptorGetConfig } from '../common/config.js';
-import type { RequestContext } from '../pipeline/context.js';
+import type { RequestContext } from '../s3/context.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { EpochScheduler, Grant } from './scheduler/epoch-scheduler.js';
 import { Pacer } from './scheduler/pacer.js';
@@ -36,7 +36,7 @@ import type { FifoBudget } from '../common/fifo-budget.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, unpaced, type Frame } from './frame-stream.js';
 import { ReadAhead, type ChunkSource, type EncodedChunks, type TaskRead, type UnitSource } from './read-ahead.js';
 import { encodedPayloadBytes, largestSlice, readChunkIndex } from './chunk-index.js';
-import type { Backend } from '../stores/backend.js';
+import type { Backend } from '../s3/backend.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 

@@ -6,19 +6,20 @@
  * one it has.
  */
 import { escapeUriPath } from '@smithy/util-uri-escape';
-import { LocalStore } from './embedded/local-store.js';
-import { S3Backend, type BackendStats } from './s3-backend.js';
+import { LocalStore } from '../stores/embedded/local-store.js';
+import { S3Backend } from '../stores/s3-backend.js';
+import type { BackendStats } from '../common/observers.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { WorkerBackend } from '../threads/protocol.js';
 import type { GatewayConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { BackendGate } from '../admission/key-limits.js';
-import type { RequestContext } from '../pipeline/context.js';
-import { embeddedCapacityStore, s3CapacityStore, type CapacityStore } from '../capacity/store.js';
-import { serveEmbedded } from '../s3/embedded/router.js';
-import { servePassthrough, type RetryObserver } from '../s3/passthrough.js';
-import { parseBucketList, type BucketEntry } from '../s3/list-buckets.js';
-import { backendPostSink, localPostSink, type PostSink } from '../s3/post-object.js';
+import type { RequestContext } from './context.js';
+import { embeddedCapacityStore, s3CapacityStore, type CapacityStore } from '../stores/capacity-store.js';
+import { serveEmbedded } from './embedded/router.js';
+import { servePassthrough, type RetryObserver } from './passthrough.js';
+import { parseBucketList, type BucketEntry } from './list-buckets.js';
+import { backendPostSink, localPostSink, type PostSink } from './post-object.js';
 
 export interface Backend {
   readonly kind: 'local' | 's3';

@@ -3,10 +3,10 @@
  * settings. Built once per request by the server.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AuthResult } from '../s3/auth/request-verifier.js';
+import type { AuthResult } from './auth/request-verifier.js';
 import type { GatewayConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
-import type { S3Target } from '../s3/request.js';
+import type { S3Target } from './request.js';
 
 export interface RequestContext {
   readonly req: IncomingMessage;

@@ -10,9 +10,9 @@ import { createHash } from 'node:crypto';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import { authorize, authorizeSomeObject } from './auth/access.js';
-import { s3Arn } from './auth/policy.js';
+import { s3Arn } from '../common/access-policy.js';
 import { readWholeBody } from './body/upload-body.js';
-import type { RequestContext } from '../pipeline/context.js';
+import type { RequestContext } from './context.js';
 import { MAX_XML_BODY_BYTES, parseXmlBody, S3_XMLNS, xmlList, xmlText } from './xml.js';
 
 /** S3 accepts at most 1000 keys per DeleteObjects. */

@@ -5,9 +5,9 @@
  */
 import { XMLParser } from 'fast-xml-parser';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { AccessPolicy } from './auth/policy.js';
-import { s3Arn } from './auth/policy.js';
-import type { RequestContext } from '../pipeline/context.js';
+import type { AccessPolicy } from '../common/access-policy.js';
+import { s3Arn } from '../common/access-policy.js';
+import type { RequestContext } from './context.js';
 import { sendXml } from './respond.js';
 import { buildXml } from './xml.js';
 

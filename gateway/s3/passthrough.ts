@@ -17,7 +17,7 @@ import { UNSIGNED_PAYLOAD } from './auth/request-verifier.js';
 import { BACKEND_RETRY, EMPTY_PAYLOAD_SHA256, mapBackendError, retryPauseMs, type S3Backend } from '../stores/s3-backend.js';
 import { checksumValueLength, type ChecksumAlgorithm } from './body/checksum.js';
 import { uploadBody } from './body/upload-body.js';
-import { headerOf, type RequestContext } from '../pipeline/context.js';
+import { headerOf, type RequestContext } from './context.js';
 import { readDeleteObjects } from './delete-objects.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 

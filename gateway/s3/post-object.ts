@@ -20,7 +20,7 @@ import type { LocalStore } from '../stores/embedded/local-store.js';
 import type { S3Backend } from '../stores/s3-backend.js';
 import { UNSIGNED_PAYLOAD } from './auth/request-verifier.js';
 import { authorize, authorizeUnclassified, UNSAFE_HEADERS } from './auth/access.js';
-import { s3Arn } from './auth/policy.js';
+import { s3Arn } from '../common/access-policy.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { RequestVerifier } from './auth/request-verifier.js';

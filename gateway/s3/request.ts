@@ -12,6 +12,7 @@
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
+import { assertBucketName } from '../common/bucket-name.js';
 
 
 export interface S3Target {
@@ -194,20 +195,8 @@ export function hasQuery(target: Pick<S3Target, 'query'>, name: string): boolean
   return target.query.some(([k]) => k === name);
 }
 
-/**
- * S3 bucket naming rules (general purpose buckets): 3-63 characters of lowercase letters,
- * digits, dots and hyphens, starting and ending with a letter or digit, no `..`, not an IP
- * address. These names are also safe directory names for the embedded store.
- */
-export function assertBucketName(bucket: string): void {
-  const ok =
-    /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket) &&
-    !bucket.includes('..') &&
-    !bucket.includes('.-') &&
-    !bucket.includes('-.') &&
-    !/^\d+\.\d+\.\d+\.\d+$/.test(bucket);
-  if (!ok) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_BUCKET_NAME', `The bucket name ${JSON.stringify(bucket)} is not valid`, { details: { BucketName: bucket } });
-}
+export { assertBucketName };
+
 
 /** Query parameters of presigned SigV4 authentication (compared case-insensitively). */
 const PRESIGN_PARAMS = new Set([

@@ -33,7 +33,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
-import { unquoted, type CapacityStore, type ListedObject } from '../capacity/store.js';
+import { unquoted, type CapacityStore, type ListedObject } from '../stores/capacity-store.js';
 import type { Logger } from '../common/logger.js';
 import { SEGMENT_SKIP_BYTES } from '../threads/protocol.js';
 import { CODEC_NAME, RAW_CODEC } from '../../schemas/encoded-chunk.js';
@@ -41,6 +41,8 @@ import { decodeLayerCrcs, LAYER_CRC_META } from '../../schemas/integrity.js';
 import type { StateKey } from '../common/state-key.js';
 import type { EncodedChunks, SegmentSource, TaskRead } from '../descriptor-get/read-ahead.js';
 import { layoutOf, type SegmentCover, type Slices } from '../descriptor-get/read-plan.js';
+import type { SegmentConfig } from '../common/config.js';
+import type { SegmentObserver } from '../common/observers.js';
 
 /** The largest segment: what one S3 PutObject may store. */
 const MAX_SEGMENT_BYTES = 5 * 1024 ** 3;
@@ -83,26 +85,6 @@ const MAX_MANIFEST_BYTES = 256 * 1024 * 1024;
 /** Chunks written and runs dropped a sweep keeps track of while it runs (#sinceSweep). */
 const SWEEP_NOTED = 100_000;
 
-export interface SegmentConfig {
-  /** Where segments are kept: a bucket of the store only the gateway uses (--segment-bucket). */
-  readonly bucket: string;
-  /** Reads of a run, counting the one that packs, before it is packed (--segment-after-reads). */
-  readonly afterReads: number;
-  /** Smallest run packed, in payload bytes (--segment-min-bytes). */
-  readonly minBytes: number;
-  /** Packs written at once (--max-segment-packs). */
-  readonly maxPacks: number;
-  /** Bytes of all the segments this gateway keeps (--max-segment-bytes); past it the least recently used go. */
-  readonly maxBytes: number;
-  /** How a read checks that the covered chunks are unchanged (--segment-check). */
-  readonly check: 'heads' | 'writes';
-  /** Bytes a GET served from a segment may have read but not sent (--segment-read-ahead-bytes). */
-  readonly readAheadBytes: number;
-  /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
-  readonly packQueueBytes: number;
-  /** Where a pack takes its bytes: its read's frames, or the chunks after its read (--segment-pack-from). */
-  readonly packFrom: 'frames' | 'chunks';
-}
 
 /** What a manifest (`<bucket>/<run>.json` in the segment bucket) records; JSON on the store. */
 export interface Manifest {
@@ -179,9 +161,6 @@ export interface Found {
  */
 export type SegmentCheck = 'verified' | 'unverified' | 'stale';
 
-export interface SegmentObserver {
-  event(event: 'packed' | 'discovered' | 'reread' | 'abandoned' | 'served' | 'stale' | 'rejected' | 'dropped' | 'evicted' | 'swept'): void;
-}
 
 /** A segment in the store that this gateway does not know (a sweep's listing): enough to count and delete it. */
 interface Unknown {

@@ -12,8 +12,8 @@
 import { escapeUriPath } from '@smithy/util-uri-escape';
 import { XMLParser } from 'fast-xml-parser';
 import { Readable } from 'node:stream';
-import type { LocalStore } from '../stores/embedded/local-store.js';
-import type { S3Backend } from '../stores/s3-backend.js';
+import type { LocalStore } from './embedded/local-store.js';
+import type { S3Backend } from './s3-backend.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 
 export interface ListedObject {

@@ -11,17 +11,13 @@ import { Pool, errors as undiciErrors, type Dispatcher } from 'undici';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { EMPTY_PAYLOAD_SHA256 } from '../../sigv4/signer.js';
 import { sigv4 } from '../../sigv4/signing-dispatcher.js';
+import type { BackendStats } from '../common/observers.js';
+import type { S3BackendOptions } from '../common/config.js';
+
+export type { S3BackendOptions };
 
 export { EMPTY_PAYLOAD_SHA256 };
 
-export interface S3BackendOptions {
-  readonly endpoint: URL;
-  readonly region: string;
-  readonly accessKeyId: string;
-  readonly secretAccessKey: string;
-  readonly connections: number;
-  readonly timeoutMs: number;
-}
 
 export interface BackendRequest {
   readonly method: string;
@@ -35,15 +31,6 @@ export interface BackendRequest {
   readonly signal?: AbortSignal;
 }
 
-export interface BackendStats {
-  /** Requests sent since start. */
-  readonly requests: number;
-  /** Requests whose response has not finished. */
-  readonly inflight: number;
-  readonly errors: number;
-  /** Requests waiting for a connection (each at most the backend timeout). */
-  readonly waiting: number;
-}
 
 function queryString(pairs: readonly (readonly [string, string])[]): string {
   return pairs.map(([k, v]) => `${escapeUri(k)}=${escapeUri(v)}`).join('&');

@@ -13,7 +13,7 @@ import { loadServeConfig } from '../../gateway/common/config.js';
 import { createLogger } from '../../gateway/common/logger.js';
 import { startGateway, type Gateway } from '../../gateway/pipeline/server.js';
 import type { MinioInfo } from './minio.js';
-import type { SegmentObserver } from '../../gateway/segments/segments.js';
+import type { SegmentEvent } from '../../gateway/common/observers.js';
 
 export const CLIENT_KEY = 'test-client';
 export const CLIENT_SECRET = 'test-client-secret';
@@ -111,7 +111,7 @@ export function uniqueBucket(prefix = 'test'): string {
 
 /** Reads a metric's summed value from the admin endpoint's Prometheus text. */
 /** A packed-segment event (gateway/segments/segments.ts). */
-export type SegmentEvent = Parameters<SegmentObserver['event']>[0];
+export type { SegmentEvent };
 
 /** How often `event` happened at the gateway whose admin endpoint is `adminUrl` (objectcache_segment_events_total). */
 export function segmentEvents(adminUrl: string, event: SegmentEvent): Promise<number> {

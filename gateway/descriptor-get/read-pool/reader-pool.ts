@@ -6,7 +6,6 @@
  * tasks, and piscina replaces it.
  */
 import { createRequire } from 'node:module';
-import { availableParallelism } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { BroadcastChannel, MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
@@ -16,6 +15,7 @@ import { FifoBudget } from '../../common/fifo-budget.js';
 import { BufferArena } from './buffer-arena.js';
 import { TaskLayout, type RingLayout } from '../../threads/task-layout.js';
 import { canBoundReceiveBuffers } from '../../../native/socket-buffer.js';
+import type { ReaderPoolStats } from '../../common/observers.js';
 
 export interface ReaderPoolOptions {
   readonly backend: WorkerBackend;
@@ -52,20 +52,7 @@ export interface RunningStream {
   readonly result: Promise<StreamResult>;
 }
 
-export interface ReaderPoolStats {
-  readonly workers: number;
-  readonly queued: number;
-  readonly running: number;
-  readonly completed: number;
-  readonly utilization: number;
-  /** Blocks of the shared task-buffer arena held by tasks or unsent frames. */
-  readonly arenaBlocksInUse: number;
-}
 
-/** One core is left to the main thread (CRC and socket writes); 1 to 4 read workers. */
-export function defaultWorkerCount(): number {
-  return Math.max(1, Math.min(4, availableParallelism() - 1));
-}
 
 /**
  * What each worker thread runs: `runReadTask` of gateway/worker/read-worker.ts, one task at a time

@@ -14,9 +14,8 @@
  *
  * A request without a compute window is bandwidth-hungry: its zero-stall rate is unbounded.
  */
+import type { Policy } from '../../common/config.js';
 
-export const POLICIES = ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'] as const;
-export type Policy = (typeof POLICIES)[number];
 
 export interface AllocationRequest {
   readonly id: string;
@@ -129,7 +128,3 @@ export function allocate(requests: readonly AllocationRequest[], options: Alloca
   });
 }
 
-/** The policy named `text`, or what is wrong with it. */
-export function parseSchedulingPolicy(text: string): { readonly policy: Policy } | { readonly problem: string } {
-  return (POLICIES as readonly string[]).includes(text) ? { policy: text as Policy } : { problem: `must be one of ${POLICIES.join(', ')}, got ${text}` };
-}

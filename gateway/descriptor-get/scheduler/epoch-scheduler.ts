@@ -17,7 +17,9 @@
  * `maxConcurrent` requests are ever in flight.
  */
 import { ObjectCacheError } from '../../../schemas/errors.js';
-import { allocate, type Allocation, type Policy } from './allocate.js';
+import { allocate, type Allocation } from './allocate.js';
+import type { Policy } from '../../common/config.js';
+import type { SchedulerSnapshot } from '../../common/observers.js';
 
 function closedError(): ObjectCacheError {
   return new ObjectCacheError('OC_ERR_SCHEDULER_CLOSED', 'The gateway is shutting down: no more layerwise GETs are admitted');
@@ -70,13 +72,6 @@ interface Active {
   readonly grant: Grant;
 }
 
-export interface SchedulerSnapshot {
-  readonly epoch: number;
-  readonly capBytesPerSec: number;
-  readonly capInUseBytesPerSec: number;
-  readonly pending: number;
-  readonly active: readonly { readonly id: string; readonly tenant: string; readonly rateBytesPerSec: number; readonly predictedStallMsPerLayer: number }[];
-}
 
 export class EpochScheduler {
   readonly options: SchedulerOptions;

@@ -1,6 +1,6 @@
 /**
  * Authorization: what each request needs from the access policy of the key that signed it
- * (gateway/s3/auth/policy.ts), checked after the signature and before the store is touched, so a
+ * (gateway/common/access-policy.ts), checked after the signature and before the store is touched, so a
  * refusal never depends on whether a bucket or object exists.
  *
  * The mapping of operations to actions is IAM's for S3
@@ -16,7 +16,7 @@ import { ObjectCacheError } from '../../../schemas/errors.js';
 import type { ClientCredential } from '../../common/config.js';
 import { s3Operation, type S3Operation } from '../operation.js';
 import { parseCopySource, queryValue, type S3Target } from '../request.js';
-import { s3Arn, tenantArn, type Action, type ConditionContext, type Decision } from './policy.js';
+import { s3Arn, tenantArn, type Action, type ConditionContext, type Decision } from '../../common/access-policy.js';
 
 export interface Check {
   readonly action: Action;

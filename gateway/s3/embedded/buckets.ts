@@ -6,7 +6,7 @@
 import { ObjectCacheError } from '../../../schemas/errors.js';
 import type { LocalStore, ObjectMeta } from '../../stores/embedded/local-store.js';
 import { readWholeBody } from '../body/upload-body.js';
-import { headerOf, type RequestContext } from '../../pipeline/context.js';
+import { headerOf, type RequestContext } from '../context.js';
 import { assertBucketName, queryValue } from '../request.js';
 import { sendEmpty, sendXml } from '../respond.js';
 import { readDeleteObjects } from '../delete-objects.js';

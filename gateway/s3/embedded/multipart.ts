@@ -6,7 +6,7 @@ import { ObjectCacheError } from '../../../schemas/errors.js';
 import { MAX_PART_NUMBER, type LocalStore, type UploadChecksum } from '../../stores/embedded/local-store.js';
 import { checksumAlgorithmOf, createChecksum, type ChecksumAlgorithm } from '../body/checksum.js';
 import { uploadBody } from '../body/upload-body.js';
-import { headerOf, type RequestContext } from '../../pipeline/context.js';
+import { headerOf, type RequestContext } from '../context.js';
 import { queryValue } from '../request.js';
 import { sendEmpty, sendXml } from '../respond.js';
 import { buildXml, parseXmlBody, xmlList, xmlText } from '../xml.js';

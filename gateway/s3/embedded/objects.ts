@@ -10,7 +10,7 @@ import { ObjectCacheError } from '../../../schemas/errors.js';
 import type { FileHandle } from 'node:fs/promises';
 import type { LocalStore, ObjectAttributes, ObjectMeta, OpenObject, WritePrecondition } from '../../stores/embedded/local-store.js';
 import { uploadBody } from '../body/upload-body.js';
-import { headerOf, type RequestContext } from '../../pipeline/context.js';
+import { headerOf, type RequestContext } from '../context.js';
 import { checkStoredMetadata } from '../metadata.js';
 import { parseRange } from '../range.js';
 import { parseCopySource, queryValue } from '../request.js';

@@ -5,7 +5,7 @@
  */
 import { ObjectCacheError } from '../../../schemas/errors.js';
 import type { LocalStore } from '../../stores/embedded/local-store.js';
-import type { RequestContext } from '../../pipeline/context.js';
+import type { RequestContext } from '../context.js';
 import { s3Operation, type S3Operation } from '../operation.js';
 import { assertBucketName } from '../request.js';
 import { sendEmpty } from '../respond.js';

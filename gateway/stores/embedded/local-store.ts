@@ -171,7 +171,7 @@ export class LocalStore {
 
   /**
    * Files found unreadable when the store opened and moved aside: the store serves everything
-   * else, and the caller reports these (gateway/stores/backend.ts logs each one).
+   * else, and the caller reports these (gateway/s3/backend.ts logs each one).
    */
   get damaged(): readonly DamagedFile[] {
     return this.#damaged;
