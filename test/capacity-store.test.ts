@@ -1,13 +1,13 @@
 /**
- * The store capacity and segments list through (gateway/capacity/store.ts), against MinIO: a
+ * The store capacity and segments list through (gateway/stores/capacity-store.ts), against MinIO: a
  * listing gives keys and ETags exactly as the store wrote them, so a listed ETag is the one a HEAD
  * gives and a conditional delete by it succeeds.
  */
 import { CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { openBackend, type Backend } from '../gateway/stores/backend.js';
+import { openBackend, type Backend } from '../gateway/s3/backend.js';
 import { loadServeConfig } from '../gateway/common/config.js';
-import { embeddedCapacityStore } from '../gateway/capacity/store.js';
+import { embeddedCapacityStore } from '../gateway/stores/capacity-store.js';
 import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Capacity } from '../gateway/capacity/capacity.js';
-import { embeddedCapacityStore } from '../gateway/capacity/store.js';
+import { embeddedCapacityStore } from '../gateway/stores/capacity-store.js';
 import type { CapacityConfig } from '../gateway/common/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { StateKey } from '../gateway/common/state-key.js';

@@ -15,7 +15,7 @@ import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 import { encodeFooter, MAX_FOOTER_BYTES, objectRelativePath, readFooter } from '../gateway/stores/embedded/object-file.js';
-import { openBackend } from '../gateway/stores/backend.js';
+import { openBackend } from '../gateway/s3/backend.js';
 import { createLogger } from '../gateway/common/logger.js';
 import { checkStoredMetadata, MAX_USER_METADATA_BYTES } from '../gateway/s3/metadata.js';
 import { ObjectCacheError } from '../schemas/errors.js';

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { embeddedCapacityStore, type CapacityStore } from '../gateway/capacity/store.js';
+import { embeddedCapacityStore, type CapacityStore } from '../gateway/stores/capacity-store.js';
 import { Segments } from '../gateway/segments/segments.js';
 import { StateKey } from '../gateway/common/state-key.js';
 import { parseDescriptor } from '../schemas/descriptor.js';

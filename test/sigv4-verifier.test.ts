@@ -8,7 +8,7 @@ import { RequestVerifier } from '../gateway/s3/auth/request-verifier.js';
 import { parseTarget } from '../gateway/s3/request.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { NodeSha256 } from '../sigv4/signer.js';
-import { AccessPolicy } from '../gateway/s3/auth/policy.js';
+import { AccessPolicy } from '../gateway/common/access-policy.js';
 
 const credential = { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY', tenant: 'AKIDEXAMPLE', access: AccessPolicy.unrestricted };
 const signer = new SignatureV4({ credentials: credential, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });

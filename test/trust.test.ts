@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
-import { embeddedCapacityStore, type CapacityStore } from '../gateway/capacity/store.js';
+import { embeddedCapacityStore, type CapacityStore } from '../gateway/stores/capacity-store.js';
 import { SharedState, type CapacityEvent } from '../gateway/capacity/shared-state.js';
 import { loadServeConfig } from '../gateway/common/config.js';
 import { createLogger } from '../gateway/common/logger.js';
