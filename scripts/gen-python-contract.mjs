@@ -170,6 +170,7 @@ lines.push(
   `#   ${COMMAND}`,
   ...comment('`node scripts/gen-python-contract.mjs --check` prints the drift and exits 1; test/python-contract.test.ts fails on it.'),
   '"""The wire contract the Python client shares with the gateway, and the project\'s version."""',
+  '',
   'from typing import Final, FrozenSet, List, Literal, Mapping, Tuple, TypedDict',
   '',
 );
@@ -247,7 +248,8 @@ for (const [field, [alias, all]] of Object.entries(ENUMS)) {
 lines.push('', '');
 for (const [field, name] of Object.entries(OBJECTS)) lines.push(typedDict(name, schema.properties[field], schema.properties[field].description), '', '');
 lines.push(typedDict('Descriptor', schema, `${schema.description} Field meanings: schemas/wire-format.md section 2.`));
-const text = `${lines.join('\n').replace(/\n{4,}/g, '\n\n\n')}\n`;
+// As ruff format writes it (client/python/pyproject.toml), so that formatting the package leaves it as it is.
+const text = `${lines.join('\n').replace(/\n{4,}/g, '\n\n\n').replace(/\n+$/, '')}\n`;
 
 // --- write, or check --------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ the gateway (for example "--chunk-reads auto").
 
     .venv-python/bin/python client/python/benchmarks/fetch_throughput.py [--reps 3] [--context 16384] [--chunk-tokens 64] [--boto3] [--gateway-args "--chunk-reads auto"]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,9 +58,10 @@ def children_cpu() -> float:
 
 def boto3_whole_objects(endpoint: str, bucket: str, keys: list[str], target: np.ndarray, object_bytes: int, minio_pid: int) -> dict[str, object]:
     """Every chunk object GET whole from MinIO with boto3, 32 at a time, copied into its place in `target`."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import boto3  # the `bench` extra
     from botocore.config import Config
-    from concurrent.futures import ThreadPoolExecutor
 
     s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=MINIO_KEY, aws_secret_access_key=MINIO_SECRET, region_name="us-east-1", config=Config(max_pool_connections=32))
 
@@ -120,8 +122,32 @@ def main() -> int:
             seconds = time.perf_counter() - started
             after = (self_cpu(), proc_cpu(gateway_pid), proc_cpu(minio_pid))
             assert result.summary["bytes"] == payload
-            python_runs.append({"seconds": seconds, "gbPerSec": payload / seconds / 1e9, "cpuSecondsPerGiB": {"client": (after[0] - before[0]) / gib, "gateway": (after[1] - before[1]) / gib, "minio": (after[2] - before[2]) / gib}})
-            out = subprocess.run(["node", "--initial-old-space-size=64", str(REPO / "dist" / "bench" / "client-fetch.js"), "--endpoint", stack.gateway_url, "--bucket", client.bucket, "--descriptor", descriptor_file, "--reps", "2"], env=env, check=True, stdout=subprocess.PIPE, text=True)
+            python_runs.append(
+                {
+                    "seconds": seconds,
+                    "gbPerSec": payload / seconds / 1e9,
+                    "cpuSecondsPerGiB": {"client": (after[0] - before[0]) / gib, "gateway": (after[1] - before[1]) / gib, "minio": (after[2] - before[2]) / gib},
+                }
+            )
+            out = subprocess.run(
+                [
+                    "node",
+                    "--initial-old-space-size=64",
+                    str(REPO / "dist" / "bench" / "client-fetch.js"),
+                    "--endpoint",
+                    stack.gateway_url,
+                    "--bucket",
+                    client.bucket,
+                    "--descriptor",
+                    descriptor_file,
+                    "--reps",
+                    "2",
+                ],
+                env=env,
+                check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             # The second of two fetches in the node process: its target's pages touched and its code warm, as the Python side's.
             first, run = json.loads(out.stdout)["runs"]
             ts_runs.append({"seconds": run["seconds"], "gbPerSec": run["bytes"] / run["seconds"] / 1e9, "cpuSecondsPerGiB": {"client": run["cpuSeconds"] / gib}})
@@ -129,7 +155,12 @@ def main() -> int:
             # The CLI: one fetch per process, into a target it allocates (node's start-up included).
             before = children_cpu()
             started = time.perf_counter()
-            subprocess.run(["node", str(REPO / "dist" / "cli" / "main.js"), "fetch", "--endpoint", stack.gateway_url, "--bucket", client.bucket, "--descriptor", descriptor_file, "--transport", "post"], env=env, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["node", str(REPO / "dist" / "cli" / "main.js"), "fetch", "--endpoint", stack.gateway_url, "--bucket", client.bucket, "--descriptor", descriptor_file, "--transport", "post"],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             cli_runs.append({"seconds": time.perf_counter() - started, "cpuSecondsPerGiB": (children_cpu() - before) / gib})
             if args.boto3:
                 boto3_runs.append(boto3_whole_objects(stack.minio_url, client.bucket, keys, target, LAYERS * S, minio_pid))
@@ -140,17 +171,41 @@ def main() -> int:
     ts = statistics.median(r["gbPerSec"] for r in ts_runs)
     py_cpu = statistics.median(r["cpuSecondsPerGiB"]["client"] for r in python_runs)
     ts_cpu = statistics.median(r["cpuSecondsPerGiB"]["client"] for r in ts_runs)
-    print(f"Python client     {py:.3f} GB/s, client CPU {py_cpu:.2f} s/GiB (gateway {statistics.median(r['cpuSecondsPerGiB']['gateway'] for r in python_runs):.2f}, MinIO {statistics.median(r['cpuSecondsPerGiB']['minio'] for r in python_runs):.2f})")
+    print(
+        f"Python client     {py:.3f} GB/s, client CPU {py_cpu:.2f} s/GiB (gateway {statistics.median(r['cpuSecondsPerGiB']['gateway'] for r in python_runs):.2f}, MinIO {statistics.median(r['cpuSecondsPerGiB']['minio'] for r in python_runs):.2f})"
+    )
     print(f"TypeScript client {ts:.3f} GB/s, client CPU {ts_cpu:.2f} s/GiB")
-    print(f"first fetch into a fresh target, client CPU: Python {python_first:.2f} s/GiB, TypeScript {statistics.median(ts_first):.2f} s/GiB; objectcache fetch (one process per fetch) {statistics.median(r['cpuSecondsPerGiB'] for r in cli_runs):.2f} s/GiB")
+    print(
+        f"first fetch into a fresh target, client CPU: Python {python_first:.2f} s/GiB, TypeScript {statistics.median(ts_first):.2f} s/GiB; objectcache fetch (one process per fetch) {statistics.median(r['cpuSecondsPerGiB'] for r in cli_runs):.2f} s/GiB"
+    )
     print(f"Python / TypeScript = {py / ts:.2f}x (target >= 0.8)")
     if boto3_runs:
         b3 = statistics.median(r["gbPerSec"] for r in boto3_runs)
-        print(f"boto3 whole objects from MinIO {b3:.3f} GB/s, client CPU {statistics.median(r['cpuSecondsPerGiB']['client'] for r in boto3_runs):.2f} s/GiB (MinIO {statistics.median(r['cpuSecondsPerGiB']['minio'] for r in boto3_runs):.2f})")
+        print(
+            f"boto3 whole objects from MinIO {b3:.3f} GB/s, client CPU {statistics.median(r['cpuSecondsPerGiB']['client'] for r in boto3_runs):.2f} s/GiB (MinIO {statistics.median(r['cpuSecondsPerGiB']['minio'] for r in boto3_runs):.2f})"
+        )
         print(f"Python client through the gateway / boto3 whole objects = {py / b3:.2f}x (target >= 0.8)")
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "python-client-latest.json").write_text(json.dumps({"benchmark": "python-client-fetch", "date": datetime.now(timezone.utc).isoformat(), "python": sys.version.split()[0], "settings": {"context": args.context, "chunkTokens": G, "chunks": N, "layers": LAYERS, "layerBytes": S, "payloadBytes": payload, "reps": args.reps, "transport": "post"}, "gatewayArgs": args.gateway_args.split(), "python_runs": python_runs, "typescript_runs": ts_runs, "first_fetch_cpu_seconds_per_gib": {"python": python_first, "typescript": ts_first}, "cli_runs": cli_runs, "boto3_runs": boto3_runs, "ratio": py / ts}, indent=2) + "\n")
+    (out_dir / "python-client-latest.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "python-client-fetch",
+                "date": datetime.now(timezone.utc).isoformat(),
+                "python": sys.version.split()[0],
+                "settings": {"context": args.context, "chunkTokens": G, "chunks": N, "layers": LAYERS, "layerBytes": S, "payloadBytes": payload, "reps": args.reps, "transport": "post"},
+                "gatewayArgs": args.gateway_args.split(),
+                "python_runs": python_runs,
+                "typescript_runs": ts_runs,
+                "first_fetch_cpu_seconds_per_gib": {"python": python_first, "typescript": ts_first},
+                "cli_runs": cli_runs,
+                "boto3_runs": boto3_runs,
+                "ratio": py / ts,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return 0
 
 

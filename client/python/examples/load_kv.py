@@ -4,6 +4,7 @@ start each layer's (here: simulated) compute the moment that layer has landed.
     python client/python/examples/load_kv.py [ENDPOINT] [BUCKET]
     (credentials from OBJECTCACHE_ACCESS_KEY / OBJECTCACHE_SECRET_KEY, default the gateway's)
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def main(endpoint: str, bucket: str, credentials: tuple, compute_ms: float = 5.0
     # [layers, chunk, K|V, tokens of the chunk, kv_heads, head_dim]: layer l is one contiguous row,
     # the layer-major bytes a layerwise GET delivers.
     kv = np.empty((LAYERS, matched, 2, CHUNK_TOKENS, KV_HEADS, HEAD_DIM), dtype=np.uint16)
-    ready: "queue.Queue[int]" = queue.Queue()
+    ready: queue.Queue[int] = queue.Queue()
     log = []
     started = time.perf_counter()
 
@@ -57,7 +58,7 @@ def main(endpoint: str, bucket: str, credentials: tuple, compute_ms: float = 5.0
 
     # Layer 3, chunk 1, V half: the bytes chunk 1 stored for layer 3's V.
     half = LAYER_BYTES // 4  # uint16 elements in one K or V half
-    assert np.array_equal(kv[3, 1, 1].reshape(-1), chunks[1][3 * 2 * half + half:3 * 2 * half + 2 * half])
+    assert np.array_equal(kv[3, 1, 1].reshape(-1), chunks[1][3 * 2 * half + half : 3 * 2 * half + 2 * half])
     first_compute = next(t for what, layer, t in log if what == "compute starts" and layer == 0)
     last_ready = max(t for what, _, t in log if what == "layer ready")
     return {"tokens": tokens, "shape": kv.shape, "first_compute_s": first_compute, "last_layer_ready_s": last_ready, "summary": result.summary}
@@ -68,5 +69,7 @@ if __name__ == "__main__":
     bucket = sys.argv[2] if len(sys.argv) > 2 else "kvcache"
     credentials = (os.environ.get("OBJECTCACHE_ACCESS_KEY", "objectcache"), os.environ.get("OBJECTCACHE_SECRET_KEY", "objectcache-secret"))
     out = main(endpoint, bucket, credentials)
-    print(f"{out['tokens']} cached tokens into a {out['shape']} array; layer 0's compute started at {out['first_compute_s'] * 1000:.1f} ms, "
-          f"before the last layer landed at {out['last_layer_ready_s'] * 1000:.1f} ms ({out['summary']['mode']}, {out['summary']['backendReads']} backend reads)")
+    print(
+        f"{out['tokens']} cached tokens into a {out['shape']} array; layer 0's compute started at {out['first_compute_s'] * 1000:.1f} ms, "
+        f"before the last layer landed at {out['last_layer_ready_s'] * 1000:.1f} ms ({out['summary']['mode']}, {out['summary']['backendReads']} backend reads)"
+    )

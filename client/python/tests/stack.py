@@ -2,6 +2,7 @@
 scripts/install-minio.sh when missing, as the Node tests do) and an ``objectcache serve`` process
 from the repository's dist/ build in front of it (or on its embedded store), on free loopback
 ports. The engine tests (tests_engine) use the same stack."""
+
 from __future__ import annotations
 
 import contextlib
@@ -73,7 +74,12 @@ def start_stack(gateway_args: Sequence[str] = (), backend: str = "s3", launcher:
     if backend == "s3":
         port, console = free_port(), free_port()
         env = dict(os.environ, MINIO_ROOT_USER=MINIO_KEY, MINIO_ROOT_PASSWORD=MINIO_SECRET, MINIO_BROWSER="off", MINIO_UPDATE="off", CI="true")
-        minio = subprocess.Popen([*launcher, minio_binary(), "server", data_dir, "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        minio = subprocess.Popen(
+            [*launcher, minio_binary(), "server", data_dir, "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}", "--quiet"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         stack.processes.append(minio)
         stack.minio_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -119,7 +125,9 @@ def start_gateway(args: Sequence[str], launcher: Sequence[str] = (), log: Option
     """A gateway process (``args``: its store and settings): the process, its URL and its admin
     URL, once it listens. Its start-up log lines go to ``log``; later lines are drained."""
     gateway_env = dict(os.environ, OBJECTCACHE_ACCESS_KEY=CLIENT_KEY, OBJECTCACHE_SECRET_KEY=CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY=MINIO_KEY, OBJECTCACHE_BACKEND_SECRET_KEY=MINIO_SECRET)
-    gateway = subprocess.Popen([*launcher, "node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", *args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    gateway = subprocess.Popen(
+        [*launcher, "node", str(REPO / "dist" / "cli" / "main.js"), "serve", "--port", "0", "--metrics-port", "0", *args], env=gateway_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert gateway.stdout is not None
     for line in gateway.stdout:
         try:
@@ -142,9 +150,8 @@ def synthetic_chunk(seed: int, chunk: int, size: int) -> bytes:
 
 
 def layer_major(chunks: Sequence[bytes], layer_bytes: int, first: int, end: int) -> bytes:
-    return b"".join(c[l * layer_bytes:(l + 1) * layer_bytes] for l in range(first, end) for c in chunks)
+    return b"".join(c[l * layer_bytes : (l + 1) * layer_bytes] for l in range(first, end) for c in chunks)
 
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
-

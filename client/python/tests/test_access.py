@@ -2,6 +2,7 @@
 prefixes of one bucket cannot read, list, delete or probe each other's KV, a descriptor mixing an
 allowed and a forbidden chunk is refused as a whole, a tenant cannot be claimed, and every
 refusal is the stable code with status 403."""
+
 import json
 import tempfile
 from pathlib import Path
@@ -32,10 +33,14 @@ def teams(request: pytest.FixtureRequest) -> Iterator[Tuple[Stack, str]]:
     bucket = uid("py-acl")
     with tempfile.TemporaryDirectory() as tmp:
         credentials = Path(tmp) / "credentials.json"
-        credentials.write_text(json.dumps([
-            {"accessKeyId": TEAM_A[0], "secretAccessKey": TEAM_A[1], "tenant": "team-a", "policy": team_policy(bucket, "team-a")},
-            {"accessKeyId": TEAM_B[0], "secretAccessKey": TEAM_B[1], "tenant": "team-b", "policy": team_policy(bucket, "team-b")},
-        ]))
+        credentials.write_text(
+            json.dumps(
+                [
+                    {"accessKeyId": TEAM_A[0], "secretAccessKey": TEAM_A[1], "tenant": "team-a", "policy": team_policy(bucket, "team-a")},
+                    {"accessKeyId": TEAM_B[0], "secretAccessKey": TEAM_B[1], "tenant": "team-b", "policy": team_policy(bucket, "team-b")},
+                ]
+            )
+        )
         with stack_with_bucket(bucket, ["--credentials", str(credentials), "--threshold", "0"], backend=request.param) as running:
             yield running, bucket
 

@@ -1,6 +1,7 @@
 """Pins and quotas from the Python client against a budgeted gateway in front of MinIO: pinned
 chunks outlive colder ones, a pin is refused with its code where it cannot hold, and a write past
 the tenant's quota that nothing of its own can make room for is refused with nothing stored."""
+
 import datetime
 import os
 from typing import Iterator, Tuple
@@ -17,7 +18,10 @@ CHUNK = 64 * 1024
 def budgeted() -> Iterator[Tuple[Stack, str]]:
     bucket = uid("pycap").replace("_", "-")
     # The administrator key (CLIENT_KEY) is its own tenant: a quota of 4 chunks.
-    with stack_with_bucket(bucket, ["--budget", f"{bucket}={16 * CHUNK}", "--tenant-quota", f"{CLIENT_KEY}={4 * CHUNK}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"]) as stack:
+    with stack_with_bucket(
+        bucket,
+        ["--budget", f"{bucket}={16 * CHUNK}", "--tenant-quota", f"{CLIENT_KEY}={4 * CHUNK}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"],
+    ) as stack:
         yield stack, bucket
 
 

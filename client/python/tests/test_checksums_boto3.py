@@ -3,19 +3,19 @@ CRC64NVME computed by botocore for a streamed body and given by the caller, thro
 both backends and against MinIO direct, answered again with ``ChecksumMode="ENABLED"``; a wrong
 value is refused and stores nothing. (Over plain HTTP botocore sends the checksum as a header;
 the aws-chunked trailer form is what test/trailing-checksums.test.ts drives with the AWS SDK v3.)"""
+
 from __future__ import annotations
 
 import base64
 import io
 import os
-from typing import Any, Iterator, Tuple
+from typing import Iterator, Tuple
 
 import awscrt  # noqa: F401  (botocore[crt], in the test extras: CRC32C and CRC64NVME need it)
 import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-
 from stack import CLIENT_KEY, CLIENT_SECRET, MINIO_KEY, MINIO_SECRET, Stack, start_stack, uid
 
 

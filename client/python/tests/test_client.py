@@ -1,6 +1,7 @@
 """The Python client against the real gateway and MinIO: byte-exact layers in the caller's
 buffer, every transport and mode, per-layer callbacks in order, the stable error codes, early
 exit, and the SlowDown retry."""
+
 import itertools
 import sys
 import threading
@@ -12,9 +13,8 @@ import numpy as np
 import pytest
 from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, layer_major, start_stack, synthetic_chunk, uid
 
-from objectcache import ObjectCacheClient, ObjectCacheError, chunk_keys
+from objectcache import Config, ObjectCacheClient, ObjectCacheError, chunk_keys
 from objectcache.layouts import LAYER_CRC_META
-
 
 _PROMPTS = itertools.count(1)
 
@@ -33,8 +33,8 @@ def to_stored(canonical: bytes, layout: str, layers: int, layer_bytes: int) -> b
     if layout != "KV_2LTD":
         return canonical
     half = layer_bytes // 2
-    k = b"".join(canonical[l * layer_bytes:l * layer_bytes + half] for l in range(layers))
-    v = b"".join(canonical[l * layer_bytes + half:(l + 1) * layer_bytes] for l in range(layers))
+    k = b"".join(canonical[l * layer_bytes : l * layer_bytes + half] for l in range(layers))
+    v = b"".join(canonical[l * layer_bytes + half : (l + 1) * layer_bytes] for l in range(layers))
     return k + v
 
 
@@ -49,7 +49,7 @@ def test_fetches_layer_by_layer_into_a_bytearray_byte_exact(client: ObjectCacheC
     result = client.fetch(ObjectCacheClient.descriptor(keys, layers=8, chunk_tokens=16, layer_bytes=4096, mode="layerwise"), on_layer_ready=lambda l, v: (seen.append(l), views.append(bytes(v))))
     assert seen == list(range(8))
     assert bytes(result.target) == expected
-    assert views[3] == expected[3 * 6 * 4096:4 * 6 * 4096]
+    assert views[3] == expected[3 * 6 * 4096 : 4 * 6 * 4096]
     assert result.transport == "get"
     assert result.summary["mode"] == "layerwise" and result.summary["verified"] is True
     assert result.summary["bytes"] == 6 * 8 * 4096
@@ -68,10 +68,10 @@ def test_numpy_target_with_a_layer_stride_and_kv_2ltd_chunks(client: ObjectCache
     result = client.fetch(ObjectCacheClient.descriptor(keys, layers=layers, chunk_tokens=tokens, layer_bytes=layer_bytes, layout="KV_2LTD"), target=target, layer_stride=stride)
     assert result.target is target
     for l in range(layers):
-        row = target[l * stride:l * stride + 3 * layer_bytes].tobytes()
+        row = target[l * stride : l * stride + 3 * layer_bytes].tobytes()
         assert row == layer_major(chunks, layer_bytes, l, l + 1)
         if l < layers - 1:
-            assert (target[l * stride + 3 * layer_bytes:(l + 1) * stride] == 0xEE).all()
+            assert (target[l * stride + 3 * layer_bytes : (l + 1) * stride] == 0xEE).all()
 
 
 def test_chunkwise_and_a_layer_range(client: ObjectCacheClient) -> None:
@@ -176,7 +176,7 @@ def test_a_busy_gateway_is_retried_after_retry_after() -> None:
     # One layerwise GET at a time, paced at 4 MB/s: the second request meets 503 SlowDown.
     busy = start_stack(["--max-layerwise-requests", "1", "--cap", "4MB/s", "--threshold", "0"])
     try:
-        with ObjectCacheClient(busy.gateway_url, uid("busy"), (CLIENT_KEY, CLIENT_SECRET), retries=20) as client:
+        with ObjectCacheClient(busy.gateway_url, uid("busy"), (CLIENT_KEY, CLIENT_SECRET), config=Config(retries=20)) as client:
             client.ensure_bucket()
             keys, chunks = seed(client, chunks=4, layers=4, layer_bytes=256 * 1024)  # 4 MiB: about a second
             descriptor = ObjectCacheClient.descriptor(keys, layers=4, chunk_tokens=16, layer_bytes=256 * 1024)
@@ -228,7 +228,7 @@ def test_fetch_into_lands_each_slice_in_the_chunks_own_kv_2ltd_buffer(client: Ob
 
     def place(layer: int, chunk: int) -> Tuple[memoryview, memoryview]:
         view = memoryview(buffers[chunk])
-        return view[layer * half:(layer + 1) * half], view[(layers + layer) * half:(layers + layer + 1) * half]
+        return view[layer * half : (layer + 1) * half], view[(layers + layer) * half : (layers + layer + 1) * half]
 
     ready: List[int] = []
     result = client.fetch_into(ObjectCacheClient.descriptor(keys, layers=layers, chunk_tokens=tokens, layer_bytes=layer_bytes, layout="KV_2LTD", mode=mode), place, ready.append)
@@ -275,7 +275,11 @@ def test_botocore_virtual_hosted_style_reaches_the_bucket(monkeypatch: pytest.Mo
     try:
         port = vhost.gateway_url.rsplit(":", 1)[1]
         s3 = botocore.session.get_session().create_client(
-            "s3", endpoint_url=f"http://oc.test:{port}", region_name="us-east-1", aws_access_key_id=CLIENT_KEY, aws_secret_access_key=CLIENT_SECRET,
+            "s3",
+            endpoint_url=f"http://oc.test:{port}",
+            region_name="us-east-1",
+            aws_access_key_id=CLIENT_KEY,
+            aws_secret_access_key=CLIENT_SECRET,
             config=Config(s3={"addressing_style": "virtual"}, retries={"max_attempts": 1}),
         )
         sent: List[str] = []

@@ -1,5 +1,6 @@
 """Per-layer KV codecs (objectcache.codecs): lossless ones give back every bit, int8-kivi stays
 within half a quantisation step of every value, and bad input is refused with a stable code."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,7 +54,7 @@ def test_int8_kivi_is_within_half_a_step_per_channel_and_token(shape: SliceShape
     k_step = (x[0].max(axis=0) - x[0].min(axis=0)) / 255
     v_step = (x[1].max(axis=1) - x[1].min(axis=1)) / 255
     # Half a step, plus the output dtype's own rounding (bfloat16 keeps 8 bits of mantissa).
-    slack = np.abs(x) * (2.0 ** -8 if shape.dtype == "bfloat16" else 2.0 ** -10) + 1e-5
+    slack = np.abs(x) * (2.0**-8 if shape.dtype == "bfloat16" else 2.0**-10) + 1e-5
     assert np.all(np.abs(y[0] - x[0]) <= k_step[None, :] / 2 * 1.001 + slack[0])
     assert np.all(np.abs(y[1] - x[1]) <= v_step[:, None] / 2 * 1.001 + slack[1])
     if shape.dtype == "bfloat16" and shape.tokens >= 64:

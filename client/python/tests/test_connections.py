@@ -1,5 +1,6 @@
 """Keep-alive connections go back to the gateway they were opened to, whatever other threads did
 meanwhile (two small HTTP servers stand in for two gateways; no store is needed)."""
+
 from __future__ import annotations
 
 import socket
@@ -10,7 +11,7 @@ from typing import Iterator, Tuple
 
 import pytest
 
-from objectcache import ObjectCacheClient, ObjectCacheError
+from objectcache import Config, ObjectCacheClient, ObjectCacheError
 
 
 def _gateway(name: bytes, arrived: threading.Event, release: threading.Event) -> ThreadingHTTPServer:
@@ -52,7 +53,7 @@ def gateways() -> Iterator[Tuple[ThreadingHTTPServer, ThreadingHTTPServer, threa
 def test_a_connection_returns_to_the_gateway_it_was_opened_to(gateways: Tuple[ThreadingHTTPServer, ThreadingHTTPServer, threading.Event, threading.Event]) -> None:
     a, b, arrived, release = gateways
     url = lambda s: f"http://127.0.0.1:{s.server_address[1]}"  # noqa: E731
-    client = ObjectCacheClient([url(a), url(b)], "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient([url(a), url(b)], "bucket", ("key", "secret"), config=Config(retries=0))
     # One thread's GET is in flight on gateway A ...
     slow: list = []
     reader = threading.Thread(target=lambda: slow.append(client.get_object("slow")))
@@ -79,10 +80,55 @@ def test_no_endpoint_is_a_usage_error() -> None:
     assert caught.value.code == "OC_ERR_CLIENT_USAGE"
 
 
-def test_boto3_keyword_names_reach_the_gateway(gateways: Tuple[ThreadingHTTPServer, ThreadingHTTPServer, threading.Event, threading.Event]) -> None:
+def test_boto3_keyword_names_still_reach_the_gateway_with_a_deprecation_warning(gateways: Tuple[ThreadingHTTPServer, ThreadingHTTPServer, threading.Event, threading.Event]) -> None:
     a = gateways[0]
-    with ObjectCacheClient(endpoint_url=f"http://127.0.0.1:{a.server_address[1]}", bucket="bucket", aws_access_key_id="key", aws_secret_access_key="secret", region_name="eu-west-1") as client:
+    with pytest.warns(DeprecationWarning, match="endpoint_url"):
+        client = ObjectCacheClient(endpoint_url=f"http://127.0.0.1:{a.server_address[1]}", bucket="bucket", aws_access_key_id="key", aws_secret_access_key="secret", region_name="eu-west-1")
+    with client:
         assert client.get_object("x") == b"A"
+
+
+def test_settings_as_keywords_still_work_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"config=Config\(retries=\.\.\.\)"):
+        client = ObjectCacheClient("http://127.0.0.1:1", "bucket", ("key", "secret"), retries=0, timeout=5, deadline=None, max_idle_connections=2)
+    assert client.config == Config(timeout=5, deadline=None, retries=0, max_idle_connections=2)
+    with pytest.raises(ObjectCacheError) as caught:
+        ObjectCacheClient("http://127.0.0.1:1", "bucket", ("key", "secret"), retries=0, config=Config())
+    assert caught.value.code == "OC_ERR_CLIENT_USAGE"
+
+
+def test_the_config_is_frozen_checked_and_shared_by_clients_with_other_limits() -> None:
+    import dataclasses
+
+    config = Config(timeout=5.0, retries=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.retries = 2  # type: ignore[misc]
+    assert Config() == Config(timeout=60.0, deadline=300.0, retries=3, max_idle_connections=8)
+    for wrong in ({"timeout": 0}, {"deadline": -1}, {"retries": -1}, {"retries": 1.5}, {"retries": True}, {"max_idle_connections": -1}, {"timeout": "5"}):
+        with pytest.raises(ObjectCacheError) as caught:
+            Config(**wrong)  # type: ignore[arg-type]
+        assert caught.value.code == "OC_ERR_CLIENT_USAGE" and next(iter(wrong)) in str(caught.value), wrong
+    with pytest.raises(ObjectCacheError):
+        ObjectCacheClient("http://127.0.0.1:1", "bucket", ("key", "secret"), config={"retries": 0})  # type: ignore[arg-type]
+    client = ObjectCacheClient("http://127.0.0.1:1", "bucket", ("key", "secret"), config=config)
+    quick = client.with_limits(deadline=2, retries=0)
+    assert quick.config == Config(timeout=5.0, deadline=2, retries=0) and client.config is config
+    assert client.with_config(Config(retries=7)).config.retries == 7
+    with pytest.raises(ObjectCacheError):
+        client.with_limits(retries=-1)
+
+
+def test_the_retry_policy_is_the_contract_s() -> None:
+    from objectcache import _contract
+    from objectcache.retry import retry_delay
+
+    assert (_contract.DEFAULT_RETRIES, _contract.FIRST_BACKOFF_S, _contract.MAX_RETRY_AFTER_S) == (3, 0.2, 30.0)
+    assert [retry_delay(None, attempt) for attempt in (1, 2, 3)] == [0.2, 0.4, 0.8]
+    assert retry_delay("1", 1) == 1.0 and retry_delay(" 0.5 ", 3) == 0.5 and retry_delay("3600", 1) == 30.0
+    # Not delay-seconds (an HTTP-date, a negative number, junk, NaN): the backoff, as the TypeScript client does.
+    for junk in ("Wed, 21 Oct 2015 07:28:00 GMT", "-1", "soon", "", "1e3", "nan", "inf"):
+        assert retry_delay(junk, 2) == 0.4, junk
+    assert retry_delay(None, 10_000) == 30.0
 
 
 @pytest.mark.parametrize(
@@ -147,7 +193,7 @@ def endless() -> Iterator[Tuple[str, dict]]:
 
 def test_reads_at_most_so_much_of_an_answer_that_never_ends(endless: Tuple[str, dict]) -> None:
     url, state = endless
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     calls = [lambda: client.lookup(["a", "b"]), lambda: client.pin(["a"], None)]
     for call in calls:
         started = time.monotonic()
@@ -165,7 +211,9 @@ def test_reads_at_most_so_much_of_an_answer_that_never_ends(endless: Tuple[str, 
     client.close()
 
 
-@pytest.mark.parametrize("call,answer", [("lookup", b"null"), ("lookup", b"[1]"), ("lookup", b'{"matched": "x"}'), ("lookup", b"not json"), ("pin", b"null"), ("pin", b'{"until": 5}'), ("pin", b'{"until": "never"}')])
+@pytest.mark.parametrize(
+    "call,answer", [("lookup", b"null"), ("lookup", b"[1]"), ("lookup", b'{"matched": "x"}'), ("lookup", b"not json"), ("pin", b"null"), ("pin", b'{"until": 5}'), ("pin", b'{"until": "never"}')]
+)
 def test_an_answer_that_is_not_the_json_object_it_should_be_is_a_protocol_error(call: str, answer: bytes) -> None:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -184,7 +232,7 @@ def test_an_answer_that_is_not_the_json_object_it_should_be_is_a_protocol_error(
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    client = ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as broken:
             client.lookup(["a"]) if call == "lookup" else client.pin(["a"], None)
@@ -193,4 +241,3 @@ def test_an_answer_that_is_not_the_json_object_it_should_be_is_a_protocol_error(
         client.close()
         server.shutdown()
         server.server_close()
-

@@ -1,6 +1,7 @@
 """One contract across languages: the constants generated from the gateway's schemas
 (``_contract``, scripts/gen-python-contract.mjs), the project's one version, the descriptor's
 type, and ObjectCacheError as botocore's ClientError, for code written for boto3."""
+
 from __future__ import annotations
 
 import importlib.metadata

@@ -1,6 +1,7 @@
 """Encoded chunks end to end (schemas/wire-format.md section 6): put_chunks(codec=...) stores each
 layer's slice encoded, the gateway serves the segments in a version 2 stream, and the client decodes
 each layer into the target before announcing it. Against the real gateway and MinIO."""
+
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -36,7 +37,7 @@ def store(client: ObjectCacheClient, name: str, n: int = 3, codec_name: str = "b
 
 
 def layer_major(chunks: List[bytes], first: int = 0, end: int = L) -> bytes:
-    return b"".join(chunk[l * S:(l + 1) * S] for l in range(first, end) for chunk in chunks)
+    return b"".join(chunk[l * S : (l + 1) * S] for l in range(first, end) for chunk in chunks)
 
 
 @pytest.mark.parametrize("mode", ["layerwise", "chunkwise"])
@@ -61,12 +62,16 @@ def test_int8_layers_are_the_codec_decoding_of_each_slice_and_a_layer_range_work
     for i, layer in enumerate(range(2, 5)):
         for c, chunk in enumerate(chunks):
             at = (i * len(keys) + c) * S
-            kivi.decode(kivi.encode(chunk[layer * S:(layer + 1) * S], SHAPE), SHAPE, view[at:at + S])
+            kivi.decode(kivi.encode(chunk[layer * S : (layer + 1) * S], SHAPE), SHAPE, view[at : at + S])
     seen: Dict[int, bytes] = {}
     # Each layer is decoded before it is announced: its view holds the decoded values then.
-    result = client.fetch(client.descriptor(keys, layers=L, chunk_tokens=T, layer_bytes=S, mode="layerwise", codecs=["int8-kivi"], layerRange=[2, 5]), on_layer_ready=lambda l, v: seen.__setitem__(l, bytes(v)), dtype=DTYPE)
+    result = client.fetch(
+        client.descriptor(keys, layers=L, chunk_tokens=T, layer_bytes=S, mode="layerwise", codecs=["int8-kivi"], layerRange=[2, 5]),
+        on_layer_ready=lambda l, v: seen.__setitem__(l, bytes(v)),
+        dtype=DTYPE,
+    )
     assert bytes(result.target) == bytes(expected)
-    assert [seen[l] for l in (2, 3, 4)] == [bytes(expected[i * len(keys) * S:(i + 1) * len(keys) * S]) for i in range(3)]
+    assert [seen[l] for l in (2, 3, 4)] == [bytes(expected[i * len(keys) * S : (i + 1) * len(keys) * S]) for i in range(3)]
     assert len(client.get_object(keys[0])) == L * kivi.encoded_bytes(SHAPE)  # type: ignore[attr-defined]
 
 
@@ -78,19 +83,19 @@ def test_fetch_into_places_decoded_halves_where_the_caller_wants_them(client: Ob
     def place(layer: int, chunk: int) -> List[memoryview]:
         b = memoryview(buffers[chunk])
         half = S // 2
-        return [b[layer * half:(layer + 1) * half], b[(L + layer) * half:(L + layer + 1) * half]]
+        return [b[layer * half : (layer + 1) * half], b[(L + layer) * half : (L + layer + 1) * half]]
 
     client.fetch_into(client.descriptor(keys, layers=L, chunk_tokens=T, layer_bytes=S, mode="layerwise", codecs=["bplane-lz4", "bplane-zstd"]), place, dtype=DTYPE)
     for buffer, chunk in zip(buffers, chunks):
-        ks = b"".join(chunk[l * S:l * S + S // 2] for l in range(L))
-        vs = b"".join(chunk[l * S + S // 2:(l + 1) * S] for l in range(L))
+        ks = b"".join(chunk[l * S : l * S + S // 2] for l in range(L))
+        vs = b"".join(chunk[l * S + S // 2 : (l + 1) * S] for l in range(L))
         assert bytes(buffer) == ks + vs
 
 
 def test_a_kv_2ltd_chunk_is_encoded_from_its_delivered_form(client: ObjectCacheClient) -> None:
     chunk = kv_chunks(1, 9)[0]
     half = S // 2
-    stored = b"".join(chunk[l * S:l * S + half] for l in range(L)) + b"".join(chunk[l * S + half:(l + 1) * S] for l in range(L))
+    stored = b"".join(chunk[l * S : l * S + half] for l in range(L)) + b"".join(chunk[l * S + half : (l + 1) * S] for l in range(L))
     client.put_chunk("split/c0", stored, layout=("KV_2LTD", L, S), codec="bplane-zstd", chunk_tokens=T, dtype=DTYPE)
     result = client.fetch(client.descriptor(["split/c0"], layers=L, chunk_tokens=T, layer_bytes=S, codecs=["bplane-zstd"]), dtype=DTYPE)
     assert bytes(result.target) == chunk

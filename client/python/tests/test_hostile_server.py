@@ -1,6 +1,7 @@
 """The client against a broken or hostile server (docs/reliability.md, Trust model): every number
 it answers is checked against what was asked, a redirect is never taken for success, and one
 overall deadline bounds a call whatever the server trickles or asks it to wait."""
+
 from __future__ import annotations
 
 import socket
@@ -11,7 +12,7 @@ from typing import Callable, Iterator, Tuple
 
 import pytest
 
-from objectcache import ObjectCacheClient, ObjectCacheError
+from objectcache import Config, ObjectCacheClient, ObjectCacheError
 
 
 def _serve(handle: Callable[[BaseHTTPRequestHandler], None]) -> Tuple[ThreadingHTTPServer, str]:
@@ -48,7 +49,7 @@ def _answer(status: int, body: bytes = b"", headers: Tuple[Tuple[str, str], ...]
 @pytest.mark.parametrize("answer", [b'{"matched": 1000000000}', b'{"matched": -3}', b'{"matched": true}', b'{"matched": 4}', b'{"matched": 1.5}'])
 def test_a_lookup_count_outside_what_was_asked_is_a_protocol_error(answer: bytes) -> None:
     server, url = _serve(_answer(200, answer, (("Content-Type", "application/json"),)))
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as broken:
             client.lookup(["a", "b", "c"])
@@ -61,7 +62,7 @@ def test_a_lookup_count_outside_what_was_asked_is_a_protocol_error(answer: bytes
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
 def test_a_redirect_is_never_taken_as_stored(status: int) -> None:
     server, url = _serve(_answer(status, b"", (("Location", "http://elsewhere.example/bucket/k"),)))
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as refused:
             client.put_chunk("k", b"bytes")
@@ -112,7 +113,7 @@ def trickler() -> Iterator[str]:
 
 def test_one_deadline_bounds_a_call_whatever_the_server_trickles(trickler: str) -> None:
     # Every byte comes within the socket timeout: only the call's deadline can end it.
-    client = ObjectCacheClient(trickler, "bucket", ("key", "secret"), timeout=5, deadline=2, retries=0)
+    client = ObjectCacheClient(trickler, "bucket", ("key", "secret"), config=Config(timeout=5, deadline=2, retries=0))
     descriptor = ObjectCacheClient.descriptor(["a", "b"], layers=2, chunk_tokens=16, layer_bytes=64)
     try:
         for call in (lambda: client.fetch(descriptor), lambda: client.get_object("k"), lambda: client.lookup(["a"])):
@@ -135,7 +136,7 @@ def test_one_deadline_bounds_a_call_whatever_the_server_trickles(trickler: str) 
 def test_a_retry_after_past_the_deadline_is_not_waited_out() -> None:
     busy = (("Content-Type", "application/xml"), ("Retry-After", "30"), ("x-objectcache-error-code", "OC_ERR_ADMISSION_LIMIT"), ("x-objectcache-retryable", "true"))
     server, url = _serve(_answer(503, b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>", busy))
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=2, deadline=3)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=2, deadline=3))
     try:
         started = time.monotonic()
         with pytest.raises(ObjectCacheError) as refused:
@@ -166,7 +167,7 @@ def test_an_interim_answer_is_never_taken_for_the_final_one() -> None:
         h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n")
 
     server, url = _serve(early_hints)
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as refused:
             client.put_chunk("k", b"bytes")
@@ -178,7 +179,7 @@ def test_an_interim_answer_is_never_taken_for_the_final_one() -> None:
 
 def test_a_lookup_answer_nested_past_the_parser_is_a_protocol_error() -> None:
     server, url = _serve(_answer(200, b"[" * 60_000, (("Content-Type", "application/json"),)))
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as broken:
             client.lookup(["a"])
@@ -198,7 +199,7 @@ def test_a_listing_that_never_ends_is_bounded_by_one_deadline() -> None:
         _answer(200, body, (("Content-Type", "application/xml"),))(h)
 
     server, url = _serve(endless)
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0, deadline=1.5)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0, deadline=1.5))
     try:
         started = time.monotonic()
         with pytest.raises(ObjectCacheError) as late:
@@ -210,10 +211,14 @@ def test_a_listing_that_never_ends_is_bounded_by_one_deadline() -> None:
         server.shutdown()
 
     def repeating(h: BaseHTTPRequestHandler) -> None:
-        _answer(200, b"<ListBucketResult><Contents><Key>k</Key></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>same</NextContinuationToken></ListBucketResult>", (("Content-Type", "application/xml"),))(h)
+        _answer(
+            200,
+            b"<ListBucketResult><Contents><Key>k</Key></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>same</NextContinuationToken></ListBucketResult>",
+            (("Content-Type", "application/xml"),),
+        )(h)
 
     server, url = _serve(repeating)
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as looping:
             client.list_keys()
@@ -226,7 +231,7 @@ def test_a_listing_that_never_ends_is_bounded_by_one_deadline() -> None:
 def test_deadlines_survive_fork_and_cancelled_ones_do_not_pile_up() -> None:
     import os
 
-    from objectcache import client as module
+    from objectcache import _deadline as module
 
     for _ in range(5000):
         deadline = module._Deadline(300.0, "test")
@@ -243,12 +248,12 @@ def test_deadlines_survive_fork_and_cancelled_ones_do_not_pile_up() -> None:
 
 def test_a_client_with_other_limits_shares_the_connections_after_close() -> None:
     server, url = _serve(_answer(200, b'{"matched": 1}', (("Content-Type", "application/json"),)))
-    client = ObjectCacheClient(url, "bucket", ("key", "secret"), retries=0)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     quick = client.with_limits(deadline=1, retries=0)
     try:
         assert quick.lookup(["a"]) == 1
         client.close()
-        assert quick._idle is client._idle and client._idle == []
+        assert quick._pool is client._pool and client._pool.idle == []
         assert quick.lookup(["a"]) == 1
     finally:
         quick.close()

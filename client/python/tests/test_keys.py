@@ -1,4 +1,5 @@
 """The Python client names chunks exactly as the TypeScript client does (shared vectors)."""
+
 import json
 from pathlib import Path
 

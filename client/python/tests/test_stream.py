@@ -1,5 +1,6 @@
 """The stream reader on hand-made streams (schemas/wire-format.md section 4): what an ERROR frame
 tells, from this gateway and from an older one."""
+
 from __future__ import annotations
 
 import io

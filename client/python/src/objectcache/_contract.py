@@ -7,6 +7,7 @@
 # `node scripts/gen-python-contract.mjs --check` prints the drift and exits 1;
 # test/python-contract.test.ts fails on it.
 """The wire contract the Python client shares with the gateway, and the project's version."""
+
 from typing import Final, FrozenSet, List, Literal, Mapping, Tuple, TypedDict
 
 #: The version of the project (package.json), the Python package's too.
@@ -285,4 +286,3 @@ class Descriptor(_DescriptorRequired, total=False):
     codecs: List[str]
     #: Where the client places the bytes (where an RDMA transport would name the remote buffer).
     target: DescriptorTarget
-

@@ -17,6 +17,7 @@ caller owns. Codecs are looked up by name (``codec("bplane-zstd")``); ``register
 
 These need the ``codecs`` extra (``zstandard``, ``lz4``) for the compressors and NumPy.
 """
+
 from __future__ import annotations
 
 import re
@@ -55,7 +56,7 @@ class SliceShape:
         return 2 * self.tokens * self.hidden * self.itemsize
 
     @classmethod
-    def of(cls, layer_bytes: int, chunk_tokens: int, dtype: KVDtype) -> "SliceShape":
+    def of(cls, layer_bytes: int, chunk_tokens: int, dtype: KVDtype) -> SliceShape:
         """The shape of a slice of ``layer_bytes`` for chunks of ``chunk_tokens`` tokens of ``dtype``."""
         if dtype not in DTYPES:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"KV dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
@@ -149,7 +150,7 @@ class BytePlanes:
         at = head
         for p, length in enumerate(lengths):
             try:
-                plane = self._decompress(source[at:at + length], plane_bytes)
+                plane = self._decompress(source[at : at + length], plane_bytes)
             except Exception as error:  # the compressor's own error types
                 raise _corrupt(self.name, str(error)) from error
             if len(plane) != plane_bytes:
@@ -307,5 +308,5 @@ def encode_chunk(canonical: Any, layers: int, shape: SliceShape, name: str) -> T
     if layers > MAX_ENCODED_LAYERS:
         raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"an encoded chunk has at most {MAX_ENCODED_LAYERS} layers (its index must fit in 2 KB of metadata), not {layers}")
     c = codec(name)
-    slices = [c.encode(view[l * shape.nbytes:(l + 1) * shape.nbytes], shape) for l in range(layers)]
+    slices = [c.encode(view[l * shape.nbytes : (l + 1) * shape.nbytes], shape) for l in range(layers)]
     return slices, [len(s) for s in slices]

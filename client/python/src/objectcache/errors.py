@@ -1,4 +1,5 @@
 """Errors with the gateway's stable codes (the error table in docs/reference.md)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -10,7 +11,8 @@ from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 # ``details["Code"]``. RETRYABLE_CODES: the code's answer when the gateway does not say whether a
 # retry may succeed (a gateway older than ``x-objectcache-retryable`` and the ERROR frame's
 # ``retryable``).
-from ._contract import KNOWN_CODES as KNOWN_CODES, RETRYABLE_CODES as RETRYABLE_CODES
+from ._contract import KNOWN_CODES as KNOWN_CODES
+from ._contract import RETRYABLE_CODES as RETRYABLE_CODES
 
 
 class ObjectCacheError(ClientError):  # type: ignore[misc]  # botocore has no type information

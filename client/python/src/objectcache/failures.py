@@ -1,66 +1,16 @@
-"""What the engine adapters (lmcache_backend, lmcache_l2, sglang_backend) do with a call that
-failed: it becomes a miss or a skipped store, never an exception into the engine, and it is
-counted and logged so that an operator sees it."""
+"""Deprecated alias of :mod:`objectcache.engines.failures`, kept for one release: engine configurations name this
+module by its dotted path (``objectcache.failures``), which keeps working; name
+``objectcache.engines.failures`` instead. Everything here is objectcache.engines.failures's own object (the same classes,
+settings and failure counters)."""
+
 from __future__ import annotations
 
-import logging
-import re
-import threading
-from typing import Any, Dict, Optional, Tuple
-
-from .errors import ObjectCacheError
-
-#: Codes that mean the configuration is wrong (the key, its secret or its policy), not that
-#: something failed once: logged as errors at every call, so that an engine never runs for long
-#: on a remote tier that only ever misses.
-_POLICY_CODES = ("OC_ERR_ACCESS_DENIED", "OC_ERR_ACCESS_TENANT", "OC_ERR_AUTH_UNKNOWN_KEY", "OC_ERR_AUTH_SIGNATURE", "OC_ERR_CLIENT_USAGE")
-
-
-def missing_chunk(error: BaseException, count: int) -> Optional[int]:
-    """The index of the chunk a fetch of ``count`` chunks found missing (OC_ERR_CHUNK_MISSING's
-    ``ChunkIndex``), when it is a whole number between 1 and ``count - 1``: what the run can be cut
-    to. Anything else the server says there (``"x"``, ``"\u00b2"``, ``-1``, ``true``) is None."""
-    if not isinstance(error, ObjectCacheError) or error.code != "OC_ERR_CHUNK_MISSING":
-        return None
-    value = error.details.get("ChunkIndex")
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value, flags=re.ASCII):
-        value = int(value)
-    return value if isinstance(value, int) and 0 < value < count else None
-
-
-class EngineFailures(Dict[Tuple[str, str], int]):
-    """Failures counted by ``(op, code)``: this dict itself (readable without Prometheus) and, when
-    prometheus_client is importable (the engines depend on it), the counter ``metric``."""
-
-    def __init__(self, metric: str, description: str, logger: logging.Logger, unit: str = "chunk(s)") -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self._logger = logger
-        self._unit = unit
-        self._counter: Any = None
-        try:
-            from prometheus_client import Counter
-
-            self._counter = Counter(metric, description, ["op", "code"])
-        except Exception:  # pragma: no cover - a registry that already holds it, or no prometheus_client
-            self._counter = None
-
-    def miss(self, op: str, error: BaseException, count: int) -> None:
-        """Counts one failed call of ``op`` (by its code) and logs it with the ``count`` items it
-        served as a miss because of ``error``."""
-        code = error.code if isinstance(error, ObjectCacheError) else type(error).__name__
-        with self._lock:
-            self[(op, code)] = self.get((op, code), 0) + 1
-        if self._counter is not None:
-            self._counter.labels(op=op, code=code).inc()
-        if code in _POLICY_CODES:
-            self._logger.error("ObjectCache %s of %d %s refused for the key, served as a miss: check the key pair, and key_prefix and tenant against the key's policy (docs/access-control.md): %s", op, count, self._unit, error)
-            return
-        level = logging.DEBUG if code == "OC_ERR_CHUNK_MISSING" else logging.WARNING
-        self._logger.log(level, "ObjectCache %s of %d %s failed, served as a miss: %s", op, count, self._unit, error)
-
-    def total(self) -> int:
-        with self._lock:
-            return sum(self.values())
+from .engines.failures import (
+    EngineFailures as EngineFailures,
+)
+from .engines.failures import (
+    fetch_run as fetch_run,
+)
+from .engines.failures import (
+    missing_chunk as missing_chunk,
+)

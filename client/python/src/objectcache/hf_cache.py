@@ -9,6 +9,7 @@ forward pass (positions and the attention mask come from it), every later layer 
 pre-hook on its decoder layer, which waits only if that layer's frame has not arrived yet. The
 arithmetic is the same as with the whole cache in memory, so the logits are identical.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,7 @@ class KVLayout:
         self.chunk_bytes = layers * self.layer_bytes
 
     @classmethod
-    def of(cls, model: Any, dtype: Optional[torch.dtype] = None, chunk_tokens: int = 256) -> "KVLayout":
+    def of(cls, model: Any, dtype: Optional[torch.dtype] = None, chunk_tokens: int = 256) -> KVLayout:
         """The layout of a transformers model's KV cache (its config's layers, KV heads, head size)."""
         config = model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -81,7 +82,7 @@ def chunks_from_cache(cache: Any, layout: KVLayout, tokens: Optional[int] = None
     seq = cache.get_seq_length() if tokens is None else tokens
     count = seq // layout.chunk_tokens
     kv = kv_from_cache(cache, layout, count * layout.chunk_tokens)
-    return [kv[:, :, i * layout.chunk_tokens:(i + 1) * layout.chunk_tokens].contiguous() for i in range(count)]
+    return [kv[:, :, i * layout.chunk_tokens : (i + 1) * layout.chunk_tokens].contiguous() for i in range(count)]
 
 
 def cache_from_kv(kv: torch.Tensor, layout: KVLayout, dtype: torch.dtype) -> Any:
@@ -94,7 +95,7 @@ def cache_from_kv(kv: torch.Tensor, layout: KVLayout, dtype: torch.dtype) -> Any
     return cache
 
 
-def _layer_tensors(payload: torch.Tensor, layout: KVLayout, chunks: int, dtype: torch.dtype) -> "tuple[torch.Tensor, torch.Tensor]":
+def _layer_tensors(payload: torch.Tensor, layout: KVLayout, chunks: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """A LAYER frame's bytes (per chunk: K then V, token-major) as the cache's ``[1, heads, seq, dim]`` K and V."""
     values = payload.view(layout.dtype).view(chunks, 2, layout.chunk_tokens, layout.kv_heads, layout.head_dim)
     keys = values[:, 0].reshape(chunks * layout.chunk_tokens, layout.kv_heads, layout.head_dim).permute(1, 0, 2).unsqueeze(0)
@@ -115,7 +116,9 @@ class LayerwiseLoad:
     its ObjectCacheError (the forward pass that waited for a missing layer raised it already).
     """
 
-    def __init__(self, client: ObjectCacheClient, model: Any, layout: KVLayout, keys: Sequence[str], *, timeout: float = 120.0, fetch_cpus: Optional[Set[int]] = None, **descriptor_fields: Any) -> None:
+    def __init__(
+        self, client: ObjectCacheClient, model: Any, layout: KVLayout, keys: Sequence[str], *, timeout: float = 120.0, fetch_cpus: Optional[Set[int]] = None, **descriptor_fields: Any
+    ) -> None:
         """``fetch_cpus``: the CPUs the fetching thread may run on (Linux), to keep its socket
         reads off the cores the model computes on; unset, it runs where the process may."""
         self.client, self.model, self.layout, self.keys = client, model, layout, list(keys)
@@ -152,10 +155,10 @@ class LayerwiseLoad:
         if self._failure is not None and self.result is None:
             raise self._failure
         stride = self.chunks * self.layout.layer_bytes
-        keys, values = _layer_tensors(self._payload[layer * stride:(layer + 1) * stride], self.layout, self.chunks, self.model.dtype)
+        keys, values = _layer_tensors(self._payload[layer * stride : (layer + 1) * stride], self.layout, self.chunks, self.model.dtype)
         self.cache.update(keys, values, layer)
 
-    def __enter__(self) -> "LayerwiseLoad":
+    def __enter__(self) -> LayerwiseLoad:
         decoder_layers = self.model.model.layers
         if len(decoder_layers) != self.layout.layers:
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"the model has {len(decoder_layers)} decoder layers; the layout says {self.layout.layers}")
@@ -189,6 +192,6 @@ def load_cache(client: ObjectCacheClient, model: Any, layout: KVLayout, keys: Se
     cache = DynamicCache()
     stride = chunks * layout.layer_bytes
     for layer in range(layout.layers):
-        keys_t, values_t = _layer_tensors(payload[layer * stride:(layer + 1) * stride], layout, chunks, model.dtype)
+        keys_t, values_t = _layer_tensors(payload[layer * stride : (layer + 1) * stride], layout, chunks, model.dtype)
         cache.update(keys_t, values_t, layer)
     return cache

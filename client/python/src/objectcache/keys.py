@@ -6,6 +6,7 @@
 chunk's tokens as little-endian u32; keys are ``<namespace>/<fingerprint>/<hex H_i>``. Only full
 chunks are keyed. The shared vectors in ``schemas/test-vectors/chunk-keys.json`` pin both clients.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,7 +33,7 @@ def chunk_hashes(tokens: Sequence[int], chunk_tokens: int, fingerprint: str) -> 
     previous = fingerprint.encode("utf-8")
     pack = struct.Struct(f"<{chunk_tokens}I").pack
     for start in range(0, len(tokens) - chunk_tokens + 1, chunk_tokens):
-        chunk: Iterable[int] = (int(t) & 0xFFFFFFFF for t in tokens[start:start + chunk_tokens])
+        chunk: Iterable[int] = (int(t) & 0xFFFFFFFF for t in tokens[start : start + chunk_tokens])
         digest = hashlib.sha256(previous + pack(*chunk)).digest()
         hashes.append(digest.hex())
         previous = digest

@@ -1,4 +1,5 @@
 """Stored layouts and the per-layer checksums the gateway verifies (wire-format.md section 1)."""
+
 from __future__ import annotations
 
 import base64
@@ -25,15 +26,15 @@ def to_canonical(stored: bytes, layout: Layout, layers: int, layer_bytes: int) -
     view = memoryview(stored)
     parts = []
     for layer in range(layers):
-        parts.append(view[layer * half:(layer + 1) * half])
-        parts.append(view[layers * half + layer * half:layers * half + (layer + 1) * half])
+        parts.append(view[layer * half : (layer + 1) * half])
+        parts.append(view[layers * half + layer * half : layers * half + (layer + 1) * half])
     return b"".join(parts)
 
 
 def layer_crcs(canonical: bytes, layers: int, layer_bytes: int) -> List[int]:
     """CRC-32C of each layer's slice of a chunk in KV_L2TD form."""
     view = memoryview(canonical)
-    return [crc32c(view[l * layer_bytes:(l + 1) * layer_bytes]) for l in range(layers)]
+    return [crc32c(view[l * layer_bytes : (l + 1) * layer_bytes]) for l in range(layers)]
 
 
 def encode_layer_crcs(crcs: List[int]) -> str:

@@ -5,6 +5,7 @@ extended piece by piece while the bytes are still in cache, and nothing is copie
 A version 2 stream (section 6: encoded chunks) carries each frame's slices as segments in their
 stored encoding, after a segment table: the frame is read whole into a scratch buffer, checked,
 and each segment decoded into the slice's place before the layer is announced ready."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,21 @@ from typing import Any, Callable, Generator, List, Optional, Protocol, Sequence,
 
 from crc32c import crc32c
 
-from ._contract import FRAME_CHUNK, FRAME_END, FRAME_ERROR, FRAME_HEADER_FORMAT, FRAME_LAYER, KNOWN_CODES, MAX_ENCODED_SLICE_EXTRA_BYTES, MAX_ENCODED_SLICE_FACTOR
+from ._contract import (
+    FRAME_CHUNK,
+    FRAME_END,
+    FRAME_ERROR,
+    FRAME_HEADER_FORMAT,
+    FRAME_LAYER,
+    KNOWN_CODES,
+    MAX_ENCODED_SLICE_EXTRA_BYTES,
+    MAX_ENCODED_SLICE_FACTOR,
+    PREAMBLE_FORMAT,
+    STREAM_MAGIC,
+    STREAM_VERSION,
+    STREAM_VERSION_SEGMENTED,
+)
 from ._contract import MAX_JSON_FRAME_BYTES as MAX_JSON_FRAME_BYTES
-from ._contract import PREAMBLE_FORMAT, STREAM_MAGIC, STREAM_VERSION, STREAM_VERSION_SEGMENTED
 from .errors import ObjectCacheError
 from .types import EndSummary
 
@@ -40,7 +53,7 @@ def _fill(source: Readable, view: memoryview, crc: int = 0) -> int:
     got = 0
     size = len(view)
     while got < size:
-        piece = view[got:min(size, got + PIECE_BYTES)]
+        piece = view[got : min(size, got + PIECE_BYTES)]
         n = source.readinto(piece)
         if not n:
             raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the stream ended before its END frame")
@@ -63,12 +76,12 @@ class Geometry:
 
     def layer_view(self, layer: int) -> memoryview:
         at = (layer - self.first) * self.stride
-        return self.target[at:at + self.layer_payload]
+        return self.target[at : at + self.layer_payload]
 
     def segments(self, layer: int, chunk: int) -> Sequence[memoryview]:
         """Where chunk ``chunk``'s slice of layer ``layer`` goes, in delivered order."""
         at = (layer - self.first) * self.stride + chunk * self.layer_bytes
-        return (self.target[at:at + self.layer_bytes],)
+        return (self.target[at : at + self.layer_bytes],)
 
     def layer_segments(self, layer: int) -> Sequence[memoryview]:
         """Where a LAYER frame's payload goes, in order (one view: the layer is contiguous)."""
@@ -127,7 +140,7 @@ class SegmentDecoder:
         lengths = list(struct.unpack_from(f"<{count}I", payload))
         if sum(lengths) != length - 4 * count or any(n == 0 or n > self.max_segment for n in lengths):
             raise _protocol(f"the segment table of {what} does not describe its payload")
-        return payload[4 * count:], lengths
+        return payload[4 * count :], lengths
 
     def decode(self, encoded: memoryview, views: Sequence[memoryview]) -> None:
         """Decodes one slice into its place (one view, or the halves ``place`` gave)."""
@@ -136,7 +149,7 @@ class SegmentDecoder:
                 raise _protocol(f"a raw segment of {len(encoded)} bytes where {self.layer_bytes} were expected")
             at = 0
             for view in views:
-                view[:] = encoded[at:at + len(view)]
+                view[:] = encoded[at : at + len(view)]
                 at += len(view)
             return
         if len(views) == 1:
@@ -145,7 +158,7 @@ class SegmentDecoder:
         self.codec.decode(encoded, self.shape, memoryview(self._slice))
         at = 0
         for view in views:
-            view[:] = self._slice[at:at + len(view)]
+            view[:] = self._slice[at : at + len(view)]
             at += len(view)
 
 
@@ -178,7 +191,7 @@ def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder]
                 segments, lengths = decoder.frame(source, length, g.chunks, f"layer {index}", crc)
                 at = 0
                 for chunk, n in enumerate(lengths):
-                    decoder.decode(segments[at:at + n], g.segments(index, chunk))
+                    decoder.decode(segments[at : at + n], g.segments(index, chunk))
                     at += n
                 next_layer += 1
                 yield index, g.layer_view(index)
@@ -202,7 +215,7 @@ def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder]
                 segments, lengths = decoder.frame(source, length, layers, f"chunk {index}", crc)
                 at = 0
                 for i, n in enumerate(lengths):
-                    decoder.decode(segments[at:at + n], g.segments(g.first + i, index))
+                    decoder.decode(segments[at : at + n], g.segments(g.first + i, index))
                     at += n
                 next_chunk += 1
                 if next_chunk == g.chunks:

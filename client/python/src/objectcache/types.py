@@ -1,6 +1,7 @@
 """The types of the client's signatures: the descriptor and its closed string sets (generated from
 the gateway's JSON Schema into ``_contract``), the buffers the client reads from and into, and the
 END frame's summary. Types only: nothing here changes what the client accepts at run time."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Literal, Optional, TypedDict, Union
