@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ERRORS } from '../schemas/errors.js';
+import { DEFAULT_RETRIES, FIRST_BACKOFF_MS, MAX_RETRY_AFTER_MS, RETRY_AFTER } from '../schemas/retry-policy.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const contractPath = join(root, 'client/python/src/objectcache/_contract.py');
@@ -53,5 +54,14 @@ describe('the Python client contract', () => {
     for (const [code, spec] of Object.entries(ERRORS)) if (spec.status === 503) expect(retryable, code).toContain(code);
     const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };
     expect(source).toContain(`VERSION: Final[str] = "${version}"\n`);
+  });
+
+  it('gives the Python client the one retry policy of schemas/retry-policy.ts', () => {
+    const source = readFileSync(contractPath, 'utf8');
+    const value = (name: string): string => source.match(new RegExp(`^${name}: Final\\[\\w+\\] = (.+)$`, 'm'))?.[1] ?? `no ${name}`;
+    expect(Number(value('DEFAULT_RETRIES'))).toBe(DEFAULT_RETRIES);
+    expect(Number(value('FIRST_BACKOFF_S')) * 1000).toBe(FIRST_BACKOFF_MS);
+    expect(Number(value('MAX_RETRY_AFTER_S')) * 1000).toBe(MAX_RETRY_AFTER_MS);
+    expect(JSON.parse(value('RETRY_AFTER_PATTERN'))).toBe(RETRY_AFTER.source);
   });
 });
