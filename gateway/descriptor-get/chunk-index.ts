@@ -10,7 +10,7 @@ import { CODEC_META, chunkIndex, RAW_CODEC } from '../../schemas/encoded-chunk.j
 import { LAYER_CRC_META } from '../../schemas/integrity.js';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Backend } from '../s3/backend.js';
-import type { EncodedChunks } from './read-ahead.js';
+import type { EncodedChunks } from './encoded-chunks.js';
 
 export async function readChunkIndex(descriptor: Descriptor, bucket: string, backend: Pick<Backend, 'heads'>, signal: AbortSignal): Promise<EncodedChunks> {
   const accepted = descriptor.codecs ?? [RAW_CODEC];

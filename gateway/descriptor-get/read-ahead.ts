@@ -18,6 +18,9 @@ import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import { FifoBudget } from '../common/fifo-budget.js';
+import { deferred, type Deferred } from './deferred.js';
+import type { EncodedChunks } from './encoded-chunks.js';
+import { SEGMENT_BROKEN, type SegmentSource } from './segment-source.js';
 
 /** A completed task: its plan entry and what the worker read. */
 export interface TaskRead {
@@ -37,17 +40,6 @@ export interface ChunkSource {
   readonly layerBytes: number;
   /** The prefix's chunks are encoded (schemas/encoded-chunk.ts): their index, read before the plan. */
   readonly encoded?: EncodedChunks | undefined;
-}
-
-/** An encoded prefix's index: one codec, each chunk's stored slice lengths, and the versions they describe. */
-export interface EncodedChunks {
-  readonly codec: string;
-  /** By prefix position, then layer (all L layers). */
-  readonly sliceBytes: readonly (readonly number[])[];
-  /** Each chunk's ETag when its index was read: every read of the chunk is pinned to it. */
-  readonly etags: readonly (string | undefined)[];
-  /** Each chunk's `oc-layer-crc32c` as its index HEAD found it (its writer's CRC32Cs), if any. */
-  readonly recorded: readonly (string | undefined)[];
 }
 
 /**
@@ -94,25 +86,6 @@ export interface ReadAheadOptions {
   readonly pins?: readonly string[] | undefined;
 }
 
-/**
- * A packed segment a request reads its first chunks from (segments.ts): the object (SegmentRead's
- * bucket, key, ETag and size), the layers and chunks it holds, where each slice lies (`offset`),
- * every slice's CRC32C in the segment's order (layer-major), and the chunks' ETags the segment was
- * packed from, by prefix position.
- */
-export interface SegmentSource extends Pick<SegmentRead, 'bucket' | 'key' | 'etag' | 'bytes'> {
-  readonly first: number;
-  readonly end: number;
-  readonly chunks: number;
-  /** Byte offset in the segment of chunk `chunk`'s slice of layer `layer`. */
-  readonly offset: (layer: number, chunk: number) => number;
-  readonly crcs: Uint32Array;
-  readonly etags: readonly string[];
-}
-
-/** What a read of a segment that is gone, changed or damaged fails with (not a timeout or a cancellation: those pass). */
-export const SEGMENT_BROKEN: ReadonlySet<string> = new Set(['OC_ERR_CHUNK_MISSING', 'OC_ERR_CHUNK_CHANGED', 'OC_ERR_CHUNK_CORRUPT', 'OC_ERR_CHUNK_SIZE', 'OC_ERR_BACKEND_RANGE']);
-
 /** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */
 export interface UnitSource {
   /** The reads of unit `u`, in plan order; rejects with the first failure among them. */
@@ -125,23 +98,6 @@ export interface UnitSource {
   close(): Promise<void>;
   readonly backendReads: number;
   readonly verified: boolean;
-}
-
-export interface Deferred<T> {
-  readonly promise: Promise<T>;
-  resolve(value: T): void;
-  reject(error: unknown): void;
-}
-
-export function deferred<T>(): Deferred<T> {
-  let resolve!: (value: T) => void;
-  let reject!: (error: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  promise.catch(() => {}); // a unit nobody waits for (the stream ended first) is not an unhandled rejection
-  return { promise, resolve, reject };
 }
 
 export class ReadAhead implements UnitSource {
