@@ -9,6 +9,7 @@ child process (vllm_obj_tier_child.py): NIXL and UCX keep process-wide state."""
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -79,11 +80,17 @@ def test_vllms_object_tier_round_trips_a_real_models_kv_from_the_readmes_configu
     # lookup of what is not there.
     grew = lambda name, a=before, b=between: b.get(name, 0.0) - a.get(name, 0.0)  # noqa: E731
     assert grew("PutObject 200") == BLOCKS
+    assert grew("HeadObject 404") == 1  # the tier's start-up probe, __nixl_probe__/connectivity_test
     assert not any(name.startswith("PutObject 4") for name in between if grew(name) > 0)
     assert grew("HeadObject 200", between, after) == BLOCKS
     assert grew("GetObject 206", between, after) >= BLOCKS
     assert grew("PutObject 200", between, after) == 0
-    # The objects are where vLLM's key names say, each one block of the model's bytes.
+    # The objects are where vLLM's key names say, each one block of the model's bytes, named as
+    # docs/engines.md shows: vllm/<model>_<hash of vLLM's KV config>_r<rank>/<3 hex>/<2 hex>_g<group>/<block hash>.bin
+    # (vLLM's names hold "vllm//"; aws-sdk-cpp sends one slash).
     with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
+        names = sorted(c.list_keys())
+        assert len(names) == BLOCKS, names
+        assert all(re.fullmatch(r"vllm/HuggingFaceTB_SmolLM2-135M-Instruct_[0-9a-f]{12}_r0/([0-9a-f]{3})/([0-9a-f]{2})_g0/\1\2[0-9a-f]{59}\.bin", n) for n in names), names
         for i, key in enumerate(stored["objects"]):
             assert c.get_object(key.replace("//", "/")) == raw[i * block_bytes : (i + 1) * block_bytes]
