@@ -209,3 +209,15 @@ export interface WorkerFailure extends FailureSite {
   /** The task's request (absent when the task never reached a worker). */
   readonly requestId?: string;
 }
+
+/**
+ * The read worker's named tasks (piscina's `name`; gateway/worker/read-worker.ts exports one
+ * function of each name), each with its task and its answer. A failure is an answer
+ * (WorkerFailure), never a rejection.
+ */
+export interface WorkerTasks {
+  /** A layer group of a run of chunks, read into its block (or its own buffer). */
+  read(task: ReadTask): Promise<WorkerResult>;
+  /** A run of chunks read whole through streamed GETs, its slices sent on the task's port. */
+  stream(task: StreamTask): Promise<StreamResult>;
+}

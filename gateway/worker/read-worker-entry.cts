@@ -5,4 +5,9 @@
  * took its test process down. This file is CommonJS, so require() loads it plainly; it loads the
  * ES module read-worker.js with import() and exports its task function (piscina awaits it).
  */
-export = import('./read-worker.js').then((worker) => worker.default);
+import type { WorkerTasks } from '../threads/protocol.js';
+
+const worker = import('./read-worker.js');
+// One export per named task (gateway/threads/protocol.ts WorkerTasks); piscina awaits each.
+const tasks: { readonly [K in keyof WorkerTasks]: Promise<WorkerTasks[K]> } = { read: worker.then((w) => w.read), stream: worker.then((w) => w.stream) };
+export = tasks;

@@ -10,8 +10,10 @@
 import { setMaxListeners } from 'node:events';
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import { Piscina } from 'piscina';
+import { pino } from 'pino';
 import { crc32c } from '../../native/crc32c.js';
-import type { ChunkRun, ReadTask, SegmentRead, StreamResult, StreamTask, WorkerFailure, WorkerInit, WorkerResult } from '../threads/protocol.js';
+import type { ChunkRun, ReadTask, SegmentRead, StreamResult, StreamTask, WorkerFailure, WorkerInit, WorkerResult, WorkerTasks } from '../threads/protocol.js';
+import { createLogger } from '../common/logger.js';
 import { ChunkStreams } from './chunk-streams.js';
 import { SocketRangeClient } from '../../http-range/socket-range-get.js';
 import { createRangeReader, type RangeReader } from './range-reader.js';
@@ -169,38 +171,52 @@ function failed(error: unknown, task: ReadTask | StreamTask): WorkerFailure {
   return toWorkerFailure(error, task.requestId);
 }
 
-/** One JSON line on stderr, shaped as the gateway's log lines (gateway/common/logger.ts), naming the task's request. */
+/** The worker's log: the gateway's (gateway/common/logger.ts), on stderr, one line per defect. */
+const log = createLogger(init.logErrors ? 'error' : 'silent', pino.destination({ dest: 2, sync: false }));
+
+/** A log line naming the task's request. */
 function logLine(level: 'error' | 'warn', msg: string, task: ChunkRun, error: unknown): void {
-  if (!init.logErrors) return;
-  const err = error instanceof Error ? { type: error.name, message: error.message, stack: error.stack } : { message: String(error) };
-  process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), msg, requestId: task.requestId, taskId: task.id, bucket: task.bucket, error: err })}\n`);
+  log[level]({ requestId: task.requestId, taskId: task.id, bucket: task.bucket, error }, msg);
 }
 
-export default async function runReadTask(task: ReadTask | StreamTask): Promise<unknown> {
-  if (isCancelled(task.id)) {
-    if ('kind' in task) task.port.close();
-    return failed(cancelled(), task);
-  }
+/** The task's abort controller, registered for cancellation (undefined: cancelled before it started). */
+function register(task: ChunkRun): AbortController | undefined {
+  if (isCancelled(task.id)) return undefined;
   const controller = new AbortController();
   setMaxListeners(0, controller.signal); // every read in flight listens to it
   running.set(task.id, controller);
   // A cancellation posted before the task was registered is still in the flags.
   if (isCancelled(task.id)) controller.abort();
-  if ('kind' in task) {
-    try {
-      return await runStreamTask(task, controller.signal);
-    } finally {
-      running.delete(task.id);
-    }
-  }
+  return controller;
+}
+
+/** The `read` task (gateway/threads/protocol.ts WorkerTasks). */
+export const read: WorkerTasks['read'] = async (task) => {
+  const controller = register(task);
+  if (!controller) return failed(cancelled(), task);
   try {
     const result = await execute(task, controller.signal);
     if (!result.buffer) return result;
-    // Piscina's Transferable protocol: the result is the value, its buffer is transferred.
+    // Piscina's Transferable protocol: the result is the value, its buffer is transferred; the
+    // main thread receives the value (a WorkerResult).
     const movable = { [Piscina.transferableSymbol]: [result.buffer], [Piscina.valueSymbol]: result };
-    return Piscina.move(movable as unknown as Parameters<typeof Piscina.move>[0]);
+    return Piscina.move(movable as unknown as Parameters<typeof Piscina.move>[0]) as unknown as WorkerResult;
   } catch (error) {
     return failed(error, task);
+  } finally {
+    running.delete(task.id);
+  }
+};
+
+/** The `stream` task (gateway/threads/protocol.ts WorkerTasks). */
+export const stream: WorkerTasks['stream'] = async (task) => {
+  const controller = register(task);
+  if (!controller) {
+    task.port.close();
+    return failed(cancelled(), task);
+  }
+  try {
+    return await runStreamTask(task, controller.signal);
   } finally {
     running.delete(task.id);
   }

@@ -9,8 +9,7 @@ import { createRequire } from 'node:module';
 import { setFlagsFromString } from 'node:v8';
 import { BroadcastChannel, MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult } from '../../threads/protocol.js';
-import type runReadTask from '../../worker/read-worker.js';
+import type { ReadResult, ReadTask, StreamResult, StreamTask, WorkerBackend, WorkerInit, WorkerResult, WorkerTasks } from '../../threads/protocol.js';
 import { FifoBudget } from '../../common/fifo-budget.js';
 import { BufferArena } from './buffer-arena.js';
 import { TaskLayout, type RingLayout } from '../../threads/task-layout.js';
@@ -53,15 +52,12 @@ export interface RunningStream {
 }
 
 
-
 /**
- * What each worker thread runs: `runReadTask` of gateway/worker/read-worker.ts, one task at a time
- * (a ReadTask or a StreamTask), answering a WorkerResult or a StreamResult. piscina loads it by
- * file name, through its CommonJS entry (gateway/worker/read-worker-entry.cts: piscina's require()
- * of the ES module itself can abort the process on Node 20, see that file).
+ * What each worker thread runs: the named tasks of gateway/worker/read-worker.ts (gateway/threads/protocol.ts
+ * WorkerTasks), one `read` or `stream` at a time per slot. piscina loads them through the CommonJS
+ * entry (gateway/worker/read-worker-entry.cts: piscina's require() of the ES module itself can
+ * abort the process on Node 20, see that file).
  */
-type RunReadTask = typeof runReadTask;
-
 /**
  * The compiled worker entry, named by the package's `#read-worker` import (package.json "imports"),
  * also when this module runs from TypeScript sources, in tests: a worker thread runs built code.
@@ -98,7 +94,7 @@ function sizeWorkerHeaps(): void {
 }
 
 export class ReaderPool {
-  readonly #pool: Piscina<Parameters<RunReadTask>[0], Awaited<ReturnType<RunReadTask>>>;
+  readonly #pool: Piscina<ReadTask | StreamTask, WorkerResult | StreamResult>;
   /** Task buffers by size, handed back after their bytes were sent (no allocation, no zeroing). */
   readonly #free = new Map<number, ArrayBuffer[]>();
   #pooledBytes = 0;
@@ -188,6 +184,11 @@ export class ReaderPool {
     this.#pooledBytes += buffer.byteLength;
   }
 
+  /** Runs the worker's task `name` (its answer typed by WorkerTasks), moving `transfer` to the worker. */
+  #run<K extends keyof WorkerTasks>(name: K, task: Parameters<WorkerTasks[K]>[0], transfer?: (ArrayBuffer | MessagePort)[]): ReturnType<WorkerTasks[K]> {
+    return this.#pool.run(task, { name, ...(transfer ? { transferList: transfer } : {}) }) as ReturnType<WorkerTasks[K]>;
+  }
+
   #take(bytes: number): ArrayBuffer | undefined {
     const list = this.#free.get(bytes);
     const buffer = list?.pop();
@@ -222,10 +223,10 @@ export class ReaderPool {
       this.#inflight++;
       let result: WorkerResult;
       if (arenaOffset !== undefined) {
-        result = (await this.#pool.run({ ...task, arenaOffset })) as WorkerResult;
+        result = await this.#run('read', { ...task, arenaOffset });
       } else {
         const buffer = this.#take(bytes);
-        result = (await this.#pool.run(buffer ? { ...task, buffer } : task, buffer ? { transferList: [buffer] } : {})) as WorkerResult;
+        result = await this.#run('read', buffer ? { ...task, buffer } : task, buffer ? [buffer] : undefined);
       }
       if (!result.ok) {
         if (arenaOffset !== undefined) this.#arena.give(arenaOffset);
@@ -304,7 +305,7 @@ export class ReaderPool {
     const channel = new MessageChannel();
     const full: StreamTask = { ...task, kind: 'stream', id, port: channel.port2 };
     this.#inflight++;
-    const result = (this.#pool.run(full, { transferList: [channel.port2] }) as Promise<StreamResult>).catch((error: unknown): StreamResult => {
+    const result = this.#run('stream', full, [channel.port2]).catch((error: unknown): StreamResult => {
       channel.port1.close();
       return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, readAgain: true, requestId: task.requestId };
     }).finally(() => {
