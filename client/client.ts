@@ -22,11 +22,12 @@ import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
 import { AFTER_META, recordableAfter } from '../schemas/chain.js';
 import type { Layout } from '../schemas/layouts.js';
-import { SocketRangeClient, type BodyTarget, type RangeAnswer, type RangeAnswerSink, type SocketRequest } from '../http-range/socket-range-get.js';
-import { errorFromAnswer, errorFromResponse, ERROR_BODY_LIMIT, parseErrorDocument, readCapped, toObjectCacheError, unreachable, withRequestId } from './answers.js';
+import { SocketRangeClient } from '../http-range/socket-range-get.js';
+import { errorFromResponse, readCapped, toObjectCacheError, unreachable, withRequestId } from './answers.js';
 import { Deadline, deadlineOf, DEFAULT_DEADLINE_MS } from './deadline.js';
 import { FrameDecoder } from './frame-decoder.js';
 import { retrying } from './retry.js';
+import { descriptorKey, receive, segmentChunksOf, socketRequest } from './socket-fetch.js';
 import { toCanonical } from './kv-layout.js';
 
 export { MAX_HEADER_DESCRIPTOR_BYTES };
@@ -96,11 +97,6 @@ export interface FetchResult {
   readonly segmentChunks: number;
 }
 
-/** The x-objectcache-segment-chunks header as a count (0 when absent or not a count). */
-function segmentChunksOf(value: string | string[] | undefined): number {
-  return typeof value === 'string' && /^\d{1,9}$/.test(value) ? Number(value) : 0;
-}
-
 /** Adds the signed descriptor header to one GetObjectCommand (for callers using their own S3Client). */
 export function withDescriptor(command: GetObjectCommand, descriptor: DescriptorInput): GetObjectCommand {
   const encoded = encodeDescriptorHeader(descriptor);
@@ -125,52 +121,10 @@ interface Endpoint {
   readonly sockets: SocketRangeClient | undefined;
 }
 
-/** The object a header-form descriptor GET names: its last chunk key (the gateway checks it). */
-function descriptorKey(input: DescriptorInput): string {
-  return (input.keyPrefix ?? '') + (input.keys.at(-1) ?? '');
-}
-
 /** How long a fetch's connection may be idle: waiting for the answer, or between its bytes (undici's default). */
 const FETCH_IDLE_TIMEOUT_MS = 300_000;
 /** The longest answer to lookup or pin that is read (each is a few bytes of JSON). */
 const ANSWER_BODY_LIMIT = 64 * 1024;
-
-/**
- * The stream's body as the decoder places it: every socket read goes where `FrameDecoder.next()`
- * says, so payload bytes are written once, by the kernel, straight into the target. What the
- * decoder throws (a CRC, protocol or gateway error, or the caller's `onLayerReady`) is kept and
- * thrown from `wrote`, which fails the read.
- */
-class DecoderTarget implements BodyTarget {
-  failure: unknown;
-  readonly #decoder: FrameDecoder;
-  /** Where a read goes once the decoder has failed (it then fails the read). */
-  readonly #spill = new Uint8Array(64);
-  constructor(decoder: FrameDecoder) {
-    this.#decoder = decoder;
-  }
-  next(): Uint8Array {
-    // Called from the socket's read setup, where a throw would end the process: kept for wrote().
-    if (this.failure === undefined) {
-      try {
-        return this.#decoder.next();
-      } catch (error) {
-        this.failure = error;
-      }
-    }
-    return this.#spill;
-  }
-  wrote(n: number): void {
-    if (this.failure !== undefined) throw this.failure;
-    try {
-      this.#decoder.wrote(n);
-    } catch (error) {
-      this.failure = error;
-      throw error;
-    }
-  }
-  paused(): void {} // never: the decoder always has a place
-}
 
 export class ObjectCacheClient {
   readonly bucket: string;
@@ -403,8 +357,10 @@ export class ObjectCacheClient {
     });
     const deadline = new Deadline(deadlineOf(options.deadlineMs, this.#deadlineMs), 'the descriptor GET', options.signal);
     if (this.#endpoints.every((e) => e.sockets !== undefined)) {
-      const request = this.#socketRequest(input, transport);
-      const { summary, segmentChunks } = await retrying(this.#retries, deadline, (signal) => this.#receive(request, decoder, signal));
+      const request = socketRequest(this.bucket, input, transport);
+      const sockets = this.#endpoints.map((e) => e.sockets as SocketRangeClient);
+      const tries = { first: () => this.#current, answered: (index: number) => (this.#current = index), unreachable: (last: unknown) => this.#unreachable(last) };
+      const { summary, segmentChunks } = await retrying(this.#retries, deadline, (signal) => receive(sockets, tries, request, decoder, signal));
       return { target, layerStride, summary, timeline, transport, segmentChunks };
     }
     const { body, requestId, segmentChunks } = await retrying(this.#retries, deadline, (signal) => this.#open(input, transport, signal));
@@ -426,69 +382,6 @@ export class ObjectCacheClient {
         throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
       }
     });
-  }
-
-  /**
-   * A fetch from plain-http: gateways: the stream is read with the kernel writing each payload
-   * byte straight into its place in the target (as the gateway reads the store,
-   * http-range/socket-range-get.ts), where a stream of network chunks costs a fresh buffer and
-   * a copy per socket read (measured in docs/clients.md). A gateway that cannot be reached before
-   * it answers is tried once more on a new connection (an idle one may have been closing), then
-   * the next one; a retryable refusal is tried again after its Retry-After (`retries`); once the
-   * answer has begun, a broken connection ends the fetch.
-   */
-  #socketRequest(input: DescriptorInput, transport: 'get' | 'post'): SocketRequest {
-    return transport === 'post'
-      ? { method: 'POST', path: escapeUriPath(`/${this.bucket}`), query: [['objectcache', '']], headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(input)) }
-      : { method: 'GET', path: escapeUriPath(`/${this.bucket}/${descriptorKey(input)}`), headers: { [DESCRIPTOR_HEADER]: encodeDescriptorHeader(input) } };
-  }
-
-  /** One try of a fetch over sockets, on the endpoint in use and then the others: the END summary, or the gateway's refusal. */
-  async #receive(request: SocketRequest, decoder: FrameDecoder, live: AbortSignal): Promise<{ summary: EndSummary; segmentChunks: number }> {
-    let last: unknown;
-    for (let tried = 0; tried < this.#endpoints.length; tried++) {
-      const index = (this.#current + tried) % this.#endpoints.length;
-      const endpoint = this.#endpoints[index] as Endpoint;
-      for (const fresh of [false, true]) {
-        const target = new DecoderTarget(decoder);
-        let answered: Readonly<Record<string, string>> | undefined;
-        let answeredStatus = 0;
-        const sink: RangeAnswerSink = {
-          onHead: (status, headers) => {
-            answered = headers;
-            answeredStatus = status;
-            return status === 200 ? { stream: target } : { collect: ERROR_BODY_LIMIT };
-          },
-        };
-        let answer: RangeAnswer;
-        try {
-          answer = await (endpoint.sockets as SocketRangeClient).send(request, sink, live, fresh);
-        } catch (error) {
-          if (live.aborted) throw live.reason;
-          const requestId = answered?.['x-amz-request-id'];
-          if (target.failure !== undefined) throw withRequestId(target.failure, requestId);
-          // A refusal whose body was cut off: its status and headers still say what went wrong.
-          if (answered !== undefined && answeredStatus !== 200) {
-            const headers = answered;
-            throw errorFromAnswer(answeredStatus, {}, (name) => headers[name], error);
-          }
-          if (answered !== undefined) throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
-          // Not reached (refused, reset or closed before any answer): again, then the next gateway.
-          if (!(error instanceof ObjectCacheError)) throw toObjectCacheError(error, 'the descriptor GET');
-          if (error.code !== 'OC_ERR_BACKEND_UNAVAILABLE') throw error;
-          last = error;
-          continue;
-        }
-        this.#current = index;
-        if (answer.status !== 200) throw errorFromAnswer(answer.status, parseErrorDocument(answer.text ?? ''), (name) => answer.headers[name]);
-        try {
-          return { summary: decoder.finish(), segmentChunks: segmentChunksOf(answer.headers[SEGMENT_CHUNKS_HEADER]) };
-        } catch (error) {
-          throw withRequestId(error, answer.headers['x-amz-request-id']);
-        }
-      }
-    }
-    throw this.#unreachable(last);
   }
 
   /** The same fetch as an async iterator of ready layers; leaving the loop early cancels it. */
