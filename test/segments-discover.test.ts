@@ -33,6 +33,8 @@ describe('looking for a segment in the store', () => {
       logger: { warn: () => {}, info: () => {} },
       now: () => now,
       sweep: false,
+      checks: { heads: () => Promise.reject(new Error('no HEADs in heads mode')) },
+      checkTimeoutMs: 1_000,
     });
     const d = parseDescriptor({ version: 1, keys: ['kv/0', 'kv/1'], layers: 2, chunkTokens: 16, layerBytes: 4096, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' });
     const run = segments.counted('kv', d);

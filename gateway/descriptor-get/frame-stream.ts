@@ -16,6 +16,7 @@ import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
 import { PACE_SLICE_BYTES, type Pacer } from './scheduler/pacer.js';
 import type { TaskRead } from './read-ahead.js';
+import type { EncodedChunks } from './encoded-chunks.js';
 import { layoutOf, type Slices } from './read-plan.js';
 import type { TaskLayout } from '../threads/task-layout.js';
 
@@ -113,6 +114,11 @@ export class FrameBuilder {
     }
     return out;
   }
+}
+
+/** A data frame's slices, as a packed segment holds them: without an encoded frame's segment table (its first piece, FrameBuilder). */
+export function slicesOf(frame: Frame, encoded: EncodedChunks | undefined): readonly Uint8Array[] {
+  return encoded ? frame.pieces.slice(1) : frame.pieces;
 }
 
 /**

@@ -7,11 +7,69 @@
  * request (about 1 ms of MinIO CPU per range GET here), so fewer, larger reads are the point;
  * growing fourfold rather than twofold saves a read per chunk for a 32-layer model while layer 1
  * still follows layer 0 after a few layers' worth of transfer. Pure: a function of its inputs.
+ *
+ * What the plan is of is chosen here too: the delivery mode (chooseMode, before admission) and how
+ * the chunks are read (chooseReads; request-reads.ts takes the choice at serve time).
  */
-import type { Delivery } from '../../schemas/descriptor.js';
+import type { Delivery, Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
 import { TaskLayout } from '../threads/task-layout.js';
 import { SEGMENT_SKIP_BYTES } from '../threads/protocol.js';
+import type { DescriptorGetConfig } from '../common/config.js';
+
+export type DeliveryMode = 'layerwise' | 'chunkwise';
+
+/** Equation 2 of the paper (docs/references.md): chunkwise below the threshold Θ, layerwise at or above it, unless asked. */
+export function chooseMode(descriptor: Descriptor, threshold: number, payloadBytes: number = descriptor.totalBytes): DeliveryMode {
+  if (descriptor.mode === 'layerwise' || descriptor.mode === 'chunkwise') return descriptor.mode;
+  return payloadBytes < threshold ? 'chunkwise' : 'layerwise';
+}
+
+/** Backend streams a streamed read of `descriptor` opens: one per chunk, two for KV_2LTD (K and V apart). */
+export function chunkStreams(descriptor: Pick<Descriptor, 'chunks' | 'layout'>): number {
+  return descriptor.chunks * (descriptor.layout === 'KV_2LTD' ? 2 : 1);
+}
+
+/** How a request's chunks are read (docs/layerwise-get.md, Streamed reads). */
+export type ChunkReads = 'streamed' | 'grouped';
+
+/**
+ * Streamed when every condition holds: layerwise delivery of at least two layers, an S3 backend
+ * whose connections' receive buffers can be bounded (the embedded store's positional reads cost
+ * nothing per request), `--chunk-reads auto`, the request's chunk streams (one per chunk, two for
+ * KV_2LTD) within `--max-chunk-streams`, and one chunk's slice of a layer within a buffer block
+ * (`--task-bytes`). Grouped range reads otherwise. (At serve time the streams must also be free
+ * at once: see request-reads.ts.)
+ */
+export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, streamsChunks: boolean): ChunkReads {
+  if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks) return 'grouped';
+  if (descriptor.codecs !== undefined) return 'grouped';
+  if (descriptor.layerEnd - descriptor.layerStart < 2) return 'grouped';
+  if (chunkStreams(descriptor) > config.maxChunkStreams) return 'grouped';
+  if (descriptor.layerBytes > config.taskBytes) return 'grouped';
+  return 'streamed';
+}
+
+/** The read plan of a request in its delivery mode. */
+export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number = descriptor.layerBytes): ReadPlan {
+  const input = planInput(descriptor, config, tasksInFlight, layerBytes);
+  return mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
+}
+
+/** A request's plan input: its geometry, the read and task sizes, groups within `windowBytes`, the first group over `tasksInFlight` tasks. */
+export function planInput(descriptor: Descriptor, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number, windowBytes = config.readAheadBytes): PlanInput {
+  return {
+    layout: descriptor.layout,
+    layerStart: descriptor.layerStart,
+    layerEnd: descriptor.layerEnd,
+    layerBytes,
+    chunks: descriptor.chunks,
+    readBytes: config.readBytes,
+    taskBytes: config.taskBytes,
+    maxGroupBytes: windowBytes,
+    firstGroupTasks: tasksInFlight,
+  };
+}
 
 export interface PlanInput {
   readonly layout: Layout;
@@ -169,7 +227,7 @@ export function planStreamed(input: Pick<PlanInput, 'layout' | 'layerStart' | 'l
   return { groups, tasks, reads: input.chunks * (input.layout === 'KV_2LTD' ? 2 : 1) };
 }
 
-/** What a packed segment holds of a request (gateway/segments/segments.ts): its first `chunks` chunks, `segmentChunks` in all. */
+/** What a packed segment holds of a request (docs/segments.md): its first `chunks` chunks, `segmentChunks` in all. */
 export interface SegmentCover {
   readonly chunks: number;
   readonly segmentChunks: number;

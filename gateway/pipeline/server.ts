@@ -115,7 +115,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   // What the gateways in front of the store sign their own state with (gateway/common/state-key.ts).
   const stateKey = loadStateKey(config.stateKey, config.backend);
   const segments = config.segments
-    ? new Segments({ config: config.segments, key: stateKey, store: backend.capacity, workerEtag: (etag) => (backend.kind === 's3' ? `"${etag}"` : etag), logger, observer: metrics.segments })
+    ? new Segments({ config: config.segments, key: stateKey, store: backend.capacity, workerEtag: (etag) => (backend.kind === 's3' ? `"${etag}"` : etag), logger, observer: metrics.segments, checks: backend, checkTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 })
     : undefined;
   metrics.watchSegments(segments);
   const capacity = config.capacity

@@ -30,6 +30,7 @@
  *   evicts them before any chunk (gateway/capacity/capacity.ts, DerivedData).
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { PassThrough } from 'node:stream';
 import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
@@ -42,7 +43,9 @@ import type { StateKey } from '../common/state-key.js';
 import type { TaskRead } from '../descriptor-get/read-ahead.js';
 import type { EncodedChunks } from '../descriptor-get/encoded-chunks.js';
 import type { SegmentSource } from '../descriptor-get/segment-source.js';
-import { layoutOf, type SegmentCover, type Slices } from '../descriptor-get/read-plan.js';
+import { layoutOf, planFromSegment, type SegmentCover, type Slices } from '../descriptor-get/read-plan.js';
+import type { PackedSegments, PackRequest, ReadRest, RequestSegments, SegmentPack, SegmentPlan, SegmentRequest } from '../descriptor-get/packed-segments.js';
+import type { Backend } from '../s3/backend.js';
 import type { SegmentConfig } from '../common/config.js';
 import type { SegmentObserver } from '../common/observers.js';
 
@@ -379,9 +382,17 @@ export interface SegmentsOptions {
   readonly now?: () => number;
   /** Sweep the segment bucket now and then (default true; `sweep()` can always be called). */
   readonly sweep?: boolean;
+  /**
+   * Where a descriptor GET's segment chunks are checked (HEADs): the gateway's own connections,
+   * shared by every request of the run that arrives meanwhile (`current`), so not held in one
+   * key's share.
+   */
+  readonly checks: Pick<Backend, 'heads'>;
+  /** Bounds each such check (the backend timeout). */
+  readonly checkTimeoutMs: number;
 }
 
-export class Segments {
+export class Segments implements PackedSegments {
   readonly #o: SegmentsOptions;
   readonly #now: () => number;
   readonly #segments = new Map<string, Segment>();
@@ -639,6 +650,19 @@ export class Segments {
       this.#o.logger.warn({ run: u.run, error }, 'segments: could not delete a segment this gateway did not know');
       return false;
     }
+  }
+
+  /**
+   * A descriptor GET about to be admitted (PackedSegments): counts it (layerwise) and, once its
+   * run is due, looks for the run's segment in the store.
+   */
+  async request(r: SegmentRequest): Promise<RequestSegments> {
+    const { bucket, descriptor, encoded } = r;
+    const due = r.layerwise ? this.counted(bucket, descriptor, encoded) : undefined;
+    // The HEADs of a segment's chunks (discovery with --segment-check writes, and the checks of reads).
+    const heads: Heads = (keys) => this.#o.checks.heads(bucket, keys, checkSignal(this.#o.checkTimeoutMs), false);
+    if (due !== undefined) await this.discover(bucket, descriptor, due, heads, encoded);
+    return new SegmentsOfRequest(this, r, due, heads);
   }
 
   /** Bytes a pack may have copied and the store not yet taken (--segment-pack-queue-bytes). */
@@ -1048,6 +1072,74 @@ export class Segments {
   }
 }
 
+/** One descriptor GET's view of the segments (RequestSegments): its due run, if any, and the HEADs its checks make. */
+class SegmentsOfRequest implements RequestSegments {
+  readonly #segments: Segments;
+  readonly #r: SegmentRequest;
+  /** The run's name once it is due for packing (Segments.counted). */
+  readonly #due: string | undefined;
+  readonly #heads: Heads;
+
+  constructor(segments: Segments, r: SegmentRequest, due: string | undefined, heads: Heads) {
+    this.#segments = segments;
+    this.#r = r;
+    this.#due = due;
+    this.#heads = heads;
+  }
+
+  plan(p: Parameters<RequestSegments['plan']>[0]): SegmentPlan | undefined {
+    const segments = this.#segments;
+    const { bucket, descriptor, encoded, logger } = this.#r;
+    const heads = this.#heads;
+    const rangesPerChunk = descriptor.layout === 'KV_2LTD' ? 2 : 1;
+    const found = segments.find(bucket, descriptor, (chunks) => p.chunkPlan.groups.length * chunks * rangesPerChunk, encoded, heads);
+    if (!found) return undefined;
+    // A segment's reads are few, large and sequential: a smaller window keeps the stream going (--segment-read-ahead-bytes).
+    const windowBytes = Math.min(p.input.maxGroupBytes, segments.readAheadBytes);
+    return {
+      plan: planFromSegment({ ...p.input, maxGroupBytes: windowBytes }, p.layerwise, found.cover),
+      windowBytes,
+      chunks: found.cover.chunks,
+      source: found.source,
+      failed: (error) => {
+        logger.info({ error }, 'a packed segment could not be read; its layers are read from the chunks');
+        segments.drop(found.run, `a read of it failed: ${error.message}`, found.source.key);
+      },
+      first: async (read, signal) => {
+        let opened: { reads: Awaited<typeof read>; verified: boolean };
+        try {
+          const [check, reads] = await Promise.all([segments.current(bucket, found, heads), read]);
+          if (check === 'stale') return 'retry';
+          opened = { reads, verified: check === 'verified' };
+        } catch (error) {
+          if (signal.aborted) throw error;
+          // Served from the chunks, which decide (they are the source of truth). A failure of the
+          // segment itself (gone, changed, damaged) never gets here: the read-ahead reads those
+          // layers from the chunks and drops the segment (`failed`). A chunk beyond it that a
+          // longer request names, or a check that could not be made, does not drop it.
+          logger.info({ error }, 'a packed segment could not be read or checked; serving from the chunks');
+          return 'retry';
+        }
+        segments.served();
+        return opened;
+      },
+    };
+  }
+
+  pack(p: PackRequest): SegmentPack | undefined {
+    const { bucket, descriptor, encoded } = this.#r;
+    if (this.#due === undefined || p.reads !== 'grouped' || p.segment?.chunks === descriptor.chunks) return undefined;
+    return this.#segments.packFor(bucket, descriptor, this.#due, p.rest, p.pins, p.verified, encoded);
+  }
+}
+
+/** Bounds a check of a segment's chunks: not the client's signal, since requests that arrive meanwhile share the check (Segments.current). */
+function checkSignal(timeoutMs: number): AbortSignal {
+  const signal = AbortSignal.timeout(timeoutMs);
+  setMaxListeners(0, signal); // a HEAD per covered chunk listens to it
+  return signal;
+}
+
 /** The oldest MAX_UNKNOWN_KEPT, oldest first; the bytes of the others are added to `unkept`, by chunks' bucket. */
 function keepOldest(unknown: Unknown[], unkept: Map<string, number>): Unknown[] {
   unknown.sort((a, b) => a.packedAt - b.packedAt);
@@ -1112,14 +1204,6 @@ interface PackOptions {
 }
 
 /**
- * Reads layers [from, the run's end) of a pack's run from its chunks, pinned to `pins` (the
- * versions its request read), handing each unit's reads and LAYER frames' pieces to `take` in
- * order, and waiting for it; ends early when `signal` aborts (serve-descriptor-get.ts readRest).
- * Resolves to whether every read was checked against CRC32Cs its chunk's writer recorded.
- */
-export type ReadRest = (from: number, pins: readonly string[], signal: AbortSignal, take: (reads: readonly TaskRead[], frames: readonly (readonly Uint8Array[])[]) => Promise<void>) => Promise<boolean>;
-
-/**
  * One segment being written from the frames of the layerwise GET that reads its run: each LAYER
  * frame's payload is copied into the body of one streamed PUT (the frames' buffers go back to
  * the pool as usual), each task's slice checksums into the manifest. The request never waits for
@@ -1130,7 +1214,7 @@ export type ReadRest = (from: number, pins: readonly string[], signal: AbortSign
  * the request fails, when a chunk of the run is written meanwhile, or when the store refuses it or
  * takes nothing for PACK_STALL_MS.
  */
-export class Pack {
+export class Pack implements SegmentPack {
   readonly run: string;
   readonly bucket: string;
   readonly #o: PackOptions;
@@ -1244,15 +1328,21 @@ export class Pack {
     void this.#put();
     this.#o.reread();
     this.#rest = this.#o
-      .rest(this.#o.descriptor.layerStart + this.#behind, pins, this.#abort.signal, async (reads, frames) => {
-        this.checksums(reads);
-        for (const pieces of frames) {
-          for (const piece of pieces) {
-            await this.#room();
-            if (this.#abandoned !== undefined) return;
-            this.#copy([piece]);
+      .rest({
+        from: this.#o.descriptor.layerStart + this.#behind,
+        pins,
+        signal: this.#abort.signal,
+        queueBytes: this.#o.queueBytes,
+        take: async (reads, frames) => {
+          this.checksums(reads);
+          for (const pieces of frames) {
+            for (const piece of pieces) {
+              await this.#room();
+              if (this.#abandoned !== undefined) return;
+              this.#copy([piece]);
+            }
           }
-        }
+        },
       })
       .then(
         (verified) => void (this.#restVerified = verified),
