@@ -131,6 +131,7 @@ def test_the_retry_policy_is_the_contract_s() -> None:
     assert retry_delay(None, 10_000) == 30.0
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # boto3's names, deprecated
 @pytest.mark.parametrize(
     "kwargs",
     [
