@@ -7,8 +7,11 @@
  * modes. Settings and metrics named "layerwise" (--max-layerwise-requests,
  * objectcache_layerwise_*) count descriptor GETs of both modes, under the names users know.
  *
- * Flow: plan the layer groups and worker tasks; start the read-ahead; wait for the first unit
- * before answering, so a missing or short chunk (every chunk is touched by the first group) is an
+ * Flow (the descriptor parsed and the request authorized by gateway/pipeline/routes.ts): plan
+ * (the delivery mode, read-plan.ts chooseMode; packed segments asked once, packed-segments.ts);
+ * admit (the egress scheduler, layerwise GETs); stream: choose the reads, plan the layer groups and
+ * worker tasks and start the read-ahead (request-reads.ts); wait for the first unit before
+ * answering, so a missing or short chunk (every chunk is touched by the first group) is an
  * ordinary S3 XML error; then pull frames from the frame source (which reads ahead within the
  * budgets) through the pacing stage into the response; an ERROR frame if a later read fails, the
  * END summary otherwise. Whatever way the stream ends, the read-ahead is closed: queued and
