@@ -54,7 +54,7 @@ export async function directPut(d: DirectS3, path: string, body?: Uint8Array): P
 
 /** Runs job(0..count-1) with at most `limit` in flight; results in index order. */
 export async function inParallel<T>(count: number, limit: number, job: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array(count);
+  const out = new Array<T>(count);
   let next = 0;
   await Promise.all(
     Array.from({ length: Math.min(limit, count) }, async () => {

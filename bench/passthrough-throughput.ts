@@ -30,7 +30,7 @@ interface Target {
 
 async function signedRequest(target: Target, method: string, path: string, body?: Buffer): Promise<{ status: number; bytes: number }> {
   const headers: Record<string, string> = body ? { 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body.length) } : {};
-  const res = await target.http.request({ method: method as 'GET', path, headers, body: body ?? null });
+  const res = await target.http.request({ method: method, path, headers, body: body ?? null });
   let bytes = 0;
   for await (const chunk of res.body) bytes += (chunk as Buffer).length;
   return { status: res.statusCode, bytes };

@@ -150,7 +150,7 @@ async function main(): Promise<void> {
         const added = run.ttft.map((t, i) => Math.max(0, t - (base[i] as number)));
         const meanAdded = added.reduce((a, b) => a + b, 0) / added.length;
         results.push({ workload, policy, capBytesPerSec: capBytes, requests: requests.map((s, i) => ({ id: s.id, ttftMs: run.ttft[i], unthrottledMs: base[i], addedMs: added[i], rateBytesPerSec: run.rates[i] })), meanAddedTtftMs: meanAdded });
-        const detail = requests.map((s, i) => `${s.id} +${(added[i] as number).toFixed(0)}ms@${(((run.rates[i] ?? 0) as number) / 1e6).toFixed(1)}MB/s`).join('  ');
+        const detail = requests.map((s, i) => `${s.id} +${(added[i] as number).toFixed(0)}ms@${(((run.rates[i] ?? 0)) / 1e6).toFixed(1)}MB/s`).join('  ');
         console.log(`  ${policy.padEnd(13)} mean added TTFT ${meanAdded.toFixed(0).padStart(6)} ms   ${detail}`);
       }
       const equal = (results.find((r) => r['workload'] === workload && r['policy'] === 'equal')?.['meanAddedTtftMs'] as number) ?? NaN;

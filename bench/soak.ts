@@ -56,7 +56,7 @@ async function main(): Promise<void> {
   const counts = { passthrough: 0, layerwise: 0, errors: 0 };
   const errorSamples: string[] = [];
   const samples: { t: number; rssMiB: number; fds: number; sockets: number; buffered: number; queued: number; running: number }[] = [];
-  const sampler = setInterval(async () => {
+  const sample = async (): Promise<void> => {
     try {
       const metrics = await (await fetch(`${gateway.adminUrl}/metrics`)).text();
       const metric = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(metrics)?.[1] ?? NaN);
@@ -65,7 +65,8 @@ async function main(): Promise<void> {
     } catch (error) {
       errorSamples.push(`sampler: ${(error as Error).message}`);
     }
-  }, 5000);
+  };
+  const sampler = setInterval(() => void sample(), 5000);
 
   const worker = async (id: number): Promise<void> => {
     let n = 0;

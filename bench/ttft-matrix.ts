@@ -417,7 +417,7 @@ function hidingGBps(r: Row): number {
 
 function cpuCell(cpu: CpuPerGiB | undefined): string {
   if (!cpu) return '—';
-  const f = (name: string): string => (cpu[name] !== undefined && Number.isFinite(cpu[name]) ? (cpu[name] as number).toFixed(2) : '—');
+  const f = (name: string): string => (cpu[name] !== undefined && Number.isFinite(cpu[name]) ? (cpu[name]).toFixed(2) : '—');
   return `${f('client')} / ${f('gateway')} / ${f('minio')}`;
 }
 

@@ -13,7 +13,7 @@ export function usageError(message: string): ObjectCacheError {
 
 export function parseOptions(argv: readonly string[], spec: OptionSpec): Record<string, string | boolean | undefined> {
   try {
-    return parseArgs({ args: [...argv], options: spec, strict: true, allowPositionals: false }).values as Record<string, string | boolean | undefined>;
+    return parseArgs({ args: [...argv], options: spec, strict: true, allowPositionals: false }).values;
   } catch (error) {
     throw usageError((error as Error).message);
   }

@@ -234,7 +234,7 @@ export class ObjectCacheClient {
         const after = i > 0 && options.chain !== false ? (keys[i - 1] as string) : undefined;
         // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
         if (after !== undefined && recordableAfter(after)) metadata[AFTER_META] = after;
-        const command = new PutObjectCommand({ Bucket: this.bucket, Key: keys[i] as string, Body: object, ContentType: 'application/octet-stream', Metadata: metadata });
+        const command = new PutObjectCommand({ Bucket: this.bucket, Key: keys[i], Body: object, ContentType: 'application/octet-stream', Metadata: metadata });
         await this.#sdk(`PutObject ${keys[i] as string}`, (s3, abortSignal) => s3.send(command, { abortSignal }));
       }
     };
@@ -426,7 +426,7 @@ export class ObjectCacheClient {
         notify = undefined;
       }
       await run;
-      if (failure !== undefined) throw failure;
+      if (failure !== undefined) throw failure as unknown; // whatever the download threw, as it was thrown
     } finally {
       // The caller broke out early (or the fetch ended): stop the download either way.
       if (!finished) controller.abort();
@@ -437,6 +437,6 @@ export class ObjectCacheClient {
 
   async close(): Promise<void> {
     for (const e of this.#endpoints) e.s3.destroy();
-    await Promise.all(this.#endpoints.flatMap((e) => [e.pool.close(), e.sockets?.close()]));
+    await Promise.all(this.#endpoints.flatMap((e) => [e.pool.close(), ...(e.sockets ? [e.sockets.close()] : [])]));
   }
 }

@@ -57,7 +57,7 @@ class DecoderTarget implements BodyTarget {
     return this.#spill;
   }
   wrote(n: number): void {
-    if (this.failure !== undefined) throw this.failure;
+    if (this.failure !== undefined) throw this.failure as unknown; // what the decoder threw, as it was thrown
     try {
       this.#decoder.wrote(n);
     } catch (error) {

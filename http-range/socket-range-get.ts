@@ -178,7 +178,7 @@ function parseHead(text: string, reused: boolean, peer: string): Head | ReadErro
   const status = /^HTTP\/1\.([01]) (\d{3})/.exec(lines[0] ?? '');
   // On a reused connection, stray bytes after the last answer would land here: worth another try.
   if (!status) return protocol(`not an HTTP/1.1 status line: ${JSON.stringify((lines[0] ?? '').slice(0, 80))}`, reused, peer);
-  const headers: Record<string, string> = Object.create(null);
+  const headers = Object.create(null) as Record<string, string>;
   for (let i = 1; i < lines.length; i++) {
     const line = lines[i] as string;
     const colon = line.indexOf(':');
@@ -647,9 +647,10 @@ class Connection {
       // A chunked error body is read to its last chunk, whatever its length.
       this.#remaining = chunked ? Infinity : length;
     } else if (Array.isArray(plan)) {
-      const total = plan.reduce((sum: number, view: Uint8Array) => sum + view.byteLength, 0);
+      const views = plan as readonly Uint8Array[];
+      const total = views.reduce((sum, view) => sum + view.byteLength, 0);
       if (declared !== undefined && total !== declared) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${declared} bytes where ${total} were asked for`));
-      this.#target = new ViewsTarget(plan);
+      this.#target = new ViewsTarget(views);
       this.#remaining = total;
     } else {
       if (declared === undefined) return this.#fail(this.#protocol('a chunked body without a Content-Range to hold its length to'));

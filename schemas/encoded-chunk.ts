@@ -28,7 +28,9 @@ export const CODEC_NAME = /^[a-z0-9][a-z0-9._-]{0,31}$/;
 
 /**
  * Most layers of an encoded chunk: two tables of L u32 in base64 (2 x 4L x 4/3 bytes) plus the
- * names stay under S3's 2 KB of user metadata.
+ * names stay under S3's 2 KB of user metadata. Read by the Python client's contract
+ * (scripts/gen-python-contract.mjs).
+ * @public
  */
 export const MAX_ENCODED_LAYERS = 160;
 

@@ -32,7 +32,7 @@ function headerRecord(headers: Headers): Record<string, string> {
   const put = (name: string, value: unknown): void => {
     if (value === undefined || value === null) return;
     const key = name.toLowerCase();
-    const text = Array.isArray(value) ? value.join(',') : String(value);
+    const text = Array.isArray(value) ? value.join(',') : typeof value === 'string' ? value : JSON.stringify(value);
     out[key] = out[key] === undefined ? text : `${out[key]},${text}`;
   };
   if (headers === null || headers === undefined) return out;

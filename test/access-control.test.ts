@@ -61,7 +61,7 @@ function chunk(seed: number): Uint8Array {
 }
 
 function descriptor(keys: readonly string[], extra: Partial<DescriptorInput> = {}): DescriptorInput {
-  return { version: 1, keys: [...keys], layers: LAYERS, chunkTokens: 16, layerBytes: LAYER_BYTES, layout: 'KV_L2TD', delivery: 'layer-major', ...extra } as DescriptorInput;
+  return { version: 1, keys: [...keys], layers: LAYERS, chunkTokens: 16, layerBytes: LAYER_BYTES, layout: 'KV_L2TD', delivery: 'layer-major', ...extra };
 }
 
 /** The layer-major payload of `chunks` (KV_L2TD stored = canonical: layer l of chunk c at l*S). */

@@ -265,10 +265,11 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       expect(await b.lookup(theirs.keys)).toBe(6);
       // Everything of team-a's pinned: nothing of its own can go, so the write is refused.
       await a.pin([...first.keys, ...second.keys], new Date(Date.now() + 60_000));
-      const refused = await a.putChunks(['a3/000'], [randomBytes(CHUNK)]).then(() => undefined, (error: S3ServiceException) => error);
-      expect(refused?.name).toBe('QuotaExceeded');
-      expect(refused?.$metadata.httpStatusCode).toBe(403);
-      expect(refused?.$response?.headers['x-objectcache-error-code']).toBe('OC_ERR_QUOTA_EXCEEDED');
+      const refused = await a.putChunks(['a3/000'], [randomBytes(CHUNK)]).then(() => undefined, (error: unknown) => error);
+      expect(refused).toBeInstanceOf(ObjectCacheError);
+      expect((refused as ObjectCacheError).code).toBe('OC_ERR_QUOTA_EXCEEDED');
+      expect((refused as ObjectCacheError).details['S3Code']).toBe('QuotaExceeded');
+      expect((refused as ObjectCacheError).details['Status']).toBe(403);
       const s3 = sdkClient(gw.url);
       expect(await exists(s3, bucket, 'a3/000')).toBe(false);
       expect(await b.lookup(theirs.keys)).toBe(6);

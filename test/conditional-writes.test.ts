@@ -94,7 +94,7 @@ describe.each(COMPAT_TARGETS)('concurrent conditional writes (%s)', (target) => 
     for (let trial = 0; trial < TRIALS; trial++) {
       const key = `im-${trial}`;
       const { ETag } = await suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: 'original' }));
-      const statuses = await Promise.all(Array.from({ length: WRITERS }, (_, w) => status(suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: bodyOf(trial, w), IfMatch: ETag as string })))));
+      const statuses = await Promise.all(Array.from({ length: WRITERS }, (_, w) => status(suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: bodyOf(trial, w), IfMatch: ETag })))));
       expect(await read(key)).toBe(bodyOf(trial, oneWinner(statuses)));
     }
   });

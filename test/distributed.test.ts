@@ -9,6 +9,7 @@
  * - A gateway killed: the other keeps serving, and a client given both endpoints moves there.
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ObjectCacheError } from '../schemas/errors.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { ERRORS } from '../schemas/errors.js';
 import { startDistributedMinio, type DistributedMinio } from './helpers/minio.js';
@@ -44,7 +45,7 @@ async function whileSlowDown<T>(work: () => Promise<T>, ms = 90_000): Promise<T>
     try {
       return await work();
     } catch (error) {
-      const status = (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+      const status = error instanceof ObjectCacheError ? error.details['Status'] : (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
       if (status !== 503 || Date.now() - started > ms) throw error;
       console.log(`writes with the node down: ${(error as Error).name} after ${Date.now() - started} ms; trying again`);
       await new Promise((r) => setTimeout(r, 500));
@@ -84,7 +85,9 @@ describe('a distributed MinIO behind two gateways', () => {
       const victim = cluster.nodes[2];
       let killed: Promise<void> | undefined;
       const outcome = await viaA
-        .fetch(descriptorOf(prefix, { chunkTokens: 256, mode: 'layerwise' }), { transport: 'post', onLayerReady: (layer) => (killed ??= layer >= 1 ? victim?.kill() : undefined) })
+        .fetch(descriptorOf(prefix, { chunkTokens: 256, mode: 'layerwise' }), { transport: 'post', onLayerReady: (layer) => {
+          killed ??= layer >= 1 ? victim?.kill() : undefined;
+        } })
         .then(
           (result) => ({ result }),
           (error: unknown) => ({ error }),

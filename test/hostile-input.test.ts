@@ -77,7 +77,7 @@ describe('hostile input', () => {
   const hostileKey = fc.constantFrom('', '/abs', '../escape', 'a/../b', './x', 'nul\u0000byte', 'x'.repeat(1025), 'é'.repeat(600), '\u202Eevil', 'zero\u200Bwidth', 'a//b', '%2e%2e/x', 'k\uD800');
 
   it('answers every mutated descriptor with a 4xx S3 error naming a registered code', async () => {
-    const base = (): Record<string, unknown> => ({ ...descriptorOf(prefix) }) as Record<string, unknown>;
+    const base = (): Record<string, unknown> => ({ ...descriptorOf(prefix) });
     const fields = ['version', 'keys', 'keyPrefix', 'layers', 'chunkTokens', 'layerBytes', 'layout', 'delivery', 'layerRange', 'computeMsPerLayer', 'tenant', 'mode', 'target'];
     const mutation = fc.oneof(
       fc.record({ kind: fc.constant('delete'), field: fc.constantFrom('version', 'keys', 'layers', 'chunkTokens', 'layerBytes', 'layout', 'delivery') }),

@@ -25,7 +25,7 @@ describe.each(COMPAT_TARGETS)('listing details (%s)', (target) => {
     const url = new URL(suite.endpoint.url);
     const signer = new SignatureV4({ credentials: suite.endpoint.credentials, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
     const { headers } = await signer.sign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path, query, headers: { host: url.host, 'x-amz-content-sha256': EMPTY_PAYLOAD_SHA256 } });
-    const res = await fetch(`${suite.endpoint.url}${path}?${new URLSearchParams(query)}`, { headers: headers as Record<string, string> });
+    const res = await fetch(`${suite.endpoint.url}${path}?${new URLSearchParams(query).toString()}`, { headers: headers as Record<string, string> });
     expect(res.status).toBe(200);
     return res.text();
   }

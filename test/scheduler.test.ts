@@ -50,7 +50,7 @@ describe('allocate: properties on random instances', () => {
     fc.assert(
       fc.property(fc.array(requestArb, { minLength: 1, maxLength: 12 }), fc.double({ min: 0.1 * GB, max: 20 * GB, noNaN: true }), fc.constantFrom('stall-opt', 'cal-stall-opt'), fc.double({ min: 0, max: 2 * GB, noNaN: true }), (raw, B, policy, delta) => {
         const requests = raw.map((r, i) => ({ id: String(i), ...r }));
-        const result = allocate(requests, { capBytesPerSec: B, policy: policy as 'stall-opt', marginBytesPerSec: delta });
+        const result = allocate(requests, { capBytesPerSec: B, policy: policy, marginBytesPerSec: delta });
         const rates = result.map((a) => a.rateBytesPerSec);
         const total = rates.reduce((a, b) => a + b, 0);
         expect(total).toBeLessThanOrEqual(B * (1 + 1e-9));
@@ -167,9 +167,9 @@ describe('EpochScheduler', () => {
     const clock = new FakeClock();
     const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 900, clock });
     const granted: string[] = [];
-    scheduler.admit({ id: 'a', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`a@${g.epoch}:${g.rateBytesPerSec}`));
+    void scheduler.admit({ id: 'a', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`a@${g.epoch}:${g.rateBytesPerSec}`));
     await clock.advance(40);
-    scheduler.admit({ id: 'b', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`b@${g.epoch}:${g.rateBytesPerSec}`));
+    void scheduler.admit({ id: 'b', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`b@${g.epoch}:${g.rateBytesPerSec}`));
     await clock.advance(59);
     expect(granted).toEqual([]);
     await clock.advance(1);

@@ -212,7 +212,7 @@ class BackendShares {
   }
 
   take(key: string, signal?: AbortSignal): Promise<void> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (signal?.aborted) return Promise.reject(signal.reason as unknown);
     if (this.tryTake(key)) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       const onAbort = (): void => {
@@ -223,7 +223,7 @@ class BackendShares {
           queue.live--;
           if (queue.live === 0) this.#waiting.delete(key);
         }
-        reject(signal?.reason);
+        reject(signal?.reason as unknown);
       };
       const waiter: Waiter = {
         gone: false,

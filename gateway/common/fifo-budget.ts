@@ -38,7 +38,7 @@ export class FifoBudget {
 
   acquire(units: number, signal?: AbortSignal): Promise<void> {
     // An 'abort' listener added after the fact never fires: refuse at once.
-    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (signal?.aborted) return Promise.reject(signal.reason as unknown);
     if (this.#waiters.length === 0 && this.#fits(units)) {
       this.#used += units;
       return Promise.resolve();
@@ -55,7 +55,7 @@ export class FifoBudget {
       const onAbort = (): void => {
         const at = this.#waiters.indexOf(waiter);
         if (at !== -1) this.#waiters.splice(at, 1);
-        reject(signal?.reason);
+        reject(signal?.reason as unknown);
         this.#grant();
       };
       signal?.addEventListener('abort', onAbort, { once: true });

@@ -68,7 +68,9 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     registers,
     collect() {
       const stats = sources.backend();
-      if (stats) this.reset(), this.inc(stats.requests);
+      if (!stats) return;
+      this.reset();
+      this.inc(stats.requests);
     },
   });
   new Counter({
@@ -77,7 +79,9 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     registers,
     collect() {
       const stats = sources.backend();
-      if (stats) this.reset(), this.inc(stats.errors);
+      if (!stats) return;
+      this.reset();
+      this.inc(stats.errors);
     },
   });
   new Gauge({

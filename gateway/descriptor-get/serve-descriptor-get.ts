@@ -48,6 +48,10 @@ export interface DescriptorGetDeps extends ReadDeps {
   readonly segments?: PackedSegments | undefined;
 }
 
+/**
+ * Serves one descriptor GET, parsed and authorized (gateway/pipeline/routes.ts): plan (the mode,
+ * and what packed segments have for it), admit (the egress scheduler), stream.
+ */
 export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps): Promise<void> {
   // Plan: an encoded request's sizes are its stored bytes: they choose the mode and set its share.
   const encoded = descriptor.codecs ? await readChunkIndex(descriptor, ctx.target.bucket, deps.backend, ctx.signal) : undefined;
@@ -77,7 +81,7 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
 }
 
 /** An admitted descriptor GET, as stream() serves it. */
-export interface StreamRequest {
+interface StreamRequest {
   readonly ctx: RequestContext;
   readonly descriptor: Descriptor;
   readonly deps: DescriptorGetDeps;

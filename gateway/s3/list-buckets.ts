@@ -37,5 +37,6 @@ export function parseBucketList(xml: string): BucketEntry[] {
   const result = document.ListAllMyBucketsResult;
   if (result === undefined) throw new ObjectCacheError('OC_ERR_BACKEND_PROTOCOL', 'The store answered ListBuckets without a ListAllMyBucketsResult');
   const list = typeof result.Buckets === 'object' ? (result.Buckets.Bucket ?? []) : [];
-  return list.map((b) => ({ name: String(b.Name ?? ''), created: Date.parse(String(b.CreationDate ?? '')) || 0 }));
+  const text = (value: unknown): string => (typeof value === 'string' ? value : '');
+  return list.map((b) => ({ name: text(b.Name), created: Date.parse(text(b.CreationDate)) || 0 }));
 }

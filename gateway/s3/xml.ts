@@ -57,7 +57,7 @@ const parser = new XMLParser({
 /** Serialises `{ Root: {...} }` with the XML declaration; `xmlns` is added to the root element. */
 export function buildXml(root: string, body: Record<string, unknown>, withNamespace = true): string {
   const element = withNamespace ? { '@_xmlns': S3_XMLNS, ...body } : body;
-  return builder.build({ '?xml': { '@_version': '1.0', '@_encoding': 'UTF-8' }, [root]: element }) as string;
+  return builder.build({ '?xml': { '@_version': '1.0', '@_encoding': 'UTF-8' }, [root]: element });
 }
 
 export interface ErrorXmlFields {

@@ -19,6 +19,11 @@ export type { S3BackendOptions };
 export { EMPTY_PAYLOAD_SHA256 };
 
 
+/** Why `signal` aborted: its reason, or an Error saying so. */
+function abortReason(signal: AbortSignal | undefined): unknown {
+  return (signal?.reason as unknown) ?? new Error('aborted');
+}
+
 export interface BackendRequest {
   readonly method: string;
   /** Already S3-encoded path, `/bucket/key`. */
@@ -94,7 +99,7 @@ class Connections {
 
   /** Resolves with the connection's release (call it once) when one is free. */
   take(signal?: AbortSignal): Promise<() => void> {
-    if (signal?.aborted) return Promise.reject(signal.reason ?? new Error('aborted'));
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
     if (this.#free > 0) {
       this.#free--;
       return Promise.resolve(this.#release());
@@ -108,7 +113,7 @@ class Connections {
       };
       const onAbort = (): void => {
         leave();
-        reject(signal?.reason ?? new Error('aborted'));
+        reject(abortReason(signal));
       };
       const timer = setTimeout(() => {
         leave();
@@ -185,7 +190,7 @@ export class S3Backend {
     };
     try {
       const response = await this.#http.request({
-        method: request.method as Dispatcher.HttpMethod,
+        method: request.method,
         path: qs === '' ? request.path : `${request.path}?${qs}`,
         headers,
         body: request.body ?? null,
@@ -225,7 +230,7 @@ export class S3Backend {
           if (failed) this.#errors++;
         });
         try {
-          this.#http.dispatch({ method: request.method as Dispatcher.HttpMethod, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, counted);
+          this.#http.dispatch({ method: request.method, path, headers, body: request.body ?? null, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, counted);
         } catch (error) {
           // Refused before it was sent (a signing interceptor that throws): answered, and the
           // connection given back, like any failure.

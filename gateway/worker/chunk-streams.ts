@@ -234,8 +234,8 @@ export class ChunkStreams {
     this.#ring = new Uint8Array(task.ring);
     this.#ringLayout = new RingLayout(task.blocks.length, task.keys.length, task.runChunks, task.layerBytes);
     this.#remaining = new Int32Array(task.end - task.first).fill(task.keys.length * ranges.length);
-    this.#etags = new Array(task.keys.length);
-    this.#recorded = new Array(task.keys.length);
+    this.#etags = new Array<string | undefined>(task.keys.length);
+    this.#recorded = new Array<number[] | undefined>(task.keys.length);
     this.allowedEnd = Math.min(task.end, task.first + task.blocks.length);
     this.finished = new Promise<void>((resolve, reject) => {
       this.#settle = (error) => (error ? reject(error) : resolve());

@@ -73,7 +73,8 @@ async function readChunks(task: ReadTask, layout: TaskLayout, region: Uint8Array
   let reads = 0;
   let retries = 0;
   let next = 0;
-  let failure: unknown;
+  /** The first failure of any lane; the others stop at their next chunk. */
+  let failure: { readonly error: unknown } | undefined;
   const lane = async (): Promise<void> => {
     while (failure === undefined && !signal.aborted && next < task.keys.length) {
       const chunk = next++;
@@ -91,14 +92,14 @@ async function readChunks(task: ReadTask, layout: TaskLayout, region: Uint8Array
           error.chunk = task.chunkOffset + chunk;
           error.key = key;
         }
-        failure ??= error;
+        failure ??= { error };
       }
     }
   };
   const lanes: Promise<void>[] = [];
   for (let i = 0; i < Math.min(init.readConcurrency, task.keys.length); i++) lanes.push(lane());
   await Promise.all(lanes);
-  if (failure !== undefined) throw failure;
+  if (failure !== undefined) throw failure.error;
   if (signal.aborted) throw cancelled();
   return { reads, retries, recorded, etags };
 }
@@ -157,7 +158,7 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResul
   const needed = layout.bytes;
   // The task's bytes go to its block of the shared arena, or else to a buffer of its own.
   const own = task.arenaOffset === undefined ? (task.buffer && task.buffer.byteLength >= needed ? task.buffer : new ArrayBuffer(needed)) : undefined;
-  const region = own ? new Uint8Array(own, 0, needed) : arena.subarray(task.arenaOffset as number, (task.arenaOffset as number) + needed);
+  const region = own ? new Uint8Array(own, 0, needed) : arena.subarray(task.arenaOffset, (task.arenaOffset as number) + needed);
   if (task.segment) return { ...(await readSegment(task, task.segment, layout, region, signal)), ...(own ? { buffer: own } : {}) };
   const { reads, retries, recorded, etags } = await readChunks(task, layout, region, signal);
   const { crcs, verified } = checksumSlices(task, layout, region, recorded);

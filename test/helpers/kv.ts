@@ -39,7 +39,7 @@ export function descriptorOf(prefix: SeededPrefix, extra: Partial<DescriptorInpu
     layout: prefix.layout,
     delivery: 'layer-major',
     ...extra,
-  } as DescriptorInput;
+  };
 }
 
 export function reference(prefix: SeededPrefix, first = 0, end = prefix.layers): Uint8Array {

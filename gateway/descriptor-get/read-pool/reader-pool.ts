@@ -120,7 +120,7 @@ export class ReaderPool {
     this.#arena = new BufferArena(options.arenaBytes, options.arenaBlockBytes);
     this.#streams = new FifoBudget(options.maxChunkStreams);
     this.#streamTasks = new FifoBudget(options.workers * options.streamTasksPerWorker);
-    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer as SharedArrayBuffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes, logErrors: options.logErrors ?? true };
+    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes, logErrors: options.logErrors ?? true };
     this.#pool = new Piscina({
       filename: workerFilename(),
       minThreads: options.workers,
@@ -233,7 +233,7 @@ export class ReaderPool {
         return result;
       }
       const { buffer, ...rest } = result;
-      const region = buffer ? new Uint8Array(buffer, 0, bytes) : new Uint8Array(this.#arena.buffer, arenaOffset as number, bytes);
+      const region = buffer ? new Uint8Array(buffer, 0, bytes) : new Uint8Array(this.#arena.buffer, arenaOffset, bytes);
       return { ...rest, region };
     } catch (error) {
       // Refused by the queue, or the worker died (piscina answers once the thread has exited).

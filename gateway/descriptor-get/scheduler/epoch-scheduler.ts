@@ -97,7 +97,7 @@ export class EpochScheduler {
   /** Resolves at the epoch boundary that admits the request. */
   admit(request: LoadRequest, signal?: AbortSignal): Promise<Grant> {
     if (this.#closed) return Promise.reject(closedError());
-    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (signal?.aborted) return Promise.reject(signal.reason as unknown);
     return new Promise<Grant>((resolve, reject) => {
       const entry: Pending = { request, arrived: this.#clock.now(), resolve, reject };
       this.#pending.push(entry);
@@ -107,7 +107,7 @@ export class EpochScheduler {
           const at = this.#pending.indexOf(entry);
           if (at !== -1) {
             this.#pending.splice(at, 1);
-            reject(signal.reason);
+            reject(signal.reason as unknown);
           }
         },
         { once: true },

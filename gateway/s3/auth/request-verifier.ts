@@ -87,7 +87,7 @@ export interface AuthResult {
   /** Lowercase names of the headers the signature covers. */
   readonly signedHeaders: readonly string[];
   /** Signs strings with the client's key for this scope (chunk and trailer signatures). */
-  signString(stringToSign: string): Promise<string>;
+  readonly signString: (stringToSign: string) => Promise<string>;
 }
 
 export interface VerifierOptions {

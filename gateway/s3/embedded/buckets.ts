@@ -89,7 +89,7 @@ export function s3UrlEncode(value: string): string {
   let out = '';
   for (const byte of Buffer.from(value, 'utf8')) {
     const c = String.fromCharCode(byte);
-    if (/[A-Za-z0-9\-_.\/*]/.test(c)) out += c;
+    if (/[A-Za-z0-9\-_./*]/.test(c)) out += c;
     else if (c === ' ') out += '+';
     else out += `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
   }

@@ -51,7 +51,7 @@ function uploadChecksumOf(ctx: RequestContext): UploadChecksum | undefined {
   if (typeText === 'FULL_OBJECT' && !crc) {
     throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The FULL_OBJECT checksum type is for CRC algorithms, not ${algorithm.toUpperCase()}`, { details: { ArgumentName: 'x-amz-checksum-type', ArgumentValue: typeText } });
   }
-  const type = algorithm === 'crc64nvme' ? 'FULL_OBJECT' : ((typeText ?? 'COMPOSITE') as UploadChecksum['type']);
+  const type = algorithm === 'crc64nvme' ? 'FULL_OBJECT' : ((typeText ?? 'COMPOSITE'));
   return { algorithm, type };
 }
 
