@@ -110,7 +110,7 @@ export class FrameBuilder {
     let out = crc;
     for (let i = from; i < from + count; i++) {
       const shift = layout.sizes ? this.#shiftOf(layout.offsetOf(i + 1) - layout.offsetOf(i)) : this.#shift;
-      out = out === undefined ? (crcs[i] as number) : crc32cCombine(out, crcs[i] as number, shift);
+      out = out === undefined ? (crcs[i]) : crc32cCombine(out, crcs[i] as number, shift);
     }
     return out;
   }

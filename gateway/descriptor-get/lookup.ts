@@ -35,7 +35,7 @@ export async function servePrefixLookup(ctx: RequestContext, config: DescriptorG
   const layers = body['layers'];
   const layerBytes = body['layerBytes'];
   const positive = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
-  if ((layers === undefined) !== (layerBytes === undefined) || (layers !== undefined && (!positive(layers) || !positive(layerBytes) || !Number.isSafeInteger(layers * (layerBytes as number))))) {
+  if ((layers === undefined) !== (layerBytes === undefined) || (layers !== undefined && (!positive(layers) || !positive(layerBytes) || !Number.isSafeInteger(layers * (layerBytes))))) {
     throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `${usage}; "layers" and "layerBytes" come together, as positive integers`);
   }
   const codecs = body['codecs'];
@@ -45,7 +45,7 @@ export async function servePrefixLookup(ctx: RequestContext, config: DescriptorG
   /** Whether a chunk is one the fetch would serve, when the lookup names the geometry. */
   const fits = (head: ObjectHead): boolean => {
     if (layers === undefined) return true;
-    const index = chunkIndex(head.size, head.meta, layers as number, layerBytes as number, head.etag);
+    const index = chunkIndex(head.size, head.meta, layers, layerBytes as number, head.etag);
     return typeof index !== 'string' && ((codecs as string[] | undefined) ?? [RAW_CODEC]).includes(index.codec);
   };
   if (keys.length > config.limits.maxKeys) throw new ObjectCacheError('OC_ERR_DESCRIPTOR_LIMIT', `The lookup names ${keys.length} keys; the limit is ${config.limits.maxKeys}`);

@@ -134,7 +134,7 @@ export class ReadAhead implements UnitSource {
     this.#slots = new FifoBudget(options.tasksInFlight);
     setMaxListeners(0, this.#cancel.signal); // every budget wait listens to it
     this.#units = options.units.map(() => deferred<TaskRead[]>());
-    this.#results = new Array(options.plan.tasks.length);
+    this.#results = new Array<Promise<ReadResult> | undefined>(options.plan.tasks.length);
     this.#heldWindow = options.units.map(() => 0);
     this.#heldGlobal = options.units.map(() => false);
     this.#regions = options.units.map(() => undefined);
@@ -316,7 +316,7 @@ export class ReadAhead implements UnitSource {
     this.#cancel.abort();
     await this.#pump;
     for (const id of this.#unfinished.values()) this.#o.pool.cancel(id);
-    await Promise.all(this.#results);
+    await Promise.all(this.#results.filter((r): r is Promise<ReadResult> => r !== undefined));
     for (const u of this.#o.units.keys()) {
       this.release(u);
       this.recycle(u);

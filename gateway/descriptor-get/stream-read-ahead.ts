@@ -155,7 +155,7 @@ export class StreamReadAhead implements UnitSource {
       const task = plan.tasks[u * layout.runs + r] as PlannedTask;
       // A run's block holds one layer of its chunks: a one-layer, layer-major task block.
       const bytes = layout.runLength(r) * g.layerBytes;
-      reads.push({ task, region: new Uint8Array(ring.ring, blocks[r] as number, bytes), crcs: message.crcs.subarray(task.chunkStart, task.chunkEnd) });
+      reads.push({ task, region: new Uint8Array(ring.ring, blocks[r], bytes), crcs: message.crcs.subarray(task.chunkStart, task.chunkEnd) });
     }
     this.backendReads = message.reads;
     this.verified = message.verified;

@@ -109,7 +109,7 @@ export class Pack implements SegmentPack {
     this.#slices = { layerBytes: d.layerBytes, encoded: options.encoded };
     this.#data = `${options.bucket}/${options.run}/${randomBytes(8).toString('hex')}`;
     this.#requestEnded = new Promise((resolve) => (this.#endRequest = resolve));
-    if (options.copyFrames) this.#put();
+    if (options.copyFrames) void this.#put(); // its refusal is handled where it is made (#put)
     // Destroying the body (abandon) emits its error, perhaps before the store reads it: the
     // failure is the PUT's to report, never an unhandled 'error' event.
     this.#body.on('error', () => {});
@@ -209,7 +209,7 @@ export class Pack implements SegmentPack {
    */
   #pins(): readonly string[] | undefined {
     const pins = this.#o.pins();
-    if (pins.length >= this.#o.descriptor.chunks && pins.every((pin) => pin !== undefined)) return pins as readonly string[];
+    if (pins.length >= this.#o.descriptor.chunks && pins.every((pin) => pin !== undefined)) return pins;
     this.abandon('a chunk\u2019s version is unknown');
     return undefined;
   }
