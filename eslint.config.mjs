@@ -14,7 +14,10 @@ export default tseslint.config(
       // An async function that implements an async interface need not await anything itself.
       '@typescript-eslint/require-await': 'off',
       // `_` names a value deliberately left unused (an ignored argument, a rest sibling).
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_', ignoreRestSiblings: true }],
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_', ignoreRestSiblings: true },
+      ],
       // Rejections and throws pass on what they were given (an AbortSignal's reason, a caught error).
       '@typescript-eslint/prefer-promise-reject-errors': ['error', { allowThrowingUnknown: true }],
       '@typescript-eslint/only-throw-error': ['error', { allowThrowingUnknown: true }],

@@ -106,14 +106,20 @@ async function main(): Promise<void> {
       for (const who of ['admin', 'fleet'] as const) {
         const list = samples[who];
         const row = {
-          case: name, key: who, chunks: N, payloadBytes: payload, checked: who === 'fleet',
+          case: name,
+          key: who,
+          chunks: N,
+          payloadBytes: payload,
+          checked: who === 'fleet',
           gbPerSec: payload / median(list.map((s) => s.seconds)) / 1e9,
           gatewayCpuSecondsPerGiB: median(list.map((s) => s.gateway)),
           minioCpuSecondsPerGiB: median(list.map((s) => s.minio)),
           clientCpuSecondsPerGiB: median(list.map((s) => s.client)),
         };
         rows.push(row);
-        console.log(`  ${who === 'admin' ? 'administrator key (no check)' : 'fleet key (every key checked)'}: ${row.gbPerSec.toFixed(2)} GB/s, gateway ${row.gatewayCpuSecondsPerGiB.toFixed(3)} CPU s/GiB, MinIO ${row.minioCpuSecondsPerGiB.toFixed(3)}, client ${row.clientCpuSecondsPerGiB.toFixed(3)}`);
+        console.log(
+          `  ${who === 'admin' ? 'administrator key (no check)' : 'fleet key (every key checked)'}: ${row.gbPerSec.toFixed(2)} GB/s, gateway ${row.gatewayCpuSecondsPerGiB.toFixed(3)} CPU s/GiB, MinIO ${row.minioCpuSecondsPerGiB.toFixed(3)}, client ${row.clientCpuSecondsPerGiB.toFixed(3)}`,
+        );
       }
     }
   } finally {
@@ -124,7 +130,10 @@ async function main(): Promise<void> {
   }
   const out = join(repoRoot(), 'bench', 'results');
   mkdirSync(out, { recursive: true });
-  writeFileSync(join(out, 'access-check-latest.json'), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores, reps, statements: 18, checkNsPerKey: nsPerKey, rows }, null, 2)}\n`);
+  writeFileSync(
+    join(out, 'access-check-latest.json'),
+    `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores, reps, statements: 18, checkNsPerKey: nsPerKey, rows }, null, 2)}\n`,
+  );
   console.log('\nwrote bench/results/access-check-latest.json');
 }
 

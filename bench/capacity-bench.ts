@@ -45,7 +45,19 @@ import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { makePolicy, planEngineTier, PrefixAwarePolicy, POLICY_NAMES, simulate, LruPolicy, type EngineTier, type EngineTierOptions, type PolicyName, type SimulationOptions, type SimulationResult } from './capacity/policies.js';
+import {
+  makePolicy,
+  planEngineTier,
+  PrefixAwarePolicy,
+  POLICY_NAMES,
+  simulate,
+  LruPolicy,
+  type EngineTier,
+  type EngineTierOptions,
+  type PolicyName,
+  type SimulationOptions,
+  type SimulationResult,
+} from './capacity/policies.js';
 import { replayThroughGateway, wholePercent, type ReplayResult } from './capacity/replay.js';
 import { DEFAULT_WORKLOAD, generateTrace, workingSetBytes, type Trace, type WorkloadParams } from './capacity/workload.js';
 import { COLORS, escapeXml, svgHead, yGrid } from './report/svg.js';
@@ -174,7 +186,8 @@ async function main(): Promise<void> {
   const restartEvery = Number(values['restart-every']);
   if (!Number.isInteger(restartEvery) || restartEvery < 0) throw new Error(`--restart-every must be a whole number of requests (0: never), not ${values['restart-every']}`);
   if (!values.plain && engineCount === 0) throw new Error('--no-plain with --engines 0 leaves nothing to simulate');
-  if (values.replay && (wholePercent(high) === undefined || wholePercent(low) === undefined)) throw new Error(`--high (${high}) and --low (${low}) must be whole percents (hundredths) to replay: the gateway takes percents; or add --no-replay`);
+  if (values.replay && (wholePercent(high) === undefined || wholePercent(low) === undefined))
+    throw new Error(`--high (${high}) and --low (${low}) must be whole percents (hundredths) to replay: the gateway takes percents; or add --no-replay`);
   const replayRequests = positive('replay-requests', values['replay-requests'], true);
   const replay = values.replay
     ? {
@@ -182,12 +195,16 @@ async function main(): Promise<void> {
         scale: parseScale('replay-scale', values['replay-scale']),
         // As many conversations in progress per request as the big trace: the same turns per
         // conversation and the same gap between turns, in requests, relative to the trace.
-        conversations: values['replay-conversations'] === undefined ? Math.max(1, Math.round((params.activeConversations * replayRequests) / params.requests)) : positive('replay-conversations', values['replay-conversations'], true),
+        conversations:
+          values['replay-conversations'] === undefined
+            ? Math.max(1, Math.round((params.activeConversations * replayRequests) / params.requests))
+            : positive('replay-conversations', values['replay-conversations'], true),
         putConcurrency: positive('replay-put-concurrency', values['replay-put-concurrency'], true),
         dir: values['replay-dir'],
       }
     : undefined;
-  const engineSettings = engineCount === 0 ? null : { count: engineCount, share: engineChunks === undefined ? engineShare : null, chunks: engineChunks ?? null, routing, restartEvery };
+  const engineSettings =
+    engineCount === 0 ? null : { count: engineCount, share: engineChunks === undefined ? engineShare : null, chunks: engineChunks ?? null, routing, restartEvery };
   const settings = { budgets, high, low, warmup, policies, plain: values.plain, engines: engineSettings, workload: params, replay: replay ?? null };
   console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
 
@@ -223,8 +240,12 @@ async function main(): Promise<void> {
     const replayTrace = generateTrace(replayParams);
     const replayWorkingSet = workingSetBytes(replayTrace);
     const replayFrom = Math.floor(replayTrace.requests.length * warmup);
-    console.log(`\nReplay trace (same generator and seed, ${replay.conversations} conversations in progress), simulated, then through the gateway:\n${describeTrace(replayTrace, replayWorkingSet)}`);
-    console.log(`the first ${replayFrom} requests warm up; the gateway trims on its own (every 250 ms, --evict-rate 5000), on its embedded store in ${replay.dir}; ${replay.putConcurrency} PUT(s) at a time\n`);
+    console.log(
+      `\nReplay trace (same generator and seed, ${replay.conversations} conversations in progress), simulated, then through the gateway:\n${describeTrace(replayTrace, replayWorkingSet)}`,
+    );
+    console.log(
+      `the first ${replayFrom} requests warm up; the gateway trims on its own (every 250 ms, --evict-rate 5000), on its embedded store in ${replay.dir}; ${replay.putConcurrency} PUT(s) at a time\n`,
+    );
     const simulated = simulateBudgets(replayTrace, replayWorkingSet, budgets, plainPolicies, { high, low, measureFrom: replayFrom });
     const gateway: ReplayRow[] = [];
     for (const share of budgets) {
@@ -241,14 +262,36 @@ async function main(): Promise<void> {
       });
       const row: ReplayRow = { ...result, policy: 'prefix-aware (gateway)', budgetShare: share, budgetBytes };
       gateway.push(row);
-      console.log(describeReplay(row, simulated.rows.find((r) => r.policy === 'prefix-aware' && r.budgetShare === share)));
+      console.log(
+        describeReplay(
+          row,
+          simulated.rows.find((r) => r.policy === 'prefix-aware' && r.budgetShare === share),
+        ),
+      );
     }
-    replayed = { params: replayParams, trace: replayTrace, workingSet: replayWorkingSet, measureFrom: replayFrom, unbounded: simulated.unbounded, simulated: simulated.rows, gateway };
+    replayed = {
+      params: replayParams,
+      trace: replayTrace,
+      workingSet: replayWorkingSet,
+      measureFrom: replayFrom,
+      unbounded: simulated.unbounded,
+      simulated: simulated.rows,
+      gateway,
+    };
   }
 
-  if (values.plain) console.log(`\nSimulated, ${trace.requests.length}-request trace (chunks of ${trace.chunkBytes / 1024} KiB), no engine caches:\n${markdownTable(tableLines(rows, [], plainPolicies))}`);
-  if (tiered) console.log(`\nSimulated, the same trace behind ${tiered.options.count} engine caches of ${tiered.options.chunks} chunks each (${tiered.options.routing} routing, a restart every ${tiered.options.restartEvery || 'never'} requests):\n${tierTable(tiered.rows, policies)}`);
-  if (replayed) console.log(`\nReplay trace, ${replayed.trace.requests.length} requests (chunks of ${replayed.trace.chunkBytes / 1024} KiB), simulated and through the gateway:\n${markdownTable(tableLines(replayed.simulated, replayed.gateway, plainPolicies))}`);
+  if (values.plain)
+    console.log(
+      `\nSimulated, ${trace.requests.length}-request trace (chunks of ${trace.chunkBytes / 1024} KiB), no engine caches:\n${markdownTable(tableLines(rows, [], plainPolicies))}`,
+    );
+  if (tiered)
+    console.log(
+      `\nSimulated, the same trace behind ${tiered.options.count} engine caches of ${tiered.options.chunks} chunks each (${tiered.options.routing} routing, a restart every ${tiered.options.restartEvery || 'never'} requests):\n${tierTable(tiered.rows, policies)}`,
+    );
+  if (replayed)
+    console.log(
+      `\nReplay trace, ${replayed.trace.requests.length} requests (chunks of ${replayed.trace.chunkBytes / 1024} KiB), simulated and through the gateway:\n${markdownTable(tableLines(replayed.simulated, replayed.gateway, plainPolicies))}`,
+    );
   const targets = checkTargets(rows, budgets);
   if (values.plain) {
     console.log('\nTargets, no engine caches:');
@@ -256,13 +299,16 @@ async function main(): Promise<void> {
   }
   const tierTargets = tiered ? checkTargets(tiered.rows, budgets) : [];
   if (tiered) {
-    console.log('\nTargets, behind engine caches (end-to-end hit rate; the engines serve the same tokens under every policy, so the points are the bucket\'s):');
+    console.log("\nTargets, behind engine caches (end-to-end hit rate; the engines serve the same tokens under every policy, so the points are the bucket's):");
     for (const t of tierTargets) console.log(`- ${t.met ? 'met' : 'NOT met'}: ${t.target} (${t.detail})`);
   }
 
   const out = values.out ?? defaultOut();
   mkdirSync(out, { recursive: true });
-  writeFileSync(join(out, 'capacity-hit-rate.svg'), hitRateSvg(values.plain ? { rows, policies: plainPolicies, ceiling: unbounded?.hitRate ?? 0 } : undefined, tiered, policies, params, replayed));
+  writeFileSync(
+    join(out, 'capacity-hit-rate.svg'),
+    hitRateSvg(values.plain ? { rows, policies: plainPolicies, ceiling: unbounded?.hitRate ?? 0 } : undefined, tiered, policies, params, replayed),
+  );
   const json = {
     benchmark: 'capacity',
     date: new Date().toISOString(),
@@ -277,7 +323,12 @@ async function main(): Promise<void> {
       ? {
           options: tiered.options,
           facts: tiered.facts,
-          unbounded: { hitRate: tiered.unbounded.hitRate, bucketHitRate: tiered.unbounded.bucketHitTokens / tiered.unbounded.prefixTokens, bytesRead: tiered.unbounded.bytesRead, bytesWritten: tiered.unbounded.bytesWritten },
+          unbounded: {
+            hitRate: tiered.unbounded.hitRate,
+            bucketHitRate: tiered.unbounded.bucketHitTokens / tiered.unbounded.prefixTokens,
+            bytesRead: tiered.unbounded.bytesRead,
+            bytesWritten: tiered.unbounded.bytesWritten,
+          },
           results: tiered.rows,
           targets: tierTargets,
         }
@@ -296,10 +347,20 @@ async function main(): Promise<void> {
 }
 
 /** The no-budget ceiling, then every policy at every budget, printed as it goes. */
-function simulateBudgets(trace: Trace, workingSet: number, budgets: readonly number[], policies: readonly PolicyName[], options: Omit<SimulationOptions, 'budgetBytes'>): { unbounded: SimulationResult; rows: Row[] } {
-  console.log(`bytes at scale ${trace.params.scale} of Llama-3.1-8B bf16 KV: ${trace.chunkBytes / 1024} KiB a chunk (full size ${(trace.chunkBytes / trace.params.scale / MIB).toFixed(0)} MiB)`);
+function simulateBudgets(
+  trace: Trace,
+  workingSet: number,
+  budgets: readonly number[],
+  policies: readonly PolicyName[],
+  options: Omit<SimulationOptions, 'budgetBytes'>,
+): { unbounded: SimulationResult; rows: Row[] } {
+  console.log(
+    `bytes at scale ${trace.params.scale} of Llama-3.1-8B bf16 KV: ${trace.chunkBytes / 1024} KiB a chunk (full size ${(trace.chunkBytes / trace.params.scale / MIB).toFixed(0)} MiB)`,
+  );
   const unbounded = simulate(trace, new LruPolicy(trace.chunkBytes), { ...options, budgetBytes: Infinity });
-  console.log(`no budget (compulsory misses only): token hit rate ${pct(unbounded.hitRate)}${options.tier ? `, bucket ${pct(unbounded.bucketHitTokens / unbounded.prefixTokens)}` : ''}`);
+  console.log(
+    `no budget (compulsory misses only): token hit rate ${pct(unbounded.hitRate)}${options.tier ? `, bucket ${pct(unbounded.bucketHitTokens / unbounded.prefixTokens)}` : ''}`,
+  );
   const rows: Row[] = [];
   for (const share of budgets) {
     const budgetBytes = Math.floor(workingSet * share);
@@ -310,8 +371,12 @@ function simulateBudgets(trace: Trace, workingSet: number, budgets: readonly num
       const seconds = (performance.now() - started) / 1000;
       const evictedDead = policy instanceof PrefixAwarePolicy ? policy.evicted.dead : undefined;
       rows.push({ ...result, budgetShare: share, budgetBytes, seconds, ...(evictedDead === undefined ? {} : { evictedDead }) });
-      const fromBucket = options.tier ? `  bucket ${pct(result.bucketHitTokens / result.prefixTokens, 2)} (${pct(result.bucketHitTokens / result.askedTokens)} of asked, ${pct(result.coldHitTokens / result.coldPrefixTokens)} from chunk 0)` : '';
-      console.log(`budget ${pct(share, 0)} ${LABELS[name].padEnd(36)} hit ${pct(result.hitRate, 2)}${fromBucket}  dead ${pct(result.deadShare)}  ${result.evictionRounds} rounds  ${seconds.toFixed(1)} s`);
+      const fromBucket = options.tier
+        ? `  bucket ${pct(result.bucketHitTokens / result.prefixTokens, 2)} (${pct(result.bucketHitTokens / result.askedTokens)} of asked, ${pct(result.coldHitTokens / result.coldPrefixTokens)} from chunk 0)`
+        : '';
+      console.log(
+        `budget ${pct(share, 0)} ${LABELS[name].padEnd(36)} hit ${pct(result.hitRate, 2)}${fromBucket}  dead ${pct(result.deadShare)}  ${result.evictionRounds} rounds  ${seconds.toFixed(1)} s`,
+      );
     }
   }
   return { unbounded, rows };
@@ -320,7 +385,10 @@ function simulateBudgets(trace: Trace, workingSet: number, budgets: readonly num
 /** One replay's line: its hit rate against the simulated ChunkIndex's, the bucket as the gateway reports it, its wall time. */
 function describeReplay(row: ReplayRow, simulated: Row | undefined): string {
   const versus = simulated ? ` (simulated ChunkIndex ${pct(simulated.hitRate, 2)}: ${((row.hitRate - simulated.hitRate) * 100).toFixed(2)} points)` : '';
-  const evictions = Object.entries(row.evictions).map(([reason, n]) => `${reason} ${n}`).join(', ') || 'none';
+  const evictions =
+    Object.entries(row.evictions)
+      .map(([reason, n]) => `${reason} ${n}`)
+      .join(', ') || 'none';
   return [
     `budget ${pct(row.budgetShare, 0)} ${GATEWAY_LABEL.padEnd(36)} hit ${pct(row.hitRate, 2)}${versus}  wall ${row.seconds.toFixed(1)} s`,
     `    stored ${(row.bucket.bytes / MIB).toFixed(1)} MiB in ${row.bucket.chunks} chunks of a ${(row.bucket.budget / MIB).toFixed(1)} MiB budget (marks ${(row.bucket.lowBytes / MIB).toFixed(1)}-${(row.bucket.highBytes / MIB).toFixed(1)} MiB), peak ${(row.peakBytes / MIB).toFixed(1)} MiB (${pct(row.peakBytes / row.bucket.budget)});`,
@@ -329,7 +397,14 @@ function describeReplay(row: ReplayRow, simulated: Row | undefined): string {
 }
 
 function traceFacts(trace: Trace, workingSet: number, measureFrom: number): Record<string, number> {
-  return { requests: trace.requests.length, activeConversations: trace.params.activeConversations, chunkTokens: trace.chunkTokens, chunkBytes: trace.chunkBytes, workingSetBytes: workingSet, measuredFrom: measureFrom };
+  return {
+    requests: trace.requests.length,
+    activeConversations: trace.params.activeConversations,
+    chunkTokens: trace.chunkTokens,
+    chunkBytes: trace.chunkBytes,
+    workingSetBytes: workingSet,
+    measuredFrom: measureFrom,
+  };
 }
 
 /** What the engines' own caches did, over the measured requests (the same under every bucket policy). */
@@ -370,12 +445,17 @@ function describeTier(trace: Trace, tier: EngineTier, workingSet: number, measur
 }
 
 function tierTable(rows: readonly Row[], policies: readonly PolicyName[]): string {
-  const out = ['| policy | budget | end-to-end hit rate | bucket hit rate (of prompt) | bucket hit rate (of asked) | bucket hit, lookups from chunk 0 | GiB read | GiB written | dead share of budget |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'];
+  const out = [
+    '| policy | budget | end-to-end hit rate | bucket hit rate (of prompt) | bucket hit rate (of asked) | bucket hit, lookups from chunk 0 | GiB read | GiB written | dead share of budget |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ];
   for (const share of [...new Set(rows.map((r) => r.budgetShare))]) {
     for (const name of policies) {
       const r = rows.find((x) => x.budgetShare === share && x.policy === name);
       if (!r) continue;
-      out.push(`| ${LABELS[name]} | ${pct(share, 0)} (${(r.budgetBytes / GIB).toFixed(2)} GiB) | ${pct(r.hitRate, 2)} | ${pct(r.bucketHitTokens / r.prefixTokens, 2)} | ${pct(r.bucketHitTokens / r.askedTokens, 2)} | ${pct(r.coldHitTokens / r.coldPrefixTokens, 2)} | ${(r.bytesRead / GIB).toFixed(2)} | ${(r.bytesWritten / GIB).toFixed(2)} | ${pct(r.deadShare)} |`);
+      out.push(
+        `| ${LABELS[name]} | ${pct(share, 0)} (${(r.budgetBytes / GIB).toFixed(2)} GiB) | ${pct(r.hitRate, 2)} | ${pct(r.bucketHitTokens / r.prefixTokens, 2)} | ${pct(r.bucketHitTokens / r.askedTokens, 2)} | ${pct(r.coldHitTokens / r.coldPrefixTokens, 2)} | ${(r.bytesRead / GIB).toFixed(2)} | ${(r.bytesWritten / GIB).toFixed(2)} | ${pct(r.deadShare)} |`,
+      );
     }
   }
   return out.join('\n');
@@ -394,7 +474,7 @@ function describeTrace(trace: Trace, workingSet: number): string {
   return [
     `trace: ${trace.requests.length} requests of ${conversations} conversations (${(trace.requests.length / conversations).toFixed(1)} turns each)`,
     `prompt tokens p5 ${at(0.05)}, median ${at(0.5)}, p95 ${at(0.95)}, max ${at(1)}`,
-    `${accesses} chunk lookups, ${chunks} distinct chunks; working set ${(workingSet / GIB).toFixed(2)} GiB at scale (${((workingSet / trace.params.scale) / 2 ** 40).toFixed(2)} TiB full size)`,
+    `${accesses} chunk lookups, ${chunks} distinct chunks; working set ${(workingSet / GIB).toFixed(2)} GiB at scale (${(workingSet / trace.params.scale / 2 ** 40).toFixed(2)} TiB full size)`,
   ].join('\n');
 }
 
@@ -426,7 +506,9 @@ function tableLines(rows: readonly Row[], gateway: readonly ReplayRow[], policie
 function markdownTable(lines: readonly TableLine[]): string {
   const out = ['| policy | budget | token hit rate | GiB read | GiB written | dead share of budget |', '| --- | ---: | ---: | ---: | ---: | ---: |'];
   for (const l of lines) {
-    out.push(`| ${l.label} | ${pct(l.budgetShare, 0)} (${(l.budgetBytes / GIB).toFixed(2)} GiB) | ${pct(l.hitRate, 2)} | ${(l.bytesRead / GIB).toFixed(2)} | ${(l.bytesWritten / GIB).toFixed(2)} | ${l.deadShare === undefined ? 'n/a' : pct(l.deadShare)} |`);
+    out.push(
+      `| ${l.label} | ${pct(l.budgetShare, 0)} (${(l.budgetBytes / GIB).toFixed(2)} GiB) | ${pct(l.hitRate, 2)} | ${(l.bytesRead / GIB).toFixed(2)} | ${(l.bytesWritten / GIB).toFixed(2)} | ${l.deadShare === undefined ? 'n/a' : pct(l.deadShare)} |`,
+    );
   }
   return out.join('\n');
 }
@@ -442,7 +524,9 @@ function checkTargets(rows: readonly Row[], budgets: readonly number[]): TargetC
   const rate = (policy: PolicyName, share: number): number | undefined => rows.find((r) => r.policy === policy && r.budgetShare === share)?.hitRate;
   const checks: TargetCheck[] = [];
   const compare = (target: string, other: PolicyName, margin: number): void => {
-    const pairs = budgets.map((b) => [b, rate('prefix-aware', b), rate(other, b)] as const).filter((p): p is readonly [number, number, number] => p[1] !== undefined && p[2] !== undefined);
+    const pairs = budgets
+      .map((b) => [b, rate('prefix-aware', b), rate(other, b)] as const)
+      .filter((p): p is readonly [number, number, number] => p[1] !== undefined && p[2] !== undefined);
     if (pairs.length === 0) return;
     const met = pairs.every(([, pa, o]) => pa - o > margin);
     checks.push({ target, met, detail: pairs.map(([b, pa, o]) => `${pct(b, 0)}: ${pct(pa, 2)} vs ${pct(o, 2)}, ${((pa - o) * 100).toFixed(2)} points`).join('; ') });
@@ -451,7 +535,12 @@ function checkTargets(rows: readonly Row[], budgets: readonly number[]): TargetC
   compare('prefix-aware far ahead (>= 10 points) of write-age expiry at every budget', 'write-age', 0.1 - 1e-12);
   const pa = rate('prefix-aware', 0.5);
   const opt = rate('belady', 0.5);
-  if (pa !== undefined && opt !== undefined) checks.push({ target: "prefix-aware within 10% of the offline reference's hit rate at 50%", met: pa >= 0.9 * opt, detail: `${pct(pa)} vs ${pct(opt)}: ${pct(pa / opt)} of it` });
+  if (pa !== undefined && opt !== undefined)
+    checks.push({
+      target: "prefix-aware within 10% of the offline reference's hit rate at 50%",
+      met: pa >= 0.9 * opt,
+      detail: `${pct(pa)} vs ${pct(opt)}: ${pct(pa / opt)} of it`,
+    });
   return checks;
 }
 
@@ -461,7 +550,13 @@ function checkTargets(rows: readonly Row[], budgets: readonly number[]): TargetC
  * engine caches, a second panel: the end-to-end hit rate (the engines' own hits and the bucket's),
  * the share the engines serve themselves dotted.
  */
-function hitRateSvg(plain: { rows: readonly Row[]; policies: readonly PolicyName[]; ceiling: number } | undefined, tiered: TierReport | undefined, policies: readonly PolicyName[], params: WorkloadParams, replay: ReplayReport | undefined): string {
+function hitRateSvg(
+  plain: { rows: readonly Row[]; policies: readonly PolicyName[]; ceiling: number } | undefined,
+  tiered: TierReport | undefined,
+  policies: readonly PolicyName[],
+  params: WorkloadParams,
+  replay: ReplayReport | undefined,
+): string {
   const width = 800;
   const panelH = 420;
   const panels = (plain ? 1 : 0) + (tiered ? 1 : 0);
@@ -473,7 +568,16 @@ function hitRateSvg(plain: { rows: readonly Row[]; policies: readonly PolicyName
   const title = `Token hit rate against budget (${params.requests} requests, seed ${params.seed}${replay ? `; replay ${replay.params.requests}` : ''})`;
   const out = svgHead(width, height, title);
   const colorOf = (name: PolicyName): string => COLORS[POLICY_NAMES.indexOf(name) % COLORS.length] as string;
-  const panel = (offset: number, heading: string, rows: readonly Row[], names: readonly PolicyName[], ceiling: number, ceilingLabel: string, extra: (series: Series) => void, notes: readonly string[]): void => {
+  const panel = (
+    offset: number,
+    heading: string,
+    rows: readonly Row[],
+    names: readonly PolicyName[],
+    ceiling: number,
+    ceilingLabel: string,
+    extra: (series: Series) => void,
+    notes: readonly string[],
+  ): void => {
     const top = offset + 44;
     const budgets = [...new Set(rows.map((r) => r.budgetShare))].sort((a, b) => a - b);
     const xMax = Math.max(...budgets, 0.1);
@@ -496,12 +600,19 @@ function hitRateSvg(plain: { rows: readonly Row[]; policies: readonly PolicyName
       const dashAttr = dash ? ` stroke-dasharray="${dash}"` : '';
       const at = [...points].sort((a, b) => a.budgetShare - b.budgetShare).map((p) => [x(p.budgetShare), y(p.hitRate), p.hitRate, p.budgetShare] as const);
       out.push(`<polyline fill="none" stroke="${color}" stroke-width="2"${dashAttr} points="${at.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`).join(' ')}"/>`);
-      for (const [px, py, rate, b] of at) out.push(`<circle cx="${px.toFixed(1)}" cy="${py.toFixed(1)}" r="3" fill="${color}"><title>${escapeXml(`${label}: ${pct(rate)} at ${pct(b, 0)}`)}</title></circle>`);
+      for (const [px, py, rate, b] of at)
+        out.push(`<circle cx="${px.toFixed(1)}" cy="${py.toFixed(1)}" r="3" fill="${color}"><title>${escapeXml(`${label}: ${pct(rate)} at ${pct(b, 0)}`)}</title></circle>`);
       const ly = top + 28 + entries++ * 20;
       out.push(`<line x1="${legendX}" x2="${legendX + 18}" y1="${ly - 4}" y2="${ly - 4}" stroke="${color}" stroke-width="2"${dashAttr}/>`);
       out.push(`<text x="${legendX + 24}" y="${ly}">${escapeXml(label)}</text>`);
     };
-    for (const name of names) series(LABELS[name], colorOf(name), undefined, rows.filter((r) => r.policy === name));
+    for (const name of names)
+      series(
+        LABELS[name],
+        colorOf(name),
+        undefined,
+        rows.filter((r) => r.policy === name),
+      );
     extra(series);
     notes.forEach((note, i) => out.push(`<text x="${legendX}" y="${top + 40 + entries * 20 + i * 16}" fill="#555">${escapeXml(note)}</text>`));
   };
@@ -537,9 +648,14 @@ function hitRateSvg(plain: { rows: readonly Row[]; policies: readonly PolicyName
       'no budget',
       (series) => {
         const budgets = [...new Set(tiered.rows.map((r) => r.budgetShare))];
-        series(`engines' own hits (${pct(localRate)})`, '#888', '2 3', budgets.map((budgetShare) => ({ budgetShare, hitRate: localRate })));
+        series(
+          `engines' own hits (${pct(localRate)})`,
+          '#888',
+          '2 3',
+          budgets.map((budgetShare) => ({ budgetShare, hitRate: localRate })),
+        );
       },
-      ['the bucket serves what lies between', 'the dotted line and a policy\'s line'],
+      ['the bucket serves what lies between', "the dotted line and a policy's line"],
     );
   }
   out.push('</svg>');

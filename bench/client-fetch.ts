@@ -14,10 +14,22 @@ import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { endpoint: { type: 'string' }, bucket: { type: 'string' }, descriptor: { type: 'string' }, reps: { type: 'string', default: '3' }, transport: { type: 'string', default: 'post' } } });
+  const { values } = parseArgs({
+    options: {
+      endpoint: { type: 'string' },
+      bucket: { type: 'string' },
+      descriptor: { type: 'string' },
+      reps: { type: 'string', default: '3' },
+      transport: { type: 'string', default: 'post' },
+    },
+  });
   if (!values.endpoint || !values.bucket || !values.descriptor) throw new Error('--endpoint, --bucket and --descriptor are required');
   const descriptor = JSON.parse(readFileSync(values.descriptor, 'utf8')) as DescriptorInput;
-  const client = new ObjectCacheClient({ endpoint: values.endpoint, bucket: values.bucket, credentials: { accessKeyId: process.env['OBJECTCACHE_ACCESS_KEY'] ?? '', secretAccessKey: process.env['OBJECTCACHE_SECRET_KEY'] ?? '' } });
+  const client = new ObjectCacheClient({
+    endpoint: values.endpoint,
+    bucket: values.bucket,
+    credentials: { accessKeyId: process.env['OBJECTCACHE_ACCESS_KEY'] ?? '', secretAccessKey: process.env['OBJECTCACHE_SECRET_KEY'] ?? '' },
+  });
   const range = descriptor.layerRange ?? [0, descriptor.layers];
   const target = new Uint8Array(((range[1] ?? 0) - (range[0] ?? 0)) * descriptor.keys.length * descriptor.layerBytes);
   const runs: { seconds: number; cpuSeconds: number; bytes: number }[] = [];

@@ -74,11 +74,25 @@ export async function getWholeObjects(d: DirectS3, bucket: string, keys: readonl
 
 /** A direct reader as fast as the gateway's: its socket range reader (http-range/socket-range-get.ts), the kernel writing each body into the target. */
 export function inPlaceReader(minio: { endpoint: string; accessKey: string; secretKey: string }, connections: number): SocketRangeClient {
-  return new SocketRangeClient({ endpoint: new URL(minio.endpoint), connections, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', timeoutMs: 30_000 });
+  return new SocketRangeClient({
+    endpoint: new URL(minio.endpoint),
+    connections,
+    accessKeyId: minio.accessKey,
+    secretAccessKey: minio.secretKey,
+    region: 'us-east-1',
+    timeoutMs: 30_000,
+  });
 }
 
 /** getWholeObjects through an inPlaceReader. */
-export async function getWholeObjectsInPlace(reader: SocketRangeClient, bucket: string, keys: readonly string[], target: Uint8Array, chunkBytes: number, limit: number): Promise<void> {
+export async function getWholeObjectsInPlace(
+  reader: SocketRangeClient,
+  bucket: string,
+  keys: readonly string[],
+  target: Uint8Array,
+  chunkBytes: number,
+  limit: number,
+): Promise<void> {
   const signal = new AbortController().signal;
   await inParallel(keys.length, limit, async (c) => {
     const place = target.subarray(c * chunkBytes, (c + 1) * chunkBytes);

@@ -45,20 +45,19 @@ export interface GatewayProcessOptions {
 export async function startGatewayProcess(options: GatewayProcessOptions): Promise<GatewayProcess> {
   const port = await freePort();
   const metricsPort = await freePort();
-  const [command, args] = onCpus(
-    options.cpus,
-    process.execPath,
-    [
-      ...(options.nodeArgs ?? []),
-      options.cli ?? join(repoRoot(), 'dist/cli/main.js'),
-      'serve',
-      '--port', String(port),
-      '--metrics-port', String(metricsPort),
-      ...(options.minio ? ['--s3-endpoint', options.minio.endpoint] : ['--data-dir', options.dataDir ?? 'data']),
-      '--log-level', 'warn',
-      ...(options.args ?? []),
-    ],
-  );
+  const [command, args] = onCpus(options.cpus, process.execPath, [
+    ...(options.nodeArgs ?? []),
+    options.cli ?? join(repoRoot(), 'dist/cli/main.js'),
+    'serve',
+    '--port',
+    String(port),
+    '--metrics-port',
+    String(metricsPort),
+    ...(options.minio ? ['--s3-endpoint', options.minio.endpoint] : ['--data-dir', options.dataDir ?? 'data']),
+    '--log-level',
+    'warn',
+    ...(options.args ?? []),
+  ]);
   const child = spawn(command, args, {
     env: {
       ...process.env,

@@ -58,9 +58,19 @@ async function open(url: URL): Promise<Socket> {
 
 async function signedHead(key: Key, url: URL, method: string, path: string, query: Record<string, string>, headers: Record<string, string>, payloadHash: string): Promise<string> {
   const signer = new SignatureV4({ credentials: key, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-  const signed = await signer.sign({ method, protocol: 'http:', hostname: url.hostname, port: Number(url.port), path, query, headers: { host: url.host, 'x-amz-content-sha256': payloadHash, ...headers } });
+  const signed = await signer.sign({
+    method,
+    protocol: 'http:',
+    hostname: url.hostname,
+    port: Number(url.port),
+    path,
+    query,
+    headers: { host: url.host, 'x-amz-content-sha256': payloadHash, ...headers },
+  });
   const q = new URLSearchParams(query).toString();
-  return `${method} ${path}${q === '' ? '' : `?${q}`} HTTP/1.1\r\n${Object.entries(signed.headers).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`;
+  return `${method} ${path}${q === '' ? '' : `?${q}`} HTTP/1.1\r\n${Object.entries(signed.headers)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join('\r\n')}\r\n\r\n`;
 }
 
 interface Group {
@@ -100,7 +110,11 @@ async function stalledGroup(gateway: GatewayProcess, name: string, count: number
   return { name, connections: count, rssOverIdleMiB: (peak - before) / MiB, closedMedianS: percentile(sorted, 50), closedMaxS: sorted.at(-1) ?? NaN, stillOpen };
 }
 
-async function latencies(client: ObjectCacheClient, descriptor: DescriptorInput, samples: number): Promise<{ medianMs: number; p99Ms: number; refused: number; codes: Record<string, number> }> {
+async function latencies(
+  client: ObjectCacheClient,
+  descriptor: DescriptorInput,
+  samples: number,
+): Promise<{ medianMs: number; p99Ms: number; refused: number; codes: Record<string, number> }> {
   const ms: number[] = [];
   const codes: Record<string, number> = {};
   let refused = 0;
@@ -121,7 +135,9 @@ async function latencies(client: ObjectCacheClient, descriptor: DescriptorInput,
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { connections: { type: 'string', default: '1000' }, 'flood-loops': { type: 'string', default: '128' }, samples: { type: 'string', default: '60' } } });
+  const { values } = parseArgs({
+    options: { connections: { type: 'string', default: '1000' }, 'flood-loops': { type: 'string', default: '128' }, samples: { type: 'string', default: '60' } },
+  });
   const count = Number(values.connections);
   const floodLoops = Number(values['flood-loops']);
   const samples = Number(values.samples);
@@ -143,7 +159,10 @@ async function main(): Promise<void> {
     const layers = 16;
     const layerBytes = 64 * 1024;
     const keys = Array.from({ length: 8 }, (_, i) => `kv/a/${String(i).padStart(5, '0')}`);
-    await admin.putChunks(keys, keys.map((_, i) => new Uint8Array(layers * layerBytes).fill(i + 1)));
+    await admin.putChunks(
+      keys,
+      keys.map((_, i) => new Uint8Array(layers * layerBytes).fill(i + 1)),
+    );
     const descriptor: DescriptorInput = { version: 1, keys, layers, chunkTokens: 64, layerBytes, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
     await teamA.fetch(descriptor);
     const idle = processUsage(gateway.child.pid as number).rssBytes;
@@ -154,8 +173,19 @@ async function main(): Promise<void> {
     groups.push(await stalledGroup(gateway, 'headers stalled', count, async () => `GET /${BUCKET}/x HTTP/1.1\r\nhost: ${url.host}\r\nx-pad: ${'a'.repeat(4000)}\r\n`));
     const boundary = 'xBOUNDARYx';
     const field = `--${boundary}\r\ncontent-disposition: form-data; name="x-ignore-pad"\r\n\r\n${'a'.repeat(60 * 1024)}\r\n`;
-    groups.push(await stalledGroup(gateway, 'form POST stalled after 60 KiB of fields', count, async () => `POST /${BUCKET} HTTP/1.1\r\nhost: ${url.host}\r\ncontent-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${200 * field.length}\r\n\r\n${field}`));
-    for (const g of groups) console.log(`${g.name}: ${g.connections} connections, RSS +${g.rssOverIdleMiB.toFixed(1)} MiB, closed after ${g.closedMedianS.toFixed(1)} s (median) / ${g.closedMaxS.toFixed(1)} s (last), ${g.stillOpen} still open`);
+    groups.push(
+      await stalledGroup(
+        gateway,
+        'form POST stalled after 60 KiB of fields',
+        count,
+        async () =>
+          `POST /${BUCKET} HTTP/1.1\r\nhost: ${url.host}\r\ncontent-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${200 * field.length}\r\n\r\n${field}`,
+      ),
+    );
+    for (const g of groups)
+      console.log(
+        `${g.name}: ${g.connections} connections, RSS +${g.rssOverIdleMiB.toFixed(1)} MiB, closed after ${g.closedMedianS.toFixed(1)} s (median) / ${g.closedMaxS.toFixed(1)} s (last), ${g.stillOpen} still open`,
+      );
 
     // 2. Team A alone, then under a flood.
     const alone = await latencies(teamA, descriptor, samples);
@@ -197,12 +227,25 @@ async function main(): Promise<void> {
     flooding = false;
     await Promise.all(loops);
     for (const socket of held) socket.destroy();
-    console.log(`team A under the flood: median ${flooded.medianMs.toFixed(1)} ms, p99 ${flooded.p99Ms.toFixed(1)} ms, ${flooded.refused} refused ${JSON.stringify(flooded.codes)}`);
-    console.log(`flooding key: ${flood.sent} descriptor GETs, ${flood.refused} refused ${JSON.stringify(flood.codes)}; meanwhile 64 stalled descriptor POSTs (a key with no policy) and 200 stalled uploads (a third key) held`);
+    console.log(
+      `team A under the flood: median ${flooded.medianMs.toFixed(1)} ms, p99 ${flooded.p99Ms.toFixed(1)} ms, ${flooded.refused} refused ${JSON.stringify(flooded.codes)}`,
+    );
+    console.log(
+      `flooding key: ${flood.sent} descriptor GETs, ${flood.refused} refused ${JSON.stringify(flood.codes)}; meanwhile 64 stalled descriptor POSTs (a key with no policy) and 200 stalled uploads (a third key) held`,
+    );
 
     const out = join(repoRoot(), 'bench', 'results');
     mkdirSync(out, { recursive: true });
-    const result = { date: new Date().toISOString(), node: process.version, cores: cpus().length, idleRssMiB: idle / MiB, groups, teamA: { alone, flooded }, flood, settings: { connections: count, floodLoops, samples } };
+    const result = {
+      date: new Date().toISOString(),
+      node: process.version,
+      cores: cpus().length,
+      idleRssMiB: idle / MiB,
+      groups,
+      teamA: { alone, flooded },
+      flood,
+      settings: { connections: count, floodLoops, samples },
+    };
     writeFileSync(join(out, 'hostile-latest.json'), `${JSON.stringify(result, null, 2)}\n`);
     const failed = groups.some((g) => g.stillOpen > 0) || flooded.refused > 0;
     if (failed) {

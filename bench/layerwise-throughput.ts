@@ -78,8 +78,14 @@ async function ocLayerwise(client: ObjectCacheClient, descriptor: DescriptorInpu
   const cpu = process.cpuUsage();
   const result = await client.fetch(descriptor, { transport: 'post', target });
   const used = process.cpuUsage(cpu);
-  if (process.env['OBJECTCACHE_BENCH_DEBUG']) console.log(`    client CPU ${((used.user + used.system) / 1000).toFixed(0)} ms of ${(performance.now() - started).toFixed(0)} ms wall`);
-  return { seconds: (performance.now() - started) / 1000, firstLayerMs: result.timeline[0]?.ms ?? 0, reads: result.summary.backendReads, serverFirstReadMs: result.summary.timings.firstReadMs };
+  if (process.env['OBJECTCACHE_BENCH_DEBUG'])
+    console.log(`    client CPU ${((used.user + used.system) / 1000).toFixed(0)} ms of ${(performance.now() - started).toFixed(0)} ms wall`);
+  return {
+    seconds: (performance.now() - started) / 1000,
+    firstLayerMs: result.timeline[0]?.ms ?? 0,
+    reads: result.summary.backendReads,
+    serverFirstReadMs: result.summary.timings.firstReadMs,
+  };
 }
 
 function median(values: number[]): number {
@@ -113,13 +119,29 @@ async function main(): Promise<void> {
   if (values.placement !== 'pinned' && values.placement !== 'shared') throw new Error('--placement is pinned or shared');
   if (values.placement === 'pinned' && values.backend === 'distributed') throw new Error('--placement pinned runs one MinIO (--backend minio or embedded)');
   const placement = choosePlacement(values.placement);
-  const settings = { reps, contexts, granularities, hitRate: HIT, model: PRESET.modelId, clientConcurrency: CONCURRENCY, gatewayArgs, backend: values.backend, placement: placement.mode };
+  const settings = {
+    reps,
+    contexts,
+    granularities,
+    hitRate: HIT,
+    model: PRESET.modelId,
+    clientConcurrency: CONCURRENCY,
+    gatewayArgs,
+    backend: values.backend,
+    placement: placement.mode,
+  };
   console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}; placement ${placement.description}`);
   if (placement.othersCpus !== undefined) pinThisProcess(placement.othersCpus);
 
   const embedded = values.backend === 'embedded';
   const cluster = values.backend === 'distributed' ? await startDistributedMinio({ binary: installMinio(), nodes: 4, drivesPerNode: 2 }) : undefined;
-  const single = cluster ? undefined : await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')), ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}) });
+  const single = cluster
+    ? undefined
+    : await startMinio({
+        binary: installMinio(),
+        dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-lw-')),
+        ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}),
+      });
   const minio = cluster ?? (single as NonNullable<typeof single>);
   const minioPids = cluster ? cluster.nodes.map((n) => n.process.pid as number) : [single?.process.pid as number];
   const profileDir = values['profile-gateway'];
@@ -158,7 +180,9 @@ async function main(): Promise<void> {
         const seedStart = performance.now();
         await inParallel(N, 8, async (c) => directPut(direct, `/layerwise-bench/${keys[c]}`, syntheticChunk(G, c, L * S)));
         const payload = N * L * S;
-        process.stdout.write(`\n${context / 1024}K G=${G}: N=${N} chunks, S=${S / 1024} KiB, ${(payload / 1024 ** 2).toFixed(0)} MiB (seeded in ${((performance.now() - seedStart) / 1000).toFixed(1)} s)\n`);
+        process.stdout.write(
+          `\n${context / 1024}K G=${G}: N=${N} chunks, S=${S / 1024} KiB, ${(payload / 1024 ** 2).toFixed(0)} MiB (seeded in ${((performance.now() - seedStart) / 1000).toFixed(1)} s)\n`,
+        );
         const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: G, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
         const target = new Uint8Array(payload);
         const samples: Record<string, Sample[]> = { 'OC-LW': [], 'S3-LW': [], 'S3-CW': [] };
@@ -175,10 +199,26 @@ async function main(): Promise<void> {
           for (const name of Object.keys(list[0]?.cpu ?? {})) cpu[name] = median(list.map((s) => s.cpu?.[name] ?? NaN));
           // The baselines do not touch the gateway's layerwise path (on MinIO, not the gateway at all).
           if (method !== 'OC-LW' && !embedded) delete cpu['gateway'];
-          const row = { context, G, N, S, method, gbPerSec: payload / seconds / 1e9, seconds, firstLayerMs: median(list.map((s) => s.firstLayerMs)), backendReads: list[0]?.reads ?? 0, cpuSecondsPerGiB: cpu, gatewayPeakRssMiB: Math.max(...list.map((x) => x.gatewayPeakRssBytes ?? NaN)) / 1024 ** 2, predictedGbPerSec: predictedGBps(cpu, cores), ...(serverFirst !== undefined ? { serverFirstReadMs: median(list.map((s) => s.serverFirstReadMs ?? 0)) } : {}) };
+          const row = {
+            context,
+            G,
+            N,
+            S,
+            method,
+            gbPerSec: payload / seconds / 1e9,
+            seconds,
+            firstLayerMs: median(list.map((s) => s.firstLayerMs)),
+            backendReads: list[0]?.reads ?? 0,
+            cpuSecondsPerGiB: cpu,
+            gatewayPeakRssMiB: Math.max(...list.map((x) => x.gatewayPeakRssBytes ?? NaN)) / 1024 ** 2,
+            predictedGbPerSec: predictedGBps(cpu, cores),
+            ...(serverFirst !== undefined ? { serverFirstReadMs: median(list.map((s) => s.serverFirstReadMs ?? 0)) } : {}),
+          };
           rows.push(row);
           const extra = row.serverFirstReadMs !== undefined ? `  (gateway read layer 0 by ${row.serverFirstReadMs.toFixed(0)} ms)` : '';
-          console.log(`  ${method.padEnd(6)} ${row.gbPerSec.toFixed(3)} GB/s  ${(seconds * 1000).toFixed(0).padStart(6)} ms  layer 0 at ${row.firstLayerMs.toFixed(0).padStart(5)} ms  backend reads ${row.backendReads}${extra}`);
+          console.log(
+            `  ${method.padEnd(6)} ${row.gbPerSec.toFixed(3)} GB/s  ${(seconds * 1000).toFixed(0).padStart(6)} ms  layer 0 at ${row.firstLayerMs.toFixed(0).padStart(5)} ms  backend reads ${row.backendReads}${extra}`,
+          );
           console.log(`         ${formatCpu(cpu, cores)}${method === 'OC-LW' ? `; gateway peak RSS ${row.gatewayPeakRssMiB.toFixed(0)} MiB` : ''}`);
         }
         const get = (m: string): number => (rows.find((r) => r['context'] === context && r['G'] === G && r['method'] === m)?.['gbPerSec'] as number) ?? NaN;
@@ -187,7 +227,10 @@ async function main(): Promise<void> {
     }
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
-    writeFileSync(resolve(outDir, values.out ?? (values.backend === 'minio' ? 'layerwise-latest.json' : `layerwise-${values.backend}-latest.json`)), `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`);
+    writeFileSync(
+      resolve(outDir, values.out ?? (values.backend === 'minio' ? 'layerwise-latest.json' : `layerwise-${values.backend}-latest.json`)),
+      `${JSON.stringify({ benchmark: 'layerwise-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, rows }, null, 2)}\n`,
+    );
   } finally {
     await client.close();
     await direct.pool.close();

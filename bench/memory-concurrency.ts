@@ -59,14 +59,30 @@ const MiB = 1024 * 1024;
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { concurrency: { type: 'string', default: '1,4,16' }, 'gateway-args': { type: 'string', default: '' }, G: { type: 'string', default: '64' }, 'compare-cli': { type: 'string' }, 'compare-gateway-args': { type: 'string' }, 'minio-args': { type: 'string', default: '' }, repeated: { type: 'boolean', default: false }, direct: { type: 'boolean', default: false }, rounds: { type: 'string', default: '1' }, placement: { type: 'string', default: 'shared' } } });
+  const { values } = parseArgs({
+    options: {
+      concurrency: { type: 'string', default: '1,4,16' },
+      'gateway-args': { type: 'string', default: '' },
+      G: { type: 'string', default: '64' },
+      'compare-cli': { type: 'string' },
+      'compare-gateway-args': { type: 'string' },
+      'minio-args': { type: 'string', default: '' },
+      repeated: { type: 'boolean', default: false },
+      direct: { type: 'boolean', default: false },
+      rounds: { type: 'string', default: '1' },
+      placement: { type: 'string', default: 'shared' },
+    },
+  });
   const rounds = Number(values.rounds);
   if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a whole number of at least 1, not ${values.rounds}`);
   const repeated = values.repeated === true;
   if (!PLACEMENT_MODES.includes(values.placement as PlacementMode)) throw new Error(`--placement is one of ${PLACEMENT_MODES.join(', ')}, not ${values.placement}`);
   const placement = choosePlacement(values.placement as PlacementMode);
   const gatewayCpus = placement.gatewayCpus;
-  const gatewayArgs = [...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''), ...(values.repeated ? ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] : [])];
+  const gatewayArgs = [
+    ...(values['gateway-args'] ?? '').split(' ').filter((a) => a !== ''),
+    ...(values.repeated ? ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] : []),
+  ];
   const compareArgs = values['compare-gateway-args']?.split(' ').filter((a) => a !== '');
   const builds: { name: string; cli: string | undefined; args: string[] }[] = [
     { name: 'this build', cli: undefined, args: gatewayArgs },
@@ -80,10 +96,17 @@ async function main(): Promise<void> {
   const L = PRESET.layers;
   const S = G * PRESET.bytesPerTokenPerLayer;
   const payload = N * L * S;
-  console.log(`node ${process.version}, ${cpus().length} cores; 16K G=${G}: N=${N}, S=${S / 1024} KiB, ${(payload / MiB).toFixed(0)} MiB per GET; C = ${levels.join(', ')}; gateway ${JSON.stringify(gatewayArgs)}; minio ${JSON.stringify(minioArgs)}; placement ${placement.description}`);
+  console.log(
+    `node ${process.version}, ${cpus().length} cores; 16K G=${G}: N=${N}, S=${S / 1024} KiB, ${(payload / MiB).toFixed(0)} MiB per GET; C = ${levels.join(', ')}; gateway ${JSON.stringify(gatewayArgs)}; minio ${JSON.stringify(minioArgs)}; placement ${placement.description}`,
+  );
   if (placement.othersCpus !== undefined) pinThisProcess(placement.othersCpus);
 
-  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')), extraArgs: minioArgs, ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}) });
+  const minio = await startMinio({
+    binary: installMinio(),
+    dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-mem-')),
+    extraArgs: minioArgs,
+    ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}),
+  });
   const direct = directS3(minio, 32);
   const rows: Record<string, unknown>[] = [];
   let packing: Packing | undefined;
@@ -103,70 +126,70 @@ async function main(): Promise<void> {
     await settled(minio.process.pid as number);
     for (const C of levels) {
       if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S, rounds, false), await wholeObjects(minio, keys, C, L * S, rounds, true));
-    for (const build of builds) {
-      // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
-      // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
-      const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli, cpus: gatewayCpus });
-      const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
-      try {
-        await client.fetch(warmUp, { transport: 'post' });
-        await new Promise((r) => setTimeout(r, 1000));
-        // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
-        // buffers it leaves resident are the steady state, and count against the baseline).
-        const fresh = memoryWatch(gateway.child.pid as number).stop();
-        const discovered = await segmentEvents(gateway.adminUrl, 'discovered');
-        const warmStarted = performance.now();
-        // With --repeated (segments on) this GET finds the packed segment and is served from it.
-        await client.fetch(descriptor, { transport: 'post', target });
-        const warmSeconds = (performance.now() - warmStarted) / 1000;
-        const packs = repeated && !build.args.join(' ').includes('--segments off');
-        if (packs && (await segmentEvents(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
-        const watch = memoryWatch(gateway.child.pid as number);
-        // One client per request, as C engines would be (one client queues beyond its 8 connections).
-        const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
-        // --rounds R: R-1 rounds of the C GETs first (the gateway's buffers for C requests faulted
-        // in, as in a gateway that has served such a burst before); the memory peak spans them all.
-        let meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
-        let started = performance.now();
-        let results: Awaited<ReturnType<ObjectCacheClient['fetch']>>[] = [];
+      for (const build of builds) {
+        // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
+        // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
+        const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli, cpus: gatewayCpus });
+        const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
         try {
-          for (let round = 0; round < rounds; round++) {
-            meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
-            started = performance.now();
-            results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target })));
+          await client.fetch(warmUp, { transport: 'post' });
+          await new Promise((r) => setTimeout(r, 1000));
+          // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
+          // buffers it leaves resident are the steady state, and count against the baseline).
+          const fresh = memoryWatch(gateway.child.pid as number).stop();
+          const discovered = await segmentEvents(gateway.adminUrl, 'discovered');
+          const warmStarted = performance.now();
+          // With --repeated (segments on) this GET finds the packed segment and is served from it.
+          await client.fetch(descriptor, { transport: 'post', target });
+          const warmSeconds = (performance.now() - warmStarted) / 1000;
+          const packs = repeated && !build.args.join(' ').includes('--segments off');
+          if (packs && (await segmentEvents(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
+          const watch = memoryWatch(gateway.child.pid as number);
+          // One client per request, as C engines would be (one client queues beyond its 8 connections).
+          const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
+          // --rounds R: R-1 rounds of the C GETs first (the gateway's buffers for C requests faulted
+          // in, as in a gateway that has served such a burst before); the memory peak spans them all.
+          let meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+          let started = performance.now();
+          let results: Awaited<ReturnType<ObjectCacheClient['fetch']>>[] = [];
+          try {
+            for (let round = 0; round < rounds; round++) {
+              meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+              started = performance.now();
+              results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target })));
+            }
+          } finally {
+            await Promise.all(engines.map((engine) => engine.close()));
           }
+          const seconds = (performance.now() - started) / 1000;
+          const memory = watch.stop();
+          const cpuSecondsPerGiB = meter(C * payload);
+          const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
+          const row = {
+            build: build.name,
+            reads: packs ? 'repeated' : 'first',
+            concurrency: C,
+            gbPerSec: (C * payload) / seconds / 1e9,
+            seconds,
+            gatewayIdleRssMiB: fresh.idleRssBytes / MiB,
+            gatewayPeakRssOverIdleMiB: (memory.peakRssBytes - fresh.idleRssBytes) / MiB,
+            tcpSocketPeakOverIdleMiB: (memory.peakTcpBytes - memory.idleTcpBytes) / MiB,
+            layer0Ms: { min: layer0[0], median: layer0[Math.floor(layer0.length / 2)], max: layer0.at(-1) },
+            backendReadsPerGet: results[0]?.summary.backendReads,
+            warmGetSeconds: warmSeconds,
+            cpuSecondsPerGiB,
+          };
+          rows.push(row);
+          console.log(
+            `${builds.length > 1 ? `[${build.name}] ` : ''}C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; gateway RSS idle ${row.gatewayIdleRssMiB.toFixed(0)} MiB, peak +${row.gatewayPeakRssOverIdleMiB.toFixed(0)} MiB; ` +
+              `TCP socket memory peak +${row.tcpSocketPeakOverIdleMiB.toFixed(0)} MiB; warming GET ${row.warmGetSeconds.toFixed(2)} s; layer 0 at ${row.layer0Ms.min?.toFixed(0)} / ${row.layer0Ms.median?.toFixed(0)} / ${row.layer0Ms.max?.toFixed(0)} ms (min/median/max); ${row.backendReadsPerGet} backend reads per GET`,
+          );
+          console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
         } finally {
-          await Promise.all(engines.map((engine) => engine.close()));
+          await client.close();
+          await gateway.stop();
         }
-        const seconds = (performance.now() - started) / 1000;
-        const memory = watch.stop();
-        const cpuSecondsPerGiB = meter(C * payload);
-        const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
-        const row = {
-          build: build.name,
-          reads: packs ? 'repeated' : 'first',
-          concurrency: C,
-          gbPerSec: (C * payload) / seconds / 1e9,
-          seconds,
-          gatewayIdleRssMiB: fresh.idleRssBytes / MiB,
-          gatewayPeakRssOverIdleMiB: (memory.peakRssBytes - fresh.idleRssBytes) / MiB,
-          tcpSocketPeakOverIdleMiB: (memory.peakTcpBytes - memory.idleTcpBytes) / MiB,
-          layer0Ms: { min: layer0[0], median: layer0[Math.floor(layer0.length / 2)], max: layer0.at(-1) },
-          backendReadsPerGet: results[0]?.summary.backendReads,
-          warmGetSeconds: warmSeconds,
-          cpuSecondsPerGiB,
-        };
-        rows.push(row);
-        console.log(
-          `${builds.length > 1 ? `[${build.name}] ` : ''}C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; gateway RSS idle ${row.gatewayIdleRssMiB.toFixed(0)} MiB, peak +${row.gatewayPeakRssOverIdleMiB.toFixed(0)} MiB; ` +
-            `TCP socket memory peak +${row.tcpSocketPeakOverIdleMiB.toFixed(0)} MiB; warming GET ${row.warmGetSeconds.toFixed(2)} s; layer 0 at ${row.layer0Ms.min?.toFixed(0)} / ${row.layer0Ms.median?.toFixed(0)} / ${row.layer0Ms.max?.toFixed(0)} ms (min/median/max); ${row.backendReadsPerGet} backend reads per GET`,
-        );
-        console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
-      } finally {
-        await client.close();
-        await gateway.stop();
       }
-    }
     }
   } finally {
     await minio.destroy();
@@ -175,7 +198,10 @@ async function main(): Promise<void> {
   mkdirSync(out, { recursive: true });
   // Another placement's figures sit beside the shared ones (memory-segments-store-apart.json ...).
   const file = `${repeated ? 'memory-segments' : 'memory'}${placement.mode === 'shared' ? '-latest' : `-${placement.mode}`}.json`;
-  writeFileSync(join(out, file), `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rounds, placement: placement.description, ...(packing ? { packing } : {}), rows }, null, 2)}\n`);
+  writeFileSync(
+    join(out, file),
+    `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rounds, placement: placement.description, ...(packing ? { packing } : {}), rows }, null, 2)}\n`,
+  );
   console.log(`wrote bench/results/${file}`);
 }
 
@@ -204,7 +230,16 @@ interface Packing {
  * frames pack goes to a segment bucket of its own, so each is a first; that last one's segment,
  * in the default bucket, is the one the levels find.
  */
-async function firstReads(minio: Awaited<ReturnType<typeof startMinio>>, gatewayCpus: string | undefined, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, trials: number): Promise<Packing> {
+async function firstReads(
+  minio: Awaited<ReturnType<typeof startMinio>>,
+  gatewayCpus: string | undefined,
+  args: string[],
+  warmUp: DescriptorInput,
+  descriptor: DescriptorInput,
+  target: Uint8Array,
+  payload: number,
+  trials: number,
+): Promise<Packing> {
   const out: Packing['trials'][number][] = [];
   // MinIO's first read of the chunks since it started is slower (3.3-3.4 s, against 2.0-2.1 s for
   // the next ones, in one run): it is not a trial's.
@@ -214,20 +249,40 @@ async function firstReads(minio: Awaited<ReturnType<typeof startMinio>>, gateway
     await settled(minio.process.pid as number);
     const chunks = await firstRead(minio, gatewayCpus, [...args, '--segments', 'off'], warmUp, descriptor, target, payload, false);
     await settled(minio.process.pid as number);
-    const packingFromChunks = await firstRead(minio, gatewayCpus, [...args, '--segment-pack-from', 'chunks', '--segment-bucket', `memory-bench-trial-chunks-${trial}`], warmUp, descriptor, target, payload, true);
+    const packingFromChunks = await firstRead(
+      minio,
+      gatewayCpus,
+      [...args, '--segment-pack-from', 'chunks', '--segment-bucket', `memory-bench-trial-chunks-${trial}`],
+      warmUp,
+      descriptor,
+      target,
+      payload,
+      true,
+    );
     await settled(minio.process.pid as number);
     const packing = await firstRead(minio, gatewayCpus, [...args, ...bucket], warmUp, descriptor, target, payload, true);
     const cores = cpus().length;
     const stored = (read: PackingRead): string => `segment stored after ${read.packedAfterSeconds.toFixed(2)} s${read.reread ? ', the rest read from the chunks' : ''}`;
     console.log(`first read ${trial + 1}/${trials}: from the chunks ${chunks.seconds.toFixed(2)} s, ${formatCpu(chunks.cpuSecondsPerGiB, cores)}`);
-    console.log(`      packing from the chunks after it ${packingFromChunks.seconds.toFixed(2)} s (${stored(packingFromChunks)}), ${formatCpu(packingFromChunks.cpuSecondsPerGiB, cores)}`);
+    console.log(
+      `      packing from the chunks after it ${packingFromChunks.seconds.toFixed(2)} s (${stored(packingFromChunks)}), ${formatCpu(packingFromChunks.cpuSecondsPerGiB, cores)}`,
+    );
     console.log(`      packing from its frames ${packing.seconds.toFixed(2)} s (${stored(packing)}), ${formatCpu(packing.cpuSecondsPerGiB, cores)}`);
     out.push({ chunks, packingFromChunks, packing });
   }
   return { trials: out };
 }
 
-async function firstRead(minio: Awaited<ReturnType<typeof startMinio>>, gatewayCpus: string | undefined, args: string[], warmUp: DescriptorInput, descriptor: DescriptorInput, target: Uint8Array, payload: number, packs: boolean): Promise<PackingRead> {
+async function firstRead(
+  minio: Awaited<ReturnType<typeof startMinio>>,
+  gatewayCpus: string | undefined,
+  args: string[],
+  warmUp: DescriptorInput,
+  descriptor: DescriptorInput,
+  target: Uint8Array,
+  payload: number,
+  packs: boolean,
+): Promise<PackingRead> {
   const gateway = await startGatewayProcess({ minio, args, cpus: gatewayCpus });
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
   try {
@@ -276,7 +331,14 @@ async function segmentPacked(adminUrl: string, payload: number): Promise<void> {
  * as the gateway's. MinIO's CPU per GiB depends on its reader's pace (docs/segments.md, Measured),
  * so the store's cost is held against both.
  */
-async function wholeObjects(minio: Awaited<ReturnType<typeof startMinio>>, keys: readonly string[], C: number, chunkBytes: number, rounds: number, inPlace: boolean): Promise<Record<string, unknown>> {
+async function wholeObjects(
+  minio: Awaited<ReturnType<typeof startMinio>>,
+  keys: readonly string[],
+  C: number,
+  chunkBytes: number,
+  rounds: number,
+  inPlace: boolean,
+): Promise<Record<string, unknown>> {
   const target = new Uint8Array(keys.length * chunkBytes);
   const readers = Array.from({ length: C }, () => {
     if (inPlace) {

@@ -134,7 +134,9 @@ async function main(): Promise<void> {
         const m = await measure(t, keys, concurrency, seconds, pids);
         const mibPerSec = m.bytes / 1024 / 1024 / m.seconds;
         results.push({ round, target: t.name, mibPerSec, requestsPerSec: m.requests / m.seconds, cpuSecondsPerGiB: m.cpuPerGiB });
-        const cpu = Object.entries(m.cpuPerGiB).map(([name, v]) => `${name} ${v.toFixed(2)}`).join(', ');
+        const cpu = Object.entries(m.cpuPerGiB)
+          .map(([name, v]) => `${name} ${v.toFixed(2)}`)
+          .join(', ');
         console.log(`round ${round} ${t.name.padEnd(12)} ${mibPerSec.toFixed(1)} MiB/s  ${(m.requests / m.seconds).toFixed(0)} req/s  CPU s/GiB: ${cpu}`);
       }
     }
@@ -148,12 +150,26 @@ async function main(): Promise<void> {
     const gatewayCpu = results.filter((r) => r.target === 'gateway').map((r) => r.cpuSecondsPerGiB['gateway'] ?? NaN);
     const gatewayCpuPerGiB = gatewayCpu.reduce((a, b) => a + b, 0) / gatewayCpu.length;
     console.log(`gateway CPU: ${gatewayCpuPerGiB.toFixed(2)} s per GiB proxied, i.e. one core proxies ~${(1024 / gatewayCpuPerGiB).toFixed(0)} MiB/s`);
-    console.log(`mean: minio-direct ${mean('minio-direct').toFixed(1)} MiB/s, gateway ${mean('gateway').toFixed(1)} MiB/s, ratio gateway/direct = ${ratio.toFixed(3)} (target >= 0.9)`);
+    console.log(
+      `mean: minio-direct ${mean('minio-direct').toFixed(1)} MiB/s, gateway ${mean('gateway').toFixed(1)} MiB/s, ratio gateway/direct = ${ratio.toFixed(3)} (target >= 0.9)`,
+    );
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
     const gatewayMemory = gateway.memory();
     console.log(`gateway RSS: ${gatewayMemory.idleRssMiB.toFixed(0)} MiB idle, ${gatewayMemory.peakRssMiB.toFixed(0)} MiB at its peak`);
-    const report = { benchmark: 'passthrough-get', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, results, gatewayMemory, meanMiBps: { direct: mean('minio-direct'), relay: mean('tcp-relay'), gateway: mean('gateway') }, ratio, relayRatio, gatewayCpuSecondsPerGiB: gatewayCpuPerGiB };
+    const report = {
+      benchmark: 'passthrough-get',
+      date: new Date().toISOString(),
+      node: process.version,
+      cores: cpus().length,
+      settings,
+      results,
+      gatewayMemory,
+      meanMiBps: { direct: mean('minio-direct'), relay: mean('tcp-relay'), gateway: mean('gateway') },
+      ratio,
+      relayRatio,
+      gatewayCpuSecondsPerGiB: gatewayCpuPerGiB,
+    };
     writeFileSync(join(outDir, 'passthrough-latest.json'), `${JSON.stringify(report, null, 2)}\n`);
   } finally {
     await direct.pool.close();

@@ -45,7 +45,14 @@ export function choosePlacement(requested: PlacementMode): Placement {
   }
   const last = String(count - 1);
   const rest = count === 2 ? '0' : `0-${count - 2}`;
-  if (requested === 'store-apart') return { mode: 'store-apart', storeCpus: last, gatewayCpus: rest, othersCpus: rest, description: `store apart: MinIO on CPU ${last}; the gateway and the load generator on CPU ${rest}` };
+  if (requested === 'store-apart')
+    return {
+      mode: 'store-apart',
+      storeCpus: last,
+      gatewayCpus: rest,
+      othersCpus: rest,
+      description: `store apart: MinIO on CPU ${last}; the gateway and the load generator on CPU ${rest}`,
+    };
   return { mode: 'pinned', gatewayCpus: last, othersCpus: rest, storeCpus: rest, description: `pinned: gateway on CPU ${last}; MinIO and the load generator on CPU ${rest}` };
 }
 

@@ -50,13 +50,18 @@ export function predictedGBps(cpu: CpuPerGiB, cores: number): number {
 /** `client 0.41, gateway 0.93, minio 1.20 (sum 2.54) -> 0.85 GB/s predicted` */
 export function formatCpu(cpu: CpuPerGiB, cores: number): string {
   const sum = Object.values(cpu).reduce((a, b) => a + b, 0);
-  return `CPU s/GiB ${Object.entries(cpu).map(([name, v]) => `${name} ${v.toFixed(2)}`).join(', ')} (sum ${sum.toFixed(2)}) -> ${predictedGBps(cpu, cores).toFixed(2)} GB/s predicted`;
+  return `CPU s/GiB ${Object.entries(cpu)
+    .map(([name, v]) => `${name} ${v.toFixed(2)}`)
+    .join(', ')} (sum ${sum.toFixed(2)}) -> ${predictedGBps(cpu, cores).toFixed(2)} GB/s predicted`;
 }
 
 /** Kernel memory of TCP socket buffers, machine-wide, from /proc/net/sockstat (pages of 4 KiB). */
 export function tcpSocketBytes(): number {
   try {
-    const line = readFileSync('/proc/net/sockstat', 'utf8').split('\n').find((l) => l.startsWith('TCP:')) ?? '';
+    const line =
+      readFileSync('/proc/net/sockstat', 'utf8')
+        .split('\n')
+        .find((l) => l.startsWith('TCP:')) ?? '';
     return Number(/ mem (\d+)/.exec(line)?.[1] ?? NaN) * 4096;
   } catch {
     return NaN;

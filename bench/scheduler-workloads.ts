@@ -56,7 +56,18 @@ const SLICE_BYTES = 64 * 1024;
 async function simulatedPrefill(client: ObjectCacheClient, spec: RequestSpec, layers: number, start: number): Promise<{ ttftMs: number; rate: number | null }> {
   const ready: ((value: void) => void)[] = [];
   const arrived = Array.from({ length: layers }, (_, l) => new Promise<void>((resolve) => (ready[l] = resolve)));
-  const descriptor: DescriptorInput = { version: 1, keys: spec.keys, layers, chunkTokens: CHUNK_TOKENS, layerBytes: spec.layerBytes, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise', computeMsPerLayer: spec.msPerLayer, tenant: spec.id };
+  const descriptor: DescriptorInput = {
+    version: 1,
+    keys: spec.keys,
+    layers,
+    chunkTokens: CHUNK_TOKENS,
+    layerBytes: spec.layerBytes,
+    layout: 'KV_L2TD',
+    delivery: 'layer-major',
+    mode: 'layerwise',
+    computeMsPerLayer: spec.msPerLayer,
+    tenant: spec.id,
+  };
   const fetched = client.fetch(descriptor, { transport: 'post', onLayerReady: (layer) => ready[layer]?.() });
   const compute = (async () => {
     for (let l = 0; l < layers; l++) {
@@ -71,7 +82,9 @@ async function simulatedPrefill(client: ObjectCacheClient, spec: RequestSpec, la
 
 async function main(): Promise<void> {
   process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
-  const { values } = parseArgs({ options: { scale: { type: 'string', default: '0.01' }, workloads: { type: 'string', default: 'A,B,C' }, reps: { type: 'string', default: '1' } } });
+  const { values } = parseArgs({
+    options: { scale: { type: 'string', default: '0.01' }, workloads: { type: 'string', default: 'A,B,C' }, reps: { type: 'string', default: '1' } },
+  });
   const scale = Number(values.scale);
   const reps = Number(values.reps);
   const workloadNames = (values.workloads ?? 'A,B,C').split(',');
@@ -99,14 +112,18 @@ async function main(): Promise<void> {
     const id = `${context / 1024}K-${hit * 100}`;
     const keys = Array.from({ length: chunks }, (_, c) => `sched/${context}-${hit}/${String(c).padStart(4, '0')}`);
     let next = 0;
-    await Promise.all(Array.from({ length: 8 }, async () => {
-      while (next < chunks) {
-        const c = next++;
-        await put(`/scheduler-bench/${keys[c]}`, syntheticChunk(context, c, L * layerBytes));
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        while (next < chunks) {
+          const c = next++;
+          await put(`/scheduler-bench/${keys[c]}`, syntheticChunk(context, c, L * layerBytes));
+        }
+      }),
+    );
     specs.set(name, { id, chunks, layerBytes, msPerLayer: row.msPerLayer, keys });
-    console.log(`${id}: ${chunks} chunks, s' = ${((chunks * layerBytes) / 1e6).toFixed(2)} MB/layer, c = ${row.msPerLayer} ms/layer, r*' = ${((chunks * layerBytes) / (row.msPerLayer / 1000) / 1e6).toFixed(1)} MB/s`);
+    console.log(
+      `${id}: ${chunks} chunks, s' = ${((chunks * layerBytes) / 1e6).toFixed(2)} MB/layer, c = ${row.msPerLayer} ms/layer, r*' = ${((chunks * layerBytes) / (row.msPerLayer / 1000) / 1e6).toFixed(1)} MB/s`,
+    );
   }
 
   const results: Record<string, unknown>[] = [];
@@ -119,7 +136,9 @@ async function main(): Promise<void> {
       const capBytes = (w.capGbps * 1e9 * scale) / 8;
       const marginBytes = (table.workloads.marginGbps * 1e9 * scale) / 8;
       const requests = w.requests.map((r) => specs.get(r) as RequestSpec);
-      console.log(`\nworkload ${workload}: ${requests.length} requests, cap ${(capBytes / 1e6).toFixed(1)} MB/s (${w.capGbps} Gbps x ${scale}), margin ${(marginBytes / 1e6).toFixed(2)} MB/s`);
+      console.log(
+        `\nworkload ${workload}: ${requests.length} requests, cap ${(capBytes / 1e6).toFixed(1)} MB/s (${w.capGbps} Gbps x ${scale}), margin ${(marginBytes / 1e6).toFixed(2)} MB/s`,
+      );
       const runs: Record<string, { ttft: number[]; rates: (number | null)[] }> = {};
       for (const policy of ['unthrottled', ...POLICIES]) {
         const args = policy === 'unthrottled' ? [] : ['--cap', String(Math.floor(capBytes)), '--policy', policy, '--margin', String(Math.floor(marginBytes)), '--epoch-ms', '20'];
@@ -149,8 +168,14 @@ async function main(): Promise<void> {
         const run = runs[policy] as { ttft: number[]; rates: (number | null)[] };
         const added = run.ttft.map((t, i) => Math.max(0, t - (base[i] as number)));
         const meanAdded = added.reduce((a, b) => a + b, 0) / added.length;
-        results.push({ workload, policy, capBytesPerSec: capBytes, requests: requests.map((s, i) => ({ id: s.id, ttftMs: run.ttft[i], unthrottledMs: base[i], addedMs: added[i], rateBytesPerSec: run.rates[i] })), meanAddedTtftMs: meanAdded });
-        const detail = requests.map((s, i) => `${s.id} +${(added[i] as number).toFixed(0)}ms@${(((run.rates[i] ?? 0)) / 1e6).toFixed(1)}MB/s`).join('  ');
+        results.push({
+          workload,
+          policy,
+          capBytesPerSec: capBytes,
+          requests: requests.map((s, i) => ({ id: s.id, ttftMs: run.ttft[i], unthrottledMs: base[i], addedMs: added[i], rateBytesPerSec: run.rates[i] })),
+          meanAddedTtftMs: meanAdded,
+        });
+        const detail = requests.map((s, i) => `${s.id} +${(added[i] as number).toFixed(0)}ms@${((run.rates[i] ?? 0) / 1e6).toFixed(1)}MB/s`).join('  ');
         console.log(`  ${policy.padEnd(13)} mean added TTFT ${meanAdded.toFixed(0).padStart(6)} ms   ${detail}`);
       }
       const equal = (results.find((r) => r['workload'] === workload && r['policy'] === 'equal')?.['meanAddedTtftMs'] as number) ?? NaN;
@@ -160,7 +185,10 @@ async function main(): Promise<void> {
     const outDir = join(repoRoot(), 'bench', 'results');
     mkdirSync(outDir, { recursive: true });
     console.log(`gateway peak RSS (highest of the runs): ${gatewayPeakRssMiB.toFixed(0)} MiB`);
-    writeFileSync(join(outDir, 'scheduler-latest.json'), `${JSON.stringify({ benchmark: 'scheduler-workloads', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, gatewayPeakRssMiB, results }, null, 2)}\n`);
+    writeFileSync(
+      join(outDir, 'scheduler-latest.json'),
+      `${JSON.stringify({ benchmark: 'scheduler-workloads', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, gatewayPeakRssMiB, results }, null, 2)}\n`,
+    );
   } finally {
     await direct.pool.close();
     await minio.destroy();

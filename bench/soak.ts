@@ -49,7 +49,11 @@ async function main(): Promise<void> {
   const layers = 16;
   const layerBytes = 64 * 1024;
   const keys = Array.from({ length: 16 }, (_, i) => `kv/soak/${i}`);
-  await client.putChunks(keys, keys.map(() => new Uint8Array(randomBytes(layers * layerBytes))), { layout: { layout: 'KV_L2TD', layers, layerBytes } });
+  await client.putChunks(
+    keys,
+    keys.map(() => new Uint8Array(randomBytes(layers * layerBytes))),
+    { layout: { layout: 'KV_L2TD', layers, layerBytes } },
+  );
   const descriptor: DescriptorInput = { version: 1, keys, layers, chunkTokens: 16, layerBytes, layout: 'KV_L2TD', delivery: 'layer-major' };
 
   const end = Date.now() + minutes * 60_000;
@@ -61,7 +65,15 @@ async function main(): Promise<void> {
       const metrics = await (await fetch(`${gateway.adminUrl}/metrics`)).text();
       const metric = (name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(metrics)?.[1] ?? NaN);
       const { fds, sockets } = openFds(pid);
-      samples.push({ t: Math.round((Date.now() - (end - minutes * 60_000)) / 1000), rssMiB: processUsage(pid).rssBytes / 1024 ** 2, fds, sockets, buffered: metric('objectcache_buffered_bytes'), queued: metric('objectcache_worker_pool_queued_tasks'), running: metric('objectcache_worker_pool_running_tasks') });
+      samples.push({
+        t: Math.round((Date.now() - (end - minutes * 60_000)) / 1000),
+        rssMiB: processUsage(pid).rssBytes / 1024 ** 2,
+        fds,
+        sockets,
+        buffered: metric('objectcache_buffered_bytes'),
+        queued: metric('objectcache_worker_pool_queued_tasks'),
+        running: metric('objectcache_worker_pool_running_tasks'),
+      });
     } catch (error) {
       errorSamples.push(`sampler: ${(error as Error).message}`);
     }
@@ -82,7 +94,10 @@ async function main(): Promise<void> {
           if (n % 10 === 0) await client.s3.send(new ListObjectsV2Command({ Bucket: 'soak', Prefix: `plain/${id}/` }));
           counts.passthrough++;
         } else {
-          const result = await client.fetch({ ...descriptor, layerRange: [0, 1 + (n % layers)], mode: n % 3 === 0 ? 'chunkwise' : 'layerwise' }, { transport: n % 2 === 0 ? 'get' : 'post' });
+          const result = await client.fetch(
+            { ...descriptor, layerRange: [0, 1 + (n % layers)], mode: n % 3 === 0 ? 'chunkwise' : 'layerwise' },
+            { transport: n % 2 === 0 ? 'get' : 'post' },
+          );
           if (!result.summary.verified) throw new Error('a layerwise GET was not verified');
           counts.layerwise++;
         }
@@ -113,7 +128,16 @@ async function main(): Promise<void> {
     requests: counts,
     unexpectedErrors: errorSamples,
     gateway: { cpuSeconds: usage.cpuSeconds, peakRssMiB: usage.peakRssBytes / 1024 ** 2, idleAfter: idle },
-    afterWarmup: first && last ? { rssMiB: [first.rssMiB, last.rssMiB], sockets: [first.sockets, last.sockets], fds: [first.fds, last.fds], maxQueued: Math.max(...warm.map((s) => s.queued)), maxBufferedMiB: Math.max(...warm.map((s) => s.buffered)) / 1024 ** 2 } : null,
+    afterWarmup:
+      first && last
+        ? {
+            rssMiB: [first.rssMiB, last.rssMiB],
+            sockets: [first.sockets, last.sockets],
+            fds: [first.fds, last.fds],
+            maxQueued: Math.max(...warm.map((s) => s.queued)),
+            maxBufferedMiB: Math.max(...warm.map((s) => s.buffered)) / 1024 ** 2,
+          }
+        : null,
     samples,
   };
   mkdirSync(join(repoRoot(), 'bench', 'results'), { recursive: true });

@@ -45,7 +45,14 @@ export interface CodecReport {
   };
   readonly a8: {
     readonly capMBps: number;
-    readonly rows: readonly { readonly context: number; readonly hitRate: number; readonly msPerLayer: number; readonly rawBytes: number; readonly storedBytes: Record<string, number>; readonly links: readonly A8Link[] }[];
+    readonly rows: readonly {
+      readonly context: number;
+      readonly hitRate: number;
+      readonly msPerLayer: number;
+      readonly rawBytes: number;
+      readonly storedBytes: Record<string, number>;
+      readonly links: readonly A8Link[];
+    }[];
   };
 }
 
@@ -68,7 +75,9 @@ export function markdown(report: CodecReport): string {
   const lines: string[] = [];
   lines.push(`Compressed-KV TTFT, ${report.date} (median of ${report.args.reps}; ${real.model}, ${real.cachedTokens} cached tokens in bf16, ${real.suffixTokens}-token suffix).`);
   lines.push('');
-  lines.push('| codec | stored, smaller than bf16 | client CPU-s per GiB of KV (fetch and decode) | full-speed fetch GB/s | link rate above which it stops paying, one decoding core |');
+  lines.push(
+    '| codec | stored, smaller than bf16 | client CPU-s per GiB of KV (fetch and decode) | full-speed fetch GB/s | link rate above which it stops paying, one decoding core |',
+  );
   lines.push('|---|---|---|---|---|');
   const noneCpu = real.decode['none']?.clientCpuSecondsPerGiB ?? 0;
   for (const codec of codecs) {
@@ -106,7 +115,9 @@ export function markdown(report: CodecReport): string {
   for (const row of report.a8.rows) {
     const ratios = codecs.map((c) => `${c} ${f2(row.rawBytes / (row.storedBytes[c] as number))}x`).join(', ');
     for (const link of row.links) {
-      lines.push(`| ${row.context / 1024}K ${row.hitRate * 100}% | ${link.linkGbps} Gbps | ${row.msPerLayer} ms (${f2(link.computeMsPerLayerScaled)} ms) | ${codecs.map((c) => pct((link.methods[c] as Method).overheadPct as number)).join(' | ')} |`);
+      lines.push(
+        `| ${row.context / 1024}K ${row.hitRate * 100}% | ${link.linkGbps} Gbps | ${row.msPerLayer} ms (${f2(link.computeMsPerLayerScaled)} ms) | ${codecs.map((c) => pct((link.methods[c] as Method).overheadPct as number)).join(' | ')} |`,
+      );
     }
     lines.push(`| | stored: ${ratios} | | ${codecs.map(() => '').join(' | ')} |`);
   }

@@ -63,7 +63,12 @@ function main(): void {
   writeFileSync(join(dir, 'ttft-engine-report.md'), markdown(report));
   writeFileSync(
     join(dir, 'ttft-engine.svg'),
-    groupedBarSvg({ title: 'Real-model TTFT (SmolLM2-135M, 1 core): seconds to the first token', yLabel: 'TTFT (s)', groups, series: report.methods.map((name) => ({ name, values: report.results.map((r) => r.ttftSeconds[name] ?? null) })) }),
+    groupedBarSvg({
+      title: 'Real-model TTFT (SmolLM2-135M, 1 core): seconds to the first token',
+      yLabel: 'TTFT (s)',
+      groups,
+      series: report.methods.map((name) => ({ name, values: report.results.map((r) => r.ttftSeconds[name] ?? null) })),
+    }),
   );
   writeFileSync(
     join(dir, 'ttft-engine-overhead.svg'),

@@ -148,7 +148,12 @@ async function measure(method: Method, cfg: Config, msPerLayer: number, ctx: Con
   const computeStartMs: number[] = [];
   const meter = method === 'Local-LW' ? undefined : cpuMeter(method === SEGMENT_METHOD ? (ctx.segPids ?? ctx.pids) : ctx.pids);
   const start = performance.now();
-  const compute = simulatedCompute(ready.map((d) => d.promise), msPerLayer, start, computeStartMs);
+  const compute = simulatedCompute(
+    ready.map((d) => d.promise),
+    msPerLayer,
+    start,
+    computeStartMs,
+  );
   let lastArrival = 0;
   let backendReads = 0;
   const arrive = (l: number): void => {
@@ -182,7 +187,17 @@ async function measure(method: Method, cfg: Config, msPerLayer: number, ctx: Con
     case 'OC-CW':
     case 'OC-LW':
     case SEGMENT_METHOD: {
-      const descriptor: DescriptorInput = { version: 1, keys: ctx.keys, layers: L, chunkTokens: cfg.G, layerBytes: cfg.S, layout: 'KV_L2TD', delivery: 'layer-major', mode: method === 'OC-CW' ? 'chunkwise' : 'layerwise', computeMsPerLayer: msPerLayer };
+      const descriptor: DescriptorInput = {
+        version: 1,
+        keys: ctx.keys,
+        layers: L,
+        chunkTokens: cfg.G,
+        layerBytes: cfg.S,
+        layout: 'KV_L2TD',
+        delivery: 'layer-major',
+        mode: method === 'OC-CW' ? 'chunkwise' : 'layerwise',
+        computeMsPerLayer: msPerLayer,
+      };
       const client = method === SEGMENT_METHOD ? (ctx.segClient as ObjectCacheClient) : ctx.client;
       const result = await client.fetch(descriptor, { transport: 'post', target: ctx.target, onLayerReady: (l) => arrive(l) });
       backendReads = result.summary.backendReads;
@@ -193,7 +208,17 @@ async function measure(method: Method, cfg: Config, msPerLayer: number, ctx: Con
   const cpu = meter?.(s * L);
   const ttftMs = await compute;
   const rate = (s * L) / (lastArrival / 1000);
-  return { method, ttftMs, predictedTtftMs: predictTtft(method !== 'S3-CW' && method !== 'OC-CW', s, rate, msPerLayer), gbPerSec: rate / 1e9, backendReads, firstLayerMs: readyMs[0] ?? 0, readyMs, computeStartMs, ...(cpu ? { cpu } : {}) };
+  return {
+    method,
+    ttftMs,
+    predictedTtftMs: predictTtft(method !== 'S3-CW' && method !== 'OC-CW', s, rate, msPerLayer),
+    gbPerSec: rate / 1e9,
+    backendReads,
+    firstLayerMs: readyMs[0] ?? 0,
+    readyMs,
+    computeStartMs,
+    ...(cpu ? { cpu } : {}),
+  };
 }
 
 /** The rate whole-object GETs from MinIO reach on this machine and placement (median of rounds). */
@@ -254,18 +279,36 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   const placement = choosePlacement(options.placement);
   const segments = options.segments === true;
   const methods: readonly Method[] = segments ? [...METHODS, SEGMENT_METHOD] : METHODS;
-  const settings = { quick: options.quick, include64k: options.include64k, reps: options.reps, contexts, granularities, hitRates, model: 'meta-llama/Llama-3.1-8B', clientConcurrency: CONCURRENCY, placement: placement.mode, linkScale: options.linkScale, segments };
+  const settings = {
+    quick: options.quick,
+    include64k: options.include64k,
+    reps: options.reps,
+    contexts,
+    granularities,
+    hitRates,
+    model: 'meta-llama/Llama-3.1-8B',
+    clientConcurrency: CONCURRENCY,
+    placement: placement.mode,
+    linkScale: options.linkScale,
+    segments,
+  };
   stdout.write(`objectcache bench: node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}\n`);
   stdout.write(`placement: ${placement.description}\n`);
 
   if (placement.othersCpus !== undefined) pinThisProcess(placement.othersCpus);
-  const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-ttft-')), ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}) });
+  const minio = await startMinio({
+    binary: installMinio(),
+    dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-ttft-')),
+    ...(placement.storeCpus !== undefined ? { cpus: placement.storeCpus } : {}),
+  });
   const gateway = await startGatewayProcess({ minio, cpus: placement.gatewayCpus });
   const direct = directS3(minio, CONCURRENCY);
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'ttft-bench', credentials: BENCH_CLIENT });
   const pids = { gateway: gateway.child.pid as number, minio: minio.process.pid as number };
   // --segments: a second gateway on the same core(s), packing each prefix at its first read.
-  const segGateway = segments ? await startGatewayProcess({ minio, cpus: placement.gatewayCpus, args: ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] }) : undefined;
+  const segGateway = segments
+    ? await startGatewayProcess({ minio, cpus: placement.gatewayCpus, args: ['--segments', 'on', '--segment-after-reads', '1', '--segment-min-bytes', '0'] })
+    : undefined;
   const segClient = segGateway ? new ObjectCacheClient({ endpoint: segGateway.url, bucket: 'ttft-bench', credentials: BENCH_CLIENT }) : undefined;
   const segPids = segGateway ? { gateway: segGateway.child.pid as number, minio: minio.process.pid as number } : undefined;
   /** With --segments, each configuration's first read from the second gateway (the one that packs). */
@@ -341,7 +384,22 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
           const cpuNames = Object.keys(list(method)[0]?.cpu ?? {});
           const cpu = cpuNames.length > 0 ? Object.fromEntries(cpuNames.map((name) => [name, median(list(method).map((m) => m.cpu?.[name] ?? NaN))])) : undefined;
           const ttftMs = mean(method, (m) => m.ttftMs);
-          rows.push({ context: cfg.context, hitRate: cfg.hitRate, G: cfg.G, N: cfg.N, method, linkScale: scale, msPerLayer: cfg.msPerLayer * scale, ttftMs, predictedTtftMs: mean(method, (m) => m.predictedTtftMs), gbPerSec: mean(method, (m) => m.gbPerSec), backendReads: mean(method, (m) => m.backendReads), firstLayerMs: mean(method, (m) => m.firstLayerMs), overheadPct: ((ttftMs - localTtft) / localTtft) * 100, ...(cpu ? { cpu } : {}) });
+          rows.push({
+            context: cfg.context,
+            hitRate: cfg.hitRate,
+            G: cfg.G,
+            N: cfg.N,
+            method,
+            linkScale: scale,
+            msPerLayer: cfg.msPerLayer * scale,
+            ttftMs,
+            predictedTtftMs: mean(method, (m) => m.predictedTtftMs),
+            gbPerSec: mean(method, (m) => m.gbPerSec),
+            backendReads: mean(method, (m) => m.backendReads),
+            firstLayerMs: mean(method, (m) => m.firstLayerMs),
+            overheadPct: ((ttftMs - localTtft) / localTtft) * 100,
+            ...(cpu ? { cpu } : {}),
+          });
         }
         if (label === timelineConfig && scale === scales[0]) {
           const pick = (method: Method): { method: Method; readyMs: readonly number[]; computeStartMs: readonly number[] } => {
@@ -365,7 +423,19 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
   }
   const outDir = join(repoRoot(), 'bench', 'results');
   mkdirSync(outDir, { recursive: true });
-  const result: Result = { benchmark: 'ttft-matrix', date: new Date().toISOString(), node: process.version, cores: cpus().length, settings, placement, link, rows, gateway: { cpuSecondsPerConfig: gatewayUsage, peakRssBytes: peakRss }, ...(timeline ? { timeline } : {}), ...(segments ? { firstReads } : {}) };
+  const result: Result = {
+    benchmark: 'ttft-matrix',
+    date: new Date().toISOString(),
+    node: process.version,
+    cores: cpus().length,
+    settings,
+    placement,
+    link,
+    rows,
+    gateway: { cpuSecondsPerConfig: gatewayUsage, peakRssBytes: peakRss },
+    ...(timeline ? { timeline } : {}),
+    ...(segments ? { firstReads } : {}),
+  };
   // A --segments run has its own files: the headline figures (docs/benchmarks.md) stay the plain run's.
   const name = segments ? 'ttft-segments' : 'ttft';
   writeFileSync(join(outDir, `${name}-latest.json`), `${JSON.stringify(result, null, 2)}\n`);
@@ -379,16 +449,28 @@ export async function runTtftBench(options: TtftBenchOptions, stdout: Writable, 
     const scaled = rows.filter((r) => r.linkScale === scale);
     const groups = [...new Set(scaled.map(configLabel))];
     const svg = groupedBarSvg({
-      title: scale === 1 ? 'TTFT overhead over Local-LW, table A8 compute as is (Llama-3.1-8B)' : `TTFT overhead over Local-LW, compute x${scale} for this machine's link (Llama-3.1-8B)`,
+      title:
+        scale === 1
+          ? 'TTFT overhead over Local-LW, table A8 compute as is (Llama-3.1-8B)'
+          : `TTFT overhead over Local-LW, compute x${scale} for this machine's link (Llama-3.1-8B)`,
       yLabel: 'TTFT overhead (%)',
       groups,
-      series: METHODS.filter((m) => m !== 'Local-LW').map((method) => ({ name: method, values: groups.map((g) => scaled.find((r) => configLabel(r) === g && r.method === method)?.overheadPct ?? null) })),
+      series: METHODS.filter((m) => m !== 'Local-LW').map((method) => ({
+        name: method,
+        values: groups.map((g) => scaled.find((r) => configLabel(r) === g && r.method === method)?.overheadPct ?? null),
+      })),
     });
     writeFileSync(join(outDir, scale === 1 && link.scale !== 1 ? 'ttft-overhead-unscaled.svg' : 'ttft-overhead.svg'), svg);
   }
   if (timeline) {
     const t = timeline;
-    writeFileSync(join(outDir, 'ttft-timeline.svg'), timelineSvg({ title: `Per-layer timeline, ${t.config}, compute ${t.msPerLayer.toFixed(0)} ms per layer (K = ${t.linkScale})`, panels: t.panels.map((p) => ({ name: p.method, readyMs: p.readyMs, computeStartMs: p.computeStartMs, computeMs: t.msPerLayer })) }));
+    writeFileSync(
+      join(outDir, 'ttft-timeline.svg'),
+      timelineSvg({
+        title: `Per-layer timeline, ${t.config}, compute ${t.msPerLayer.toFixed(0)} ms per layer (K = ${t.linkScale})`,
+        panels: t.panels.map((p) => ({ name: p.method, readyMs: p.readyMs, computeStartMs: p.computeStartMs, computeMs: t.msPerLayer })),
+      }),
+    );
   }
   writeSchedulerFigure(outDir);
   stdout.write(report);
@@ -417,14 +499,19 @@ function hidingGBps(r: Row): number {
 
 function cpuCell(cpu: CpuPerGiB | undefined): string {
   if (!cpu) return '—';
-  const f = (name: string): string => (cpu[name] !== undefined && Number.isFinite(cpu[name]) ? (cpu[name]).toFixed(2) : '—');
+  const f = (name: string): string => (cpu[name] !== undefined && Number.isFinite(cpu[name]) ? cpu[name].toFixed(2) : '—');
   return `${f('client')} / ${f('gateway')} / ${f('minio')}`;
 }
 
 function rowsTable(rows: readonly Row[]): string[] {
-  const lines = ['| context | hit | G | N | compute ms/layer | method | TTFT ms | eq. 3 ms | overhead vs Local-LW | GB/s | layer 0 ms | backend reads | CPU s/GiB client / gateway / MinIO |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|'];
+  const lines = [
+    '| context | hit | G | N | compute ms/layer | method | TTFT ms | eq. 3 ms | overhead vs Local-LW | GB/s | layer 0 ms | backend reads | CPU s/GiB client / gateway / MinIO |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+  ];
   for (const r of rows) {
-    lines.push(`| ${r.context / 1024}K | ${r.hitRate * 100}% | ${r.G} | ${r.N} | ${r.msPerLayer.toFixed(1)} | ${r.method} | ${r.ttftMs.toFixed(0)} | ${r.predictedTtftMs.toFixed(0)} | ${r.method === 'Local-LW' ? '—' : `${r.overheadPct.toFixed(1)}%`} | ${r.gbPerSec.toFixed(3)} | ${r.firstLayerMs.toFixed(0)} | ${Math.round(r.backendReads)} | ${r.method === 'Local-LW' ? '—' : cpuCell(r.cpu)} |`);
+    lines.push(
+      `| ${r.context / 1024}K | ${r.hitRate * 100}% | ${r.G} | ${r.N} | ${r.msPerLayer.toFixed(1)} | ${r.method} | ${r.ttftMs.toFixed(0)} | ${r.predictedTtftMs.toFixed(0)} | ${r.method === 'Local-LW' ? '—' : `${r.overheadPct.toFixed(1)}%`} | ${r.gbPerSec.toFixed(3)} | ${r.firstLayerMs.toFixed(0)} | ${Math.round(r.backendReads)} | ${r.method === 'Local-LW' ? '—' : cpuCell(r.cpu)} |`,
+    );
   }
   return lines;
 }
@@ -437,57 +524,103 @@ export function renderReport(result: Result): string {
   lines.push(`Settings: \`${JSON.stringify(result.settings)}\``, '');
   lines.push(`**Placement**: ${result.placement.description}.`);
   if (result.placement.mode === 'pinned') {
-    lines.push('S3-CW and S3-LW never touch the gateway, so under this placement they run on the load generator\'s and MinIO\'s core(s) alone and the gateway\'s core idles; OC-CW and OC-LW have that core in addition, as a gateway on its own machine would. Local-LW runs on the load generator\'s core. `--placement shared` gives every method every core.');
+    lines.push(
+      "S3-CW and S3-LW never touch the gateway, so under this placement they run on the load generator's and MinIO's core(s) alone and the gateway's core idles; OC-CW and OC-LW have that core in addition, as a gateway on its own machine would. Local-LW runs on the load generator's core. `--placement shared` gives every method every core.",
+    );
   }
   lines.push('');
   const link = result.link;
-  lines.push(`**Link scale**: ${link.measured ? `whole-object GETs from MinIO reached ${(link.bytesPerSec / 1e9).toFixed(3)} GB/s here (${PROBE_OBJECTS} objects of ${PROBE_OBJECT_BYTES / 1024 ** 2} MiB, ${CONCURRENCY} in flight, median of ${PROBE_ROUNDS} rounds); the paper's link is 100 Gbps (12.5 GB/s), so` : 'fixed by --link-scale:'} K = ${link.scale}. Every per-layer compute time is multiplied by K, bytes are unchanged, so table A8's ratio of transfer to compute holds.`, '');
+  lines.push(
+    `**Link scale**: ${link.measured ? `whole-object GETs from MinIO reached ${(link.bytesPerSec / 1e9).toFixed(3)} GB/s here (${PROBE_OBJECTS} objects of ${PROBE_OBJECT_BYTES / 1024 ** 2} MiB, ${CONCURRENCY} in flight, median of ${PROBE_ROUNDS} rounds); the paper's link is 100 Gbps (12.5 GB/s), so` : 'fixed by --link-scale:'} K = ${link.scale}. Every per-layer compute time is multiplied by K, bytes are unchanged, so table A8's ratio of transfer to compute holds.`,
+    '',
+  );
   const computes = [...new Map(result.rows.filter((r) => r.linkScale === K).map((r) => [`${r.context / 1024}K ${r.hitRate * 100}%`, r.msPerLayer])).entries()];
   if (K !== 1) lines.push(`Compute per layer (table A8, then x${K}): ${computes.map(([c, ms]) => `${c} ${(ms / K).toFixed(2)} -> ${ms.toFixed(1)} ms`).join('; ')}.`, '');
   for (const scale of scales) {
-    lines.push(scale === 1 ? '## Table A8\'s compute as it is (K = 1)' : `## Compute x${scale}: the paper's link-to-compute ratio`, '');
+    lines.push(scale === 1 ? "## Table A8's compute as it is (K = 1)" : `## Compute x${scale}: the paper's link-to-compute ratio`, '');
     lines.push(...rowsTable(result.rows.filter((r) => r.linkScale === scale)), '');
   }
-  lines.push('CPU per GiB is measured from the first byte requested to the last byte ready (client = the load generator, every thread; gateway and MinIO from /proc), the median over repetitions.', '');
+  lines.push(
+    'CPU per GiB is measured from the first byte requested to the last byte ready (client = the load generator, every thread; gateway and MinIO from /proc), the median over repetitions.',
+    '',
+  );
   lines.push('Gateway CPU seconds per configuration (every repetition and scale of OC-CW and OC-LW, plus the others\u2019 idle time):', '');
   for (const u of result.gateway.cpuSecondsPerConfig) lines.push(`- ${u.config}: ${u.cpuSeconds.toFixed(2)} s`);
   lines.push(`- gateway peak RSS: ${(result.gateway.peakRssBytes / 1024 ** 2).toFixed(0)} MiB`, '');
 
-  const find = (r: Row, method: Method): Row | undefined => result.rows.find((x) => x.context === r.context && x.hitRate === r.hitRate && x.G === r.G && x.linkScale === r.linkScale && x.method === method);
+  const find = (r: Row, method: Method): Row | undefined =>
+    result.rows.find((x) => x.context === r.context && x.hitRate === r.hitRate && x.G === r.G && x.linkScale === r.linkScale && x.method === method);
   const headline = result.rows.filter((r) => r.linkScale === K && r.method === 'OC-LW');
   lines.push(`## Targets (${K === 1 ? 'unscaled' : `compute x${K}`})`, '');
   if (!headline.some((r) => r.context === 16384)) lines.push('- The targets are stated for 16K contexts, and this run has none (run without --quick).');
   for (const r of headline.filter((x) => x.context === 16384 && x.G >= 64)) {
-    lines.push(`- OC-LW overhead over Local-LW at 16K, ${r.hitRate * 100}% hit, G=${r.G}: ${r.overheadPct.toFixed(1)}% (target <= 10%: ${r.overheadPct <= 10 ? 'met' : 'not met'})`);
+    lines.push(
+      `- OC-LW overhead over Local-LW at 16K, ${r.hitRate * 100}% hit, G=${r.G}: ${r.overheadPct.toFixed(1)}% (target <= 10%: ${r.overheadPct <= 10 ? 'met' : 'not met'})`,
+    );
   }
   for (const r of headline.filter((x) => x.context === 16384)) {
     const cw = find(r, 'S3-CW');
     const lw = find(r, 'S3-LW');
     if (!cw || !lw) continue;
     const ahead = r.ttftMs < cw.ttftMs && r.ttftMs < lw.ttftMs;
-    const why = ahead ? '' : `; ${r.gbPerSec < hidingGBps(r) ? `OC-LW delivered ${r.gbPerSec.toFixed(2)} GB/s where hiding transfer behind this compute needs ${hidingGBps(r).toFixed(2)} GB/s` : `OC-LW's first layer came at ${r.firstLayerMs.toFixed(0)} ms`}`;
-    lines.push(`- 16K ${r.hitRate * 100}% G=${r.G}: OC-LW ${r.ttftMs.toFixed(0)} ms vs S3-CW ${cw.ttftMs.toFixed(0)} ms and S3-LW ${lw.ttftMs.toFixed(0)} ms (${ahead ? 'ahead of both' : 'not ahead of both'}${why})`);
+    const why = ahead
+      ? ''
+      : `; ${r.gbPerSec < hidingGBps(r) ? `OC-LW delivered ${r.gbPerSec.toFixed(2)} GB/s where hiding transfer behind this compute needs ${hidingGBps(r).toFixed(2)} GB/s` : `OC-LW's first layer came at ${r.firstLayerMs.toFixed(0)} ms`}`;
+    lines.push(
+      `- 16K ${r.hitRate * 100}% G=${r.G}: OC-LW ${r.ttftMs.toFixed(0)} ms vs S3-CW ${cw.ttftMs.toFixed(0)} ms and S3-LW ${lw.ttftMs.toFixed(0)} ms (${ahead ? 'ahead of both' : 'not ahead of both'}${why})`,
+    );
   }
   lines.push('', '## What holds on this machine', '');
   const hidden = headline.filter((r) => r.gbPerSec >= hidingGBps(r));
   const within = headline.filter((r) => r.overheadPct <= 10);
-  lines.push(`- OC-LW delivered at least the rate that hides transfer behind compute in ${hidden.length} of ${headline.length} configurations${K === 1 ? '' : ` under compute x${K}`}, and is within 10% of Local-LW in ${within.length} of them.`);
+  lines.push(
+    `- OC-LW delivered at least the rate that hides transfer behind compute in ${hidden.length} of ${headline.length} configurations${K === 1 ? '' : ` under compute x${K}`}, and is within 10% of Local-LW in ${within.length} of them.`,
+  );
   const short = headline.filter((r) => r.gbPerSec < hidingGBps(r));
-  if (short.length > 0) lines.push(`- Needs a faster link (or gateway) than this machine's: ${short.map((r) => `${configLabel(r)} (needs ${hidingGBps(r).toFixed(2)} GB/s, got ${r.gbPerSec.toFixed(2)})`).join('; ')}.`);
-  const beatsCw = headline.filter((r) => { const cw = find(r, 'S3-CW'); return cw !== undefined && r.ttftMs < cw.ttftMs; });
-  lines.push(`- OC-LW ahead of S3-CW in ${beatsCw.length} of ${headline.length} configurations, of S3-LW in ${headline.filter((r) => { const lw = find(r, 'S3-LW'); return lw !== undefined && r.ttftMs < lw.ttftMs; }).length}.`);
+  if (short.length > 0)
+    lines.push(
+      `- Needs a faster link (or gateway) than this machine's: ${short.map((r) => `${configLabel(r)} (needs ${hidingGBps(r).toFixed(2)} GB/s, got ${r.gbPerSec.toFixed(2)})`).join('; ')}.`,
+    );
+  const beatsCw = headline.filter((r) => {
+    const cw = find(r, 'S3-CW');
+    return cw !== undefined && r.ttftMs < cw.ttftMs;
+  });
+  lines.push(
+    `- OC-LW ahead of S3-CW in ${beatsCw.length} of ${headline.length} configurations, of S3-LW in ${
+      headline.filter((r) => {
+        const lw = find(r, 'S3-LW');
+        return lw !== undefined && r.ttftMs < lw.ttftMs;
+      }).length
+    }.`,
+  );
   if (K !== 1) {
     const raw = result.rows.filter((r) => r.linkScale === 1 && r.method === 'OC-LW');
-    lines.push(`- With table A8's compute as it is (K = 1), OC-LW is within 10% of Local-LW in ${raw.filter((r) => r.overheadPct <= 10).length} of ${raw.length} configurations: at an A100's compute speed this machine's link is the bottleneck for every remote method.`);
+    lines.push(
+      `- With table A8's compute as it is (K = 1), OC-LW is within 10% of Local-LW in ${raw.filter((r) => r.overheadPct <= 10).length} of ${raw.length} configurations: at an A100's compute speed this machine's link is the bottleneck for every remote method.`,
+    );
   }
-  lines.push('', 'Figures: `ttft-overhead.svg` (paper figure 13 style, the headline scale), `ttft-overhead-unscaled.svg` (K = 1, when scaled), `ttft-timeline.svg` (per-layer ready and compute times for one configuration), `scheduler-added-ttft.svg` (figure 16 style, from `npm run bench:scheduler`).', '');
+  lines.push(
+    '',
+    'Figures: `ttft-overhead.svg` (paper figure 13 style, the headline scale), `ttft-overhead-unscaled.svg` (K = 1, when scaled), `ttft-timeline.svg` (per-layer ready and compute times for one configuration), `scheduler-added-ttft.svg` (figure 16 style, from `npm run bench:scheduler`).',
+    '',
+  );
   if (result.firstReads) {
-    lines.push('', '## OC-LW-SEG: the read that packs each prefix (its first read, at the first scale)', '', '| configuration | TTFT ms | layer 0 ms | GB/s | segment stored after ms |', '|---|---|---|---|---|');
-    for (const f of result.firstReads) lines.push(`| ${f.config} | ${f.ttftMs.toFixed(0)} | ${f.firstLayerMs.toFixed(0)} | ${f.gbPerSec.toFixed(3)} | ${f.storedAfterMs.toFixed(0)} |`);
+    lines.push(
+      '',
+      '## OC-LW-SEG: the read that packs each prefix (its first read, at the first scale)',
+      '',
+      '| configuration | TTFT ms | layer 0 ms | GB/s | segment stored after ms |',
+      '|---|---|---|---|---|',
+    );
+    for (const f of result.firstReads)
+      lines.push(`| ${f.config} | ${f.ttftMs.toFixed(0)} | ${f.firstLayerMs.toFixed(0)} | ${f.gbPerSec.toFixed(3)} | ${f.storedAfterMs.toFixed(0)} |`);
     lines.push('', 'Against OC-LW, repeated reads (OC-LW-SEG over OC-LW, TTFT and layer 0):', '');
     for (const r of result.rows.filter((x) => x.method === SEGMENT_METHOD)) {
       const lw = find(r, 'OC-LW');
-      if (lw) lines.push(`- ${configLabel(r)} K=${r.linkScale}: TTFT ${(r.ttftMs / lw.ttftMs).toFixed(2)}x, layer 0 ${(r.firstLayerMs / lw.firstLayerMs).toFixed(2)}x, backend reads ${Math.round(r.backendReads)} against ${Math.round(lw.backendReads)}`);
+      if (lw)
+        lines.push(
+          `- ${configLabel(r)} K=${r.linkScale}: TTFT ${(r.ttftMs / lw.ttftMs).toFixed(2)}x, layer 0 ${(r.firstLayerMs / lw.firstLayerMs).toFixed(2)}x, backend reads ${Math.round(r.backendReads)} against ${Math.round(lw.backendReads)}`,
+        );
     }
   }
   return `${lines.join('\n')}\n`;
@@ -545,7 +678,8 @@ export function parseBenchArgs(argv: readonly string[]): TtftBenchOptions {
   const reps = Number(values.reps);
   if (!Number.isInteger(reps) || reps < 1) throw usage(`--reps is a whole number >= 1, not ${String(values.reps)}`);
   const granularities = (values.granularities ?? '16,64,256').split(',').map(Number);
-  if (granularities.some((g) => !Number.isInteger(g) || g < 1)) throw usage(`--granularities is a comma-separated list of chunk sizes in tokens, not ${String(values.granularities)}`);
+  if (granularities.some((g) => !Number.isInteger(g) || g < 1))
+    throw usage(`--granularities is a comma-separated list of chunk sizes in tokens, not ${String(values.granularities)}`);
   return { quick: values.quick ?? false, include64k: values['include-64k'] ?? false, reps, granularities, placement, linkScale, segments: values.segments ?? false };
 }
 

@@ -23,7 +23,16 @@ is read from OBJECTCACHE_ADMIN_TOKEN.`;
 interface Report {
   readonly leader: boolean;
   readonly gateway: string;
-  readonly buckets: readonly { bucket: string; budget: number; bytes: number; chunks: number; pinnedBytes: number; highBytes: number; lowBytes: number; coldest: readonly { tail: string; depth: number; bytes: number; idleSeconds: number; reason: string }[] }[];
+  readonly buckets: readonly {
+    bucket: string;
+    budget: number;
+    bytes: number;
+    chunks: number;
+    pinnedBytes: number;
+    highBytes: number;
+    lowBytes: number;
+    coldest: readonly { tail: string; depth: number; bytes: number; idleSeconds: number; reason: string }[];
+  }[];
   readonly tenants: readonly { tenant: string; bytes: number; quota: number | null }[];
 }
 
@@ -35,10 +44,14 @@ export function formatCapacity(report: Report): string {
   const lines = [`gateway ${report.gateway}${report.leader ? ' (holds the eviction lease)' : ''}`];
   for (const b of report.buckets) {
     const percent = b.budget > 0 ? ((100 * b.bytes) / b.budget).toFixed(1) : '0';
-    lines.push('', `bucket ${b.bucket}: ${size(b.bytes)} of ${size(b.budget)} (${percent}%), ${b.chunks} chunks, ${size(b.pinnedBytes)} pinned; trims from ${size(b.highBytes)} to ${size(b.lowBytes)}`);
+    lines.push(
+      '',
+      `bucket ${b.bucket}: ${size(b.bytes)} of ${size(b.budget)} (${percent}%), ${b.chunks} chunks, ${size(b.pinnedBytes)} pinned; trims from ${size(b.highBytes)} to ${size(b.lowBytes)}`,
+    );
     if (b.coldest.length > 0) {
       lines.push('  next to evict (tail of its prefix; depth = chunks before it):');
-      for (const c of b.coldest) lines.push(`    ${c.tail}  depth ${c.depth}  ${size(c.bytes)}  idle ${idle(c.idleSeconds)}${c.reason === 'dead' ? '  (dead: a chunk before it is gone)' : ''}`);
+      for (const c of b.coldest)
+        lines.push(`    ${c.tail}  depth ${c.depth}  ${size(c.bytes)}  idle ${idle(c.idleSeconds)}${c.reason === 'dead' ? '  (dead: a chunk before it is gone)' : ''}`);
     }
   }
   if (report.tenants.length > 0) {
@@ -51,7 +64,11 @@ export function formatCapacity(report: Report): string {
 export async function runCapacity(argv: readonly string[], stdout: Writable, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let values: { admin?: string; top?: string; json?: boolean; help?: boolean };
   try {
-    values = parseArgs({ args: [...argv], options: { admin: { type: 'string' }, top: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, strict: true }).values;
+    values = parseArgs({
+      args: [...argv],
+      options: { admin: { type: 'string' }, top: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+      strict: true,
+    }).values;
   } catch (error) {
     throw usageError((error as Error).message);
   }
@@ -71,7 +88,8 @@ export async function runCapacity(argv: readonly string[], stdout: Writable, env
   }
   const body = await res.text();
   if (res.status === 404) throw usageError(`${admin} has no budgeted bucket (start the gateway with --budget bucket=size)`);
-  if (res.status === 401 || res.status === 403) throw usageError(`${admin}/capacity answered ${res.status}: set OBJECTCACHE_ADMIN_TOKEN to the gateway's admin token (${body.slice(0, 200)})`);
+  if (res.status === 401 || res.status === 403)
+    throw usageError(`${admin}/capacity answered ${res.status}: set OBJECTCACHE_ADMIN_TOKEN to the gateway's admin token (${body.slice(0, 200)})`);
   if (!res.ok) throw usageError(`${admin}/capacity answered ${res.status}: ${body.slice(0, 200)}`);
   stdout.write(values.json ? `${body}\n` : `${formatCapacity(JSON.parse(body) as Report)}\n`);
   return 0;

@@ -61,7 +61,10 @@ export async function runFetch(argv: readonly string[], env: NodeJS.ProcessEnv, 
     if (typeof out === 'string') {
       const layers = result.summary.layers[1] - result.summary.layers[0];
       const per = result.summary.bytes / layers;
-      const packed = result.layerStride === per ? result.target : Buffer.concat(Array.from({ length: layers }, (_, l) => result.target.subarray(l * result.layerStride, l * result.layerStride + per)));
+      const packed =
+        result.layerStride === per
+          ? result.target
+          : Buffer.concat(Array.from({ length: layers }, (_, l) => result.target.subarray(l * result.layerStride, l * result.layerStride + per)));
       writeFileSync(out, packed);
     }
     stdout.write('layer\tready_ms\n');

@@ -54,7 +54,12 @@ export async function runPlan(argv: readonly string[], stdin: Readable, stdout: 
   let values: Record<string, string | boolean | undefined>;
   let positional: string[];
   try {
-    const parsed = parseArgs({ args: [...argv], options: { cap: { type: 'string' }, policy: { type: 'string' }, margin: { type: 'string' }, help: { type: 'boolean', short: 'h' } }, strict: true, allowPositionals: true });
+    const parsed = parseArgs({
+      args: [...argv],
+      options: { cap: { type: 'string' }, policy: { type: 'string' }, margin: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      strict: true,
+      allowPositionals: true,
+    });
     values = parsed.values;
     positional = parsed.positionals;
   } catch (error) {

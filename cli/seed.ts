@@ -68,7 +68,8 @@ export async function runSeed(argv: readonly string[], env: NodeJS.ProcessEnv, s
   const concurrency = positiveInteger(values, 'concurrency', 16);
   const layout = (values['layout'] as string | undefined) ?? preset.layout;
   if (!(LAYOUTS as readonly string[]).includes(layout)) throw usageError(`--layout must be one of ${LAYOUTS.join(', ')}, got ${layout}`);
-  if ((preset.layout === 'MLA') !== (layout === 'MLA')) throw usageError(`--layout ${layout} does not fit the ${preset.name} preset (${preset.layout === 'MLA' ? 'an MLA model' : 'a K/V model'})`);
+  if ((preset.layout === 'MLA') !== (layout === 'MLA'))
+    throw usageError(`--layout ${layout} does not fit the ${preset.name} preset (${preset.layout === 'MLA' ? 'an MLA model' : 'a K/V model'})`);
   const layerBytes = chunkTokens * preset.bytesPerTokenPerLayer;
   const identity = { modelId: preset.modelId, dtype: preset.dtype, chunkTokens, layers: preset.layers, layerBytes, layout: layout as Layout };
   const fingerprint = layoutFingerprint(identity);

@@ -16,7 +16,10 @@ export async function runServe(argv: readonly string[]): Promise<number> {
     logger.warn('serving with the published trial secret (allowed on loopback only); set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY for anything but a local trial');
   }
   const keys = config.clientCredentials;
-  logger.info({ keys: keys.length, administrator: keys.filter((c) => c.access.unrestricted).length, withPolicy: keys.filter((c) => !c.access.unrestricted && !c.access.empty).length }, 'access policies loaded');
+  logger.info(
+    { keys: keys.length, administrator: keys.filter((c) => c.access.unrestricted).length, withPolicy: keys.filter((c) => !c.access.unrestricted && !c.access.empty).length },
+    'access policies loaded',
+  );
   const powerless = keys.filter((c) => c.access.empty).map((c) => c.accessKeyId);
   if (powerless.length > 0) {
     logger.warn({ keys: powerless }, 'these keys have no access policy and may do nothing; attach one with "policy" in --credentials or in --access-policies');

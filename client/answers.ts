@@ -102,7 +102,12 @@ export function toObjectCacheError(error: unknown, what: string): ObjectCacheErr
   if (error instanceof S3ServiceException) {
     const headers = (error.$response?.headers ?? {}) as Record<string, string | undefined>;
     const status = error.$metadata.httpStatusCode ?? 0;
-    return errorFromAnswer(status, { code: error.name, message: error.message }, (name) => headers[name] ?? (name === 'x-amz-request-id' ? error.$metadata.requestId : undefined), error);
+    return errorFromAnswer(
+      status,
+      { code: error.name, message: error.message },
+      (name) => headers[name] ?? (name === 'x-amz-request-id' ? error.$metadata.requestId : undefined),
+      error,
+    );
   }
   const message = error instanceof Error ? error.message : String(error);
   if (networkError(error)) return new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', `${what}: cannot reach the gateway: ${message}`, { cause: error, retryable: true });

@@ -137,7 +137,8 @@ export class ObjectCacheClient {
   constructor(options: ObjectCacheClientOptions) {
     this.bucket = options.bucket;
     this.#retries = options.retries ?? DEFAULT_RETRIES;
-    if (!Number.isInteger(this.#retries) || this.#retries < 0) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `retries must be a whole number of at least 0, got ${options.retries}`);
+    if (!Number.isInteger(this.#retries) || this.#retries < 0)
+      throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `retries must be a whole number of at least 0, got ${options.retries}`);
     this.#deadlineMs = deadlineOf(options.deadlineMs, DEFAULT_DEADLINE_MS);
     const region = options.region ?? 'us-east-1';
     const urls = typeof options.endpoint === 'string' ? [options.endpoint] : [...options.endpoint];
@@ -146,7 +147,10 @@ export class ObjectCacheClient {
       const url = new URL(endpoint);
       // maxAttempts 1: the SDK's own retries are off, the client's one policy decides (client/retry.ts).
       const s3 = new S3Client({ endpoint, region, forcePathStyle: true, credentials: options.credentials, maxAttempts: 1 });
-      const sockets = url.protocol === 'http:' ? new SocketRangeClient({ endpoint: url, connections: 8, timeoutMs: FETCH_IDLE_TIMEOUT_MS, ...options.credentials, region, peer: 'the gateway' }) : undefined;
+      const sockets =
+        url.protocol === 'http:'
+          ? new SocketRangeClient({ endpoint: url, connections: 8, timeoutMs: FETCH_IDLE_TIMEOUT_MS, ...options.credentials, region, peer: 'the gateway' })
+          : undefined;
       return { url, s3, sockets, ...signingPool({ endpoint: url, ...options.credentials, region, pool: { connections: 8 } }) };
     });
   }
@@ -182,7 +186,10 @@ export class ObjectCacheClient {
   }
 
   #unreachable(last: unknown): ObjectCacheError {
-    return new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', `cannot reach the gateway at ${this.#endpoints.map((e) => e.url.origin).join(', ')}: ${(last as Error).message}`, { cause: last, retryable: true });
+    return new ObjectCacheError('OC_ERR_BACKEND_UNAVAILABLE', `cannot reach the gateway at ${this.#endpoints.map((e) => e.url.origin).join(', ')}: ${(last as Error).message}`, {
+      cause: last,
+      retryable: true,
+    });
   }
 
   /**
@@ -228,7 +235,8 @@ export class ObjectCacheClient {
         const object = objects[i] as Uint8Array;
         const metadata: Record<string, string> = {};
         if (geometry && geometry.layers <= MAX_CHECKSUMMED_LAYERS) {
-          if (object.byteLength !== geometry.layers * geometry.layerBytes) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `chunk ${i} has ${object.byteLength} bytes, not layers x layerBytes`);
+          if (object.byteLength !== geometry.layers * geometry.layerBytes)
+            throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `chunk ${i} has ${object.byteLength} bytes, not layers x layerBytes`);
           metadata[LAYER_CRC_META] = encodeLayerCrcs(layerCrcs(toCanonical(object, geometry.layout, geometry.layers, geometry.layerBytes), geometry.layers, geometry.layerBytes));
         }
         const after = i > 0 && options.chain !== false ? (keys[i - 1] as string) : undefined;
@@ -249,7 +257,9 @@ export class ObjectCacheClient {
     const path = escapeUriPath(`/${this.bucket}`);
     let response: Dispatcher.ResponseData;
     try {
-      response = await this.#failover((e) => e.http.request({ method: 'POST', path: `${path}?${query}=`, headers: { 'content-type': 'application/json', 'content-length': String(body.length) }, body, signal }));
+      response = await this.#failover((e) =>
+        e.http.request({ method: 'POST', path: `${path}?${query}=`, headers: { 'content-type': 'application/json', 'content-length': String(body.length) }, body, signal }),
+      );
     } catch (error) {
       throw signal.aborted ? error : toObjectCacheError(error, query);
     }
@@ -271,7 +281,8 @@ export class ObjectCacheClient {
     const body = { keys, keyPrefix, ...(geometry ? { layers: geometry.layers, layerBytes: geometry.layerBytes } : {}) };
     const { matched } = await this.#postJson<{ matched?: unknown }>('objectcache-lookup', body);
     // A count of what was asked: a whole number from 0 to the keys named.
-    if (typeof matched !== 'number' || !Number.isInteger(matched) || matched < 0 || matched > keys.length) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-lookup has no matched count between 0 and ${keys.length}: ${JSON.stringify(matched)}`);
+    if (typeof matched !== 'number' || !Number.isInteger(matched) || matched < 0 || matched > keys.length)
+      throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-lookup has no matched count between 0 and ${keys.length}: ${JSON.stringify(matched)}`);
     return matched;
   }
 
@@ -283,7 +294,8 @@ export class ObjectCacheClient {
   async pin(keys: readonly string[], until: Date | null): Promise<Date | null> {
     const body = { keys, until: until === null ? null : until.toISOString() };
     const answer = await this.#postJson<{ until?: unknown }>('objectcache-pin', body);
-    if (answer.until !== null && (typeof answer.until !== 'string' || Number.isNaN(Date.parse(answer.until)))) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-pin has no time: ${JSON.stringify(answer.until)}`);
+    if (answer.until !== null && (typeof answer.until !== 'string' || Number.isNaN(Date.parse(answer.until))))
+      throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to objectcache-pin has no time: ${JSON.stringify(answer.until)}`);
     return answer.until === null ? null : new Date(answer.until);
   }
 
@@ -303,7 +315,8 @@ export class ObjectCacheClient {
     } catch {
       throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is not JSON: ${JSON.stringify(text.slice(0, 200))}`);
     }
-    if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is not a JSON object: ${JSON.stringify(text.slice(0, 200))}`);
+    if (typeof answer !== 'object' || answer === null || Array.isArray(answer))
+      throw new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', `the answer to ${what} is not a JSON object: ${JSON.stringify(text.slice(0, 200))}`);
     return answer as T;
   }
 
@@ -334,13 +347,23 @@ export class ObjectCacheClient {
 
   /** Fetches the prefix's KV: every layer lands in the target, each announced when ready. */
   async fetch(input: DescriptorInput, options: FetchOptions = {}): Promise<FetchResult> {
-    const descriptor: Descriptor = parseDescriptor(input, { maxKeys: Number.MAX_SAFE_INTEGER, maxLayers: Number.MAX_SAFE_INTEGER, maxLayerBytes: Number.MAX_SAFE_INTEGER, maxTotalBytes: Number.MAX_SAFE_INTEGER });
+    const descriptor: Descriptor = parseDescriptor(input, {
+      maxKeys: Number.MAX_SAFE_INTEGER,
+      maxLayers: Number.MAX_SAFE_INTEGER,
+      maxLayerBytes: Number.MAX_SAFE_INTEGER,
+      maxTotalBytes: Number.MAX_SAFE_INTEGER,
+    });
     // Encoded chunks are decoded by the Python client (objectcache.codecs); this one reads raw streams.
-    if (descriptor.codecs !== undefined) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'the TypeScript client reads raw chunks only: drop "codecs", or fetch encoded chunks with the Python client (docs/compression.md)');
+    if (descriptor.codecs !== undefined)
+      throw new ObjectCacheError(
+        'OC_ERR_CLIENT_USAGE',
+        'the TypeScript client reads raw chunks only: drop "codecs", or fetch encoded chunks with the Python client (docs/compression.md)',
+      );
     const layers = descriptor.layerEnd - descriptor.layerStart;
     const layerStride = options.layerStride ?? descriptor.target?.layerStride ?? descriptor.layerPayloadBytes;
     const target = options.target ?? new Uint8Array((layers - 1) * layerStride + descriptor.layerPayloadBytes);
-    const transport = options.transport === 'get' || options.transport === 'post' ? options.transport : encodeDescriptorHeader(input).length > MAX_HEADER_DESCRIPTOR_BYTES ? 'post' : 'get';
+    const transport =
+      options.transport === 'get' || options.transport === 'post' ? options.transport : encodeDescriptorHeader(input).length > MAX_HEADER_DESCRIPTOR_BYTES ? 'post' : 'get';
     const started = performance.now();
     const timeline: { layer: number; ms: number }[] = [];
     const decoder = new FrameDecoder({
@@ -379,7 +402,10 @@ export class ObjectCacheClient {
         body.destroy();
         if (decoding || signal.aborted) throw withRequestId(error, requestId);
         // A connection that broke once the answer had begun: the stream is incomplete.
-        throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
+        throw withRequestId(
+          new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }),
+          requestId,
+        );
       }
     });
   }

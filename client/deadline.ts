@@ -50,6 +50,7 @@ export class Deadline {
 export function deadlineOf(given: number | undefined, fallback: number): number {
   if (given === undefined) return fallback;
   // Node's timers take whole milliseconds up to 2^31 - 1 (24.8 days); past that one fires at once.
-  if (!Number.isSafeInteger(given) || given <= 0 || given > 2 ** 31 - 1) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `deadlineMs must be a whole number of milliseconds from 1 to 2147483647, got ${given}`);
+  if (!Number.isSafeInteger(given) || given <= 0 || given > 2 ** 31 - 1)
+    throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `deadlineMs must be a whole number of milliseconds from 1 to 2147483647, got ${given}`);
   return given;
 }

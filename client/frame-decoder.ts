@@ -9,7 +9,17 @@
  */
 import { crc32c } from '../native/crc32c.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { checkPreamble, decodeFrameHeader, FRAME_HEADER_BYTES, FrameType, MAX_JSON_FRAME_BYTES, PREAMBLE_BYTES, type EndSummary, type ErrorPayload, type FrameHeader } from '../schemas/frames.js';
+import {
+  checkPreamble,
+  decodeFrameHeader,
+  FRAME_HEADER_BYTES,
+  FrameType,
+  MAX_JSON_FRAME_BYTES,
+  PREAMBLE_BYTES,
+  type EndSummary,
+  type ErrorPayload,
+  type FrameHeader,
+} from '../schemas/frames.js';
 import { ERRORS, siteDetails, type ErrorCode } from '../schemas/errors.js';
 
 export interface DecoderGeometry {
@@ -25,7 +35,6 @@ export interface DecoderOptions extends DecoderGeometry {
   /** Called once per delivered layer, in layer order, with the layer's bytes in the target. */
   readonly onLayerReady?: (layer: number, view: Uint8Array) => void;
 }
-
 
 function protocolError(message: string): ObjectCacheError {
   return new ObjectCacheError('OC_ERR_CLIENT_PROTOCOL', message);
@@ -171,7 +180,10 @@ export class FrameDecoder {
   #endFrame(): void {
     const header = this.#header as FrameHeader;
     if (this.#crc >>> 0 !== header.crc32c >>> 0) {
-      throw new ObjectCacheError('OC_ERR_CLIENT_CRC', `the CRC32C of ${header.type === FrameType.LAYER ? `layer ${header.index}` : header.type === FrameType.CHUNK ? `chunk ${header.index}` : 'a control frame'} does not match`);
+      throw new ObjectCacheError(
+        'OC_ERR_CLIENT_CRC',
+        `the CRC32C of ${header.type === FrameType.LAYER ? `layer ${header.index}` : header.type === FrameType.CHUNK ? `chunk ${header.index}` : 'a control frame'} does not match`,
+      );
     }
     const o = this.#o;
     switch (header.type) {
@@ -210,7 +222,7 @@ export class FrameDecoder {
 
   /** Feeds bytes from the response body, copying each to its place. Throws ObjectCacheError on any protocol, CRC or gateway error. */
   push(chunk: Uint8Array): void {
-    for (let at = 0; at < chunk.byteLength; ) {
+    for (let at = 0; at < chunk.byteLength;) {
       const place = this.next();
       const n = Math.min(place.byteLength, chunk.byteLength - at);
       place.set(chunk.subarray(at, at + n));
@@ -221,7 +233,11 @@ export class FrameDecoder {
 
   /** Call at the end of the body: throws unless the END frame arrived. */
   finish(): EndSummary {
-    if (!this.#summary) throw new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream ended after ${this.#nextLayer - this.#o.layerStart} of ${this.#o.layerEnd - this.#o.layerStart} layers without an END frame`);
+    if (!this.#summary)
+      throw new ObjectCacheError(
+        'OC_ERR_CLIENT_INCOMPLETE',
+        `the stream ended after ${this.#nextLayer - this.#o.layerStart} of ${this.#o.layerEnd - this.#o.layerStart} layers without an END frame`,
+      );
     return this.#summary;
   }
 }

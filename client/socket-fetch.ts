@@ -84,7 +84,13 @@ export interface Tries {
  * once more on a new connection (an idle one may have been closing), then the next one; once the
  * answer has begun, a broken connection ends the fetch (OC_ERR_CLIENT_INCOMPLETE).
  */
-export async function receive(sockets: readonly SocketRangeClient[], tries: Tries, request: SocketRequest, decoder: FrameDecoder, live: AbortSignal): Promise<{ summary: EndSummary; segmentChunks: number }> {
+export async function receive(
+  sockets: readonly SocketRangeClient[],
+  tries: Tries,
+  request: SocketRequest,
+  decoder: FrameDecoder,
+  live: AbortSignal,
+): Promise<{ summary: EndSummary; segmentChunks: number }> {
   let last: unknown;
   const start = tries.first();
   for (let tried = 0; tried < sockets.length; tried++) {
@@ -113,7 +119,11 @@ export async function receive(sockets: readonly SocketRangeClient[], tries: Trie
           const headers = answered;
           throw errorFromAnswer(answeredStatus, {}, (name) => headers[name], error);
         }
-        if (answered !== undefined) throw withRequestId(new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }), requestId);
+        if (answered !== undefined)
+          throw withRequestId(
+            new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }),
+            requestId,
+          );
         // Not reached (refused, reset or closed before any answer): again, then the next gateway.
         if (!(error instanceof ObjectCacheError)) throw toObjectCacheError(error, 'the descriptor GET');
         if (error.code !== 'OC_ERR_BACKEND_UNAVAILABLE') throw error;

@@ -649,7 +649,8 @@ class Connection {
     } else if (Array.isArray(plan)) {
       const views = plan as readonly Uint8Array[];
       const total = views.reduce((sum, view) => sum + view.byteLength, 0);
-      if (declared !== undefined && total !== declared) return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${declared} bytes where ${total} were asked for`));
+      if (declared !== undefined && total !== declared)
+        return this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `the range read answered ${declared} bytes where ${total} were asked for`));
       this.#target = new ViewsTarget(views);
       this.#remaining = total;
     } else {

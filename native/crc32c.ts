@@ -15,5 +15,4 @@ const native = loadNative<{ crc32c?: Crc32c }>('crc32c')?.crc32c;
 export const nativeCrc32c = native !== undefined;
 
 export const crc32c: Crc32c =
-  native ??
-  ((bytes, previous) => libraryCrc32c(Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), previous) >>> 0);
+  native ?? ((bytes, previous) => libraryCrc32c(Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), previous) >>> 0);

@@ -126,7 +126,7 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
   if (d.layout === 'KV_2LTD' && d.layerBytes % 2 !== 0) problems.push('layerBytes must be even for KV_2LTD (a K half and a V half)');
   // Encoded chunks store their slices one layer after another (schemas/encoded-chunk.ts), and a
   // version 2 stream serves raw chunks as whole slices too: the split K/V layout has no place there.
-  if (d.codecs !== undefined && d.layout === 'KV_2LTD') problems.push('codecs needs layout KV_L2TD or MLA (encoded chunks hold each layer\'s slice whole, in layer order)');
+  if (d.codecs !== undefined && d.layout === 'KV_2LTD') problems.push("codecs needs layout KV_L2TD or MLA (encoded chunks hold each layer's slice whole, in layer order)");
   const layerStart = d.layerRange?.[0] ?? 0;
   const layerEnd = d.layerRange?.[1] ?? d.layers;
   if (d.layerRange && !(layerStart < layerEnd && layerEnd <= d.layers)) {
@@ -179,7 +179,9 @@ export const MAX_HEADER_DESCRIPTOR_BYTES = 8 * 1024;
 export function decodeDescriptorHeader(value: string): unknown {
   const text = value.trim();
   if (!/^[A-Za-z0-9+/_-]+={0,2}$/.test(text)) {
-    throw new ObjectCacheError('OC_ERR_DESCRIPTOR_ENCODING', 'x-objectcache-descriptor must be base64 of the descriptor JSON', { details: { ArgumentName: 'x-objectcache-descriptor' } });
+    throw new ObjectCacheError('OC_ERR_DESCRIPTOR_ENCODING', 'x-objectcache-descriptor must be base64 of the descriptor JSON', {
+      details: { ArgumentName: 'x-objectcache-descriptor' },
+    });
   }
   return decodeDescriptorJson(Buffer.from(text.replace(/-/g, '+').replace(/_/g, '/'), 'base64').toString('utf8'));
 }
@@ -189,7 +191,9 @@ export function decodeDescriptorJson(text: string): unknown {
   try {
     return JSON.parse(text) as unknown;
   } catch (error) {
-    throw new ObjectCacheError('OC_ERR_DESCRIPTOR_ENCODING', `The descriptor is not valid JSON: ${(error as Error).message}`, { details: { ArgumentName: 'x-objectcache-descriptor' } });
+    throw new ObjectCacheError('OC_ERR_DESCRIPTOR_ENCODING', `The descriptor is not valid JSON: ${(error as Error).message}`, {
+      details: { ArgumentName: 'x-objectcache-descriptor' },
+    });
   }
 }
 

@@ -11,11 +11,15 @@ for (const s of Object.values(SERVE_SETTINGS)) {
   settings.push(`| ${s.envOnly ? '—' : `\`--${s.flag}\``} | \`${s.env}\` | ${s.default === undefined ? 'unset' : `\`${s.default}\``} | ${s.description} |`);
 }
 const errors = ['| Code | HTTP | S3 code | Retry | When |', '|---|---|---|---|---|'];
-for (const [code, e] of Object.entries(ERRORS)) errors.push(`| \`${code}\` | ${e.status === 0 ? '—' : e.status} | \`${e.s3Code}\` | ${e.retryable ? 'yes' : 'no'} | ${e.description} |`);
+for (const [code, e] of Object.entries(ERRORS))
+  errors.push(`| \`${code}\` | ${e.status === 0 ? '—' : e.status} | \`${e.s3Code}\` | ${e.retryable ? 'yes' : 'no'} | ${e.description} |`);
 
 const url = new URL('../docs/reference.md', import.meta.url);
 let readme = readFileSync(url, 'utf8');
-for (const [name, rows] of [['settings', settings], ['errors', errors]]) {
+for (const [name, rows] of [
+  ['settings', settings],
+  ['errors', errors],
+]) {
   const start = `<!-- ${name}:start -->`;
   const end = `<!-- ${name}:end -->`;
   const a = readme.indexOf(start);

@@ -58,7 +58,11 @@ function seconds(ms, what) {
   const s = ms / 1000;
   return Number.isInteger(s) ? `${s}.0` : String(s);
 }
-const frozen = (values) => `frozenset(\n    {\n${[...values].sort().map((v) => `        ${str(v)},\n`).join('')}    }\n)`;
+const frozen = (values) =>
+  `frozenset(\n    {\n${[...values]
+    .sort()
+    .map((v) => `        ${str(v)},\n`)
+    .join('')}    }\n)`;
 const literal = (values) => `Literal[${values.map(str).join(', ')}]`;
 const tuple = (values) => `(${values.map(str).join(', ')}${values.length === 1 ? ',' : ''})`;
 
@@ -88,7 +92,11 @@ function unpack(format, bytes) {
 
 // The preamble: magic, version, reserved.
 const PREAMBLE_FORMAT = '<4sHH';
-same(unpack(PREAMBLE_FORMAT, frames.encodePreamble(frames.STREAM_VERSION_SEGMENTED)), [frames.STREAM_MAGIC, frames.STREAM_VERSION_SEGMENTED, 0], 'the preamble as ' + PREAMBLE_FORMAT);
+same(
+  unpack(PREAMBLE_FORMAT, frames.encodePreamble(frames.STREAM_VERSION_SEGMENTED)),
+  [frames.STREAM_MAGIC, frames.STREAM_VERSION_SEGMENTED, 0],
+  'the preamble as ' + PREAMBLE_FORMAT,
+);
 // A frame header: type, flags, reserved, index, length, crc32c, reserved.
 const FRAME_HEADER_FORMAT = '<BBHIQII';
 const probe = { type: frames.FrameType.END, index: 0x04030201, length: 0x0b0a09080706, crc32c: 0xfedcba98 };
@@ -105,7 +113,8 @@ if (header.length !== frames.FRAME_HEADER_BYTES) fail('FRAME_HEADER_BYTES');
 // The largest encoded slice: a factor of the raw slice plus some bytes, and nothing else.
 const sliceExtra = encoded.maxEncodedSliceBytes(0);
 const sliceFactor = encoded.maxEncodedSliceBytes(1) - sliceExtra;
-for (const n of [7, 4096, 64 * 1024 * 1024]) if (encoded.maxEncodedSliceBytes(n) !== sliceFactor * n + sliceExtra) fail('maxEncodedSliceBytes is no longer factor * layerBytes + extra');
+for (const n of [7, 4096, 64 * 1024 * 1024])
+  if (encoded.maxEncodedSliceBytes(n) !== sliceFactor * n + sliceExtra) fail('maxEncodedSliceBytes is no longer factor * layerBytes + extra');
 
 // --- the descriptor's JSON Schema as TypedDicts -------------------------------------------------
 
@@ -114,8 +123,8 @@ const schema = descriptorSchema.DESCRIPTOR_SCHEMA;
 const ENUMS = { layout: ['Layout', 'LAYOUTS'], delivery: ['Delivery', 'DELIVERIES'], mode: ['Mode', 'MODES'] };
 /** Nested objects, by field: their TypedDict. */
 const OBJECTS = { target: 'DescriptorTarget' };
-same(schema.properties.layout.enum, layouts.LAYOUTS, 'the schema\'s layouts and schemas/layouts.ts LAYOUTS');
-same(schema.properties.codecs.items.pattern, encoded.CODEC_NAME.source, 'the schema\'s codec names and schemas/encoded-chunk.ts CODEC_NAME');
+same(schema.properties.layout.enum, layouts.LAYOUTS, "the schema's layouts and schemas/layouts.ts LAYOUTS");
+same(schema.properties.codecs.items.pattern, encoded.CODEC_NAME.source, "the schema's codec names and schemas/encoded-chunk.ts CODEC_NAME");
 
 function pyType(name, spec) {
   if (ENUMS[name]) return ENUMS[name][0];
@@ -123,12 +132,18 @@ function pyType(name, spec) {
   if ('const' in spec) return `Literal[${JSON.stringify(spec.const)}]`;
   if (spec.enum) return literal(spec.enum);
   switch (spec.type) {
-    case 'string': return 'str';
-    case 'integer': return 'int';
-    case 'number': return 'float';
-    case 'boolean': return 'bool';
-    case 'array': return `List[${pyType(undefined, spec.items)}]`;
-    default: return fail(`no Python type for the descriptor field ${name} (${JSON.stringify(spec)}): teach scripts/gen-python-contract.mjs`);
+    case 'string':
+      return 'str';
+    case 'integer':
+      return 'int';
+    case 'number':
+      return 'float';
+    case 'boolean':
+      return 'bool';
+    case 'array':
+      return `List[${pyType(undefined, spec.items)}]`;
+    default:
+      return fail(`no Python type for the descriptor field ${name} (${JSON.stringify(spec)}): teach scripts/gen-python-contract.mjs`);
   }
 }
 
@@ -166,7 +181,9 @@ function comment(text) {
   return [...out, line];
 }
 lines.push(
-  ...comment(`GENERATED FILE, do not edit. Written by scripts/gen-python-contract.mjs from package.json ("version") and ${sources.join(', ')}, as built into dist/schemas/. After changing any of them, run from the repository root:`),
+  ...comment(
+    `GENERATED FILE, do not edit. Written by scripts/gen-python-contract.mjs from package.json ("version") and ${sources.join(', ')}, as built into dist/schemas/. After changing any of them, run from the repository root:`,
+  ),
   `#   ${COMMAND}`,
   ...comment('`node scripts/gen-python-contract.mjs --check` prints the drift and exits 1; test/python-contract.test.ts fails on it.'),
   '"""The wire contract the Python client shares with the gateway, and the project\'s version."""',
@@ -175,12 +192,14 @@ lines.push(
   '',
 );
 
-constant('VERSION', 'str', str(version), 'The version of the project (package.json), the Python package\'s too.');
+constant('VERSION', 'str', str(version), "The version of the project (package.json), the Python package's too.");
 lines.push('__version__: Final[str] = VERSION');
 
 section('errors (schemas/errors.ts)');
 constant('KNOWN_CODES', 'FrozenSet[str]', frozen(Object.keys(errors.ERRORS)), 'Every code of the registry (ERRORS).');
-const retryable = Object.entries(errors.ERRORS).filter(([, spec]) => spec.retryable === true).map(([code]) => code);
+const retryable = Object.entries(errors.ERRORS)
+  .filter(([, spec]) => spec.retryable === true)
+  .map(([code]) => code);
 constant('RETRYABLE_CODES', 'FrozenSet[str]', frozen(retryable), 'The codes for which sending the same request again may succeed (ErrorSpec.retryable).');
 {
   // What an answer without x-objectcache-error-code (the store's own, relayed as it is) means:
@@ -198,48 +217,83 @@ constant('RETRYABLE_CODES', 'FrozenSet[str]', frozen(retryable), 'The codes for 
     const code = store.length === 1 ? store[0] : codes.length === 1 ? codes[0] : undefined;
     if (code !== undefined) rows.push(`    ${answer}: ${JSON.stringify(code)},`);
   }
-  constant('CODES_BY_ANSWER', 'Mapping[Tuple[int, str], str]', `{\n${rows.join('\n')}\n}`, "The code an answer without ours (the store's own, relayed) stands for, by HTTP status and S3 code, where one does.");
+  constant(
+    'CODES_BY_ANSWER',
+    'Mapping[Tuple[int, str], str]',
+    `{\n${rows.join('\n')}\n}`,
+    "The code an answer without ours (the store's own, relayed) stands for, by HTTP status and S3 code, where one does.",
+  );
 }
 
 section('the retry policy (schemas/retry-policy.ts)');
 // The policy's function, checked against the numbers written here (objectcache/retry.py computes the same).
-for (const [attempt, expected] of [[1, retryPolicy.FIRST_BACKOFF_MS], [2, retryPolicy.FIRST_BACKOFF_MS * 2], [3, retryPolicy.FIRST_BACKOFF_MS * 4]]) same(retryPolicy.retryDelayMs(undefined, attempt), expected, `retryDelayMs(undefined, ${attempt})`);
+for (const [attempt, expected] of [
+  [1, retryPolicy.FIRST_BACKOFF_MS],
+  [2, retryPolicy.FIRST_BACKOFF_MS * 2],
+  [3, retryPolicy.FIRST_BACKOFF_MS * 4],
+])
+  same(retryPolicy.retryDelayMs(undefined, attempt), expected, `retryDelayMs(undefined, ${attempt})`);
 same(retryPolicy.retryDelayMs('100000', 1), retryPolicy.MAX_RETRY_AFTER_MS, 'a long Retry-After, capped');
 constant('DEFAULT_RETRIES', 'int', int(retryPolicy.DEFAULT_RETRIES, 'DEFAULT_RETRIES'), 'How often a retryable refusal is tried again unless the client is told otherwise.');
-constant('FIRST_BACKOFF_S', 'float', seconds(retryPolicy.FIRST_BACKOFF_MS, 'FIRST_BACKOFF_MS'), 'The wait before the first retry of an answer without Retry-After, in seconds; doubled at each next one.');
-constant('MAX_RETRY_AFTER_S', 'float', seconds(retryPolicy.MAX_RETRY_AFTER_MS, 'MAX_RETRY_AFTER_MS'), 'The longest Retry-After honoured, in seconds (a longer one is waited for this long).');
-constant('RETRY_AFTER_PATTERN', 'str', str(retryPolicy.RETRY_AFTER.source), 'A Retry-After the clients honour (re.fullmatch): delay-seconds; anything else is ignored and the backoff applies.');
+constant(
+  'FIRST_BACKOFF_S',
+  'float',
+  seconds(retryPolicy.FIRST_BACKOFF_MS, 'FIRST_BACKOFF_MS'),
+  'The wait before the first retry of an answer without Retry-After, in seconds; doubled at each next one.',
+);
+constant(
+  'MAX_RETRY_AFTER_S',
+  'float',
+  seconds(retryPolicy.MAX_RETRY_AFTER_MS, 'MAX_RETRY_AFTER_MS'),
+  'The longest Retry-After honoured, in seconds (a longer one is waited for this long).',
+);
+constant(
+  'RETRY_AFTER_PATTERN',
+  'str',
+  str(retryPolicy.RETRY_AFTER.source),
+  'A Retry-After the clients honour (re.fullmatch): delay-seconds; anything else is ignored and the backoff applies.',
+);
 
 section('the response stream (schemas/frames.ts)');
 constant('STREAM_MAGIC', 'bytes', bytesLiteral(frames.STREAM_MAGIC));
 constant('STREAM_VERSION', 'int', int(frames.STREAM_VERSION, 'STREAM_VERSION'), 'Raw slices.');
-constant('STREAM_VERSION_SEGMENTED', 'int', int(frames.STREAM_VERSION_SEGMENTED, 'STREAM_VERSION_SEGMENTED'), 'A descriptor naming codecs: a segment table, then the slices as stored.');
+constant(
+  'STREAM_VERSION_SEGMENTED',
+  'int',
+  int(frames.STREAM_VERSION_SEGMENTED, 'STREAM_VERSION_SEGMENTED'),
+  'A descriptor naming codecs: a segment table, then the slices as stored.',
+);
 constant('STREAM_CONTENT_TYPE', 'str', str(frames.STREAM_CONTENT_TYPE));
 constant('SEGMENTED_STREAM_CONTENT_TYPE', 'str', str(frames.SEGMENTED_STREAM_CONTENT_TYPE));
 constant('PREAMBLE_BYTES', 'int', int(frames.PREAMBLE_BYTES, 'PREAMBLE_BYTES'));
 constant('PREAMBLE_FORMAT', 'str', str(PREAMBLE_FORMAT), 'struct format of the preamble: magic, version, reserved.');
 constant('FRAME_HEADER_BYTES', 'int', int(frames.FRAME_HEADER_BYTES, 'FRAME_HEADER_BYTES'));
-constant('MAX_JSON_FRAME_BYTES', 'int', int(frames.MAX_JSON_FRAME_BYTES, 'MAX_JSON_FRAME_BYTES'), 'The most a reader takes of an ERROR or END frame\'s JSON.');
+constant('MAX_JSON_FRAME_BYTES', 'int', int(frames.MAX_JSON_FRAME_BYTES, 'MAX_JSON_FRAME_BYTES'), "The most a reader takes of an ERROR or END frame's JSON.");
 constant('FRAME_HEADER_FORMAT', 'str', str(FRAME_HEADER_FORMAT), 'struct format of a frame header: type, flags, reserved, index, length, crc32c, reserved.');
 for (const [name, value] of Object.entries(frames.FrameType)) constant(`FRAME_${name}`, 'int', int(value, name));
 
 section('encoded chunks (schemas/encoded-chunk.ts) and stored metadata (integrity.ts, chain.ts)');
 constant('RAW_CODEC', 'str', str(encoded.RAW_CODEC), 'The codec of a chunk stored raw.');
 constant('CODEC_NAME_PATTERN', 'str', str(encoded.CODEC_NAME.source), 'Codec names, as the gateway and the stored metadata take them.');
-constant('CODEC_META', 'str', str(encoded.CODEC_META), 'User metadata naming an encoded chunk\'s codec (x-amz-meta-... on the wire).');
+constant('CODEC_META', 'str', str(encoded.CODEC_META), "User metadata naming an encoded chunk's codec (x-amz-meta-... on the wire).");
 constant('SLICE_BYTES_META', 'str', str(encoded.SLICE_BYTES_META), 'User metadata with the length of each encoded slice.');
-constant('MAX_ENCODED_LAYERS', 'int', int(encoded.MAX_ENCODED_LAYERS, 'MAX_ENCODED_LAYERS'), 'Most layers of an encoded chunk (its index must fit in S3\'s 2 KB of user metadata).');
+constant('MAX_ENCODED_LAYERS', 'int', int(encoded.MAX_ENCODED_LAYERS, 'MAX_ENCODED_LAYERS'), "Most layers of an encoded chunk (its index must fit in S3's 2 KB of user metadata).");
 constant('MAX_ENCODED_SLICE_FACTOR', 'int', int(sliceFactor, 'the slice factor'), 'An encoded slice is at most FACTOR x layerBytes + EXTRA bytes (maxEncodedSliceBytes).');
 constant('MAX_ENCODED_SLICE_EXTRA_BYTES', 'int', int(sliceExtra, 'the slice extra'));
-constant('LAYER_CRC_META', 'str', str(integrity.LAYER_CRC_META), 'User metadata with the CRC-32C of every layer\'s slice.');
-constant('MAX_CHECKSUMMED_LAYERS', 'int', int(integrity.MAX_CHECKSUMMED_LAYERS, 'MAX_CHECKSUMMED_LAYERS'), 'Most layers whose CRC-32Cs fit in S3\'s 2 KB of user metadata.');
+constant('LAYER_CRC_META', 'str', str(integrity.LAYER_CRC_META), "User metadata with the CRC-32C of every layer's slice.");
+constant('MAX_CHECKSUMMED_LAYERS', 'int', int(integrity.MAX_CHECKSUMMED_LAYERS, 'MAX_CHECKSUMMED_LAYERS'), "Most layers whose CRC-32Cs fit in S3's 2 KB of user metadata.");
 constant('AFTER_META', 'str', str(chain.AFTER_META), 'User metadata naming the chunk before this one in its prefix.');
 constant('MAX_AFTER_KEY', 'int', int(chain.MAX_AFTER_KEY, 'MAX_AFTER_KEY'), 'Longer keys are not recorded.');
 constant('AFTER_KEY_PATTERN', 'str', str(chain.AFTER_KEY.source), 'What a recorded key may hold (re.fullmatch); others are not recorded.');
 
 section('the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts)');
 constant('DESCRIPTOR_HEADER', 'str', str(descriptor.DESCRIPTOR_HEADER), 'The request header that carries a descriptor on GET.');
-constant('MAX_HEADER_DESCRIPTOR_BYTES', 'int', int(descriptor.MAX_HEADER_DESCRIPTOR_BYTES, 'MAX_HEADER_DESCRIPTOR_BYTES'), 'A descriptor whose header would be longer goes as a POST body (transport "auto").');
+constant(
+  'MAX_HEADER_DESCRIPTOR_BYTES',
+  'int',
+  int(descriptor.MAX_HEADER_DESCRIPTOR_BYTES, 'MAX_HEADER_DESCRIPTOR_BYTES'),
+  'A descriptor whose header would be longer goes as a POST body (transport "auto").',
+);
 constant('DESCRIPTOR_VERSION', `Literal[${int(schema.properties.version.const, 'the descriptor version')}]`, String(schema.properties.version.const));
 for (const [field, [alias, all]] of Object.entries(ENUMS)) {
   const values = schema.properties[field].enum;
@@ -249,7 +303,10 @@ lines.push('', '');
 for (const [field, name] of Object.entries(OBJECTS)) lines.push(typedDict(name, schema.properties[field], schema.properties[field].description), '', '');
 lines.push(typedDict('Descriptor', schema, `${schema.description} Field meanings: schemas/wire-format.md section 2.`));
 // As ruff format writes it (client/python/pyproject.toml), so that formatting the package leaves it as it is.
-const text = `${lines.join('\n').replace(/\n{4,}/g, '\n\n\n').replace(/\n+$/, '')}\n`;
+const text = `${lines
+  .join('\n')
+  .replace(/\n{4,}/g, '\n\n\n')
+  .replace(/\n+$/, '')}\n`;
 
 // --- write, or check --------------------------------------------------------------------------------
 

@@ -36,7 +36,10 @@ export interface SignInput {
 
 /** `20261122T054959Z` */
 function amzDate(ms: number): string {
-  return new Date(ms).toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, '');
+  return new Date(ms)
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d{3}/, '');
 }
 
 function canonicalQuery(pairs: readonly (readonly [string, string])[]): string {

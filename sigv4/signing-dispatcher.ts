@@ -63,7 +63,12 @@ function payloadHashOf(body: Dispatcher.DispatchOptions['body']): string {
 /** An interceptor that signs each request with SigV4 (see the module comment). */
 export function sigv4(options: SigningOptions): Dispatcher.DispatcherComposeInterceptor {
   const host = new URL(options.endpoint).host;
-  const signer = new RequestSigner({ accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey, region: options.region ?? 'us-east-1', ...(options.service !== undefined ? { service: options.service } : {}) });
+  const signer = new RequestSigner({
+    accessKeyId: options.accessKeyId,
+    secretAccessKey: options.secretAccessKey,
+    region: options.region ?? 'us-east-1',
+    ...(options.service !== undefined ? { service: options.service } : {}),
+  });
   return (dispatch) => (opts, handler) => {
     const headers = headerRecord(opts.headers);
     headers['host'] = host;

@@ -14,7 +14,6 @@ import { signedHeaders } from './helpers/signing.js';
 import { metricValue, startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
-
 describe('clients aborting at every phase', () => {
   let gw: TestGateway;
   let client: ObjectCacheClient;

@@ -8,9 +8,24 @@
  * one, and a descriptor or lookup with one forbidden key is refused as a whole without a read.
  */
 import {
-  CompleteMultipartUploadCommand, CopyObjectCommand, CreateBucketCommand, CreateMultipartUploadCommand, DeleteObjectCommand, DeleteObjectsCommand,
-  GetObjectCommand, GetObjectTaggingCommand, HeadBucketCommand, HeadObjectCommand, ListBucketsCommand, ListObjectsV2Command, PutBucketPolicyCommand,
-  PutObjectCommand, S3Client, S3ServiceException, UploadPartCommand, UploadPartCopyCommand,
+  CompleteMultipartUploadCommand,
+  CopyObjectCommand,
+  CreateBucketCommand,
+  CreateMultipartUploadCommand,
+  DeleteObjectCommand,
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  GetObjectTaggingCommand,
+  HeadBucketCommand,
+  HeadObjectCommand,
+  ListBucketsCommand,
+  ListObjectsV2Command,
+  PutBucketPolicyCommand,
+  PutObjectCommand,
+  S3Client,
+  S3ServiceException,
+  UploadPartCommand,
+  UploadPartCopyCommand,
 } from '@aws-sdk/client-s3';
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
@@ -90,7 +105,10 @@ async function expectDenied(promise: Promise<unknown>, code = 'OC_ERR_ACCESS_DEN
 }
 
 async function expectInvalidKey(promise: Promise<unknown>, code: string): Promise<void> {
-  const error = await promise.then(() => undefined, (e: unknown) => e);
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   expect(error, 'the request should have been refused').toBeDefined();
   if (error instanceof S3ServiceException) {
     expect(error.$metadata.httpStatusCode).toBe(400);
@@ -112,19 +130,33 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     if (!client) sdk.set(key.accessKeyId, (client = sdkClient(gw.url, { accessKeyId: key.accessKeyId, secretAccessKey: key.secretAccessKey })));
     return client;
   };
-  const kv = (key: Key): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: key.accessKeyId, secretAccessKey: key.secretAccessKey } });
+  const kv = (key: Key): ObjectCacheClient =>
+    new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: key.accessKeyId, secretAccessKey: key.secretAccessKey } });
   const A_OBJECT = Buffer.from('team A prompt-derived KV');
   const get = async (client: S3Client, key: string, b = bucket): Promise<Buffer> =>
     Buffer.from(await (await client.send(new GetObjectCommand({ Bucket: b, Key: key }))).Body!.transformToByteArray());
   const exists = (key: string): Promise<boolean> =>
-    admin.send(new HeadObjectCommand({ Bucket: bucket, Key: key })).then(() => true, (e: S3ServiceException) => (e.$metadata.httpStatusCode === 404 ? false : Promise.reject(e)));
+    admin.send(new HeadObjectCommand({ Bucket: bucket, Key: key })).then(
+      () => true,
+      (e: S3ServiceException) => (e.$metadata.httpStatusCode === 404 ? false : Promise.reject(e)),
+    );
   /** A SigV4-signed raw request by `key` (exact control over the path and query). */
-  async function raw(key: Key, method: string, path: string, query: Record<string, string> = {}, body?: Buffer, extraHeaders: Record<string, string> = {}): Promise<{ status: number; code: string | null; text: string }> {
+  async function raw(
+    key: Key,
+    method: string,
+    path: string,
+    query: Record<string, string> = {},
+    body?: Buffer,
+    extraHeaders: Record<string, string> = {},
+  ): Promise<{ status: number; code: string | null; text: string }> {
     const url = new URL(gw.url);
     const signer = new SignatureV4({ credentials: key, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
     const payload = body ?? Buffer.alloc(0);
     const headers = { host: url.host, 'x-amz-content-sha256': createHash('sha256').update(payload).digest('hex'), ...extraHeaders };
-    const canonical = path.split('/').map((s) => encodeURIComponent(decodeURIComponent(s)).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)).join('/');
+    const canonical = path
+      .split('/')
+      .map((s) => encodeURIComponent(decodeURIComponent(s)).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`))
+      .join('/');
     const signed = await signer.sign({ method, protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: canonical, query, headers });
     const qs = new URLSearchParams(query).toString();
     // node:http sends the path as given (fetch() and undici resolve %2E%2E segments first).
@@ -154,16 +186,17 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
         { Sid: 'ServeTeams', Effect: 'Allow', Action: 'objectcache:ActAsTenant', Resource: 'arn:objectcache:::tenant/team-*' },
       ],
     };
-    writeFileSync(join(dir, 'credentials.json'), JSON.stringify([
-      { ...TEAM_A, tenant: 'team-a' },
-      { ...TEAM_B, tenant: 'team-b' },
-      { ...FLEET, tenant: 'fleet', policy: fleetPolicy },
-      { ...NOBODY },
-    ]));
-    writeFileSync(join(dir, 'policies.json'), JSON.stringify({
-      policies: { 'team-a-kv': teamPolicy(bucket, 'team-a'), 'team-b-kv': teamPolicy(bucket, 'team-b', 'équipe-b') },
-      tenants: { 'team-a': ['team-a-kv'], 'team-b': ['team-b-kv'] },
-    }));
+    writeFileSync(
+      join(dir, 'credentials.json'),
+      JSON.stringify([{ ...TEAM_A, tenant: 'team-a' }, { ...TEAM_B, tenant: 'team-b' }, { ...FLEET, tenant: 'fleet', policy: fleetPolicy }, { ...NOBODY }]),
+    );
+    writeFileSync(
+      join(dir, 'policies.json'),
+      JSON.stringify({
+        policies: { 'team-a-kv': teamPolicy(bucket, 'team-a'), 'team-b-kv': teamPolicy(bucket, 'team-b', 'équipe-b') },
+        tenants: { 'team-a': ['team-a-kv'], 'team-b': ['team-b-kv'] },
+      }),
+    );
     gw = await startTestGateway({
       backend,
       minio: inject('minio'),
@@ -239,7 +272,9 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     const upload = await b.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'team-b/mp' }));
     await expectDenied(b.send(new UploadPartCopyCommand({ Bucket: bucket, Key: 'team-b/mp', UploadId: upload.UploadId, PartNumber: 1, CopySource: `${bucket}/team-a/notes` })));
     const part = await b.send(new UploadPartCommand({ Bucket: bucket, Key: 'team-b/mp', UploadId: upload.UploadId, PartNumber: 1, Body: 'own part' }));
-    await b.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'team-b/mp', UploadId: upload.UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag }] } }));
+    await b.send(
+      new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'team-b/mp', UploadId: upload.UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag }] } }),
+    );
     expect((await get(b, 'team-b/mp')).toString()).toBe('own part');
   });
 
@@ -274,7 +309,14 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     const smuggled = await send(TEAM_B, '<Delete><Object><Key>&#x74;eam-a/notes</Key></Object></Delete>');
     expect([smuggled.status, smuggled.code]).toEqual([403, 'OC_ERR_ACCESS_DENIED']);
     await admin.send(new PutObjectCommand({ Bucket: bucket, Key: 'team-a/by-reference', Body: 'r' }));
-    const byAdmin = await raw({ accessKeyId: 'test-client', secretAccessKey: 'test-client-secret' }, 'POST', `/${bucket}`, { delete: '' }, Buffer.from('<Delete><Object><Key>&#x74;eam-a/by-reference</Key></Object></Delete>'), { 'content-md5': md5(Buffer.from('<Delete><Object><Key>&#x74;eam-a/by-reference</Key></Object></Delete>')) });
+    const byAdmin = await raw(
+      { accessKeyId: 'test-client', secretAccessKey: 'test-client-secret' },
+      'POST',
+      `/${bucket}`,
+      { delete: '' },
+      Buffer.from('<Delete><Object><Key>&#x74;eam-a/by-reference</Key></Object></Delete>'),
+      { 'content-md5': md5(Buffer.from('<Delete><Object><Key>&#x74;eam-a/by-reference</Key></Object></Delete>')) },
+    );
     expect(byAdmin.status, byAdmin.text).toBe(200);
     expect(byAdmin.text).toContain('<Key>team-a/by-reference</Key>');
     expect(await exists('team-a/by-reference')).toBe(false);
@@ -287,7 +329,7 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     expect(await exists('team-b/a.tar')).toBe(false);
   });
 
-  it("judges a presigned URL and a form upload by the policy of the key that signed them", async () => {
+  it('judges a presigned URL and a form upload by the policy of the key that signed them', async () => {
     const byB = await getSignedUrl(as(TEAM_B), new GetObjectCommand({ Bucket: bucket, Key: 'team-a/notes' }), { expiresIn: 300 });
     const refused = await fetch(byB);
     expect(refused.status).toBe(403);
@@ -329,7 +371,12 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     const a = as(TEAM_A);
     await expectDenied(a.send(new PutBucketPolicyCommand({ Bucket: bucket, Policy: JSON.stringify({ Version: '2012-10-17', Statement: [] }) })));
     await expectDenied(a.send(new GetObjectTaggingCommand({ Bucket: bucket, Key: 'team-a/notes' })));
-    for (const [method, query] of [['GET', { policy: '' }], ['PUT', { lifecycle: '' }], ['GET', { 'no-such-subresource': '' }], ['DELETE', { cors: '' }]] as const) {
+    for (const [method, query] of [
+      ['GET', { policy: '' }],
+      ['PUT', { lifecycle: '' }],
+      ['GET', { 'no-such-subresource': '' }],
+      ['DELETE', { cors: '' }],
+    ] as const) {
       const answer = await raw(TEAM_A, method, `/${bucket}`, query);
       expect(answer.status, `${method} ?${Object.keys(query)[0]}`).toBe(403);
       expect(answer.code).toBe('OC_ERR_ACCESS_DENIED');
@@ -342,13 +389,22 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
   });
 
   it('refuses keys a store could read as another key (.., %2F, a leading /), and does not fold case or Unicode', async () => {
-    for (const path of [`/${bucket}/team-b/%2E%2E/team-a/notes`, `/${bucket}/team-b%2F..%2Fteam-a%2Fnotes`, `/${bucket}//team-a/notes`, `/${bucket}/team-b/./x`, `/${bucket}/team-b//x`]) {
+    for (const path of [
+      `/${bucket}/team-b/%2E%2E/team-a/notes`,
+      `/${bucket}/team-b%2F..%2Fteam-a%2Fnotes`,
+      `/${bucket}//team-a/notes`,
+      `/${bucket}/team-b/./x`,
+      `/${bucket}/team-b//x`,
+    ]) {
       const answer = await raw(TEAM_B, 'GET', path);
       expect(answer.status, `${path}: ${answer.text}`).toBe(400);
       expect(answer.code, path).toBe('OC_ERR_REQUEST_INVALID_KEY');
       expect(answer.text).not.toContain(A_OBJECT.toString());
     }
-    await expectInvalidKey(as(TEAM_B).send(new CopyObjectCommand({ Bucket: bucket, Key: 'team-b/x', CopySource: `${bucket}/team-b/../team-a/notes` })), 'OC_ERR_REQUEST_INVALID_ARGUMENT');
+    await expectInvalidKey(
+      as(TEAM_B).send(new CopyObjectCommand({ Bucket: bucket, Key: 'team-b/x', CopySource: `${bucket}/team-b/../team-a/notes` })),
+      'OC_ERR_REQUEST_INVALID_ARGUMENT',
+    );
     await expectInvalidKey(kv(TEAM_B).fetch(descriptor(['../team-a/kv/00000'], { keyPrefix: 'team-b/' })), 'OC_ERR_DESCRIPTOR_INVALID');
     await expectInvalidKey(kv(TEAM_B).lookup(['../team-a/kv/00000'], 'team-b/'), 'OC_ERR_DESCRIPTOR_INVALID');
     await expectDenied(as(TEAM_B).send(new GetObjectCommand({ Bucket: bucket, Key: 'TEAM-A/notes' })));
@@ -418,11 +474,21 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
   it('lets an explicit Deny win over a broader Allow, and gives a key without a policy nothing', async () => {
     expect((await get(as(FLEET), 'team-a/notes')).equals(A_OBJECT)).toBe(true);
     await expectDenied(as(FLEET).send(new GetObjectCommand({ Bucket: bucket, Key: 'secret/x' })));
-    const deniedByName = await as(FLEET).send(new GetObjectCommand({ Bucket: bucket, Key: 'secret/x' })).then(() => undefined, (e: S3ServiceException) => e);
+    const deniedByName = await as(FLEET)
+      .send(new GetObjectCommand({ Bucket: bucket, Key: 'secret/x' }))
+      .then(
+        () => undefined,
+        (e: S3ServiceException) => e,
+      );
     expect(deniedByName?.message).toContain('an explicit Deny in its policy (statement NeverSecrets)');
     await expectDenied(as(FLEET).send(new PutObjectCommand({ Bucket: bucket, Key: 'team-a/by-fleet', Body: 'x' })));
     await expectDenied(kv(FLEET).fetch(descriptor([aKeys[0]!, 'secret/x'])));
-    const error = await as(NOBODY).send(new GetObjectCommand({ Bucket: bucket, Key: 'team-a/notes' })).then(() => undefined, (e: S3ServiceException) => e);
+    const error = await as(NOBODY)
+      .send(new GetObjectCommand({ Bucket: bucket, Key: 'team-a/notes' }))
+      .then(
+        () => undefined,
+        (e: S3ServiceException) => e,
+      );
     expect(error?.$metadata.httpStatusCode).toBe(403);
     expect(error?.message).toContain('it has no access policy');
     await expectDenied(as(NOBODY).send(new PutObjectCommand({ Bucket: bucket, Key: 'anything', Body: 'x' })));
@@ -431,7 +497,9 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
   it('still lets the administrator key do everything', async () => {
     expect((await get(admin, 'secret/x')).toString()).toBe('secret');
     await admin.send(new PutObjectCommand({ Bucket: otherBucket, Key: 'admin/x', Body: randomBytes(10) }));
-    const whole = await new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: 'test-client', secretAccessKey: 'test-client-secret' } }).fetch(descriptor([...aKeys, ...bKeys], { tenant: 'anyone' }));
+    const whole = await new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: 'test-client', secretAccessKey: 'test-client-secret' } }).fetch(
+      descriptor([...aKeys, ...bKeys], { tenant: 'anyone' }),
+    );
     expect(Buffer.from(whole.target).equals(layerMajor([...A_CHUNKS, ...B_CHUNKS]))).toBe(true);
   });
 });

@@ -61,10 +61,10 @@ describe('policy evaluation', () => {
     expect(hostile('a'.repeat(1024))).toBe(false);
   });
 
-  it('decides a bucket\'s keys in bulk (objectChecker) exactly as it decides their ARNs one by one', () => {
+  it("decides a bucket's keys in bulk (objectChecker) exactly as it decides their ARNs one by one", () => {
     let seed = 11;
     const next = (n: number): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
-    const pick = <T,>(list: readonly T[]): T => list[next(list.length)] as T;
+    const pick = <T>(list: readonly T[]): T => list[next(list.length)] as T;
     const pieces = ['kv', 'kv2', 'k', '*', '?', '/', 'a', 'b/', 'team-a/', '*/'];
     for (let round = 0; round < 300; round++) {
       const statements = Array.from({ length: 1 + next(4) }, () => {
@@ -114,7 +114,15 @@ describe('policy evaluation', () => {
       [{ Statement: [allow('s3:GetObject', [])] }, /Resource must be a non-empty string/],
       [{ Statement: [allow('s3:GetObject', '*', { Condition: { IpAddress: { 'aws:SourceIp': '10.0.0.0/8' } } })] }, /condition operator "IpAddress" is not supported/],
       [{ Statement: [allow('s3:ListBucket', '*', { Condition: { StringLike: { 's3:max-keys': '10' } } })] }, /condition key "s3:max-keys" is not supported/],
-      [{ Statement: [{ ...allow('s3:GetObject', '*'), Sid: 'A' }, { ...allow('s3:PutObject', '*'), Sid: 'A' }] }, /"A" is used by two statements/],
+      [
+        {
+          Statement: [
+            { ...allow('s3:GetObject', '*'), Sid: 'A' },
+            { ...allow('s3:PutObject', '*'), Sid: 'A' },
+          ],
+        },
+        /"A" is used by two statements/,
+      ],
       [{ Statement: [{ ...allow('s3:GetObject', '*'), Effects: 'Allow' }] }, /"Effects" is not a statement field/],
     ];
     for (const [document, message] of cases) {
@@ -129,26 +137,46 @@ describe('what a request needs (gateway/s3/auth/access.ts)', () => {
   const checks = (r: ReturnType<typeof requirementOf>): string[] => (r.kind === 'checks' ? r.checks.map((c) => `${c.action} ${c.resource}`) : [r.kind]);
 
   it('checks the copy source of any request that names one, sub-resources included (MinIO routes the copy first)', () => {
-    expect(checks(need('PUT', '/kvc/team-b/x', { 'x-amz-copy-source': 'kvc/team-a/secret' }))).toEqual(['s3:PutObject arn:aws:s3:::kvc/team-b/x', 's3:GetObject arn:aws:s3:::kvc/team-a/secret']);
-    expect(checks(need('DELETE', '/kvc/team-b/x?versionId=v1', { 'x-amz-bypass-governance-retention': 'true' }))).toEqual(['s3:DeleteObjectVersion arn:aws:s3:::kvc/team-b/x', 's3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x']);
+    expect(checks(need('PUT', '/kvc/team-b/x', { 'x-amz-copy-source': 'kvc/team-a/secret' }))).toEqual([
+      's3:PutObject arn:aws:s3:::kvc/team-b/x',
+      's3:GetObject arn:aws:s3:::kvc/team-a/secret',
+    ]);
+    expect(checks(need('DELETE', '/kvc/team-b/x?versionId=v1', { 'x-amz-bypass-governance-retention': 'true' }))).toEqual([
+      's3:DeleteObjectVersion arn:aws:s3:::kvc/team-b/x',
+      's3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x',
+    ]);
     expect(checks(need('PUT', '/kvc/team-b/x?retention', { 'x-amz-copy-source': 'kvc/team-a/secret' }))).toContain('s3:GetObject arn:aws:s3:::kvc/team-a/secret');
-    expect(checks(need('PUT', '/kvc/team-b/x?legal-hold', { 'x-amz-copy-source': '/kvc/team-a/secret?versionId=v1' }))).toContain('s3:GetObjectVersion arn:aws:s3:::kvc/team-a/secret');
+    expect(checks(need('PUT', '/kvc/team-b/x?legal-hold', { 'x-amz-copy-source': '/kvc/team-a/secret?versionId=v1' }))).toContain(
+      's3:GetObjectVersion arn:aws:s3:::kvc/team-a/secret',
+    );
     // ... and the destination is written, locked and tagged as a PutObject would be.
     expect(checks(need('PUT', '/kvc/team-b/x?legal-hold', { 'x-amz-copy-source': 'kvc/team-b/y', 'x-amz-object-lock-mode': 'COMPLIANCE', 'x-amz-tagging': 'a=b' }))).toEqual([
-      's3:PutObjectLegalHold arn:aws:s3:::kvc/team-b/x', 's3:GetObject arn:aws:s3:::kvc/team-b/y', 's3:PutObject arn:aws:s3:::kvc/team-b/x', 's3:PutObjectRetention arn:aws:s3:::kvc/team-b/x', 's3:PutObjectTagging arn:aws:s3:::kvc/team-b/x',
+      's3:PutObjectLegalHold arn:aws:s3:::kvc/team-b/x',
+      's3:GetObject arn:aws:s3:::kvc/team-b/y',
+      's3:PutObject arn:aws:s3:::kvc/team-b/x',
+      's3:PutObjectRetention arn:aws:s3:::kvc/team-b/x',
+      's3:PutObjectTagging arn:aws:s3:::kvc/team-b/x',
     ]);
     expect(checks(need('PUT', '/kvc/team-b/x?retention', { 'x-amz-bypass-governance-retention': 'true' }))).toContain('s3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x');
   });
 
-  it('refuses two operations\' parameters together, and x-amz-* query parameters that MinIO would read as metadata', () => {
-    for (const [method, url] of [['GET', '/kvc/k?acl&uploadId=X'], ['GET', '/kvc/k?acl&attributes'], ['GET', '/kvc?versions&list-type=2'], ['GET', '/kvc?uploads&versions'], ['PUT', '/kvc/k?acl&partNumber=1&uploadId=X'], ['PUT', '/kvc/k?X-Amz-Tagging=a%3Db'], ['PUT', '/kvc/k?x-amz-meta-a=b']] as const) {
+  it("refuses two operations' parameters together, and x-amz-* query parameters that MinIO would read as metadata", () => {
+    for (const [method, url] of [
+      ['GET', '/kvc/k?acl&uploadId=X'],
+      ['GET', '/kvc/k?acl&attributes'],
+      ['GET', '/kvc?versions&list-type=2'],
+      ['GET', '/kvc?uploads&versions'],
+      ['PUT', '/kvc/k?acl&partNumber=1&uploadId=X'],
+      ['PUT', '/kvc/k?X-Amz-Tagging=a%3Db'],
+      ['PUT', '/kvc/k?x-amz-meta-a=b'],
+    ] as const) {
       expect(need(method, url).kind, url).toBe('unclassified');
     }
     expect(checks(need('PUT', '/kvc/k?partNumber=2&uploadId=X'))).toEqual(['s3:PutObject arn:aws:s3:::kvc/k']);
     expect(checks(need('GET', '/kvc?list-type=2&prefix=a%2F'))).toEqual(['s3:ListBucket arn:aws:s3:::kvc']);
   });
 
-  it('refuses a sub-resource combined with another operation\'s parameter, which MinIO would route to that operation', () => {
+  it("refuses a sub-resource combined with another operation's parameter, which MinIO would route to that operation", () => {
     for (const url of ['/kvc/team-b/x?tagging&partNumber=1&uploadId=U', '/kvc/team-b/x?uploads&select&select-type=2', '/kvc/team-b/x?uploadId=U&restore', '/kvc?policy&delete']) {
       const method = url.includes('tagging') ? 'PUT' : url.includes('policy') ? 'GET' : 'POST';
       expect(need(method, url).kind, url).toBe('unclassified');
@@ -160,10 +188,25 @@ describe('what a request needs (gateway/s3/auth/access.ts)', () => {
     for (const header of ['x-amz-meta-snowball-auto-extract', 'x-amz-meta-minio-snowball-prefix', 'x-minio-extract', 'x-amz-replication-status']) {
       expect(need('PUT', '/kvc/team-b/a.tar', { [header]: 'true' }).kind, header).toBe('unclassified');
     }
-    expect(checks(need('PUT', '/kvc/team-b/x', { 'x-amz-object-lock-mode': 'COMPLIANCE', 'x-amz-object-lock-retain-until-date': '2030-01-01T00:00:00Z', 'x-amz-object-lock-legal-hold': 'ON', 'x-amz-tagging': 'a=b' }))).toEqual([
-      's3:PutObject arn:aws:s3:::kvc/team-b/x', 's3:PutObjectRetention arn:aws:s3:::kvc/team-b/x', 's3:PutObjectLegalHold arn:aws:s3:::kvc/team-b/x', 's3:PutObjectTagging arn:aws:s3:::kvc/team-b/x',
+    expect(
+      checks(
+        need('PUT', '/kvc/team-b/x', {
+          'x-amz-object-lock-mode': 'COMPLIANCE',
+          'x-amz-object-lock-retain-until-date': '2030-01-01T00:00:00Z',
+          'x-amz-object-lock-legal-hold': 'ON',
+          'x-amz-tagging': 'a=b',
+        }),
+      ),
+    ).toEqual([
+      's3:PutObject arn:aws:s3:::kvc/team-b/x',
+      's3:PutObjectRetention arn:aws:s3:::kvc/team-b/x',
+      's3:PutObjectLegalHold arn:aws:s3:::kvc/team-b/x',
+      's3:PutObjectTagging arn:aws:s3:::kvc/team-b/x',
     ]);
-    expect(checks(need('DELETE', '/kvc/team-b/x?versionId=v1', { 'x-amz-bypass-governance-retention': 'true' }))).toEqual(['s3:DeleteObjectVersion arn:aws:s3:::kvc/team-b/x', 's3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x']);
+    expect(checks(need('DELETE', '/kvc/team-b/x?versionId=v1', { 'x-amz-bypass-governance-retention': 'true' }))).toEqual([
+      's3:DeleteObjectVersion arn:aws:s3:::kvc/team-b/x',
+      's3:BypassGovernanceRetention arn:aws:s3:::kvc/team-b/x',
+    ]);
   });
 
   it('gives list conditions the prefix MinIO lists (a leading / dropped), and refuses a path without a bucket', () => {
@@ -199,11 +242,13 @@ describe('policy and credentials files', () => {
       { accessKeyId: 'keyed-key', secretAccessKey: 'secret-0004' },
       { accessKeyId: 'bare-key', secretAccessKey: 'secret-0005' },
     ]);
-    const policies = file(JSON.stringify({
-      policies: { 'read-a': team, 'write-b': { Statement: [allow('s3:PutObject', 'arn:aws:s3:::kv/b/*')] } },
-      tenants: { 'team-b': ['write-b'] },
-      keys: { 'keyed-key': ['read-a', 'write-b'] },
-    }));
+    const policies = file(
+      JSON.stringify({
+        policies: { 'read-a': team, 'write-b': { Statement: [allow('s3:PutObject', 'arn:aws:s3:::kv/b/*')] } },
+        tenants: { 'team-b': ['write-b'] },
+        keys: { 'keyed-key': ['read-a', 'write-b'] },
+      }),
+    );
     const config = load(['--credentials', credentials, '--access-policies', policies]);
     const access = new Map(config.clientCredentials.map((c) => [c.accessKeyId, c.access]));
     expect(access.get('admin-key')?.unrestricted).toBe(true);
@@ -221,13 +266,31 @@ describe('policy and credentials files', () => {
     fails(['--access-policies', file('{"policies": {"a": ')], /--access-policies .*: not valid JSON/);
     fails(['--access-policies', file('{"policies": {"a": {"Statement": []}, "a": {}}}')], /:1:\d+: "a" appears twice in the same object/);
     fails(['--access-policies', file('{"policies": {"a": {"Statement": [{"Effect": "Allow", "Effect": "Deny", "Action": "s3:*", "Resource": "*"}]}}}')], /"Effect" appears twice/);
-    fails(['--access-policies', file(JSON.stringify({ policies: { a: { Statement: [allow('s3:Get0bject', '*')] } } }))], /policies\.a\.Statement\[0\]\.Action: "s3:Get0bject" names no action/);
+    fails(
+      ['--access-policies', file(JSON.stringify({ policies: { a: { Statement: [allow('s3:Get0bject', '*')] } } }))],
+      /policies\.a\.Statement\[0\]\.Action: "s3:Get0bject" names no action/,
+    );
     fails(['--access-policies', file(JSON.stringify({ policy: {} }))], /"policy" is not policies, tenants or keys/);
-    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: {}, keys: { 'team-key': ['missing'] } }))], /keys\.team-key: names the policy "missing", which "policies" does not define/);
-    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, keys: { 'admin-key': ['a'] } }))], /"keys" names admin-key, the administrator key/);
-    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, keys: { 'typo-key': ['a'] } }))], /"keys" names typo-key, which is not a key of --credentials/);
-    fails(['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, tenants: { 'team-z': ['a'] } }))], /"tenants" names team-z, which no key of --credentials belongs to/);
-    fails(['--credentials', creds([{ accessKeyId: 'k-1', secretAccessKey: 'secret-0001', policy: 'nowhere' }])], /names the policy "nowhere", but no --access-policies file is given/);
+    fails(
+      ['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: {}, keys: { 'team-key': ['missing'] } }))],
+      /keys\.team-key: names the policy "missing", which "policies" does not define/,
+    );
+    fails(
+      ['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, keys: { 'admin-key': ['a'] } }))],
+      /"keys" names admin-key, the administrator key/,
+    );
+    fails(
+      ['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, keys: { 'typo-key': ['a'] } }))],
+      /"keys" names typo-key, which is not a key of --credentials/,
+    );
+    fails(
+      ['--credentials', ok, '--access-policies', file(JSON.stringify({ policies: { a: team }, tenants: { 'team-z': ['a'] } }))],
+      /"tenants" names team-z, which no key of --credentials belongs to/,
+    );
+    fails(
+      ['--credentials', creds([{ accessKeyId: 'k-1', secretAccessKey: 'secret-0001', policy: 'nowhere' }])],
+      /names the policy "nowhere", but no --access-policies file is given/,
+    );
     fails(['--credentials', creds([{ accessKeyId: 'k-1', secretAccessKey: 'secret-0001', policy: { Statement: [deny('s3:*', 'kv')] } }])], /k-1\.policy\.Statement\[0\]\.Resource/);
     fails(['--credentials', creds([{ accessKeyId: 'k-1', secretAccessKey: 'secret-0001', polcy: 'x' }])], /entry 0 has "polcy"/);
     fails(['--credentials', file('[{"accessKeyId": "k-1", "secretAccessKey": "secret-0001", "accessKeyId": "k-2"}]')], /"accessKeyId" appears twice/);
@@ -236,7 +299,9 @@ describe('policy and credentials files', () => {
   });
 
   it('the command refuses to start on a bad policy file, with exit code 2 and the reason', () => {
-    const bad = file(JSON.stringify({ policies: { fleet: { Statement: [allow('s3:GetObject', 'arn:aws:s3:::kv/*'), { Effect: 'Deny', NotAction: 's3:GetObject', Resource: '*' }] } } }));
+    const bad = file(
+      JSON.stringify({ policies: { fleet: { Statement: [allow('s3:GetObject', 'arn:aws:s3:::kv/*'), { Effect: 'Deny', NotAction: 's3:GetObject', Resource: '*' }] } } }),
+    );
     const run = runCli(['serve', '--port', '0', '--metrics-port', '0', '--access-policies', bad], { env });
     expect(run.status).toBe(2);
     expect(run.stderr).toContain('policies.fleet.Statement[1]: NotAction is not supported');

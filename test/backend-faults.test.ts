@@ -129,10 +129,12 @@ describe.each<BackendKind>(['local', 's3'])('client abort mid-upload (%s backend
     await new Promise<void>((resolve) => {
       const req = httpRequest(url, { method: 'PUT', headers });
       req.on('error', () => resolve());
-      req.write(randomBytes(total / 2), () => setTimeout(() => {
-        req.destroy();
-        resolve();
-      }, 100));
+      req.write(randomBytes(total / 2), () =>
+        setTimeout(() => {
+          req.destroy();
+          resolve();
+        }, 100),
+      );
     });
     await until(async () => {
       const error = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'half-written' })).catch((e: S3ServiceException) => e);

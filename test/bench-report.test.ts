@@ -15,7 +15,15 @@ import { parseBenchArgs, renderReport } from '../bench/ttft-matrix.js';
 
 describe('groupedBarSvg', () => {
   it('draws one bar per value, skips missing ones, and is valid XML', () => {
-    const svg = groupedBarSvg({ title: 'T <&>', yLabel: 'ms', groups: ['a', 'b'], series: [{ name: 'x', values: [1, -2] }, { name: 'y', values: [null, 5] }] });
+    const svg = groupedBarSvg({
+      title: 'T <&>',
+      yLabel: 'ms',
+      groups: ['a', 'b'],
+      series: [
+        { name: 'x', values: [1, -2] },
+        { name: 'y', values: [null, 5] },
+      ],
+    });
     expect(XMLValidator.validate(svg)).toBe(true);
     expect(svg.match(/<rect x=/g)?.length).toBe(3 + 2); // three bars and two legend swatches
     expect(svg).toContain('T &lt;&amp;&gt;');
@@ -23,7 +31,22 @@ describe('groupedBarSvg', () => {
 });
 
 describe('renderReport', () => {
-  const row = (context: number, hitRate: number, method: string, ttftMs: number, overheadPct: number, linkScale = 10, gbPerSec = 1) => ({ context, hitRate, G: 64, N: 128, method, linkScale, msPerLayer: 29.87 * linkScale, ttftMs, predictedTtftMs: ttftMs, gbPerSec, backendReads: 10, firstLayerMs: 1, overheadPct, cpu: { client: 1, gateway: 2, minio: 3 } });
+  const row = (context: number, hitRate: number, method: string, ttftMs: number, overheadPct: number, linkScale = 10, gbPerSec = 1) => ({
+    context,
+    hitRate,
+    G: 64,
+    N: 128,
+    method,
+    linkScale,
+    msPerLayer: 29.87 * linkScale,
+    ttftMs,
+    predictedTtftMs: ttftMs,
+    gbPerSec,
+    backendReads: 10,
+    firstLayerMs: 1,
+    overheadPct,
+    cpu: { client: 1, gateway: 2, minio: 3 },
+  });
   const result = (rows: unknown[]) =>
     ({
       date: '2026-11-21T00:00:00Z',
@@ -55,16 +78,18 @@ describe('renderReport', () => {
     expect(report).toContain('| 1.00 / 2.00 / 3.00 |');
     expect(report).toContain('16K, 50% hit, G=64: 5.0% (target <= 10%: met)');
     expect(report).toContain('OC-LW 1050 ms vs S3-CW 2000 ms and S3-LW 1500 ms (ahead of both)');
-    expect(report).toContain('With table A8\'s compute as it is (K = 1), OC-LW is within 10% of Local-LW in 0 of 1');
+    expect(report).toContain("With table A8's compute as it is (K = 1), OC-LW is within 10% of Local-LW in 0 of 1");
     expect(report).toContain('gateway peak RSS: 100 MiB');
   });
 
   it('says why OC-LW is behind: the rate that hides transfer against the rate delivered', () => {
     // 128 chunks x 256 KiB per layer in 298.7 ms needs 0.11 GB/s; 0.05 delivered.
-    const report = renderReport(result([row(16384, 0.5, 'Local-LW', 1000, 0), row(16384, 0.5, 'OC-LW', 3000, 200, 10, 0.05), row(16384, 0.5, 'S3-CW', 2000, 100), row(16384, 0.5, 'S3-LW', 2500, 150)]));
+    const report = renderReport(
+      result([row(16384, 0.5, 'Local-LW', 1000, 0), row(16384, 0.5, 'OC-LW', 3000, 200, 10, 0.05), row(16384, 0.5, 'S3-CW', 2000, 100), row(16384, 0.5, 'S3-LW', 2500, 150)]),
+    );
     expect(report).toContain('(target <= 10%: not met)');
     expect(report).toContain('not ahead of both; OC-LW delivered 0.05 GB/s where hiding transfer behind this compute needs 0.11 GB/s');
-    expect(report).toContain('Needs a faster link (or gateway) than this machine\'s: 16K 50% G64');
+    expect(report).toContain("Needs a faster link (or gateway) than this machine's: 16K 50% G64");
   });
 });
 

@@ -5,7 +5,19 @@
  * test, how the policies compare.
  */
 import { describe, expect, it } from 'vitest';
-import { BeladyPolicy, deadBytes, Heap, LruPolicy, planEngineTier, PrefixAwarePolicy, simulate, WriteAgePolicy, type EngineTier, type EngineTierOptions, type EvictionPolicy } from '../bench/capacity/policies.js';
+import {
+  BeladyPolicy,
+  deadBytes,
+  Heap,
+  LruPolicy,
+  planEngineTier,
+  PrefixAwarePolicy,
+  simulate,
+  WriteAgePolicy,
+  type EngineTier,
+  type EngineTierOptions,
+  type EvictionPolicy,
+} from '../bench/capacity/policies.js';
 import { DEFAULT_WORKLOAD, generateTrace, prng, workingSetBytes, zipf, type Trace } from '../bench/capacity/workload.js';
 
 const SMALL = { ...DEFAULT_WORKLOAD, requests: 400, activeConversations: 40, documents: 20 };
@@ -85,11 +97,12 @@ describe('capacity workload', () => {
     expect(new Set(heads).size).toBeLessThanOrEqual(SMALL.systemPrompts);
     // A key stands for its whole prefix: the same key never follows two different keys.
     const pred = new Map<string, string | undefined>();
-    for (const r of trace.requests) r.keys.forEach((key, i) => {
-      const before = i === 0 ? undefined : r.keys[i - 1];
-      if (pred.has(key)) expect(pred.get(key)).toBe(before);
-      else pred.set(key, before);
-    });
+    for (const r of trace.requests)
+      r.keys.forEach((key, i) => {
+        const before = i === 0 ? undefined : r.keys[i - 1];
+        if (pred.has(key)) expect(pred.get(key)).toBe(before);
+        else pred.set(key, before);
+      });
     expect(workingSetBytes(trace)).toBe(pred.size * trace.chunkBytes);
   });
 });
@@ -114,7 +127,12 @@ describe('capacity policies', () => {
     const afterTwo = traceOf(['a0', 'a1', 'a2'], ['b0', 'b1', 'b2']);
     const lru2 = new LruPolicy(1);
     run(afterTwo, lru2, 5, 0.8);
-    const pred = new Map([['a1', 'a0'], ['a2', 'a1'], ['b1', 'b0'], ['b2', 'b1']]);
+    const pred = new Map([
+      ['a1', 'a0'],
+      ['a2', 'a1'],
+      ['b1', 'b0'],
+      ['b2', 'b1'],
+    ]);
     expect(deadBytes(lru2, pred, 1)).toBe(1);
     const prefix2 = new PrefixAwarePolicy(1);
     run(afterTwo, prefix2, 5, 0.8);
@@ -147,7 +165,8 @@ describe('capacity policies', () => {
     const budget = workingSetBytes(trace) * 0.2;
     const rate = (policy: EvictionPolicy): number => simulate(trace, policy, { budgetBytes: budget, high: 0.95, low: 0.85, measureFrom: 0 }).hitRate;
     const best = rate(new BeladyPolicy(trace));
-    for (const policy of [new PrefixAwarePolicy(trace.chunkBytes), new LruPolicy(trace.chunkBytes), new WriteAgePolicy(trace.chunkBytes)]) expect(best).toBeGreaterThanOrEqual(rate(policy));
+    for (const policy of [new PrefixAwarePolicy(trace.chunkBytes), new LruPolicy(trace.chunkBytes), new WriteAgePolicy(trace.chunkBytes)])
+      expect(best).toBeGreaterThanOrEqual(rate(policy));
   });
 
   it('pops a heap in order', () => {
@@ -161,7 +180,7 @@ describe('capacity policies', () => {
 });
 
 describe('capacity engine tier', () => {
-  it("keeps a conversation on its engine and counts the leading chunks that engine holds", () => {
+  it('keeps a conversation on its engine and counts the leading chunks that engine holds', () => {
     const trace = turnsOf([0, ['a0', 'a1']], [1, ['b0']], [0, ['a0', 'a1', 'a2']], [1, ['a0', 'x']]);
     const tier = planEngineTier(trace, TIER);
     expect([...tier.engine]).toEqual([0, 1, 0, 1]);
@@ -214,8 +233,17 @@ describe('capacity engine tier', () => {
     };
     const trace = turnsOf([0, ['a0', 'a1']], [0, ['a0', 'a1', 'a2', 'a3']], [1, ['a0', 'a1', 'a2']]);
     const result = simulate(trace, spy, { budgetBytes: Infinity, high: 1, low: 1, measureFrom: 0, tier: tierOf(0, 2, 0) });
-    expect(begun).toEqual([['a0', 'a1'], ['a2', 'a3'], ['a0', 'a1', 'a2']]);
-    expect(written).toEqual([['a0', undefined], ['a1', 'a0'], ['a2', 'a1'], ['a3', 'a2']]);
+    expect(begun).toEqual([
+      ['a0', 'a1'],
+      ['a2', 'a3'],
+      ['a0', 'a1', 'a2'],
+    ]);
+    expect(written).toEqual([
+      ['a0', undefined],
+      ['a1', 'a0'],
+      ['a2', 'a1'],
+      ['a3', 'a2'],
+    ]);
     expect(result.hitTokens / 256).toBe(0 + 2 + 3); // the engine's two, then the bucket's three
     expect(result.bucketHitTokens / 256).toBe(3);
     expect(result.askedTokens / 256).toBe(2 + 2 + 3);
@@ -223,7 +251,7 @@ describe('capacity engine tier', () => {
     expect(result.coldHitTokens / 256).toBe(3);
   });
 
-  it("keeps the heads the engines serve themselves when the PUTs name the chunk before; LRU and lookups alone lose them", () => {
+  it('keeps the heads the engines serve themselves when the PUTs name the chunk before; LRU and lookups alone lose them', () => {
     // A cold engine stores h0 h1 a0; warm engines (h0 h1 held) store b0 and c0 after h1; five
     // chunks in a budget of four, trimmed to two: three go. Then a cold engine looks up h0 h1 c0.
     const trace = turnsOf([0, ['h0', 'h1', 'a0']], [1, ['h0', 'h1', 'b0']], [2, ['h0', 'h1', 'c0']], [2, ['h0', 'h1', 'c0']]);
@@ -238,7 +266,7 @@ describe('capacity engine tier', () => {
     expect(hits(new LruPolicy(1))).toBe(0); // h0 h1 a0, the oldest, went
   });
 
-  it("Belady behind engine caches counts only the lookups at the bucket as uses", () => {
+  it('Belady behind engine caches counts only the lookups at the bucket as uses', () => {
     const trace = turnsOf([0, ['a0', 'a1']], [0, ['a0', 'a1', 'a2']], [1, ['a0', 'a1']]);
     const tiered = new BeladyPolicy(trace, tierOf(0, 2, 0));
     const plain = new BeladyPolicy(trace);

@@ -24,7 +24,12 @@ describe('the S3 capacity store', () => {
   const keys = ['plain', 'a "quoted" & <marked> key ', 'tab\there', 'bell\u0007 and \u001f', 'a+b %41 caf\u00e9 \u{1f600}'];
 
   beforeAll(async () => {
-    const config = loadServeConfig(['--s3-endpoint', minio.endpoint], { OBJECTCACHE_ACCESS_KEY: 'k', OBJECTCACHE_SECRET_KEY: 'secret-secret', OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey });
+    const config = loadServeConfig(['--s3-endpoint', minio.endpoint], {
+      OBJECTCACHE_ACCESS_KEY: 'k',
+      OBJECTCACHE_SECRET_KEY: 'secret-secret',
+      OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey,
+      OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey,
+    });
     backend = await openBackend(config.backend);
     const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
     try {

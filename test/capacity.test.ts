@@ -11,13 +11,36 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, inject, it, vi } from 'vitest';
-import { AbortMultipartUploadCommand, CopyObjectCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListPartsCommand, PutObjectCommand, UploadPartCommand, type S3Client, type S3ServiceException } from '@aws-sdk/client-s3';
+import {
+  AbortMultipartUploadCommand,
+  CopyObjectCommand,
+  CreateMultipartUploadCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListMultipartUploadsCommand,
+  ListPartsCommand,
+  PutObjectCommand,
+  UploadPartCommand,
+  type S3Client,
+  type S3ServiceException,
+} from '@aws-sdk/client-s3';
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { ObjectCacheClient } from '../client/client.js';
 import { Capacity } from '../gateway/capacity/capacity.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import {
+  CLIENT_KEY,
+  CLIENT_SECRET,
+  metricValue,
+  sdkClient,
+  SMALL_ARENA,
+  startTestGateway,
+  testClient,
+  uniqueBucket,
+  type BackendKind,
+  type TestGateway,
+} from './helpers/gateway.js';
 import { waitFor } from './helpers/wait.js';
 
 const CHUNK = 64 * 1024;
@@ -32,7 +55,20 @@ async function budgeted(backend: BackendKind, bucket: string, chunks: number, ex
     backend,
     minio: inject('minio'),
     ...(dataDir ? { dataDir } : {}),
-    args: ['--budget', `${bucket}=${chunks * CHUNK}`, '--capacity-state-bucket', stateBucket, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000', ...SMALL_ARENA, ...extra],
+    args: [
+      '--budget',
+      `${bucket}=${chunks * CHUNK}`,
+      '--capacity-state-bucket',
+      stateBucket,
+      '--capacity-sync-ms',
+      '100',
+      '--capacity-lease-ms',
+      '1000',
+      '--evict-rate',
+      '1000',
+      ...SMALL_ARENA,
+      ...extra,
+    ],
   });
   open.push(gw);
   return gw;
@@ -75,14 +111,20 @@ function tenantKeys(tenants: readonly string[]): { dir: string; credentials: str
 }
 
 /** A client of `gw` signing with the key `tenantKeys` made for `tenant`. */
-const clientAs = (gw: TestGateway, bucket: string, tenant: string): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret` } });
+const clientAs = (gw: TestGateway, bucket: string, tenant: string): ObjectCacheClient =>
+  new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret` } });
 
 /**
  * Runs `body` against a gateway with a fresh bucket of 100 chunks' budget whose keys are
  * `tenantKeys(tenants)`'s; `as(tenant)` gives an S3 client signing with the tenant's key. The
  * clients and the keys' directory go after (the gateway with the others, after each test).
  */
-async function withTenants(backend: BackendKind, tenants: readonly string[], extra: string[], body: (gw: TestGateway, bucket: string, as: (tenant: string) => S3Client) => Promise<void>): Promise<void> {
+async function withTenants(
+  backend: BackendKind,
+  tenants: readonly string[],
+  extra: string[],
+  body: (gw: TestGateway, bucket: string, as: (tenant: string) => S3Client) => Promise<void>,
+): Promise<void> {
   const bucket = uniqueBucket('cap');
   const { dir, credentials } = tenantKeys(tenants);
   const clients: S3Client[] = [];
@@ -150,7 +192,11 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     await client.ensureBucket();
     const write = async (name: string, n: number): Promise<string[]> => {
       const keys = Array.from({ length: n }, (_, i) => `${name}/${String(i).padStart(3, '0')}`);
-      await client.putChunks(keys, keys.map(() => randomBytes(CHUNK)), { concurrency: 1 }); // no lookup first
+      await client.putChunks(
+        keys,
+        keys.map(() => randomBytes(CHUNK)),
+        { concurrency: 1 },
+      ); // no lookup first
       await pause(5);
       return keys;
     };
@@ -265,7 +311,10 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       expect(await b.lookup(theirs.keys)).toBe(6);
       // Everything of team-a's pinned: nothing of its own can go, so the write is refused.
       await a.pin([...first.keys, ...second.keys], new Date(Date.now() + 60_000));
-      const refused = await a.putChunks(['a3/000'], [randomBytes(CHUNK)]).then(() => undefined, (error: unknown) => error);
+      const refused = await a.putChunks(['a3/000'], [randomBytes(CHUNK)]).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
       expect(refused).toBeInstanceOf(ObjectCacheError);
       expect((refused as ObjectCacheError).code).toBe('OC_ERR_QUOTA_EXCEEDED');
       expect((refused as ObjectCacheError).details['S3Code']).toBe('QuotaExceeded');
@@ -283,19 +332,28 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     withTenants(backend, ['team-a'], ['--tenant-quota', `team-a=${4 * CHUNK}`], async (gw, bucket, as) => {
       const s3 = as('team-a');
       const upload = async (key: string): Promise<string> => (await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }))).UploadId as string;
-      const part = (key: string, uploadId: string, n: number): Promise<unknown> => s3.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: randomBytes(CHUNK) }));
+      const part = (key: string, uploadId: string, n: number): Promise<unknown> =>
+        s3.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: randomBytes(CHUNK) }));
       const id = await upload('big/000');
       for (let n = 1; n <= 3; n++) await part('big/000', id, n);
       expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(3 * CHUNK);
       expect(gw.gateway.capacity?.usage()[0]).toMatchObject({ uploadBytes: 3 * CHUNK, bytes: 3 * CHUNK });
       // A fourth part would still fit; past the quota, with nothing of its own to evict, refused.
       await part('big/000', id, 4);
-      const refused = await part('big/000', id, 5).then(() => undefined, (error: S3ServiceException) => error);
+      const refused = await part('big/000', id, 5).then(
+        () => undefined,
+        (error: S3ServiceException) => error,
+      );
       expect(refused?.$metadata.httpStatusCode).toBe(403);
       expect(refused?.$response?.headers['x-objectcache-error-code']).toBe('OC_ERR_QUOTA_EXCEEDED');
       // Another upload's parts count too: the quota holds over every upload of the tenant.
       const other = await upload('big/001');
-      expect(await part('big/001', other, 1).then(() => 'stored', () => 'refused')).toBe('refused');
+      expect(
+        await part('big/001', other, 1).then(
+          () => 'stored',
+          () => 'refused',
+        ),
+      ).toBe('refused');
       // Aborted: its parts count no more.
       await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: 'big/000', UploadId: id }));
       expect(gw.gateway.capacity?.tenantBytes('team-a')).toBe(0);
@@ -333,7 +391,10 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       expect(gw.gateway.capacity?.usage()[0]?.uploadBytes).toBe(CHUNK);
       await waitFor('the upload is aborted', async () => (await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }))).Uploads === undefined, 10_000);
       await waitFor('its parts count no more', () => gw.gateway.capacity?.usage()[0]?.uploadBytes === 0, 10_000);
-      const gone = await s3.send(new ListPartsCommand({ Bucket: bucket, Key: 'left/000', UploadId: id })).then(() => 'there', (error: S3ServiceException) => error.name);
+      const gone = await s3.send(new ListPartsCommand({ Bucket: bucket, Key: 'left/000', UploadId: id })).then(
+        () => 'there',
+        (error: S3ServiceException) => error.name,
+      );
       expect(gone).toBe('NoSuchUpload');
     } finally {
       s3.destroy();
@@ -375,11 +436,14 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
       expect(gw.gateway.capacity?.usage()[0]?.pinnedBytes).toBe(0);
       // A tenant named by the client, and a size the body does not have, are not what is recorded.
       const s3 = as('mallory');
-      s3.middlewareStack.add((next) => async (args) => {
-        const request = args.request as { headers: Record<string, string> };
-        request.headers['x-amz-meta-objectcache-tenant'] = 'victim';
-        return next(args);
-      }, { step: 'build', name: 'spoofTenant' });
+      s3.middlewareStack.add(
+        (next) => async (args) => {
+          const request = args.request as { headers: Record<string, string> };
+          request.headers['x-amz-meta-objectcache-tenant'] = 'victim';
+          return next(args);
+        },
+        { step: 'build', name: 'spoofTenant' },
+      );
       await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'm/000', Body: randomBytes(CHUNK) }));
       await waitFor('the write is learnt', () => gw.gateway.capacity?.chunk(bucket, 'm/000') !== undefined);
       expect(gw.gateway.capacity?.chunk(bucket, 'm/000')).toMatchObject({ tenant: 'mallory', size: CHUNK });
@@ -539,7 +603,11 @@ describe('what walks of the eviction order may hold at once', () => {
       let release = (): void => {};
       gate = new Promise((resolve) => (release = resolve));
       const reports = vi.spyOn(Capacity.prototype, 'report');
-      const pending = Promise.all(Array.from({ length: 20 }, (_, i) => fetch(`${gw.gateway.adminUrl}/capacity?top=${i % 4}`).then((r) => r.json() as Promise<{ buckets: { bucket: string; coldest: unknown[] }[] }>)));
+      const pending = Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          fetch(`${gw.gateway.adminUrl}/capacity?top=${i % 4}`).then((r) => r.json() as Promise<{ buckets: { bucket: string; coldest: unknown[] }[] }>),
+        ),
+      );
       await waitFor('all twenty requests arrived', () => reports.mock.calls.length === 20);
       release();
       const answers = await pending;

@@ -20,7 +20,11 @@ describe.each<BackendKind>(['local', 's3'])('chunks pinned for the whole stream 
 
   beforeAll(async () => {
     // Grouped range reads (streamed ones: test/streamed-reads.test.ts).
-    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0', '--cap', '8MB/s', '--epoch-ms', '5', '--chunk-reads', 'grouped'] });
+    gw = await startTestGateway({
+      backend,
+      minio,
+      args: ['--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0', '--cap', '8MB/s', '--epoch-ms', '5', '--chunk-reads', 'grouped'],
+    });
     client = testClient(gw, uniqueBucket('pin'));
     await client.ensureBucket();
   });

@@ -79,7 +79,23 @@ describe('objectcache CLI', () => {
     try {
       const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET };
       const runAsync = (args: string[], input?: string) => runCliAsync(args, { env, ...(input !== undefined ? { input } : {}) });
-      const seeded = await runAsync(['seed', '--endpoint', gw.url, '--bucket', 'cli-kv', '--preset', 'llama-3.2-1b', '--tokens', '100', '--chunk-tokens', '16', '--layout', 'KV_2LTD', '--seed', '7']);
+      const seeded = await runAsync([
+        'seed',
+        '--endpoint',
+        gw.url,
+        '--bucket',
+        'cli-kv',
+        '--preset',
+        'llama-3.2-1b',
+        '--tokens',
+        '100',
+        '--chunk-tokens',
+        '16',
+        '--layout',
+        'KV_2LTD',
+        '--seed',
+        '7',
+      ]);
       expect(seeded.status, seeded.stderr).toBe(0);
       const descriptor = JSON.parse(seeded.stdout) as { keys: string[]; layers: number; layerBytes: number; layout: string };
       expect(descriptor.keys).toHaveLength(6); // 100 tokens: 6 full chunks of 16

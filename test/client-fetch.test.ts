@@ -24,7 +24,13 @@ function withBody(answer: Upstream, body: Buffer, close = false): ReturnType<Ref
 /** A refusal in place of the gateway's answer: an S3 error document with our code and Retry-After 0. */
 function refusal(status: number, s3Code: string, code: string, retryable: boolean): ReturnType<Reframe> {
   const body = Buffer.from(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${s3Code}</Code><Message>refused by the test</Message></Error>`);
-  const headers: [string, string][] = [['Content-Type', 'application/xml'], ['x-objectcache-error-code', code], ['x-objectcache-retryable', String(retryable)], ['Retry-After', '0'], ['x-amz-request-id', 'ABCDEF0123456789']];
+  const headers: [string, string][] = [
+    ['Content-Type', 'application/xml'],
+    ['x-objectcache-error-code', code],
+    ['x-objectcache-retryable', String(retryable)],
+    ['Retry-After', '0'],
+    ['x-amz-request-id', 'ABCDEF0123456789'],
+  ];
   return { pieces: [head(status, 'Refused', [...headers, ['Content-Length', String(body.length)]]), body] };
 }
 
@@ -72,8 +78,24 @@ describe('TypeScript client fetch, read in place', () => {
 
   const framings: readonly [string, Reframe][] = [
     ['Content-Length', asIs],
-    ['chunks of 7, 4096 and 65,539 bytes', (a) => ({ pieces: pieces(Buffer.concat([Buffer.from(head(a.status, a.reason, [...a.headers, ['Transfer-Encoding', 'chunked']])), chunked(a.body, { sizes: [7, 4096, 65_539] })]), 10_000) })],
-    ['chunks with extensions and a trailer', (a) => ({ pieces: [head(a.status, a.reason, [...a.headers, ['Transfer-Encoding', 'chunked']]), chunked(a.body, { sizes: [100_000], extension: (i) => `;n=${i}`, trailer: 'x-checksum: none\r\n' })] })],
+    [
+      'chunks of 7, 4096 and 65,539 bytes',
+      (a) => ({
+        pieces: pieces(
+          Buffer.concat([Buffer.from(head(a.status, a.reason, [...a.headers, ['Transfer-Encoding', 'chunked']])), chunked(a.body, { sizes: [7, 4096, 65_539] })]),
+          10_000,
+        ),
+      }),
+    ],
+    [
+      'chunks with extensions and a trailer',
+      (a) => ({
+        pieces: [
+          head(a.status, a.reason, [...a.headers, ['Transfer-Encoding', 'chunked']]),
+          chunked(a.body, { sizes: [100_000], extension: (i) => `;n=${i}`, trailer: 'x-checksum: none\r\n' }),
+        ],
+      }),
+    ],
     ['an interim 100 Continue first', (a) => ({ pieces: ['HTTP/1.1 100 Continue\r\n\r\n', ...asIs(a).pieces] })],
   ];
   for (const [name, reframe] of framings) {
@@ -121,7 +143,7 @@ describe('TypeScript client fetch, read in place', () => {
     expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
   });
 
-  it("tries a request again on a new connection when an idle one closes before the answer", async () => {
+  it('tries a request again on a new connection when an idle one closes before the answer', async () => {
     proxy.reframe = asIs;
     await viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }); // leaves an idle connection
     const accepted = proxy.accepted;
@@ -224,7 +246,8 @@ describe('TypeScript client, a server that never stops answering', () => {
       sockets.add(socket);
       socket.on('error', () => {});
       socket.once('data', () => {
-        const headers = status === 200 ? 'Content-Type: application/json' : 'Content-Type: application/xml\r\nx-objectcache-error-code: OC_ERR_KEY_CONCURRENCY\r\nx-objectcache-retryable: true';
+        const headers =
+          status === 200 ? 'Content-Type: application/json' : 'Content-Type: application/xml\r\nx-objectcache-error-code: OC_ERR_KEY_CONCURRENCY\r\nx-objectcache-retryable: true';
         if (whole !== undefined) {
           socket.end(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(whole)}\r\n\r\n${whole}`);
           return;
@@ -267,7 +290,10 @@ describe('TypeScript client, a server that never stops answering', () => {
     const client = new ObjectCacheClient({ endpoint, bucket: 'endless', credentials, retries: 0 });
     try {
       for (const [call, answers] of [
-        [() => client.lookup(['a']), ['null', '[1]', '7', '{"matched":"x"}', '{}', 'not json', '{"matched":true}', '{"matched":-3}', '{"matched":1e9}', '{"matched":2}', '{"matched":0.5}']],
+        [
+          () => client.lookup(['a']),
+          ['null', '[1]', '7', '{"matched":"x"}', '{}', 'not json', '{"matched":true}', '{"matched":-3}', '{"matched":1e9}', '{"matched":2}', '{"matched":0.5}'],
+        ],
         [() => client.pin(['a'], null), ['null', '{"until":5}', '{"until":"never"}']],
       ] as const) {
         for (const answer of answers) {
@@ -363,7 +389,12 @@ describe('the client against a gateway that redirects or trickles', () => {
     const client = new ObjectCacheClient({ endpoint, bucket: 'b', credentials, retries: 0, deadlineMs: 1500 });
     const descriptor: DescriptorInput = { version: 1, keys: ['a', 'b'], layers: 2, chunkTokens: 16, layerBytes: 64, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
     try {
-      for (const call of [() => client.fetch(descriptor), () => client.fetch(descriptor, { transport: 'post' }), () => client.lookup(['a']), () => client.fetch(descriptor, { deadlineMs: 500 })]) {
+      for (const call of [
+        () => client.fetch(descriptor),
+        () => client.fetch(descriptor, { transport: 'post' }),
+        () => client.lookup(['a']),
+        () => client.fetch(descriptor, { deadlineMs: 500 }),
+      ]) {
         const started = performance.now();
         const error = await failure(call());
         expect(error.code).toBe('OC_ERR_CLIENT_TIMEOUT');

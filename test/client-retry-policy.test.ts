@@ -50,7 +50,8 @@ describe('every failure of the client is an ObjectCacheError', () => {
     await gw?.close();
   });
 
-  const client = (options: Partial<ObjectCacheClientOptions> = {}): ObjectCacheClient => new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('errors'), credentials, ...options });
+  const client = (options: Partial<ObjectCacheClientOptions> = {}): ObjectCacheClient =>
+    new ObjectCacheClient({ endpoint: gw.url, bucket: uniqueBucket('errors'), credentials, ...options });
 
   it('putChunks and ensureBucket map the SDK exception by its code, keeping it as the cause', async () => {
     const c = client();
@@ -59,7 +60,13 @@ describe('every failure of the client is an ObjectCacheError', () => {
     try {
       // No such bucket yet.
       const missing = await failure(c.putChunks(['k/0'], [new Uint8Array(8)]));
-      expect([missing.code, missing.status, missing.details['Status'], missing.details['S3Code'], missing.retryable]).toEqual(['OC_ERR_STORE_NO_SUCH_BUCKET', 404, 404, 'NoSuchBucket', false]);
+      expect([missing.code, missing.status, missing.details['Status'], missing.details['S3Code'], missing.retryable]).toEqual([
+        'OC_ERR_STORE_NO_SUCH_BUCKET',
+        404,
+        404,
+        'NoSuchBucket',
+        false,
+      ]);
       expect(missing.cause).toBeInstanceOf(S3ServiceException);
       expect(String(missing.details['RequestId'])).toMatch(/^[0-9A-Za-z-]{8,}$/);
 
@@ -143,10 +150,20 @@ describe("the gateway's 503 SlowDown, tried again after its Retry-After", () => 
     const once = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials, retries: 0 });
     try {
       await whileHeld(async () => {
-        const calls = [() => once.lookup(prefix.keys), () => once.putChunks(['kv/slowdown/new'], [new Uint8Array(16)]), () => once.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' })];
+        const calls = [
+          () => once.lookup(prefix.keys),
+          () => once.putChunks(['kv/slowdown/new'], [new Uint8Array(16)]),
+          () => once.fetch(descriptorOf(prefix, { layerRange: [0, 1] }), { transport: 'post' }),
+        ];
         for (const call of calls) {
           const refused = await failure(call());
-          expect([refused.code, refused.details['Status'], refused.details['S3Code'], refused.details['RetryAfter'], refused.retryable]).toEqual(['OC_ERR_KEY_CONCURRENCY', 503, 'SlowDown', '1', true]);
+          expect([refused.code, refused.details['Status'], refused.details['S3Code'], refused.details['RetryAfter'], refused.retryable]).toEqual([
+            'OC_ERR_KEY_CONCURRENCY',
+            503,
+            'SlowDown',
+            '1',
+            true,
+          ]);
         }
       });
     } finally {

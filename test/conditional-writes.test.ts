@@ -4,7 +4,16 @@
  * 412 PreconditionFailed and leaves the stored object exactly as it was, and of concurrent
  * writers under one condition exactly one wins.
  */
-import { CompleteMultipartUploadCommand, CopyObjectCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, PutObjectCommand, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
+import {
+  CompleteMultipartUploadCommand,
+  CopyObjectCommand,
+  CreateBucketCommand,
+  CreateMultipartUploadCommand,
+  GetObjectCommand,
+  PutObjectCommand,
+  S3ServiceException,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,7 +33,8 @@ describe.each(COMPAT_TARGETS)('conditional writes (%s)', (target) => {
   const { bucket } = suite;
 
   const read = async (key: string): Promise<string> => (await (await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToString()) ?? '';
-  const put = (key: string, body: string, conditions: { IfMatch?: string; IfNoneMatch?: string } = {}): Promise<{ ETag?: string | undefined }> => suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ...conditions }));
+  const put = (key: string, body: string, conditions: { IfMatch?: string; IfNoneMatch?: string } = {}): Promise<{ ETag?: string | undefined }> =>
+    suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body, ...conditions }));
 
   it('PUT If-Match: refused (412) unless the ETag matches, and the object stays as it was', async () => {
     const { ETag } = await put('im', 'first');
@@ -85,7 +95,9 @@ describe.each(COMPAT_TARGETS)('concurrent conditional writes (%s)', (target) => 
   it(`PUT If-None-Match: * from ${WRITERS} writers at once: exactly one creates the object, with its bytes`, async () => {
     for (let trial = 0; trial < TRIALS; trial++) {
       const key = `inm-${trial}`;
-      const statuses = await Promise.all(Array.from({ length: WRITERS }, (_, w) => status(suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: bodyOf(trial, w), IfNoneMatch: '*' })))));
+      const statuses = await Promise.all(
+        Array.from({ length: WRITERS }, (_, w) => status(suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: bodyOf(trial, w), IfNoneMatch: '*' })))),
+      );
       expect(await read(key)).toBe(bodyOf(trial, oneWinner(statuses)));
     }
   });
@@ -94,7 +106,9 @@ describe.each(COMPAT_TARGETS)('concurrent conditional writes (%s)', (target) => 
     for (let trial = 0; trial < TRIALS; trial++) {
       const key = `im-${trial}`;
       const { ETag } = await suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: 'original' }));
-      const statuses = await Promise.all(Array.from({ length: WRITERS }, (_, w) => status(suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: bodyOf(trial, w), IfMatch: ETag })))));
+      const statuses = await Promise.all(
+        Array.from({ length: WRITERS }, (_, w) => status(suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: bodyOf(trial, w), IfMatch: ETag })))),
+      );
       expect(await read(key)).toBe(bodyOf(trial, oneWinner(statuses)));
     }
   });
@@ -110,7 +124,11 @@ describe.each(COMPAT_TARGETS)('concurrent conditional writes (%s)', (target) => 
         }),
       );
       const statuses = await Promise.all(
-        uploads.map(({ UploadId, ETag }) => status(suite.s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag }] }, IfNoneMatch: '*' })))),
+        uploads.map(({ UploadId, ETag }) =>
+          status(
+            suite.s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag }] }, IfNoneMatch: '*' })),
+          ),
+        ),
       );
       expect(await read(key)).toBe(bodyOf(trial, oneWinner(statuses)));
     }

@@ -32,9 +32,19 @@ describe('loadServeConfig', () => {
 
   it('reads extra client keys (with tenants) from --credentials and rejects duplicates', () => {
     const file = join(dir, 'creds.json');
-    writeFileSync(file, JSON.stringify([{ accessKeyId: 'team-a', secretAccessKey: 'team-a-secret', tenant: 'tenant-a' }, { accessKeyId: 'team-b', secretAccessKey: 'team-b-secret' }]));
+    writeFileSync(
+      file,
+      JSON.stringify([
+        { accessKeyId: 'team-a', secretAccessKey: 'team-a-secret', tenant: 'tenant-a' },
+        { accessKeyId: 'team-b', secretAccessKey: 'team-b-secret' },
+      ]),
+    );
     const config = loadServeConfig(['--credentials', file], {});
-    expect(config.clientCredentials.map((c) => [c.accessKeyId, c.tenant])).toEqual([['objectcache', 'objectcache'], ['team-a', 'tenant-a'], ['team-b', 'team-b']]);
+    expect(config.clientCredentials.map((c) => [c.accessKeyId, c.tenant])).toEqual([
+      ['objectcache', 'objectcache'],
+      ['team-a', 'tenant-a'],
+      ['team-b', 'team-b'],
+    ]);
     writeFileSync(file, JSON.stringify([{ accessKeyId: 'objectcache', secretAccessKey: 'another-secret' }]));
     expect(() => loadServeConfig(['--credentials', file], {})).toThrow(ConfigError);
   });
@@ -53,7 +63,11 @@ describe('loadServeConfig', () => {
   });
 
   it("refuses a bucket setting that breaks S3's naming rules, and a segment bucket that is also budgeted", () => {
-    for (const args of [['--budget', 'a..b=1GiB'], ['--budget', 'kv=1GiB', '--capacity-state-bucket', '192.168.0.1'], ['--segments', 'on', '--segment-bucket', 'seg.-x']]) {
+    for (const args of [
+      ['--budget', 'a..b=1GiB'],
+      ['--budget', 'kv=1GiB', '--capacity-state-bucket', '192.168.0.1'],
+      ['--segments', 'on', '--segment-bucket', 'seg.-x'],
+    ]) {
       expect(() => loadServeConfig(args, {}), args.join(' ')).toThrow(/is not a bucket name/);
     }
     expect(() => loadServeConfig(['--segments', 'on', '--segment-bucket', 'kvc', '--budget', 'kvc=1GiB'], {})).toThrow(/also a budgeted bucket/);

@@ -50,7 +50,9 @@ describe('compose.yaml', () => {
     expect(gateway.healthcheck?.test.join(' ')).toContain('/readyz');
     expect(gateway.command).toEqual(expect.arrayContaining(['--s3-endpoint', 'http://minio:9000', '--host', '0.0.0.0', '--metrics-host', '0.0.0.0']));
     expect(gateway.depends_on).toEqual({ minio: { condition: 'service_healthy' }, 'create-bucket': { condition: 'service_completed_successfully' } });
-    expect(Object.keys(gateway.environment ?? {})).toEqual(expect.arrayContaining(['OBJECTCACHE_ACCESS_KEY', 'OBJECTCACHE_SECRET_KEY', 'OBJECTCACHE_BACKEND_ACCESS_KEY', 'OBJECTCACHE_BACKEND_SECRET_KEY']));
+    expect(Object.keys(gateway.environment ?? {})).toEqual(
+      expect.arrayContaining(['OBJECTCACHE_ACCESS_KEY', 'OBJECTCACHE_SECRET_KEY', 'OBJECTCACHE_BACKEND_ACCESS_KEY', 'OBJECTCACHE_BACKEND_SECRET_KEY']),
+    );
     // Protected mode: no default client secret, since the gateway listens on 0.0.0.0 in its container.
     const environment = gateway.environment ?? {};
     expect(environment['OBJECTCACHE_SECRET_KEY']).toMatch(/^\$\{OBJECTCACHE_SECRET_KEY:\?/);
@@ -109,7 +111,10 @@ describe('deploy/distributed/compose.yaml', () => {
   });
 
   it('puts two gateways, each on its own MinIO server, behind nginx, and scrapes both', () => {
-    for (const [name, endpoint] of [['gateway1', 'http://minio1:9000'], ['gateway2', 'http://minio2:9000']] as const) {
+    for (const [name, endpoint] of [
+      ['gateway1', 'http://minio1:9000'],
+      ['gateway2', 'http://minio2:9000'],
+    ] as const) {
       const gateway = dist.services[name] as Service;
       expect(gateway.build, name).toBe('../..');
       expect(gateway.command, name).toEqual(expect.arrayContaining(['serve', '--s3-endpoint', endpoint, '--host', '0.0.0.0', '--metrics-host', '0.0.0.0', '--cap']));

@@ -61,7 +61,12 @@ describe('a distributed MinIO behind two gateways', () => {
 
   beforeAll(async () => {
     cluster = await startDistributedMinio({ binary: inject('minio').binary, nodes: 4, drivesPerNode: 2 });
-    const env = { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY: cluster.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: cluster.secretKey };
+    const env = {
+      OBJECTCACHE_ACCESS_KEY: CLIENT_KEY,
+      OBJECTCACHE_SECRET_KEY: CLIENT_SECRET,
+      OBJECTCACHE_BACKEND_ACCESS_KEY: cluster.accessKey,
+      OBJECTCACHE_BACKEND_SECRET_KEY: cluster.secretKey,
+    };
     // Gateway A paces layerwise GETs at 12 MB/s, so a 24 MiB prefix streams for about two seconds.
     [gatewayA, gatewayB] = await Promise.all([
       startServe(['--s3-endpoint', cluster.nodes[0]?.endpoint as string, '--cap', '12MB/s', '--threshold', '0'], env),
@@ -85,9 +90,12 @@ describe('a distributed MinIO behind two gateways', () => {
       const victim = cluster.nodes[2];
       let killed: Promise<void> | undefined;
       const outcome = await viaA
-        .fetch(descriptorOf(prefix, { chunkTokens: 256, mode: 'layerwise' }), { transport: 'post', onLayerReady: (layer) => {
-          killed ??= layer >= 1 ? victim?.kill() : undefined;
-        } })
+        .fetch(descriptorOf(prefix, { chunkTokens: 256, mode: 'layerwise' }), {
+          transport: 'post',
+          onLayerReady: (layer) => {
+            killed ??= layer >= 1 ? victim?.kill() : undefined;
+          },
+        })
         .then(
           (result) => ({ result }),
           (error: unknown) => ({ error }),
@@ -101,17 +109,27 @@ describe('a distributed MinIO behind two gateways', () => {
         expect(Object.keys(ERRORS)).toContain((outcome.error as { code?: string }).code);
       }
       const retried = await metricValue(gatewayA.adminUrl, 'objectcache_backend_retries_total');
-      console.log(`node killed mid-stream: ${'result' in outcome ? 'completed byte-exact' : `ended with ${(outcome.error as { code?: string }).code}`}; range reads retried: ${retried}`);
+      console.log(
+        `node killed mid-stream: ${'result' in outcome ? 'completed byte-exact' : `ended with ${(outcome.error as { code?: string }).code}`}; range reads retried: ${retried}`,
+      );
       const again = await step('a GET through gateway A after the kill', viaA.fetch(descriptorOf(prefix, { chunkTokens: 256 }), { transport: 'post' }));
       expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
 
       // Writes while the node is down: six of eight drives are above MinIO's write quorum.
-      const written = await step('writes through gateway B with the node down', whileSlowDown(() => seedPrefix(viaB, { chunks: 8, layers: 12, layerBytes: 32 * 1024, layout: 'KV_2LTD' })), 120_000);
+      const written = await step(
+        'writes through gateway B with the node down',
+        whileSlowDown(() => seedPrefix(viaB, { chunks: 8, layers: 12, layerBytes: 32 * 1024, layout: 'KV_2LTD' })),
+        120_000,
+      );
       const read = await step('a GET of them through gateway A', viaA.fetch(descriptorOf(written, { chunkTokens: 256 }), { transport: 'post' }));
       expect(Buffer.from(read.target).equals(Buffer.from(reference(written)))).toBe(true);
 
       await step('the node restarting', victim?.restart() ?? Promise.resolve(), 70_000);
-      for (const [client, p] of [[viaB, prefix], [viaB, written], [viaA, written]] as const) {
+      for (const [client, p] of [
+        [viaB, prefix],
+        [viaB, written],
+        [viaA, written],
+      ] as const) {
         const back = await step('a GET once the node is back', client.fetch(descriptorOf(p, { chunkTokens: 256 }), { transport: 'post' }));
         expect(Buffer.from(back.target).equals(Buffer.from(reference(p)))).toBe(true);
       }

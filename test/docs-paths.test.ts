@@ -11,7 +11,14 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const pages = ['README.md', 'schemas/wire-format.md', 'client/python/README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const pages = [
+  'README.md',
+  'schemas/wire-format.md',
+  'client/python/README.md',
+  ...readdirSync(join(root, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 /** Top-level folders a path in the docs may start with (generated ones, dist/ and data/, are not checked). */
 const tracked = new Set(readdirSync(root).filter((name) => !name.startsWith('.') && !['node_modules', 'dist', 'data'].includes(name) && statSync(join(root, name)).isDirectory()));
 

@@ -50,9 +50,15 @@ describe('README and docs', () => {
     const dir = mkdtempSync(join(tmpdir(), 'objectcache-docs-'));
     try {
       let n = 0;
-      writeFileSync(join(dir, 'keys.json'), (keysJson ?? '').replace(/"…"/g, () => `"readme-secret-${n++}"`));
+      writeFileSync(
+        join(dir, 'keys.json'),
+        (keysJson ?? '').replace(/"…"/g, () => `"readme-secret-${n++}"`),
+      );
       writeFileSync(join(dir, 'policies.json'), policiesJson ?? '');
-      const config = loadServeConfig(['--credentials', join(dir, 'keys.json'), '--access-policies', join(dir, 'policies.json')], { OBJECTCACHE_ACCESS_KEY: 'admin', OBJECTCACHE_SECRET_KEY: 'admin-secret' });
+      const config = loadServeConfig(['--credentials', join(dir, 'keys.json'), '--access-policies', join(dir, 'policies.json')], {
+        OBJECTCACHE_ACCESS_KEY: 'admin',
+        OBJECTCACHE_SECRET_KEY: 'admin-secret',
+      });
       const key = (id: string): ClientCredential => config.clientCredentials.find((c) => c.accessKeyId === id) as ClientCredential;
       const can = (id: string, action: Action, resource: string, context = {}): boolean => key(id).access.allows(action, resource, context);
       expect(can('team-a', 's3:GetObject', 'arn:aws:s3:::kvcache/team-a/x')).toBe(true);

@@ -18,7 +18,12 @@ import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, uniqueBucket } from 
 const minio = inject('minio');
 
 function startProcess(args: string[]): Promise<ServeProcess> {
-  return startServe(args, { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey });
+  return startServe(args, {
+    OBJECTCACHE_ACCESS_KEY: CLIENT_KEY,
+    OBJECTCACHE_SECRET_KEY: CLIENT_SECRET,
+    OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey,
+    OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey,
+  });
 }
 
 /**
@@ -29,7 +34,9 @@ function startProcess(args: string[]): Promise<ServeProcess> {
 async function killMidPut(gateway: ServeProcess, bucket: string, key: string, inStore: (gateway: ServeProcess) => boolean | Promise<boolean>): Promise<void> {
   const url = new URL(`${gateway.url}/${bucket}/${key}`);
   const total = 8 * 1024 * 1024;
-  const signed = { headers: await signedHeaders(url.origin, { method: 'PUT', path: url.pathname, headers: { 'content-length': String(total), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } }) };
+  const signed = {
+    headers: await signedHeaders(url.origin, { method: 'PUT', path: url.pathname, headers: { 'content-length': String(total), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } }),
+  };
   const exited = new Promise((r) => gateway.child.once('exit', r));
   await new Promise<void>((done) => {
     const req = httpRequest(url, { method: 'PUT', headers: signed.headers });

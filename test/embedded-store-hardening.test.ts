@@ -5,7 +5,17 @@
  * cannot be read at start-up is moved under <dataDir>/damaged/ and reported while the store
  * opens and serves everything else.
  */
-import { CopyObjectCommand, CreateBucketCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, ListPartsCommand, PutObjectCommand, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
+import {
+  CopyObjectCommand,
+  CreateBucketCommand,
+  CreateMultipartUploadCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListPartsCommand,
+  PutObjectCommand,
+  S3ServiceException,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
@@ -216,7 +226,9 @@ describe('damaged files at start-up (embedded store)', () => {
     writeFileSync(path, Buffer.concat([Buffer.from('abc'), footer]));
     const fh = await open(path, 'r');
     try {
-      await expect(readFooter(fh, path)).rejects.toSatisfy((e: unknown) => e instanceof ObjectCacheError && e.code === 'OC_ERR_STORE_IO' && e.message.includes(path) && /JSON/.test(e.message));
+      await expect(readFooter(fh, path)).rejects.toSatisfy(
+        (e: unknown) => e instanceof ObjectCacheError && e.code === 'OC_ERR_STORE_IO' && e.message.includes(path) && /JSON/.test(e.message),
+      );
     } finally {
       await fh.close();
     }
@@ -288,7 +300,8 @@ describe('damaged files at start-up (embedded store)', () => {
       for (const key of ['good/1', 'good/2', 'copied-from']) {
         expect(await (await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }))).Body?.transformToString()).toBe(`bytes of ${key}`.padEnd(20, '.'));
       }
-      for (const key of ['truncated', 'bad-json', 'huge-length']) expect(await answer(s3.send(new GetObjectCommand({ Bucket: bucket, Key: key })))).toEqual({ status: 404, code: 'NoSuchKey' });
+      for (const key of ['truncated', 'bad-json', 'huge-length'])
+        expect(await answer(s3.send(new GetObjectCommand({ Bucket: bucket, Key: key })))).toEqual({ status: 404, code: 'NoSuchKey' });
       // The upload keeps its readable part; the damaged one is simply missing (uploaded again).
       const parts = await s3.send(new ListPartsCommand({ Bucket: bucket, Key: 'upload', UploadId: uploadId }));
       expect(parts.Parts?.map((p) => p.PartNumber)).toEqual([1]);

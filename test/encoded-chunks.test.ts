@@ -34,14 +34,26 @@ describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (back
   const bucket = uniqueBucket('enc');
 
   /** Stores an encoded chunk: slices of the given lengths, back to back, with its index (and CRCs unless told not to). */
-  const putEncoded = (key: string, lengths: readonly number[], codec = 'test-codec', meta: Record<string, string> = {}): Promise<Buffer[]> => storeEncoded(s3, bucket, key, lengths, codec, meta);
+  const putEncoded = (key: string, lengths: readonly number[], codec = 'test-codec', meta: Record<string, string> = {}): Promise<Buffer[]> =>
+    storeEncoded(s3, bucket, key, lengths, codec, meta);
 
   function lengthsOf(chunk: number): number[] {
     return Array.from({ length: L }, (_, l) => 100 + ((chunk * 977 + l * 1543) % 3000));
   }
 
   function descriptor(keys: readonly string[], extra: Partial<DescriptorInput> = {}): DescriptorInput {
-    return { version: 1, keys: [...keys], layers: L, chunkTokens: 16, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise', codecs: ['test-codec'], ...extra };
+    return {
+      version: 1,
+      keys: [...keys],
+      layers: L,
+      chunkTokens: 16,
+      layerBytes: S,
+      layout: 'KV_L2TD',
+      delivery: 'layer-major',
+      mode: 'layerwise',
+      codecs: ['test-codec'],
+      ...extra,
+    };
   }
 
   async function get(d: DescriptorInput): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
@@ -158,7 +170,14 @@ describe.each<BackendKind>(['local', 's3'])('encoded chunks (%s backend)', (back
     const crcs = slices.map((slice) => crc32c(slice));
     const flipped = slices[4] as Buffer;
     flipped[7] = (flipped[7] as number) ^ 0x5a;
-    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'p7/c0', Body: Buffer.concat(slices), Metadata: { 'oc-codec': 'test-codec', 'oc-slice-bytes': encodeSliceBytes(lengths), 'oc-layer-crc32c': encodeLayerCrcs(crcs) } }));
+    await s3.send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: 'p7/c0',
+        Body: Buffer.concat(slices),
+        Metadata: { 'oc-codec': 'test-codec', 'oc-slice-bytes': encodeSliceBytes(lengths), 'oc-layer-crc32c': encodeLayerCrcs(crcs) },
+      }),
+    );
     const res = await get(descriptor(['p7/c0']));
     const { frames } = parse(res.body);
     const last = frames.at(-1) as Frame;
@@ -218,6 +237,8 @@ describe('encoded chunk checks (pure)', () => {
     expect(answer(206, { etag: '"v1"', 'content-range': 'bytes 0-9/100', 'x-amz-meta-oc-codec': 'c1' })).toMatchObject({ etag: '"v1"' });
     // Unpinned raw reads of an encoded object are refused as such.
     expect(typeof checkRangeAnswer(206, { 'content-range': 'bytes 0-9/55', 'x-amz-meta-oc-codec': 'c2' }, 'k', 0, 10, { objectBytes: 100, codec: 'none' })).toBe('object');
-    expect((checkRangeAnswer(206, { 'content-range': 'bytes 0-9/55', 'x-amz-meta-oc-codec': 'c2' }, 'k', 0, 10, { objectBytes: 100, codec: 'none' }) as { code: string }).code).toBe('OC_ERR_CODEC_UNACCEPTED');
+    expect(
+      (checkRangeAnswer(206, { 'content-range': 'bytes 0-9/55', 'x-amz-meta-oc-codec': 'c2' }, 'k', 0, 10, { objectBytes: 100, codec: 'none' }) as { code: string }).code,
+    ).toBe('OC_ERR_CODEC_UNACCEPTED');
   });
 });

@@ -42,7 +42,11 @@ describe.each(['local', 's3'] as BackendKind[])('every request shape through its
   let shapes: { body: Shape[]; response: Shape[] };
 
   beforeAll(async () => {
-    gw = await startTestGateway({ backend, minio: inject('minio'), args: ['--body-idle-timeout-ms', '300', '--client-stall-timeout-ms', '500', '--header-timeout-ms', '1000', '--threshold', '0'] });
+    gw = await startTestGateway({
+      backend,
+      minio: inject('minio'),
+      args: ['--body-idle-timeout-ms', '300', '--client-stall-timeout-ms', '500', '--header-timeout-ms', '1000', '--threshold', '0'],
+    });
     const client = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { ...ADMIN } });
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 4, layers: 8, layerBytes: 256 * 1024, layout: 'KV_L2TD' });
@@ -56,25 +60,63 @@ describe.each(['local', 's3'] as BackendKind[])('every request shape through its
     // while the file streams in, the case that ended the process.
     const presigned = await createPresignedPost(s3, { Bucket: bucket, Key: 'form/${filename}', Conditions: [['content-length-range', 1, 1000]], Expires: 300 });
     const part = (name: string, value: string): string => `--${boundary}\r\ncontent-disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`;
-    const form = Buffer.from(`${Object.entries(presigned.fields).map(([name, value]) => part(name, value)).join('')}--${boundary}\r\ncontent-disposition: form-data; name="file"; filename="x"\r\n\r\n${'x'.repeat(100_000)}\r\n--${boundary}--\r\n`);
+    const form = Buffer.from(
+      `${Object.entries(presigned.fields)
+        .map(([name, value]) => part(name, value))
+        .join('')}--${boundary}\r\ncontent-disposition: form-data; name="file"; filename="x"\r\n\r\n${'x'.repeat(100_000)}\r\n--${boundary}--\r\n`,
+    );
     const chunked = Buffer.from(`186a0\r\n${'y'.repeat(100_000)}\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n`);
     s3.destroy();
     shapes = {
       body: [
         { name: 'PutObject', method: 'PUT', path: `/${bucket}/put`, body: randomBytes(200_000), unsignedPayload: true },
-        { name: 'PutObject (aws-chunked, trailer)', method: 'PUT', path: `/${bucket}/chunked`, headers: { 'content-encoding': 'aws-chunked', 'x-amz-decoded-content-length': '100000', 'x-amz-trailer': 'x-amz-checksum-crc32' }, body: chunked },
+        {
+          name: 'PutObject (aws-chunked, trailer)',
+          method: 'PUT',
+          path: `/${bucket}/chunked`,
+          headers: { 'content-encoding': 'aws-chunked', 'x-amz-decoded-content-length': '100000', 'x-amz-trailer': 'x-amz-checksum-crc32' },
+          body: chunked,
+        },
         { name: 'UploadPart', method: 'PUT', path: `/${bucket}/mp`, query: { partNumber: '1', uploadId }, body: randomBytes(200_000), unsignedPayload: true },
-        { name: 'CompleteMultipartUpload', method: 'POST', path: `/${bucket}/mp`, query: { uploadId }, body: Buffer.from(`<CompleteMultipartUpload>${'<Part><PartNumber>1</PartNumber><ETag>"x"</ETag></Part>'.repeat(200)}</CompleteMultipartUpload>`) },
-        { name: 'DeleteObjects', method: 'POST', path: `/${bucket}`, query: { delete: '' }, body: Buffer.from(`<Delete>${'<Object><Key>gone</Key></Object>'.repeat(500)}</Delete>`) },
+        {
+          name: 'CompleteMultipartUpload',
+          method: 'POST',
+          path: `/${bucket}/mp`,
+          query: { uploadId },
+          body: Buffer.from(`<CompleteMultipartUpload>${'<Part><PartNumber>1</PartNumber><ETag>"x"</ETag></Part>'.repeat(200)}</CompleteMultipartUpload>`),
+        },
+        {
+          name: 'DeleteObjects',
+          method: 'POST',
+          path: `/${bucket}`,
+          query: { delete: '' },
+          body: Buffer.from(`<Delete>${'<Object><Key>gone</Key></Object>'.repeat(500)}</Delete>`),
+        },
         { name: 'PostObject (form)', method: 'POST', path: `/${bucket}`, headers: { 'content-type': `multipart/form-data; boundary=${boundary}` }, body: form },
         { name: 'descriptor POST', method: 'POST', path: `/${bucket}`, query: { objectcache: '' }, body: descriptor },
-        { name: 'prefix lookup', method: 'POST', path: `/${bucket}`, query: { 'objectcache-lookup': '' }, body: Buffer.from(JSON.stringify({ ...descriptorOf(prefix), keys: [...prefix.keys, ...Array.from({ length: 2000 }, (_, i) => `kv/none/${i}`)] })) },
+        {
+          name: 'prefix lookup',
+          method: 'POST',
+          path: `/${bucket}`,
+          query: { 'objectcache-lookup': '' },
+          body: Buffer.from(JSON.stringify({ ...descriptorOf(prefix), keys: [...prefix.keys, ...Array.from({ length: 2000 }, (_, i) => `kv/none/${i}`)] })),
+        },
       ],
       response: [
         { name: 'GetObject', method: 'GET', path: `/${bucket}/big` },
         { name: 'ListObjectsV2', method: 'GET', path: `/${bucket}`, query: { 'list-type': '2' } },
-        { name: 'descriptor GET (layerwise)', method: 'GET', path: `/${bucket}/${prefix.keys.at(-1)}`, headers: { 'x-objectcache-descriptor': Buffer.from(JSON.stringify(descriptorOf(prefix))).toString('base64') } },
-        { name: 'descriptor GET (chunkwise)', method: 'GET', path: `/${bucket}/${prefix.keys.at(-1)}`, headers: { 'x-objectcache-descriptor': Buffer.from(JSON.stringify(descriptorOf(prefix, { mode: 'chunkwise' }))).toString('base64') } },
+        {
+          name: 'descriptor GET (layerwise)',
+          method: 'GET',
+          path: `/${bucket}/${prefix.keys.at(-1)}`,
+          headers: { 'x-objectcache-descriptor': Buffer.from(JSON.stringify(descriptorOf(prefix))).toString('base64') },
+        },
+        {
+          name: 'descriptor GET (chunkwise)',
+          method: 'GET',
+          path: `/${bucket}/${prefix.keys.at(-1)}`,
+          headers: { 'x-objectcache-descriptor': Buffer.from(JSON.stringify(descriptorOf(prefix, { mode: 'chunkwise' }))).toString('base64') },
+        },
       ],
     };
   });
@@ -85,7 +127,13 @@ describe.each(['local', 's3'] as BackendKind[])('every request shape through its
 
   async function requestHead(shape: Shape, body: Buffer | undefined): Promise<string> {
     const query = new URLSearchParams(shape.query ?? {}).toString();
-    const payloadHash = shape.unsignedPayload ? 'UNSIGNED-PAYLOAD' : shape.name === 'PutObject (aws-chunked, trailer)' ? 'STREAMING-UNSIGNED-PAYLOAD-TRAILER' : createHash('sha256').update(body ?? Buffer.alloc(0)).digest('hex');
+    const payloadHash = shape.unsignedPayload
+      ? 'UNSIGNED-PAYLOAD'
+      : shape.name === 'PutObject (aws-chunked, trailer)'
+        ? 'STREAMING-UNSIGNED-PAYLOAD-TRAILER'
+        : createHash('sha256')
+            .update(body ?? Buffer.alloc(0))
+            .digest('hex');
     const headers = await sign(ADMIN, gw.url, {
       method: shape.method,
       path: shape.path,

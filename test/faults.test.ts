@@ -32,7 +32,11 @@ describe('backend faults mid-stream', () => {
   beforeAll(async () => {
     minio = await startMinio({ binary: shared.binary });
     // Small reads and a small read-ahead: the stream needs MinIO all along.
-    gw = await startTestGateway({ backend: 's3', minio, args: ['--backend-timeout-ms', String(TIMEOUT_MS), '--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0'] });
+    gw = await startTestGateway({
+      backend: 's3',
+      minio,
+      args: ['--backend-timeout-ms', String(TIMEOUT_MS), '--read-bytes', '65536', '--read-ahead-bytes', '4096', '--threshold', '0'],
+    });
     client = testClient(gw, uniqueBucket('faults'));
     await client.ensureBucket();
     prefix = await seedPrefix(client, { chunks: 8, layers: 32, layerBytes: 64 * 1024, layout: 'KV_L2TD' }); // 16 MiB, 32 groups
@@ -63,7 +67,9 @@ describe('backend faults mid-stream', () => {
     expect(failure).toBeInstanceOf(ObjectCacheError);
     expect(['OC_ERR_BACKEND_TIMEOUT', 'OC_ERR_BACKEND_UNAVAILABLE']).toContain((failure as ObjectCacheError).code);
     expect(failedAfter).toBeLessThan(TIMEOUT_MS * 3 + 1000);
-    console.log(`paused MinIO: the stream failed ${failedAfter.toFixed(0)} ms after the pause (timeout ${TIMEOUT_MS} ms), ${((performance.now() - started) / 1000).toFixed(2)} s in all`);
+    console.log(
+      `paused MinIO: the stream failed ${failedAfter.toFixed(0)} ms after the pause (timeout ${TIMEOUT_MS} ms), ${((performance.now() - started) / 1000).toFixed(2)} s in all`,
+    );
     await until(idle);
     const again = await client.fetch(descriptorOf(prefix));
     expect(Buffer.from(again.target).equals(Buffer.from(reference(prefix)))).toBe(true);
@@ -173,7 +179,14 @@ describe('slow readers', () => {
     const pool = new Pool(gw.url, { connections: 25 });
     const slowReader = async (): Promise<string> => {
       const res = await postDescriptor(pool, gw.url, client.bucket, body, { highWaterMark: 1024 });
-      const decoder = new FrameDecoder({ layerStart: 0, layerEnd: 32, chunks: 12, layerBytes: 128 * 1024, target: new Uint8Array(32 * 12 * 128 * 1024), layerStride: 12 * 128 * 1024 });
+      const decoder = new FrameDecoder({
+        layerStart: 0,
+        layerEnd: 32,
+        chunks: 12,
+        layerBytes: 128 * 1024,
+        target: new Uint8Array(32 * 12 * 128 * 1024),
+        layerStride: 12 * 128 * 1024,
+      });
       try {
         for await (const chunk of res.body) {
           decoder.push(chunk as Buffer);

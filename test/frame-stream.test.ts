@@ -55,10 +55,18 @@ describe('frame stream sender', () => {
     const all = Buffer.concat(out.received);
     expect(all.byteLength).toBe(8 + 4 * (24 + 100_000) + 24 + 2);
     const seen: number[] = [];
-    const decoder = new FrameDecoder({ layerStart: 0, layerEnd: 4, chunks: 1, layerBytes: 100_000, target: new Uint8Array(400_000), layerStride: 100_000, onLayerReady: (l, view) => {
-      expect(view.every((b) => b === l + 1)).toBe(true);
-      seen.push(l);
-    } });
+    const decoder = new FrameDecoder({
+      layerStart: 0,
+      layerEnd: 4,
+      chunks: 1,
+      layerBytes: 100_000,
+      target: new Uint8Array(400_000),
+      layerStride: 100_000,
+      onLayerReady: (l, view) => {
+        expect(view.every((b) => b === l + 1)).toBe(true);
+        seen.push(l);
+      },
+    });
     decoder.push(all); // checks every frame's CRC32C
     expect(decoder.finish()).toEqual({});
     expect(seen).toEqual([0, 1, 2, 3]);

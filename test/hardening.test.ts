@@ -64,7 +64,7 @@ async function expectServing(gw: TestGateway, bucket: string): Promise<void> {
 
 const BACKENDS: readonly BackendKind[] = ['local', 's3'];
 
-describe.each(BACKENDS)('the store\'s own APIs are the administrator\'s alone (%s)', (backend) => {
+describe.each(BACKENDS)("the store's own APIs are the administrator's alone (%s)", (backend) => {
   let gw: TestGateway;
   let credentials: string;
   const bucket = uniqueBucket('reserved');
@@ -94,7 +94,7 @@ describe.each(BACKENDS)('the store\'s own APIs are the administrator\'s alone (%
     expect(answer.body).toContain('<Code>AccessDenied</Code>');
   });
 
-  it('refuses the store\'s APIs by a virtual-hosted name, as a copy source, in a descriptor and by form', async () => {
+  it("refuses the store's APIs by a virtual-hosted name, as a copy source, in a descriptor and by form", async () => {
     const virtual = await send(WIDE, gw.url, { method: 'GET', path: '/admin/v3/info', headers: { host: `minio.s3.test:${new URL(gw.url).port}` } });
     expect(virtual.code).toBe('OC_ERR_ACCESS_RESERVED');
 
@@ -114,7 +114,7 @@ describe.each(BACKENDS)('the store\'s own APIs are the administrator\'s alone (%
     expect(res.headers.get('x-objectcache-error-code')).toBe('OC_ERR_ACCESS_RESERVED');
   });
 
-  it('refuses MinIO\'s STS (POST / with Action=AssumeRole) to every key but the administrator', async () => {
+  it("refuses MinIO's STS (POST / with Action=AssumeRole) to every key but the administrator", async () => {
     const body = Buffer.from('Action=AssumeRole&Version=2011-06-15&DurationSeconds=3600');
     const answer = await send(WIDE, gw.url, { method: 'POST', path: '/', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body });
     expect(answer.status, answer.body).toBe(403);
@@ -145,7 +145,12 @@ describe.each(BACKENDS)('browser-form uploads cannot end the process or hold mem
 
   /** A form for `form/${filename}` of a size in `range`; `free` names fields the policy lets have any value. */
   async function form(range: [number, number], free: readonly string[] = []): Promise<{ url: string; fields: Record<string, string> }> {
-    return createPresignedPost(s3, { Bucket: bucket, Key: 'form/${filename}', Conditions: [['content-length-range', ...range], ['starts-with', '$key', 'form/'], ...free.map((name) => ['starts-with', `$${name}`, ''] as ['starts-with', string, string])], Expires: 300 });
+    return createPresignedPost(s3, {
+      Bucket: bucket,
+      Key: 'form/${filename}',
+      Conditions: [['content-length-range', ...range], ['starts-with', '$key', 'form/'], ...free.map((name) => ['starts-with', `$${name}`, ''] as ['starts-with', string, string])],
+      Expires: 300,
+    });
   }
 
   async function post(url: string, fields: Record<string, string>, file: Buffer, after: Record<string, string> = {}): Promise<Response> {
@@ -194,7 +199,9 @@ describe.each(BACKENDS)('browser-form uploads cannot end the process or hold mem
     const since = performance.now();
     const ended = closed(socket, since, 10_000);
     // Declares 200 fields of 60 KiB (12 MB); the gateway must refuse after about 64 KiB.
-    socket.write(head('POST', `/${bucket}`, { host: new URL(gw.url).host, 'content-type': `multipart/form-data; boundary=${boundary}`, 'content-length': String(200 * field(0).length) }));
+    socket.write(
+      head('POST', `/${bucket}`, { host: new URL(gw.url).host, 'content-type': `multipart/form-data; boundary=${boundary}`, 'content-length': String(200 * field(0).length) }),
+    );
     for (let i = 0; i < 3; i++) socket.write(field(i));
     const { text } = await ended;
     expect(text).toMatch(/^HTTP\/1\.1 400/);
@@ -303,7 +310,11 @@ describe.each(BACKENDS)('one key cannot starve another (%s)', (backend) => {
 
   beforeAll(async () => {
     credentials = credentialsFile();
-    gw = await startTestGateway({ backend, minio: inject('minio'), args: ['--credentials', credentials, '--max-layerwise-requests', '4', '--max-requests-per-key', '6', '--body-idle-timeout-ms', '8000'] });
+    gw = await startTestGateway({
+      backend,
+      minio: inject('minio'),
+      args: ['--credentials', credentials, '--max-layerwise-requests', '4', '--max-requests-per-key', '6', '--body-idle-timeout-ms', '8000'],
+    });
     await clientOf(gw, bucket).ensureBucket();
   });
   afterAll(async () => {
@@ -311,7 +322,7 @@ describe.each(BACKENDS)('one key cannot starve another (%s)', (backend) => {
     rmSync(join(credentials, '..'), { recursive: true, force: true });
   });
 
-  it('serves team A\'s descriptor GETs while other keys hold stalled descriptor POSTs', async () => {
+  it("serves team A's descriptor GETs while other keys hold stalled descriptor POSTs", async () => {
     const a = clientOf(gw, bucket, TEAM_A);
     const prefix = await seedPrefix(a, { chunks: 2, layers: 4, layerBytes: 4096, layout: 'KV_L2TD' });
     const sockets: Socket[] = [];
@@ -459,7 +470,11 @@ describe('what a connection holds ends with it (s3)', () => {
 
   beforeAll(async () => {
     credentials = credentialsFile();
-    gw = await startTestGateway({ backend: 's3', minio: inject('minio'), args: ['--credentials', credentials, '--max-requests-per-key', '8', '--backend-connections', '4', '--header-timeout-ms', '1000', '--body-idle-timeout-ms', '1000'] });
+    gw = await startTestGateway({
+      backend: 's3',
+      minio: inject('minio'),
+      args: ['--credentials', credentials, '--max-requests-per-key', '8', '--backend-connections', '4', '--header-timeout-ms', '1000', '--body-idle-timeout-ms', '1000'],
+    });
     await clientOf(gw, bucket).ensureBucket();
     const s3 = sdkClient(gw.url);
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'big', Body: randomBytes(size) }));
@@ -471,7 +486,8 @@ describe('what a connection holds ends with it (s3)', () => {
   });
 
   /** `count` requests at once by `key`, each answered (any status): the statuses. */
-  const statuses = async (key: Key, count: number): Promise<number[]> => Promise.all(Array.from({ length: count }, async () => (await send(key, gw.url, { method: 'HEAD', path: `/${bucket}/big` })).status));
+  const statuses = async (key: Key, count: number): Promise<number[]> =>
+    Promise.all(Array.from({ length: count }, async () => (await send(key, gw.url, { method: 'HEAD', path: `/${bucket}/big` })).status));
 
   it('gives back the places and backend connections of pipelined requests whose connection is reset', async () => {
     for (let c = 0; c < 2; c++) {
@@ -489,7 +505,7 @@ describe('what a connection holds ends with it (s3)', () => {
     expect(back.status).toBe(206);
   });
 
-  it('shares the backend connections out: one key\'s unread GETs hold at most three quarters', async () => {
+  it("shares the backend connections out: one key's unread GETs hold at most three quarters", async () => {
     const sockets: Socket[] = [];
     try {
       for (let i = 0; i < 3; i++) {
@@ -531,7 +547,7 @@ describe('what a connection holds ends with it (s3)', () => {
     expect(ms).toBeLessThan(5000);
   });
 
-  it('leaves a quarter of a key\'s places to the holders of its presigned URLs', async () => {
+  it("leaves a quarter of a key's places to the holders of its presigned URLs", async () => {
     const sockets: Socket[] = [];
     const s3 = sdkClient(gw.url, { ...TEAM_A });
     const presignedPut = async (key: string): Promise<{ path: string; headers: Record<string, string> }> => {
@@ -572,7 +588,12 @@ describe('what a connection holds ends with it (s3)', () => {
     expect(dot).toContain('OC_ERR_REQUEST_INVALID_BUCKET_NAME');
     // Re-signed for the store, a byte over 0x7f would be hashed as UTF-8 here and as one byte
     // there: a clear 400 instead of the store's SignatureDoesNotMatch.
-    const put = await send(TEAM_A, gw.url, { method: 'PUT', path: `/${bucket}/a/latin1`, body: Buffer.from('x'), headers: { 'content-disposition': `attachment; filename="na${'\u00ef'}ve.txt"` } });
+    const put = await send(TEAM_A, gw.url, {
+      method: 'PUT',
+      path: `/${bucket}/a/latin1`,
+      body: Buffer.from('x'),
+      headers: { 'content-disposition': `attachment; filename="na${'\u00ef'}ve.txt"` },
+    });
     expect(put.status, put.body).toBe(400);
     expect(put.code).toBe('OC_ERR_REQUEST_INVALID_ARGUMENT');
   });
@@ -587,7 +608,20 @@ describe('the bounds no other test reaches (local)', () => {
     credentials = credentialsFile();
     gw = await startTestGateway({
       backend: 'local',
-      args: ['--credentials', credentials, '--max-connections', '6', '--max-requests-per-key', '4', '--request-timeout-ms', '1500', '--header-timeout-ms', '1000', '--body-idle-timeout-ms', '5000'],
+      args: [
+        '--credentials',
+        credentials,
+        '--max-connections',
+        '6',
+        '--max-requests-per-key',
+        '4',
+        '--request-timeout-ms',
+        '1500',
+        '--header-timeout-ms',
+        '1000',
+        '--body-idle-timeout-ms',
+        '5000',
+      ],
     });
     await clientOf(gw, bucket).ensureBucket();
   });
@@ -630,14 +664,17 @@ describe('the bounds no other test reaches (local)', () => {
   });
 });
 
-describe('a key\'s share of the layerwise slots (local)', () => {
+describe("a key's share of the layerwise slots (local)", () => {
   let gw: TestGateway;
   let credentials: string;
   const bucket = uniqueBucket('lwshare');
 
   beforeAll(async () => {
     credentials = credentialsFile();
-    gw = await startTestGateway({ backend: 'local', args: ['--credentials', credentials, '--max-layerwise-requests', '4', '--max-layerwise-per-key', '1', '--cap', '4MB/s', '--threshold', '0', '--epoch-ms', '10'] });
+    gw = await startTestGateway({
+      backend: 'local',
+      args: ['--credentials', credentials, '--max-layerwise-requests', '4', '--max-layerwise-per-key', '1', '--cap', '4MB/s', '--threshold', '0', '--epoch-ms', '10'],
+    });
     await clientOf(gw, bucket).ensureBucket();
   });
   afterAll(async () => {

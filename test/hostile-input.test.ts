@@ -14,7 +14,6 @@ import { signedHeaders } from './helpers/signing.js';
 import { startTestGateway, uniqueBucket, type TestGateway, testClient } from './helpers/gateway.js';
 import { descriptorOf, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
-
 interface Answer {
   status: number;
   code: string | undefined;
@@ -43,7 +42,12 @@ describe('hostile input', () => {
     const signed = { headers: await signedHeaders(gw.url, { method: 'GET', path, headers: { 'x-objectcache-descriptor': value } }) };
     const res = await pool.request({ method: 'GET', path, headers: signed.headers });
     cases++;
-    return { status: res.statusCode, code: res.headers['x-objectcache-error-code'] as string | undefined, body: await res.body.text(), requestId: res.headers['x-amz-request-id'] as string | undefined };
+    return {
+      status: res.statusCode,
+      code: res.headers['x-objectcache-error-code'] as string | undefined,
+      body: await res.body.text(),
+      requestId: res.headers['x-amz-request-id'] as string | undefined,
+    };
   }
 
   function expectClientError(answer: Answer, what: string): void {
@@ -74,7 +78,21 @@ describe('hostile input', () => {
     fc.integer(),
     fc.double({ noNaN: true, noDefaultInfinity: true }),
   );
-  const hostileKey = fc.constantFrom('', '/abs', '../escape', 'a/../b', './x', 'nul\u0000byte', 'x'.repeat(1025), 'é'.repeat(600), '\u202Eevil', 'zero\u200Bwidth', 'a//b', '%2e%2e/x', 'k\uD800');
+  const hostileKey = fc.constantFrom(
+    '',
+    '/abs',
+    '../escape',
+    'a/../b',
+    './x',
+    'nul\u0000byte',
+    'x'.repeat(1025),
+    'é'.repeat(600),
+    '\u202Eevil',
+    'zero\u200Bwidth',
+    'a//b',
+    '%2e%2e/x',
+    'k\uD800',
+  );
 
   it('answers every mutated descriptor with a 4xx S3 error naming a registered code', async () => {
     const base = (): Record<string, unknown> => ({ ...descriptorOf(prefix) });
@@ -130,15 +148,29 @@ describe('hostile input', () => {
 
   it('answers garbage bodies and headers with 4xx S3 errors', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)), fc.string().map((s) => Buffer.from(s)), fc.json().map((s) => Buffer.from(s))), async (body) => {
-        expectClientError(await post(body), `body ${body.toString('hex').slice(0, 40)}`);
-      }),
+      fc.asyncProperty(
+        fc.oneof(
+          fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)),
+          fc.string().map((s) => Buffer.from(s)),
+          fc.json().map((s) => Buffer.from(s)),
+        ),
+        async (body) => {
+          expectClientError(await post(body), `body ${body.toString('hex').slice(0, 40)}`);
+        },
+      ),
       { numRuns: 60 },
     );
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.string({ maxLength: 200 }).filter((s) => /^[\x20-\x7e]*$/.test(s)), fc.base64String({ maxLength: 200 }), fc.json().map((s) => Buffer.from(s).toString('base64url'))), async (value) => {
-        expectClientError(await getWithHeader(value), `header ${value.slice(0, 40)}`);
-      }),
+      fc.asyncProperty(
+        fc.oneof(
+          fc.string({ maxLength: 200 }).filter((s) => /^[\x20-\x7e]*$/.test(s)),
+          fc.base64String({ maxLength: 200 }),
+          fc.json().map((s) => Buffer.from(s).toString('base64url')),
+        ),
+        async (value) => {
+          expectClientError(await getWithHeader(value), `header ${value.slice(0, 40)}`);
+        },
+      ),
       { numRuns: 40 },
     );
   });

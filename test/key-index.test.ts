@@ -35,21 +35,27 @@ describe('compareKeys', () => {
 describe('KeyIndex.list', () => {
   it('pages through exactly the model listing for any prefix, delimiter and page size', () => {
     fc.assert(
-      fc.property(fc.array(keyArb, { maxLength: 40 }), fc.constantFrom('', 'a', 'b/', 'a/'), fc.constantFrom('', '/', '-'), fc.integer({ min: 1, max: 7 }), (keys, prefix, delimiter, pageSize) => {
-        const index = new KeyIndex<string>();
-        for (const key of keys) index.set(key, key);
-        const seen: string[] = [];
-        let after: string | undefined;
-        for (let guard = 0; guard < 100; guard++) {
-          const page = index.list({ prefix, delimiter, after, maxKeys: pageSize });
-          expect(page.contents.length + page.commonPrefixes.length).toBeLessThanOrEqual(pageSize);
-          const items = [...page.contents, ...page.commonPrefixes].sort((a, b) => compareKeys(a, b));
-          seen.push(...items);
-          if (!page.isTruncated) break;
-          after = page.next;
-        }
-        expect(seen).toEqual(model(keys, prefix, delimiter));
-      }),
+      fc.property(
+        fc.array(keyArb, { maxLength: 40 }),
+        fc.constantFrom('', 'a', 'b/', 'a/'),
+        fc.constantFrom('', '/', '-'),
+        fc.integer({ min: 1, max: 7 }),
+        (keys, prefix, delimiter, pageSize) => {
+          const index = new KeyIndex<string>();
+          for (const key of keys) index.set(key, key);
+          const seen: string[] = [];
+          let after: string | undefined;
+          for (let guard = 0; guard < 100; guard++) {
+            const page = index.list({ prefix, delimiter, after, maxKeys: pageSize });
+            expect(page.contents.length + page.commonPrefixes.length).toBeLessThanOrEqual(pageSize);
+            const items = [...page.contents, ...page.commonPrefixes].sort((a, b) => compareKeys(a, b));
+            seen.push(...items);
+            if (!page.isTruncated) break;
+            after = page.next;
+          }
+          expect(seen).toEqual(model(keys, prefix, delimiter));
+        },
+      ),
       { numRuns: 500 },
     );
   });

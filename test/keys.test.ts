@@ -13,7 +13,9 @@ const llama: LayoutIdentity = { modelId: 'meta-llama/Llama-3.1-8B', dtype: 'floa
 
 describe('chunk keys', () => {
   it('match the shared vectors the Python client is checked against too (schemas/test-vectors/chunk-keys.json)', () => {
-    const file = JSON.parse(readFileSync(new URL('../schemas/test-vectors/chunk-keys.json', import.meta.url), 'utf8')) as { vectors: (LayoutIdentity & { tokens: number[]; fingerprint: string; keys: string[] })[] };
+    const file = JSON.parse(readFileSync(new URL('../schemas/test-vectors/chunk-keys.json', import.meta.url), 'utf8')) as {
+      vectors: (LayoutIdentity & { tokens: number[]; fingerprint: string; keys: string[] })[];
+    };
     expect(file.vectors.length).toBeGreaterThanOrEqual(4);
     for (const v of file.vectors) {
       expect(layoutFingerprint(v)).toBe(v.fingerprint);
@@ -44,7 +46,13 @@ describe('chunk keys', () => {
 
   it('never coincide across layouts', () => {
     const tokens = [5, 6, 7, 8];
-    const variants: LayoutIdentity[] = [llama, { ...llama, layout: 'KV_2LTD' }, { ...llama, dtype: 'bfloat16' }, { ...llama, chunkTokens: 2 }, { ...llama, modelId: 'Qwen/Qwen2.5-7B' }];
+    const variants: LayoutIdentity[] = [
+      llama,
+      { ...llama, layout: 'KV_2LTD' },
+      { ...llama, dtype: 'bfloat16' },
+      { ...llama, chunkTokens: 2 },
+      { ...llama, modelId: 'Qwen/Qwen2.5-7B' },
+    ];
     const fingerprints = new Set(variants.map(layoutFingerprint));
     expect(fingerprints.size).toBe(variants.length);
     const firstKeys = new Set(variants.map((v) => chunkKeys(tokens, v)[0]));

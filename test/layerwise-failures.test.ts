@@ -31,10 +31,19 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)
   let pool: Pool;
   let bucket: string;
 
-  async function send(method: 'GET' | 'POST', path: string, query: Record<string, string>, headers: Record<string, string>, body?: string, unsigned: string[] = []): Promise<{ status: number; headers: Record<string, unknown>; body: import('undici').Dispatcher.ResponseData['body'] }> {
+  async function send(
+    method: 'GET' | 'POST',
+    path: string,
+    query: Record<string, string>,
+    headers: Record<string, string>,
+    body?: string,
+    unsigned: string[] = [],
+  ): Promise<{ status: number; headers: Record<string, unknown>; body: import('undici').Dispatcher.ResponseData['body'] }> {
     const payload = body === undefined ? undefined : Buffer.from(body);
     const signed = { headers: await signedHeaders(gw.url, { method, path, query, headers, ...(payload ? { body: payload } : {}), unsignable: new Set(unsigned) }) };
-    const qs = Object.keys(query).map((k) => `${k}=`).join('&');
+    const qs = Object.keys(query)
+      .map((k) => `${k}=`)
+      .join('&');
     const res = await pool.request({ method, path: qs ? `${path}?${qs}` : path, headers: signed.headers, body: payload ?? null });
     return { status: res.statusCode, headers: res.headers, body: res.body };
   }
@@ -45,11 +54,29 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)
     return { status: res.status, code: res.headers['x-objectcache-error-code'] as string | undefined, body: text };
   }
 
-  const post = (descriptor: unknown): Promise<Raw> => raw('POST', `/${bucket}`, { objectcache: '' }, { 'content-type': 'application/json' }, typeof descriptor === 'string' ? descriptor : JSON.stringify(descriptor));
+  const post = (descriptor: unknown): Promise<Raw> =>
+    raw('POST', `/${bucket}`, { objectcache: '' }, { 'content-type': 'application/json' }, typeof descriptor === 'string' ? descriptor : JSON.stringify(descriptor));
 
   beforeAll(async () => {
     // Grouped range reads (streamed ones: test/streamed-reads.test.ts).
-    gw = await startTestGateway({ backend, minio, args: ['--max-descriptor-keys', '100', '--max-layers', '64', '--max-layer-bytes', '1048576', '--read-ahead-bytes', '4096', '--read-bytes', '262144', '--chunk-reads', 'grouped'] });
+    gw = await startTestGateway({
+      backend,
+      minio,
+      args: [
+        '--max-descriptor-keys',
+        '100',
+        '--max-layers',
+        '64',
+        '--max-layer-bytes',
+        '1048576',
+        '--read-ahead-bytes',
+        '4096',
+        '--read-bytes',
+        '262144',
+        '--chunk-reads',
+        'grouped',
+      ],
+    });
     bucket = uniqueBucket('lwfail');
     client = testClient(gw, bucket);
     await client.ensureBucket();
@@ -137,7 +164,14 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET failures (%s backend)
     const res = await send('POST', `/${bucket}`, { objectcache: '' }, { 'content-type': 'application/json' }, JSON.stringify(descriptorOf(prefix, { mode: 'layerwise' })));
     expect(res.status).toBe(200);
     expect(res.headers['x-objectcache-mode']).toBe('layerwise');
-    const decoder = new FrameDecoder({ layerStart: 0, layerEnd: 16, chunks: 16, layerBytes: 256 * 1024, target: new Uint8Array(16 * 16 * 256 * 1024), layerStride: 16 * 256 * 1024 });
+    const decoder = new FrameDecoder({
+      layerStart: 0,
+      layerEnd: 16,
+      chunks: 16,
+      layerBytes: 256 * 1024,
+      target: new Uint8Array(16 * 16 * 256 * 1024),
+      layerStride: 16 * 256 * 1024,
+    });
     const iterator = res.body[Symbol.asyncIterator]();
     decoder.push((await iterator.next()).value as Buffer);
     // The client has taken one network chunk and pauses; meanwhile the last chunk is deleted.

@@ -50,7 +50,11 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
           const b = a + 1 + (range[1] % (layers - a));
           const ready: number[] = [];
           const stride = chunks * layerBytes + padding;
-          const result = await client.fetch(descriptorOf(prefix, { layerRange: [a, b], mode: mode as 'auto' }), { transport: transport as 'get', layerStride: stride, onLayerReady: (l) => ready.push(l) });
+          const result = await client.fetch(descriptorOf(prefix, { layerRange: [a, b], mode: mode as 'auto' }), {
+            transport: transport as 'get',
+            layerStride: stride,
+            onLayerReady: (l) => ready.push(l),
+          });
           expect(ready).toEqual(Array.from({ length: b - a }, (_, i) => a + i));
           const expected = reference(prefix, a, b);
           const per = chunks * layerBytes;
@@ -87,8 +91,16 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
     const results = await Promise.all(
       prefixes.map(async (prefix, i) => {
         const abort = new AbortController();
-        const fetched = client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { signal: abort.signal, onLayerReady: (layer) => (i % 3 === 2 && layer === 2 ? abort.abort() : undefined) });
-        return i % 3 === 2 ? fetched.then(() => 'not cancelled', () => 'cancelled') : fetched;
+        const fetched = client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), {
+          signal: abort.signal,
+          onLayerReady: (layer) => (i % 3 === 2 && layer === 2 ? abort.abort() : undefined),
+        });
+        return i % 3 === 2
+          ? fetched.then(
+              () => 'not cancelled',
+              () => 'cancelled',
+            )
+          : fetched;
       }),
     );
     results.forEach((result, i) => {
@@ -161,7 +173,12 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
   it('ends with a summary of the plan, reads, bytes and timings', async () => {
     const prefix = await seedPrefix(client, { chunks: 4, layers: 4, layerBytes: 8192, layout: 'KV_L2TD' });
     const result = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-    expect(result.summary.plan).toEqual([[0, 1], [1, 2], [2, 3], [3, 4]]);
+    expect(result.summary.plan).toEqual([
+      [0, 1],
+      [1, 2],
+      [2, 3],
+      [3, 4],
+    ]);
     expect(result.summary.layers).toEqual([0, 4]);
     expect(result.summary.chunks).toBe(4);
     expect(result.summary.timings.firstFrameMs).toBeGreaterThan(0);

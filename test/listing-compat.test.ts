@@ -5,7 +5,19 @@
  * of a bucket that holds only an open multipart upload, ListObjectVersions of an unversioned
  * bucket (how tools empty buckets), and the owner-only ACL (canned private accepted).
  */
-import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteBucketCommand, DeleteObjectCommand, GetBucketAclCommand, GetObjectAclCommand, HeadBucketCommand, ListObjectVersionsCommand, PutObjectAclCommand, PutObjectCommand, S3ServiceException } from '@aws-sdk/client-s3';
+import {
+  CreateBucketCommand,
+  CreateMultipartUploadCommand,
+  DeleteBucketCommand,
+  DeleteObjectCommand,
+  GetBucketAclCommand,
+  GetObjectAclCommand,
+  HeadBucketCommand,
+  ListObjectVersionsCommand,
+  PutObjectAclCommand,
+  PutObjectCommand,
+  S3ServiceException,
+} from '@aws-sdk/client-s3';
 import { describe, expect, it } from 'vitest';
 import { COMPAT_TARGETS, compatSuite, uniqueBucket } from './helpers/gateway.js';
 import { SignatureV4 } from '@smithy/signature-v4';
@@ -24,7 +36,15 @@ describe.each(COMPAT_TARGETS)('listing details (%s)', (target) => {
     const path = `/${bucket}`;
     const url = new URL(suite.endpoint.url);
     const signer = new SignatureV4({ credentials: suite.endpoint.credentials, region: 'us-east-1', service: 's3', sha256: NodeSha256, uriEscapePath: false });
-    const { headers } = await signer.sign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path, query, headers: { host: url.host, 'x-amz-content-sha256': EMPTY_PAYLOAD_SHA256 } });
+    const { headers } = await signer.sign({
+      method: 'GET',
+      protocol: 'http:',
+      hostname: url.hostname,
+      port: Number(url.port),
+      path,
+      query,
+      headers: { host: url.host, 'x-amz-content-sha256': EMPTY_PAYLOAD_SHA256 },
+    });
     const res = await fetch(`${suite.endpoint.url}${path}?${new URLSearchParams(query).toString()}`, { headers: headers as Record<string, string> });
     expect(res.status).toBe(200);
     return res.text();

@@ -64,7 +64,10 @@ describe('LocalStore', () => {
     await first.close();
     const second = await LocalStore.open(dataDir);
     const page = second.list('kv', { prefix: '', delimiter: '', after: undefined, maxKeys: 10 });
-    expect(page.contents.map((m) => [m.key, m.userMeta['k']])).toEqual([['a/1', 'a/1'], ['a/2', 'a/2']]);
+    expect(page.contents.map((m) => [m.key, m.userMeta['k']])).toEqual([
+      ['a/1', 'a/1'],
+      ['a/2', 'a/2'],
+    ]);
     expect(await read(second, 'kv', 'a/2')).toBe('v-a/2');
     await second.close();
   });
@@ -91,7 +94,9 @@ describe('LocalStore', () => {
     const store = await LocalStore.open(dataDir);
     await store.createBucket('kv');
     const absent = (current: unknown): boolean => current === undefined;
-    const results = await Promise.allSettled(Array.from({ length: 8 }, (_, i) => store.putObject('kv', 'key', Readable.from([Buffer.from(`writer ${i}`)]), { ...attrs, precondition: absent })));
+    const results = await Promise.allSettled(
+      Array.from({ length: 8 }, (_, i) => store.putObject('kv', 'key', Readable.from([Buffer.from(`writer ${i}`)]), { ...attrs, precondition: absent })),
+    );
     const winners = results.flatMap((r, i) => (r.status === 'fulfilled' ? [i] : []));
     expect(winners).toHaveLength(1);
     for (const r of results) if (r.status === 'rejected') expect(r.reason).toMatchObject({ code: 'OC_ERR_STORE_PRECONDITION_FAILED' });
@@ -117,7 +122,12 @@ describe('LocalStore', () => {
     expect(winners).toHaveLength(1);
     expect(await read(store, 'kv', 'key')).toBe(`upload ${winners[0]}`);
     const losers = uploads.filter((_, i) => i !== winners[0]).map((u) => u.uploadId);
-    expect(store.listUploads('kv', '').map((u) => u.uploadId).sort()).toEqual(losers.sort());
+    expect(
+      store
+        .listUploads('kv', '')
+        .map((u) => u.uploadId)
+        .sort(),
+    ).toEqual(losers.sort());
     expect(readdirSync(join(dataDir, '.tmp'))).toEqual([]);
     await store.close();
   });

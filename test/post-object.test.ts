@@ -20,7 +20,11 @@ describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
     return createPresignedPost(suite.s3, {
       Bucket: bucket,
       Key: 'uploads/${filename}',
-      Conditions: [['content-length-range', 1, 64 * 1024], ['starts-with', '$Content-Type', 'application/'], ['starts-with', '$key', 'uploads/']],
+      Conditions: [
+        ['content-length-range', 1, 64 * 1024],
+        ['starts-with', '$Content-Type', 'application/'],
+        ['starts-with', '$key', 'uploads/'],
+      ],
       Fields: { 'Content-Type': 'application/x-kv', 'x-amz-meta-source': 'form', success_action_status: '201' },
       Expires: expires,
     });
@@ -34,7 +38,11 @@ describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
     return { status: res.status, body: await res.text() };
   }
 
-  const exists = async (key: string): Promise<boolean> => suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key })).then(() => true, (e: S3ServiceException) => (e.$metadata.httpStatusCode === 404 ? false : Promise.reject(e)));
+  const exists = async (key: string): Promise<boolean> =>
+    suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key: key })).then(
+      () => true,
+      (e: S3ServiceException) => (e.$metadata.httpStatusCode === 404 ? false : Promise.reject(e)),
+    );
 
   it('stores the file under the key with ${filename}, with its Content-Type and metadata', async () => {
     const { url, fields } = await presigned();
@@ -68,7 +76,12 @@ describe.each(COMPAT_TARGETS)('form POST uploads (%s)', (target) => {
     expect(big.body).toContain('EntityTooLarge');
     expect(await exists('uploads/too-big.bin')).toBe(false);
     const signatureField = Object.keys(fields).find((name) => name.toLowerCase() === 'x-amz-signature') as string;
-    const tampered = await post(url, { ...fields, [signatureField]: (fields[signatureField] as string).replace(/.$/, (c) => (c === '0' ? '1' : '0')) }, Buffer.from('x'), 'tampered.bin');
+    const tampered = await post(
+      url,
+      { ...fields, [signatureField]: (fields[signatureField] as string).replace(/.$/, (c) => (c === '0' ? '1' : '0')) },
+      Buffer.from('x'),
+      'tampered.bin',
+    );
     expect(tampered.status).toBe(403);
     expect(await exists('uploads/tampered.bin')).toBe(false);
     const extra = await post(url, { ...fields, 'x-amz-meta-unlisted': 'no' }, Buffer.from('x'), 'extra.bin');

@@ -25,7 +25,10 @@ describe.each(COMPAT_TARGETS)('presigned expiry (%s)', (target) => {
 
   async function answer(expires: string, signingDate?: Date): Promise<{ status: number; code: string | undefined }> {
     const url = new URL(endpoint.url);
-    const signed = await signer.presign({ method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: '/some-bucket/some-key', query: {}, headers: { host: url.host } }, { expiresIn: 60, ...(signingDate ? { signingDate } : {}) });
+    const signed = await signer.presign(
+      { method: 'GET', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: '/some-bucket/some-key', query: {}, headers: { host: url.host } },
+      { expiresIn: 60, ...(signingDate ? { signingDate } : {}) },
+    );
     const query = new URLSearchParams(signed.query as Record<string, string>);
     if (expires !== '60') query.set('X-Amz-Expires', expires);
     const res = await fetch(`${endpoint.url}/some-bucket/some-key?${query.toString()}`);

@@ -48,7 +48,10 @@ describe('the Python client contract', () => {
   it("gives the Python client the registry's codes and retryable codes (for answers from gateways that do not say), and package.json's version", () => {
     const source = readFileSync(contractPath, 'utf8');
     expect(codesOf(source, 'KNOWN_CODES')).toEqual(Object.keys(ERRORS).sort());
-    const retryable = Object.entries(ERRORS).filter(([, spec]) => 'retryable' in spec).map(([code]) => code).sort();
+    const retryable = Object.entries(ERRORS)
+      .filter(([, spec]) => 'retryable' in spec)
+      .map(([code]) => code)
+      .sort();
     expect(codesOf(source, 'RETRYABLE_CODES')).toEqual(retryable);
     // Every 503 is a retry-later answer.
     for (const [code, spec] of Object.entries(ERRORS)) if (spec.status === 503) expect(retryable, code).toContain(code);

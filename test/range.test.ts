@@ -16,7 +16,11 @@ describe('parseRange', () => {
   });
 
   it('rejects ranges that do not overlap the object with OC_ERR_STORE_INVALID_RANGE', () => {
-    for (const [header, size] of [['bytes=100-', 100], ['bytes=-0', 100], ['bytes=0-0', 0]] as const) {
+    for (const [header, size] of [
+      ['bytes=100-', 100],
+      ['bytes=-0', 100],
+      ['bytes=0-0', 0],
+    ] as const) {
       try {
         parseRange(header, size);
         expect.unreachable();

@@ -59,7 +59,17 @@ class ScriptedRunner implements TaskRunner {
 }
 
 function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal, chunks = 8, layers = 24): { readAhead: ReadAhead; units: Unit[] } {
-  const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: layers, layerBytes: LAYER_BYTES, chunks, readBytes: 4 * LAYER_BYTES, taskBytes: 8 * LAYER_BYTES, maxGroupBytes: 64 * LAYER_BYTES, firstGroupTasks: 4 });
+  const plan = planLayerwise({
+    layout: 'KV_L2TD',
+    layerStart: 0,
+    layerEnd: layers,
+    layerBytes: LAYER_BYTES,
+    chunks,
+    readBytes: 4 * LAYER_BYTES,
+    taskBytes: 8 * LAYER_BYTES,
+    maxGroupBytes: 64 * LAYER_BYTES,
+    firstGroupTasks: 4,
+  });
   const units = planUnits(plan, true, 'layer-major', { layerBytes: LAYER_BYTES });
   const keys = Array.from({ length: chunks }, (_, c) => `kv/${c}`);
   const readAhead = new ReadAhead({
@@ -134,8 +144,20 @@ describe('ReadAhead', () => {
     const { readAhead, units } = readAheadOf(runner, new FifoBudget(1024 * LAYER_BYTES), new AbortController().signal, 8, 6);
     await consume(readAhead, units);
     await readAhead.close();
-    const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: 6, layerBytes: LAYER_BYTES, chunks: 8, readBytes: 4 * LAYER_BYTES, taskBytes: 8 * LAYER_BYTES, maxGroupBytes: 64 * LAYER_BYTES, firstGroupTasks: 4 });
-    expect(runner.tasks.map((t) => [t.first, t.end, t.chunkOffset, t.keys.join(',')])).toEqual(plan.tasks.map((t) => [t.first, t.end, t.chunkStart, Array.from({ length: t.chunkEnd - t.chunkStart }, (_, i) => `kv/${t.chunkStart + i}`).join(',')]));
+    const plan = planLayerwise({
+      layout: 'KV_L2TD',
+      layerStart: 0,
+      layerEnd: 6,
+      layerBytes: LAYER_BYTES,
+      chunks: 8,
+      readBytes: 4 * LAYER_BYTES,
+      taskBytes: 8 * LAYER_BYTES,
+      maxGroupBytes: 64 * LAYER_BYTES,
+      firstGroupTasks: 4,
+    });
+    expect(runner.tasks.map((t) => [t.first, t.end, t.chunkOffset, t.keys.join(',')])).toEqual(
+      plan.tasks.map((t) => [t.first, t.end, t.chunkStart, Array.from({ length: t.chunkEnd - t.chunkStart }, (_, i) => `kv/${t.chunkStart + i}`).join(',')]),
+    );
     for (const task of runner.tasks) expect(task).toMatchObject({ requestId: 'r', bucket: 'b', layout: 'KV_L2TD', layers: 6, layerBytes: LAYER_BYTES, order: 'layer-major' });
     // The first unit reads every chunk unpinned; every later task carries its chunks' ETags.
     const firstUnit = units[0]?.to ?? 0;

@@ -20,8 +20,28 @@ const inputs = fc.record({
   firstGroupTasks: fc.integer({ min: 1, max: 64 }),
 });
 
-function planInput(r: { layout: Layout; layers: number; start: number; halfS: number; chunks: number; readBytes: number; taskBytes: number; window: number; firstGroupTasks: number }): PlanInput {
-  return { layout: r.layout, layerStart: r.start % r.layers, layerEnd: r.layers, layerBytes: r.halfS * 2, chunks: r.chunks, readBytes: r.readBytes, taskBytes: r.taskBytes, maxGroupBytes: r.window, firstGroupTasks: r.firstGroupTasks };
+function planInput(r: {
+  layout: Layout;
+  layers: number;
+  start: number;
+  halfS: number;
+  chunks: number;
+  readBytes: number;
+  taskBytes: number;
+  window: number;
+  firstGroupTasks: number;
+}): PlanInput {
+  return {
+    layout: r.layout,
+    layerStart: r.start % r.layers,
+    layerEnd: r.layers,
+    layerBytes: r.halfS * 2,
+    chunks: r.chunks,
+    readBytes: r.readBytes,
+    taskBytes: r.taskBytes,
+    maxGroupBytes: r.window,
+    firstGroupTasks: r.firstGroupTasks,
+  };
 }
 
 describe('read plan', () => {
@@ -55,7 +75,17 @@ describe('read plan', () => {
 
   it('reads a 16K Llama-3.1-8B prefix at G=64 in 4 MiB-class reads, a few per chunk', () => {
     // 224 chunks of 32 layers x 256 KiB; 512 MiB window: groups 1, 4, 8 (window-bound), ...
-    const plan = planLayerwise({ layout: 'KV_L2TD', layerStart: 0, layerEnd: 32, layerBytes: 256 * 1024, chunks: 224, readBytes: 4 << 20, taskBytes: 8 << 20, maxGroupBytes: 512 << 20, firstGroupTasks: 8 });
+    const plan = planLayerwise({
+      layout: 'KV_L2TD',
+      layerStart: 0,
+      layerEnd: 32,
+      layerBytes: 256 * 1024,
+      chunks: 224,
+      readBytes: 4 << 20,
+      taskBytes: 8 << 20,
+      maxGroupBytes: 512 << 20,
+      firstGroupTasks: 8,
+    });
     expect(plan.groups.map(([a, b]) => b - a)).toEqual([1, 4, 9, 9, 9]);
     expect(plan.reads).toBe(5 * 224);
   });

@@ -82,7 +82,13 @@ describe.each<BackendKind>(['local', 's3'])('S3 front door (%s backend)', (backe
   it('serves byte ranges (206 with Content-Range) and answers a bad range with 416 InvalidRange', async () => {
     const data = randomBytes(10_000);
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'ranged', Body: data }));
-    const cases: [string, number, number][] = [['bytes=0-0', 0, 0], ['bytes=100-4999', 100, 4999], ['bytes=9000-', 9000, 9999], ['bytes=-10', 9990, 9999], ['bytes=9990-20000', 9990, 9999]];
+    const cases: [string, number, number][] = [
+      ['bytes=0-0', 0, 0],
+      ['bytes=100-4999', 100, 4999],
+      ['bytes=9000-', 9000, 9999],
+      ['bytes=-10', 9990, 9999],
+      ['bytes=9990-20000', 9990, 9999],
+    ];
     for (const [range, start, end] of cases) {
       const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'ranged', Range: range }));
       expect(got.$metadata.httpStatusCode).toBe(206);
@@ -151,8 +157,23 @@ describe.each<BackendKind>(['local', 's3'])('S3 front door (%s backend)', (backe
     const e1 = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'mpu/object', UploadId: uploadId, PartNumber: 1, Body: part1 }));
     const e2 = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'mpu/object', UploadId: uploadId, PartNumber: 2, Body: part2 }));
     const parts = await s3.send(new ListPartsCommand({ Bucket: bucket, Key: 'mpu/object', UploadId: uploadId }));
-    expect(parts.Parts?.map((p) => [p.PartNumber, p.Size])).toEqual([[1, part1.length], [2, part2.length]]);
-    const done = await s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'mpu/object', UploadId: uploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: e1.ETag }, { PartNumber: 2, ETag: e2.ETag }] } }));
+    expect(parts.Parts?.map((p) => [p.PartNumber, p.Size])).toEqual([
+      [1, part1.length],
+      [2, part2.length],
+    ]);
+    const done = await s3.send(
+      new CompleteMultipartUploadCommand({
+        Bucket: bucket,
+        Key: 'mpu/object',
+        UploadId: uploadId,
+        MultipartUpload: {
+          Parts: [
+            { PartNumber: 1, ETag: e1.ETag },
+            { PartNumber: 2, ETag: e2.ETag },
+          ],
+        },
+      }),
+    );
     const md5s = Buffer.concat([createHash('md5').update(part1).digest(), createHash('md5').update(part2).digest()]);
     expect(done.ETag).toBe(`"${createHash('md5').update(md5s).digest('hex')}-2"`);
     const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'mpu/object' }));
@@ -182,7 +203,11 @@ describe.each<BackendKind>(['local', 's3'])('S3 front door (%s backend)', (backe
   it('refuses keys a store could read as another key (//, a leading /, . and .. segments) on both backends, as MinIO refuses or rewrites them', async () => {
     for (const key of ['slashes//double', '/leading', 'dot/./segment', 'dot/../segment']) {
       const error = await s3Error(s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: 'x' })));
-      expect([error.name, error.$metadata.httpStatusCode, error.$response?.headers['x-objectcache-error-code']], key).toEqual(['InvalidArgument', 400, 'OC_ERR_REQUEST_INVALID_KEY']);
+      expect([error.name, error.$metadata.httpStatusCode, error.$response?.headers['x-objectcache-error-code']], key).toEqual([
+        'InvalidArgument',
+        400,
+        'OC_ERR_REQUEST_INVALID_KEY',
+      ]);
     }
     if (backend === 's3') {
       // MinIO refuses // itself (and would read /leading as leading, which the gateway must not allow).

@@ -65,7 +65,9 @@ describe('paced layerwise delivery (embedded store)', () => {
     const seconds = (performance.now() - started) / 1000;
     const bytes = result.summary.bytes;
     const expected = bytes / CAP;
-    console.log(`paced: ${(bytes / 2 ** 20).toFixed(1)} MiB in ${seconds.toFixed(3)} s = ${(bytes / seconds / 1e6).toFixed(1)} MB/s at a granted ${(result.summary.rateBytesPerSec ?? 0) / 1e6} MB/s (expected ${expected.toFixed(3)} s)`);
+    console.log(
+      `paced: ${(bytes / 2 ** 20).toFixed(1)} MiB in ${seconds.toFixed(3)} s = ${(bytes / seconds / 1e6).toFixed(1)} MB/s at a granted ${(result.summary.rateBytesPerSec ?? 0) / 1e6} MB/s (expected ${expected.toFixed(3)} s)`,
+    );
     expect(result.summary.rateBytesPerSec).toBe(CAP);
     expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
     // Generous bounds: never meaningfully faster than the rate, and not wildly slower.
@@ -144,12 +146,15 @@ describe('objectcache plan', () => {
   it('prints the allocation in input order, with Gbps and predicted stall', () => {
     // The paper's (docs/references.md) workload A (table A8: Llama 3.1 8B, 16K/64K at 50% and 87.5% hit) under an 80 Gbps cap.
     const file = join(dir, 'workload-a.json');
-    writeFileSync(file, JSON.stringify([
-      { id: '64K-87.5', bytesPerLayer: 57344 * 4096, computeMsPerLayer: 75.75 },
-      { id: '16K-50', bytesPerLayer: 8192 * 4096, computeMsPerLayer: 29.87 },
-      { id: '16K-87.5', bytesPerLayer: 14336 * 4096, computeMsPerLayer: 8.8 },
-      { id: '64K-50', bytesPerLayer: 32768 * 4096, computeMsPerLayer: 271.02 },
-    ]));
+    writeFileSync(
+      file,
+      JSON.stringify([
+        { id: '64K-87.5', bytesPerLayer: 57344 * 4096, computeMsPerLayer: 75.75 },
+        { id: '16K-50', bytesPerLayer: 8192 * 4096, computeMsPerLayer: 29.87 },
+        { id: '16K-87.5', bytesPerLayer: 14336 * 4096, computeMsPerLayer: 8.8 },
+        { id: '64K-50', bytesPerLayer: 32768 * 4096, computeMsPerLayer: 271.02 },
+      ]),
+    );
     const run = runCli(['plan', '--cap', '80Gbps', '--policy', 'cal-stall-opt', '--margin', '5Gbps', file]);
     expect(run.status, run.stderr).toBe(0);
     const out = JSON.parse(run.stdout) as { id: string; rateBytesPerSec: number; rateGbps: number; predictedStallMsPerLayer: number }[];
@@ -160,7 +165,12 @@ describe('objectcache plan', () => {
     expect(out[1]?.predictedStallMsPerLayer).toBe(0);
     // 16K-87.5 needs 53.4 Gbps and gets the rest: it is the one that stalls.
     expect(out[2]?.predictedStallMsPerLayer).toBeGreaterThan(0);
-    const stdin = runCli(['plan', '--cap', '10GB/s', '--policy', 'equal', '-'], { input: JSON.stringify([{ id: 'x', bytesPerLayer: 1e6 }, { id: 'y', bytesPerLayer: 2e6, computeMsPerLayer: 1 }]) });
+    const stdin = runCli(['plan', '--cap', '10GB/s', '--policy', 'equal', '-'], {
+      input: JSON.stringify([
+        { id: 'x', bytesPerLayer: 1e6 },
+        { id: 'y', bytesPerLayer: 2e6, computeMsPerLayer: 1 },
+      ]),
+    });
     expect(JSON.parse(stdin.stdout)).toEqual([
       { id: 'x', rateBytesPerSec: 5e9, rateGbps: 40, predictedStallMsPerLayer: 0.2 },
       { id: 'y', rateBytesPerSec: 5e9, rateGbps: 40, predictedStallMsPerLayer: 0 },

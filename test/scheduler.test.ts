@@ -48,44 +48,62 @@ function bruteForce(weights: number[], caps: number[], B: number): number {
 describe('allocate: properties on random instances', () => {
   it('never exceeds the cap, respects the caps, and satisfies KKT (s_i / r_i^2 equal for uncapped)', () => {
     fc.assert(
-      fc.property(fc.array(requestArb, { minLength: 1, maxLength: 12 }), fc.double({ min: 0.1 * GB, max: 20 * GB, noNaN: true }), fc.constantFrom('stall-opt', 'cal-stall-opt'), fc.double({ min: 0, max: 2 * GB, noNaN: true }), (raw, B, policy, delta) => {
-        const requests = raw.map((r, i) => ({ id: String(i), ...r }));
-        const result = allocate(requests, { capBytesPerSec: B, policy: policy, marginBytesPerSec: delta });
-        const rates = result.map((a) => a.rateBytesPerSec);
-        const total = rates.reduce((a, b) => a + b, 0);
-        expect(total).toBeLessThanOrEqual(B * (1 + 1e-9));
-        const caps = requests.map((r) => zeroStallRate(r) + (policy === 'cal-stall-opt' ? delta : 0));
-        rates.forEach((rate, i) => {
-          expect(rate).toBeGreaterThan(0);
-          expect(rate).toBeLessThanOrEqual((caps[i] as number) * (1 + 1e-9));
-        });
-        const capsFit = caps.reduce((a, b) => a + b, 0) <= B;
-        if (capsFit) rates.forEach((rate, i) => expect(rate).toBeCloseTo(caps[i] as number, 0));
-        else expect(total).toBeCloseTo(B, -1);
-        const uncapped = rates.map((rate, i) => ({ rate, i })).filter(({ rate, i }) => rate < (caps[i] as number) * (1 - 1e-9));
-        const lambdas = uncapped.map(({ rate, i }) => (requests[i]?.bytesPerLayer as number) / (rate * rate));
-        for (const l of lambdas) expect(Math.abs(l - (lambdas[0] as number)) / (lambdas[0] as number)).toBeLessThan(1e-6);
-        // Capped requests would gain less than the water level from more bandwidth (KKT).
-        if (lambdas.length > 0) {
+      fc.property(
+        fc.array(requestArb, { minLength: 1, maxLength: 12 }),
+        fc.double({ min: 0.1 * GB, max: 20 * GB, noNaN: true }),
+        fc.constantFrom('stall-opt', 'cal-stall-opt'),
+        fc.double({ min: 0, max: 2 * GB, noNaN: true }),
+        (raw, B, policy, delta) => {
+          const requests = raw.map((r, i) => ({ id: String(i), ...r }));
+          const result = allocate(requests, { capBytesPerSec: B, policy: policy, marginBytesPerSec: delta });
+          const rates = result.map((a) => a.rateBytesPerSec);
+          const total = rates.reduce((a, b) => a + b, 0);
+          expect(total).toBeLessThanOrEqual(B * (1 + 1e-9));
+          const caps = requests.map((r) => zeroStallRate(r) + (policy === 'cal-stall-opt' ? delta : 0));
           rates.forEach((rate, i) => {
-            if (rate >= (caps[i] as number) * (1 - 1e-9)) expect((requests[i]?.bytesPerLayer as number) / (rate * rate)).toBeGreaterThanOrEqual((lambdas[0] as number) * (1 - 1e-6));
+            expect(rate).toBeGreaterThan(0);
+            expect(rate).toBeLessThanOrEqual((caps[i] as number) * (1 + 1e-9));
           });
-        }
-      }),
+          const capsFit = caps.reduce((a, b) => a + b, 0) <= B;
+          if (capsFit) rates.forEach((rate, i) => expect(rate).toBeCloseTo(caps[i] as number, 0));
+          else expect(total).toBeCloseTo(B, -1);
+          const uncapped = rates.map((rate, i) => ({ rate, i })).filter(({ rate, i }) => rate < (caps[i] as number) * (1 - 1e-9));
+          const lambdas = uncapped.map(({ rate, i }) => (requests[i]?.bytesPerLayer as number) / (rate * rate));
+          for (const l of lambdas) expect(Math.abs(l - (lambdas[0] as number)) / (lambdas[0] as number)).toBeLessThan(1e-6);
+          // Capped requests would gain less than the water level from more bandwidth (KKT).
+          if (lambdas.length > 0) {
+            rates.forEach((rate, i) => {
+              if (rate >= (caps[i] as number) * (1 - 1e-9))
+                expect((requests[i]?.bytesPerLayer as number) / (rate * rate)).toBeGreaterThanOrEqual((lambdas[0] as number) * (1 - 1e-6));
+            });
+          }
+        },
+      ),
       { numRuns: 500 },
     );
   });
 
   it('matches a brute-force optimum within 0.1%', () => {
     fc.assert(
-      fc.property(fc.array(fc.record({ s: fc.integer({ min: 1_000_000, max: 100_000_000 }), c: fc.double({ min: 1, max: 100, noNaN: true }) }), { minLength: 2, maxLength: 3 }), fc.double({ min: 0.05 * GB, max: 5 * GB, noNaN: true }), (raw, B) => {
-        const requests = raw.map((r, i) => ({ id: String(i), bytesPerLayer: r.s, computeMsPerLayer: r.c }));
-        const caps = requests.map(zeroStallRate);
-        const ours = objective(requests, allocate(requests, { capBytesPerSec: B, policy: 'stall-opt', marginBytesPerSec: 0 }).map((a) => a.rateBytesPerSec));
-        const best = bruteForce(requests.map((r) => r.bytesPerLayer), caps, B);
-        expect(ours).toBeLessThanOrEqual(best * (1 + 1e-9));
-        expect((best - ours) / best).toBeLessThan(0.001);
-      }),
+      fc.property(
+        fc.array(fc.record({ s: fc.integer({ min: 1_000_000, max: 100_000_000 }), c: fc.double({ min: 1, max: 100, noNaN: true }) }), { minLength: 2, maxLength: 3 }),
+        fc.double({ min: 0.05 * GB, max: 5 * GB, noNaN: true }),
+        (raw, B) => {
+          const requests = raw.map((r, i) => ({ id: String(i), bytesPerLayer: r.s, computeMsPerLayer: r.c }));
+          const caps = requests.map(zeroStallRate);
+          const ours = objective(
+            requests,
+            allocate(requests, { capBytesPerSec: B, policy: 'stall-opt', marginBytesPerSec: 0 }).map((a) => a.rateBytesPerSec),
+          );
+          const best = bruteForce(
+            requests.map((r) => r.bytesPerLayer),
+            caps,
+            B,
+          );
+          expect(ours).toBeLessThanOrEqual(best * (1 + 1e-9));
+          expect((best - ours) / best).toBeLessThan(0.001);
+        },
+      ),
       { numRuns: 60 },
     );
   });
@@ -120,7 +138,13 @@ describe('allocate: each policy on hand-computed cases', () => {
     expect(rates('cal-stall-opt', 5 * GB, 0.5 * GB)).toEqual([1450, 2050, 1500]);
   });
   it('serves a request without a compute window as bandwidth-hungry', () => {
-    const hungry = allocate([{ id: 'h', bytesPerLayer: 40e6 }, { id: 'a', bytesPerLayer: 10e6, computeMsPerLayer: 10 }], { capBytesPerSec: 4 * GB, policy: 'stall-opt', marginBytesPerSec: 0 });
+    const hungry = allocate(
+      [
+        { id: 'h', bytesPerLayer: 40e6 },
+        { id: 'a', bytesPerLayer: 10e6, computeMsPerLayer: 10 },
+      ],
+      { capBytesPerSec: 4 * GB, policy: 'stall-opt', marginBytesPerSec: 0 },
+    );
     // a's cap is 1 GB/s; sqrt share would give a 4*1/3 = 1.33 > 1, so a is capped and h takes the rest.
     expect(hungry.map((a) => Math.round(a.rateBytesPerSec / 1e6))).toEqual([3000, 1000]);
   });

@@ -26,7 +26,17 @@ describe('looking for a segment in the store', () => {
     const store: CapacityStore = { ...capacity, get: (bucket, key) => (gets++, capacity.get(bucket, key)) };
     let now = 1_000_000;
     const segments = new Segments({
-      config: { bucket: 'objectcache-segments', afterReads: 1, minBytes: 0, maxPacks: 2, maxBytes: 2 ** 40, check: 'heads', readAheadBytes: 2 ** 27, packQueueBytes: 2 ** 26, packFrom: 'frames' },
+      config: {
+        bucket: 'objectcache-segments',
+        afterReads: 1,
+        minBytes: 0,
+        maxPacks: 2,
+        maxBytes: 2 ** 40,
+        check: 'heads',
+        readAheadBytes: 2 ** 27,
+        packQueueBytes: 2 ** 26,
+        packFrom: 'frames',
+      },
       key: new StateKey(Buffer.from('a state key for this test'), 'setting'),
       store,
       workerEtag: (etag) => etag,

@@ -79,7 +79,24 @@ describe.each<BackendKind>(['local', 's3'])('packed segments of encoded chunks (
 
   beforeAll(async () => {
     // Small reads and tasks: a read from the chunks is several layer groups of several tasks.
-    gw = await startTestGateway({ backend, minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(3 * S)] });
+    gw = await startTestGateway({
+      backend,
+      minio,
+      args: [
+        '--segments',
+        'on',
+        '--segment-min-bytes',
+        '0',
+        '--segment-after-reads',
+        '2',
+        '--segment-bucket',
+        segmentBucket,
+        '--read-bytes',
+        String(2 * S),
+        '--task-bytes',
+        String(3 * S),
+      ],
+    });
     s3 = sdkClient(gw.url);
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     pool = new Pool(gw.url, { connections: 2 });
@@ -132,7 +149,10 @@ describe.each<BackendKind>(['local', 's3'])('packed segments of encoded chunks (
     const listed = await s3.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }));
     const manifests = (listed.Contents ?? []).filter((o) => o.Key?.endsWith('.json'));
     expect(manifests).toHaveLength(1);
-    const body = async (key: string): Promise<Buffer> => Buffer.from(await ((await s3.send(new GetObjectCommand({ Bucket: segmentBucket, Key: key }))).Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
+    const body = async (key: string): Promise<Buffer> =>
+      Buffer.from(
+        await ((await s3.send(new GetObjectCommand({ Bucket: segmentBucket, Key: key }))).Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray(),
+      );
     const manifest = JSON.parse((await body(manifests[0]?.Key as string)).toString('utf8')) as { codec: string; sizes: string; bytes: number; data: string };
     const layerMajor = Array.from({ length: L }, (_, l) => stored.map((slices) => slices[l] as Buffer)).flat();
     expect(manifest.codec).toBe('test-codec');
@@ -223,7 +243,11 @@ describe.each<BackendKind>(['local', 's3'])('a pack of encoded chunks that falls
     // pack falls behind every time; on the embedded store it is a race.
     const proxy = backend === 's3' ? new FaultProxy(new URL(minio.endpoint)) : undefined;
     const endpoint = proxy ? await proxy.listen() : undefined;
-    const gw = await startTestGateway({ backend, minio: endpoint ? { ...minio, endpoint } : minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segebehind')] });
+    const gw = await startTestGateway({
+      backend,
+      minio: endpoint ? { ...minio, endpoint } : minio,
+      args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segebehind')],
+    });
     const bucket = uniqueBucket('segebehind');
     const s3 = sdkClient(gw.url);
     const pool = new Pool(gw.url, { connections: 2 });
@@ -235,7 +259,16 @@ describe.each<BackendKind>(['local', 's3'])('a pack of encoded chunks that falls
       let fellBehind = false;
       for (let attempt = 0; attempt < (proxy ? 1 : 5) && !fellBehind; attempt++) {
         const keys = Array.from({ length: 8 }, (_, c) => `behind${attempt}/c${c}`);
-        const stored = await Promise.all(keys.map((key, c) => storeEncoded(s3, bucket, key, Array.from({ length: L }, (_, l) => layerBytes / 2 + ((c * 7919 + l * 104_729) % (layerBytes / 2))))));
+        const stored = await Promise.all(
+          keys.map((key, c) =>
+            storeEncoded(
+              s3,
+              bucket,
+              key,
+              Array.from({ length: L }, (_, l) => layerBytes / 2 + ((c * 7919 + l * 104_729) % (layerBytes / 2))),
+            ),
+          ),
+        );
         const rereads = await segmentEvents(gw.gateway.adminUrl, 'reread');
         const packs = await segmentEvents(gw.gateway.adminUrl, 'packed');
         proxy?.holdUploads();

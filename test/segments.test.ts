@@ -17,7 +17,19 @@ import { ObjectCacheClient } from '../client/client.js';
 import { toStoredLayout } from '../client/kv-layout.js';
 import { objectRelativePath } from '../gateway/stores/embedded/object-file.js';
 import { startServe } from './helpers/cli.js';
-import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, segmentEvents, type SegmentEvent, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import {
+  CLIENT_KEY,
+  CLIENT_SECRET,
+  metricValue,
+  sdkClient,
+  segmentEvents,
+  type SegmentEvent,
+  startTestGateway,
+  testClient,
+  uniqueBucket,
+  type BackendKind,
+  type TestGateway,
+} from './helpers/gateway.js';
 import { FaultProxy } from './helpers/fault-proxy.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 import { waitFor } from './helpers/wait.js';
@@ -41,7 +53,24 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
 
   beforeAll(async () => {
     // Small reads and tasks, so that a chunk-served GET of these prefixes is many reads.
-    gw = await startTestGateway({ backend, minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S)] });
+    gw = await startTestGateway({
+      backend,
+      minio,
+      args: [
+        '--segments',
+        'on',
+        '--segment-min-bytes',
+        '0',
+        '--segment-after-reads',
+        '2',
+        '--segment-bucket',
+        segmentBucket,
+        '--read-bytes',
+        String(2 * S),
+        '--task-bytes',
+        String(4 * S),
+      ],
+    });
     client = testClient(gw, bucket);
     await client.ensureBucket();
     s3 = sdkClient(gw.url);
@@ -78,7 +107,12 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
     expect((await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport: 'post' })).segmentChunks).toBe(8);
     // And where it reads the stream through the AWS SDK (get) and undici (post), as behind https:
     // an https endpoint in its list (never reached: the first one answers) turns its sockets off.
-    const streams = new ObjectCacheClient({ endpoint: [gw.url, 'https://127.0.0.1:9'], bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, retries: 0 });
+    const streams = new ObjectCacheClient({
+      endpoint: [gw.url, 'https://127.0.0.1:9'],
+      bucket,
+      credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET },
+      retries: 0,
+    });
     try {
       for (const transport of ['get', 'post'] as const) {
         const streamed = await streams.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { transport });
@@ -328,7 +362,18 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
     const bucket = uniqueBucket('segcap');
     // Six chunks of 48 KiB (288 KiB) fit under the high mark of a 400 KiB budget; their segment
     // (288 KiB more) does not, and evicting it alone brings the bucket under the low mark.
-    const budget = ['--budget', `${bucket}=${400 * 1024}`, '--capacity-state-bucket', `${bucket}-state`, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+    const budget = [
+      '--budget',
+      `${bucket}=${400 * 1024}`,
+      '--capacity-state-bucket',
+      `${bucket}-state`,
+      '--capacity-sync-ms',
+      '100',
+      '--capacity-lease-ms',
+      '1000',
+      '--evict-rate',
+      '1000',
+    ];
     await withGateway(bucket, budget, async (gw, client) => {
       const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(client, prefix);
@@ -360,7 +405,10 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
       expect(await metricValue(gw.gateway.adminUrl, 'objectcache_segment_bytes')).toBe(one);
       expect(await segmentEvents(gw.gateway.adminUrl, 'evicted')).toBe(1);
       // B is served from its segment; A, whose segment went, from its chunks, byte-exact.
-      for (const [prefix, fromSegment] of [[b, 1], [a, 0]] as const) {
+      for (const [prefix, fromSegment] of [
+        [b, 1],
+        [a, 0],
+      ] as const) {
         const before = await segmentEvents(gw.gateway.adminUrl, 'served');
         expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' })), reference(prefix));
         expect((await segmentEvents(gw.gateway.adminUrl, 'served')) - before).toBe(fromSegment);
@@ -386,7 +434,12 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
       await new Promise((r) => setTimeout(r, 1100)); // a later LastModified, to the second
       await readTwice(clientA, newer);
       await waitFor('the newer prefix is packed', async () => (await segmentEvents(a.gateway.adminUrl, 'packed')) === 2);
-      b = await startTestGateway({ backend, minio, ...(a.dataDir ? { dataDir: a.dataDir } : {}), args: ['--segments', 'on', '--segment-bucket', segmentBucket, '--max-segment-bytes', String(one)] });
+      b = await startTestGateway({
+        backend,
+        minio,
+        ...(a.dataDir ? { dataDir: a.dataDir } : {}),
+        args: ['--segments', 'on', '--segment-bucket', segmentBucket, '--max-segment-bytes', String(one)],
+      });
       const segments = b.gateway.segments;
       if (!segments) throw new Error('gateway B has no segments');
       expect(segments.bytes(bucket)).toBe(0);
@@ -432,7 +485,11 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
 /** The environment and store arguments of an `objectcache serve` process on `backend` (the local store in `dataDir`). */
 function serveOn(backend: BackendKind, dataDir: string): { env: NodeJS.ProcessEnv; store: string[] } {
   return {
-    env: { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET, ...(backend === 's3' ? { OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey } : {}) },
+    env: {
+      OBJECTCACHE_ACCESS_KEY: CLIENT_KEY,
+      OBJECTCACHE_SECRET_KEY: CLIENT_SECRET,
+      ...(backend === 's3' ? { OBJECTCACHE_BACKEND_ACCESS_KEY: minio.accessKey, OBJECTCACHE_BACKEND_SECRET_KEY: minio.secretKey } : {}),
+    },
     store: backend === 's3' ? ['--s3-endpoint', minio.endpoint] : ['--data-dir', dataDir],
   };
 }
@@ -494,7 +551,22 @@ describe.each<BackendKind>(['local', 's3'])('a segment packed by another gateway
     const segmentBucket = uniqueBucket('segs');
     const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-segfound-'));
     const { env, store } = serveOn(backend, dataDir);
-    const args = (...more: string[]): string[] => ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S), ...store, ...more];
+    const args = (...more: string[]): string[] => [
+      '--segments',
+      'on',
+      '--segment-min-bytes',
+      '0',
+      '--segment-after-reads',
+      '1',
+      '--segment-bucket',
+      segmentBucket,
+      '--read-bytes',
+      String(2 * S),
+      '--task-bytes',
+      String(4 * S),
+      ...store,
+      ...more,
+    ];
     /** Runs `body` against a gateway started with `gatewayArgs`, then stops it (one at a time: the local store is one process's). */
     const withGateway = async (gatewayArgs: string[], body: (client: ObjectCacheClient, events: (event: SegmentEvent) => Promise<number>) => Promise<void>): Promise<void> => {
       const serve = await startServe(gatewayArgs, env);
@@ -558,7 +630,11 @@ describe.each<BackendKind>(['local', 's3'])('a pack that falls behind its read (
     // itself, so there whether it has taken one when the next frame comes is a race.
     const proxy = backend === 's3' ? new FaultProxy(new URL(minio.endpoint)) : undefined;
     const endpoint = proxy ? await proxy.listen() : undefined;
-    const gw = await startTestGateway({ backend, minio: endpoint ? { ...minio, endpoint } : minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segbehind')] });
+    const gw = await startTestGateway({
+      backend,
+      minio: endpoint ? { ...minio, endpoint } : minio,
+      args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segbehind')],
+    });
     const client = testClient(gw, uniqueBucket('segbehind'));
     try {
       await client.ensureBucket();
@@ -601,7 +677,24 @@ describe('a pack that falls behind a read that lasts (s3 backend)', () => {
     // is read from 5 s after the pack fell behind: before the read ends.
     const proxy = new FaultProxy(new URL(minio.endpoint));
     const endpoint = await proxy.listen();
-    const gw = await startTestGateway({ backend: 's3', minio: { ...minio, endpoint }, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segslow'), '--cap', '4MiB/s'] });
+    const gw = await startTestGateway({
+      backend: 's3',
+      minio: { ...minio, endpoint },
+      args: [
+        '--segments',
+        'on',
+        '--segment-min-bytes',
+        '0',
+        '--segment-after-reads',
+        '1',
+        '--segment-pack-queue-bytes',
+        '4096',
+        '--segment-bucket',
+        uniqueBucket('segslow'),
+        '--cap',
+        '4MiB/s',
+      ],
+    });
     const client = testClient(gw, uniqueBucket('segslow'));
     try {
       await client.ensureBucket();
@@ -632,7 +725,24 @@ describe.each<BackendKind>(['local', 's3'])('--segment-pack-from chunks (%s back
     // (24 MiB at 8 MiB/s, about 3 s), so a pack that wrote during it would be seen.
     const proxy = backend === 's3' ? new FaultProxy(new URL(minio.endpoint)) : undefined;
     const endpoint = await proxy?.listen();
-    const gw = await startTestGateway({ backend, minio: endpoint ? { ...minio, endpoint } : minio, args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-from', 'chunks', '--segment-bucket', uniqueBucket('segfrom'), '--cap', '8MiB/s'] });
+    const gw = await startTestGateway({
+      backend,
+      minio: endpoint ? { ...minio, endpoint } : minio,
+      args: [
+        '--segments',
+        'on',
+        '--segment-min-bytes',
+        '0',
+        '--segment-after-reads',
+        '1',
+        '--segment-pack-from',
+        'chunks',
+        '--segment-bucket',
+        uniqueBucket('segfrom'),
+        '--cap',
+        '8MiB/s',
+      ],
+    });
     const client = testClient(gw, uniqueBucket('segfrom'));
     try {
       await client.ensureBucket();
@@ -643,7 +753,10 @@ describe.each<BackendKind>(['local', 's3'])('--segment-pack-from chunks (%s back
         const puts = proxy?.puts ?? 0;
         // Seen while the read goes on (a pack from frames has begun its PUT by its third layer).
         let putsMidway: number | undefined;
-        expectBytes(await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { onLayerReady: (layer) => (putsMidway ??= layer === L / 2 ? proxy?.puts : undefined) }), reference(prefix));
+        expectBytes(
+          await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }), { onLayerReady: (layer) => (putsMidway ??= layer === L / 2 ? proxy?.puts : undefined) }),
+          reference(prefix),
+        );
         if (proxy) expect(putsMidway).toBe(puts);
         await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs, 30_000);
         expect(await segmentEvents(gw.gateway.adminUrl, 'reread')).toBe(rereads + 1);
@@ -665,7 +778,10 @@ describe.each<BackendKind>(['local', 's3'])('--segment-pack-from chunks (%s back
 describe('a segment the store refuses (local backend)', () => {
   it('abandons the pack at once: the read that packs is not held for the stall timeout', async () => {
     const segmentBucket = uniqueBucket('segrefused');
-    const gw = await startTestGateway({ backend: 'local', args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket] });
+    const gw = await startTestGateway({
+      backend: 'local',
+      args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket],
+    });
     const client = testClient(gw, uniqueBucket('segref'));
     try {
       await client.ensureBucket();
@@ -690,7 +806,25 @@ describe('a segment the store refuses (local backend)', () => {
 
 describe('--segment-check writes: a write through the gateway is the only guard (local backend)', () => {
   it('never serves a chunk rewritten or deleted through the gateway from the old segment', async () => {
-    const gw = await startTestGateway({ backend: 'local', args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-check', 'writes', '--segment-bucket', uniqueBucket('segw'), '--read-bytes', String(2 * S), '--task-bytes', String(4 * S)] });
+    const gw = await startTestGateway({
+      backend: 'local',
+      args: [
+        '--segments',
+        'on',
+        '--segment-min-bytes',
+        '0',
+        '--segment-after-reads',
+        '1',
+        '--segment-check',
+        'writes',
+        '--segment-bucket',
+        uniqueBucket('segw'),
+        '--read-bytes',
+        String(2 * S),
+        '--task-bytes',
+        String(4 * S),
+      ],
+    });
     const bucket = uniqueBucket('segwrites');
     const client = testClient(gw, bucket);
     const s3 = sdkClient(gw.url);

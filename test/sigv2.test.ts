@@ -32,7 +32,13 @@ async function codeOf(promise: Promise<unknown>): Promise<string> {
 describe('SigV2 verification (published examples)', () => {
   it('verifies the object GET example and refuses it tampered, re-dated or from an unknown key', async () => {
     const verifier = verifierAt('2007-03-27T19:40:00Z');
-    const request = (auth: string, date = 'Tue, 27 Mar 2007 19:36:42 +0000') => ({ method: 'GET', headers: { host: 'localhost', date, authorization: auth }, canonicalPath: '/johnsmith/photos/puppy.jpg', rawPath: '/johnsmith/photos/puppy.jpg', query: [] });
+    const request = (auth: string, date = 'Tue, 27 Mar 2007 19:36:42 +0000') => ({
+      method: 'GET',
+      headers: { host: 'localhost', date, authorization: auth },
+      canonicalPath: '/johnsmith/photos/puppy.jpg',
+      rawPath: '/johnsmith/photos/puppy.jpg',
+      query: [],
+    });
     expect(await codeOf(verifier.verify(request('AWS AKIAIOSFODNN7EXAMPLE:bWq2s1WEIj+Ydj0vQ697zp+IXMU=')))).toBe('OK');
     expect(await codeOf(verifier.verify(request('AWS AKIAIOSFODNN7EXAMPLE:bWq2s1WEIj+Ydj0vQ697zp+IXMV=')))).toBe('OC_ERR_AUTH_SIGNATURE');
     expect(await codeOf(verifier.verify(request('AWS AKIAIOSFODNN7EXAMPLE:bWq2s1WEIj+Ydj0vQ697zp+IXMU=', 'Tue, 27 Mar 2007 19:36:43 +0000')))).toBe('OC_ERR_AUTH_SIGNATURE');
@@ -42,14 +48,40 @@ describe('SigV2 verification (published examples)', () => {
   });
 
   it('verifies the object PUT example (Content-Type signed) and the listing example (query not signed)', async () => {
-    const put = { method: 'PUT', headers: { host: 'localhost', date: 'Tue, 27 Mar 2007 21:15:45 +0000', 'content-type': 'image/jpeg', 'content-length': '94328', authorization: 'AWS AKIAIOSFODNN7EXAMPLE:MyyxeRY7whkBe+bq8fHCL/2kKUg=' }, canonicalPath: '/johnsmith/photos/puppy.jpg', rawPath: '/johnsmith/photos/puppy.jpg', query: [] };
+    const put = {
+      method: 'PUT',
+      headers: {
+        host: 'localhost',
+        date: 'Tue, 27 Mar 2007 21:15:45 +0000',
+        'content-type': 'image/jpeg',
+        'content-length': '94328',
+        authorization: 'AWS AKIAIOSFODNN7EXAMPLE:MyyxeRY7whkBe+bq8fHCL/2kKUg=',
+      },
+      canonicalPath: '/johnsmith/photos/puppy.jpg',
+      rawPath: '/johnsmith/photos/puppy.jpg',
+      query: [],
+    };
     expect(await codeOf(verifierAt('2007-03-27T21:20:00Z').verify(put))).toBe('OK');
-    const list = { method: 'GET', headers: { host: 'localhost', date: 'Tue, 27 Mar 2007 19:42:41 +0000', authorization: 'AWS AKIAIOSFODNN7EXAMPLE:htDYFYduRNen8P9ZfE/s9SuKy0U=' }, canonicalPath: '/johnsmith/', rawPath: '/johnsmith/', query: [['prefix', 'photos'], ['max-keys', '50'], ['marker', 'puppy']] as [string, string][] };
+    const list = {
+      method: 'GET',
+      headers: { host: 'localhost', date: 'Tue, 27 Mar 2007 19:42:41 +0000', authorization: 'AWS AKIAIOSFODNN7EXAMPLE:htDYFYduRNen8P9ZfE/s9SuKy0U=' },
+      canonicalPath: '/johnsmith/',
+      rawPath: '/johnsmith/',
+      query: [
+        ['prefix', 'photos'],
+        ['max-keys', '50'],
+        ['marker', 'puppy'],
+      ] as [string, string][],
+    };
     expect(await codeOf(verifierAt('2007-03-27T19:45:00Z').verify(list))).toBe('OK');
   });
 
   it('verifies the query-string example until it expires', async () => {
-    const query: [string, string][] = [['AWSAccessKeyId', 'AKIAIOSFODNN7EXAMPLE'], ['Expires', '1175139620'], ['Signature', 'NpgCjnDzrM+WFzoENXmpNDUsSn8=']];
+    const query: [string, string][] = [
+      ['AWSAccessKeyId', 'AKIAIOSFODNN7EXAMPLE'],
+      ['Expires', '1175139620'],
+      ['Signature', 'NpgCjnDzrM+WFzoENXmpNDUsSn8='],
+    ];
     const request = { method: 'GET', headers: { host: 'localhost' }, canonicalPath: '/johnsmith/photos/puppy.jpg', rawPath: '/johnsmith/photos/puppy.jpg', query };
     expect(await codeOf(verifierAt('2007-03-29T03:00:00Z').verify(request))).toBe('OK');
     expect(await codeOf(verifierAt('2007-03-29T04:00:21Z').verify(request))).toBe('OC_ERR_AUTH_EXPIRED');

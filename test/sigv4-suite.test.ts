@@ -23,7 +23,14 @@ interface Vector {
   signature: string;
 }
 
-const suite = JSON.parse(readFileSync(new URL('./fixtures/sigv4-suite.json', import.meta.url), 'utf8')) as { accessKeyId: string; secretAccessKey: string; region: string; service: string; date: string; vectors: Vector[] };
+const suite = JSON.parse(readFileSync(new URL('./fixtures/sigv4-suite.json', import.meta.url), 'utf8')) as {
+  accessKeyId: string;
+  secretAccessKey: string;
+  region: string;
+  service: string;
+  date: string;
+  vectors: Vector[];
+};
 const verifier = new RequestVerifier({
   credentials: [{ accessKeyId: suite.accessKeyId, secretAccessKey: suite.secretAccessKey, tenant: 'suite', access: AccessPolicy.unrestricted }],
   region: suite.region,
@@ -33,14 +40,22 @@ const verifier = new RequestVerifier({
 
 async function verify(v: Vector, signature = v.signature, headers: Record<string, string> = v.headers): Promise<string> {
   // The request line as a client sends it: path and query percent-encoded.
-  const qs = Object.entries(v.query).map(([k, val]) => `${escapeUri(k)}=${escapeUri(val)}`).join('&');
+  const qs = Object.entries(v.query)
+    .map(([k, val]) => `${escapeUri(k)}=${escapeUri(val)}`)
+    .join('&');
   const target = parseTarget(`${v.path.split('/').map(escapeUri).join('/')}${qs ? `?${qs}` : ''}`);
   const authorization = `AWS4-HMAC-SHA256 Credential=${suite.accessKeyId}/20150830/${suite.region}/${suite.service}/aws4_request, SignedHeaders=${v.signedHeaders}, Signature=${signature}`;
   try {
     await verifier.verify({
       method: v.method,
       // The suite signs the body's hash without an x-amz-content-sha256 header; S3 clients send it unsigned here.
-      headers: { ...headers, authorization, 'x-amz-content-sha256': createHash('sha256').update(v.body ?? '').digest('hex') },
+      headers: {
+        ...headers,
+        authorization,
+        'x-amz-content-sha256': createHash('sha256')
+          .update(v.body ?? '')
+          .digest('hex'),
+      },
       canonicalPath: target.canonicalPath,
       query: target.query,
     });

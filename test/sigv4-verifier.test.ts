@@ -17,10 +17,19 @@ const T0 = Date.UTC(2026, 0, 15, 12, 0, 0);
 async function presignedTarget(expiresIn: number, path = '/bucket/some%20key'): Promise<string> {
   const request = await signer.presign(
     // As @aws-sdk/s3-request-presigner does: S3 presigned URLs sign UNSIGNED-PAYLOAD.
-    { method: 'GET', protocol: 'http:', hostname: 'gateway.test', path, query: { 'x-id': 'GetObject' }, headers: { host: 'gateway.test', 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' } },
+    {
+      method: 'GET',
+      protocol: 'http:',
+      hostname: 'gateway.test',
+      path,
+      query: { 'x-id': 'GetObject' },
+      headers: { host: 'gateway.test', 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' },
+    },
     { signingDate: new Date(T0), expiresIn, unsignableHeaders: new Set(['x-amz-content-sha256']), unhoistableHeaders: new Set(['x-amz-content-sha256']) },
   );
-  const query = Object.entries(request.query ?? {}).map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`).join('&');
+  const query = Object.entries(request.query ?? {})
+    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`)
+    .join('&');
   return `${path}?${query}`;
 }
 

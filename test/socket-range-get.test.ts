@@ -70,7 +70,14 @@ describe('socket range reads from MinIO', () => {
     const s3 = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'a/b c.bin', Body: object }));
-    client = new SocketRangeClient({ endpoint: new URL(minio.endpoint), connections: 2, timeoutMs: 10_000, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1' });
+    client = new SocketRangeClient({
+      endpoint: new URL(minio.endpoint),
+      connections: 2,
+      timeoutMs: 10_000,
+      accessKeyId: minio.accessKey,
+      secretAccessKey: minio.secretKey,
+      region: 'us-east-1',
+    });
   });
   afterAll(() => client.close());
 
@@ -79,7 +86,14 @@ describe('socket range reads from MinIO', () => {
   });
 
   it('reads the same ranges through either transport of S3RangeReader (sockets; undici, as behind TLS), byte-exact, and names a missing chunk', async () => {
-    const credentials = { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1', connections: 2, timeoutMs: 10_000, endpoint: new URL(minio.endpoint) };
+    const credentials = {
+      accessKeyId: minio.accessKey,
+      secretAccessKey: minio.secretKey,
+      region: 'us-east-1',
+      connections: 2,
+      timeoutMs: 10_000,
+      endpoint: new URL(minio.endpoint),
+    };
     const readers = [new S3RangeReader(new SocketRangeClient(credentials), 10_000), new S3RangeReader(new UndiciRangeClient(credentials), 10_000)];
     for (const reader of readers) {
       const memory = new Uint8Array(new SharedArrayBuffer(3000));
@@ -92,7 +106,9 @@ describe('socket range reads from MinIO', () => {
       expect(info.etag).toMatch(/^"/);
       expect(Buffer.from(memory.subarray(0, 1000)).equals(object.subarray(10, 1010))).toBe(true);
       expect(Buffer.from(memory.subarray(1000)).equals(object.subarray(object.byteLength - 2000))).toBe(true);
-      const missing = await reader.read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, codec: 'none', signal: live }).catch((e: unknown) => e);
+      const missing = await reader
+        .read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, codec: 'none', signal: live })
+        .catch((e: unknown) => e);
       expect(missing).toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
       await reader.close();
     }
@@ -170,15 +186,21 @@ describe('socket range reads of MinIO answers re-framed by a relay (chunked, int
   });
   afterAll(() => relay.close());
 
-  it('reads chunked 206 answers byte-exact into views: odd chunk sizes, 1-byte chunks, extensions, a trailer, ranges in parallel on two connections', { timeout: 30_000 }, async () => {
-    const c = client(2);
-    relay.reframe = asChunked(ODD, 65_519); // written in pieces that split chunks anywhere
-    await readWholeInRanges(c, path, object, 70_001, (answer) => expect(answer.headers['transfer-encoding']).toBe('chunked'));
-  });
+  it(
+    'reads chunked 206 answers byte-exact into views: odd chunk sizes, 1-byte chunks, extensions, a trailer, ranges in parallel on two connections',
+    { timeout: 30_000 },
+    async () => {
+      const c = client(2);
+      relay.reframe = asChunked(ODD, 65_519); // written in pieces that split chunks anywhere
+      await readWholeInRanges(c, path, object, 70_001, (answer) => expect(answer.headers['transfer-encoding']).toBe('chunked'));
+    },
+  );
 
   it('reads a chunked answer written a byte at a time, after a 103, so every piece of framing is split across reads', { timeout: 30_000 }, async () => {
     const c = client();
-    relay.reframe = (answer) => ({ pieces: pieces(Buffer.concat([Buffer.from(EARLY_HINTS), chunkedAnswer(answer, { sizes: [1, 3, 1, 50], extension: (i) => (i % 2 ? ';e=1' : ''), trailer: 'x-t: 1\r\n' })]), 1) });
+    relay.reframe = (answer) => ({
+      pieces: pieces(Buffer.concat([Buffer.from(EARLY_HINTS), chunkedAnswer(answer, { sizes: [1, 3, 1, 50], extension: (i) => (i % 2 ? ';e=1' : ''), trailer: 'x-t: 1\r\n' })]), 1),
+    });
     const memory = new Uint8Array(302);
     const answer = await c.get(path, 'bytes=1000-1299', accept(views(memory, 1, [1, 150, 300])), live);
     expect(answer.status).toBe(206);
@@ -269,7 +291,14 @@ describe('socket range reads of MinIO answers re-framed by a relay (chunked, int
   it('reads a body with both Transfer-Encoding and Content-Length by its chunks, and trusts that connection with no other request', { timeout: 30_000 }, async () => {
     const c = client();
     const before = relay.accepted;
-    relay.reframe = (answer) => ({ pieces: [chunkedAnswer(answer, ODD, [['Content-Length', '3'], ['Transfer-Encoding', 'chunked']])] });
+    relay.reframe = (answer) => ({
+      pieces: [
+        chunkedAnswer(answer, ODD, [
+          ['Content-Length', '3'],
+          ['Transfer-Encoding', 'chunked'],
+        ]),
+      ],
+    });
     const target = new Uint8Array(300_000);
     await c.get(path, 'bytes=0-299999', accept([target]), live);
     expect(Buffer.from(target).equals(object.subarray(0, 300_000))).toBe(true);
@@ -280,7 +309,10 @@ describe('socket range reads of MinIO answers re-framed by a relay (chunked, int
 
   it('serves S3RangeReader (grouped reads) through a chunking proxy, byte-exact, and names a missing chunk', { timeout: 30_000 }, async () => {
     relay.reframe = asChunked();
-    const reader = new S3RangeReader(new SocketRangeClient({ endpoint, connections: 2, timeoutMs: 8_000, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1' }), 8_000);
+    const reader = new S3RangeReader(
+      new SocketRangeClient({ endpoint, connections: 2, timeoutMs: 8_000, accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey, region: 'us-east-1' }),
+      8_000,
+    );
     try {
       const memory = new Uint8Array(new SharedArrayBuffer(500_000));
       const targets = [
@@ -291,7 +323,9 @@ describe('socket range reads of MinIO answers re-framed by a relay (chunked, int
       expect(info.reads).toBe(2);
       expect(Buffer.from(memory.subarray(0, 300_000)).equals(object.subarray(10, 300_010))).toBe(true);
       expect(Buffer.from(memory.subarray(300_000)).equals(object.subarray(object.byteLength - 200_000))).toBe(true);
-      const missing = await reader.read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, codec: 'none', signal: live }).catch((e: unknown) => e);
+      const missing = await reader
+        .read({ bucket, key: 'nope', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: object.byteLength, codec: 'none', signal: live })
+        .catch((e: unknown) => e);
       expect(missing).toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
     } finally {
       await reader.close();
@@ -304,15 +338,39 @@ describe('socket range reads of MinIO answers re-framed by a relay (chunked, int
     ['a chunk size followed by a stray character', asChunked(chunkSize(2, (size) => `${size.toString(16)}g`)), /not hex/],
     ['a chunk size of 16 hex digits', asChunked(chunkSize(1, (size) => size.toString(16).padStart(16, '0'))), /more than 15 hex digits/],
     ['a chunk size line over 4 KiB', asChunked({ sizes: [1000], extension: (i) => (i === 1 ? `;${'x'.repeat(5000)}` : '') }), /size line longer than 4096 bytes/],
-    ['more bytes than the range (an extra chunk)', (answer) => ({ pieces: [chunkedAnswer({ ...answer, body: Buffer.concat([answer.body, Buffer.from('extra')]) }, { sizes: [1000] })] }), /more bytes than the range/],
+    [
+      'more bytes than the range (an extra chunk)',
+      (answer) => ({ pieces: [chunkedAnswer({ ...answer, body: Buffer.concat([answer.body, Buffer.from('extra')]) }, { sizes: [1000] })] }),
+      /more bytes than the range/,
+    ],
     // Chunk i said one byte short, where the byte after that is not a CR (the data is random).
-    ['a chunk longer than its size', (answer) => asChunked(chunkSize([0, 1, 2].find((i) => answer.body[i * 1000 + 999] !== 0x0d) ?? 0, (size) => (size - 1).toString(16)))(answer), /longer than its size/],
-    ['fewer bytes than the range, the last chunk, then a close', (answer) => ({ pieces: [chunkedAnswer({ ...answer, body: answer.body.subarray(0, answer.body.length - 100) }, { sizes: [1000] })], close: true }), /the last chunk with 100 bytes of the body missing/],
-    ['bytes after the last chunk', (answer) => ({ pieces: [Buffer.concat([chunkedAnswer(answer, { sizes: [40] }), Buffer.from('HTTP/1.1 200 OK\r\n\r\n')])] }), /bytes after the body/],
+    [
+      'a chunk longer than its size',
+      (answer) => asChunked(chunkSize([0, 1, 2].find((i) => answer.body[i * 1000 + 999] !== 0x0d) ?? 0, (size) => (size - 1).toString(16)))(answer),
+      /longer than its size/,
+    ],
+    [
+      'fewer bytes than the range, the last chunk, then a close',
+      (answer) => ({ pieces: [chunkedAnswer({ ...answer, body: answer.body.subarray(0, answer.body.length - 100) }, { sizes: [1000] })], close: true }),
+      /the last chunk with 100 bytes of the body missing/,
+    ],
+    [
+      'bytes after the last chunk',
+      (answer) => ({ pieces: [Buffer.concat([chunkedAnswer(answer, { sizes: [40] }), Buffer.from('HTTP/1.1 200 OK\r\n\r\n')])] }),
+      /bytes after the body/,
+    ],
     ['a trailer section over 8 KiB', asChunked({ sizes: [1000], trailer: `x-pad: ${'p'.repeat(9000)}\r\n` }), /trailer section longer than 8192 bytes/],
     ['Transfer-Encoding: gzip', (answer) => ({ pieces: [chunkedAnswer(answer, { sizes: [1000] }, [['Transfer-Encoding', 'gzip']])] }), /Transfer-Encoding gzip \(/],
-    ['Transfer-Encoding: gzip, chunked', (answer) => ({ pieces: [chunkedAnswer(answer, { sizes: [1000] }, [['Transfer-Encoding', 'gzip, chunked']])] }), /Transfer-Encoding gzip, chunked/],
-    ['101 Switching Protocols', (answer) => ({ pieces: ['HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n', ...asIs(answer).pieces] }), /a 101 answer/],
+    [
+      'Transfer-Encoding: gzip, chunked',
+      (answer) => ({ pieces: [chunkedAnswer(answer, { sizes: [1000] }, [['Transfer-Encoding', 'gzip, chunked']])] }),
+      /Transfer-Encoding gzip, chunked/,
+    ],
+    [
+      '101 Switching Protocols',
+      (answer) => ({ pieces: ['HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n', ...asIs(answer).pieces] }),
+      /a 101 answer/,
+    ],
     ['more than 8 interim answers', (answer) => ({ pieces: ['HTTP/1.1 100 Continue\r\n\r\n'.repeat(9), ...asIs(answer).pieces] }), /more than 8 interim answers/],
   ])('refuses %s with OC_ERR_BACKEND_PROTOCOL at once, then reads on, on a new connection', { timeout: 30_000 }, async (_name, reframe, message) => {
     const c = client();
@@ -444,7 +502,9 @@ describe('socket range reads refuse what they do not read', () => {
     const options = { endpoint, connections: 1, timeoutMs: 8_000, accessKeyId: 'k', secretAccessKey: 's', region: 'us-east-1' };
     for (const reader of [new S3RangeReader(new SocketRangeClient(options), 8_000), new S3RangeReader(new UndiciRangeClient(options), 8_000)]) {
       const started = performance.now();
-      const error = await reader.read({ bucket: 'b', key: 'k', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: 10, codec: 'none', signal: live }).catch((e: unknown) => e);
+      const error = await reader
+        .read({ bucket: 'b', key: 'k', targets: [{ offset: 0, length: 10, views: [new Uint8Array(10)] }], objectBytes: 10, codec: 'none', signal: live })
+        .catch((e: unknown) => e);
       expect(error).toMatchObject({ code: 'OC_ERR_CHUNK_MISSING' });
       expect(performance.now() - started).toBeLessThan(5_000);
       await reader.close();
@@ -563,7 +623,7 @@ describe('socket range reads refuse what they do not read', () => {
     await c.close();
   });
 
-  it('does not time a read stopped for want of a place (the wait is the reader\'s, not the store\'s)', async () => {
+  it("does not time a read stopped for want of a place (the wait is the reader's, not the store's)", async () => {
     const c = client(); // timeoutMs 1000
     const body = randomBytes(200_000);
     script = { answer: (socket) => socket.write(Buffer.concat([Buffer.from(`HTTP/1.1 206 Partial Content\r\nContent-Length: ${body.length}\r\n\r\n`), body])) };
@@ -571,7 +631,18 @@ describe('socket range reads refuse what they do not read', () => {
     let pos = 0;
     let allowed = 50_000;
     let readOn: (() => void) | undefined;
-    const read = c.get('/b/k', 'bytes=0-199999', { onHead: () => ({ next: () => (pos < allowed ? memory.subarray(pos, allowed) : undefined), wrote: (n: number) => void (pos += n), paused: (r: () => void) => void (readOn = r) }) }, live);
+    const read = c.get(
+      '/b/k',
+      'bytes=0-199999',
+      {
+        onHead: () => ({
+          next: () => (pos < allowed ? memory.subarray(pos, allowed) : undefined),
+          wrote: (n: number) => void (pos += n),
+          paused: (r: () => void) => void (readOn = r),
+        }),
+      },
+      live,
+    );
     await new Promise((resolve) => setTimeout(resolve, 1_500));
     expect(readOn).toBeDefined();
     allowed = body.length;
@@ -582,7 +653,9 @@ describe('socket range reads refuse what they do not read', () => {
   });
 
   it('refuses an endpoint behind TLS (those reads stay on undici)', () => {
-    expect(() => new SocketRangeClient({ endpoint: new URL('https://127.0.0.1:1'), connections: 1, timeoutMs: 1, accessKeyId: 'k', secretAccessKey: 's', region: 'r' })).toThrow(/http: endpoints only/);
+    expect(() => new SocketRangeClient({ endpoint: new URL('https://127.0.0.1:1'), connections: 1, timeoutMs: 1, accessKeyId: 'k', secretAccessKey: 's', region: 'r' })).toThrow(
+      /http: endpoints only/,
+    );
   });
 
   it('reports a refused connection as retryable OC_ERR_BACKEND_UNAVAILABLE', async () => {

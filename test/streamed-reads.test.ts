@@ -38,7 +38,22 @@ describe('streamed chunk reads (s3 backend)', () => {
     gw = await startTestGateway({
       backend: 's3',
       minio: { ...minio, endpoint },
-      args: ['--chunk-reads', 'auto', '--threshold', '0', '--cap', '64MB/s', '--epoch-ms', '5', '--stream-window-bytes', '4096', '--stream-receive-buffer-bytes', '65536', '--max-chunk-streams', '8'],
+      args: [
+        '--chunk-reads',
+        'auto',
+        '--threshold',
+        '0',
+        '--cap',
+        '64MB/s',
+        '--epoch-ms',
+        '5',
+        '--stream-window-bytes',
+        '4096',
+        '--stream-receive-buffer-bytes',
+        '65536',
+        '--max-chunk-streams',
+        '8',
+      ],
     });
     bucket = uniqueBucket('streamed');
     client = testClient(gw, bucket);
@@ -112,7 +127,9 @@ describe('streamed chunk reads (s3 backend)', () => {
         onLayerReady: (layer) => {
           ready.push(layer);
           if (layer === 1) {
-            overwrite = client.putChunks([victim], [new Uint8Array(randomBytes(64 * 256 * KiB))], { layout: { layout: 'KV_L2TD', layers: 64, layerBytes: 256 * KiB } }).then(() => proxy.resetNext(0));
+            overwrite = client
+              .putChunks([victim], [new Uint8Array(randomBytes(64 * 256 * KiB))], { layout: { layout: 'KV_L2TD', layers: 64, layerBytes: 256 * KiB } })
+              .then(() => proxy.resetNext(0));
           }
         },
       })

@@ -10,11 +10,24 @@ import { slicePiece } from '../schemas/layouts.js';
 import { RingLayout, TaskLayout } from '../gateway/threads/task-layout.js';
 import { ScatterCursor, copyInto, rangeTargets } from '../gateway/worker/scatter.js';
 
-const layouts = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(8), layers: fc.integer({ min: 1, max: 6 }), chunks: fc.integer({ min: 1, max: 7 }), layerBytes: fc.integer({ min: 1, max: 64 }) }).map((r) => new TaskLayout(r.order, r.first, r.first + r.layers, r.chunks, r.layerBytes));
+const layouts = fc
+  .record({
+    order: fc.constantFrom('layer-major' as const, 'chunk-major' as const),
+    first: fc.nat(8),
+    layers: fc.integer({ min: 1, max: 6 }),
+    chunks: fc.integer({ min: 1, max: 7 }),
+    layerBytes: fc.integer({ min: 1, max: 64 }),
+  })
+  .map((r) => new TaskLayout(r.order, r.first, r.first + r.layers, r.chunks, r.layerBytes));
 
 describe('TaskLayout', () => {
   it('lays encoded slices of differing lengths back to back, each readable by its place, in both orders', () => {
-    const encoded = fc.record({ order: fc.constantFrom('layer-major' as const, 'chunk-major' as const), first: fc.nat(3), layers: fc.integer({ min: 1, max: 4 }), sizes: fc.array(fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 8, maxLength: 8 }), { minLength: 1, maxLength: 5 }) });
+    const encoded = fc.record({
+      order: fc.constantFrom('layer-major' as const, 'chunk-major' as const),
+      first: fc.nat(3),
+      layers: fc.integer({ min: 1, max: 4 }),
+      sizes: fc.array(fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 8, maxLength: 8 }), { minLength: 1, maxLength: 5 }),
+    });
     fc.assert(
       fc.property(encoded, ({ order, first, layers, sizes }) => {
         const layout = new TaskLayout(order, first, first + layers, sizes.length, 64, sizes);
@@ -34,7 +47,8 @@ describe('TaskLayout', () => {
         if (order === 'layer-major') {
           for (let layer = first; layer < first + layers; layer++) expect([...layout.layerPiece(region, layer)]).toEqual(sizes.flatMap((_, chunk) => mark(layer, chunk)));
         } else {
-          for (let chunk = 0; chunk < sizes.length; chunk++) expect([...layout.chunkPiece(region, chunk)]).toEqual(Array.from({ length: layers }, (_, i) => mark(first + i, chunk)).flat());
+          for (let chunk = 0; chunk < sizes.length; chunk++)
+            expect([...layout.chunkPiece(region, chunk)]).toEqual(Array.from({ length: layers }, (_, i) => mark(first + i, chunk)).flat());
         }
         // A chunk's range covers its layers' stored bytes, from where layer `first` starts.
         for (let chunk = 0; chunk < sizes.length; chunk++) {
@@ -71,7 +85,9 @@ describe('TaskLayout', () => {
       fc.property(layouts, (layout) => {
         // Each slice's bytes say which (layer, chunk) it is.
         const region = new Uint8Array(layout.bytes);
-        for (let layer = layout.first; layer < layout.end; layer++) for (let chunk = 0; chunk < layout.chunks; chunk++) region.fill((layer * 16 + chunk) & 0xff, layout.sliceOffset(layer, chunk), layout.sliceOffset(layer, chunk) + layout.layerBytes);
+        for (let layer = layout.first; layer < layout.end; layer++)
+          for (let chunk = 0; chunk < layout.chunks; chunk++)
+            region.fill((layer * 16 + chunk) & 0xff, layout.sliceOffset(layer, chunk), layout.sliceOffset(layer, chunk) + layout.layerBytes);
         const mark = (layer: number, chunk: number): number[] => new Array<number>(layout.layerBytes).fill((layer * 16 + chunk) & 0xff);
         if (layout.order === 'layer-major') {
           for (let layer = layout.first; layer < layout.end; layer++) {

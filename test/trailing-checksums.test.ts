@@ -6,7 +6,15 @@
  */
 import { Readable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
-import { CompleteMultipartUploadCommand, CreateMultipartUploadCommand, GetObjectCommand, HeadObjectCommand, PutObjectCommand, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
+import {
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  PutObjectCommand,
+  S3ServiceException,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import { createCrc64nvme } from '../native/crc64nvme.js';
 import { crc32c } from '../native/crc32c.js';
 import { describe, expect, it } from 'vitest';
@@ -18,7 +26,15 @@ describe.each(COMPAT_TARGETS)('trailing checksums (%s)', (target) => {
 
   it('stores a streamed PutObject with its CRC32C and answers it on HEAD with checksum mode', async () => {
     const data = randomBytes(3 * 1024 * 1024 + 17); // several re-encoded chunks and a partial one
-    const put = await suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'streamed', Body: Readable.from([data.subarray(0, 1_000_000), data.subarray(1_000_000)]), ContentLength: data.length, ChecksumAlgorithm: 'CRC32C' }));
+    const put = await suite.s3.send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: 'streamed',
+        Body: Readable.from([data.subarray(0, 1_000_000), data.subarray(1_000_000)]),
+        ContentLength: data.length,
+        ChecksumAlgorithm: 'CRC32C',
+      }),
+    );
     expect(put.ChecksumCRC32C).toBeDefined();
     const head = await suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key: 'streamed', ChecksumMode: 'ENABLED' }));
     expect(head.ChecksumCRC32C).toBe(put.ChecksumCRC32C);
@@ -29,9 +45,18 @@ describe.each(COMPAT_TARGETS)('trailing checksums (%s)', (target) => {
   it('accepts a streamed UploadPart into an upload created with ChecksumAlgorithm CRC32, and completes it', async () => {
     const data = randomBytes(256 * 1024);
     const { UploadId } = await suite.s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'parts', ChecksumAlgorithm: 'CRC32' }));
-    const part = await suite.s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'parts', UploadId, PartNumber: 1, Body: Readable.from([data]), ContentLength: data.length, ChecksumAlgorithm: 'CRC32' }));
+    const part = await suite.s3.send(
+      new UploadPartCommand({ Bucket: bucket, Key: 'parts', UploadId, PartNumber: 1, Body: Readable.from([data]), ContentLength: data.length, ChecksumAlgorithm: 'CRC32' }),
+    );
     expect(part.ChecksumCRC32).toBeDefined();
-    await suite.s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'parts', UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag, ChecksumCRC32: part.ChecksumCRC32 }] } }));
+    await suite.s3.send(
+      new CompleteMultipartUploadCommand({
+        Bucket: bucket,
+        Key: 'parts',
+        UploadId,
+        MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag, ChecksumCRC32: part.ChecksumCRC32 }] },
+      }),
+    );
     const body = Buffer.from(await (await suite.s3.send(new GetObjectCommand({ Bucket: bucket, Key: 'parts' }))).Body!.transformToByteArray());
     expect(body.equals(data)).toBe(true);
   });
@@ -48,7 +73,15 @@ describe.each(COMPAT_TARGETS)('CRC64NVME checksums (%s)', (target) => {
 
   it('stores a streamed PutObject with its CRC64NVME trailer and answers it on HEAD and GET with checksum mode', async () => {
     const data = randomBytes(2 * 1024 * 1024 + 5);
-    const put = await suite.s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'trailer', Body: Readable.from([data.subarray(0, 700_000), data.subarray(700_000)]), ContentLength: data.length, ChecksumAlgorithm: 'CRC64NVME' }));
+    const put = await suite.s3.send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: 'trailer',
+        Body: Readable.from([data.subarray(0, 700_000), data.subarray(700_000)]),
+        ContentLength: data.length,
+        ChecksumAlgorithm: 'CRC64NVME',
+      }),
+    );
     const crc = createCrc64nvme();
     crc.update(data);
     const expected = Buffer.from(await crc.digest()).toString('base64');
@@ -121,9 +154,8 @@ describe.each(COMPAT_TARGETS)('multipart checksums (%s)', (target) => {
       parts.push({ PartNumber: i + 1, ETag: part.ETag, [field]: part[field] });
     }
     const done = await suite.s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key, UploadId: created.UploadId, MultipartUpload: { Parts: parts } }));
-    const expected = kept === 'FULL_OBJECT'
-      ? await digest(algorithm, first, second)
-      : `${await digest(algorithm, ...parts.map((p) => Buffer.from(p[field] as string, 'base64')))}-2`;
+    const expected =
+      kept === 'FULL_OBJECT' ? await digest(algorithm, first, second) : `${await digest(algorithm, ...parts.map((p) => Buffer.from(p[field] as string, 'base64')))}-2`;
     expect(done[field]).toBe(expected);
     const head = await suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key, ChecksumMode: 'ENABLED' }));
     expect(head[field]).toBe(expected);
@@ -137,7 +169,16 @@ describe.each(COMPAT_TARGETS)('multipart checksums (%s)', (target) => {
     const part = await suite.s3.send(new UploadPartCommand({ Bucket: bucket, Key, UploadId: created.UploadId, PartNumber: 1, Body: second, ChecksumAlgorithm: 'CRC64NVME' }));
     const wrong = Buffer.from(await digest('CRC64NVME', first));
     const refused = await suite.s3
-      .send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key, UploadId: created.UploadId, ChecksumCRC64NVME: wrong.toString(), ChecksumType: 'FULL_OBJECT', MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag, ChecksumCRC64NVME: part.ChecksumCRC64NVME }] } }))
+      .send(
+        new CompleteMultipartUploadCommand({
+          Bucket: bucket,
+          Key,
+          UploadId: created.UploadId,
+          ChecksumCRC64NVME: wrong.toString(),
+          ChecksumType: 'FULL_OBJECT',
+          MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag, ChecksumCRC64NVME: part.ChecksumCRC64NVME }] },
+        }),
+      )
       .catch((e: unknown) => e);
     expect((refused as S3ServiceException).$metadata?.httpStatusCode).toBe(400);
     const missing = await suite.s3.send(new HeadObjectCommand({ Bucket: bucket, Key })).catch((e: unknown) => e);

@@ -12,7 +12,18 @@
  * - one read-only key cannot grow the shared journal past its share, nor make another tenant's
  *   pin be lost; a journal the store refuses keeps its events for the next sync.
  */
-import { CreateBucketCommand, CreateMultipartUploadCommand, DeleteObjectCommand, GetObjectCommand, ListMultipartUploadsCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, UploadPartCommand } from '@aws-sdk/client-s3';
+import {
+  CreateBucketCommand,
+  CreateMultipartUploadCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  ListMultipartUploadsCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  S3ServiceException,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
@@ -28,7 +39,18 @@ import { startGateway, type Gateway } from '../gateway/pipeline/server.js';
 import { loadStateKey, StateKey } from '../gateway/common/state-key.js';
 import { crc32c } from '../native/crc32c.js';
 import { LocalStore } from '../gateway/stores/embedded/local-store.js';
-import { CLIENT_KEY, metricValue, sdkClient, segmentEvents, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import {
+  CLIENT_KEY,
+  metricValue,
+  sdkClient,
+  segmentEvents,
+  SMALL_ARENA,
+  startTestGateway,
+  testClient,
+  uniqueBucket,
+  type BackendKind,
+  type TestGateway,
+} from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 import { waitFor } from './helpers/wait.js';
 
@@ -85,7 +107,13 @@ describe('the state buckets, through a gateway with no feature on', () => {
   it('are refused to every key but the administrator: the default names and the configured ones', async () => {
     const credentials = credentialsFile({
       // Explicitly denied writes to the chunks, allowed everything else: the key of the finding.
-      mallory: { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: 's3:*', Resource: ['arn:aws:s3:::*'] }, { Effect: 'Deny', Action: 's3:PutObject', Resource: 'arn:aws:s3:::kvcache/*' }] },
+      mallory: {
+        Version: '2012-10-17',
+        Statement: [
+          { Effect: 'Allow', Action: 's3:*', Resource: ['arn:aws:s3:::*'] },
+          { Effect: 'Deny', Action: 's3:PutObject', Resource: 'arn:aws:s3:::kvcache/*' },
+        ],
+      },
     });
     const plain = await gateway('s3', ['--credentials', credentials, '--segment-bucket', 'my-segments', '--capacity-state-bucket', 'my-capacity']);
     const mallory = sdkClient(plain.url, { accessKeyId: 'mallory-key', secretAccessKey: 'mallory-secret' });
@@ -110,7 +138,20 @@ describe('the state buckets, through a gateway with no feature on', () => {
 describe.each<BackendKind>(['local', 's3'])('a packed segment someone else wrote (%s backend)', (backend) => {
   const bucket = uniqueBucket('trust');
   const segmentBucket = uniqueBucket('trust-segs');
-  const args = ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket, '--read-bytes', String(2 * S), '--task-bytes', String(4 * S)];
+  const args = [
+    '--segments',
+    'on',
+    '--segment-min-bytes',
+    '0',
+    '--segment-after-reads',
+    '2',
+    '--segment-bucket',
+    segmentBucket,
+    '--read-bytes',
+    String(2 * S),
+    '--task-bytes',
+    String(4 * S),
+  ];
   let dataDir: string | undefined;
   let gw: TestGateway;
   let client: ObjectCacheClient;
@@ -129,7 +170,8 @@ describe.each<BackendKind>(['local', 's3'])('a packed segment someone else wrote
   });
 
   /** The state key every gateway of this backend holds (the store's credentials, or the data directory's). */
-  const stateKey = (): StateKey => loadStateKey(undefined, backend === 's3' ? { kind: 's3', accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey } : { kind: 'local', dataDir: dataDir as string });
+  const stateKey = (): StateKey =>
+    loadStateKey(undefined, backend === 's3' ? { kind: 's3', accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey } : { kind: 'local', dataDir: dataDir as string });
 
   /** Packs `prefix` (two reads), and returns its manifest's key and JSON as stored. */
   async function pack(prefix: SeededPrefix): Promise<{ key: string; manifest: Record<string, unknown> }> {
@@ -229,7 +271,19 @@ describe('capacity state someone else wrote (two gateways over one MinIO)', () =
   });
 
   async function pair(bucket: string, state: string, extra: string[] = []): Promise<{ leader: TestGateway; follower: TestGateway }> {
-    const args = ['--budget', `${bucket}=${16 * CHUNK}`, '--capacity-state-bucket', state, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000', ...extra];
+    const args = [
+      '--budget',
+      `${bucket}=${16 * CHUNK}`,
+      '--capacity-state-bucket',
+      state,
+      '--capacity-sync-ms',
+      '100',
+      '--capacity-lease-ms',
+      '1000',
+      '--evict-rate',
+      '1000',
+      ...extra,
+    ];
     const one = await gateway('s3', args);
     const two = await gateway('s3', args);
     live.push(one, two);
@@ -253,7 +307,10 @@ describe('capacity state someone else wrote (two gateways over one MinIO)', () =
     await viaLeader.ensureBucket();
     const a = await store(testClient(follower, bucket), 'a', 6);
     const b = await store(viaLeader, 'b', 6);
-    await waitFor('the leader checked the follower\u2019s writes', () => leader.gateway.capacity?.usage()[0]?.uncheckedBytes === 0 && leader.gateway.capacity?.usage()[0]?.chunks === 12);
+    await waitFor(
+      'the leader checked the follower\u2019s writes',
+      () => leader.gateway.capacity?.usage()[0]?.uncheckedBytes === 0 && leader.gateway.capacity?.usage()[0]?.chunks === 12,
+    );
     const root = minioRoot();
     try {
       // One line recording a 1 TB write for the administrator's tenant, unsigned: never applied.
@@ -270,7 +327,10 @@ describe('capacity state someone else wrote (two gateways over one MinIO)', () =
       await waitFor('the unsigned journal is rejected', async () => (await metricValue(leader.gateway.adminUrl, 'objectcache_capacity_rejected_total{what="journal"}')) >= 1);
       await waitFor('a gateway holds the lease again', () => leader.gateway.capacity?.isLeader === true || follower.gateway.capacity?.isLeader === true, 10_000);
       const holder = leader.gateway.capacity?.isLeader ? leader : follower;
-      await waitFor('the rogue size is checked', () => holder.gateway.capacity?.chunk(bucket, 'b/000')?.size === CHUNK && holder.gateway.capacity?.usage()[0]?.uncheckedBytes === 0);
+      await waitFor(
+        'the rogue size is checked',
+        () => holder.gateway.capacity?.chunk(bucket, 'b/000')?.size === CHUNK && holder.gateway.capacity?.usage()[0]?.uncheckedBytes === 0,
+      );
       await new Promise((r) => setTimeout(r, 500));
       expect(await viaLeader.lookup(a)).toBe(6);
       expect(await viaLeader.lookup(b)).toBe(6);
@@ -367,10 +427,14 @@ describe('a snapshot put back', () => {
       await waitFor('a snapshot holds the chunk', async () => (await snapshotOf().catch(() => ({ body: '', etag: '' }))).body.includes('gone/000'), 15_000);
       const old = await snapshotOf();
       await client.s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: 'gone/000' }));
-      await waitFor('a newer snapshot without it', async () => {
-        const now = await snapshotOf();
-        return now.etag !== old.etag && !now.body.includes('gone/000');
-      }, 15_000);
+      await waitFor(
+        'a newer snapshot without it',
+        async () => {
+          const now = await snapshotOf();
+          return now.etag !== old.etag && !now.body.includes('gone/000');
+        },
+        15_000,
+      );
       for (const gw of [one, two]) await waitFor('the chunk is forgotten', () => gw.gateway.capacity?.chunk(bucket, 'gone/000') === undefined);
       const holder = one.gateway.capacity?.isLeader ? one : two;
       // Put back, as someone who can write the state bucket (but holds no state key) would.
@@ -405,10 +469,32 @@ describe('pins repeated', () => {
         return local.put(bucket, key, body, condition);
       },
     };
-    const config = { budgets: new Map([['kv', 1024]]), quotas: new Map(), highFraction: 0.95, lowFraction: 0.85, idleMs: undefined, evictPerSecond: 100, stateBucket: 'state', syncMs: 60_000, leaseMs: 180_000, multipartExpiryMs: undefined };
+    const config = {
+      budgets: new Map([['kv', 1024]]),
+      quotas: new Map(),
+      highFraction: 0.95,
+      lowFraction: 0.85,
+      idleMs: undefined,
+      evictPerSecond: 100,
+      stateBucket: 'state',
+      syncMs: 60_000,
+      leaseMs: 180_000,
+      multipartExpiryMs: undefined,
+    };
     const shared = new SharedState({
-      store, config, key: new StateKey(Buffer.from('a state key for this test'), 'setting'), logger: { info: () => {}, warn: () => {}, error: () => {} }, now: Date.now, gatewayId: 'gw',
-      apply: () => {}, reset: () => {}, snapshot: () => [], reconcile: async () => {}, onFailure: () => {}, onRejected: () => {}, onHintsDropped: () => {},
+      store,
+      config,
+      key: new StateKey(Buffer.from('a state key for this test'), 'setting'),
+      logger: { info: () => {}, warn: () => {}, error: () => {} },
+      now: Date.now,
+      gatewayId: 'gw',
+      apply: () => {},
+      reset: () => {},
+      snapshot: () => [],
+      reconcile: async () => {},
+      onFailure: () => {},
+      onRejected: () => {},
+      onHintsDropped: () => {},
     });
     await shared.start();
     // One tenant pins its 100 chunks 5,000 times over (what 367 requests of 4,096 keys were):
@@ -416,7 +502,10 @@ describe('pins repeated', () => {
     // Another tenant's write in between is never pushed out.
     shared.record({ t: 'put', b: 'kv', k: 'b/victim', s: 10, n: 'team-b', e: '"x"', at: 1 });
     await shared.close();
-    const lines = written.join('').split('\n').filter((line) => line.startsWith('{"t"'));
+    const lines = written
+      .join('')
+      .split('\n')
+      .filter((line) => line.startsWith('{"t"'));
     expect(lines.filter((line) => line.includes('"t":"pin"'))).toHaveLength(100);
     expect(lines.some((line) => line.includes('b/victim'))).toBe(true);
     expect(lines.find((line) => line.includes('"a/7"'))).toContain('"until":1004999');
@@ -438,11 +527,33 @@ describe('a journal the store refuses', () => {
       },
     };
     const key = new StateKey(Buffer.from('a state key for this test'), 'setting');
-    const config = { budgets: new Map([['kv', 1024]]), quotas: new Map(), highFraction: 0.95, lowFraction: 0.85, idleMs: undefined, evictPerSecond: 100, stateBucket: 'state', syncMs: 60_000, leaseMs: 180_000, multipartExpiryMs: undefined };
+    const config = {
+      budgets: new Map([['kv', 1024]]),
+      quotas: new Map(),
+      highFraction: 0.95,
+      lowFraction: 0.85,
+      idleMs: undefined,
+      evictPerSecond: 100,
+      stateBucket: 'state',
+      syncMs: 60_000,
+      leaseMs: 180_000,
+      multipartExpiryMs: undefined,
+    };
     const applied: CapacityEvent[] = [];
     const shared = new SharedState({
-      store, config, key, logger: { info: () => {}, warn: () => {}, error: () => {} }, now: Date.now, gatewayId: 'gw',
-      apply: (event) => applied.push(event), reset: () => {}, snapshot: () => [], reconcile: async () => {}, onFailure: () => {}, onRejected: () => {}, onHintsDropped: () => {},
+      store,
+      config,
+      key,
+      logger: { info: () => {}, warn: () => {}, error: () => {} },
+      now: Date.now,
+      gatewayId: 'gw',
+      apply: (event) => applied.push(event),
+      reset: () => {},
+      snapshot: () => [],
+      reconcile: async () => {},
+      onFailure: () => {},
+      onRejected: () => {},
+      onHintsDropped: () => {},
     });
     await shared.start();
     shared.record({ t: 'pin', b: 'kv', k: 'a/0', until: Date.now() + 60_000 });
@@ -515,7 +626,10 @@ describe('the admin endpoint\u2019s /capacity', () => {
   it('is served on a loopback address only, unless it asks for a token; then only with it', async () => {
     const bucket = uniqueBucket('admin');
     const start = async (env: Record<string, string>): Promise<Gateway> => {
-      const config = loadServeConfig(['--port', '0', '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--log-level', 'silent', '--data-dir', tempDir(), '--budget', `${bucket}=1GiB`], { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: 'a-secret-for-the-test', ...env });
+      const config = loadServeConfig(
+        ['--port', '0', '--metrics-port', '0', '--metrics-host', '0.0.0.0', '--log-level', 'silent', '--data-dir', tempDir(), '--budget', `${bucket}=1GiB`],
+        { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: 'a-secret-for-the-test', ...env },
+      );
       return startGateway(config, { logger: createLogger('silent') });
     };
     const open = await start({});
@@ -527,7 +641,13 @@ describe('the admin endpoint\u2019s /capacity', () => {
       await open.close();
     }
     // On loopback without a token, only to a loopback Host: not to a page of a rebound domain.
-    const loopback = await startGateway(loadServeConfig(['--port', '0', '--metrics-port', '0', '--log-level', 'silent', '--data-dir', tempDir(), '--budget', `${bucket}=1GiB`], { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: 'a-secret-for-the-test' }), { logger: createLogger('silent') });
+    const loopback = await startGateway(
+      loadServeConfig(['--port', '0', '--metrics-port', '0', '--log-level', 'silent', '--data-dir', tempDir(), '--budget', `${bucket}=1GiB`], {
+        OBJECTCACHE_ACCESS_KEY: CLIENT_KEY,
+        OBJECTCACHE_SECRET_KEY: 'a-secret-for-the-test',
+      }),
+      { logger: createLogger('silent') },
+    );
     try {
       expect((await fetch(`${loopback.adminUrl}/capacity`)).status).toBe(200);
       const rebound = await new Promise<number>((resolve, reject) => {

@@ -36,7 +36,10 @@ async function send(url: URL, method: string, headers: Record<string, string>, b
 }
 
 async function sign(url: URL, headers: Record<string, string>, date: Date): Promise<Record<string, string>> {
-  const signed = await signer.sign({ method: 'PUT', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: url.pathname, query: {}, headers: { host: url.host, ...headers } }, { signingDate: date });
+  const signed = await signer.sign(
+    { method: 'PUT', protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: url.pathname, query: {}, headers: { host: url.host, ...headers } },
+    { signingDate: date },
+  );
   return signed.headers;
 }
 
@@ -46,15 +49,22 @@ async function signedChunkedPut(url: URL, data: Buffer, chunkSize: number, tampe
   const chunks: Buffer[] = [];
   for (let i = 0; i < data.length; i += chunkSize) chunks.push(data.subarray(i, i + chunkSize));
   chunks.push(Buffer.alloc(0));
-  const longDate = date.toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, '');
+  const longDate = date
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d{3}/, '');
   const scope = `${longDate.slice(0, 8)}/us-east-1/s3/aws4_request`;
   const framedLength = chunks.reduce((n, c) => n + c.length.toString(16).length + ';chunk-signature='.length + 64 + 4 + c.length, 0);
-  const headers = await sign(url, {
-    'content-encoding': 'aws-chunked',
-    'content-length': String(framedLength),
-    'x-amz-content-sha256': 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD',
-    'x-amz-decoded-content-length': String(data.length),
-  }, date);
+  const headers = await sign(
+    url,
+    {
+      'content-encoding': 'aws-chunked',
+      'content-length': String(framedLength),
+      'x-amz-content-sha256': 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD',
+      'x-amz-decoded-content-length': String(data.length),
+    },
+    date,
+  );
   let previous = /Signature=([0-9a-f]{64})/.exec(headers['authorization'] ?? '')?.[1] as string;
   const framed: Buffer[] = [];
   for (const chunk of chunks) {
@@ -72,13 +82,17 @@ async function signedChunkedPut(url: URL, data: Buffer, chunkSize: number, tampe
 async function trailerPut(url: URL, data: Buffer, checksum: string): Promise<RawResponse> {
   const trailer = `x-amz-checksum-crc32:${checksum}\r\n\r\n`;
   const body = Buffer.concat([Buffer.from(`${data.length.toString(16)}\r\n`), data, Buffer.from('\r\n0\r\n'), Buffer.from(trailer)]);
-  const headers = await sign(url, {
-    'content-encoding': 'aws-chunked',
-    'content-length': String(body.length),
-    'x-amz-content-sha256': 'STREAMING-UNSIGNED-PAYLOAD-TRAILER',
-    'x-amz-decoded-content-length': String(data.length),
-    'x-amz-trailer': 'x-amz-checksum-crc32',
-  }, new Date());
+  const headers = await sign(
+    url,
+    {
+      'content-encoding': 'aws-chunked',
+      'content-length': String(body.length),
+      'x-amz-content-sha256': 'STREAMING-UNSIGNED-PAYLOAD-TRAILER',
+      'x-amz-decoded-content-length': String(data.length),
+      'x-amz-trailer': 'x-amz-checksum-crc32',
+    },
+    new Date(),
+  );
   return send(url, 'PUT', headers, body);
 }
 
@@ -98,7 +112,15 @@ describe.each<BackendKind>(['local', 's3'])('upload verification (%s backend)', 
     return !(result instanceof S3ServiceException);
   };
   const download = async (key: string): Promise<Buffer> => {
-    const headers = await signer.sign({ method: 'GET', protocol: 'http:', hostname: objectUrl(key).hostname, port: Number(objectUrl(key).port), path: objectUrl(key).pathname, query: {}, headers: { host: objectUrl(key).host, 'x-amz-content-sha256': EMPTY_SHA256 } });
+    const headers = await signer.sign({
+      method: 'GET',
+      protocol: 'http:',
+      hostname: objectUrl(key).hostname,
+      port: Number(objectUrl(key).port),
+      path: objectUrl(key).pathname,
+      query: {},
+      headers: { host: objectUrl(key).host, 'x-amz-content-sha256': EMPTY_SHA256 },
+    });
     return Buffer.from(await (await fetch(objectUrl(key), { headers: headers.headers })).arrayBuffer());
   };
 
@@ -139,13 +161,21 @@ describe.each<BackendKind>(['local', 's3'])('upload verification (%s backend)', 
 
   it('rejects a body that does not match x-amz-content-sha256 or Content-MD5', async () => {
     const data = Buffer.from('the real body');
-    const wrongSha = await sign(objectUrl('plain/sha'), { 'content-length': String(data.length), 'x-amz-content-sha256': createHash('sha256').update('another body').digest('hex') }, new Date());
+    const wrongSha = await sign(
+      objectUrl('plain/sha'),
+      { 'content-length': String(data.length), 'x-amz-content-sha256': createHash('sha256').update('another body').digest('hex') },
+      new Date(),
+    );
     const r1 = await send(objectUrl('plain/sha'), 'PUT', wrongSha, data);
     expect(r1.status).toBe(400);
     expect(r1.body).toContain('<Code>XAmzContentSHA256Mismatch</Code>');
     expect(await exists('plain/sha')).toBe(false);
 
-    const wrongMd5 = await sign(objectUrl('plain/md5'), { 'content-length': String(data.length), 'content-md5': createHash('md5').update('another body').digest('base64'), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' }, new Date());
+    const wrongMd5 = await sign(
+      objectUrl('plain/md5'),
+      { 'content-length': String(data.length), 'content-md5': createHash('md5').update('another body').digest('base64'), 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD' },
+      new Date(),
+    );
     const r2 = await send(objectUrl('plain/md5'), 'PUT', wrongMd5, data);
     expect(r2.status).toBe(400);
     expect(r2.body).toContain('<Code>BadDigest</Code>');

@@ -46,7 +46,14 @@ function virtualClient(port: number): S3Client {
 }
 
 /** A raw request to 127.0.0.1:port with the Host header given (what a virtual-hosted client sends). */
-function rawRequest(port: number, host: string, method: string, path: string, headers: Record<string, string> = {}, body?: Buffer): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }> {
+function rawRequest(
+  port: number,
+  host: string,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: Buffer,
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const req = httpRequest({ host: '127.0.0.1', port, method, path, headers: { host, ...headers, ...(body ? { 'content-length': String(body.length) } : {}) } }, (res) => {
       const parts: Buffer[] = [];
@@ -73,7 +80,15 @@ describe('bucketFromHost and parseTarget', () => {
 
   it('maps /key under the host bucket to the path-style target, signed as sent', () => {
     const object = parseTarget('/dir/a%20b?x=1', 'kvc');
-    expect(object).toMatchObject({ bucket: 'kvc', key: 'dir/a b', path: '/kvc/dir/a b', canonicalPath: '/kvc/dir/a%20b', signedPath: '/dir/a%20b', sigV2Path: '/kvc/dir/a%20b', virtualHosted: true });
+    expect(object).toMatchObject({
+      bucket: 'kvc',
+      key: 'dir/a b',
+      path: '/kvc/dir/a b',
+      canonicalPath: '/kvc/dir/a%20b',
+      signedPath: '/dir/a%20b',
+      sigV2Path: '/kvc/dir/a%20b',
+      virtualHosted: true,
+    });
     expect(parseTarget('/', 'kvc')).toMatchObject({ bucket: 'kvc', key: '', path: '/kvc', signedPath: '/', sigV2Path: '/kvc/' });
     expect(parseTarget('/kvc/k')).toMatchObject({ bucket: 'kvc', key: 'k', signedPath: '/kvc/k', virtualHosted: false });
     expect(() => parseTarget('/k', 'Bad_Bucket')).toThrow(expect.objectContaining({ code: 'OC_ERR_REQUEST_INVALID_BUCKET_NAME' }));
@@ -133,7 +148,19 @@ describe.each<BackendKind>(['local', 's3'])('virtual-hosted-style requests (%s b
     const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'mp' }));
     const one = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'mp', UploadId, PartNumber: 1, Body: part }));
     const two = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: 'mp', UploadId, PartNumber: 2, Body: last }));
-    await s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: 'mp', UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: one.ETag! }, { PartNumber: 2, ETag: two.ETag! }] } }));
+    await s3.send(
+      new CompleteMultipartUploadCommand({
+        Bucket: bucket,
+        Key: 'mp',
+        UploadId,
+        MultipartUpload: {
+          Parts: [
+            { PartNumber: 1, ETag: one.ETag! },
+            { PartNumber: 2, ETag: two.ETag! },
+          ],
+        },
+      }),
+    );
     const url = new URL(await getSignedUrl(s3, new GetObjectCommand({ Bucket: bucket, Key: 'mp' }), { expiresIn: 300 }));
     expect(url.host).toBe(`${host}:${port}`);
     const presigned = await rawRequest(port, url.host, 'GET', url.pathname + url.search);
@@ -178,10 +205,18 @@ describe.each<BackendKind>(['local', 's3'])('virtual-hosted-style requests (%s b
     const fetched = await client.fetch(descriptor as never);
     const target = Buffer.from(fetched.target.buffer, fetched.target.byteOffset, fetched.target.byteLength);
     for (let layer = 0; layer < layers; layer++) {
-      for (let c = 0; c < 2; c++) expect(target.subarray(layer * 2 * layerBytes + c * layerBytes, layer * 2 * layerBytes + (c + 1) * layerBytes).every((b) => b === c + 1)).toBe(true);
+      for (let c = 0; c < 2; c++)
+        expect(target.subarray(layer * 2 * layerBytes + c * layerBytes, layer * 2 * layerBytes + (c + 1) * layerBytes).every((b) => b === c + 1)).toBe(true);
     }
     const lookupBody = Buffer.from(JSON.stringify({ keys: [...keys, 'kv/vh/missing'] }));
-    const lookup = await rawRequest(port, `${host}:${port}`, 'POST', '/?objectcache-lookup=', await sdkSignedHeaders('/', `${host}:${port}`, { 'content-type': 'application/json' }, { 'objectcache-lookup': '' }, lookupBody), lookupBody);
+    const lookup = await rawRequest(
+      port,
+      `${host}:${port}`,
+      'POST',
+      '/?objectcache-lookup=',
+      await sdkSignedHeaders('/', `${host}:${port}`, { 'content-type': 'application/json' }, { 'objectcache-lookup': '' }, lookupBody),
+      lookupBody,
+    );
     expect(lookup.status).toBe(200);
     expect(JSON.parse(lookup.body.toString()).matched).toBe(2);
   });
@@ -195,11 +230,23 @@ describe.each<BackendKind>(['local', 's3'])('virtual-hosted-style requests (%s b
 });
 
 /** SigV4 headers signed for `path` at `host` by the test client (the SDK's signer, as any client). */
-async function sdkSignedHeaders(path: string, host: string, extra: Record<string, string> = {}, query: Record<string, string> = {}, body?: Buffer): Promise<Record<string, string>> {
+async function sdkSignedHeaders(
+  path: string,
+  host: string,
+  extra: Record<string, string> = {},
+  query: Record<string, string> = {},
+  body?: Buffer,
+): Promise<Record<string, string>> {
   const { clientSigner } = await import('./helpers/signing.js');
   const { createHash } = await import('node:crypto');
   const [hostname, port] = host.split(':') as [string, string];
-  const headers: Record<string, string> = { host, 'x-amz-content-sha256': createHash('sha256').update(body ?? Buffer.alloc(0)).digest('hex'), ...extra };
+  const headers: Record<string, string> = {
+    host,
+    'x-amz-content-sha256': createHash('sha256')
+      .update(body ?? Buffer.alloc(0))
+      .digest('hex'),
+    ...extra,
+  };
   const signed = await clientSigner.sign({ method: body ? 'POST' : 'GET', protocol: 'http:', hostname, port: Number(port), path, query, headers });
   return signed.headers;
 }

@@ -25,7 +25,22 @@ const l0 = Buffer.from([0x00, 0x01, 0x02, 0x03, 0x10, 0x11, 0x12, 0x13]);
 const l1 = Buffer.from([0x04, 0x05, 0x06, 0x07, 0x14, 0x15, 0x16, 0x17]);
 
 function exampleStream(): Buffer {
-  const end = Buffer.from(JSON.stringify({ mode: 'layerwise', layers: [0, 2], chunks: 2, bytes: 16, backendReads: 4, plan: [[0, 1], [1, 2]], rateBytesPerSec: null, verified: false, timings: { firstFrameMs: 1.2, totalMs: 1.9 } }));
+  const end = Buffer.from(
+    JSON.stringify({
+      mode: 'layerwise',
+      layers: [0, 2],
+      chunks: 2,
+      bytes: 16,
+      backendReads: 4,
+      plan: [
+        [0, 1],
+        [1, 2],
+      ],
+      rateBytesPerSec: null,
+      verified: false,
+      timings: { firstFrameMs: 1.2, totalMs: 1.9 },
+    }),
+  );
   return Buffer.concat([
     encodePreamble(),
     encodeFrameHeader({ type: FrameType.LAYER, index: 0, length: 8, crc32c: crc32c(l0) }),
@@ -41,7 +56,9 @@ function exampleStream(): Buffer {
 function documented(marker: string): Buffer {
   const block = doc.split(`<!-- ${marker}:start -->`)[1]?.split(`<!-- ${marker}:end -->`)[0] ?? '';
   const lines = block.split('\n').filter((l) => /^[0-9a-f]{2}( |$)/.test(l) || l.startsWith('{'));
-  return Buffer.concat(lines.map((line) => (line.startsWith('{') ? Buffer.from(line) : Buffer.from((line.match(/^((?:[0-9a-f]{2} ?)+)/)?.[1] ?? '').trim().split(' ').join(''), 'hex'))));
+  return Buffer.concat(
+    lines.map((line) => (line.startsWith('{') ? Buffer.from(line) : Buffer.from((line.match(/^((?:[0-9a-f]{2} ?)+)/)?.[1] ?? '').trim().split(' ').join(''), 'hex'))),
+  );
 }
 
 /** Section 6's example: two encoded chunks of a codec named demo, a version 2 stream. */
@@ -49,7 +66,23 @@ function segmentedExample(): Buffer {
   const table = (lengths: number[]): Buffer => Buffer.concat(lengths.map((n) => Buffer.from(new Uint32Array([n]).buffer)));
   const l0 = Buffer.concat([table([3, 1]), Buffer.from('a0a1a2b0', 'hex')]);
   const l1 = Buffer.concat([table([1, 2]), Buffer.from('a3b1b2', 'hex')]);
-  const end = Buffer.from(JSON.stringify({ mode: 'layerwise', layers: [0, 2], chunks: 2, bytes: 23, backendReads: 4, plan: [[0, 1], [1, 2]], rateBytesPerSec: null, verified: true, codec: 'demo', timings: { firstFrameMs: 1.4, totalMs: 2.1 } }));
+  const end = Buffer.from(
+    JSON.stringify({
+      mode: 'layerwise',
+      layers: [0, 2],
+      chunks: 2,
+      bytes: 23,
+      backendReads: 4,
+      plan: [
+        [0, 1],
+        [1, 2],
+      ],
+      rateBytesPerSec: null,
+      verified: true,
+      codec: 'demo',
+      timings: { firstFrameMs: 1.4, totalMs: 2.1 },
+    }),
+  );
   return Buffer.concat([
     encodePreamble(2),
     encodeFrameHeader({ type: FrameType.LAYER, index: 0, length: l0.length, crc32c: crc32c(l0) }),
@@ -109,7 +142,10 @@ describe('FrameDecoder', () => {
       const json = Buffer.from(JSON.stringify(payload));
       return decode(Buffer.concat([encodePreamble(), encodeFrameHeader({ type: FrameType.ERROR, index: 0, length: json.length, crc32c: crc32c(json) }), json]));
     };
-    expect(errorFrame({ code: 'OC_ERR_CHUNK_CHANGED', message: 'm', retryable: false, since: 'a later version' })).toMatchObject({ code: 'OC_ERR_CHUNK_CHANGED', retryable: false });
+    expect(errorFrame({ code: 'OC_ERR_CHUNK_CHANGED', message: 'm', retryable: false, since: 'a later version' })).toMatchObject({
+      code: 'OC_ERR_CHUNK_CHANGED',
+      retryable: false,
+    });
     expect(errorFrame({ code: 'OC_ERR_CHUNK_CORRUPT', message: 'm', retryable: true })).toMatchObject({ code: 'OC_ERR_CHUNK_CORRUPT', retryable: true });
     expect(errorFrame({ code: 'OC_ERR_BACKEND_TIMEOUT', message: 'm' })).toMatchObject({ retryable: true });
     expect(errorFrame({ code: 'OC_ERR_NOT_A_CODE', message: 'm' })).toMatchObject({ code: 'OC_ERR_INTERNAL' });
@@ -119,7 +155,11 @@ describe('FrameDecoder', () => {
     execFileSync(process.execPath, [new URL('../scripts/stream-vectors.mjs', import.meta.url).pathname, '--check']);
     const file = JSON.parse(readFileSync(new URL('../schemas/test-vectors/streams.json', import.meta.url), 'utf8')) as {
       geometry: { chunks: number; layerBytes: number; first: number; end: number };
-      vectors: { name: string; body: string; expect: { outcome: 'ok' | 'error'; layers?: string; mode?: string; code?: string; retryable?: boolean; details?: Record<string, unknown> } }[];
+      vectors: {
+        name: string;
+        body: string;
+        expect: { outcome: 'ok' | 'error'; layers?: string; mode?: string; code?: string; retryable?: boolean; details?: Record<string, unknown> };
+      }[];
     };
     const g = file.geometry;
     const dir = mkdtempSync(join(tmpdir(), 'oc-vectors-'));

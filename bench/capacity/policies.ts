@@ -287,7 +287,7 @@ export class Heap<T> {
   push(item: T): void {
     const items = this.items;
     items.push(item);
-    for (let i = items.length - 1; i > 0; ) {
+    for (let i = items.length - 1; i > 0;) {
       const parent = (i - 1) >> 1;
       if (!this.before(items[i] as T, items[parent] as T)) break;
       [items[i], items[parent]] = [items[parent] as T, items[i] as T];
@@ -301,7 +301,7 @@ export class Heap<T> {
     const last = items.pop();
     if (items.length > 0 && last !== undefined) {
       items[0] = last;
-      for (let i = 0; ; ) {
+      for (let i = 0; ;) {
         const l = 2 * i + 1;
         let m = i;
         if (l < items.length && this.before(items[l] as T, items[m] as T)) m = l;

@@ -87,14 +87,28 @@ export async function replayThroughGateway(trace: Trace, budgetBytes: number, op
   if (!Number.isInteger(layerBytes)) throw new Error(`a chunk of ${trace.chunkBytes} bytes does not split into ${LAYERS} layers: choose another --replay-scale`);
   const highPercent = wholePercent(options.high);
   const lowPercent = wholePercent(options.low);
-  if (highPercent === undefined || lowPercent === undefined) throw new Error(`the gateway takes whole percents: --high ${options.high} and --low ${options.low} must be hundredths to replay`);
+  if (highPercent === undefined || lowPercent === undefined)
+    throw new Error(`the gateway takes whole percents: --high ${options.high} and --low ${options.low} must be hundredths to replay`);
   const dataDir = mkdtempSync(join(options.storeDir, 'objectcache-capacity-replay-'));
   let gateway: GatewayProcess | undefined;
   let client: ObjectCacheClient | undefined;
   try {
     gateway = await startGatewayProcess({
       dataDir,
-      args: ['--budget', `${BUCKET}=${Math.floor(budgetBytes)}`, '--budget-high-percent', String(highPercent), '--budget-low-percent', String(lowPercent), '--evict-rate', '5000', '--capacity-sync-ms', '200', '--capacity-lease-ms', '1000'],
+      args: [
+        '--budget',
+        `${BUCKET}=${Math.floor(budgetBytes)}`,
+        '--budget-high-percent',
+        String(highPercent),
+        '--budget-low-percent',
+        String(lowPercent),
+        '--evict-rate',
+        '5000',
+        '--capacity-sync-ms',
+        '200',
+        '--capacity-lease-ms',
+        '1000',
+      ],
     });
     client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
     await client.ensureBucket();
@@ -127,7 +141,15 @@ async function replay(trace: Trace, client: ObjectCacheClient, adminUrl: string,
   // One target for every fetch: what an engine reads into is its own (paged) memory.
   const target = new Uint8Array(longest * trace.chunkBytes);
   const geometry = { layout: 'KV_L2TD', layers: LAYERS, layerBytes } as const;
-  const descriptor = (keys: readonly string[]): DescriptorInput => ({ version: 1, keys: [...keys], layers: LAYERS, chunkTokens: trace.chunkTokens, layerBytes, layout: 'KV_L2TD', delivery: 'layer-major' });
+  const descriptor = (keys: readonly string[]): DescriptorInput => ({
+    version: 1,
+    keys: [...keys],
+    layers: LAYERS,
+    chunkTokens: trace.chunkTokens,
+    layerBytes,
+    layout: 'KV_L2TD',
+    delivery: 'layer-major',
+  });
   let prefixTokens = 0;
   let hitTokens = 0;
   let bytesRead = 0;
@@ -153,7 +175,11 @@ async function replay(trace: Trace, client: ObjectCacheClient, adminUrl: string,
       }
     }
     const missing = keys.slice(hits);
-    await client.putChunks(missing, missing.map(() => chunk), { concurrency: options.putConcurrency, layout: geometry });
+    await client.putChunks(
+      missing,
+      missing.map(() => chunk),
+      { concurrency: options.putConcurrency, layout: geometry },
+    );
     if (at >= options.measureFrom) {
       prefixTokens += keys.length * trace.chunkTokens;
       hitTokens += hits * trace.chunkTokens;
@@ -208,8 +234,17 @@ export function metricSamples(text: string, name: string): { labels: Record<stri
     if (!line.startsWith(name) || (line[name.length] !== '{' && line[name.length] !== ' ')) continue;
     const close = line.lastIndexOf('}');
     const labels: Record<string, string> = {};
-    if (line[name.length] === '{') for (const [, label, value] of line.slice(name.length + 1, close).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[label as string] = value as string;
-    samples.push({ labels, value: Number(line.slice((close === -1 ? name.length : close + 1)).trim().split(' ')[0]) });
+    if (line[name.length] === '{')
+      for (const [, label, value] of line.slice(name.length + 1, close).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[label as string] = value as string;
+    samples.push({
+      labels,
+      value: Number(
+        line
+          .slice(close === -1 ? name.length : close + 1)
+          .trim()
+          .split(' ')[0],
+      ),
+    });
   }
   return samples;
 }

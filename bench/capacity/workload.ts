@@ -197,7 +197,10 @@ function extendKeys(conversation: Conversation, chunkTokens: number, cache: Map<
   const keys = conversation.keys;
   if (keys.length === 0) {
     // Chunks that lie inside the leading shared segments are the same for every conversation.
-    const cacheId = conversation.segments.slice(0, -1).map((s) => s.id).join('+');
+    const cacheId = conversation.segments
+      .slice(0, -1)
+      .map((s) => s.id)
+      .join('+');
     const cached = cache.get(cacheId);
     if (cached) keys.push(...cached);
     else {

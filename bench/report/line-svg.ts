@@ -50,7 +50,10 @@ export function lineSvg(chart: LineChart): string {
     const color = COLORS[s % COLORS.length] as string;
     const points = series.points.filter(([, v]) => Number.isFinite(v));
     out.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${points.map(([a, b]) => `${x(a).toFixed(1)},${y(b).toFixed(1)}`).join(' ')}"/>`);
-    for (const [a, b] of points) out.push(`<circle cx="${x(a).toFixed(1)}" cy="${y(b).toFixed(1)}" r="3" fill="${color}"><title>${escapeXml(`${series.name}: ${Math.round(b * 1000) / 1000} at ${a}`)}</title></circle>`);
+    for (const [a, b] of points)
+      out.push(
+        `<circle cx="${x(a).toFixed(1)}" cy="${y(b).toFixed(1)}" r="3" fill="${color}"><title>${escapeXml(`${series.name}: ${Math.round(b * 1000) / 1000} at ${a}`)}</title></circle>`,
+      );
     const lx = left + s * 140;
     out.push(`<rect x="${lx}" y="${height - 22}" width="10" height="10" fill="${color}"/>`);
     out.push(`<text x="${lx + 14}" y="${height - 13}">${escapeXml(series.name)}</text>`);

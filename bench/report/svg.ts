@@ -75,7 +75,9 @@ export function groupedBarSvg(chart: BarChart): string {
       if (v === null || v === undefined || !Number.isFinite(v)) return;
       const top0 = y(Math.max(0, v));
       const h = Math.abs(y(v) - y(0));
-      out.push(`<rect x="${x0 + s * barW}" y="${top0}" width="${barW - 1}" height="${Math.max(h, 0.5)}" fill="${COLORS[s % COLORS.length]}"><title>${escapeXml(`${series.name} ${group}: ${Math.round(v * 100) / 100}`)}</title></rect>`);
+      out.push(
+        `<rect x="${x0 + s * barW}" y="${top0}" width="${barW - 1}" height="${Math.max(h, 0.5)}" fill="${COLORS[s % COLORS.length]}"><title>${escapeXml(`${series.name} ${group}: ${Math.round(v * 100) / 100}`)}</title></rect>`,
+      );
     });
     out.push(`<text transform="translate(${left + g * groupW + groupW / 2} ${height - bottom + 12}) rotate(35)" text-anchor="start">${escapeXml(group)}</text>`);
   });

@@ -52,14 +52,17 @@ export function timelineSvg(chart: Timeline): string {
     for (let l = 0; l < layers; l++) {
       const ly = y0 + l * rowH;
       const start = panel.computeStartMs[l];
-      if (start !== undefined) out.push(`<rect x="${x(start)}" y="${ly}" width="${Math.max(0.5, x(start + panel.computeMs) - x(start))}" height="${rowH - 1}" fill="${color}" opacity="0.55"/>`);
+      if (start !== undefined)
+        out.push(`<rect x="${x(start)}" y="${ly}" width="${Math.max(0.5, x(start + panel.computeMs) - x(start))}" height="${rowH - 1}" fill="${color}" opacity="0.55"/>`);
       const ready = panel.readyMs[l];
       if (ready !== undefined) out.push(`<circle cx="${x(ready)}" cy="${ly + rowH / 2}" r="1.8" fill="#222"><title>layer ${l} ready at ${Math.round(ready)} ms</title></circle>`);
     }
   });
   const ly = height - 12;
   out.push(`<circle cx="${left + 5}" cy="${ly - 4}" r="2.5" fill="#222"/><text x="${left + 14}" y="${ly}">layer ready (bytes in the target)</text>`);
-  out.push(`<rect x="${left + 220}" y="${ly - 8}" width="14" height="8" fill="${COLORS[0]}" opacity="0.55"/><text x="${left + 240}" y="${ly}">layer compute (one row per layer, layer 0 on top)</text>`);
+  out.push(
+    `<rect x="${left + 220}" y="${ly - 8}" width="14" height="8" fill="${COLORS[0]}" opacity="0.55"/><text x="${left + 240}" y="${ly}">layer compute (one row per layer, layer 0 on top)</text>`,
+  );
   out.push('</svg>');
   return `${out.join('\n')}\n`;
 }

@@ -88,7 +88,8 @@ export class Admission {
     }
     const own = o.keys.layerwiseRefusal(credential);
     if (own) return own;
-    if (o.budget.used >= o.budget.capacity) return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
+    if (o.budget.used >= o.budget.capacity)
+      return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
     if (o.poolSaturated()) return new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
     return undefined;
   }

@@ -65,7 +65,10 @@ export class KeyLimits {
 
   constructor(limits: Pick<ConnectionLimits, 'maxRequestsPerKey' | 'maxLayerwisePerKey'>, backendConnections = 0) {
     this.#requests = new Share(limits.maxRequestsPerKey, (key, held) => `The key ${key} has ${held} requests in flight, its limit (--max-requests-per-key)`);
-    this.#delegated = new Share(Math.max(1, Math.floor(limits.maxRequestsPerKey / 4)), (key, held) => `The presigned URLs and forms of the key ${key} have ${held} requests in flight, a quarter of its limit (--max-requests-per-key)`);
+    this.#delegated = new Share(
+      Math.max(1, Math.floor(limits.maxRequestsPerKey / 4)),
+      (key, held) => `The presigned URLs and forms of the key ${key} have ${held} requests in flight, a quarter of its limit (--max-requests-per-key)`,
+    );
     this.#layerwise = new Share(limits.maxLayerwisePerKey, (key, held) => `The key ${key} holds ${held} layerwise GETs, its share of the gateway (--max-layerwise-per-key)`);
     this.#backend.size(backendConnections);
   }
@@ -98,7 +101,11 @@ export class KeyLimits {
   takeBackend(credential: ClientCredential): () => void {
     const key = credential.accessKeyId;
     if (!this.#backend.tryTake(key)) {
-      throw new ObjectCacheError('OC_ERR_KEY_CONCURRENCY', `The key ${key} holds ${this.#backend.heldBy(key)} backend connections: its share (three quarters of --backend-connections), or all but those kept for other keys; retry shortly`, { details: { AccessKeyId: key } });
+      throw new ObjectCacheError(
+        'OC_ERR_KEY_CONCURRENCY',
+        `The key ${key} holds ${this.#backend.heldBy(key)} backend connections: its share (three quarters of --backend-connections), or all but those kept for other keys; retry shortly`,
+        { details: { AccessKeyId: key } },
+      );
     }
     let given = false;
     return () => {

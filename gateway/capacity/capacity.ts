@@ -22,8 +22,6 @@ import { SharedState, type CapacityEvent, type EventSource } from './shared-stat
 import type { StateKey } from '../common/state-key.js';
 import type { CapacityObserver, EvictionCause } from '../common/observers.js';
 
-
-
 /**
  * Whether a key of `tenant` may write `key` in `bucket` (its access policy allows s3:PutObject
  * there): a journal's write of a chunk no key of its tenant could have made is not applied.
@@ -128,7 +126,11 @@ export const MAX_REPORT_TOP = 1000;
 export interface CapacityReport {
   readonly leader: boolean;
   readonly gateway: string;
-  readonly buckets: readonly (BucketUsage & { readonly highBytes: number; readonly lowBytes: number; readonly coldest: readonly (ColdPrefix & { readonly idleSeconds: number })[] })[];
+  readonly buckets: readonly (BucketUsage & {
+    readonly highBytes: number;
+    readonly lowBytes: number;
+    readonly coldest: readonly (ColdPrefix & { readonly idleSeconds: number })[];
+  })[];
   readonly tenants: readonly { readonly tenant: string; readonly bytes: number; readonly quota: number | null }[];
 }
 
@@ -178,7 +180,18 @@ export class Capacity {
 
   readonly #mayWrite: MayWrite;
 
-  constructor(options: { config: CapacityConfig; key: StateKey; mayWrite: MayWrite; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: CapacityObserver; now?: () => number; gatewayId?: string; derived?: DerivedData; uploadLimits?: UploadLimits }) {
+  constructor(options: {
+    config: CapacityConfig;
+    key: StateKey;
+    mayWrite: MayWrite;
+    store: CapacityStore;
+    logger: Pick<Logger, 'info' | 'warn' | 'error'>;
+    observer: CapacityObserver;
+    now?: () => number;
+    gatewayId?: string;
+    derived?: DerivedData;
+    uploadLimits?: UploadLimits;
+  }) {
     this.#derived = options.derived;
     this.#uploadLimits = options.uploadLimits ?? UPLOAD_LIMITS;
     this.#mayWrite = options.mayWrite;
@@ -287,7 +300,13 @@ export class Capacity {
    * against its length, and the store's answer), with true when the store is to be asked (a
    * copy), with false when nothing was stored. The bytes stay reserved until they are known.
    */
-  async admitWrite(bucket: string, key: string, tenant: string, bytes: number, replaces = true): Promise<(stored: boolean | { readonly size: number; readonly etag: string }) => void> {
+  async admitWrite(
+    bucket: string,
+    key: string,
+    tenant: string,
+    bytes: number,
+    replaces = true,
+  ): Promise<(stored: boolean | { readonly size: number; readonly etag: string }) => void> {
     if (!this.#indexes.has(bucket)) return () => {};
     const s = slot(bucket, key);
     const quota = this.#config.quotas.get(tenant);
@@ -407,7 +426,16 @@ export class Capacity {
       const derivedBytes = this.#derived?.bytes(bucket) ?? 0;
       const uploadBytes = this.#uploadBytes(bucket);
       const uncheckedBytes = index.uncheckedBytes + uploadBytes - this.#uploadBytes(bucket, true);
-      return { bucket, budget: this.#config.budgets.get(bucket) ?? 0, bytes: index.bytes + derivedBytes + uploadBytes, derivedBytes, uncheckedBytes, uploadBytes, chunks: index.size, pinnedBytes: pinned.get(bucket) ?? 0 };
+      return {
+        bucket,
+        budget: this.#config.budgets.get(bucket) ?? 0,
+        bytes: index.bytes + derivedBytes + uploadBytes,
+        derivedBytes,
+        uncheckedBytes,
+        uploadBytes,
+        chunks: index.size,
+        pinnedBytes: pinned.get(bucket) ?? 0,
+      };
     });
   }
 
@@ -470,9 +498,13 @@ export class Capacity {
     const limits = this.#uploadLimits;
     const mine = this.#uploadsByTenant.get(tenant) ?? { uploads: 0, parts: 0 };
     const refuse = (what: string, held: number, most: number, all: number): never => {
-      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Tenant ${tenant} has ${held} ${what} of unfinished multipart uploads counted in budgeted buckets, the most at once (${most}; ${all} for all tenants): complete or abort some first`, {
-        details: { Tenant: tenant },
-      });
+      throw new ObjectCacheError(
+        'OC_ERR_QUOTA_EXCEEDED',
+        `Tenant ${tenant} has ${held} ${what} of unfinished multipart uploads counted in budgeted buckets, the most at once (${most}; ${all} for all tenants): complete or abort some first`,
+        {
+          details: { Tenant: tenant },
+        },
+      );
     };
     if (!upload && (mine.uploads >= limits.uploadsPerTenant || this.#uploads.size >= limits.uploads)) refuse('uploads', mine.uploads, limits.uploadsPerTenant, limits.uploads);
     if (mine.parts >= limits.partsPerTenant || this.#uploadParts >= limits.parts) refuse('parts', mine.parts, limits.partsPerTenant, limits.parts);
@@ -518,7 +550,7 @@ export class Capacity {
       const seen = new Set<string>();
       let looked = 0;
       let complete = true;
-      for (let after: Awaited<ReturnType<CapacityStore['uploads']>>['next']; ; ) {
+      for (let after: Awaited<ReturnType<CapacityStore['uploads']>>['next']; ;) {
         const page = await this.#store.uploads(bucket, after);
         for (const listed of page.uploads) {
           const id = slot(bucket, listed.uploadId);
@@ -527,7 +559,10 @@ export class Capacity {
           if (expiry !== undefined && listed.initiated > 0 && listed.initiated < now - expiry) {
             await this.#store.abortUpload(bucket, listed.key, listed.uploadId);
             this.#observer.uploadExpired(bucket);
-            this.#log.info({ bucket, key: listed.key, uploadId: listed.uploadId, initiated: new Date(listed.initiated).toISOString() }, 'capacity: aborted a multipart upload left unfinished past --multipart-expiry');
+            this.#log.info(
+              { bucket, key: listed.key, uploadId: listed.uploadId, initiated: new Date(listed.initiated).toISOString() },
+              'capacity: aborted a multipart upload left unfinished past --multipart-expiry',
+            );
             this.uploadEnded(bucket, listed.uploadId);
             continue;
           }
@@ -543,7 +578,17 @@ export class Capacity {
           if (known && known.changed >= asked) for (const [n, bytes] of known.parts) if (!parts.has(n)) parts.set(n, bytes);
           let bytes = 0;
           for (const size of parts.values()) bytes += size;
-          this.#setUpload(id, { bucket, key: listed.key, uploadId: listed.uploadId, tenant: known?.tenant ?? '', parts, bytes, seen: known?.seen ?? now, changed: asked, checked: true });
+          this.#setUpload(id, {
+            bucket,
+            key: listed.key,
+            uploadId: listed.uploadId,
+            tenant: known?.tenant ?? '',
+            parts,
+            bytes,
+            seen: known?.seen ?? now,
+            changed: asked,
+            checked: true,
+          });
         }
         after = page.next;
         if (after === undefined || this.#closed) break;
@@ -851,9 +896,13 @@ export class Capacity {
       freed += candidate.chunk.size;
     }
     if (freed < over) {
-      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Storing ${incoming} bytes would take tenant ${tenant} past its quota of ${quota} bytes, and not enough of its own chunks can be evicted (pinned, being read or written)`, {
-        details: { Tenant: tenant, QuotaBytes: String(quota) },
-      });
+      throw new ObjectCacheError(
+        'OC_ERR_QUOTA_EXCEEDED',
+        `Storing ${incoming} bytes would take tenant ${tenant} past its quota of ${quota} bytes, and not enough of its own chunks can be evicted (pinned, being read or written)`,
+        {
+          details: { Tenant: tenant, QuotaBytes: String(quota) },
+        },
+      );
     }
     for (const victim of victims) this.#queue(victim.bucket, victim.chunk);
     let short = 0;
@@ -863,9 +912,13 @@ export class Capacity {
       if (!(await this.#evict(victim.bucket, victim.chunk, victim.dead ? 'dead' : 'quota'))) short += victim.chunk.size;
     }
     if (freed - short < over) {
-      throw new ObjectCacheError('OC_ERR_QUOTA_EXCEEDED', `Storing ${incoming} bytes would take tenant ${tenant} past its quota of ${quota} bytes; its chunks chosen for eviction were read or rewritten meanwhile`, {
-        details: { Tenant: tenant, QuotaBytes: String(quota) },
-      });
+      throw new ObjectCacheError(
+        'OC_ERR_QUOTA_EXCEEDED',
+        `Storing ${incoming} bytes would take tenant ${tenant} past its quota of ${quota} bytes; its chunks chosen for eviction were read or rewritten meanwhile`,
+        {
+          details: { Tenant: tenant, QuotaBytes: String(quota) },
+        },
+      );
     }
   }
 
@@ -1006,7 +1059,14 @@ export class Capacity {
           const tenant = head.meta['objectcache-tenant'] ?? known?.tenant ?? '';
           // The chain the writer recorded with the object (schemas/chain.ts), when the journals lost it.
           const after = head.meta[AFTER_META];
-          const facts = { size: head.size, tenant, etag: head.etag, at: object.lastModified, lastAccess: known?.lastAccess ?? object.lastModified, ...(after !== undefined && after !== object.key ? { pred: after } : {}) };
+          const facts = {
+            size: head.size,
+            tenant,
+            etag: head.etag,
+            at: object.lastModified,
+            lastAccess: known?.lastAccess ?? object.lastModified,
+            ...(after !== undefined && after !== object.key ? { pred: after } : {}),
+          };
           index.put(object.key, facts);
           this.#shared.record({ t: 'put', b: bucket, k: object.key, s: head.size, n: tenant, e: head.etag, at: object.lastModified });
           if (facts.pred !== undefined) this.#shared.record({ t: 'link', b: bucket, keys: [facts.pred, object.key], n: tenant });

@@ -132,7 +132,16 @@ export class ChunkIndex {
     this.forgetPending(key);
     let pred = facts.pred ?? old?.pred ?? (pending?.tenant === facts.tenant ? pending.pred : undefined);
     if (pred !== undefined && this.reaches(pred, key)) pred = undefined;
-    const chunk: Chunk = { key, size: facts.size, tenant: facts.tenant, etag: facts.etag, written: facts.at, lastAccess: Math.max(facts.lastAccess ?? facts.at, old?.lastAccess ?? 0), pred, checked: facts.checked ?? true };
+    const chunk: Chunk = {
+      key,
+      size: facts.size,
+      tenant: facts.tenant,
+      etag: facts.etag,
+      written: facts.at,
+      lastAccess: Math.max(facts.lastAccess ?? facts.at, old?.lastAccess ?? 0),
+      pred,
+      checked: facts.checked ?? true,
+    };
     this.chunks.set(key, chunk);
     this.account(chunk, 1);
     if (!old && pred !== undefined) this.addChild(pred, key);

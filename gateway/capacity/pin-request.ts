@@ -22,7 +22,9 @@ const MAX_PIN_KEYS = 8192;
 export async function servePin(ctx: RequestContext, capacity: Capacity | undefined, maxBytes: number): Promise<void> {
   const bucket = ctx.target.bucket;
   if (!capacity?.manages(bucket)) {
-    throw new ObjectCacheError('OC_ERR_CAPACITY_UNMANAGED', `The bucket ${bucket} has no --budget, so nothing in it is ever evicted and there is nothing to pin`, { details: { BucketName: bucket } });
+    throw new ObjectCacheError('OC_ERR_CAPACITY_UNMANAGED', `The bucket ${bucket} has no --budget, so nothing in it is ever evicted and there is nothing to pin`, {
+      details: { BucketName: bucket },
+    });
   }
   const body = (await readSignedJsonBody(ctx, maxBytes)) as Record<string, unknown> | null;
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ObjectCacheError('OC_ERR_PIN_INVALID', USAGE);

@@ -46,7 +46,17 @@ export type CapacityEvent =
   | { readonly t: 'link'; readonly b: string; readonly keys: readonly string[]; readonly n?: string }
   | { readonly t: 'pin'; readonly b: string; readonly k: string; readonly until: number }
   /** A part `p` of the unfinished multipart upload `u` of key `k`, `s` bytes, by tenant `n`. */
-  | { readonly t: 'part'; readonly b: string; readonly k: string; readonly u: string; readonly p: number; readonly s: number; readonly n: string; readonly at: number; readonly c?: 0 }
+  | {
+      readonly t: 'part';
+      readonly b: string;
+      readonly k: string;
+      readonly u: string;
+      readonly p: number;
+      readonly s: number;
+      readonly n: string;
+      readonly at: number;
+      readonly c?: 0;
+    }
   /** The upload `u` was completed, aborted or expired: its parts count no more. */
   | { readonly t: 'upend'; readonly b: string; readonly u: string };
 
@@ -124,7 +134,16 @@ function isEvent(e: Record<string, unknown>): boolean {
   if (!str(e['b']) || e['b'].length > 63) return false;
   switch (e['t']) {
     case 'put':
-      return key(e['k']) && Number.isSafeInteger(e['s']) && (e['s'] as number) >= 0 && (e['s'] as number) <= MAX_OBJECT_BYTES && tenant(e['n']) && etag(e['e']) && num(e['at']) && (e['u'] === undefined || e['u'] === 1);
+      return (
+        key(e['k']) &&
+        Number.isSafeInteger(e['s']) &&
+        (e['s'] as number) >= 0 &&
+        (e['s'] as number) <= MAX_OBJECT_BYTES &&
+        tenant(e['n']) &&
+        etag(e['e']) &&
+        num(e['at']) &&
+        (e['u'] === undefined || e['u'] === 1)
+      );
     case 'del':
       return key(e['k']) && num(e['at']) && (e['e'] === undefined || etag(e['e']));
     case 'acc':
@@ -134,7 +153,19 @@ function isEvent(e: Record<string, unknown>): boolean {
     case 'pin':
       return key(e['k']) && num(e['until']);
     case 'part':
-      return key(e['k']) && uploadId(e['u']) && Number.isSafeInteger(e['p']) && (e['p'] as number) >= 1 && (e['p'] as number) <= 10_000 && Number.isSafeInteger(e['s']) && (e['s'] as number) >= 0 && (e['s'] as number) <= MAX_OBJECT_BYTES && tenant(e['n']) && num(e['at']) && (e['c'] === undefined || e['c'] === 0);
+      return (
+        key(e['k']) &&
+        uploadId(e['u']) &&
+        Number.isSafeInteger(e['p']) &&
+        (e['p'] as number) >= 1 &&
+        (e['p'] as number) <= 10_000 &&
+        Number.isSafeInteger(e['s']) &&
+        (e['s'] as number) >= 0 &&
+        (e['s'] as number) <= MAX_OBJECT_BYTES &&
+        tenant(e['n']) &&
+        num(e['at']) &&
+        (e['c'] === undefined || e['c'] === 0)
+      );
     case 'upend':
       return uploadId(e['u']);
     default:
@@ -451,7 +482,10 @@ export class SharedState {
         // Signed over its own name: a journal copied or renamed from elsewhere does not verify.
         const lines = unseal(this.#o.key, 'capacity-journal', journalName(gateway, seq), got.body);
         if (lines === undefined) {
-          this.#o.logger.warn({ journal: object.key }, 'capacity: skipped a journal not signed with this gateway\u2019s state key (is OBJECTCACHE_STATE_KEY the same on every gateway?)');
+          this.#o.logger.warn(
+            { journal: object.key },
+            'capacity: skipped a journal not signed with this gateway\u2019s state key (is OBJECTCACHE_STATE_KEY the same on every gateway?)',
+          );
           this.#o.onRejected('journal', 1);
           continue;
         }
@@ -478,11 +512,15 @@ export class SharedState {
     let events: CapacityEvent[] = [];
     if (lines === undefined) {
       this.#o.onRejected('snapshot', 1);
-      this.#o.logger.error({ bucket: this.#bucket }, 'capacity: the snapshot is not signed with this gateway\u2019s state key; not applied, rebuilding from the journals and a listing of the store (is OBJECTCACHE_STATE_KEY the same on every gateway?)');
+      this.#o.logger.error(
+        { bucket: this.#bucket },
+        'capacity: the snapshot is not signed with this gateway\u2019s state key; not applied, rebuilding from the journals and a listing of the store (is OBJECTCACHE_STATE_KEY the same on every gateway?)',
+      );
     } else if (lines.length > 0) {
       try {
         const parsed = JSON.parse(lines[0] as string) as Partial<Header> | null;
-        if (parsed?.v === 1 && parsed.folded !== null && typeof parsed.folded === 'object' && Object.values(parsed.folded).every((seq) => Number.isSafeInteger(seq))) header = parsed as Header;
+        if (parsed?.v === 1 && parsed.folded !== null && typeof parsed.folded === 'object' && Object.values(parsed.folded).every((seq) => Number.isSafeInteger(seq)))
+          header = parsed as Header;
         else throw new Error('not a snapshot header');
         const read = parseEvents(lines.slice(1));
         events = read.events;
@@ -499,7 +537,10 @@ export class SharedState {
       // written by a holder (a holder that had to rebuild, with a lower generation, writes a later
       // time). Not applied; the next snapshot the holder writes replaces it (If-Match on this one).
       this.#o.onRejected('snapshot', 1);
-      this.#o.logger.error({ bucket: this.#bucket, generation: gen, applied: this.#gen }, 'capacity: the snapshot in the store is older than one this gateway applied (put back?); not applied');
+      this.#o.logger.error(
+        { bucket: this.#bucket, generation: gen, applied: this.#gen },
+        'capacity: the snapshot in the store is older than one this gateway applied (put back?); not applied',
+      );
       this.#snapshotEtag = got?.etag;
       return;
     }

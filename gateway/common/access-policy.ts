@@ -24,17 +24,55 @@ import { ObjectCacheError } from '../../schemas/errors.js';
  * `objectcache:PinObject` lets a key retain chunks of a budgeted bucket (gateway/capacity/).
  */
 export const ACTIONS = [
-  's3:ListAllMyBuckets', 's3:CreateBucket', 's3:DeleteBucket', 's3:ListBucket', 's3:ListBucketVersions', 's3:ListBucketMultipartUploads',
-  's3:GetBucketLocation', 's3:GetBucketAcl', 's3:PutBucketAcl', 's3:GetBucketPolicy', 's3:PutBucketPolicy', 's3:DeleteBucketPolicy',
-  's3:GetBucketTagging', 's3:PutBucketTagging', 's3:GetBucketVersioning', 's3:PutBucketVersioning', 's3:GetLifecycleConfiguration',
-  's3:PutLifecycleConfiguration', 's3:GetBucketCORS', 's3:PutBucketCORS', 's3:GetEncryptionConfiguration', 's3:PutEncryptionConfiguration',
-  's3:GetBucketNotification', 's3:PutBucketNotification', 's3:GetBucketObjectLockConfiguration', 's3:PutBucketObjectLockConfiguration',
-  's3:GetReplicationConfiguration', 's3:PutReplicationConfiguration',
-  's3:GetObject', 's3:GetObjectVersion', 's3:PutObject', 's3:DeleteObject', 's3:DeleteObjectVersion', 's3:GetObjectAttributes',
-  's3:GetObjectAcl', 's3:PutObjectAcl', 's3:GetObjectTagging', 's3:PutObjectTagging', 's3:DeleteObjectTagging',
-  's3:GetObjectRetention', 's3:PutObjectRetention', 's3:GetObjectLegalHold', 's3:PutObjectLegalHold', 's3:RestoreObject',
-  's3:ListMultipartUploadParts', 's3:AbortMultipartUpload', 's3:BypassGovernanceRetention',
-  'objectcache:ActAsTenant', 'objectcache:PinObject',
+  's3:ListAllMyBuckets',
+  's3:CreateBucket',
+  's3:DeleteBucket',
+  's3:ListBucket',
+  's3:ListBucketVersions',
+  's3:ListBucketMultipartUploads',
+  's3:GetBucketLocation',
+  's3:GetBucketAcl',
+  's3:PutBucketAcl',
+  's3:GetBucketPolicy',
+  's3:PutBucketPolicy',
+  's3:DeleteBucketPolicy',
+  's3:GetBucketTagging',
+  's3:PutBucketTagging',
+  's3:GetBucketVersioning',
+  's3:PutBucketVersioning',
+  's3:GetLifecycleConfiguration',
+  's3:PutLifecycleConfiguration',
+  's3:GetBucketCORS',
+  's3:PutBucketCORS',
+  's3:GetEncryptionConfiguration',
+  's3:PutEncryptionConfiguration',
+  's3:GetBucketNotification',
+  's3:PutBucketNotification',
+  's3:GetBucketObjectLockConfiguration',
+  's3:PutBucketObjectLockConfiguration',
+  's3:GetReplicationConfiguration',
+  's3:PutReplicationConfiguration',
+  's3:GetObject',
+  's3:GetObjectVersion',
+  's3:PutObject',
+  's3:DeleteObject',
+  's3:DeleteObjectVersion',
+  's3:GetObjectAttributes',
+  's3:GetObjectAcl',
+  's3:PutObjectAcl',
+  's3:GetObjectTagging',
+  's3:PutObjectTagging',
+  's3:DeleteObjectTagging',
+  's3:GetObjectRetention',
+  's3:PutObjectRetention',
+  's3:GetObjectLegalHold',
+  's3:PutObjectLegalHold',
+  's3:RestoreObject',
+  's3:ListMultipartUploadParts',
+  's3:AbortMultipartUpload',
+  's3:BypassGovernanceRetention',
+  'objectcache:ActAsTenant',
+  'objectcache:PinObject',
 ] as const;
 
 export type Action = (typeof ACTIONS)[number];
@@ -213,11 +251,7 @@ function conditionHolds(condition: Condition, context: ConditionContext): boolea
 }
 
 function statementMatches(statement: Statement, action: Action, resource: string, context: ConditionContext): boolean {
-  return (
-    statement.actions.has(action) &&
-    statement.resources.some((match) => match(resource)) &&
-    statement.conditions.every((condition) => conditionHolds(condition, context))
-  );
+  return statement.actions.has(action) && statement.resources.some((match) => match(resource)) && statement.conditions.every((condition) => conditionHolds(condition, context));
 }
 
 /** The outcome of one check, and the statement that decided it (for the refusal's message). */

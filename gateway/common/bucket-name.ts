@@ -7,10 +7,6 @@ import { ObjectCacheError } from '../../schemas/errors.js';
  */
 export function assertBucketName(bucket: string): void {
   const ok =
-    /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket) &&
-    !bucket.includes('..') &&
-    !bucket.includes('.-') &&
-    !bucket.includes('-.') &&
-    !/^\d+\.\d+\.\d+\.\d+$/.test(bucket);
+    /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket) && !bucket.includes('..') && !bucket.includes('.-') && !bucket.includes('-.') && !/^\d+\.\d+\.\d+\.\d+$/.test(bucket);
   if (!ok) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_BUCKET_NAME', `The bucket name ${JSON.stringify(bucket)} is not valid`, { details: { BucketName: bucket } });
 }

@@ -38,80 +38,634 @@ export interface SettingSpec {
 export const SERVE_SETTINGS = {
   host: { flag: 'host', env: 'OBJECTCACHE_HOST', kind: 'string', default: '127.0.0.1', description: 'Address the S3 endpoint listens on.' },
   port: { flag: 'port', env: 'OBJECTCACHE_PORT', kind: 'integer', default: '9080', min: 0, max: 65535, description: 'Port of the S3 endpoint (0 picks a free port).' },
-  metricsHost: { flag: 'metrics-host', env: 'OBJECTCACHE_METRICS_HOST', kind: 'string', default: '127.0.0.1', description: 'Address of the admin endpoint (/healthz, /readyz, /metrics, /capacity). /capacity lists every tenant\'s coldest keys: on an address other than loopback it is served only with OBJECTCACHE_ADMIN_TOKEN set.' },
-  adminToken: { flag: 'admin-token', env: 'OBJECTCACHE_ADMIN_TOKEN', kind: 'string', default: undefined, envOnly: true, secret: true, description: 'Bearer token the admin endpoint\'s /capacity asks for (Authorization: Bearer <token>; 16 or more characters). Unset: /capacity answers on a loopback admin address only (environment only).' },
-  metricsPort: { flag: 'metrics-port', env: 'OBJECTCACHE_METRICS_PORT', kind: 'integer', default: '9081', min: 0, max: 65535, description: 'Port of the admin endpoint (0 picks a free port).' },
-  dataDir: { flag: 'data-dir', env: 'OBJECTCACHE_DATA_DIR', kind: 'path', default: './data', description: 'Directory of the embedded store (used when no --s3-endpoint is given).' },
-  s3Endpoint: { flag: 's3-endpoint', env: 'OBJECTCACHE_S3_ENDPOINT', kind: 'url', default: undefined, description: 'Base URL of the S3 backend (MinIO, Ceph RGW, S3). Unset: serve the embedded store.' },
+  metricsHost: {
+    flag: 'metrics-host',
+    env: 'OBJECTCACHE_METRICS_HOST',
+    kind: 'string',
+    default: '127.0.0.1',
+    description:
+      "Address of the admin endpoint (/healthz, /readyz, /metrics, /capacity). /capacity lists every tenant's coldest keys: on an address other than loopback it is served only with OBJECTCACHE_ADMIN_TOKEN set.",
+  },
+  adminToken: {
+    flag: 'admin-token',
+    env: 'OBJECTCACHE_ADMIN_TOKEN',
+    kind: 'string',
+    default: undefined,
+    envOnly: true,
+    secret: true,
+    description:
+      "Bearer token the admin endpoint's /capacity asks for (Authorization: Bearer <token>; 16 or more characters). Unset: /capacity answers on a loopback admin address only (environment only).",
+  },
+  metricsPort: {
+    flag: 'metrics-port',
+    env: 'OBJECTCACHE_METRICS_PORT',
+    kind: 'integer',
+    default: '9081',
+    min: 0,
+    max: 65535,
+    description: 'Port of the admin endpoint (0 picks a free port).',
+  },
+  dataDir: {
+    flag: 'data-dir',
+    env: 'OBJECTCACHE_DATA_DIR',
+    kind: 'path',
+    default: './data',
+    description: 'Directory of the embedded store (used when no --s3-endpoint is given).',
+  },
+  s3Endpoint: {
+    flag: 's3-endpoint',
+    env: 'OBJECTCACHE_S3_ENDPOINT',
+    kind: 'url',
+    default: undefined,
+    description: 'Base URL of the S3 backend (MinIO, Ceph RGW, S3). Unset: serve the embedded store.',
+  },
   s3Region: { flag: 's3-region', env: 'OBJECTCACHE_S3_REGION', kind: 'string', default: 'us-east-1', description: 'Region the gateway signs backend requests for.' },
-  domain: { flag: 'domain', env: 'OBJECTCACHE_DOMAIN', kind: 'string', default: undefined, description: 'Domains for virtual-hosted-style requests, comma-separated (as MinIO\'s MINIO_DOMAIN): a Host of <bucket>.<domain> addresses that bucket. Path-style requests work either way.' },
+  domain: {
+    flag: 'domain',
+    env: 'OBJECTCACHE_DOMAIN',
+    kind: 'string',
+    default: undefined,
+    description:
+      "Domains for virtual-hosted-style requests, comma-separated (as MinIO's MINIO_DOMAIN): a Host of <bucket>.<domain> addresses that bucket. Path-style requests work either way.",
+  },
   region: { flag: 'region', env: 'OBJECTCACHE_REGION', kind: 'string', default: 'us-east-1', description: 'Region clients must sign for (the SigV4 credential scope).' },
-  sigV2: { flag: 'sigv2', env: 'OBJECTCACHE_SIGV2', kind: 'enum', default: 'on', values: ['on', 'off'], description: 'Accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned AWSAccessKeyId/Signature/Expires URLs) as MinIO does.' },
-  credentials: { flag: 'credentials', env: 'OBJECTCACHE_CREDENTIALS', kind: 'path', default: undefined, description: 'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?,"policy"?}]; a key may do only what its access policy allows (docs/access-control.md).' },
-  accessPolicies: { flag: 'access-policies', env: 'OBJECTCACHE_ACCESS_POLICIES', kind: 'path', default: undefined, description: 'JSON file of named access policies and the keys and tenants they are attached to: {"policies":{name:policy},"tenants":{tenant:[names]},"keys":{accessKeyId:[names]}}.' },
-  insecureTrialCredentials: { flag: 'insecure-trial-credentials', env: 'OBJECTCACHE_INSECURE_TRIAL_CREDENTIALS', kind: 'enum', default: 'off', values: ['on', 'off'], description: 'on: serve with the published trial secret (objectcache-secret) on an address other than loopback. Off, the gateway refuses to start that way.' },
+  sigV2: {
+    flag: 'sigv2',
+    env: 'OBJECTCACHE_SIGV2',
+    kind: 'enum',
+    default: 'on',
+    values: ['on', 'off'],
+    description: 'Accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned AWSAccessKeyId/Signature/Expires URLs) as MinIO does.',
+  },
+  credentials: {
+    flag: 'credentials',
+    env: 'OBJECTCACHE_CREDENTIALS',
+    kind: 'path',
+    default: undefined,
+    description:
+      'JSON file of extra client key pairs: [{"accessKeyId","secretAccessKey","tenant"?,"policy"?}]; a key may do only what its access policy allows (docs/access-control.md).',
+  },
+  accessPolicies: {
+    flag: 'access-policies',
+    env: 'OBJECTCACHE_ACCESS_POLICIES',
+    kind: 'path',
+    default: undefined,
+    description:
+      'JSON file of named access policies and the keys and tenants they are attached to: {"policies":{name:policy},"tenants":{tenant:[names]},"keys":{accessKeyId:[names]}}.',
+  },
+  insecureTrialCredentials: {
+    flag: 'insecure-trial-credentials',
+    env: 'OBJECTCACHE_INSECURE_TRIAL_CREDENTIALS',
+    kind: 'enum',
+    default: 'off',
+    values: ['on', 'off'],
+    description: 'on: serve with the published trial secret (objectcache-secret) on an address other than loopback. Off, the gateway refuses to start that way.',
+  },
   accessKey: { flag: 'access-key', env: 'OBJECTCACHE_ACCESS_KEY', kind: 'string', default: 'objectcache', envOnly: true, description: 'Client access key id (environment only).' },
-  secretKey: { flag: 'secret-key', env: 'OBJECTCACHE_SECRET_KEY', kind: 'string', default: 'objectcache-secret', envOnly: true, secret: true, description: 'Client secret key (environment only; the default is for local trials).' },
-  backendAccessKey: { flag: 'backend-access-key', env: 'OBJECTCACHE_BACKEND_ACCESS_KEY', kind: 'string', default: undefined, envOnly: true, description: 'Access key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
-  backendSecretKey: { flag: 'backend-secret-key', env: 'OBJECTCACHE_BACKEND_SECRET_KEY', kind: 'string', default: undefined, envOnly: true, secret: true, description: 'Secret key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).' },
-  stateKey: { flag: 'state-key', env: 'OBJECTCACHE_STATE_KEY', kind: 'string', default: undefined, envOnly: true, secret: true, description: 'Secret (16 or more characters) the gateways in front of one store sign their own state with (capacity journals, snapshot and lease; packed segments\' manifests); state not signed with it is never applied or served. The same on every gateway. Unset: derived from the S3 store\'s credentials, or kept in <data dir>/.state-key on the embedded store (environment only).' },
-  backendConnections: { flag: 'backend-connections', env: 'OBJECTCACHE_BACKEND_CONNECTIONS', kind: 'integer', default: '64', min: 1, max: 4096, description: 'Keep-alive connections to the S3 backend.' },
-  backendTimeoutMs: { flag: 'backend-timeout-ms', env: 'OBJECTCACHE_BACKEND_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'Time the backend may take to connect, to send headers, and between body bytes; also the longest a request waits for a free connection to it (then 503, OC_ERR_BACKEND_TIMEOUT).' },
-  maxObjectBytes: { flag: 'max-object-bytes', env: 'OBJECTCACHE_MAX_OBJECT_BYTES', kind: 'integer', default: String(5 * 1024 ** 3), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Largest single PUT or part accepted (S3 allows 5 GiB).' },
-  maxHeaderBytes: { flag: 'max-header-bytes', env: 'OBJECTCACHE_MAX_HEADER_BYTES', kind: 'integer', default: String(64 * 1024), min: 8 * 1024, max: 1024 * 1024, description: 'Largest request header section accepted.' },
-  reservedBuckets: { flag: 'reserved-buckets', env: 'OBJECTCACHE_RESERVED_BUCKETS', kind: 'string', default: 'minio,admin,swift,auth', description: "Path prefixes (first path segment, comma-separated) that are the object store's own APIs, not buckets: refused for every key but the administrator, on every request shape, before the store is asked. minio: MinIO's admin, health, metrics, KMS and peer APIs (/minio/...); admin, swift, auth: Ceph RGW's admin API and Swift entry points. Empty: none." },
-  maxConnections: { flag: 'max-connections', env: 'OBJECTCACHE_MAX_CONNECTIONS', kind: 'integer', default: '4096', min: 1, max: 1_000_000, description: 'Client connections held open at once; a connection beyond it is closed at once. Keep it below the open-file limit (ulimit -n), which every connection, backend connection and staged upload counts against.' },
-  maxRequestsPerKey: { flag: 'max-requests-per-key', env: 'OBJECTCACHE_MAX_REQUESTS_PER_KEY', kind: 'integer', default: '128', min: 1, max: 1_000_000, description: 'Requests one access key may have in flight at once (from its signature being verified to its response ending); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so one key cannot hold every connection, slot or file of the gateway.' },
-  maxLayerwisePerKey: { flag: 'max-layerwise-per-key', env: 'OBJECTCACHE_MAX_LAYERWISE_PER_KEY', kind: 'integer', default: 'auto', min: 1, max: 100_000, description: 'Layerwise GETs one access key may have admitted at once (auto: three quarters of --max-layerwise-requests, at least 1); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so the rest of the slots stay free for other keys.' },
-  headerTimeoutMs: { flag: 'header-timeout-ms', env: 'OBJECTCACHE_HEADER_TIMEOUT_MS', kind: 'integer', default: '20000', min: 100, max: 3_600_000, description: 'Time a client has to send a request\'s headers once it opened the connection or sent its previous request, and a browser-form upload\'s fields before its file (both are unauthenticated); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed; a connection that sent nothing is closed. At most --request-timeout-ms.' },
-  bodyIdleTimeoutMs: { flag: 'body-idle-timeout-ms', env: 'OBJECTCACHE_BODY_IDLE_TIMEOUT_MS', kind: 'integer', default: '20000', min: 100, max: 3_600_000, description: 'Time a request body may pause between bytes (as S3 does after about 20 s); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed. A response the client stops reading is cut after --client-stall-timeout-ms.' },
-  requestTimeoutMs: { flag: 'request-timeout-ms', env: 'OBJECTCACHE_REQUEST_TIMEOUT_MS', kind: 'integer', default: '3600000', min: 1000, max: 86_400_000, description: 'Time a client has to send a whole request, headers and body (a 5 GiB upload needs at least 1.5 MB/s for the default hour); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed.' },
-  maxFormFieldsBytes: { flag: 'max-form-fields-bytes', env: 'OBJECTCACHE_MAX_FORM_FIELDS_BYTES', kind: 'integer', default: String(64 * 1024), min: 4096, max: 16 * 1024 * 1024, description: 'Bytes of all fields of a browser-form upload together, names and values, before its file: they are read before the form\'s signature can be checked (S3 allows a 20 KB policy and 2 KB of metadata).' },
-  sigV2MaxExpiresSeconds: { flag: 'sigv2-max-expires-seconds', env: 'OBJECTCACHE_SIGV2_MAX_EXPIRES_SECONDS', kind: 'integer', default: '604800', min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Longest lifetime of a Signature Version 2 presigned URL (its Expires less the time of the request), 7 days as SigV4 allows; 0: no limit (a URL that lives for years cannot be taken back short of rotating the key).' },
-  budget: { flag: 'budget', env: 'OBJECTCACHE_BUDGET', kind: 'string', default: undefined, description: 'Byte budgets of buckets, comma-separated bucket=size (size in bytes or with KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. kvcache=500GiB. A budgeted bucket is trimmed by access-based, prefix-aware eviction once it passes --budget-high-percent, down to --budget-low-percent (docs/capacity.md). Unset: nothing is ever evicted.' },
-  tenantQuota: { flag: 'tenant-quota', env: 'OBJECTCACHE_TENANT_QUOTA', kind: 'string', default: undefined, description: "Byte quotas of tenants over the budgeted buckets together, comma-separated tenant=size. A write that would take a tenant past its quota first evicts that tenant's own coldest chunks; when nothing of its own can go, it is refused (403 QuotaExceeded, OC_ERR_QUOTA_EXCEEDED). Needs --budget." },
-  budgetHighPercent: { flag: 'budget-high-percent', env: 'OBJECTCACHE_BUDGET_HIGH_PERCENT', kind: 'integer', default: '95', min: 1, max: 100, description: 'Percentage of a bucket\'s budget at which trimming starts.' },
-  budgetLowPercent: { flag: 'budget-low-percent', env: 'OBJECTCACHE_BUDGET_LOW_PERCENT', kind: 'integer', default: '85', min: 0, max: 99, description: 'Percentage of a bucket\'s budget trimming stops at; below --budget-high-percent.' },
-  multipartExpiry: { flag: 'multipart-expiry', env: 'OBJECTCACHE_MULTIPART_EXPIRY', kind: 'string', default: '24h', description: 'Abort a multipart upload left unfinished this long after it began (e.g. 24h, 30m), and free its parts: the embedded store\'s own, and in front of a store those of budgeted buckets (by the lease holder; MinIO expires its own after 24 hours by default too). off: never.' },
-  evictIdle: { flag: 'evict-idle', env: 'OBJECTCACHE_EVICT_IDLE', kind: 'string', default: 'off', description: 'Evict a chunk of a budgeted bucket not read or written for this long (e.g. 7d, 12h, 30m, 90s), budget or not, tail first; off: only the budget trims.' },
-  evictRate: { flag: 'evict-rate', env: 'OBJECTCACHE_EVICT_RATE', kind: 'integer', default: '100', min: 1, max: 100_000, description: 'Most chunks eviction deletes per second (one at a time), so trimming never crowds out reads at the store.' },
-  capacityStateBucket: { flag: 'capacity-state-bucket', env: 'OBJECTCACHE_CAPACITY_STATE_BUCKET', kind: 'string', default: 'objectcache-capacity', description: 'Bucket of capacity management\'s own state (access journals, snapshot, the eviction lease), shared by every gateway in front of the store; created when missing, and reserved like --reserved-buckets.' },
-  capacitySyncMs: { flag: 'capacity-sync-ms', env: 'OBJECTCACHE_CAPACITY_SYNC_MS', kind: 'integer', default: '2000', min: 100, max: 600_000, description: 'How often a gateway writes its access journal and reads the other gateways\' (what it records in between is lost if it dies).' },
-  capacityLeaseMs: { flag: 'capacity-lease-ms', env: 'OBJECTCACHE_CAPACITY_LEASE_MS', kind: 'integer', default: '15000', min: 1000, max: 3_600_000, description: 'Lifetime of the eviction lease: one gateway at a time trims; another takes over this long after the holder stops renewing it (at least three --capacity-sync-ms).' },
-  workers: { flag: 'workers', env: 'OBJECTCACHE_WORKERS', kind: 'integer', default: 'auto', min: 1, max: 64, description: 'Read worker threads (auto: the number of cores minus one for the main thread, 1 to 4).' },
-  workerQueue: { flag: 'worker-queue', env: 'OBJECTCACHE_WORKER_QUEUE', kind: 'integer', default: '256', min: 1, max: 100_000, description: 'Read tasks that may wait for a worker; beyond it layerwise GETs get 503 SlowDown.' },
-  readConcurrency: { flag: 'read-concurrency', env: 'OBJECTCACHE_READ_CONCURRENCY', kind: 'integer', default: '16', min: 1, max: 1024, description: 'Range reads one read task keeps in flight.' },
-  readBytes: { flag: 'read-bytes', env: 'OBJECTCACHE_READ_BYTES', kind: 'integer', default: String(4 * 1024 * 1024), min: 4096, max: 1024 ** 3, description: 'Target size of one range read: later layer groups grow until a read reaches it (the object store pays per request: 4 MiB reads cost MinIO half the CPU per GiB of 1 MiB reads).' },
-  taskBytes: { flag: 'task-bytes', env: 'OBJECTCACHE_TASK_BYTES', kind: 'integer', default: String(8 * 1024 * 1024), min: 4096, max: 1024 ** 3, description: 'Target bytes of one worker task (a layer group of a run of chunks).' },
-  readAheadBytes: { flag: 'read-ahead-bytes', env: 'OBJECTCACHE_READ_AHEAD_BYTES', kind: 'integer', default: String(512 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes one layerwise GET may have read but not yet sent (a layer group is at most this, but at least one layer; the next group is read while the current one is sent, as far as this allows).' },
-  maxBufferedBytes: { flag: 'max-buffered-bytes', env: 'OBJECTCACHE_MAX_BUFFERED_BYTES', kind: 'integer', default: String(1024 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes all layerwise GETs together may have read but not yet sent (also the shared memory reserved for task buffers, used as needed).' },
-  segments: { flag: 'segments', env: 'OBJECTCACHE_SEGMENTS', kind: 'enum', default: 'off', values: ['on', 'off'], description: 'Packed segments (docs/segments.md). on: a prefix read --segment-after-reads times is kept as one object in layer-major order, written from the frames of a read of it (what the store cannot take as fast as the read goes is read again from the chunks after it, in the background), and later reads of it are a few large sequential reads of that object. off: every read is served from the chunks.' },
-  segmentBucket: { flag: 'segment-bucket', env: 'OBJECTCACHE_SEGMENT_BUCKET', kind: 'string', default: 'objectcache-segments', description: 'Bucket the packed segments and their manifests are kept in (created when missing, and reserved like --reserved-buckets: clients never read or write it).' },
-  segmentAfterReads: { flag: 'segment-after-reads', env: 'OBJECTCACHE_SEGMENT_AFTER_READS', kind: 'integer', default: '2', min: 1, max: 1_000_000, description: 'Layerwise GETs of the same prefix (same chunks, layout and layers) at this gateway, counting the one that packs it, before it is packed.' },
-  segmentMinBytes: { flag: 'segment-min-bytes', env: 'OBJECTCACHE_SEGMENT_MIN_BYTES', kind: 'integer', default: String(16 * 1024 * 1024), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Smallest prefix packed, in payload bytes (chunks x layers x layer bytes): below it the store\u2019s per-request cost is small next to the transfer. At most 5 GiB (one PutObject) is packed.' },
-  maxSegmentBytes: { flag: 'max-segment-bytes', env: 'OBJECTCACHE_MAX_SEGMENT_BYTES', kind: 'integer', default: String(64 * 1024 ** 3), min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Bytes of all the packed segments in the segment bucket, whatever the budgets: past it, the least recently used segments this gateway knows are deleted at once, and the hourly sweep deletes the oldest of those it does not know (packed by another gateway or before a restart; docs/segments.md, Within the budget). The memory of the index of segments is bounded apart (at most 16 Mi slices together, about 64 MiB with their keys).' },
-  maxSegmentPacks: { flag: 'max-segment-packs', env: 'OBJECTCACHE_MAX_SEGMENT_PACKS', kind: 'integer', default: '2', min: 1, max: 1_000, description: 'Segments written at once; a prefix that would be packed while this many are being written is packed at a later read.' },
-  segmentReadAheadBytes: { flag: 'segment-read-ahead-bytes', env: 'OBJECTCACHE_SEGMENT_READ_AHEAD_BYTES', kind: 'integer', default: String(128 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes one layerwise GET served from a segment may have read but not yet sent (at most --read-ahead-bytes, at least one layer): its reads are few, large and sequential, so a window of two layers or so keeps the stream going with a fraction of the memory a read from the chunks needs.' },
-  segmentPackQueueBytes: { flag: 'segment-pack-queue-bytes', env: 'OBJECTCACHE_SEGMENT_PACK_QUEUE_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Bytes a pack may have copied from its read\u2019s frames that the store has not taken yet (at least one layer frame): past it the pack stops copying, and the layers it missed are read again from the chunks after the read, at the store\u2019s pace. The read that packs never waits for the store.' },
-  segmentPackFrom: { flag: 'segment-pack-from', env: 'OBJECTCACHE_SEGMENT_PACK_FROM', kind: 'enum', default: 'frames', values: ['frames', 'chunks'], description: 'Where a pack takes its bytes. frames: from the frames of the read that packs, as they go out (no extra read while the store keeps up; the rest is read from the chunks after the read, --segment-pack-queue-bytes). chunks: the read that packs copies nothing and the store writes nothing during it; after it, the pack reads the whole run from the chunks at the store\u2019s pace, one more read of the prefix in the background. Choose chunks where the store shares the gateway\u2019s cores, so the read that packs is not slowed (docs/segments.md, Measured).' },
-  segmentCheck: { flag: 'segment-check', env: 'OBJECTCACHE_SEGMENT_CHECK', kind: 'enum', default: 'heads', values: ['heads', 'writes'], description: 'How a read from a segment knows its chunks are unchanged. heads: a HEAD of each covered chunk, sent while the first layer is read, must find the version the segment was packed from. writes: only writes and deletes through this gateway make a segment stale (only when no other gateway or client writes to the store).' },
-  chunkReads: { flag: 'chunk-reads', env: 'OBJECTCACHE_CHUNK_READS', kind: 'enum', default: 'grouped', values: ['grouped', 'auto'], description: 'grouped: range reads of layer groups. auto: a layerwise GET from an S3 backend reads each chunk as a stream (a range GET for its first layer, then one for the rest, consumed layer by layer) when its chunk streams are free within --max-chunk-streams, grouped otherwise (docs/layerwise-get.md, Streamed reads: fewer store requests and less memory for one GET at a time, slower first layers for GETs that share the gateway with a streamed one).' },
-  streamWindowBytes: { flag: 'stream-window-bytes', env: 'OBJECTCACHE_STREAM_WINDOW_BYTES', kind: 'integer', default: String(128 * 1024 * 1024), min: 4096, max: Number.MAX_SAFE_INTEGER, description: 'Layer buffers of one streamed layerwise GET (whole layers, at least two: one being sent, one being read); it is what such a request holds in memory.' },
-  maxChunkStreams: { flag: 'max-chunk-streams', env: 'OBJECTCACHE_MAX_CHUNK_STREAMS', kind: 'integer', default: '256', min: 1, max: 65_536, description: 'Backend chunk streams (one connection each) all streamed layerwise GETs together hold open; a request whose streams are not free at once is served with grouped range reads. Each open stream may hold the store\'s send buffer (MinIO: 4 MiB) in flight.' },
-  streamReceiveBufferBytes: { flag: 'stream-receive-buffer-bytes', env: 'OBJECTCACHE_STREAM_RECEIVE_BUFFER_BYTES', kind: 'integer', default: String(256 * 1024), min: 64 * 1024, max: 16 * 1024 * 1024, description: 'Kernel receive buffer (SO_RCVBUF; Linux doubles it) of each chunk stream connection: what a paused stream may hold in the kernel.' },
-  threshold: { flag: 'threshold', env: 'OBJECTCACHE_THRESHOLD', kind: 'integer', default: String(32 * 1024 * 1024), min: 0, max: Number.MAX_SAFE_INTEGER, description: 'Mode threshold: requests of fewer bytes (N x layers x S) are served chunkwise, others layerwise.' },
-  maxDescriptorKeys: { flag: 'max-descriptor-keys', env: 'OBJECTCACHE_MAX_DESCRIPTOR_KEYS', kind: 'integer', default: '8192', min: 1, max: 1_000_000, description: 'Most chunk keys one descriptor may name.' },
+  secretKey: {
+    flag: 'secret-key',
+    env: 'OBJECTCACHE_SECRET_KEY',
+    kind: 'string',
+    default: 'objectcache-secret',
+    envOnly: true,
+    secret: true,
+    description: 'Client secret key (environment only; the default is for local trials).',
+  },
+  backendAccessKey: {
+    flag: 'backend-access-key',
+    env: 'OBJECTCACHE_BACKEND_ACCESS_KEY',
+    kind: 'string',
+    default: undefined,
+    envOnly: true,
+    description: 'Access key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).',
+  },
+  backendSecretKey: {
+    flag: 'backend-secret-key',
+    env: 'OBJECTCACHE_BACKEND_SECRET_KEY',
+    kind: 'string',
+    default: undefined,
+    envOnly: true,
+    secret: true,
+    description: 'Secret key the gateway uses at the S3 backend (environment only; required with --s3-endpoint).',
+  },
+  stateKey: {
+    flag: 'state-key',
+    env: 'OBJECTCACHE_STATE_KEY',
+    kind: 'string',
+    default: undefined,
+    envOnly: true,
+    secret: true,
+    description:
+      "Secret (16 or more characters) the gateways in front of one store sign their own state with (capacity journals, snapshot and lease; packed segments' manifests); state not signed with it is never applied or served. The same on every gateway. Unset: derived from the S3 store's credentials, or kept in <data dir>/.state-key on the embedded store (environment only).",
+  },
+  backendConnections: {
+    flag: 'backend-connections',
+    env: 'OBJECTCACHE_BACKEND_CONNECTIONS',
+    kind: 'integer',
+    default: '64',
+    min: 1,
+    max: 4096,
+    description: 'Keep-alive connections to the S3 backend.',
+  },
+  backendTimeoutMs: {
+    flag: 'backend-timeout-ms',
+    env: 'OBJECTCACHE_BACKEND_TIMEOUT_MS',
+    kind: 'integer',
+    default: '30000',
+    min: 100,
+    max: 3_600_000,
+    description:
+      'Time the backend may take to connect, to send headers, and between body bytes; also the longest a request waits for a free connection to it (then 503, OC_ERR_BACKEND_TIMEOUT).',
+  },
+  maxObjectBytes: {
+    flag: 'max-object-bytes',
+    env: 'OBJECTCACHE_MAX_OBJECT_BYTES',
+    kind: 'integer',
+    default: String(5 * 1024 ** 3),
+    min: 0,
+    max: Number.MAX_SAFE_INTEGER,
+    description: 'Largest single PUT or part accepted (S3 allows 5 GiB).',
+  },
+  maxHeaderBytes: {
+    flag: 'max-header-bytes',
+    env: 'OBJECTCACHE_MAX_HEADER_BYTES',
+    kind: 'integer',
+    default: String(64 * 1024),
+    min: 8 * 1024,
+    max: 1024 * 1024,
+    description: 'Largest request header section accepted.',
+  },
+  reservedBuckets: {
+    flag: 'reserved-buckets',
+    env: 'OBJECTCACHE_RESERVED_BUCKETS',
+    kind: 'string',
+    default: 'minio,admin,swift,auth',
+    description:
+      "Path prefixes (first path segment, comma-separated) that are the object store's own APIs, not buckets: refused for every key but the administrator, on every request shape, before the store is asked. minio: MinIO's admin, health, metrics, KMS and peer APIs (/minio/...); admin, swift, auth: Ceph RGW's admin API and Swift entry points. Empty: none.",
+  },
+  maxConnections: {
+    flag: 'max-connections',
+    env: 'OBJECTCACHE_MAX_CONNECTIONS',
+    kind: 'integer',
+    default: '4096',
+    min: 1,
+    max: 1_000_000,
+    description:
+      'Client connections held open at once; a connection beyond it is closed at once. Keep it below the open-file limit (ulimit -n), which every connection, backend connection and staged upload counts against.',
+  },
+  maxRequestsPerKey: {
+    flag: 'max-requests-per-key',
+    env: 'OBJECTCACHE_MAX_REQUESTS_PER_KEY',
+    kind: 'integer',
+    default: '128',
+    min: 1,
+    max: 1_000_000,
+    description:
+      'Requests one access key may have in flight at once (from its signature being verified to its response ending); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so one key cannot hold every connection, slot or file of the gateway.',
+  },
+  maxLayerwisePerKey: {
+    flag: 'max-layerwise-per-key',
+    env: 'OBJECTCACHE_MAX_LAYERWISE_PER_KEY',
+    kind: 'integer',
+    default: 'auto',
+    min: 1,
+    max: 100_000,
+    description:
+      'Layerwise GETs one access key may have admitted at once (auto: three quarters of --max-layerwise-requests, at least 1); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so the rest of the slots stay free for other keys.',
+  },
+  headerTimeoutMs: {
+    flag: 'header-timeout-ms',
+    env: 'OBJECTCACHE_HEADER_TIMEOUT_MS',
+    kind: 'integer',
+    default: '20000',
+    min: 100,
+    max: 3_600_000,
+    description:
+      "Time a client has to send a request's headers once it opened the connection or sent its previous request, and a browser-form upload's fields before its file (both are unauthenticated); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed; a connection that sent nothing is closed. At most --request-timeout-ms.",
+  },
+  bodyIdleTimeoutMs: {
+    flag: 'body-idle-timeout-ms',
+    env: 'OBJECTCACHE_BODY_IDLE_TIMEOUT_MS',
+    kind: 'integer',
+    default: '20000',
+    min: 100,
+    max: 3_600_000,
+    description:
+      'Time a request body may pause between bytes (as S3 does after about 20 s); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed. A response the client stops reading is cut after --client-stall-timeout-ms.',
+  },
+  requestTimeoutMs: {
+    flag: 'request-timeout-ms',
+    env: 'OBJECTCACHE_REQUEST_TIMEOUT_MS',
+    kind: 'integer',
+    default: '3600000',
+    min: 1000,
+    max: 86_400_000,
+    description:
+      'Time a client has to send a whole request, headers and body (a 5 GiB upload needs at least 1.5 MB/s for the default hour); then 400 RequestTimeout (OC_ERR_REQUEST_TIMEOUT) and the connection is closed.',
+  },
+  maxFormFieldsBytes: {
+    flag: 'max-form-fields-bytes',
+    env: 'OBJECTCACHE_MAX_FORM_FIELDS_BYTES',
+    kind: 'integer',
+    default: String(64 * 1024),
+    min: 4096,
+    max: 16 * 1024 * 1024,
+    description:
+      "Bytes of all fields of a browser-form upload together, names and values, before its file: they are read before the form's signature can be checked (S3 allows a 20 KB policy and 2 KB of metadata).",
+  },
+  sigV2MaxExpiresSeconds: {
+    flag: 'sigv2-max-expires-seconds',
+    env: 'OBJECTCACHE_SIGV2_MAX_EXPIRES_SECONDS',
+    kind: 'integer',
+    default: '604800',
+    min: 0,
+    max: Number.MAX_SAFE_INTEGER,
+    description:
+      'Longest lifetime of a Signature Version 2 presigned URL (its Expires less the time of the request), 7 days as SigV4 allows; 0: no limit (a URL that lives for years cannot be taken back short of rotating the key).',
+  },
+  budget: {
+    flag: 'budget',
+    env: 'OBJECTCACHE_BUDGET',
+    kind: 'string',
+    default: undefined,
+    description:
+      'Byte budgets of buckets, comma-separated bucket=size (size in bytes or with KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. kvcache=500GiB. A budgeted bucket is trimmed by access-based, prefix-aware eviction once it passes --budget-high-percent, down to --budget-low-percent (docs/capacity.md). Unset: nothing is ever evicted.',
+  },
+  tenantQuota: {
+    flag: 'tenant-quota',
+    env: 'OBJECTCACHE_TENANT_QUOTA',
+    kind: 'string',
+    default: undefined,
+    description:
+      "Byte quotas of tenants over the budgeted buckets together, comma-separated tenant=size. A write that would take a tenant past its quota first evicts that tenant's own coldest chunks; when nothing of its own can go, it is refused (403 QuotaExceeded, OC_ERR_QUOTA_EXCEEDED). Needs --budget.",
+  },
+  budgetHighPercent: {
+    flag: 'budget-high-percent',
+    env: 'OBJECTCACHE_BUDGET_HIGH_PERCENT',
+    kind: 'integer',
+    default: '95',
+    min: 1,
+    max: 100,
+    description: "Percentage of a bucket's budget at which trimming starts.",
+  },
+  budgetLowPercent: {
+    flag: 'budget-low-percent',
+    env: 'OBJECTCACHE_BUDGET_LOW_PERCENT',
+    kind: 'integer',
+    default: '85',
+    min: 0,
+    max: 99,
+    description: "Percentage of a bucket's budget trimming stops at; below --budget-high-percent.",
+  },
+  multipartExpiry: {
+    flag: 'multipart-expiry',
+    env: 'OBJECTCACHE_MULTIPART_EXPIRY',
+    kind: 'string',
+    default: '24h',
+    description:
+      "Abort a multipart upload left unfinished this long after it began (e.g. 24h, 30m), and free its parts: the embedded store's own, and in front of a store those of budgeted buckets (by the lease holder; MinIO expires its own after 24 hours by default too). off: never.",
+  },
+  evictIdle: {
+    flag: 'evict-idle',
+    env: 'OBJECTCACHE_EVICT_IDLE',
+    kind: 'string',
+    default: 'off',
+    description: 'Evict a chunk of a budgeted bucket not read or written for this long (e.g. 7d, 12h, 30m, 90s), budget or not, tail first; off: only the budget trims.',
+  },
+  evictRate: {
+    flag: 'evict-rate',
+    env: 'OBJECTCACHE_EVICT_RATE',
+    kind: 'integer',
+    default: '100',
+    min: 1,
+    max: 100_000,
+    description: 'Most chunks eviction deletes per second (one at a time), so trimming never crowds out reads at the store.',
+  },
+  capacityStateBucket: {
+    flag: 'capacity-state-bucket',
+    env: 'OBJECTCACHE_CAPACITY_STATE_BUCKET',
+    kind: 'string',
+    default: 'objectcache-capacity',
+    description:
+      "Bucket of capacity management's own state (access journals, snapshot, the eviction lease), shared by every gateway in front of the store; created when missing, and reserved like --reserved-buckets.",
+  },
+  capacitySyncMs: {
+    flag: 'capacity-sync-ms',
+    env: 'OBJECTCACHE_CAPACITY_SYNC_MS',
+    kind: 'integer',
+    default: '2000',
+    min: 100,
+    max: 600_000,
+    description: "How often a gateway writes its access journal and reads the other gateways' (what it records in between is lost if it dies).",
+  },
+  capacityLeaseMs: {
+    flag: 'capacity-lease-ms',
+    env: 'OBJECTCACHE_CAPACITY_LEASE_MS',
+    kind: 'integer',
+    default: '15000',
+    min: 1000,
+    max: 3_600_000,
+    description:
+      'Lifetime of the eviction lease: one gateway at a time trims; another takes over this long after the holder stops renewing it (at least three --capacity-sync-ms).',
+  },
+  workers: {
+    flag: 'workers',
+    env: 'OBJECTCACHE_WORKERS',
+    kind: 'integer',
+    default: 'auto',
+    min: 1,
+    max: 64,
+    description: 'Read worker threads (auto: the number of cores minus one for the main thread, 1 to 4).',
+  },
+  workerQueue: {
+    flag: 'worker-queue',
+    env: 'OBJECTCACHE_WORKER_QUEUE',
+    kind: 'integer',
+    default: '256',
+    min: 1,
+    max: 100_000,
+    description: 'Read tasks that may wait for a worker; beyond it layerwise GETs get 503 SlowDown.',
+  },
+  readConcurrency: {
+    flag: 'read-concurrency',
+    env: 'OBJECTCACHE_READ_CONCURRENCY',
+    kind: 'integer',
+    default: '16',
+    min: 1,
+    max: 1024,
+    description: 'Range reads one read task keeps in flight.',
+  },
+  readBytes: {
+    flag: 'read-bytes',
+    env: 'OBJECTCACHE_READ_BYTES',
+    kind: 'integer',
+    default: String(4 * 1024 * 1024),
+    min: 4096,
+    max: 1024 ** 3,
+    description:
+      'Target size of one range read: later layer groups grow until a read reaches it (the object store pays per request: 4 MiB reads cost MinIO half the CPU per GiB of 1 MiB reads).',
+  },
+  taskBytes: {
+    flag: 'task-bytes',
+    env: 'OBJECTCACHE_TASK_BYTES',
+    kind: 'integer',
+    default: String(8 * 1024 * 1024),
+    min: 4096,
+    max: 1024 ** 3,
+    description: 'Target bytes of one worker task (a layer group of a run of chunks).',
+  },
+  readAheadBytes: {
+    flag: 'read-ahead-bytes',
+    env: 'OBJECTCACHE_READ_AHEAD_BYTES',
+    kind: 'integer',
+    default: String(512 * 1024 * 1024),
+    min: 4096,
+    max: Number.MAX_SAFE_INTEGER,
+    description:
+      'Bytes one layerwise GET may have read but not yet sent (a layer group is at most this, but at least one layer; the next group is read while the current one is sent, as far as this allows).',
+  },
+  maxBufferedBytes: {
+    flag: 'max-buffered-bytes',
+    env: 'OBJECTCACHE_MAX_BUFFERED_BYTES',
+    kind: 'integer',
+    default: String(1024 * 1024 * 1024),
+    min: 4096,
+    max: Number.MAX_SAFE_INTEGER,
+    description: 'Bytes all layerwise GETs together may have read but not yet sent (also the shared memory reserved for task buffers, used as needed).',
+  },
+  segments: {
+    flag: 'segments',
+    env: 'OBJECTCACHE_SEGMENTS',
+    kind: 'enum',
+    default: 'off',
+    values: ['on', 'off'],
+    description:
+      'Packed segments (docs/segments.md). on: a prefix read --segment-after-reads times is kept as one object in layer-major order, written from the frames of a read of it (what the store cannot take as fast as the read goes is read again from the chunks after it, in the background), and later reads of it are a few large sequential reads of that object. off: every read is served from the chunks.',
+  },
+  segmentBucket: {
+    flag: 'segment-bucket',
+    env: 'OBJECTCACHE_SEGMENT_BUCKET',
+    kind: 'string',
+    default: 'objectcache-segments',
+    description: 'Bucket the packed segments and their manifests are kept in (created when missing, and reserved like --reserved-buckets: clients never read or write it).',
+  },
+  segmentAfterReads: {
+    flag: 'segment-after-reads',
+    env: 'OBJECTCACHE_SEGMENT_AFTER_READS',
+    kind: 'integer',
+    default: '2',
+    min: 1,
+    max: 1_000_000,
+    description: 'Layerwise GETs of the same prefix (same chunks, layout and layers) at this gateway, counting the one that packs it, before it is packed.',
+  },
+  segmentMinBytes: {
+    flag: 'segment-min-bytes',
+    env: 'OBJECTCACHE_SEGMENT_MIN_BYTES',
+    kind: 'integer',
+    default: String(16 * 1024 * 1024),
+    min: 0,
+    max: Number.MAX_SAFE_INTEGER,
+    description:
+      'Smallest prefix packed, in payload bytes (chunks x layers x layer bytes): below it the store\u2019s per-request cost is small next to the transfer. At most 5 GiB (one PutObject) is packed.',
+  },
+  maxSegmentBytes: {
+    flag: 'max-segment-bytes',
+    env: 'OBJECTCACHE_MAX_SEGMENT_BYTES',
+    kind: 'integer',
+    default: String(64 * 1024 ** 3),
+    min: 1,
+    max: Number.MAX_SAFE_INTEGER,
+    description:
+      'Bytes of all the packed segments in the segment bucket, whatever the budgets: past it, the least recently used segments this gateway knows are deleted at once, and the hourly sweep deletes the oldest of those it does not know (packed by another gateway or before a restart; docs/segments.md, Within the budget). The memory of the index of segments is bounded apart (at most 16 Mi slices together, about 64 MiB with their keys).',
+  },
+  maxSegmentPacks: {
+    flag: 'max-segment-packs',
+    env: 'OBJECTCACHE_MAX_SEGMENT_PACKS',
+    kind: 'integer',
+    default: '2',
+    min: 1,
+    max: 1_000,
+    description: 'Segments written at once; a prefix that would be packed while this many are being written is packed at a later read.',
+  },
+  segmentReadAheadBytes: {
+    flag: 'segment-read-ahead-bytes',
+    env: 'OBJECTCACHE_SEGMENT_READ_AHEAD_BYTES',
+    kind: 'integer',
+    default: String(128 * 1024 * 1024),
+    min: 4096,
+    max: Number.MAX_SAFE_INTEGER,
+    description:
+      'Bytes one layerwise GET served from a segment may have read but not yet sent (at most --read-ahead-bytes, at least one layer): its reads are few, large and sequential, so a window of two layers or so keeps the stream going with a fraction of the memory a read from the chunks needs.',
+  },
+  segmentPackQueueBytes: {
+    flag: 'segment-pack-queue-bytes',
+    env: 'OBJECTCACHE_SEGMENT_PACK_QUEUE_BYTES',
+    kind: 'integer',
+    default: String(64 * 1024 * 1024),
+    min: 4096,
+    max: Number.MAX_SAFE_INTEGER,
+    description:
+      'Bytes a pack may have copied from its read\u2019s frames that the store has not taken yet (at least one layer frame): past it the pack stops copying, and the layers it missed are read again from the chunks after the read, at the store\u2019s pace. The read that packs never waits for the store.',
+  },
+  segmentPackFrom: {
+    flag: 'segment-pack-from',
+    env: 'OBJECTCACHE_SEGMENT_PACK_FROM',
+    kind: 'enum',
+    default: 'frames',
+    values: ['frames', 'chunks'],
+    description:
+      'Where a pack takes its bytes. frames: from the frames of the read that packs, as they go out (no extra read while the store keeps up; the rest is read from the chunks after the read, --segment-pack-queue-bytes). chunks: the read that packs copies nothing and the store writes nothing during it; after it, the pack reads the whole run from the chunks at the store\u2019s pace, one more read of the prefix in the background. Choose chunks where the store shares the gateway\u2019s cores, so the read that packs is not slowed (docs/segments.md, Measured).',
+  },
+  segmentCheck: {
+    flag: 'segment-check',
+    env: 'OBJECTCACHE_SEGMENT_CHECK',
+    kind: 'enum',
+    default: 'heads',
+    values: ['heads', 'writes'],
+    description:
+      'How a read from a segment knows its chunks are unchanged. heads: a HEAD of each covered chunk, sent while the first layer is read, must find the version the segment was packed from. writes: only writes and deletes through this gateway make a segment stale (only when no other gateway or client writes to the store).',
+  },
+  chunkReads: {
+    flag: 'chunk-reads',
+    env: 'OBJECTCACHE_CHUNK_READS',
+    kind: 'enum',
+    default: 'grouped',
+    values: ['grouped', 'auto'],
+    description:
+      'grouped: range reads of layer groups. auto: a layerwise GET from an S3 backend reads each chunk as a stream (a range GET for its first layer, then one for the rest, consumed layer by layer) when its chunk streams are free within --max-chunk-streams, grouped otherwise (docs/layerwise-get.md, Streamed reads: fewer store requests and less memory for one GET at a time, slower first layers for GETs that share the gateway with a streamed one).',
+  },
+  streamWindowBytes: {
+    flag: 'stream-window-bytes',
+    env: 'OBJECTCACHE_STREAM_WINDOW_BYTES',
+    kind: 'integer',
+    default: String(128 * 1024 * 1024),
+    min: 4096,
+    max: Number.MAX_SAFE_INTEGER,
+    description: 'Layer buffers of one streamed layerwise GET (whole layers, at least two: one being sent, one being read); it is what such a request holds in memory.',
+  },
+  maxChunkStreams: {
+    flag: 'max-chunk-streams',
+    env: 'OBJECTCACHE_MAX_CHUNK_STREAMS',
+    kind: 'integer',
+    default: '256',
+    min: 1,
+    max: 65_536,
+    description:
+      "Backend chunk streams (one connection each) all streamed layerwise GETs together hold open; a request whose streams are not free at once is served with grouped range reads. Each open stream may hold the store's send buffer (MinIO: 4 MiB) in flight.",
+  },
+  streamReceiveBufferBytes: {
+    flag: 'stream-receive-buffer-bytes',
+    env: 'OBJECTCACHE_STREAM_RECEIVE_BUFFER_BYTES',
+    kind: 'integer',
+    default: String(256 * 1024),
+    min: 64 * 1024,
+    max: 16 * 1024 * 1024,
+    description: 'Kernel receive buffer (SO_RCVBUF; Linux doubles it) of each chunk stream connection: what a paused stream may hold in the kernel.',
+  },
+  threshold: {
+    flag: 'threshold',
+    env: 'OBJECTCACHE_THRESHOLD',
+    kind: 'integer',
+    default: String(32 * 1024 * 1024),
+    min: 0,
+    max: Number.MAX_SAFE_INTEGER,
+    description: 'Mode threshold: requests of fewer bytes (N x layers x S) are served chunkwise, others layerwise.',
+  },
+  maxDescriptorKeys: {
+    flag: 'max-descriptor-keys',
+    env: 'OBJECTCACHE_MAX_DESCRIPTOR_KEYS',
+    kind: 'integer',
+    default: '8192',
+    min: 1,
+    max: 1_000_000,
+    description: 'Most chunk keys one descriptor may name.',
+  },
   maxLayers: { flag: 'max-layers', env: 'OBJECTCACHE_MAX_LAYERS', kind: 'integer', default: '512', min: 1, max: 65_535, description: 'Most layers a descriptor may declare.' },
-  maxLayerBytes: { flag: 'max-layer-bytes', env: 'OBJECTCACHE_MAX_LAYER_BYTES', kind: 'integer', default: String(64 * 1024 * 1024), min: 1, max: 1024 ** 3, description: 'Largest per-layer slice S a descriptor may declare.' },
-  maxRequestBytes: { flag: 'max-request-bytes', env: 'OBJECTCACHE_MAX_REQUEST_BYTES', kind: 'integer', default: String(64 * 1024 ** 3), min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Largest total payload (N x layers x S) of one layerwise GET.' },
-  maxDescriptorBytes: { flag: 'max-descriptor-bytes', env: 'OBJECTCACHE_MAX_DESCRIPTOR_BYTES', kind: 'integer', default: String(4 * 1024 * 1024), min: 1024, max: 256 * 1024 * 1024, description: 'Largest descriptor body of POST /{bucket}?objectcache.' },
-  clientStallTimeoutMs: { flag: 'client-stall-timeout-ms', env: 'OBJECTCACHE_CLIENT_STALL_TIMEOUT_MS', kind: 'integer', default: '30000', min: 100, max: 3_600_000, description: 'A response whose client takes no data for this long is ended and its buffers released (a layerwise GET with an ERROR frame where it can, any other by closing the connection).' },
-  maxLayerwiseRequests: { flag: 'max-layerwise-requests', env: 'OBJECTCACHE_MAX_LAYERWISE_REQUESTS', kind: 'integer', default: '64', min: 1, max: 100_000, description: 'Layerwise GETs served at once; beyond it (or with all of --max-buffered-bytes held) new ones get 503 SlowDown.' },
-  cap: { flag: 'cap', env: 'OBJECTCACHE_CAP', kind: 'string', default: 'unlimited', description: 'Egress shared by layerwise GETs, e.g. 10Gbps, 800MB/s, 1GiB/s; unlimited: no scheduling or pacing.' },
-  policy: { flag: 'policy', env: 'OBJECTCACHE_POLICY', kind: 'enum', default: 'cal-stall-opt', values: ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'], description: 'Bandwidth allocation policy among concurrent layerwise GETs.' },
-  margin: { flag: 'margin', env: 'OBJECTCACHE_MARGIN', kind: 'string', default: '5%', description: 'Calibrated Stall-opt margin delta added to each zero-stall rate: a rate, or a percentage of --cap.' },
-  epochMs: { flag: 'epoch-ms', env: 'OBJECTCACHE_EPOCH_MS', kind: 'integer', default: '50', min: 1, max: 60_000, description: 'Scheduling epoch: pending layerwise GETs are admitted in batches at epoch boundaries.' },
-  logLevel: { flag: 'log-level', env: 'OBJECTCACHE_LOG_LEVEL', kind: 'enum', default: 'info', values: ['debug', 'info', 'warn', 'error', 'silent'], description: 'Least severe log level written (one JSON line per request at info).' },
+  maxLayerBytes: {
+    flag: 'max-layer-bytes',
+    env: 'OBJECTCACHE_MAX_LAYER_BYTES',
+    kind: 'integer',
+    default: String(64 * 1024 * 1024),
+    min: 1,
+    max: 1024 ** 3,
+    description: 'Largest per-layer slice S a descriptor may declare.',
+  },
+  maxRequestBytes: {
+    flag: 'max-request-bytes',
+    env: 'OBJECTCACHE_MAX_REQUEST_BYTES',
+    kind: 'integer',
+    default: String(64 * 1024 ** 3),
+    min: 1,
+    max: Number.MAX_SAFE_INTEGER,
+    description: 'Largest total payload (N x layers x S) of one layerwise GET.',
+  },
+  maxDescriptorBytes: {
+    flag: 'max-descriptor-bytes',
+    env: 'OBJECTCACHE_MAX_DESCRIPTOR_BYTES',
+    kind: 'integer',
+    default: String(4 * 1024 * 1024),
+    min: 1024,
+    max: 256 * 1024 * 1024,
+    description: 'Largest descriptor body of POST /{bucket}?objectcache.',
+  },
+  clientStallTimeoutMs: {
+    flag: 'client-stall-timeout-ms',
+    env: 'OBJECTCACHE_CLIENT_STALL_TIMEOUT_MS',
+    kind: 'integer',
+    default: '30000',
+    min: 100,
+    max: 3_600_000,
+    description:
+      'A response whose client takes no data for this long is ended and its buffers released (a layerwise GET with an ERROR frame where it can, any other by closing the connection).',
+  },
+  maxLayerwiseRequests: {
+    flag: 'max-layerwise-requests',
+    env: 'OBJECTCACHE_MAX_LAYERWISE_REQUESTS',
+    kind: 'integer',
+    default: '64',
+    min: 1,
+    max: 100_000,
+    description: 'Layerwise GETs served at once; beyond it (or with all of --max-buffered-bytes held) new ones get 503 SlowDown.',
+  },
+  cap: {
+    flag: 'cap',
+    env: 'OBJECTCACHE_CAP',
+    kind: 'string',
+    default: 'unlimited',
+    description: 'Egress shared by layerwise GETs, e.g. 10Gbps, 800MB/s, 1GiB/s; unlimited: no scheduling or pacing.',
+  },
+  policy: {
+    flag: 'policy',
+    env: 'OBJECTCACHE_POLICY',
+    kind: 'enum',
+    default: 'cal-stall-opt',
+    values: ['equal', 'kv-prop', 'bw-prop', 'stall-opt', 'cal-stall-opt'],
+    description: 'Bandwidth allocation policy among concurrent layerwise GETs.',
+  },
+  margin: {
+    flag: 'margin',
+    env: 'OBJECTCACHE_MARGIN',
+    kind: 'string',
+    default: '5%',
+    description: 'Calibrated Stall-opt margin delta added to each zero-stall rate: a rate, or a percentage of --cap.',
+  },
+  epochMs: {
+    flag: 'epoch-ms',
+    env: 'OBJECTCACHE_EPOCH_MS',
+    kind: 'integer',
+    default: '50',
+    min: 1,
+    max: 60_000,
+    description: 'Scheduling epoch: pending layerwise GETs are admitted in batches at epoch boundaries.',
+  },
+  logLevel: {
+    flag: 'log-level',
+    env: 'OBJECTCACHE_LOG_LEVEL',
+    kind: 'enum',
+    default: 'info',
+    values: ['debug', 'info', 'warn', 'error', 'silent'],
+    description: 'Least severe log level written (one JSON line per request at info).',
+  },
 } as const satisfies Record<string, SettingSpec>;
 
 export type SettingName = keyof typeof SERVE_SETTINGS;
@@ -269,9 +823,7 @@ export interface SchedulerConfig {
   readonly epochMs: number;
 }
 
-export type BackendConfig =
-  | { readonly kind: 'local'; readonly dataDir: string }
-  | ({ readonly kind: 's3' } & S3BackendOptions);
+export type BackendConfig = { readonly kind: 'local'; readonly dataDir: string } | ({ readonly kind: 's3' } & S3BackendOptions);
 
 /**
  * A configuration error names the setting (flag and environment variable) that is wrong. It is an
@@ -405,7 +957,8 @@ function readCredentialFile(path: string): CredentialEntry[] {
     const item = entry as Record<string, unknown> | null;
     if (typeof item !== 'object' || item === null || Array.isArray(item)) throw new ConfigError('credentials', `--credentials ${path}: entry ${index} is not an object`);
     const unknown = Object.keys(item).filter((name) => !['accessKeyId', 'secretAccessKey', 'tenant', 'policy'].includes(name));
-    if (unknown.length > 0) throw new ConfigError('credentials', `--credentials ${path}: entry ${index} has ${JSON.stringify(unknown[0])}, which is not accessKeyId, secretAccessKey, tenant or policy`);
+    if (unknown.length > 0)
+      throw new ConfigError('credentials', `--credentials ${path}: entry ${index} has ${JSON.stringify(unknown[0])}, which is not accessKeyId, secretAccessKey, tenant or policy`);
     const accessKeyId = item['accessKeyId'];
     const secretAccessKey = item['secretAccessKey'];
     const tenant = item['tenant'];
@@ -454,7 +1007,8 @@ function readPolicyFile(path: string): PolicyFile {
     for (const [who, value] of Object.entries(section(name))) {
       const ref = policyRef(value, `${name}.${who}`);
       if (!('names' in ref)) throw new PolicyError(`${name}.${who}`, 'must name policies of "policies" (write the document there)');
-      for (const policy of ref.names) if (!policies.has(policy)) throw new PolicyError(`${name}.${who}`, `names the policy ${JSON.stringify(policy)}, which "policies" does not define`);
+      for (const policy of ref.names)
+        if (!policies.has(policy)) throw new PolicyError(`${name}.${who}`, `names the policy ${JSON.stringify(policy)}, which "policies" does not define`);
       out.set(who, ref.names);
     }
     return out;
@@ -484,7 +1038,12 @@ export function isLoopback(host: string): boolean {
  * everything; a key from --credentials may do what its own `policy`, its tenant's and its key's
  * entries in --access-policies allow together, and nothing when none applies.
  */
-function resolveCredentials(admin: { accessKeyId: string; secretAccessKey: string }, entries: readonly CredentialEntry[], file: PolicyFile | undefined, policyPath: string | undefined): ClientCredential[] {
+function resolveCredentials(
+  admin: { accessKeyId: string; secretAccessKey: string },
+  entries: readonly CredentialEntry[],
+  file: PolicyFile | undefined,
+  policyPath: string | undefined,
+): ClientCredential[] {
   const fail = (message: string): ConfigError => new ConfigError('access-policies', `--access-policies ${policyPath ?? ''}: ${message}`);
   const seen = new Set<string>([admin.accessKeyId]);
   for (const entry of entries) {
@@ -493,7 +1052,8 @@ function resolveCredentials(admin: { accessKeyId: string; secretAccessKey: strin
   }
   if (file) {
     for (const key of file.keys.keys()) {
-      if (key === admin.accessKeyId) throw fail(`"keys" names ${key}, the administrator key (OBJECTCACHE_ACCESS_KEY), which may always do everything; give the restricted key its own entry in --credentials`);
+      if (key === admin.accessKeyId)
+        throw fail(`"keys" names ${key}, the administrator key (OBJECTCACHE_ACCESS_KEY), which may always do everything; give the restricted key its own entry in --credentials`);
       if (!seen.has(key)) throw fail(`"keys" names ${key}, which is not a key of --credentials`);
     }
     const tenants = new Set(entries.map((e) => e.tenant));
@@ -502,7 +1062,11 @@ function resolveCredentials(admin: { accessKeyId: string; secretAccessKey: strin
   const named = (names: readonly string[] | undefined, where: string): AccessPolicy[] =>
     (names ?? []).map((name) => {
       const policy = file?.policies.get(name);
-      if (!policy) throw new ConfigError('credentials', `${where} names the policy ${JSON.stringify(name)}, but ${file ? `--access-policies ${policyPath ?? ''} does not define it` : 'no --access-policies file is given'}`);
+      if (!policy)
+        throw new ConfigError(
+          'credentials',
+          `${where} names the policy ${JSON.stringify(name)}, but ${file ? `--access-policies ${policyPath ?? ''} does not define it` : 'no --access-policies file is given'}`,
+        );
       return policy;
     });
   return [
@@ -518,7 +1082,10 @@ function resolveCredentials(admin: { accessKeyId: string; secretAccessKey: strin
 /** `--domain`: comma-separated DNS names (a port or scheme is a mistake worth naming). */
 function parseDomains(text: string | undefined): string[] {
   if (text === undefined) return [];
-  const domains = text.split(',').map((d) => d.trim().toLowerCase()).filter((d) => d !== '');
+  const domains = text
+    .split(',')
+    .map((d) => d.trim().toLowerCase())
+    .filter((d) => d !== '');
   for (const domain of domains) {
     if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/.test(domain)) {
       throw new ConfigError('domain', `--domain / OBJECTCACHE_DOMAIN must be DNS names such as s3.example.com (no scheme or port), got ${JSON.stringify(domain)}`);
@@ -529,9 +1096,16 @@ function parseDomains(text: string | undefined): string[] {
 
 /** `--reserved-buckets`: first path segments, comma-separated (any name a path could start with). */
 function parseReserved(text: string | undefined): Set<string> {
-  const names = (text ?? '').split(',').map((n) => n.trim()).filter((n) => n !== '');
+  const names = (text ?? '')
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => n !== '');
   for (const name of names) {
-    if (!/^[A-Za-z0-9._-]{1,63}$/.test(name)) throw new ConfigError('reserved-buckets', `--reserved-buckets / OBJECTCACHE_RESERVED_BUCKETS must be path segments such as minio,admin (letters, digits, . _ -), got ${JSON.stringify(name)}`);
+    if (!/^[A-Za-z0-9._-]{1,63}$/.test(name))
+      throw new ConfigError(
+        'reserved-buckets',
+        `--reserved-buckets / OBJECTCACHE_RESERVED_BUCKETS must be path segments such as minio,admin (letters, digits, . _ -), got ${JSON.stringify(name)}`,
+      );
   }
   return new Set(names.map((n) => n.toLowerCase()));
 }
@@ -552,7 +1126,10 @@ export function parseSize(text: string): number | string {
 function parseSizes(setting: 'budget' | 'tenantQuota', text: string | undefined): Map<string, number> {
   const spec = SERVE_SETTINGS[setting];
   const out = new Map<string, number>();
-  for (const item of (text ?? '').split(',').map((i) => i.trim()).filter((i) => i !== '')) {
+  for (const item of (text ?? '')
+    .split(',')
+    .map((i) => i.trim())
+    .filter((i) => i !== '')) {
     const at = item.lastIndexOf('=');
     const name = item.slice(0, at).trim();
     const size = at > 0 ? parseSize(item.slice(at + 1)) : `${JSON.stringify(item)} is not name=size`;
@@ -570,7 +1147,8 @@ function parseDuration(setting: 'evictIdle' | 'multipartExpiry', raw: RawSetting
   const m = /^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s)\s*$/.exec(text);
   const unit = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1000 }[m?.[2] as 'd' | 'h' | 'm' | 's'];
   const ms = m && unit ? Math.round(Number(m[1]) * unit) : NaN;
-  if (!(ms > 0)) throw new ConfigError(SERVE_SETTINGS[setting].flag, `${label(SERVE_SETTINGS[setting])} must be a duration such as 7d, 12h, 30m or 90s, or off; got ${JSON.stringify(text)}`);
+  if (!(ms > 0))
+    throw new ConfigError(SERVE_SETTINGS[setting].flag, `${label(SERVE_SETTINGS[setting])} must be a duration such as 7d, 12h, 30m or 90s, or off; got ${JSON.stringify(text)}`);
   return ms;
 }
 
@@ -590,10 +1168,12 @@ function loadCapacity(raw: RawSettings, multipartExpiryMs: number | undefined): 
   if (low >= high) throw new ConfigError('budget-low-percent', `--budget-low-percent (${low}) must be below --budget-high-percent (${high}): trimming stops at the low mark`);
   const stateBucket = nonEmpty('capacityStateBucket', raw);
   bucketSetting('capacity-state-bucket', '--capacity-state-bucket / OBJECTCACHE_CAPACITY_STATE_BUCKET', stateBucket);
-  if (budgets.has(stateBucket)) throw new ConfigError('capacity-state-bucket', `--capacity-state-bucket ${stateBucket} is also a budgeted bucket: its state would be evicted with its chunks`);
+  if (budgets.has(stateBucket))
+    throw new ConfigError('capacity-state-bucket', `--capacity-state-bucket ${stateBucket} is also a budgeted bucket: its state would be evicted with its chunks`);
   const syncMs = integer('capacitySyncMs', raw);
   const leaseMs = integer('capacityLeaseMs', raw);
-  if (leaseMs < 3 * syncMs) throw new ConfigError('capacity-lease-ms', `--capacity-lease-ms (${leaseMs}) must be at least three --capacity-sync-ms (${syncMs}): the holder renews the lease once a sync`);
+  if (leaseMs < 3 * syncMs)
+    throw new ConfigError('capacity-lease-ms', `--capacity-lease-ms (${leaseMs}) must be at least three --capacity-sync-ms (${syncMs}): the holder renews the lease once a sync`);
   return { budgets, quotas, highFraction: high / 100, lowFraction: low / 100, idleMs, evictPerSecond: integer('evictRate', raw), stateBucket, syncMs, leaseMs, multipartExpiryMs };
 }
 
@@ -632,7 +1212,12 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     } catch {
       throw new ConfigError('s3-endpoint', `--s3-endpoint / OBJECTCACHE_S3_ENDPOINT is not a URL: ${raw.s3Endpoint}`);
     }
-    if ((endpoint.protocol !== 'http:' && endpoint.protocol !== 'https:') || endpoint.search !== '' || endpoint.hash !== '' || (endpoint.pathname !== '/' && endpoint.pathname !== '')) {
+    if (
+      (endpoint.protocol !== 'http:' && endpoint.protocol !== 'https:') ||
+      endpoint.search !== '' ||
+      endpoint.hash !== '' ||
+      (endpoint.pathname !== '/' && endpoint.pathname !== '')
+    ) {
       throw new ConfigError('s3-endpoint', `--s3-endpoint must be an http(s) origin such as http://127.0.0.1:9000, got ${raw.s3Endpoint}`);
     }
     backend = {
@@ -664,13 +1249,22 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
   const maxLayerwiseRequests = integer('maxLayerwiseRequests', raw);
   const maxLayerwisePerKey = raw.maxLayerwisePerKey === 'auto' ? Math.max(1, Math.floor((maxLayerwiseRequests * 3) / 4)) : integer('maxLayerwisePerKey', raw);
   if (maxLayerwisePerKey > maxLayerwiseRequests) {
-    throw new ConfigError('max-layerwise-per-key', `--max-layerwise-per-key (${maxLayerwisePerKey}) is more than --max-layerwise-requests (${maxLayerwiseRequests}): one key could hold every slot`);
+    throw new ConfigError(
+      'max-layerwise-per-key',
+      `--max-layerwise-per-key (${maxLayerwisePerKey}) is more than --max-layerwise-requests (${maxLayerwiseRequests}): one key could hold every slot`,
+    );
   }
   if (integer('requestTimeoutMs', raw) < integer('headerTimeoutMs', raw)) {
-    throw new ConfigError('request-timeout-ms', `--request-timeout-ms (${raw.requestTimeoutMs}) is less than --header-timeout-ms (${raw.headerTimeoutMs}): a whole request cannot take less time than its headers`);
+    throw new ConfigError(
+      'request-timeout-ms',
+      `--request-timeout-ms (${raw.requestTimeoutMs}) is less than --header-timeout-ms (${raw.headerTimeoutMs}): a whole request cannot take less time than its headers`,
+    );
   }
   if (integer('maxRequestsPerKey', raw) > integer('maxConnections', raw)) {
-    throw new ConfigError('max-requests-per-key', `--max-requests-per-key (${raw.maxRequestsPerKey}) is more than --max-connections (${raw.maxConnections}): one key could hold every connection`);
+    throw new ConfigError(
+      'max-requests-per-key',
+      `--max-requests-per-key (${raw.maxRequestsPerKey}) is more than --max-connections (${raw.maxConnections}): one key could hold every connection`,
+    );
   }
 
   const multipartExpiryMs = parseDuration('multipartExpiry', raw);
@@ -683,7 +1277,8 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
   // the configured ones (the administrator key still can).
   for (const name of stateBuckets(raw)) reservedBuckets.add(name);
   for (const bucket of capacity?.budgets.keys() ?? []) {
-    if (reservedBuckets.has(bucket.toLowerCase())) throw new ConfigError('budget', `--budget names ${bucket}, a reserved bucket (the store's own API or the gateways' own state): no client may write it`);
+    if (reservedBuckets.has(bucket.toLowerCase()))
+      throw new ConfigError('budget', `--budget names ${bucket}, a reserved bucket (the store's own API or the gateways' own state): no client may write it`);
   }
 
   return {
@@ -765,7 +1360,10 @@ function stateKeySetting(raw: RawSettings): string | undefined {
  */
 function stateBuckets(raw: RawSettings): string[] {
   const names = new Set<string>([SERVE_SETTINGS.capacityStateBucket.default, SERVE_SETTINGS.segmentBucket.default]);
-  for (const [setting, flag] of [['capacityStateBucket', 'capacity-state-bucket'], ['segmentBucket', 'segment-bucket']] as const) {
+  for (const [setting, flag] of [
+    ['capacityStateBucket', 'capacity-state-bucket'],
+    ['segmentBucket', 'segment-bucket'],
+  ] as const) {
     const name = raw[setting];
     if (name === undefined || name === '') continue;
     bucketSetting(flag, `--${flag} / ${SERVE_SETTINGS[setting].env}`, name);

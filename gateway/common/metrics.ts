@@ -51,7 +51,12 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'objectcache_process_' });
   const registers = [registry];
-  const requests = new Counter({ name: 'objectcache_http_requests_total', help: 'S3 requests answered, by operation and HTTP status.', labelNames: ['operation', 'status'] as const, registers });
+  const requests = new Counter({
+    name: 'objectcache_http_requests_total',
+    help: 'S3 requests answered, by operation and HTTP status.',
+    labelNames: ['operation', 'status'] as const,
+    registers,
+  });
   const requestDuration = new Histogram({
     name: 'objectcache_http_request_duration_seconds',
     help: 'Time from request to the end of the response, by operation.',
@@ -59,7 +64,12 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers,
   });
-  const authFailures = new Counter({ name: 'objectcache_auth_failures_total', help: 'Requests rejected by authentication before reaching the backend, by error code.', labelNames: ['code'] as const, registers });
+  const authFailures = new Counter({
+    name: 'objectcache_auth_failures_total',
+    help: 'Requests rejected by authentication before reaching the backend, by error code.',
+    labelNames: ['code'] as const,
+    registers,
+  });
 
   // --- backend ---
   new Counter({
@@ -101,25 +111,111 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     },
   });
   const backendReads = new Counter({ name: 'objectcache_backend_reads_total', help: 'Range reads issued by layerwise and chunkwise GETs.', registers });
-  const backendRetries = new Counter({ name: 'objectcache_backend_retries_total', help: 'Backend requests repeated after a retryable failure (5xx, connection or timeout), by kind: range reads of layerwise GETs, passthrough GETs and HEADs.', labelNames: ['kind'] as const, registers });
-  const backendReadErrors = new Counter({ name: 'objectcache_backend_read_errors_total', help: 'Read tasks that failed, by error code.', labelNames: ['code'] as const, registers });
-  const taskSeconds = new Histogram({ name: 'objectcache_backend_read_task_seconds', help: 'Time a read task took for its range reads (one layer group of a run of chunks).', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10], registers });
+  const backendRetries = new Counter({
+    name: 'objectcache_backend_retries_total',
+    help: 'Backend requests repeated after a retryable failure (5xx, connection or timeout), by kind: range reads of layerwise GETs, passthrough GETs and HEADs.',
+    labelNames: ['kind'] as const,
+    registers,
+  });
+  const backendReadErrors = new Counter({
+    name: 'objectcache_backend_read_errors_total',
+    help: 'Read tasks that failed, by error code.',
+    labelNames: ['code'] as const,
+    registers,
+  });
+  const taskSeconds = new Histogram({
+    name: 'objectcache_backend_read_task_seconds',
+    help: 'Time a read task took for its range reads (one layer group of a run of chunks).',
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers,
+  });
 
   // --- worker pool and buffers ---
-  new Gauge({ name: 'objectcache_worker_pool_utilization_ratio', help: 'Share of the read workers\u2019 capacity in use (piscina utilization).', registers, collect() { this.set(sources.pool().utilization); } });
-  new Gauge({ name: 'objectcache_worker_pool_queued_tasks', help: 'Read tasks waiting for a worker.', registers, collect() { this.set(sources.pool().queued); } });
-  new Gauge({ name: 'objectcache_worker_pool_running_tasks', help: 'Read tasks running in the workers.', registers, collect() { this.set(sources.pool().running); } });
-  new Gauge({ name: 'objectcache_buffered_bytes', help: 'Bytes read by layerwise GETs and not yet sent.', registers, collect() { this.set(sources.bufferedBytes()); } });
+  new Gauge({
+    name: 'objectcache_worker_pool_utilization_ratio',
+    help: 'Share of the read workers\u2019 capacity in use (piscina utilization).',
+    registers,
+    collect() {
+      this.set(sources.pool().utilization);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_worker_pool_queued_tasks',
+    help: 'Read tasks waiting for a worker.',
+    registers,
+    collect() {
+      this.set(sources.pool().queued);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_worker_pool_running_tasks',
+    help: 'Read tasks running in the workers.',
+    registers,
+    collect() {
+      this.set(sources.pool().running);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_buffered_bytes',
+    help: 'Bytes read by layerwise GETs and not yet sent.',
+    registers,
+    collect() {
+      this.set(sources.bufferedBytes());
+    },
+  });
 
   // --- layerwise GETs and the scheduler ---
   const modes = new Counter({ name: 'objectcache_mode_decisions_total', help: 'Layerwise GETs by the delivery mode chosen.', labelNames: ['mode'] as const, registers });
-  const delivered = new Counter({ name: 'objectcache_delivered_bytes_total', help: 'KV payload bytes delivered by layerwise and chunkwise GETs, by tenant.', labelNames: ['tenant'] as const, registers });
-  const layerReady = new Histogram({ name: 'objectcache_layer_ready_seconds', help: 'Time from a layerwise GET\u2019s arrival to each layer frame being sent.', buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30], registers });
-  const admissionWait = new Histogram({ name: 'objectcache_scheduler_admission_wait_seconds', help: 'Time a layerwise GET waited for its epoch admission.', buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers });
-  new Gauge({ name: 'objectcache_layerwise_active_requests', help: 'Layerwise and chunkwise GETs being served.', registers, collect() { this.set(sources.activeLayerwise()); } });
-  new Gauge({ name: 'objectcache_scheduler_queued_requests', help: 'Layerwise GETs waiting for an epoch admission.', registers, collect() { this.set(sources.scheduler()?.pending ?? 0); } });
-  new Gauge({ name: 'objectcache_scheduler_cap_bytes_per_second', help: 'The bandwidth cap B shared by layerwise GETs (0 when unlimited).', registers, collect() { this.set(sources.scheduler()?.capBytesPerSec ?? 0); } });
-  new Gauge({ name: 'objectcache_scheduler_cap_in_use_bytes_per_second', help: 'Sum of the rates granted to layerwise GETs in flight.', registers, collect() { this.set(sources.scheduler()?.capInUseBytesPerSec ?? 0); } });
+  const delivered = new Counter({
+    name: 'objectcache_delivered_bytes_total',
+    help: 'KV payload bytes delivered by layerwise and chunkwise GETs, by tenant.',
+    labelNames: ['tenant'] as const,
+    registers,
+  });
+  const layerReady = new Histogram({
+    name: 'objectcache_layer_ready_seconds',
+    help: 'Time from a layerwise GET\u2019s arrival to each layer frame being sent.',
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers,
+  });
+  const admissionWait = new Histogram({
+    name: 'objectcache_scheduler_admission_wait_seconds',
+    help: 'Time a layerwise GET waited for its epoch admission.',
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers,
+  });
+  new Gauge({
+    name: 'objectcache_layerwise_active_requests',
+    help: 'Layerwise and chunkwise GETs being served.',
+    registers,
+    collect() {
+      this.set(sources.activeLayerwise());
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_queued_requests',
+    help: 'Layerwise GETs waiting for an epoch admission.',
+    registers,
+    collect() {
+      this.set(sources.scheduler()?.pending ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_cap_bytes_per_second',
+    help: 'The bandwidth cap B shared by layerwise GETs (0 when unlimited).',
+    registers,
+    collect() {
+      this.set(sources.scheduler()?.capBytesPerSec ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_cap_in_use_bytes_per_second',
+    help: 'Sum of the rates granted to layerwise GETs in flight.',
+    registers,
+    collect() {
+      this.set(sources.scheduler()?.capInUseBytesPerSec ?? 0);
+    },
+  });
   new Counter({
     name: 'objectcache_scheduler_epochs_total',
     help: 'Scheduling epochs that have passed.',
@@ -180,13 +276,59 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
 
   // --- capacity (gateway/capacity/) ---
   let watched: CapacityGauges | undefined;
-  const evictions = new Counter({ name: 'objectcache_evictions_total', help: 'Chunks evicted, by bucket and reason: lru (the budget, coldest tail first), idle (--evict-idle), dead (a chunk whose predecessor was gone), quota (a tenant\u2019s write past its quota).', labelNames: ['bucket', 'reason'] as const, registers });
+  const evictions = new Counter({
+    name: 'objectcache_evictions_total',
+    help: 'Chunks evicted, by bucket and reason: lru (the budget, coldest tail first), idle (--evict-idle), dead (a chunk whose predecessor was gone), quota (a tenant\u2019s write past its quota).',
+    labelNames: ['bucket', 'reason'] as const,
+    registers,
+  });
   const evictedBytes = new Counter({ name: 'objectcache_evicted_bytes_total', help: 'Bytes evicted, by bucket and reason.', labelNames: ['bucket', 'reason'] as const, registers });
-  const capacitySyncFailures = new Counter({ name: 'objectcache_capacity_sync_failures_total', help: 'Capacity-management operations against the store that failed and will be retried, by what (sync, trim, head).', labelNames: ['what'] as const, registers });
-  new Gauge({ name: 'objectcache_capacity_bytes', help: 'Bytes stored in each budgeted bucket, as this gateway knows them, its packed segments included (docs/segments.md).', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.bytes); } });
-  new Gauge({ name: 'objectcache_capacity_budget_bytes', help: 'The --budget of each budgeted bucket.', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.budget); } });
-  new Gauge({ name: 'objectcache_capacity_chunks', help: 'Objects in each budgeted bucket.', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.chunks); } });
-  new Gauge({ name: 'objectcache_capacity_pinned_bytes', help: 'Bytes of each budgeted bucket pinned now.', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.pinnedBytes); } });
+  const capacitySyncFailures = new Counter({
+    name: 'objectcache_capacity_sync_failures_total',
+    help: 'Capacity-management operations against the store that failed and will be retried, by what (sync, trim, head).',
+    labelNames: ['what'] as const,
+    registers,
+  });
+  new Gauge({
+    name: 'objectcache_capacity_bytes',
+    help: 'Bytes stored in each budgeted bucket, as this gateway knows them, its packed segments included (docs/segments.md).',
+    labelNames: ['bucket'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.bytes);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_capacity_budget_bytes',
+    help: 'The --budget of each budgeted bucket.',
+    labelNames: ['bucket'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.budget);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_capacity_chunks',
+    help: 'Objects in each budgeted bucket.',
+    labelNames: ['bucket'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.chunks);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_capacity_pinned_bytes',
+    help: 'Bytes of each budgeted bucket pinned now.',
+    labelNames: ['bucket'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.pinnedBytes);
+    },
+  });
   new Gauge({
     name: 'objectcache_capacity_tenant_bytes',
     help: 'Bytes each tenant stores in the budgeted buckets together (tenants with a quota, and up to 256 others).',
@@ -201,13 +343,61 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
       }
     },
   });
-  new Gauge({ name: 'objectcache_capacity_quota_bytes', help: 'The --tenant-quota of each tenant that has one.', labelNames: ['tenant'] as const, registers, collect() { this.reset(); for (const [tenant, bytes] of watched?.quotas ?? []) this.set({ tenant }, bytes); } });
-  const capacityRejected = new Counter({ name: 'objectcache_capacity_rejected_total', help: 'Shared capacity state read from the store and not applied, by what: journal, snapshot or lease (not signed with the state key, or a journal too large), event (a line out of shape or bounds), unauthorized (a write journalled for a tenant none of whose keys may write the chunk).', labelNames: ['what'] as const, registers });
-  const uploadsExpired = new Counter({ name: 'objectcache_multipart_expired_total', help: 'Unfinished multipart uploads of budgeted buckets aborted for --multipart-expiry, by bucket.', labelNames: ['bucket'] as const, registers });
-  new Gauge({ name: 'objectcache_capacity_upload_bytes', help: 'Bytes of the parts of unfinished multipart uploads in each budgeted bucket (counted against its budget and their tenants\u2019 quotas).', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uploadBytes); } });
-  const capacityHintsDropped = new Counter({ name: 'objectcache_capacity_hints_dropped_total', help: 'Accesses and chains not journalled because their access key passed its share of the journal this sync period (they still count at this gateway).', registers });
-  new Gauge({ name: 'objectcache_capacity_unchecked_bytes', help: 'Bytes each budgeted bucket holds as other gateways journalled them, not yet checked against the store by the lease holder (eviction does not act on them until then).', labelNames: ['bucket'] as const, registers, collect() { this.reset(); for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uncheckedBytes); } });
-  new Gauge({ name: 'objectcache_capacity_leader', help: '1 while this gateway holds the eviction lease (one gateway over a store evicts at a time).', registers, collect() { this.set(watched?.isLeader ? 1 : 0); } });
+  new Gauge({
+    name: 'objectcache_capacity_quota_bytes',
+    help: 'The --tenant-quota of each tenant that has one.',
+    labelNames: ['tenant'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [tenant, bytes] of watched?.quotas ?? []) this.set({ tenant }, bytes);
+    },
+  });
+  const capacityRejected = new Counter({
+    name: 'objectcache_capacity_rejected_total',
+    help: 'Shared capacity state read from the store and not applied, by what: journal, snapshot or lease (not signed with the state key, or a journal too large), event (a line out of shape or bounds), unauthorized (a write journalled for a tenant none of whose keys may write the chunk).',
+    labelNames: ['what'] as const,
+    registers,
+  });
+  const uploadsExpired = new Counter({
+    name: 'objectcache_multipart_expired_total',
+    help: 'Unfinished multipart uploads of budgeted buckets aborted for --multipart-expiry, by bucket.',
+    labelNames: ['bucket'] as const,
+    registers,
+  });
+  new Gauge({
+    name: 'objectcache_capacity_upload_bytes',
+    help: 'Bytes of the parts of unfinished multipart uploads in each budgeted bucket (counted against its budget and their tenants\u2019 quotas).',
+    labelNames: ['bucket'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uploadBytes);
+    },
+  });
+  const capacityHintsDropped = new Counter({
+    name: 'objectcache_capacity_hints_dropped_total',
+    help: 'Accesses and chains not journalled because their access key passed its share of the journal this sync period (they still count at this gateway).',
+    registers,
+  });
+  new Gauge({
+    name: 'objectcache_capacity_unchecked_bytes',
+    help: 'Bytes each budgeted bucket holds as other gateways journalled them, not yet checked against the store by the lease holder (eviction does not act on them until then).',
+    labelNames: ['bucket'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uncheckedBytes);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_capacity_leader',
+    help: '1 while this gateway holds the eviction lease (one gateway over a store evicts at a time).',
+    registers,
+    collect() {
+      this.set(watched?.isLeader ? 1 : 0);
+    },
+  });
   const capacity: CapacityObserver = {
     evicted: (bucket, reason, bytes) => {
       evictions.inc({ bucket, reason });
@@ -221,12 +411,39 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
 
   // --- packed segments (gateway/segments/segments.ts) ---
   let watchedSegments: SegmentGauges | undefined;
-  const segmentEvents = new Counter({ name: 'objectcache_segment_events_total', help: 'Packed segments, by event: packed (a manifest written), discovered (a segment found in the store, packed by another gateway or before a restart: at a read of its run, or by the sweep), reread (a pack that fell behind its read reads the layers it missed from the chunks), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), rejected (a manifest not signed with the state key, or a segment whose CRC32Cs are not those its chunks\u2019 writers recorded: not used, and dropped), dropped (one this gateway knew, removed for any reason), evicted (for a budget or --max-segment-bytes, including segments this gateway did not know, deleted by the sweep), swept (a data object no manifest names, deleted by the hourly sweep).', labelNames: ['event'] as const, registers });
-  new Gauge({ name: 'objectcache_segments', help: 'Packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.count ?? 0); } });
-  new Gauge({ name: 'objectcache_segment_bytes', help: 'Bytes of the packed segments this gateway knows.', registers, collect() { this.set(watchedSegments?.knownBytes ?? 0); } });
+  const segmentEvents = new Counter({
+    name: 'objectcache_segment_events_total',
+    help: 'Packed segments, by event: packed (a manifest written), discovered (a segment found in the store, packed by another gateway or before a restart: at a read of its run, or by the sweep), reread (a pack that fell behind its read reads the layers it missed from the chunks), abandoned (a pack given up: the store too slow, the request failed, a chunk written meanwhile), served (a descriptor GET read from one), stale (a covered chunk changed: dropped), rejected (a manifest not signed with the state key, or a segment whose CRC32Cs are not those its chunks\u2019 writers recorded: not used, and dropped), dropped (one this gateway knew, removed for any reason), evicted (for a budget or --max-segment-bytes, including segments this gateway did not know, deleted by the sweep), swept (a data object no manifest names, deleted by the hourly sweep).',
+    labelNames: ['event'] as const,
+    registers,
+  });
+  new Gauge({
+    name: 'objectcache_segments',
+    help: 'Packed segments this gateway knows.',
+    registers,
+    collect() {
+      this.set(watchedSegments?.count ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_segment_bytes',
+    help: 'Bytes of the packed segments this gateway knows.',
+    registers,
+    collect() {
+      this.set(watchedSegments?.knownBytes ?? 0);
+    },
+  });
   const segments: SegmentObserver = { event: (event) => segmentEvents.inc({ event }) };
   return {
-    registry, requests, requestDuration, authFailures, connectionTimeouts, backendRetries, descriptorGet, capacity, segments,
+    registry,
+    requests,
+    requestDuration,
+    authFailures,
+    connectionTimeouts,
+    backendRetries,
+    descriptorGet,
+    capacity,
+    segments,
     watchCapacity(c) {
       watched = c;
     },

@@ -77,6 +77,9 @@ export function loadStateKey(setting: string | undefined, backend: StateKeySourc
       secret = readFileSync(file);
     }
   }
-  if (secret.length < 32) throw new Error(`${file} holds ${secret.length} bytes, not a state key of 32: delete it to make a new one (packed segments and capacity state signed with the old one are then not used)`);
+  if (secret.length < 32)
+    throw new Error(
+      `${file} holds ${secret.length} bytes, not a state key of 32: delete it to make a new one (packed segments and capacity state signed with the old one are then not used)`,
+    );
   return new StateKey(secret, 'data-dir');
 }

@@ -26,8 +26,10 @@ export async function readChunkIndex(descriptor: Descriptor, bucket: string, bac
     const site = { details: siteDetails({ chunk, key }) };
     if (!head) throw new ObjectCacheError('OC_ERR_CHUNK_MISSING', `chunk ${chunk} (${key}) does not exist`, site);
     const index = chunkIndex(head.size, head.meta, descriptor.layers, descriptor.layerBytes, head.etag);
-    if (typeof index === 'string') throw new ObjectCacheError(head.meta[CODEC_META] === undefined ? 'OC_ERR_CHUNK_SIZE' : 'OC_ERR_CHUNK_INDEX', `chunk ${chunk} (${key}) ${index}`, site);
-    if (!accepted.includes(index.codec)) throw new ObjectCacheError('OC_ERR_CODEC_UNACCEPTED', `chunk ${chunk} (${key}) is stored as ${index.codec}; the descriptor accepts ${accepted.join(', ')}`, site);
+    if (typeof index === 'string')
+      throw new ObjectCacheError(head.meta[CODEC_META] === undefined ? 'OC_ERR_CHUNK_SIZE' : 'OC_ERR_CHUNK_INDEX', `chunk ${chunk} (${key}) ${index}`, site);
+    if (!accepted.includes(index.codec))
+      throw new ObjectCacheError('OC_ERR_CODEC_UNACCEPTED', `chunk ${chunk} (${key}) is stored as ${index.codec}; the descriptor accepts ${accepted.join(', ')}`, site);
     codec ??= index.codec;
     if (index.codec !== codec) throw new ObjectCacheError('OC_ERR_CODEC_MIXED', `chunk ${chunk} (${key}) is stored as ${index.codec}, the chunks before it as ${codec}`, site);
     sliceBytes.push(index.sliceBytes);

@@ -10,7 +10,6 @@ import { readSignedJsonBody } from '../s3/body/signed-json-body.js';
 import type { DescriptorGetConfig } from '../common/config.js';
 import { headerOf, type RequestContext } from '../s3/context.js';
 
-
 export async function readDescriptor(ctx: RequestContext, config: DescriptorGetConfig): Promise<Descriptor> {
   if (ctx.req.method === 'GET') {
     if (!ctx.auth.signedHeaders.includes(DESCRIPTOR_HEADER)) {
@@ -19,7 +18,11 @@ export async function readDescriptor(ctx: RequestContext, config: DescriptorGetC
     const descriptor = parseDescriptor(decodeDescriptorHeader(headerOf(ctx.req, DESCRIPTOR_HEADER) ?? ''), config.limits);
     const last = descriptor.keys.at(-1);
     if (last !== ctx.target.key) {
-      throw new ObjectCacheError('OC_ERR_DESCRIPTOR_KEY_MISMATCH', `The request path names ${JSON.stringify(ctx.target.key)}, but the descriptor's last chunk is ${JSON.stringify(last)}`, { details: { Key: ctx.target.key } });
+      throw new ObjectCacheError(
+        'OC_ERR_DESCRIPTOR_KEY_MISMATCH',
+        `The request path names ${JSON.stringify(ctx.target.key)}, but the descriptor's last chunk is ${JSON.stringify(last)}`,
+        { details: { Key: ctx.target.key } },
+      );
     }
     return descriptor;
   }

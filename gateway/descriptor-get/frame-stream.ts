@@ -76,7 +76,15 @@ export class FrameBuilder {
       for (let i = 0; i < layout.chunks; i++) {
         const lengths: number[] = []; // the segment table's, for encoded slices only
         if (layout.sizes) for (let layer = layout.first; layer < layout.end; layer++) lengths.push(layout.sliceBytes(layer, i));
-        out.push(this.#frame(FrameType.CHUNK, task.chunkStart + i, [layout.chunkPiece(region, i)], lengths, this.#combined(crcs, layout, layout.slice(layout.first, i), layout.layers) as number));
+        out.push(
+          this.#frame(
+            FrameType.CHUNK,
+            task.chunkStart + i,
+            [layout.chunkPiece(region, i)],
+            lengths,
+            this.#combined(crcs, layout, layout.slice(layout.first, i), layout.layers) as number,
+          ),
+        );
       }
     }
     return out;
@@ -110,7 +118,7 @@ export class FrameBuilder {
     let out = crc;
     for (let i = from; i < from + count; i++) {
       const shift = layout.sizes ? this.#shiftOf(layout.offsetOf(i + 1) - layout.offsetOf(i)) : this.#shift;
-      out = out === undefined ? (crcs[i]) : crc32cCombine(out, crcs[i] as number, shift);
+      out = out === undefined ? crcs[i] : crc32cCombine(out, crcs[i] as number, shift);
     }
     return out;
   }

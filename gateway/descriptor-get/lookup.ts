@@ -35,7 +35,10 @@ export async function servePrefixLookup(ctx: RequestContext, config: DescriptorG
   const layers = body['layers'];
   const layerBytes = body['layerBytes'];
   const positive = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
-  if ((layers === undefined) !== (layerBytes === undefined) || (layers !== undefined && (!positive(layers) || !positive(layerBytes) || !Number.isSafeInteger(layers * (layerBytes))))) {
+  if (
+    (layers === undefined) !== (layerBytes === undefined) ||
+    (layers !== undefined && (!positive(layers) || !positive(layerBytes) || !Number.isSafeInteger(layers * layerBytes)))
+  ) {
     throw new ObjectCacheError('OC_ERR_DESCRIPTOR_INVALID', `${usage}; "layers" and "layerBytes" come together, as positive integers`);
   }
   const codecs = body['codecs'];

@@ -223,7 +223,20 @@ export class ReadAhead implements UnitSource {
     const c = this.#o.chunks;
     const encoded = c.encoded ? { encoded: { codec: c.encoded.codec, sliceBytes: c.encoded.sliceBytes.slice(task.chunkStart, task.chunkEnd) } } : {};
     const segment = task.fromSegment && this.#o.segment ? { segment: this.#segmentRead(task, this.#o.segment) } : {};
-    return { requestId: c.requestId, bucket: c.bucket, keys: c.keys.slice(task.chunkStart, task.chunkEnd), chunkOffset: task.chunkStart, layout: c.layout, layers: c.layers, layerBytes: c.layerBytes, first: task.first, end: task.end, order: this.#o.order, ...encoded, ...segment };
+    return {
+      requestId: c.requestId,
+      bucket: c.bucket,
+      keys: c.keys.slice(task.chunkStart, task.chunkEnd),
+      chunkOffset: task.chunkStart,
+      layout: c.layout,
+      layers: c.layers,
+      layerBytes: c.layerBytes,
+      first: task.first,
+      end: task.end,
+      order: this.#o.order,
+      ...encoded,
+      ...segment,
+    };
   }
 
   /**

@@ -126,7 +126,7 @@ export interface Unit {
 export function planUnits(plan: ReadPlan, byGroup: boolean, order: Delivery, slices: Slices): Unit[] {
   const units: Unit[] = [];
   const { tasks } = plan;
-  for (let from = 0; from < tasks.length; ) {
+  for (let from = 0; from < tasks.length;) {
     let to = from + 1;
     if (byGroup) while (to < tasks.length && tasks[to]?.group === tasks[from]?.group) to++;
     let bytes = 0;
@@ -174,7 +174,7 @@ export function planLayerGroups(input: Pick<PlanInput, 'layout' | 'layerStart' |
   const cap = Math.max(1, Math.min(byRead, byGroup));
   const groups: [number, number][] = [];
   let size = 1;
-  for (let first = input.layerStart; first < input.layerEnd; ) {
+  for (let first = input.layerStart; first < input.layerEnd;) {
     const end = Math.min(input.layerEnd, first + Math.min(size, cap));
     groups.push([first, end]);
     first = end;

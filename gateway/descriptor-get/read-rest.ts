@@ -34,15 +34,34 @@ export function restReader(s: RestReads): ReadRest {
     const windowBytes = Math.min(config.readAheadBytes, r.queueBytes);
     const tasksInFlight = pool.tasksPerRequest;
     const { encoded } = s.chunks;
-    const plan = planLayerwise({ ...planInput(descriptor, config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes, windowBytes), layerStart: r.from, firstGroupTasks: 1 });
+    const plan = planLayerwise({
+      ...planInput(descriptor, config, tasksInFlight, encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes, windowBytes),
+      layerStart: r.from,
+      firstGroupTasks: 1,
+    });
     const units = planUnits(plan, true, 'layer-major', s.chunks);
     // An encoded prefix's reads are pinned to its index's versions, which the request read too.
-    const readAhead = new ReadAhead({ pool, plan, units, chunks: s.chunks, order: 'layer-major', windowBytes, budget: s.budget, tasksInFlight, firstUnitAlone: false, signal: r.signal, pins: r.pins });
+    const readAhead = new ReadAhead({
+      pool,
+      plan,
+      units,
+      chunks: s.chunks,
+      order: 'layer-major',
+      windowBytes,
+      budget: s.budget,
+      tasksInFlight,
+      firstUnitAlone: false,
+      signal: r.signal,
+      pins: r.pins,
+    });
     const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded });
     try {
       for (let u = 0; u < units.length; u++) {
         const reads = await readAhead.unit(u);
-        await r.take(reads, build.layerFrames(reads).map((frame) => slicesOf(frame, encoded)));
+        await r.take(
+          reads,
+          build.layerFrames(reads).map((frame) => slicesOf(frame, encoded)),
+        );
         readAhead.recycle(u);
         readAhead.release(u);
       }

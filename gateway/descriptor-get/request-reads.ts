@@ -72,14 +72,35 @@ export function startReads(r: ReadsRequest): RequestReads {
   // Encoded slices differ in length: groups and tasks are sized by the largest.
   const sliceBytes = encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes;
   const chunkPlan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, sliceBytes);
-  const segment = reads === 'grouped' ? r.segments?.plan({ input: planInput(descriptor, config, tasksInFlight, sliceBytes), chunkPlan, layerwise: mode === 'layerwise' }) : undefined;
+  const segment =
+    reads === 'grouped' ? r.segments?.plan({ input: planInput(descriptor, config, tasksInFlight, sliceBytes), chunkPlan, layerwise: mode === 'layerwise' }) : undefined;
   const plan = segment ? segment.plan : chunkPlan;
-  const chunks: ChunkSource = { requestId: r.requestId, bucket: r.bucket, keys: descriptor.keys, layout: descriptor.layout, layers: descriptor.layers, layerBytes: descriptor.layerBytes, encoded };
+  const chunks: ChunkSource = {
+    requestId: r.requestId,
+    bucket: r.bucket,
+    keys: descriptor.keys,
+    layout: descriptor.layout,
+    layers: descriptor.layers,
+    layerBytes: descriptor.layerBytes,
+    encoded,
+  };
   const units = planUnits(plan, mode === 'layerwise', order, chunks);
   let readAhead: UnitSource;
   if (reads === 'streamed') {
     const geometry = { ...chunks, first: descriptor.layerStart, end: descriptor.layerEnd };
-    readAhead = new StreamReadAhead({ pool, geometry, plan, runChunks, streams, windowBytes: config.streamWindowBytes, budget: deps.budget, timeoutMs: deps.backendTimeoutMs, signal: r.signal, observer: deps.observer, firstLayers: deps.firstLayers });
+    readAhead = new StreamReadAhead({
+      pool,
+      geometry,
+      plan,
+      runChunks,
+      streams,
+      windowBytes: config.streamWindowBytes,
+      budget: deps.budget,
+      timeoutMs: deps.backendTimeoutMs,
+      signal: r.signal,
+      observer: deps.observer,
+      firstLayers: deps.firstLayers,
+    });
   } else {
     readAhead = new ReadAhead({
       pool,

@@ -25,7 +25,15 @@
  */
 import { SEGMENT_CHUNKS_HEADER, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { encodeEndPayload, encodeErrorPayload, FrameType, SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
+import {
+  encodeEndPayload,
+  encodeErrorPayload,
+  FrameType,
+  SEGMENTED_STREAM_CONTENT_TYPE,
+  STREAM_CONTENT_TYPE,
+  STREAM_VERSION,
+  STREAM_VERSION_SEGMENTED,
+} from '../../schemas/frames.js';
 import { chooseMode, type DeliveryMode, type ReadPlan, type Unit } from './read-plan.js';
 import type { RequestContext } from '../s3/context.js';
 import type { EpochScheduler, Grant } from './scheduler/epoch-scheduler.js';
@@ -104,7 +112,16 @@ interface StreamRequest {
 async function stream(r: StreamRequest): Promise<'retry' | void> {
   const { ctx, descriptor, deps, mode, grant, encoded } = r;
   const { config } = deps;
-  const { reads, plan, units, chunks, segment, readAhead } = startReads({ requestId: ctx.requestId, bucket: ctx.target.bucket, signal: ctx.signal, descriptor, mode, encoded, segments: r.readSegment ? r.segments : undefined, deps });
+  const { reads, plan, units, chunks, segment, readAhead } = startReads({
+    requestId: ctx.requestId,
+    bucket: ctx.target.bucket,
+    signal: ctx.signal,
+    descriptor,
+    mode,
+    encoded,
+    segments: r.readSegment ? r.segments : undefined,
+    deps,
+  });
   let pack: SegmentPack | undefined;
   /** Whether the segment's CRC32Cs are those every covered chunk's writer recorded (SegmentPlan.first). */
   let segmentVerified = true;

@@ -120,7 +120,21 @@ export class StreamReadAhead implements UnitSource {
     this.#held.budget = true;
     if (signal.aborted) throw signal.reason;
     this.#ring = pool.takeRing(this.#layout);
-    const running = pool.runStream({ requestId: g.requestId, bucket: g.bucket, keys: g.keys, chunkOffset: 0, layout: g.layout, layers: g.layers, layerBytes: g.layerBytes, first: g.first, end: g.end, runChunks, ring: this.#ring.ring, blocks: this.#ring.blocks, timeoutMs: this.#o.timeoutMs });
+    const running = pool.runStream({
+      requestId: g.requestId,
+      bucket: g.bucket,
+      keys: g.keys,
+      chunkOffset: 0,
+      layout: g.layout,
+      layers: g.layers,
+      layerBytes: g.layerBytes,
+      first: g.first,
+      end: g.end,
+      runChunks,
+      ring: this.#ring.ring,
+      blocks: this.#ring.blocks,
+      timeoutMs: this.#o.timeoutMs,
+    });
     this.#running = running;
     const closed = once(running.port, 'close');
     running.port.on('message', (message: StreamLayer) => this.#layer(message));

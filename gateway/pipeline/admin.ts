@@ -82,7 +82,12 @@ export async function startAdminServer(options: AdminOptions): Promise<AdminServ
             return respond(json(401, { error: '/capacity needs Authorization: Bearer <OBJECTCACHE_ADMIN_TOKEN>' }));
           }
         } else if (!options.loopback || !loopbackHost(req)) {
-          return respond(json(403, { error: '/capacity lists every tenant\u2019s keys: it is served on a loopback admin address to a loopback Host, or with OBJECTCACHE_ADMIN_TOKEN set (then with Authorization: Bearer <token>)' }));
+          return respond(
+            json(403, {
+              error:
+                '/capacity lists every tenant\u2019s keys: it is served on a loopback admin address to a loopback Host, or with OBJECTCACHE_ADMIN_TOKEN set (then with Authorization: Bearer <token>)',
+            }),
+          );
         }
         if (!options.capacity) return respond(json(404, { error: 'no bucket has a --budget' }));
         const top = Number(new URLSearchParams(query).get('top') ?? '10');

@@ -138,7 +138,10 @@ export class ConnectionGuard {
     }
     res.setHeader('connection', 'close');
     const requestId = String(res.getHeader('x-amz-request-id') ?? '');
-    const error = new ObjectCacheError('OC_ERR_REQUEST_TIMEOUT', 'Your socket connection to the server was not read from or written to within the timeout period; the connection is closed');
+    const error = new ObjectCacheError(
+      'OC_ERR_REQUEST_TIMEOUT',
+      'Your socket connection to the server was not read from or written to within the timeout period; the connection is closed',
+    );
     sendError(res, error, requestId, res.req.url ?? '/', 0);
     // `connection: close` ends the socket once the answer is flushed; a client that reads
     // nothing either is cut after the grace.

@@ -88,17 +88,20 @@ export function beginRequest(req: IncomingMessage, res: ServerResponse, logger: 
     const status = res.writableFinished ? res.statusCode : 499;
     metrics.requests.inc({ operation, status: String(status) });
     metrics.requestDuration.observe({ operation }, seconds);
-    r.log.info({
-      method: req.method,
-      path: r.target?.path ?? req.url,
-      operation,
-      status,
-      ms: Math.round(seconds * 1e4) / 10,
-      accessKey: ctx?.auth.credential.accessKeyId,
-      tenant: ctx?.tenant,
-      ...(failure ? { code: failure.code } : {}),
-      ...(status === 499 ? { aborted: true } : {}),
-    }, 'request');
+    r.log.info(
+      {
+        method: req.method,
+        path: r.target?.path ?? req.url,
+        operation,
+        status,
+        ms: Math.round(seconds * 1e4) / 10,
+        accessKey: ctx?.auth.credential.accessKeyId,
+        tenant: ctx?.tenant,
+        ...(failure ? { code: failure.code } : {}),
+        ...(status === 499 ? { aborted: true } : {}),
+      },
+      'request',
+    );
   };
   guard.track(req, res, () => {
     over = true;

@@ -233,9 +233,13 @@ function assertAsciiHeaders(rawHeaders: readonly string[]): void {
     const name = (rawHeaders[i] as string).toLowerCase();
     if (!INTERPRETED_HEADER.test(name)) continue;
     if (/[^\x20-\x7e\t]/.test(rawHeaders[i + 1] as string)) {
-      throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The header ${name} holds bytes outside printable ASCII; encode non-ASCII metadata (RFC 2047, or percent-encoding for x-amz-copy-source)`, {
-        details: { ArgumentName: name },
-      });
+      throw new ObjectCacheError(
+        'OC_ERR_REQUEST_INVALID_ARGUMENT',
+        `The header ${name} holds bytes outside printable ASCII; encode non-ASCII metadata (RFC 2047, or percent-encoding for x-amz-copy-source)`,
+        {
+          details: { ArgumentName: name },
+        },
+      );
     }
   }
 }

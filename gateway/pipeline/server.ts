@@ -66,7 +66,9 @@ const CLOSE_GRACE_MS = 5_000;
 /** This process's soft limit on open files (Linux, /proc/self/limits), or undefined. */
 function openFileLimit(): number | undefined {
   try {
-    const line = readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
     const soft = line?.slice('Max open files'.length).trim().split(/\s+/)[0];
     return soft === undefined || soft === 'unlimited' ? undefined : Number(soft);
   } catch {
@@ -115,14 +117,37 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   // What the gateways in front of the store sign their own state with (gateway/common/state-key.ts).
   const stateKey = loadStateKey(config.stateKey, config.backend);
   const segments = config.segments
-    ? new Segments({ config: config.segments, key: stateKey, store: backend.capacity, workerEtag: (etag) => (backend.kind === 's3' ? `"${etag}"` : etag), logger, observer: metrics.segments, checks: backend, checkTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000 })
+    ? new Segments({
+        config: config.segments,
+        key: stateKey,
+        store: backend.capacity,
+        workerEtag: (etag) => (backend.kind === 's3' ? `"${etag}"` : etag),
+        logger,
+        observer: metrics.segments,
+        checks: backend,
+        checkTimeoutMs: config.backend.kind === 's3' ? config.backend.timeoutMs : 30_000,
+      })
     : undefined;
   metrics.watchSegments(segments);
   const capacity = config.capacity
-    ? new Capacity({ config: config.capacity, key: stateKey, mayWrite: (tenant, bucket, key) => tenantMayWrite(config.clientCredentials, tenant, bucket, key), store: backend.capacity, logger, observer: metrics.capacity, ...(segments ? { derived: segments } : {}) })
+    ? new Capacity({
+        config: config.capacity,
+        key: stateKey,
+        mayWrite: (tenant, bucket, key) => tenantMayWrite(config.clientCredentials, tenant, bucket, key),
+        store: backend.capacity,
+        logger,
+        observer: metrics.capacity,
+        ...(segments ? { derived: segments } : {}),
+      })
     : undefined;
   metrics.watchCapacity(capacity);
-  const verifier = new RequestVerifier({ credentials: config.clientCredentials, region: config.region, sigV2: config.sigV2, sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds, ...(deps.now ? { now: deps.now } : {}) });
+  const verifier = new RequestVerifier({
+    credentials: config.clientCredentials,
+    region: config.region,
+    sigV2: config.sigV2,
+    sigV2MaxExpiresSeconds: config.sigV2MaxExpiresSeconds,
+    ...(deps.now ? { now: deps.now } : {}),
+  });
   const admission = new Admission({
     keys: new KeyLimits(config.limits, config.backend.kind === 's3' ? config.backend.connections : 0),
     maxDescriptorGets: lw.maxLayerwiseRequests,
@@ -151,7 +176,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const CLIENT_ERRORS: Readonly<Record<string, () => ObjectCacheError>> = {
     HPE_HEADER_OVERFLOW: () => new ObjectCacheError('OC_ERR_REQUEST_HEADER_TOO_LARGE', `Your request's headers exceed the maximum of ${config.maxHeaderBytes} bytes`),
     // --header-timeout-ms or --request-timeout-ms ran out (Node's own 408 would carry no S3 error).
-    ERR_HTTP_REQUEST_TIMEOUT: () => new ObjectCacheError('OC_ERR_REQUEST_TIMEOUT', 'Your socket connection to the server was not read from or written to within the timeout period; the connection is closed'),
+    ERR_HTTP_REQUEST_TIMEOUT: () =>
+      new ObjectCacheError('OC_ERR_REQUEST_TIMEOUT', 'Your socket connection to the server was not read from or written to within the timeout period; the connection is closed'),
   };
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
     const known = CLIENT_ERRORS[error.code ?? ''];
@@ -197,7 +223,10 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const needed = config.limits.maxConnections + (config.backend.kind === 's3' ? config.backend.connections + lw.maxChunkStreams : 0) + 64;
   if (files !== undefined && files < needed) {
     // Past the limit every new file fails (EMFILE): another tenant's upload, a backend connection.
-    logger.warn({ openFileLimit: files, needed }, `the open-file limit (ulimit -n ${files}) is below what --max-connections and the backend connections may use (${needed}); lower --max-connections or raise the limit`);
+    logger.warn(
+      { openFileLimit: files, needed },
+      `the open-file limit (ulimit -n ${files}) is below what --max-connections and the backend connections may use (${needed}); lower --max-connections or raise the limit`,
+    );
   }
 
   let closing: Promise<void> | undefined;

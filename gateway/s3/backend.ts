@@ -56,7 +56,8 @@ export interface ObjectHead {
   readonly meta: Readonly<Record<string, string>>;
 }
 
-const noSuchBucket = (bucket: string): ObjectCacheError => new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
+const noSuchBucket = (bucket: string): ObjectCacheError =>
+  new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
 
 /** How often the embedded store looks for uploads past --multipart-expiry (at most; a quarter of the expiry when shorter). */
 const EXPIRE_UPLOADS_EVERY_MS = 60 * 60 * 1000;
@@ -143,7 +144,8 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, on
     async listBuckets(signal) {
       const res = await backend.request({ method: 'GET', path: '/', signal });
       const text = await res.body.text();
-      if (res.statusCode !== 200) throw new ObjectCacheError(res.statusCode >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `ListBuckets at the store answered ${res.statusCode}`);
+      if (res.statusCode !== 200)
+        throw new ObjectCacheError(res.statusCode >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `ListBuckets at the store answered ${res.statusCode}`);
       return parseBucketList(text);
     },
     serveS3: (ctx) => servePassthrough(ctx, backend, onRetry),

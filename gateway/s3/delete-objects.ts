@@ -56,10 +56,13 @@ export async function readDeleteObjects(ctx: RequestContext): Promise<DeleteObje
   });
   const { bucket } = ctx.target;
   const bypass = ctx.req.headers['x-amz-bypass-governance-retention'] !== undefined;
-  authorize(ctx.auth.credential, objects.flatMap((o) => [
-    { action: o.versionId === undefined ? ('s3:DeleteObject' as const) : ('s3:DeleteObjectVersion' as const), resource: s3Arn(bucket, o.key) },
-    ...(bypass ? [{ action: 's3:BypassGovernanceRetention' as const, resource: s3Arn(bucket, o.key) }] : []),
-  ]));
+  authorize(
+    ctx.auth.credential,
+    objects.flatMap((o) => [
+      { action: o.versionId === undefined ? ('s3:DeleteObject' as const) : ('s3:DeleteObjectVersion' as const), resource: s3Arn(bucket, o.key) },
+      ...(bypass ? [{ action: 's3:BypassGovernanceRetention' as const, resource: s3Arn(bucket, o.key) }] : []),
+    ]),
+  );
   const quiet = xmlText(document, 'Quiet')?.trim() === 'true';
   const forward = Buffer.from(
     `<?xml version="1.0" encoding="UTF-8"?><Delete xmlns="${S3_XMLNS}">${quiet ? '<Quiet>true</Quiet>' : ''}` +

@@ -55,19 +55,27 @@ export function checkStoredMetadata(headers: Readonly<Record<string, string>>, u
   for (const [name, value] of Object.entries(userMeta)) {
     const field = `x-amz-meta-${name}`;
     if (!TOKEN.test(field)) throw invalid(field, 'is not a valid metadata name: an HTTP header name has no spaces, control characters or separators');
-    if (INVALID_VALUE.test(value)) throw invalid(field, 'has a value outside printable ASCII (a control character, CR and LF included, or a byte over 0x7f; encode non-ASCII metadata with RFC 2047)');
+    if (INVALID_VALUE.test(value))
+      throw invalid(field, 'has a value outside printable ASCII (a control character, CR and LF included, or a byte over 0x7f; encode non-ASCII metadata with RFC 2047)');
     userBytes += name.length + value.length;
     totalBytes += field.length + value.length;
   }
   if (userBytes > MAX_USER_METADATA_BYTES) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_METADATA_TOO_LARGE', `Your metadata headers exceed the maximum allowed metadata size: the user metadata takes ${userBytes} bytes, over the limit of ${MAX_USER_METADATA_BYTES}`);
+    throw new ObjectCacheError(
+      'OC_ERR_REQUEST_METADATA_TOO_LARGE',
+      `Your metadata headers exceed the maximum allowed metadata size: the user metadata takes ${userBytes} bytes, over the limit of ${MAX_USER_METADATA_BYTES}`,
+    );
   }
   for (const [name, value] of Object.entries(headers)) {
     if (!TOKEN.test(name)) throw invalid(name, 'is not a valid header name');
-    if (INVALID_VALUE.test(value)) throw invalid(name, 'has a value outside printable ASCII (a control character, CR and LF included, or a byte over 0x7f; encode non-ASCII metadata with RFC 2047)');
+    if (INVALID_VALUE.test(value))
+      throw invalid(name, 'has a value outside printable ASCII (a control character, CR and LF included, or a byte over 0x7f; encode non-ASCII metadata with RFC 2047)');
     totalBytes += name.length + value.length;
   }
   if (totalBytes > MAX_STORED_HEADER_BYTES) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_METADATA_TOO_LARGE', `Your metadata headers exceed the maximum allowed metadata size: the stored headers and user metadata take ${totalBytes} bytes, over the limit of ${MAX_STORED_HEADER_BYTES}`);
+    throw new ObjectCacheError(
+      'OC_ERR_REQUEST_METADATA_TOO_LARGE',
+      `Your metadata headers exceed the maximum allowed metadata size: the stored headers and user metadata take ${totalBytes} bytes, over the limit of ${MAX_STORED_HEADER_BYTES}`,
+    );
   }
 }

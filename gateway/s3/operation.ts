@@ -6,11 +6,36 @@
 import { hasQuery, type S3Target } from './request.js';
 
 export type S3Operation =
-  | 'ListBuckets' | 'CreateBucket' | 'HeadBucket' | 'DeleteBucket' | 'GetBucketLocation' | 'ListMultipartUploads'
-  | 'ListObjects' | 'ListObjectsV2' | 'DeleteObjects' | 'ListParts' | 'GetObject' | 'HeadObject' | 'UploadPart'
-  | 'PutObject' | 'AbortMultipartUpload' | 'DeleteObject' | 'CreateMultipartUpload' | 'CompleteMultipartUpload'
-  | 'ListObjectVersions' | 'GetBucketAcl' | 'PutBucketAcl' | 'GetObjectAcl' | 'PutObjectAcl' | 'GetObjectAttributes'
-  | 'GetBucketPolicy' | 'PutBucketPolicy' | 'DeleteBucketPolicy' | 'GetBucketCors' | 'PutBucketCors' | 'DeleteBucketCors';
+  | 'ListBuckets'
+  | 'CreateBucket'
+  | 'HeadBucket'
+  | 'DeleteBucket'
+  | 'GetBucketLocation'
+  | 'ListMultipartUploads'
+  | 'ListObjects'
+  | 'ListObjectsV2'
+  | 'DeleteObjects'
+  | 'ListParts'
+  | 'GetObject'
+  | 'HeadObject'
+  | 'UploadPart'
+  | 'PutObject'
+  | 'AbortMultipartUpload'
+  | 'DeleteObject'
+  | 'CreateMultipartUpload'
+  | 'CompleteMultipartUpload'
+  | 'ListObjectVersions'
+  | 'GetBucketAcl'
+  | 'PutBucketAcl'
+  | 'GetObjectAcl'
+  | 'PutObjectAcl'
+  | 'GetObjectAttributes'
+  | 'GetBucketPolicy'
+  | 'PutBucketPolicy'
+  | 'DeleteBucketPolicy'
+  | 'GetBucketCors'
+  | 'PutBucketCors'
+  | 'DeleteBucketCors';
 
 /** A bucket's configuration sub-resources named here (the others are `undefined`: never read as a listing). */
 const BUCKET_CONFIGURATIONS: Readonly<Record<string, Readonly<Record<string, S3Operation>>>> = {
@@ -18,7 +43,25 @@ const BUCKET_CONFIGURATIONS: Readonly<Record<string, Readonly<Record<string, S3O
   cors: { GET: 'GetBucketCors', PUT: 'PutBucketCors', DELETE: 'DeleteBucketCors' },
 };
 /** Bucket sub-resources S3 has that this gateway names no operation for. */
-const OTHER_BUCKET_SUBRESOURCES = ['tagging', 'versioning', 'lifecycle', 'encryption', 'notification', 'object-lock', 'replication', 'website', 'logging', 'requestPayment', 'accelerate', 'analytics', 'inventory', 'metrics', 'ownershipControls', 'publicAccessBlock', 'intelligent-tiering'];
+const OTHER_BUCKET_SUBRESOURCES = [
+  'tagging',
+  'versioning',
+  'lifecycle',
+  'encryption',
+  'notification',
+  'object-lock',
+  'replication',
+  'website',
+  'logging',
+  'requestPayment',
+  'accelerate',
+  'analytics',
+  'inventory',
+  'metrics',
+  'ownershipControls',
+  'publicAccessBlock',
+  'intelligent-tiering',
+];
 
 export function s3Operation(method: string, target: S3Target): S3Operation | undefined {
   const { bucket, key } = target;

@@ -23,8 +23,17 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 
 /** Request headers forwarded as they are. */
 const FORWARD = new Set([
-  'content-type', 'content-md5', 'content-disposition', 'content-language', 'cache-control', 'expires', 'range',
-  'if-match', 'if-none-match', 'if-modified-since', 'if-unmodified-since',
+  'content-type',
+  'content-md5',
+  'content-disposition',
+  'content-language',
+  'cache-control',
+  'expires',
+  'range',
+  'if-match',
+  'if-none-match',
+  'if-modified-since',
+  'if-unmodified-since',
 ]);
 
 /** x-amz-* headers that belong to the client's own signature or body framing, not to the operation. */
@@ -42,7 +51,10 @@ function forwardHeaders(ctx: RequestContext): Record<string, string> {
   }
   const encoding = headerOf(ctx.req, 'content-encoding');
   if (encoding !== undefined) {
-    const kept = encoding.split(',').map((s) => s.trim()).filter((s) => s !== '' && s.toLowerCase() !== 'aws-chunked');
+    const kept = encoding
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s !== '' && s.toLowerCase() !== 'aws-chunked');
     if (kept.length > 0) out['content-encoding'] = kept.join(', ');
   }
   return out;
@@ -134,7 +146,10 @@ export async function servePassthrough(ctx: RequestContext, backend: S3Backend, 
       headers['x-amz-decoded-content-length'] = String(upload.length);
       headers['x-amz-trailer'] = name;
       headers['content-length'] = String(awsChunkedLength(upload.length, name.length + 1 + checksumValueLength(algorithm) + 2));
-      const encoded = Readable.from(awsChunkedWithTrailer(upload.stream, upload.length, () => `${name}:${upload.checksumValue() ?? ''}`), { objectMode: false });
+      const encoded = Readable.from(
+        awsChunkedWithTrailer(upload.stream, upload.length, () => `${name}:${upload.checksumValue() ?? ''}`),
+        { objectMode: false },
+      );
       return relay(ctx, backend, headers, encoded, 'STREAMING-UNSIGNED-PAYLOAD-TRAILER', onRetry);
     }
     if (trailerChecksum) {
@@ -171,7 +186,14 @@ class RetryableAnswer extends ObjectCacheError {
  * body) are repeated under BACKEND_RETRY while the client has received nothing; the last 5xx is
  * relayed as it is.
  */
-async function relay(ctx: RequestContext, backend: S3Backend, headers: Record<string, string>, body: Readable | undefined, payloadHash: string, onRetry?: RetryObserver): Promise<void> {
+async function relay(
+  ctx: RequestContext,
+  backend: S3Backend,
+  headers: Record<string, string>,
+  body: Readable | undefined,
+  payloadHash: string,
+  onRetry?: RetryObserver,
+): Promise<void> {
   const method = ctx.req.method ?? 'GET';
   const attempts = body === undefined && (method === 'GET' || method === 'HEAD') ? BACKEND_RETRY.attempts : 1;
   const deadline = performance.now() + backend.timeoutMs;
@@ -281,7 +303,9 @@ class RelayHandler implements Dispatcher.DispatchHandler {
 
   /** Sends a held error with the gateway's request id in its body. */
   #sendError(error: { status: number; headers: Record<string, string | string[]>; body: Buffer[] }): void {
-    const text = Buffer.concat(error.body).toString('utf8').replace(/<RequestId>[^<]*<\/RequestId>/, `<RequestId>${this.#requestId}</RequestId>`);
+    const text = Buffer.concat(error.body)
+      .toString('utf8')
+      .replace(/<RequestId>[^<]*<\/RequestId>/, `<RequestId>${this.#requestId}</RequestId>`);
     const body = Buffer.from(text, 'utf8');
     this.#res.writeHead(error.status, { ...error.headers, 'content-length': String(body.byteLength) });
     this.#res.end(body);

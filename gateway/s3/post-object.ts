@@ -133,7 +133,10 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
       if (!fields.has(lower)) fields.set(lower, value);
     };
     // The fields come before the file, unauthenticated: they must all arrive in time.
-    fieldsTimer = setTimeout(() => reject(new ObjectCacheError('OC_ERR_REQUEST_TIMEOUT', `The form's fields did not arrive within ${deps.fieldsTimeoutMs} ms`)), deps.fieldsTimeoutMs);
+    fieldsTimer = setTimeout(
+      () => reject(new ObjectCacheError('OC_ERR_REQUEST_TIMEOUT', `The form's fields did not arrive within ${deps.fieldsTimeoutMs} ms`)),
+      deps.fieldsTimeoutMs,
+    );
     parser.on('field', (name, value, info) => {
       // S3 reads the form up to the field named "file"; what follows is ignored.
       if (file) return;
@@ -245,7 +248,9 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
   }
   const status = fields.get('success_action_status');
   if (status === '201') {
-    sendXml(res, 201, buildXml('PostResponse', { Location: `/${target.bucket}/${encodeURI(key)}`, Bucket: target.bucket, Key: key, ETag: `"${etag}"` }, false), { etag: `"${etag}"` });
+    sendXml(res, 201, buildXml('PostResponse', { Location: `/${target.bucket}/${encodeURI(key)}`, Bucket: target.bucket, Key: key, ETag: `"${etag}"` }, false), {
+      etag: `"${etag}"`,
+    });
     return;
   }
   sendEmpty(res, status === '200' ? 200 : 204, { etag: `"${etag}"`, location: `/${target.bucket}/${encodeURI(key)}` });
@@ -281,7 +286,10 @@ export function backendPostSink(backend: S3Backend): PostSink {
       if (response.statusCode !== 200) {
         const code = /<Code>([^<]*)<\/Code>/.exec(text)?.[1];
         if (code === 'NoSuchBucket') throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
-        throw new ObjectCacheError(response.statusCode >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL', `The object store answered ${response.statusCode} ${code ?? ''} to the upload`);
+        throw new ObjectCacheError(
+          response.statusCode >= 500 ? 'OC_ERR_BACKEND_UNAVAILABLE' : 'OC_ERR_BACKEND_PROTOCOL',
+          `The object store answered ${response.statusCode} ${code ?? ''} to the upload`,
+        );
       }
       return String(response.headers['etag'] ?? '').replace(/"/g, '');
     } finally {

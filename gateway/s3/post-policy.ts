@@ -54,7 +54,8 @@ export function checkPostPolicy(policyBase64: string, fields: ReadonlyMap<string
         limits = { minBytes: min, maxBytes: max };
         continue;
       }
-      if (typeof a !== 'string' || !a.startsWith('$') || typeof b !== 'string') throw malformed(`The condition ${JSON.stringify(condition)} is not of the form [op, "$field", "value"]`);
+      if (typeof a !== 'string' || !a.startsWith('$') || typeof b !== 'string')
+        throw malformed(`The condition ${JSON.stringify(condition)} is not of the form [op, "$field", "value"]`);
       const name = a.slice(1).toLowerCase();
       named.add(name);
       const actual = value(name);

@@ -18,7 +18,9 @@ export function parseRange(header: string | undefined, size: number): ByteRange 
   const [, first = '', last = ''] = m;
   if (first === '' && last === '') return undefined;
   const unsatisfiable = (): ObjectCacheError =>
-    new ObjectCacheError('OC_ERR_STORE_INVALID_RANGE', 'The requested range is not satisfiable', { details: { RangeRequested: header.trim(), ActualObjectSize: size, ObjectSize: size } });
+    new ObjectCacheError('OC_ERR_STORE_INVALID_RANGE', 'The requested range is not satisfiable', {
+      details: { RangeRequested: header.trim(), ActualObjectSize: size, ObjectSize: size },
+    });
   if (first === '') {
     const suffix = Number(last);
     if (suffix === 0 || size === 0) throw unsatisfiable();

@@ -14,7 +14,6 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import { assertBucketName } from '../common/bucket-name.js';
 
-
 export interface S3Target {
   /** Empty for service-level requests (ListBuckets). */
   readonly bucket: string;
@@ -149,7 +148,9 @@ export function parseTarget(url: string, hostBucket?: string): S3Target {
  */
 export function parseCopySource(value: string): { bucket: string; key: string; versionId: string | undefined } {
   const invalid = (why: string): ObjectCacheError =>
-    new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `x-amz-copy-source must be bucket/key, URL-encoded, with an optional ?versionId=: ${why}`, { details: { ArgumentName: 'x-amz-copy-source', ArgumentValue: value } });
+    new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `x-amz-copy-source must be bucket/key, URL-encoded, with an optional ?versionId=: ${why}`, {
+      details: { ArgumentName: 'x-amz-copy-source', ArgumentValue: value },
+    });
   // eslint-disable-next-line no-control-regex -- control characters are what it refuses
   if (value.includes('#') || /[\x00-\x1f\x7f]/.test(value)) throw invalid('it contains # or a control character');
   const q = value.indexOf('?');
@@ -198,12 +199,20 @@ export function hasQuery(target: Pick<S3Target, 'query'>, name: string): boolean
 
 export { assertBucketName };
 
-
 /** Query parameters of presigned SigV4 authentication (compared case-insensitively). */
 const PRESIGN_PARAMS = new Set([
-  'x-amz-algorithm', 'x-amz-credential', 'x-amz-date', 'x-amz-expires', 'x-amz-signedheaders', 'x-amz-signature', 'x-amz-security-token', 'x-amz-content-sha256',
+  'x-amz-algorithm',
+  'x-amz-credential',
+  'x-amz-date',
+  'x-amz-expires',
+  'x-amz-signedheaders',
+  'x-amz-signature',
+  'x-amz-security-token',
+  'x-amz-content-sha256',
   // SigV2 presigned URLs
-  'awsaccesskeyid', 'signature', 'expires',
+  'awsaccesskeyid',
+  'signature',
+  'expires',
 ]);
 
 /**
@@ -219,7 +228,8 @@ export function unhoistPresigned(target: S3Target): { target: S3Target; headers:
     if (PRESIGN_PARAMS.has(lower)) continue;
     if (lower.startsWith('x-amz-')) {
       // One value, or the gateway's checks and the store could each read another.
-      if (headers[lower] !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The query parameter ${name} appears twice`, { details: { ArgumentName: name } });
+      if (headers[lower] !== undefined)
+        throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The query parameter ${name} appears twice`, { details: { ArgumentName: name } });
       headers[lower] = value;
     } else query.push([name, value]);
   }

@@ -137,7 +137,8 @@ export function scanXmlBody(xml: string, root: string): void {
         const c = xml.charCodeAt(j);
         if (c === GT) break;
         if (c === EQUALS) {
-          if (++attributes > MAX_XML_ATTRIBUTES) throw malformed(`The XML body has more than ${MAX_XML_ATTRIBUTES} attributes; S3 request bodies carry a namespace declaration or two`);
+          if (++attributes > MAX_XML_ATTRIBUTES)
+            throw malformed(`The XML body has more than ${MAX_XML_ATTRIBUTES} attributes; S3 request bodies carry a namespace declaration or two`);
         } else if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
           j = xml.indexOf(c === DOUBLE_QUOTE ? '"' : "'", j + 1);
           if (j === -1) throw malformed('The XML body has an unterminated attribute value');

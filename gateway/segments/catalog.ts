@@ -16,7 +16,23 @@ import type { SegmentSource } from '../descriptor-get/segment-source.js';
 import type { SegmentCover } from '../descriptor-get/read-plan.js';
 import type { SegmentConfig } from '../common/config.js';
 import type { SegmentObserver } from '../common/observers.js';
-import { codecOf, manifestKey, MAX_MANIFEST_BYTES, offsets, parseManifest, pinned, recordedOf, runName, sameRun, sameSizes, sameValues, sealManifest, writerCheck, type Heads, type Manifest } from './manifest.js';
+import {
+  codecOf,
+  manifestKey,
+  MAX_MANIFEST_BYTES,
+  offsets,
+  parseManifest,
+  pinned,
+  recordedOf,
+  runName,
+  sameRun,
+  sameSizes,
+  sameValues,
+  sealManifest,
+  writerCheck,
+  type Heads,
+  type Manifest,
+} from './manifest.js';
 import type { Pack, Packed } from './pack.js';
 
 /**
@@ -186,8 +202,17 @@ export class Catalog {
     if (!best) return undefined;
     const { segment, chunks } = best;
     const m = segment.manifest;
-    if (encoded && !pinned(encoded.etags.slice(0, chunks).map((etag) => ({ etag })), m.etags)) {
-      if (heads) void this.#check(bucket, segment, chunks, heads).catch((error: unknown) => this.#o.logger.warn({ run: segment.run, error }, 'segments: could not check a segment\u2019s chunks'));
+    if (
+      encoded &&
+      !pinned(
+        encoded.etags.slice(0, chunks).map((etag) => ({ etag })),
+        m.etags,
+      )
+    ) {
+      if (heads)
+        void this.#check(bucket, segment, chunks, heads).catch((error: unknown) =>
+          this.#o.logger.warn({ run: segment.run, error }, 'segments: could not check a segment\u2019s chunks'),
+        );
       return undefined;
     }
     if (encoded && segment.sizes && !sameSizes(segment.sizes, m, encoded, chunks, d.layerStart, d.layerEnd)) {
@@ -281,7 +306,9 @@ export class Catalog {
     if (!segment) return;
     this.#noteForSweep('dropped', run);
     this.#o.observer?.event('dropped');
-    void this.deleteSegment(segment.manifest, run, segment.manifestEtag).catch((error: unknown) => this.#o.logger.warn({ run, why, error }, 'segments: could not delete a dropped segment'));
+    void this.deleteSegment(segment.manifest, run, segment.manifestEtag).catch((error: unknown) =>
+      this.#o.logger.warn({ run, why, error }, 'segments: could not delete a dropped segment'),
+    );
   }
 
   /**
@@ -339,7 +366,15 @@ export class Catalog {
         const kept = parsed?.manifest;
         // The one there is kept only if it is of the same versions and holds what this pack read
         // (the same CRC32Cs): else it is replaced.
-        if (existing && parsed && kept && sameRun(kept, manifest) && kept.etags.length === manifest.etags.length && kept.etags.every((e, i) => e === manifest.etags[i]) && sameValues(parsed.crcs, crcs)) {
+        if (
+          existing &&
+          parsed &&
+          kept &&
+          sameRun(kept, manifest) &&
+          kept.etags.length === manifest.etags.length &&
+          kept.etags.every((e, i) => e === manifest.etags[i]) &&
+          sameValues(parsed.crcs, crcs)
+        ) {
           await store.delete(this.#o.config.bucket, manifest.data);
           // Kept, but a chunk written meanwhile makes it stale as it makes this pack's.
           if (pack.stale) await this.deleteSegment(parsed.manifest, pack.run, existing.etag);
@@ -423,7 +458,10 @@ export class Catalog {
     const parsed = parseManifest(body, this.#o.key);
     if (parsed !== 'unsigned') return parsed;
     this.#o.observer?.event('rejected');
-    this.#o.logger.warn({ run }, 'segments: a manifest in the segment bucket is not signed with this gateway\u2019s state key; not used (is OBJECTCACHE_STATE_KEY the same on every gateway?)');
+    this.#o.logger.warn(
+      { run },
+      'segments: a manifest in the segment bucket is not signed with this gateway\u2019s state key; not used (is OBJECTCACHE_STATE_KEY the same on every gateway?)',
+    );
     return undefined;
   }
 

@@ -85,7 +85,17 @@ export function recordedOf(heads: Awaited<ReturnType<Heads>>): (string | undefin
 
 /** Whether a manifest is of exactly the run `run` describes (its chunks, layout, layers and codec). */
 export function sameRun(m: Manifest, run: Pick<Manifest, 'bucket' | 'keys' | 'layout' | 'layers' | 'layerBytes' | 'first' | 'end' | 'codec'>): boolean {
-  return m.codec === run.codec && m.bucket === run.bucket && m.layout === run.layout && m.layers === run.layers && m.layerBytes === run.layerBytes && m.first === run.first && m.end === run.end && m.keys.length === run.keys.length && m.keys.every((key, i) => key === run.keys[i]);
+  return (
+    m.codec === run.codec &&
+    m.bucket === run.bucket &&
+    m.layout === run.layout &&
+    m.layers === run.layers &&
+    m.layerBytes === run.layerBytes &&
+    m.first === run.first &&
+    m.end === run.end &&
+    m.keys.length === run.keys.length &&
+    m.keys.every((key, i) => key === run.keys[i])
+  );
 }
 
 /**
@@ -93,7 +103,9 @@ export function sameRun(m: Manifest, run: Pick<Manifest, 'bucket' | 'keys' | 'la
  * packs it (so a second pack of a run finds the first one's manifest).
  */
 export function runName(bucket: string, d: Pick<Descriptor, 'keys' | 'layout' | 'layers' | 'layerBytes'>, first: number, end: number, codec: string): string {
-  return createHash('sha256').update(JSON.stringify([bucket, d.layout, d.layers, d.layerBytes, first, end, codec, d.keys])).digest('hex');
+  return createHash('sha256')
+    .update(JSON.stringify([bucket, d.layout, d.layers, d.layerBytes, first, end, codec, d.keys]))
+    .digest('hex');
 }
 
 /**

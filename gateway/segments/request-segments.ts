@@ -19,7 +19,15 @@ export interface SegmentIndex {
   current(bucket: string, found: Found, heads: Heads): Promise<SegmentCheck>;
   served(): void;
   drop(run: string, why: string, data?: string): void;
-  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest, pins: () => readonly (string | undefined)[], verified: () => boolean, encoded?: EncodedChunks): SegmentPack | undefined;
+  packFor(
+    bucket: string,
+    d: Descriptor,
+    run: string,
+    rest: ReadRest,
+    pins: () => readonly (string | undefined)[],
+    verified: () => boolean,
+    encoded?: EncodedChunks,
+  ): SegmentPack | undefined;
 }
 
 /** One descriptor GET's view of the segments (RequestSegments): its due run, if any, and the HEADs its checks make. */

@@ -283,7 +283,15 @@ export class Segments implements PackedSegments {
    * Starts packing a due run (`counted`) unless a segment or pack of it exists, or
    * --max-segment-packs are being written. The caller feeds the pack its frames.
    */
-  packFor(bucket: string, d: Descriptor, run: string, rest: ReadRest, pins: () => readonly (string | undefined)[], verified: () => boolean, encoded?: EncodedChunks): Pack | undefined {
+  packFor(
+    bucket: string,
+    d: Descriptor,
+    run: string,
+    rest: ReadRest,
+    pins: () => readonly (string | undefined)[],
+    verified: () => boolean,
+    encoded?: EncodedChunks,
+  ): Pack | undefined {
     if (this.#catalog.has(run) || this.#packs.has(run) || this.#packs.size >= this.#o.config.maxPacks) return undefined;
     const pack: Pack = new Pack({
       run,
@@ -293,10 +301,11 @@ export class Segments implements PackedSegments {
       bytes: runBytes(d, encoded),
       store: this.#o.store,
       segmentBucket: this.#o.config.bucket,
-      ready: () => (this.#bucketReady ??= this.#o.store.ensureBucket(this.#o.config.bucket).catch((error: unknown) => {
-        this.#bucketReady = undefined;
-        throw error;
-      })),
+      ready: () =>
+        (this.#bucketReady ??= this.#o.store.ensureBucket(this.#o.config.bucket).catch((error: unknown) => {
+          this.#bucketReady = undefined;
+          throw error;
+        })),
       done: (outcome): Promise<void> => this.#packed(pack, outcome),
       queueBytes: this.#o.config.packQueueBytes,
       copyFrames: this.#o.config.packFrom === 'frames',

@@ -138,7 +138,7 @@ export class Sweeper {
       unknown.push({ run: name, bucket: chunksBucket, manifestEtag: manifest.etag, packedAt: manifest.lastModified, data: data.map((object) => object.key), bytes });
       if (unknown.length >= 2 * MAX_UNKNOWN_KEPT) unknown = keepOldest(unknown, unkept);
     };
-    for (let after: string | undefined; ; ) {
+    for (let after: string | undefined; ;) {
       const page = await store.list(bucket, '', after);
       for (const object of page.objects) {
         const parts = object.key.split('/');

@@ -166,7 +166,10 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
       const from = after === undefined ? 0 : all.findIndex((u) => u.key > after.key || (u.key === after.key && u.uploadId > after.uploadId));
       const page = from < 0 ? [] : all.slice(from, from + 1000);
       const last = page.at(-1);
-      return { uploads: page.map((u) => ({ key: u.key, uploadId: u.uploadId, initiated: u.initiated })), next: last && from + page.length < all.length ? { key: last.key, uploadId: last.uploadId } : undefined };
+      return {
+        uploads: page.map((u) => ({ key: u.key, uploadId: u.uploadId, initiated: u.initiated })),
+        next: last && from + page.length < all.length ? { key: last.key, uploadId: last.uploadId } : undefined,
+      };
     },
     async uploadParts(bucket, key, uploadId) {
       try {
@@ -192,7 +195,14 @@ export function embeddedCapacityStore(store: LocalStore): CapacityStore {
  * references decoded (MinIO writes an ETag's quotes as &#34;, as Go's encoding/xml does). Keys are
  * listed URL-encoded (`encoding-type=url`), since XML 1.0 cannot carry most control characters.
  */
-const listParser = new XMLParser({ ignoreAttributes: true, parseTagValue: false, trimValues: false, processEntities: true, htmlEntities: true, isArray: (name) => name === 'Contents' });
+const listParser = new XMLParser({
+  ignoreAttributes: true,
+  parseTagValue: false,
+  trimValues: false,
+  processEntities: true,
+  htmlEntities: true,
+  isArray: (name) => name === 'Contents',
+});
 
 /** A key as S3 lists it with `encoding-type=url`: percent-encoded, a space as `+`. */
 function urlDecodedKey(encoded: string): string {
@@ -228,18 +238,30 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       if (res.statusCode !== 200 && res.statusCode !== 409) throw fail(`CreateBucket ${bucket}`, res.statusCode);
     },
     async list(bucket, prefix, after) {
-      const query: [string, string][] = [['list-type', '2'], ['max-keys', '1000'], ['prefix', prefix], ['encoding-type', 'url']];
+      const query: [string, string][] = [
+        ['list-type', '2'],
+        ['max-keys', '1000'],
+        ['prefix', prefix],
+        ['encoding-type', 'url'],
+      ];
       if (after !== undefined) query.push(['start-after', after]);
       const res = await backend.request({ method: 'GET', path: path(bucket), query });
       const text = await res.body.text();
       if (res.statusCode === 404) return { objects: [], truncated: false };
       if (res.statusCode !== 200) throw fail(`ListObjectsV2 ${bucket}`, res.statusCode);
-      const parsed = listParser.parse(text) as { ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string; EncodingType?: string } };
+      const parsed = listParser.parse(text) as {
+        ListBucketResult?: { Contents?: { Key?: string; Size?: string; ETag?: string; LastModified?: string }[]; IsTruncated?: string; EncodingType?: string };
+      };
       const result = parsed.ListBucketResult ?? {};
       // Only when the store says it encoded them (one that ignores encoding-type lists them as they are).
       const keyOf = result.EncodingType === 'url' ? urlDecodedKey : (key: string): string => key;
       return {
-        objects: (result.Contents ?? []).map((c) => ({ key: keyOf(String(c.Key ?? '')), size: Number(c.Size ?? 0), etag: quoted(String(c.ETag ?? '')), lastModified: Date.parse(String(c.LastModified ?? '')) || 0 })),
+        objects: (result.Contents ?? []).map((c) => ({
+          key: keyOf(String(c.Key ?? '')),
+          size: Number(c.Size ?? 0),
+          etag: quoted(String(c.ETag ?? '')),
+          lastModified: Date.parse(String(c.LastModified ?? '')) || 0,
+        })),
         truncated: result.IsTruncated === 'true',
       };
     },
@@ -269,7 +291,13 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       return quoted(String(res.headers['etag'] ?? ''));
     },
     async putStream(bucket, key, body, bytes, signal) {
-      const res = await backend.request({ method: 'PUT', path: path(bucket, key), headers: { 'content-type': 'application/octet-stream', 'content-length': String(bytes) }, body, signal });
+      const res = await backend.request({
+        method: 'PUT',
+        path: path(bucket, key),
+        headers: { 'content-type': 'application/octet-stream', 'content-length': String(bytes) },
+        body,
+        signal,
+      });
       await res.body.dump();
       if (res.statusCode !== 200) throw fail(`PUT ${key}`, res.statusCode);
       return quoted(String(res.headers['etag'] ?? ''));
@@ -291,26 +319,49 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
       if (res.statusCode !== 204 && res.statusCode !== 200 && res.statusCode !== 404) throw fail(`DELETE ${key}`, res.statusCode);
     },
     async uploads(bucket, after) {
-      const query: [string, string][] = [['uploads', ''], ['max-uploads', '1000'], ['encoding-type', 'url']];
+      const query: [string, string][] = [
+        ['uploads', ''],
+        ['max-uploads', '1000'],
+        ['encoding-type', 'url'],
+      ];
       if (after !== undefined) query.push(['key-marker', after.key], ['upload-id-marker', after.uploadId]);
       const res = await backend.request({ method: 'GET', path: path(bucket), query });
       const text = await res.body.text();
       if (res.statusCode === 404) return { uploads: [], next: undefined };
       if (res.statusCode !== 200) throw fail(`ListMultipartUploads ${bucket}`, res.statusCode);
-      const result = (uploadsParser.parse(text) as { ListMultipartUploadsResult?: { Upload?: { Key?: string; UploadId?: string; Initiated?: string }[]; IsTruncated?: string; EncodingType?: string } }).ListMultipartUploadsResult ?? {};
+      const result =
+        (
+          uploadsParser.parse(text) as {
+            ListMultipartUploadsResult?: { Upload?: { Key?: string; UploadId?: string; Initiated?: string }[]; IsTruncated?: string; EncodingType?: string };
+          }
+        ).ListMultipartUploadsResult ?? {};
       const keyOf = result.EncodingType === 'url' ? urlDecodedKey : (key: string): string => key;
-      const uploads = (result.Upload ?? []).map((u) => ({ key: keyOf(String(u.Key ?? '')), uploadId: String(u.UploadId ?? ''), initiated: Date.parse(String(u.Initiated ?? '')) || 0 }));
+      const uploads = (result.Upload ?? []).map((u) => ({
+        key: keyOf(String(u.Key ?? '')),
+        uploadId: String(u.UploadId ?? ''),
+        initiated: Date.parse(String(u.Initiated ?? '')) || 0,
+      }));
       const last = uploads.at(-1);
       return { uploads, next: result.IsTruncated === 'true' && last ? { key: last.key, uploadId: last.uploadId } : undefined };
     },
     async uploadParts(bucket, key, uploadId) {
       const parts = new Map<number, number>();
       for (let marker = '0', pages = 0; pages < 10; pages++) {
-        const res = await backend.request({ method: 'GET', path: path(bucket, key), query: [['uploadId', uploadId], ['max-parts', '1000'], ['part-number-marker', marker]] });
+        const res = await backend.request({
+          method: 'GET',
+          path: path(bucket, key),
+          query: [
+            ['uploadId', uploadId],
+            ['max-parts', '1000'],
+            ['part-number-marker', marker],
+          ],
+        });
         const text = await res.body.text();
         if (res.statusCode === 404) return undefined;
         if (res.statusCode !== 200) throw fail(`ListParts ${key}`, res.statusCode);
-        const result = (uploadsParser.parse(text) as { ListPartsResult?: { Part?: { PartNumber?: string; Size?: string }[]; IsTruncated?: string; NextPartNumberMarker?: string } }).ListPartsResult ?? {};
+        const result =
+          (uploadsParser.parse(text) as { ListPartsResult?: { Part?: { PartNumber?: string; Size?: string }[]; IsTruncated?: string; NextPartNumberMarker?: string } })
+            .ListPartsResult ?? {};
         for (const part of result.Part ?? []) parts.set(Number(part.PartNumber ?? 0), Number(part.Size ?? 0) || 0);
         if (result.IsTruncated !== 'true' || result.NextPartNumberMarker === undefined) break;
         marker = String(result.NextPartNumberMarker);
@@ -325,4 +376,11 @@ export function s3CapacityStore(backend: S3Backend): CapacityStore {
   };
 }
 
-const uploadsParser = new XMLParser({ ignoreAttributes: true, parseTagValue: false, trimValues: false, processEntities: true, htmlEntities: true, isArray: (name) => name === 'Upload' || name === 'Part' });
+const uploadsParser = new XMLParser({
+  ignoreAttributes: true,
+  parseTagValue: false,
+  trimValues: false,
+  processEntities: true,
+  htmlEntities: true,
+  isArray: (name) => name === 'Upload' || name === 'Part',
+});

@@ -18,7 +18,6 @@ export type { S3BackendOptions };
 
 export { EMPTY_PAYLOAD_SHA256 };
 
-
 /** Why `signal` aborted: its reason, or an Error saying so. */
 function abortReason(signal: AbortSignal | undefined): unknown {
   return (signal?.reason as unknown) ?? new Error('aborted');
@@ -35,7 +34,6 @@ export interface BackendRequest {
   readonly payloadHash?: string;
   readonly signal?: AbortSignal;
 }
-
 
 function queryString(pairs: readonly (readonly [string, string])[]): string {
   return pairs.map(([k, v]) => `${escapeUri(k)}=${escapeUri(v)}`).join('&');
@@ -117,7 +115,11 @@ class Connections {
       };
       const timer = setTimeout(() => {
         leave();
-        reject(new ObjectCacheError('OC_ERR_BACKEND_TIMEOUT', `Every connection to the object store stayed busy for the backend timeout (${this.timeoutMs} ms); retry shortly`, { retryable: true }));
+        reject(
+          new ObjectCacheError('OC_ERR_BACKEND_TIMEOUT', `Every connection to the object store stayed busy for the backend timeout (${this.timeoutMs} ms); retry shortly`, {
+            retryable: true,
+          }),
+        );
       }, this.timeoutMs);
       const leave = (): void => {
         clearTimeout(timer);

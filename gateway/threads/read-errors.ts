@@ -18,7 +18,11 @@ export function sizeError(key: string, actual: number, expected: number): ReadEr
 
 /** A slice whose CRC32C is not the one recorded when its chunk was stored (`chunkIndex`: its prefix position). */
 export function corruptSlice(key: string, chunkIndex: number, layer: number): ReadError {
-  return Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), { chunk: chunkIndex, key, layer });
+  return Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `layer ${layer} of chunk ${key} does not match the CRC32C recorded when it was stored`), {
+    chunk: chunkIndex,
+    key,
+    layer,
+  });
 }
 
 export function changed(key: string): ReadError {

@@ -41,7 +41,8 @@ export class TaskLayout {
     if (sizes) {
       const count = (end - first) * chunks;
       const lengths = new Array<number>(count);
-      for (let chunk = 0; chunk < chunks; chunk++) for (let layer = first; layer < end; layer++) lengths[this.slice(layer, chunk)] = (sizes[chunk] as readonly number[])[layer] as number;
+      for (let chunk = 0; chunk < chunks; chunk++)
+        for (let layer = first; layer < end; layer++) lengths[this.slice(layer, chunk)] = (sizes[chunk] as readonly number[])[layer] as number;
       this.#offsets = new Array<number>(count + 1);
       this.#offsets[0] = 0;
       for (let i = 0; i < count; i++) this.#offsets[i + 1] = (this.#offsets[i] as number) + (lengths[i] as number);

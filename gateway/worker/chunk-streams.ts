@@ -100,7 +100,8 @@ class PartStream implements RangeAnswerSink, BodyTarget {
     if (answer instanceof ReadError) return answer;
     // A chunked answer has no Content-Length: its Content-Range (checked above) is the length, and
     // the socket reader holds the chunks to it (socket-range-get.ts).
-    if (headers['transfer-encoding'] === undefined && headers['content-length'] !== String(asked)) return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);
+    if (headers['transfer-encoding'] === undefined && headers['content-length'] !== String(asked))
+      return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);
     return this.#owner.pin(this.chunk, answer.etag, answer.layerCrcs) ?? this;
   }
 
@@ -136,7 +137,8 @@ class PartStream implements RangeAnswerSink, BodyTarget {
     this.#open = false;
     if (this.#owner.ended) return;
     if (answer.text !== undefined) return this.#owner.fail(errorBodyFailure(answer.status, answer.text, this.#owner.bucket, this.key, this.#owner.objectBytes), this.chunk);
-    if (this.pos < this.#asked) return this.#brokeOff(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `chunk ${this.key}: the response ended at byte ${this.pos} of ${this.#asked}`, true));
+    if (this.pos < this.#asked)
+      return this.#brokeOff(new ReadError('OC_ERR_BACKEND_UNAVAILABLE', `chunk ${this.key}: the response ended at byte ${this.pos} of ${this.#asked}`, true));
     if (this.pos < this.#length) {
       // The first segment is done: the rest of the range once the first layer has been sent.
       this.#reopen = true;

@@ -115,7 +115,6 @@ export class LocalRangeReader implements RangeReader {
   async close(): Promise<void> {}
 }
 
-
 /** What a range answer's status and headers say: a failure, an error body to read, or the version read. */
 /**
  * The failure of reading an object stored in encoding `stored` (its `oc-codec` metadata; absent:
@@ -125,7 +124,8 @@ export class LocalRangeReader implements RangeReader {
 export function codecProblem(stored: string | string[] | undefined, expected: string, key: string): ReadError | undefined {
   const codec = typeof stored === 'string' ? stored : RAW_CODEC;
   if (codec === expected) return undefined;
-  if (expected === RAW_CODEC) return new ReadError('OC_ERR_CODEC_UNACCEPTED', `chunk ${key} is stored encoded (${codec}); the descriptor accepts raw bytes only (name the codec in its "codecs")`);
+  if (expected === RAW_CODEC)
+    return new ReadError('OC_ERR_CODEC_UNACCEPTED', `chunk ${key} is stored encoded (${codec}); the descriptor accepts raw bytes only (name the codec in its "codecs")`);
   return changed(key);
 }
 
@@ -137,7 +137,14 @@ export interface Expected {
   readonly etag?: string | undefined;
 }
 
-export function checkRangeAnswer(statusCode: number, headers: Record<string, string | string[] | undefined>, key: string, offset: number, length: number, expected: Expected): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
+export function checkRangeAnswer(
+  statusCode: number,
+  headers: Record<string, string | string[] | undefined>,
+  key: string,
+  offset: number,
+  length: number,
+  expected: Expected,
+): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
   const { objectBytes, codec } = expected;
   if (statusCode !== 206) {
     // A pinned chunk that no longer has the range was rewritten (shorter) since it was pinned.
@@ -165,7 +172,11 @@ export function checkRangeAnswer(statusCode: number, headers: Record<string, str
 
 /** The failure a 404 or 416 answer's body names. */
 export function errorBodyFailure(status: number, text: string, bucket: string, key: string, objectBytes: number): ReadError {
-  if (status === 416) return new ReadError('OC_ERR_CHUNK_SIZE', `chunk ${key} is shorter than the descriptor's layers x layerBytes (${objectBytes}); an encoded chunk is read with a descriptor that names its codec`);
+  if (status === 416)
+    return new ReadError(
+      'OC_ERR_CHUNK_SIZE',
+      `chunk ${key} is shorter than the descriptor's layers x layerBytes (${objectBytes}); an encoded chunk is read with a descriptor that names its codec`,
+    );
   if (text.includes('<Code>NoSuchBucket</Code>')) return new ReadError('OC_ERR_STORE_NO_SUCH_BUCKET', `the bucket ${bucket} does not exist`);
   return new ReadError('OC_ERR_CHUNK_MISSING', `chunk ${key} does not exist`);
 }
@@ -246,7 +257,8 @@ class RangeGetHandler implements Dispatcher.DispatchHandler {
       if (this.#errorBytes < ERROR_BODY_LIMIT) this.#errorBody.push(chunk);
       this.#errorBytes += chunk.byteLength;
       // An error body without end (socket-range-get.ts reads as far): what was kept decides.
-      if (this.#errorBytes > ERROR_BODY_LIMIT + ERROR_DRAIN_LIMIT) this.#fail(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#bucket, this.#key, this.#expected.objectBytes));
+      if (this.#errorBytes > ERROR_BODY_LIMIT + ERROR_DRAIN_LIMIT)
+        this.#fail(errorBodyFailure(this.#status, Buffer.concat(this.#errorBody).toString('utf8'), this.#bucket, this.#key, this.#expected.objectBytes));
       return;
     }
     if (!this.#cursor.write(chunk)) this.#fail(new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.#key}: the range read returned more than ${this.#target.length} bytes`));
@@ -293,7 +305,14 @@ export function pause(ms: number, signal: AbortSignal): Promise<void> {
 export class UndiciRangeClient {
   readonly http: Dispatcher.ComposedDispatcher;
   readonly #pool: Pool;
-  constructor(options: { readonly endpoint: URL; readonly region: string; readonly accessKeyId: string; readonly secretAccessKey: string; readonly connections: number; readonly timeoutMs: number }) {
+  constructor(options: {
+    readonly endpoint: URL;
+    readonly region: string;
+    readonly accessKeyId: string;
+    readonly secretAccessKey: string;
+    readonly connections: number;
+    readonly timeoutMs: number;
+  }) {
     const { pool, http } = signingPool({ ...options, pool: storePoolOptions(options.connections, options.timeoutMs) });
     this.#pool = pool;
     this.http = http;
@@ -314,23 +333,44 @@ export class S3RangeReader implements RangeReader {
   }
 
   /** One range GET through the socket reader, its body read straight into the target's views. */
-  async #socketRead(sockets: SocketRangeClient, path: string, bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #socketRead(
+    sockets: SocketRangeClient,
+    path: string,
+    bucket: string,
+    key: string,
+    target: RangeTarget,
+    expected: Expected,
+    signal: AbortSignal,
+  ): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     let read: { etag: string | undefined; layerCrcs: string | undefined } | undefined;
-    const answer = await sockets.get(path, rangeHeader(target), {
-      onHead: (status, headers) => {
-        const checked = checkRangeAnswer(status, headers, key, target.offset, target.length, expected);
-        if (checked === 'error-body') return { collect: ERROR_BODY_LIMIT };
-        if (checked instanceof ReadError) return checked;
-        read = checked;
-        return target.views;
+    const answer = await sockets.get(
+      path,
+      rangeHeader(target),
+      {
+        onHead: (status, headers) => {
+          const checked = checkRangeAnswer(status, headers, key, target.offset, target.length, expected);
+          if (checked === 'error-body') return { collect: ERROR_BODY_LIMIT };
+          if (checked instanceof ReadError) return checked;
+          read = checked;
+          return target.views;
+        },
       },
-    }, signal);
+      signal,
+    );
     if (answer.text !== undefined || !read) throw errorBodyFailure(answer.status, answer.text ?? '', bucket, key, expected.objectBytes);
     return read;
   }
 
   /** One range GET through undici. */
-  async #undiciRead(backend: UndiciRangeClient, path: string, bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #undiciRead(
+    backend: UndiciRangeClient,
+    path: string,
+    bucket: string,
+    key: string,
+    target: RangeTarget,
+    expected: Expected,
+    signal: AbortSignal,
+  ): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     const handler = new RangeGetHandler(bucket, key, target, expected, signal);
     backend.http.dispatch({ method: 'GET', path, headers: { range: rangeHeader(target) }, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs }, handler);
     const layerCrcs = await handler.done;
@@ -343,14 +383,24 @@ export class S3RangeReader implements RangeReader {
    * from the start and the version pin still applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
    * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
    */
-  async #readRange(path: string, bucket: string, key: string, target: RangeTarget, expected: Expected, signal: AbortSignal, counts: { reads: number; retries: number }): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
+  async #readRange(
+    path: string,
+    bucket: string,
+    key: string,
+    target: RangeTarget,
+    expected: Expected,
+    signal: AbortSignal,
+    counts: { reads: number; retries: number },
+  ): Promise<{ etag: string | undefined; layerCrcs: string | undefined }> {
     const deadline = performance.now() + this.#timeoutMs;
     for (let attempt = 1; ; attempt++) {
       if (signal.aborted) throw cancelled();
       counts.reads++;
       try {
         const transport = this.#transport;
-        return await (transport instanceof SocketRangeClient ? this.#socketRead(transport, path, bucket, key, target, expected, signal) : this.#undiciRead(transport, path, bucket, key, target, expected, signal));
+        return await (transport instanceof SocketRangeClient
+          ? this.#socketRead(transport, path, bucket, key, target, expected, signal)
+          : this.#undiciRead(transport, path, bucket, key, target, expected, signal));
       } catch (error) {
         const delay = retryPauseMs(attempt);
         if (!(error instanceof ReadError) || !error.readAgain || signal.aborted || attempt >= BACKEND_RETRY.attempts || performance.now() + delay >= deadline) throw error;

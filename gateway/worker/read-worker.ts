@@ -45,7 +45,12 @@ let streamSockets: SocketRangeClient | undefined;
 function streamClient(): SocketRangeClient {
   const backend = init.backend;
   if (backend.kind !== 's3') throw new ReadError('OC_ERR_INTERNAL', 'streamed reads need an S3 backend');
-  streamSockets ??= new SocketRangeClient({ ...backend, endpoint: new URL(backend.endpoint), connections: init.streamConnections, receiveBufferBytes: init.streamReceiveBufferBytes });
+  streamSockets ??= new SocketRangeClient({
+    ...backend,
+    endpoint: new URL(backend.endpoint),
+    connections: init.streamConnections,
+    receiveBufferBytes: init.streamReceiveBufferBytes,
+  });
   return streamSockets;
 }
 
@@ -65,7 +70,12 @@ function isCancelled(id: number): boolean {
 }
 
 /** Reads every chunk of the task, `readConcurrency` chunks at a time. */
-async function readChunks(task: ReadTask, layout: TaskLayout, region: Uint8Array, signal: AbortSignal): Promise<{ reads: number; retries: number; recorded: (string | undefined)[]; etags: (string | undefined)[] }> {
+async function readChunks(
+  task: ReadTask,
+  layout: TaskLayout,
+  region: Uint8Array,
+  signal: AbortSignal,
+): Promise<{ reads: number; retries: number; recorded: (string | undefined)[]; etags: (string | undefined)[] }> {
   const rawBytes = task.layers * task.layerBytes;
   const codec = task.encoded?.codec ?? RAW_CODEC;
   const recorded = new Array<string | undefined>(task.keys.length);
@@ -82,7 +92,15 @@ async function readChunks(task: ReadTask, layout: TaskLayout, region: Uint8Array
       try {
         const sizes = layout.sizes?.[chunk];
         const objectBytes = sizes ? sizes.reduce((a, b) => a + b, 0) : rawBytes;
-        const info = await readerFor().read({ bucket: task.bucket, key, targets: rangeTargets(task, layout, region, chunk), objectBytes, codec, etag: task.etags?.[chunk], signal });
+        const info = await readerFor().read({
+          bucket: task.bucket,
+          key,
+          targets: rangeTargets(task, layout, region, chunk),
+          objectBytes,
+          codec,
+          etag: task.etags?.[chunk],
+          signal,
+        });
         recorded[chunk] = info.layerCrcs;
         etags[chunk] = info.etag;
         reads += info.reads;
@@ -141,14 +159,25 @@ async function readSegment(task: ReadTask, segment: SegmentRead, layout: TaskLay
   const started = performance.now();
   let info;
   try {
-    info = await readerFor().read({ bucket: segment.bucket, key: segment.key, targets: segmentTargets(segment, layout, region), objectBytes: segment.bytes, codec: RAW_CODEC, etag: segment.etag, signal });
+    info = await readerFor().read({
+      bucket: segment.bucket,
+      key: segment.key,
+      targets: segmentTargets(segment, layout, region),
+      objectBytes: segment.bytes,
+      codec: RAW_CODEC,
+      etag: segment.etag,
+      signal,
+    });
   } catch (error) {
     if (error instanceof ReadError) error.key = segment.key;
     throw error;
   }
   const crcs = sliceCrcs(task, layout, region);
   const bad = crcs.findIndex((crc, slice) => crc !== segment.crcs[slice]);
-  if (bad >= 0) throw Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `packed segment ${segment.key} does not match the CRC32C its manifest records (slice ${bad} of the task)`), { key: segment.key });
+  if (bad >= 0)
+    throw Object.assign(new ReadError('OC_ERR_CHUNK_CORRUPT', `packed segment ${segment.key} does not match the CRC32C its manifest records (slice ${bad} of the task)`), {
+      key: segment.key,
+    });
   return { ok: true, crcs, etags: task.etags ?? [], reads: info.reads, retries: info.retries ?? 0, readMs: performance.now() - started, verified: true };
 }
 
@@ -221,4 +250,4 @@ export const stream: WorkerTasks['stream'] = async (task) => {
   } finally {
     running.delete(task.id);
   }
-}
+};

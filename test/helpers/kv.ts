@@ -19,13 +19,19 @@ export interface SeededPrefix {
 
 let prefixCounter = 0;
 
-export async function seedPrefix(client: ObjectCacheClient, opts: { chunks: number; layers: number; layerBytes: number; layout: Layout; checksums?: boolean }): Promise<SeededPrefix> {
+export async function seedPrefix(
+  client: ObjectCacheClient,
+  opts: { chunks: number; layers: number; layerBytes: number; layout: Layout; checksums?: boolean },
+): Promise<SeededPrefix> {
   prefixCounter++;
   const base = `kv/test-${process.pid}-${prefixCounter}-${randomBytes(4).toString('hex')}`;
   const keys = Array.from({ length: opts.chunks }, (_, i) => `${base}/${String(i).padStart(5, '0')}`);
   const canonical = keys.map(() => new Uint8Array(randomBytes(opts.layers * opts.layerBytes)));
   const stored = canonical.map((c) => toStoredLayout(c, opts.layout, opts.layers, opts.layerBytes));
-  await client.putChunks(keys, stored, { concurrency: 16, ...(opts.checksums === false ? {} : { layout: { layout: opts.layout, layers: opts.layers, layerBytes: opts.layerBytes } }) });
+  await client.putChunks(keys, stored, {
+    concurrency: 16,
+    ...(opts.checksums === false ? {} : { layout: { layout: opts.layout, layers: opts.layers, layerBytes: opts.layerBytes } }),
+  });
   return { keys, canonical, layers: opts.layers, layerBytes: opts.layerBytes, layout: opts.layout };
 }
 

@@ -93,7 +93,16 @@ export async function startMinio(options: StartMinioOptions): Promise<MinioServe
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'objectcache-minio-'));
   const accessKey = 'minio-test-admin';
   const secretKey = 'minio-test-secret-key';
-  const [command, args] = onCpus(options.cpus, options.binary, ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet', ...(options.extraArgs ?? [])]);
+  const [command, args] = onCpus(options.cpus, options.binary, [
+    'server',
+    dataDir,
+    '--address',
+    `127.0.0.1:${port}`,
+    '--console-address',
+    `127.0.0.1:${consolePort}`,
+    '--quiet',
+    ...(options.extraArgs ?? []),
+  ]);
   const child = spawn(command, args, {
     env: { ...process.env, MINIO_ROOT_USER: accessKey, MINIO_ROOT_PASSWORD: secretKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', CI: 'true' },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -178,7 +187,10 @@ export async function startDistributedMinio(options: StartDistributedOptions): P
     const consolePort = await freePort();
     // Where MinIO thinks it runs in a container (/.dockerenv, as on these machines) it waits for
     // loopback peers to resolve elsewhere; _MINIO_SERVER_LOCAL names the process's own endpoint.
-    return spawn(options.binary, ['server', '--address', `127.0.0.1:${ports[n]}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet', ...endpoints], { env: { ...env, _MINIO_SERVER_LOCAL: `127.0.0.1:${ports[n]}` }, stdio: ['ignore', 'ignore', 'ignore'] });
+    return spawn(options.binary, ['server', '--address', `127.0.0.1:${ports[n]}`, '--console-address', `127.0.0.1:${consolePort}`, '--quiet', ...endpoints], {
+      env: { ...env, _MINIO_SERVER_LOCAL: `127.0.0.1:${ports[n]}` },
+      stdio: ['ignore', 'ignore', 'ignore'],
+    });
   };
   const nodes: MinioNode[] = [];
   for (let n = 0; n < count; n++) {

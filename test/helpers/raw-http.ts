@@ -32,11 +32,23 @@ export async function sign(key: Key, origin: string, request: RawRequest): Promi
   const url = new URL(origin);
   const headers: Record<string, string> = {
     host: url.host,
-    'x-amz-content-sha256': request.payloadHash ?? createHash('sha256').update(request.body ?? Buffer.alloc(0)).digest('hex'),
+    'x-amz-content-sha256':
+      request.payloadHash ??
+      createHash('sha256')
+        .update(request.body ?? Buffer.alloc(0))
+        .digest('hex'),
     ...request.headers,
   };
   if (request.body && headers['content-length'] === undefined) headers['content-length'] = String(request.body.length);
-  const signed = await signer(key).sign({ method: request.method, protocol: 'http:', hostname: url.hostname, port: Number(url.port), path: request.path, query: request.query ?? {}, headers });
+  const signed = await signer(key).sign({
+    method: request.method,
+    protocol: 'http:',
+    hostname: url.hostname,
+    port: Number(url.port),
+    path: request.path,
+    query: request.query ?? {},
+    headers,
+  });
   return signed.headers;
 }
 
@@ -50,7 +62,11 @@ export interface Answer {
 export async function send(key: Key, origin: string, request: RawRequest): Promise<Answer> {
   const headers = await sign(key, origin, request);
   const query = new URLSearchParams(request.query ?? {}).toString();
-  const res = await httpRequest(`${origin}${request.path}${query === '' ? '' : `?${query}`}`, { method: request.method as 'GET', headers, ...(request.body ? { body: request.body } : {}) });
+  const res = await httpRequest(`${origin}${request.path}${query === '' ? '' : `?${query}`}`, {
+    method: request.method as 'GET',
+    headers,
+    ...(request.body ? { body: request.body } : {}),
+  });
   const body = await res.body.text();
   return { status: res.statusCode, code: res.headers['x-objectcache-error-code'] as string | undefined, body, headers: res.headers };
 }
@@ -102,5 +118,7 @@ export function answered(socket: Socket, limitMs: number): Promise<string> {
 
 /** The raw request head of a signed request (for sockets that then stall). */
 export function head(method: string, path: string, headers: Record<string, string>): string {
-  return `${method} ${path} HTTP/1.1\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`;
+  return `${method} ${path} HTTP/1.1\r\n${Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join('\r\n')}\r\n\r\n`;
 }

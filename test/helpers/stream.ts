@@ -16,7 +16,14 @@ import { encodeLayerCrcs } from '../../schemas/integrity.js';
  * lengths, back to back, with its index and CRCs in its metadata (`meta` adds or overrides).
  * The gateway never looks inside a slice, so the codec is any name.
  */
-export async function storeEncoded(client: S3Client, bucket: string, key: string, lengths: readonly number[], codec = 'test-codec', meta: Record<string, string> = {}): Promise<Buffer[]> {
+export async function storeEncoded(
+  client: S3Client,
+  bucket: string,
+  key: string,
+  lengths: readonly number[],
+  codec = 'test-codec',
+  meta: Record<string, string> = {},
+): Promise<Buffer[]> {
   const slices = lengths.map((n) => randomBytes(n));
   const Metadata = { 'oc-codec': codec, 'oc-slice-bytes': encodeSliceBytes(lengths), 'oc-layer-crc32c': encodeLayerCrcs(slices.map((slice) => crc32c(slice))), ...meta };
   await client.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: Buffer.concat(slices), Metadata }));
@@ -34,7 +41,7 @@ export function parseStream(body: Buffer): { version: number; frames: Frame[] } 
   expect(body.toString('latin1', 0, 4)).toBe('OCKV');
   const version = body.readUInt16LE(4);
   const frames: Frame[] = [];
-  for (let at = PREAMBLE_BYTES; at < body.length; ) {
+  for (let at = PREAMBLE_BYTES; at < body.length;) {
     const header = decodeFrameHeader(body.subarray(at, at + FRAME_HEADER_BYTES));
     if (typeof header === 'string') throw new Error(header);
     const payload = body.subarray(at + FRAME_HEADER_BYTES, at + FRAME_HEADER_BYTES + header.length);

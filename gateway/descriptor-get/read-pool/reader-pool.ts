@@ -51,7 +51,6 @@ export interface RunningStream {
   readonly result: Promise<StreamResult>;
 }
 
-
 /**
  * What each worker thread runs: the named tasks of gateway/worker/read-worker.ts (gateway/threads/protocol.ts
  * WorkerTasks), one `read` or `stream` at a time per slot. piscina loads them through the CommonJS
@@ -120,7 +119,16 @@ export class ReaderPool {
     this.#arena = new BufferArena(options.arenaBytes, options.arenaBlockBytes);
     this.#streams = new FifoBudget(options.maxChunkStreams);
     this.#streamTasks = new FifoBudget(options.workers * options.streamTasksPerWorker);
-    const workerData: WorkerInit = { backend: options.backend, readConcurrency: options.readConcurrency, cancelChannel, cancelFlags: this.#cancelFlags.buffer, arena: this.#arena.buffer, streamConnections: options.maxChunkStreams, streamReceiveBufferBytes: options.streamReceiveBufferBytes, logErrors: options.logErrors ?? true };
+    const workerData: WorkerInit = {
+      backend: options.backend,
+      readConcurrency: options.readConcurrency,
+      cancelChannel,
+      cancelFlags: this.#cancelFlags.buffer,
+      arena: this.#arena.buffer,
+      streamConnections: options.maxChunkStreams,
+      streamReceiveBufferBytes: options.streamReceiveBufferBytes,
+      logErrors: options.logErrors ?? true,
+    };
     this.#pool = new Piscina({
       filename: workerFilename(),
       minThreads: options.workers,
@@ -137,7 +145,14 @@ export class ReaderPool {
   }
 
   stats(): ReaderPoolStats {
-    return { workers: this.#pool.threads.length, queued: this.#pool.queueSize, running: Math.max(0, this.#inflight - this.#pool.queueSize), completed: this.#pool.completed, utilization: this.#pool.utilization, arenaBlocksInUse: this.#arena.blocks - this.#arena.freeBlocks };
+    return {
+      workers: this.#pool.threads.length,
+      queued: this.#pool.queueSize,
+      running: Math.max(0, this.#inflight - this.#pool.queueSize),
+      completed: this.#pool.completed,
+      utilization: this.#pool.utilization,
+      arenaBlocksInUse: this.#arena.blocks - this.#arena.freeBlocks,
+    };
   }
 
   /** The worker threads (diagnostics; the fault tests terminate one mid-task). */
@@ -275,7 +290,10 @@ export class ReaderPool {
       for (let i = 0; i < slots * runs; i++) offsets.push(this.#arena.take(blockBytes) as number);
       return { ring: this.#arena.buffer, blocks: Array.from({ length: slots }, (_, s) => offsets.slice(s * runs, (s + 1) * runs)) };
     }
-    return { ring: new SharedArrayBuffer(slots * runs * blockBytes), blocks: Array.from({ length: slots }, (_, s) => Array.from({ length: runs }, (_, r) => (s * runs + r) * blockBytes)) };
+    return {
+      ring: new SharedArrayBuffer(slots * runs * blockBytes),
+      blocks: Array.from({ length: slots }, (_, s) => Array.from({ length: runs }, (_, r) => (s * runs + r) * blockBytes)),
+    };
   }
 
   giveRing(ring: StreamRing): void {
@@ -305,12 +323,14 @@ export class ReaderPool {
     const channel = new MessageChannel();
     const full: StreamTask = { ...task, kind: 'stream', id, port: channel.port2 };
     this.#inflight++;
-    const result = this.#run('stream', full, [channel.port2]).catch((error: unknown): StreamResult => {
-      channel.port1.close();
-      return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, readAgain: true, requestId: task.requestId };
-    }).finally(() => {
-      this.#inflight--;
-    });
+    const result = this.#run('stream', full, [channel.port2])
+      .catch((error: unknown): StreamResult => {
+        channel.port1.close();
+        return { ok: false, code: 'OC_ERR_POOL_WORKER', message: `a read worker failed: ${(error as Error).message}`, readAgain: true, requestId: task.requestId };
+      })
+      .finally(() => {
+        this.#inflight--;
+      });
     return { id, port: channel.port1, result };
   }
 

@@ -16,7 +16,6 @@
  */
 import type { Policy } from '../../common/config.js';
 
-
 export interface AllocationRequest {
   readonly id: string;
   /** s_i: bytes delivered per layer (N * S). */
@@ -127,4 +126,3 @@ export function allocate(requests: readonly AllocationRequest[], options: Alloca
     return { id: r.id, rateBytesPerSec: rate, predictedStallMsPerLayer: predictedStall(r, rate) };
   });
 }
-

@@ -72,7 +72,6 @@ interface Active {
   readonly grant: Grant;
 }
 
-
 export class EpochScheduler {
   readonly options: SchedulerOptions;
   readonly #clock: Clock;
@@ -123,8 +122,19 @@ export class EpochScheduler {
   }
 
   snapshot(): SchedulerSnapshot {
-    const active = [...this.#active.values()].map(({ request, grant }) => ({ id: request.id, tenant: request.tenant, rateBytesPerSec: grant.rateBytesPerSec, predictedStallMsPerLayer: grant.predictedStallMsPerLayer }));
-    return { epoch: this.#epoch, capBytesPerSec: this.options.capBytesPerSec, capInUseBytesPerSec: active.reduce((sum, a) => sum + a.rateBytesPerSec, 0), pending: this.#pending.length, active };
+    const active = [...this.#active.values()].map(({ request, grant }) => ({
+      id: request.id,
+      tenant: request.tenant,
+      rateBytesPerSec: grant.rateBytesPerSec,
+      predictedStallMsPerLayer: grant.predictedStallMsPerLayer,
+    }));
+    return {
+      epoch: this.#epoch,
+      capBytesPerSec: this.options.capBytesPerSec,
+      capInUseBytesPerSec: active.reduce((sum, a) => sum + a.rateBytesPerSec, 0),
+      pending: this.#pending.length,
+      active,
+    };
   }
 
   /** Schedules the next boundary if anything is pending and no boundary is scheduled. */

@@ -26,12 +26,41 @@ export interface Check {
 
 /** Query parameters that are arguments of an operation, not sub-resources. */
 const ARGUMENTS = new Set([
-  'x-id', 'prefix', 'delimiter', 'max-keys', 'marker', 'list-type', 'continuation-token', 'start-after', 'fetch-owner', 'encoding-type',
-  'allow-unordered', 'metadata', 'uploadId', 'partNumber', 'part-number-marker', 'max-parts', 'max-uploads', 'key-marker', 'upload-id-marker',
-  'version-id-marker', 'versionId', 'select-type',
-  'response-content-type', 'response-content-language', 'response-expires', 'response-cache-control', 'response-content-disposition', 'response-content-encoding',
+  'x-id',
+  'prefix',
+  'delimiter',
+  'max-keys',
+  'marker',
+  'list-type',
+  'continuation-token',
+  'start-after',
+  'fetch-owner',
+  'encoding-type',
+  'allow-unordered',
+  'metadata',
+  'uploadId',
+  'partNumber',
+  'part-number-marker',
+  'max-parts',
+  'max-uploads',
+  'key-marker',
+  'upload-id-marker',
+  'version-id-marker',
+  'versionId',
+  'select-type',
+  'response-content-type',
+  'response-content-language',
+  'response-expires',
+  'response-cache-control',
+  'response-content-disposition',
+  'response-content-encoding',
   // sub-resources that s3Operation() names
-  'uploads', 'delete', 'location', 'versions', 'acl', 'attributes',
+  'uploads',
+  'delete',
+  'location',
+  'versions',
+  'acl',
+  'attributes',
 ]);
 
 /** Query parameters that make a request another operation (MinIO routes them first). */
@@ -146,7 +175,13 @@ export function requirementOf(method: string, target: S3Target, headers: Incomin
   const bucketAction = BUCKET_ACTIONS[operation];
   if (operation === 'CreateBucket' && headers['x-amz-bucket-object-lock-enabled'] !== undefined) {
     // A bucket made with object lock on: as S3 and MinIO, that is also the lock configuration's.
-    return { kind: 'checks', checks: [{ action: 's3:CreateBucket', resource: s3Arn(bucket) }, { action: 's3:PutBucketObjectLockConfiguration', resource: s3Arn(bucket) }] };
+    return {
+      kind: 'checks',
+      checks: [
+        { action: 's3:CreateBucket', resource: s3Arn(bucket) },
+        { action: 's3:PutBucketObjectLockConfiguration', resource: s3Arn(bucket) },
+      ],
+    };
   }
   if (bucketAction !== undefined) {
     const list = bucketAction === 's3:ListBucket' || bucketAction === 's3:ListBucketVersions' || bucketAction === 's3:ListBucketMultipartUploads';
@@ -193,7 +228,9 @@ export function headerChecks(bucket: string, key: string, headers: IncomingHttpH
 function denied(credential: ClientCredential, action: Action, resource: string, decision: Extract<Decision, { allowed: false }>): ObjectCacheError {
   const why = decision.explicit
     ? `an explicit Deny in its policy${decision.sid === undefined ? '' : ` (statement ${decision.sid})`}`
-    : credential.access.empty ? 'it has no access policy' : 'no statement of its policy allows it';
+    : credential.access.empty
+      ? 'it has no access policy'
+      : 'no statement of its policy allows it';
   return new ObjectCacheError('OC_ERR_ACCESS_DENIED', `Access Denied: the key ${credential.accessKeyId} may not ${action} on ${resource} (${why})`, {
     details: { Action: action, Resource: resource },
   });
@@ -251,9 +288,13 @@ export function authorizeUnclassified(credential: ClientCredential, what: string
 export function tenantFor(credential: ClientCredential, claimed: string | undefined): string {
   if (claimed === undefined || claimed === credential.tenant) return credential.tenant;
   if (credential.access.allows('objectcache:ActAsTenant', tenantArn(claimed))) return claimed;
-  throw new ObjectCacheError('OC_ERR_ACCESS_TENANT', `The descriptor names the tenant ${JSON.stringify(claimed)}, but the key ${credential.accessKeyId} belongs to ${JSON.stringify(credential.tenant)} and its policy does not grant objectcache:ActAsTenant on ${tenantArn(claimed)}`, {
-    details: { Tenant: claimed },
-  });
+  throw new ObjectCacheError(
+    'OC_ERR_ACCESS_TENANT',
+    `The descriptor names the tenant ${JSON.stringify(claimed)}, but the key ${credential.accessKeyId} belongs to ${JSON.stringify(credential.tenant)} and its policy does not grant objectcache:ActAsTenant on ${tenantArn(claimed)}`,
+    {
+      details: { Tenant: claimed },
+    },
+  );
 }
 
 /**
@@ -275,7 +316,11 @@ export function tenantMayWrite(credentials: readonly ClientCredential[], tenant:
 export function authorizeNamespace(credential: ClientCredential | undefined, bucket: string, reserved: ReadonlySet<string>, role = 'path'): void {
   if (bucket === '' || !reserved.has(bucket.toLowerCase())) return;
   if (credential?.access.unrestricted === true) return;
-  throw new ObjectCacheError('OC_ERR_ACCESS_RESERVED', `Access Denied: /${bucket}/ is reserved (the object store's own API, --reserved-buckets, or the gateways' own state: the capacity state and segment buckets); only the administrator key may use it${role === 'path' ? '' : ` (in ${role})`}`, {
-    details: { BucketName: bucket },
-  });
+  throw new ObjectCacheError(
+    'OC_ERR_ACCESS_RESERVED',
+    `Access Denied: /${bucket}/ is reserved (the object store's own API, --reserved-buckets, or the gateways' own state: the capacity state and segment buckets); only the administrator key may use it${role === 'path' ? '' : ` (in ${role})`}`,
+    {
+      details: { BucketName: bucket },
+    },
+  );
 }

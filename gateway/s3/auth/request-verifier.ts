@@ -168,13 +168,7 @@ function parseAuthorization(header: string): { credential: string; signedHeaders
 }
 
 function isPayloadHash(value: string): boolean {
-  return (
-    /^[0-9a-f]{64}$/.test(value) ||
-    value === UNSIGNED_PAYLOAD ||
-    value === STREAMING_SIGNED ||
-    value === STREAMING_SIGNED_TRAILER ||
-    value === STREAMING_UNSIGNED_TRAILER
-  );
+  return /^[0-9a-f]{64}$/.test(value) || value === UNSIGNED_PAYLOAD || value === STREAMING_SIGNED || value === STREAMING_SIGNED_TRAILER || value === STREAMING_UNSIGNED_TRAILER;
 }
 
 export class RequestVerifier {
@@ -218,12 +212,21 @@ export class RequestVerifier {
         throw new ObjectCacheError('OC_ERR_AUTH_MULTIPLE', 'Only one authentication mechanism is allowed');
       }
     }
-    const result = verifySigV2({ method: info.method, headers: info.headers, rawPath: info.rawPath ?? info.canonicalPath, query: info.query }, this.#credentials, this.#now(), MAX_CLOCK_SKEW_MS, this.#sigV2MaxExpiresS);
+    const result = verifySigV2(
+      { method: info.method, headers: info.headers, rawPath: info.rawPath ?? info.canonicalPath, query: info.query },
+      this.#credentials,
+      this.#now(),
+      MAX_CLOCK_SKEW_MS,
+      this.#sigV2MaxExpiresS,
+    );
     // A SigV2 signature covers x-amz-* headers but not x-amz-* query parameters, which a
     // presigned URL's holder could then add (the gateway would take them as headers).
     const unsignedParameter = result.mode === 'presigned' ? info.query.find(([k]) => k.toLowerCase().startsWith('x-amz-')) : undefined;
     if (unsignedParameter !== undefined) {
-      throw new ObjectCacheError('OC_ERR_AUTH_HEADERS_NOT_SIGNED', `The query parameter ${unsignedParameter[0]} is not covered by a Signature Version 2 presigned URL; send it as a header, or presign with SigV4`);
+      throw new ObjectCacheError(
+        'OC_ERR_AUTH_HEADERS_NOT_SIGNED',
+        `The query parameter ${unsignedParameter[0]} is not covered by a Signature Version 2 presigned URL; send it as a header, or presign with SigV4`,
+      );
     }
     return {
       credential: result.credential,
@@ -252,7 +255,8 @@ export class RequestVerifier {
       const credential = this.#credentials.get(v2Key);
       if (!credential) throw new ObjectCacheError('OC_ERR_AUTH_UNKNOWN_KEY', 'The access key id you provided does not exist in our records');
       const expected = createHmac('sha1', credential.secretAccessKey).update(policy, 'utf8').digest('base64');
-      if (!sameSignature(expected, field('signature') ?? '')) throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
+      if (!sameSignature(expected, field('signature') ?? ''))
+        throw new ObjectCacheError('OC_ERR_AUTH_SIGNATURE', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.');
       return credential;
     }
     if (field('x-amz-algorithm') !== ALGORITHM) throw new ObjectCacheError('OC_ERR_AUTH_ALGORITHM', `x-amz-algorithm must be ${ALGORITHM}`);
@@ -322,7 +326,15 @@ export class RequestVerifier {
     return { request, unsignable };
   }
 
-  #result(credential: ClientCredential, mode: AuthResult['mode'], signature: string, signingDate: Date, parsed: ParsedCredential, payloadHash: string, signedHeaders: readonly string[]): AuthResult {
+  #result(
+    credential: ClientCredential,
+    mode: AuthResult['mode'],
+    signature: string,
+    signingDate: Date,
+    parsed: ParsedCredential,
+    payloadHash: string,
+    signedHeaders: readonly string[],
+  ): AuthResult {
     const signer = this.#signer(credential);
     const scope = `${parsed.date}/${parsed.region}/${parsed.service}/aws4_request`;
     return {
@@ -350,7 +362,8 @@ export class RequestVerifier {
     const credential = this.#lookup(parsed, signingDate);
     const payloadHash = first(info.headers['x-amz-content-sha256']);
     if (payloadHash === undefined) throw new ObjectCacheError('OC_ERR_REQUEST_MISSING_CONTENT_SHA256', 'Missing required header for this request: x-amz-content-sha256');
-    if (!isPayloadHash(payloadHash)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-content-sha256 must be a hex SHA-256, UNSIGNED-PAYLOAD or a supported STREAMING-* value');
+    if (!isPayloadHash(payloadHash))
+      throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-content-sha256 must be a hex SHA-256, UNSIGNED-PAYLOAD or a supported STREAMING-* value');
 
     const { request, unsignable } = this.#rebuild(info, signedHeaders, payloadHash, false);
     const signed = await this.#signer(credential).sign(request, {
@@ -384,7 +397,11 @@ export class RequestVerifier {
     if (!/^-?\d+$/.test(expiresText)) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', 'X-Amz-Expires should be a number');
     const expires = Number(expiresText);
     if (expires < 0) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', 'X-Amz-Expires must be non-negative');
-    if (expires > MAX_PRESIGNED_EXPIRES_S) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', `X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be less than ${MAX_PRESIGNED_EXPIRES_S} seconds`);
+    if (expires > MAX_PRESIGNED_EXPIRES_S)
+      throw new ObjectCacheError(
+        'OC_ERR_AUTH_EXPIRES_RANGE',
+        `X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be less than ${MAX_PRESIGNED_EXPIRES_S} seconds`,
+      );
     const now = this.#now();
     if (expires === 0) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
     if (signingDate.getTime() - now > MAX_CLOCK_SKEW_MS) throw new ObjectCacheError('OC_ERR_AUTH_NOT_YET_VALID', 'Request is not valid yet');

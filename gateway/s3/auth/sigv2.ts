@@ -18,10 +18,35 @@ import type { ClientCredential } from '../../common/config.js';
 
 /** Query parameters that are sub-resources and so part of the string to sign (MinIO's list). */
 const SUBRESOURCES = new Set([
-  'acl', 'cors', 'delete', 'encryption', 'legal-hold', 'lifecycle', 'location', 'logging', 'notification', 'partNumber', 'policy',
-  'requestPayment', 'response-cache-control', 'response-content-disposition', 'response-content-encoding', 'response-content-language',
-  'response-content-type', 'response-expires', 'retention', 'select', 'select-type', 'tagging', 'torrent', 'uploadId', 'uploads',
-  'versionId', 'versioning', 'versions', 'website',
+  'acl',
+  'cors',
+  'delete',
+  'encryption',
+  'legal-hold',
+  'lifecycle',
+  'location',
+  'logging',
+  'notification',
+  'partNumber',
+  'policy',
+  'requestPayment',
+  'response-cache-control',
+  'response-content-disposition',
+  'response-content-encoding',
+  'response-content-language',
+  'response-content-type',
+  'response-expires',
+  'retention',
+  'select',
+  'select-type',
+  'tagging',
+  'torrent',
+  'uploadId',
+  'uploads',
+  'versionId',
+  'versioning',
+  'versions',
+  'website',
 ]);
 
 /** The query parameters of a SigV2 presigned URL (removed once verified, like SigV4's). */
@@ -60,7 +85,9 @@ export function isSigV2(headers: IncomingHttpHeaders, query: readonly (readonly 
 
 /** `x-amz-*` headers, lowercase and sorted, `name:value\n` each. */
 function canonicalAmzHeaders(headers: IncomingHttpHeaders): { text: string; names: string[] } {
-  const names = Object.keys(headers).filter((name) => name.startsWith('x-amz-')).sort();
+  const names = Object.keys(headers)
+    .filter((name) => name.startsWith('x-amz-'))
+    .sort();
   return { text: names.map((name) => `${name}:${(header(headers, name) ?? '').trim()}\n`).join(''), names };
 }
 
@@ -73,7 +100,12 @@ function canonicalResource(rawPath: string, query: readonly (readonly [string, s
 
 export function stringToSignV2(request: SigV2Request, dateOrExpires: string): string {
   const { text } = canonicalAmzHeaders(request.headers);
-  return [request.method, header(request.headers, 'content-md5') ?? '', header(request.headers, 'content-type') ?? '', dateOrExpires].join('\n') + '\n' + text + canonicalResource(request.rawPath, request.query);
+  return (
+    [request.method, header(request.headers, 'content-md5') ?? '', header(request.headers, 'content-type') ?? '', dateOrExpires].join('\n') +
+    '\n' +
+    text +
+    canonicalResource(request.rawPath, request.query)
+  );
 }
 
 export function signV2(secretAccessKey: string, stringToSign: string): string {
@@ -101,7 +133,8 @@ export function verifySigV2(request: SigV2Request, credentials: ReadonlyMap<stri
     const dateText = amzDate ?? header(request.headers, 'date');
     date = new Date(dateText === undefined ? NaN : Date.parse(dateText));
     if (Number.isNaN(date.getTime())) throw new ObjectCacheError('OC_ERR_AUTH_MALFORMED', 'A SigV2 request needs a Date or x-amz-date header');
-    if (Math.abs(now - date.getTime()) > maxSkewMs) throw new ObjectCacheError('OC_ERR_AUTH_CLOCK_SKEW', 'The difference between the request time and the server time is too large');
+    if (Math.abs(now - date.getTime()) > maxSkewMs)
+      throw new ObjectCacheError('OC_ERR_AUTH_CLOCK_SKEW', 'The difference between the request time and the server time is too large');
     // With x-amz-date, the Date position of the string to sign is empty (x-amz-date is signed among the amz headers).
     dateField = amzDate !== undefined ? '' : (dateText as string);
     mode = 'header';
@@ -115,7 +148,10 @@ export function verifySigV2(request: SigV2Request, credentials: ReadonlyMap<stri
     if (now > expiresMs) throw new ObjectCacheError('OC_ERR_AUTH_EXPIRED', 'Request has expired');
     // Checked before the signature, as SigV4's X-Amz-Expires range is.
     if (maxExpiresS > 0 && expiresMs - now > maxExpiresS * 1000) {
-      throw new ObjectCacheError('OC_ERR_AUTH_EXPIRES_RANGE', `Expires must be at most ${maxExpiresS} seconds after the time of the request; this URL would be valid for another ${Math.ceil((expiresMs - now) / 1000)} seconds`);
+      throw new ObjectCacheError(
+        'OC_ERR_AUTH_EXPIRES_RANGE',
+        `Expires must be at most ${maxExpiresS} seconds after the time of the request; this URL would be valid for another ${Math.ceil((expiresMs - now) / 1000)} seconds`,
+      );
     }
     date = new Date(expiresMs);
     // Past the largest date (year 275760): no comparison with it would ever say "expired".

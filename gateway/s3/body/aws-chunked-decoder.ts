@@ -208,13 +208,9 @@ export class AwsChunkedDecoder extends Transform {
     const signing = this.#signing;
     if (!signing || this.#expectedTrailers.length === 0) return;
     if (trailerSignature === undefined) throw chunkError('The signed trailer has no x-amz-trailer-signature');
-    const stringToSign = [
-      'AWS4-HMAC-SHA256-TRAILER',
-      signing.longDate,
-      signing.scope,
-      this.#previousSignature,
-      createHash('sha256').update(canonical.join('')).digest('hex'),
-    ].join('\n');
+    const stringToSign = ['AWS4-HMAC-SHA256-TRAILER', signing.longDate, signing.scope, this.#previousSignature, createHash('sha256').update(canonical.join('')).digest('hex')].join(
+      '\n',
+    );
     const expected = await signing.signString(stringToSign);
     if (!sameSignature(expected, trailerSignature)) throw new ObjectCacheError('OC_ERR_REQUEST_CHUNK_SIGNATURE', 'The trailer signature of the aws-chunked body does not match');
   }

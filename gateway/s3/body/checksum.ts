@@ -87,7 +87,10 @@ export function createChecksum(algorithm: ChecksumAlgorithm | 'md5'): Incrementa
 export function checksumAlgorithmOf(name: string): ChecksumAlgorithm {
   const lower = name.toLowerCase().replace(/^x-amz-checksum-/, '');
   if ((CHECKSUM_ALGORITHMS as readonly string[]).includes(lower)) return lower as ChecksumAlgorithm;
-  throw new ObjectCacheError('OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM', `The checksum algorithm ${JSON.stringify(name)} is not supported; use CRC32, CRC32C, CRC64NVME, SHA1 or SHA256`);
+  throw new ObjectCacheError(
+    'OC_ERR_REQUEST_UNSUPPORTED_CHECKSUM',
+    `The checksum algorithm ${JSON.stringify(name)} is not supported; use CRC32, CRC32C, CRC64NVME, SHA1 or SHA256`,
+  );
 }
 
 /** Validates that `value` is base64 of the algorithm's digest length. */

@@ -49,7 +49,8 @@ interface Expectations {
  * What a presigned URL's checksum that the body does not match most likely is: the AWS SDK v3
  * presigner's checksum of an empty body (aws-sdk-js-v3 #6994; AWS S3 refuses such a PUT too).
  */
-const PRESIGNED_CHECKSUM_HINT = ": the presigned URL carries it. The AWS SDK for JavaScript v3 puts the checksum of an empty body in the URLs it presigns unless its S3Client is made with requestChecksumCalculation: 'WHEN_REQUIRED' (AWS S3 refuses such a PUT as well); presign with that setting, or send the body's own checksum";
+const PRESIGNED_CHECKSUM_HINT =
+  ": the presigned URL carries it. The AWS SDK for JavaScript v3 puts the checksum of an empty body in the URLs it presigns unless its S3Client is made with requestChecksumCalculation: 'WHEN_REQUIRED' (AWS S3 refuses such a PUT as well); presign with that setting, or send the body's own checksum";
 
 /** Counts, hashes and holds back the last piece until every check has passed at the end. */
 class BodyVerifier extends Transform {
@@ -106,7 +107,12 @@ class BodyVerifier extends Transform {
       this.#checksum.digestBase64().then(
         (actual) => {
           if (actual !== expected) {
-            callback(new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${algorithm} you specified did not match the calculated checksum${e.presigned ? PRESIGNED_CHECKSUM_HINT : ''}`));
+            callback(
+              new ObjectCacheError(
+                'OC_ERR_REQUEST_BAD_DIGEST',
+                `The x-amz-checksum-${algorithm} you specified did not match the calculated checksum${e.presigned ? PRESIGNED_CHECKSUM_HINT : ''}`,
+              ),
+            );
             return;
           }
           this.#release(callback);
@@ -183,11 +189,17 @@ export interface UploadBodyOptions {
 export function uploadBody(req: IncomingMessage, auth: AuthResult, options: UploadBodyOptions): UploadBody {
   const payloadHash = auth.payloadHash;
   const chunked = payloadHash === STREAMING_SIGNED || payloadHash === STREAMING_SIGNED_TRAILER || payloadHash === STREAMING_UNSIGNED_TRAILER;
-  const encodings = (header(req, 'content-encoding') ?? '').split(',').map((s) => s.trim().toLowerCase()).filter((s) => s !== '');
+  const encodings = (header(req, 'content-encoding') ?? '')
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter((s) => s !== '');
   if (encodings.includes('aws-chunked') && !chunked) {
     throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'Content-Encoding aws-chunked needs x-amz-content-sha256 set to a STREAMING-* value');
   }
-  const trailerNames = (header(req, 'x-amz-trailer') ?? '').split(',').map((s) => s.trim().toLowerCase()).filter((s) => s !== '');
+  const trailerNames = (header(req, 'x-amz-trailer') ?? '')
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter((s) => s !== '');
   if (trailerNames.length > 0 && payloadHash !== STREAMING_UNSIGNED_TRAILER && payloadHash !== STREAMING_SIGNED_TRAILER) {
     throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-trailer needs a STREAMING-*-TRAILER payload');
   }
@@ -216,13 +228,17 @@ export function uploadBody(req: IncomingMessage, auth: AuthResult, options: Uplo
               signing: {
                 signString: auth.signString,
                 seedSignature: auth.signature,
-                longDate: auth.signingDate.toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, ''),
+                longDate: auth.signingDate
+                  .toISOString()
+                  .replace(/[-:]/g, '')
+                  .replace(/\.\d{3}/, ''),
                 scope: auth.scope,
               },
             }),
       })
     : undefined;
-  const expected = (): string | undefined => (claim?.headerValue !== undefined ? claim.headerValue : claim ? decoder?.trailers.get(`x-amz-checksum-${claim.algorithm}`) : undefined);
+  const expected = (): string | undefined =>
+    claim?.headerValue !== undefined ? claim.headerValue : claim ? decoder?.trailers.get(`x-amz-checksum-${claim.algorithm}`) : undefined;
   const verifier = new BodyVerifier({
     length,
     sha256Hex,

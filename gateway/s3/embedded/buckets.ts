@@ -34,7 +34,9 @@ export async function createBucket(ctx: RequestContext, store: LocalStore): Prom
       const config = parseXmlBody(xml, 'CreateBucketConfiguration');
       const constraint = xmlText(config, 'LocationConstraint');
       if (constraint !== undefined && constraint !== '' && constraint !== ctx.config.region) {
-        throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The LocationConstraint ${constraint} is not this gateway's region ${ctx.config.region}`, { details: { LocationConstraint: constraint } });
+        throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The LocationConstraint ${constraint} is not this gateway's region ${ctx.config.region}`, {
+          details: { LocationConstraint: constraint },
+        });
       }
     }
   }
@@ -70,14 +72,16 @@ function headBucketExists(ctx: RequestContext, store: LocalStore): void {
 function parseMaxKeys(ctx: RequestContext): number {
   const text = queryValue(ctx.target, 'max-keys');
   if (text === undefined) return MAX_KEYS;
-  if (!/^\d{1,9}$/.test(text)) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'max-keys must be a non-negative integer', { details: { ArgumentName: 'max-keys', ArgumentValue: text } });
+  if (!/^\d{1,9}$/.test(text))
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'max-keys must be a non-negative integer', { details: { ArgumentName: 'max-keys', ArgumentValue: text } });
   return Math.min(Number(text), MAX_KEYS);
 }
 
 function encodingOf(ctx: RequestContext): (value: string) => string {
   const type = queryValue(ctx.target, 'encoding-type');
   if (type === undefined) return (v) => v;
-  if (type !== 'url') throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'encoding-type must be url', { details: { ArgumentName: 'encoding-type', ArgumentValue: type } });
+  if (type !== 'url')
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'encoding-type must be url', { details: { ArgumentName: 'encoding-type', ArgumentValue: type } });
   return s3UrlEncode;
 }
 
@@ -177,7 +181,13 @@ export function listObjectVersions(ctx: RequestContext, store: LocalStore): void
   const encode = encodingOf(ctx);
   const encodingType = queryValue(ctx.target, 'encoding-type');
   const page = listPage(store, ctx.target.bucket, { prefix, delimiter, after: keyMarker === '' ? undefined : keyMarker, maxKeys });
-  const body: Record<string, unknown> = { Name: ctx.target.bucket, Prefix: encode(prefix), KeyMarker: encode(keyMarker), VersionIdMarker: queryValue(ctx.target, 'version-id-marker') ?? '', MaxKeys: maxKeys };
+  const body: Record<string, unknown> = {
+    Name: ctx.target.bucket,
+    Prefix: encode(prefix),
+    KeyMarker: encode(keyMarker),
+    VersionIdMarker: queryValue(ctx.target, 'version-id-marker') ?? '',
+    MaxKeys: maxKeys,
+  };
   if (delimiter !== '') body['Delimiter'] = encode(delimiter);
   if (encodingType !== undefined) body['EncodingType'] = encodingType;
   body['IsTruncated'] = page.isTruncated;

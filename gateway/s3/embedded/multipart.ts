@@ -24,7 +24,9 @@ function uploadIdOf(ctx: RequestContext): string {
 function partNumberOf(text: string | undefined): number {
   const value = text !== undefined && /^\d{1,5}$/.test(text) ? Number(text) : NaN;
   if (!(value >= 1 && value <= MAX_PART_NUMBER)) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `Part number must be an integer between 1 and ${MAX_PART_NUMBER}, inclusive`, { details: { ArgumentName: 'partNumber', ArgumentValue: text ?? '' } });
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `Part number must be an integer between 1 and ${MAX_PART_NUMBER}, inclusive`, {
+      details: { ArgumentName: 'partNumber', ArgumentValue: text ?? '' },
+    });
   }
   return value;
 }
@@ -40,18 +42,23 @@ function uploadChecksumOf(ctx: RequestContext): UploadChecksum | undefined {
   const name = headerOf(ctx.req, 'x-amz-checksum-algorithm');
   const typeText = headerOf(ctx.req, 'x-amz-checksum-type')?.trim().toUpperCase();
   if (name === undefined) {
-    if (typeText !== undefined) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-checksum-type needs x-amz-checksum-algorithm', { details: { ArgumentName: 'x-amz-checksum-type' } });
+    if (typeText !== undefined)
+      throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-checksum-type needs x-amz-checksum-algorithm', { details: { ArgumentName: 'x-amz-checksum-type' } });
     return undefined;
   }
   const algorithm = checksumAlgorithmOf(name.trim());
   if (typeText !== undefined && typeText !== 'FULL_OBJECT' && typeText !== 'COMPOSITE') {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-checksum-type must be FULL_OBJECT or COMPOSITE', { details: { ArgumentName: 'x-amz-checksum-type', ArgumentValue: typeText } });
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-checksum-type must be FULL_OBJECT or COMPOSITE', {
+      details: { ArgumentName: 'x-amz-checksum-type', ArgumentValue: typeText },
+    });
   }
   const crc = algorithm.startsWith('crc');
   if (typeText === 'FULL_OBJECT' && !crc) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The FULL_OBJECT checksum type is for CRC algorithms, not ${algorithm.toUpperCase()}`, { details: { ArgumentName: 'x-amz-checksum-type', ArgumentValue: typeText } });
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The FULL_OBJECT checksum type is for CRC algorithms, not ${algorithm.toUpperCase()}`, {
+      details: { ArgumentName: 'x-amz-checksum-type', ArgumentValue: typeText },
+    });
   }
-  const type = algorithm === 'crc64nvme' ? 'FULL_OBJECT' : ((typeText ?? 'COMPOSITE'));
+  const type = algorithm === 'crc64nvme' ? 'FULL_OBJECT' : (typeText ?? 'COMPOSITE');
   return { algorithm, type };
 }
 
@@ -91,7 +98,11 @@ export async function uploadPart(ctx: RequestContext, store: LocalStore): Promis
   const upload = store.uploadChecksum(bucket, key, uploadId); // NoSuchUpload before reading the body
   const body = uploadBody(ctx.req, ctx.auth, { maxBytes: ctx.config.maxObjectBytes });
   if (upload && body.checksum && body.checksum.algorithm !== upload.algorithm) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', `The upload was created with ${upload.algorithm.toUpperCase()}; the part's checksum is ${body.checksum.algorithm.toUpperCase()}`, { details: { ArgumentName: `x-amz-checksum-${body.checksum.algorithm}` } });
+    throw new ObjectCacheError(
+      'OC_ERR_REQUEST_INVALID_ARGUMENT',
+      `The upload was created with ${upload.algorithm.toUpperCase()}; the part's checksum is ${body.checksum.algorithm.toUpperCase()}`,
+      { details: { ArgumentName: `x-amz-checksum-${body.checksum.algorithm}` } },
+    );
   }
   const fed = withChecksum(body.stream, upload?.algorithm as ChecksumAlgorithm | undefined);
   const part = await store.putPart(bucket, key, uploadId, partNumber, fed.bytes, fed.value);
@@ -118,7 +129,11 @@ async function uploadPartCopy(ctx: RequestContext, store: LocalStore): Promise<v
     if (rangeText !== undefined) {
       const m = /^bytes=(\d+)-(\d+)$/.exec(rangeText.trim());
       if (!m || Number(m[1]) > Number(m[2])) {
-        throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-copy-source-range must be bytes=first-last, the zero-based offsets of the first and last bytes to copy', { details: { ArgumentName: 'x-amz-copy-source-range', ArgumentValue: rangeText } });
+        throw new ObjectCacheError(
+          'OC_ERR_REQUEST_INVALID_ARGUMENT',
+          'x-amz-copy-source-range must be bytes=first-last, the zero-based offsets of the first and last bytes to copy',
+          { details: { ArgumentName: 'x-amz-copy-source-range', ArgumentValue: rangeText } },
+        );
       }
       [start, end] = [Number(m[1]), Number(m[2])];
       if (end >= source.meta.size) throw new ObjectCacheError('OC_ERR_STORE_INVALID_RANGE', `The range ${rangeText} is outside the ${source.meta.size}-byte source`);
@@ -147,24 +162,28 @@ export async function completeMultipartUpload(ctx: RequestContext, store: LocalS
   // A whole-object checksum the client claims (x-amz-checksum-<algorithm>) must be the one the
   // parts make, or nothing is stored.
   const claimed = algorithm === undefined ? undefined : headerOf(ctx.req, `x-amz-checksum-${algorithm}`);
-  const checksums = algorithm === undefined ? undefined : {
-    composite: async (partChecksums: readonly Buffer[]) => {
-      const sum = createChecksum(algorithm);
-      for (const value of partChecksums) sum.update(value);
-      return sum.digestBase64();
-    },
-    full: () => {
-      const sum = createChecksum(algorithm);
-      return {
-        update: (bytes: Uint8Array) => sum.update(bytes),
-        digestBase64: async () => {
-          const value = await sum.digestBase64();
-          if (claimed !== undefined && claimed.trim() !== value) throw new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${algorithm} you specified did not match the checksum of the parts`);
-          return value;
-        },
-      };
-    },
-  };
+  const checksums =
+    algorithm === undefined
+      ? undefined
+      : {
+          composite: async (partChecksums: readonly Buffer[]) => {
+            const sum = createChecksum(algorithm);
+            for (const value of partChecksums) sum.update(value);
+            return sum.digestBase64();
+          },
+          full: () => {
+            const sum = createChecksum(algorithm);
+            return {
+              update: (bytes: Uint8Array) => sum.update(bytes),
+              digestBase64: async () => {
+                const value = await sum.digestBase64();
+                if (claimed !== undefined && claimed.trim() !== value)
+                  throw new ObjectCacheError('OC_ERR_REQUEST_BAD_DIGEST', `The x-amz-checksum-${algorithm} you specified did not match the checksum of the parts`);
+                return value;
+              },
+            };
+          },
+        };
   const meta = await store.completeUpload(bucket, key, uploadId, parts, writePrecondition(ctx.req), checksums);
   const checksum = meta.checksum ? { [`Checksum${meta.checksum.algorithm.toUpperCase()}`]: meta.checksum.value, ChecksumType: meta.checksum.type ?? 'FULL_OBJECT' } : {};
   sendXml(ctx.res, 200, buildXml('CompleteMultipartUploadResult', { Location: `/${bucket}/${key}`, Bucket: bucket, Key: key, ETag: `"${meta.etag}"`, ...checksum }));

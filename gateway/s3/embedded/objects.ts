@@ -39,7 +39,11 @@ export function objectAttributes(req: IncomingMessage): ObjectAttributes {
   for (const name of STORED_HEADERS) {
     let value = headerOf(req, name);
     if (name === 'content-encoding' && value !== undefined) {
-      value = value.split(',').map((s) => s.trim()).filter((s) => s !== '' && s.toLowerCase() !== 'aws-chunked').join(', ');
+      value = value
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => s !== '' && s.toLowerCase() !== 'aws-chunked')
+        .join(', ');
     }
     if (value !== undefined && value !== '') headers[name] = value;
   }
@@ -92,7 +96,10 @@ function parseHttpDate(text: string | undefined): number | undefined {
 function checkConditions(req: IncomingMessage, meta: ObjectMeta): 304 | undefined {
   const lastModified = Math.floor(meta.lastModified / 1000) * 1000;
   const ifMatch = headerOf(req, 'if-match');
-  const failed = (): ObjectCacheError => new ObjectCacheError('OC_ERR_STORE_PRECONDITION_FAILED', 'At least one of the pre-conditions you specified did not hold', { details: { Condition: ifMatch !== undefined ? 'If-Match' : 'If-Unmodified-Since' } });
+  const failed = (): ObjectCacheError =>
+    new ObjectCacheError('OC_ERR_STORE_PRECONDITION_FAILED', 'At least one of the pre-conditions you specified did not hold', {
+      details: { Condition: ifMatch !== undefined ? 'If-Match' : 'If-Unmodified-Since' },
+    });
   if (ifMatch !== undefined) {
     if (!etagMatches(ifMatch, meta.etag)) throw failed();
   } else {
@@ -133,7 +140,9 @@ function partNumberOf(ctx: RequestContext, meta: ObjectMeta, headers: Record<str
   const text = queryValue(ctx.target, 'partNumber');
   if (text === undefined) return undefined;
   if (!/^\d{1,5}$/.test(text) || Number(text) < 1) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'partNumber must be an integer from 1 to 10000', { details: { ArgumentName: 'partNumber', ArgumentValue: text } });
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'partNumber must be an integer from 1 to 10000', {
+      details: { ArgumentName: 'partNumber', ArgumentValue: text },
+    });
   }
   const parts = meta.parts ?? [meta.size];
   const n = Number(text);
@@ -150,11 +159,20 @@ function partNumberOf(ctx: RequestContext, meta: ObjectMeta, headers: Record<str
  */
 export function getObjectAttributes(ctx: RequestContext, store: LocalStore): void {
   const meta = store.headObject(ctx.target.bucket, ctx.target.key);
-  const wanted = new Set((headerOf(ctx.req, 'x-amz-object-attributes') ?? '').split(',').map((s) => s.trim().toLowerCase()).filter((s) => s !== ''));
-  if (wanted.size === 0) throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-object-attributes must name at least one of ETag, Checksum, ObjectParts, StorageClass, ObjectSize', { details: { ArgumentName: 'x-amz-object-attributes' } });
+  const wanted = new Set(
+    (headerOf(ctx.req, 'x-amz-object-attributes') ?? '')
+      .split(',')
+      .map((s) => s.trim().toLowerCase())
+      .filter((s) => s !== ''),
+  );
+  if (wanted.size === 0)
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-object-attributes must name at least one of ETag, Checksum, ObjectParts, StorageClass, ObjectSize', {
+      details: { ArgumentName: 'x-amz-object-attributes' },
+    });
   const body: Record<string, unknown> = {};
   if (wanted.has('etag')) body['ETag'] = meta.etag;
-  if (wanted.has('checksum') && meta.checksum) body['Checksum'] = { [`Checksum${meta.checksum.algorithm.toUpperCase()}`]: meta.checksum.value, ChecksumType: meta.checksum.type ?? 'FULL_OBJECT' };
+  if (wanted.has('checksum') && meta.checksum)
+    body['Checksum'] = { [`Checksum${meta.checksum.algorithm.toUpperCase()}`]: meta.checksum.value, ChecksumType: meta.checksum.type ?? 'FULL_OBJECT' };
   if (wanted.has('objectparts') && meta.parts) body['ObjectParts'] = { PartsCount: meta.parts.length };
   if (wanted.has('storageclass')) body['StorageClass'] = 'STANDARD';
   if (wanted.has('objectsize')) body['ObjectSize'] = meta.size;
@@ -221,7 +239,9 @@ export async function putObject(ctx: RequestContext, store: LocalStore): Promise
 function copySource(value: string): { bucket: string; key: string } {
   const source = parseCopySource(value);
   if (source.versionId !== undefined && source.versionId !== 'null') {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-copy-source names a version; the embedded store has no versions', { details: { ArgumentName: 'x-amz-copy-source', ArgumentValue: value } });
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-copy-source names a version; the embedded store has no versions', {
+      details: { ArgumentName: 'x-amz-copy-source', ArgumentValue: value },
+    });
   }
   return { bucket: source.bucket, key: source.key };
 }
@@ -274,7 +294,9 @@ async function copyObject(ctx: RequestContext, store: LocalStore): Promise<void>
   const { bucket, key } = ctx.target;
   const directive = (headerOf(ctx.req, 'x-amz-metadata-directive') ?? 'COPY').toUpperCase();
   if (directive !== 'COPY' && directive !== 'REPLACE') {
-    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-metadata-directive must be COPY or REPLACE', { details: { ArgumentName: 'x-amz-metadata-directive', ArgumentValue: directive } });
+    throw new ObjectCacheError('OC_ERR_REQUEST_INVALID_ARGUMENT', 'x-amz-metadata-directive must be COPY or REPLACE', {
+      details: { ArgumentName: 'x-amz-metadata-directive', ArgumentValue: directive },
+    });
   }
   if (!store.hasBucket(bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: bucket } });
   const replaced = directive === 'REPLACE' ? objectAttributes(ctx.req) : undefined;
@@ -283,7 +305,10 @@ async function copyObject(ctx: RequestContext, store: LocalStore): Promise<void>
   let copied: ObjectMeta;
   try {
     if (source.bucket === bucket && source.key === key && directive === 'COPY') {
-      throw new ObjectCacheError('OC_ERR_REQUEST_COPY_TO_ITSELF', "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.");
+      throw new ObjectCacheError(
+        'OC_ERR_REQUEST_COPY_TO_ITSELF',
+        "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
+      );
     }
     const attributes: ObjectAttributes = replaced ?? { contentType: meta.contentType, headers: meta.headers, userMeta: meta.userMeta };
     copied = await store.putObject(bucket, key, copyStream(handle, 0, meta.size - 1), { ...attributes, precondition: writePrecondition(ctx.req) });

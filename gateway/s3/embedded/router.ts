@@ -17,10 +17,39 @@ type Handler = (ctx: RequestContext, store: LocalStore) => void | Promise<void>;
 
 /** Query parameters that are arguments, not sub-resources. */
 const ARGUMENTS = new Set([
-  'x-id', 'prefix', 'delimiter', 'max-keys', 'marker', 'list-type', 'continuation-token', 'start-after', 'fetch-owner', 'encoding-type',
-  'allow-unordered', 'uploadId', 'partNumber', 'part-number-marker', 'max-parts', 'max-uploads', 'key-marker', 'upload-id-marker',
-  'response-content-type', 'response-content-language', 'response-expires', 'response-cache-control', 'response-content-disposition', 'response-content-encoding',
-  'uploads', 'delete', 'location', 'versions', 'version-id-marker', 'acl', 'attributes', 'policy', 'cors',
+  'x-id',
+  'prefix',
+  'delimiter',
+  'max-keys',
+  'marker',
+  'list-type',
+  'continuation-token',
+  'start-after',
+  'fetch-owner',
+  'encoding-type',
+  'allow-unordered',
+  'uploadId',
+  'partNumber',
+  'part-number-marker',
+  'max-parts',
+  'max-uploads',
+  'key-marker',
+  'upload-id-marker',
+  'response-content-type',
+  'response-content-language',
+  'response-expires',
+  'response-cache-control',
+  'response-content-disposition',
+  'response-content-encoding',
+  'uploads',
+  'delete',
+  'location',
+  'versions',
+  'version-id-marker',
+  'acl',
+  'attributes',
+  'policy',
+  'cors',
 ]);
 
 /**
@@ -30,7 +59,8 @@ const ARGUMENTS = new Set([
  */
 function bucketConfiguration(missing: 'OC_ERR_STORE_NO_SUCH_BUCKET_POLICY' | 'OC_ERR_STORE_NO_SUCH_CORS', what: string): Handler {
   return (ctx, store) => {
-    if (!store.hasBucket(ctx.target.bucket)) throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: ctx.target.bucket } });
+    if (!store.hasBucket(ctx.target.bucket))
+      throw new ObjectCacheError('OC_ERR_STORE_NO_SUCH_BUCKET', 'The specified bucket does not exist', { details: { BucketName: ctx.target.bucket } });
     switch (ctx.req.method) {
       case 'GET':
         throw new ObjectCacheError(missing, `The bucket has no ${what}`, { details: { BucketName: ctx.target.bucket } });

@@ -23,7 +23,19 @@ import { dirname, join, relative, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ObjectCacheError } from '../../../schemas/errors.js';
 import { KeyIndex, type ListOptions, type ListPage } from './key-index.js';
-import { commitStagedSync, discardStaged, encodeFooter, objectRelativePath, parentOf, readFooter, stageFile, syncDirectory, type ChecksumType, type ObjectMeta, type StagedFile } from './object-file.js';
+import {
+  commitStagedSync,
+  discardStaged,
+  encodeFooter,
+  objectRelativePath,
+  parentOf,
+  readFooter,
+  stageFile,
+  syncDirectory,
+  type ChecksumType,
+  type ObjectMeta,
+  type StagedFile,
+} from './object-file.js';
 
 export { objectRelativePath } from './object-file.js';
 
@@ -363,7 +375,9 @@ export class LocalStore {
 
   async createBucket(name: string): Promise<void> {
     if (this.#buckets.has(name)) {
-      throw new ObjectCacheError('OC_ERR_STORE_BUCKET_EXISTS', 'Your previous request to create the named bucket succeeded and you already own it.', { details: { BucketName: name } });
+      throw new ObjectCacheError('OC_ERR_STORE_BUCKET_EXISTS', 'Your previous request to create the named bucket succeeded and you already own it.', {
+        details: { BucketName: name },
+      });
     }
     const dir = join(this.dataDir, 'buckets', name);
     await mkdir(join(dir, 'objects'), { recursive: true });
@@ -517,7 +531,14 @@ export class LocalStore {
   }
 
   /** Stores a part; `checksum` (read once the body has ended) is its checksum in the upload's algorithm. */
-  async putPart(bucket: string, key: string, uploadId: string, partNumber: number, body: Readable | AsyncIterable<Uint8Array>, checksum?: () => string | undefined): Promise<PartInfo> {
+  async putPart(
+    bucket: string,
+    key: string,
+    uploadId: string,
+    partNumber: number,
+    body: Readable | AsyncIterable<Uint8Array>,
+    checksum?: () => string | undefined,
+  ): Promise<PartInfo> {
     const upload = this.#upload(bucket, key, uploadId);
     let part: PartInfo | undefined;
     const staged = await stageFile(this.#tempDir, body, ({ size, md5Hex }) => {
@@ -551,7 +572,14 @@ export class LocalStore {
     return [...this.#bucket(bucket).uploads.values()].filter((u) => u.key.startsWith(prefix)).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.initiated - b.initiated));
   }
 
-  async completeUpload(bucket: string, key: string, uploadId: string, requested: readonly { partNumber: number; etag: string; checksum?: string | undefined }[], precondition?: WritePrecondition, checksums?: CompleteChecksums): Promise<ObjectMeta> {
+  async completeUpload(
+    bucket: string,
+    key: string,
+    uploadId: string,
+    requested: readonly { partNumber: number; etag: string; checksum?: string | undefined }[],
+    precondition?: WritePrecondition,
+    checksums?: CompleteChecksums,
+  ): Promise<ObjectMeta> {
     const info = this.#upload(bucket, key, uploadId);
     // A failed condition leaves both the object and the upload as they were (it can be retried).
     if (precondition && !precondition(this.#bucket(bucket).index.get(key))) throw this.#preconditionFailed();
@@ -559,15 +587,22 @@ export class LocalStore {
     const chosen: PartInfo[] = [];
     let previous = 0;
     for (const { partNumber, etag, checksum } of requested) {
-      if (partNumber <= previous) throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART_ORDER', 'The list of parts was not in ascending order', { details: { UploadId: uploadId } });
+      if (partNumber <= previous)
+        throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART_ORDER', 'The list of parts was not in ascending order', { details: { UploadId: uploadId } });
       previous = partNumber;
       const part = info.parts.get(partNumber);
       if (!part || part.etag !== etag.replace(/^"|"$/g, '')) {
-        throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Part ${partNumber} could not be found or its ETag does not match`, { details: { UploadId: uploadId, PartNumber: partNumber } });
+        throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Part ${partNumber} could not be found or its ETag does not match`, {
+          details: { UploadId: uploadId, PartNumber: partNumber },
+        });
       }
       // A part's checksum named in the request must be the one recorded when it was uploaded.
       if (checksum !== undefined && info.checksum && part.checksum !== checksum) {
-        throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Part ${partNumber}'s ${info.checksum.algorithm.toUpperCase()} checksum does not match the one it was uploaded with`, { details: { UploadId: uploadId, PartNumber: partNumber } });
+        throw new ObjectCacheError(
+          'OC_ERR_STORE_INVALID_PART',
+          `Part ${partNumber}'s ${info.checksum.algorithm.toUpperCase()} checksum does not match the one it was uploaded with`,
+          { details: { UploadId: uploadId, PartNumber: partNumber } },
+        );
       }
       chosen.push(part);
     }
@@ -604,7 +639,10 @@ export class LocalStore {
     if (info.checksum && checksums) {
       const { algorithm, type } = info.checksum;
       if (type === 'COMPOSITE') {
-        if (chosen.some((part) => part.checksum === undefined)) throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Every part of an upload created with ${algorithm.toUpperCase()} needs its checksum`, { details: { UploadId: uploadId } });
+        if (chosen.some((part) => part.checksum === undefined))
+          throw new ObjectCacheError('OC_ERR_STORE_INVALID_PART', `Every part of an upload created with ${algorithm.toUpperCase()} needs its checksum`, {
+            details: { UploadId: uploadId },
+          });
         const value = await checksums.composite(chosen.map((part) => Buffer.from(part.checksum as string, 'base64')));
         objectChecksum = { algorithm, value: `${value}-${chosen.length}`, type };
       } else {

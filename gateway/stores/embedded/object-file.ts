@@ -60,8 +60,16 @@ function isObjectMeta(value: unknown): value is ObjectMeta {
   if (typeof value !== 'object' || value === null) return false;
   const meta = value as Partial<ObjectMeta>;
   const isRecord = (field: unknown): boolean => typeof field === 'object' && field !== null;
-  return typeof meta.key === 'string' && Number.isSafeInteger(meta.size) && (meta.size as number) >= 0 && typeof meta.etag === 'string'
-    && typeof meta.lastModified === 'number' && typeof meta.contentType === 'string' && isRecord(meta.headers) && isRecord(meta.userMeta);
+  return (
+    typeof meta.key === 'string' &&
+    Number.isSafeInteger(meta.size) &&
+    (meta.size as number) >= 0 &&
+    typeof meta.etag === 'string' &&
+    typeof meta.lastModified === 'number' &&
+    typeof meta.contentType === 'string' &&
+    isRecord(meta.headers) &&
+    isRecord(meta.userMeta)
+  );
 }
 
 /**
@@ -99,7 +107,10 @@ export async function readFooter(fh: FileHandle, file?: string): Promise<ObjectM
 export function encodeFooter(meta: ObjectMeta): Buffer {
   const json = Buffer.from(JSON.stringify(meta), 'utf8');
   if (json.length > MAX_FOOTER_BYTES) {
-    throw new ObjectCacheError('OC_ERR_REQUEST_METADATA_TOO_LARGE', `The object's metadata and headers take ${json.length} bytes stored, over the embedded store's limit of ${MAX_FOOTER_BYTES}`);
+    throw new ObjectCacheError(
+      'OC_ERR_REQUEST_METADATA_TOO_LARGE',
+      `The object's metadata and headers take ${json.length} bytes stored, over the embedded store's limit of ${MAX_FOOTER_BYTES}`,
+    );
   }
   const trailer = Buffer.alloc(TRAILER_BYTES);
   trailer.writeUInt32BE(json.length, 0);
@@ -130,7 +141,11 @@ export interface StagedFile {
  * that `footer` builds from the written size and MD5; fsyncs it. The caller commits with
  * `commitStaged` or discards with `discardStaged`. On any error the temp file is removed.
  */
-export async function stageFile(tempDir: string, sources: AsyncIterable<Uint8Array> | Readable, footer: (written: { size: number; md5Hex: string; md5: Buffer }) => ObjectMeta | undefined): Promise<StagedFile> {
+export async function stageFile(
+  tempDir: string,
+  sources: AsyncIterable<Uint8Array> | Readable,
+  footer: (written: { size: number; md5Hex: string; md5: Buffer }) => ObjectMeta | undefined,
+): Promise<StagedFile> {
   const tempPath = `${tempDir}/${Date.now().toString(36)}-${randomBytes(8).toString('hex')}.tmp`;
   const fh = await open(tempPath, 'wx', 0o644);
   let ok = false;
