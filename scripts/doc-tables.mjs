@@ -3,12 +3,13 @@
 // (gateway/common/config.ts SERVE_SETTINGS, schemas/errors.ts ERRORS). Run after `npm run build`:
 //   node scripts/doc-tables.mjs
 import { readFileSync, writeFileSync } from 'node:fs';
-import { SERVE_SETTINGS } from '../dist/gateway/config.js';
+import { SERVE_SETTINGS } from '../dist/gateway/common/config.js';
 import { ERRORS } from '../dist/schemas/errors.js';
 
 const settings = ['| Flag | Environment variable | Default | Meaning |', '|---|---|---|---|'];
 for (const s of Object.values(SERVE_SETTINGS)) {
-  settings.push(`| ${s.envOnly ? '—' : `\`--${s.flag}\``} | \`${s.env}\` | ${s.default === undefined ? 'unset' : `\`${s.default}\``} | ${s.description} |`);
+  const former = s.deprecated ? ` Formerly \`--${s.deprecated.flag}\` / \`${s.deprecated.env}\`, still read (deprecated, for one release).` : '';
+  settings.push(`| ${s.envOnly ? '—' : `\`--${s.flag}\``} | \`${s.env}\` | ${s.default === undefined ? 'unset' : `\`${s.default}\``} | ${s.description}${former} |`);
 }
 const errors = ['| Code | HTTP | S3 code | Retry | When |', '|---|---|---|---|---|'];
 for (const [code, e] of Object.entries(ERRORS))

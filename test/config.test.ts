@@ -85,8 +85,25 @@ describe('loadServeConfig', () => {
     };
     expect(refused(['--request-timeout-ms', '1500'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'request-timeout-ms' });
     expect(refused(['--max-connections', '6'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'max-requests-per-key' });
-    expect(refused(['--max-layerwise-requests', '4', '--max-layerwise-per-key', '5'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'max-layerwise-per-key' });
+    expect(refused(['--max-descriptor-gets', '4', '--max-descriptor-gets-per-key', '5'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'max-descriptor-gets-per-key' });
+    // The former names still work for one release, each named in a start-up warning.
+    expect(refused(['--max-layerwise-requests', '4', '--max-layerwise-per-key', '5'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'max-descriptor-gets-per-key' });
     expect(refused(['--request-timeout-ms', '1500', '--header-timeout-ms', '1000', '--max-connections', '6', '--max-requests-per-key', '4'])).toBeUndefined();
+  });
+
+  it('reads a renamed setting by its former name for one release, and says so', () => {
+    const env = { OBJECTCACHE_ACCESS_KEY: 'admin-key', OBJECTCACHE_SECRET_KEY: 'admin-secret-key', OBJECTCACHE_MAX_LAYERWISE_PER_KEY: '2' };
+    const config = loadServeConfig(['--max-layerwise-requests', '7'], env);
+    expect(config.descriptorGet.maxDescriptorGets).toBe(7);
+    expect(config.limits.maxDescriptorGetsPerKey).toBe(2);
+    expect([...config.deprecatedSettings].sort()).toEqual([
+      '--max-layerwise-requests is deprecated: use --max-descriptor-gets',
+      'OBJECTCACHE_MAX_LAYERWISE_PER_KEY is deprecated: use OBJECTCACHE_MAX_DESCRIPTOR_GETS_PER_KEY',
+    ]);
+    // The new name wins over the former, with no warning for the one not used.
+    const both = loadServeConfig(['--max-layerwise-requests', '7', '--max-descriptor-gets', '9'], { ...env, OBJECTCACHE_MAX_LAYERWISE_PER_KEY: '' });
+    expect(both.descriptorGet.maxDescriptorGets).toBe(9);
+    expect(both.deprecatedSettings).toEqual([]);
   });
 
   it('authenticates a key from the credentials file through the gateway', async () => {

@@ -27,7 +27,7 @@ function takeAll(limits: KeyLimits, who: ClientCredential): number {
 
 describe("a key's share of backend connections", () => {
   it('keeps a reserve for the first connection of keys that hold none', () => {
-    const limits = new KeyLimits({ maxRequestsPerKey: 128, maxLayerwisePerKey: 8 }, 64);
+    const limits = new KeyLimits({ maxRequestsPerKey: 128, maxDescriptorGetsPerKey: 8 }, 64);
     expect(takeAll(limits, key('greedy'))).toBe(48); // its share: three quarters
     expect(takeAll(limits, key('accomplice'))).toBe(8); // up to 56 held: 64 less the reserve of 8
     for (let i = 0; i < 8; i++) limits.takeBackend(key(`newcomer-${i}`)); // each still gets one
@@ -35,7 +35,7 @@ describe("a key's share of backend connections", () => {
   });
 
   it('lets gated requests wait within the share, in order, and go on as connections are given back', async () => {
-    const limits = new KeyLimits({ maxRequestsPerKey: 128, maxLayerwisePerKey: 8 }, 8);
+    const limits = new KeyLimits({ maxRequestsPerKey: 128, maxDescriptorGetsPerKey: 8 }, 8);
     const gate = limits.backendGate(key('lookups'));
     for (let i = 0; i < 6; i++) await gate.acquire();
     let granted = 0;

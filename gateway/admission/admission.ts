@@ -9,8 +9,8 @@
  * - A passthrough to an S3 backend takes one of its key's backend connections (three quarters of
  *   --backend-connections) for as long as its client takes; the HEADs the gateway makes for a
  *   key's lookup or encoded descriptor GET each wait for a place in the same share.
- * - A descriptor GET takes a slot (--max-layerwise-requests), one of its key's
- *   (--max-layerwise-per-key), and only while buffered bytes (--max-buffered-bytes) and the read
+ * - A descriptor GET takes a slot (--max-descriptor-gets), one of its key's
+ *   (--max-descriptor-gets-per-key), and only while buffered bytes (--max-buffered-bytes) and the read
  *   workers' queue (--worker-queue) have room.
  *
  * What comes after admission is pacing, not refusal: an admitted descriptor GET waits for its
@@ -24,7 +24,7 @@ import type { BackendGate, KeyLimits, SignedBy } from './key-limits.js';
 
 export interface AdmissionOptions {
   readonly keys: KeyLimits;
-  /** --max-layerwise-requests: descriptor GETs served at once. */
+  /** --max-descriptor-gets: descriptor GETs served at once. */
   readonly maxDescriptorGets: number;
   /** The gateway-wide budget of bytes read and not yet sent. */
   readonly budget: FifoBudget;

@@ -1,6 +1,6 @@
 /**
  * Per-key shares of the gateway: requests in flight (--max-requests-per-key, a quarter of them
- * for the key's presigned URLs and forms together), layerwise slots (--max-layerwise-per-key) and
+ * for the key's presigned URLs and forms together), layerwise slots (--max-descriptor-gets-per-key) and
  * backend connections (three quarters of --backend-connections). The gateway-wide limits
  * (connections, layerwise slots, buffered bytes) protect the process; these protect tenants from
  * each other, so one key's flood, slow or refused as its requests may be, leaves room for every
@@ -63,13 +63,13 @@ export class KeyLimits {
   /** The key's backend connections: held by each key, in all, and the gated requests waiting for one, in order. */
   readonly #backend = new BackendShares();
 
-  constructor(limits: Pick<ConnectionLimits, 'maxRequestsPerKey' | 'maxLayerwisePerKey'>, backendConnections = 0) {
+  constructor(limits: Pick<ConnectionLimits, 'maxRequestsPerKey' | 'maxDescriptorGetsPerKey'>, backendConnections = 0) {
     this.#requests = new Share(limits.maxRequestsPerKey, (key, held) => `The key ${key} has ${held} requests in flight, its limit (--max-requests-per-key)`);
     this.#delegated = new Share(
       Math.max(1, Math.floor(limits.maxRequestsPerKey / 4)),
       (key, held) => `The presigned URLs and forms of the key ${key} have ${held} requests in flight, a quarter of its limit (--max-requests-per-key)`,
     );
-    this.#layerwise = new Share(limits.maxLayerwisePerKey, (key, held) => `The key ${key} holds ${held} layerwise GETs, its share of the gateway (--max-layerwise-per-key)`);
+    this.#layerwise = new Share(limits.maxDescriptorGetsPerKey, (key, held) => `The key ${key} holds ${held} layerwise GETs, its share of the gateway (--max-descriptor-gets-per-key)`);
     this.#backend.size(backendConnections);
   }
 

@@ -32,6 +32,8 @@ export interface SettingSpec {
   readonly secret?: boolean;
   /** Settings only read from the environment (credentials), never from flags. */
   readonly envOnly?: boolean;
+  /** The setting's former names, still read for one release (a warning at start-up names the new one). */
+  readonly deprecated?: { readonly flag: string; readonly env: string };
 }
 
 /** Every `objectcache serve` setting. docs/reference.md's settings table is generated from this list. */
@@ -223,15 +225,16 @@ export const SERVE_SETTINGS = {
     description:
       'Requests one access key may have in flight at once (from its signature being verified to its response ending); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so one key cannot hold every connection, slot or file of the gateway.',
   },
-  maxLayerwisePerKey: {
-    flag: 'max-layerwise-per-key',
-    env: 'OBJECTCACHE_MAX_LAYERWISE_PER_KEY',
+  maxDescriptorGetsPerKey: {
+    flag: 'max-descriptor-gets-per-key',
+    env: 'OBJECTCACHE_MAX_DESCRIPTOR_GETS_PER_KEY',
+    deprecated: { flag: 'max-layerwise-per-key', env: 'OBJECTCACHE_MAX_LAYERWISE_PER_KEY' },
     kind: 'integer',
     default: 'auto',
     min: 1,
     max: 100_000,
     description:
-      'Layerwise GETs one access key may have admitted at once (auto: three quarters of --max-layerwise-requests, at least 1); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so the rest of the slots stay free for other keys.',
+      'Descriptor GETs (layerwise or chunkwise) one access key may have admitted at once (auto: three quarters of --max-descriptor-gets, at least 1); beyond it 503 SlowDown (OC_ERR_KEY_CONCURRENCY), so the rest of the slots stay free for other keys.',
   },
   headerTimeoutMs: {
     flag: 'header-timeout-ms',
@@ -618,14 +621,15 @@ export const SERVE_SETTINGS = {
     description:
       'A response whose client takes no data for this long is ended and its buffers released (a layerwise GET with an ERROR frame where it can, any other by closing the connection).',
   },
-  maxLayerwiseRequests: {
-    flag: 'max-layerwise-requests',
-    env: 'OBJECTCACHE_MAX_LAYERWISE_REQUESTS',
+  maxDescriptorGets: {
+    flag: 'max-descriptor-gets',
+    env: 'OBJECTCACHE_MAX_DESCRIPTOR_GETS',
+    deprecated: { flag: 'max-layerwise-requests', env: 'OBJECTCACHE_MAX_LAYERWISE_REQUESTS' },
     kind: 'integer',
     default: '64',
     min: 1,
     max: 100_000,
-    description: 'Layerwise GETs served at once; beyond it (or with all of --max-buffered-bytes held) new ones get 503 SlowDown.',
+    description: 'Descriptor GETs (layerwise or chunkwise) served at once; beyond it (or with all of --max-buffered-bytes held) new ones get 503 SlowDown.',
   },
   cap: {
     flag: 'cap',
@@ -699,7 +703,7 @@ export interface DescriptorGetConfig {
   readonly streamReceiveBufferBytes: number;
   readonly threshold: number;
   readonly maxDescriptorBytes: number;
-  readonly maxLayerwiseRequests: number;
+  readonly maxDescriptorGets: number;
   readonly clientStallTimeoutMs: number;
   readonly limits: DescriptorLimits;
 }
@@ -768,6 +772,8 @@ export interface GatewayConfig {
   readonly limits: ConnectionLimits;
   /** First path segments that are the store's own APIs (--reserved-buckets). */
   readonly reservedBuckets: ReadonlySet<string>;
+  /** Former setting names this configuration used (each a warning at start-up). */
+  readonly deprecatedSettings: readonly string[];
   /** Longest SigV2 presigned URL lifetime in seconds; 0: no limit. */
   readonly sigV2MaxExpiresSeconds: number;
   readonly logLevel: LogLevel;
@@ -808,7 +814,7 @@ export interface CapacityConfig {
 export interface ConnectionLimits {
   readonly maxConnections: number;
   readonly maxRequestsPerKey: number;
-  readonly maxLayerwisePerKey: number;
+  readonly maxDescriptorGetsPerKey: number;
   readonly headerTimeoutMs: number;
   readonly bodyIdleTimeoutMs: number;
   readonly requestTimeoutMs: number;
@@ -843,10 +849,11 @@ function label(spec: SettingSpec): string {
 
 type RawSettings = Partial<Record<SettingName, string>>;
 
-function readRaw(argv: readonly string[], env: NodeJS.ProcessEnv): RawSettings {
+function readRaw(argv: readonly string[], env: NodeJS.ProcessEnv): { raw: RawSettings; deprecated: string[] } {
   const options: Record<string, { type: 'string' }> = {};
   for (const spec of Object.values(SERVE_SETTINGS) as SettingSpec[]) {
     if (!spec.envOnly) options[spec.flag] = { type: 'string' };
+    if (spec.deprecated) options[spec.deprecated.flag] = { type: 'string' };
   }
   let values: Record<string, string | boolean | undefined>;
   try {
@@ -855,13 +862,25 @@ function readRaw(argv: readonly string[], env: NodeJS.ProcessEnv): RawSettings {
     throw new ConfigError('argv', (error as Error).message);
   }
   const raw: RawSettings = {};
+  const deprecated: string[] = [];
+  const given = (text: unknown): text is string => typeof text === 'string' && text !== '';
   for (const [name, spec] of Object.entries(SERVE_SETTINGS) as [SettingName, SettingSpec][]) {
-    const fromFlag = spec.envOnly ? undefined : values[spec.flag];
-    const fromEnv = env[spec.env];
+    const old = spec.deprecated;
+    let fromFlag = spec.envOnly ? undefined : values[spec.flag];
+    let fromEnv = env[spec.env];
+    // A former name is read when the new one is not given, and named in a start-up warning.
+    if (old && !given(fromFlag) && given(values[old.flag])) {
+      fromFlag = values[old.flag];
+      deprecated.push(`--${old.flag} is deprecated: use --${spec.flag}`);
+    }
+    if (old && !given(fromEnv) && given(env[old.env])) {
+      fromEnv = env[old.env];
+      deprecated.push(`${old.env} is deprecated: use ${spec.env}`);
+    }
     const value = typeof fromFlag === 'string' ? fromFlag : fromEnv !== undefined && fromEnv !== '' ? fromEnv : spec.default;
     if (value !== undefined) raw[name] = value;
   }
-  return raw;
+  return { raw, deprecated };
 }
 
 function integer(name: SettingName, raw: RawSettings): number {
@@ -1179,7 +1198,7 @@ function loadCapacity(raw: RawSettings, multipartExpiryMs: number | undefined): 
 
 /** Builds and validates the serve configuration from argv (after `serve`) and the environment. */
 export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv): GatewayConfig {
-  const raw = readRaw(argv, env);
+  const { raw, deprecated } = readRaw(argv, env);
 
   const sigV2 = oneOf('sigV2', raw);
   const logLevel = oneOf('logLevel', raw);
@@ -1246,12 +1265,12 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     scheduler = { capBytesPerSec: cap, policy, marginBytesPerSec: margin, epochMs: integer('epochMs', raw) };
   }
 
-  const maxLayerwiseRequests = integer('maxLayerwiseRequests', raw);
-  const maxLayerwisePerKey = raw.maxLayerwisePerKey === 'auto' ? Math.max(1, Math.floor((maxLayerwiseRequests * 3) / 4)) : integer('maxLayerwisePerKey', raw);
-  if (maxLayerwisePerKey > maxLayerwiseRequests) {
+  const maxDescriptorGets = integer('maxDescriptorGets', raw);
+  const maxDescriptorGetsPerKey = raw.maxDescriptorGetsPerKey === 'auto' ? Math.max(1, Math.floor((maxDescriptorGets * 3) / 4)) : integer('maxDescriptorGetsPerKey', raw);
+  if (maxDescriptorGetsPerKey > maxDescriptorGets) {
     throw new ConfigError(
-      'max-layerwise-per-key',
-      `--max-layerwise-per-key (${maxLayerwisePerKey}) is more than --max-layerwise-requests (${maxLayerwiseRequests}): one key could hold every slot`,
+      'max-descriptor-gets-per-key',
+      `--max-descriptor-gets-per-key (${maxDescriptorGetsPerKey}) is more than --max-descriptor-gets (${maxDescriptorGets}): one key could hold every slot`,
     );
   }
   if (integer('requestTimeoutMs', raw) < integer('headerTimeoutMs', raw)) {
@@ -1302,7 +1321,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     limits: {
       maxConnections: integer('maxConnections', raw),
       maxRequestsPerKey: integer('maxRequestsPerKey', raw),
-      maxLayerwisePerKey,
+      maxDescriptorGetsPerKey,
       headerTimeoutMs: integer('headerTimeoutMs', raw),
       bodyIdleTimeoutMs: integer('bodyIdleTimeoutMs', raw),
       requestTimeoutMs: integer('requestTimeoutMs', raw),
@@ -1310,6 +1329,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       maxFormFieldsBytes: integer('maxFormFieldsBytes', raw),
     },
     reservedBuckets,
+    deprecatedSettings: deprecated,
     sigV2MaxExpiresSeconds: integer('sigV2MaxExpiresSeconds', raw),
     logLevel: logLevel as LogLevel,
     descriptorGet: {
@@ -1326,7 +1346,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       streamReceiveBufferBytes: integer('streamReceiveBufferBytes', raw),
       threshold: integer('threshold', raw),
       maxDescriptorBytes: integer('maxDescriptorBytes', raw),
-      maxLayerwiseRequests,
+      maxDescriptorGets,
       clientStallTimeoutMs: integer('clientStallTimeoutMs', raw),
       limits: {
         maxKeys: integer('maxDescriptorKeys', raw),

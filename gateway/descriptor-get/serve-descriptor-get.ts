@@ -4,8 +4,8 @@
  * two delivery modes, layerwise (LAYER frames, layer by layer) or chunkwise (CHUNK frames, chunk
  * by chunk), assembled by the read workers from range reads of every chunk. The feature is named
  * for its request (this directory, gateway/descriptor-get/); "layerwise" and "chunkwise" name the
- * modes. Settings and metrics named "layerwise" (--max-layerwise-requests,
- * objectcache_layerwise_*) count descriptor GETs of both modes, under the names users know.
+ * modes. The metrics named "layerwise" (objectcache_layerwise_*) count descriptor GETs of both
+ * modes, under the names dashboards know (docs/architecture.md, Glossary).
  *
  * Flow (the descriptor parsed and the request authorized by gateway/pipeline/routes.ts): plan
  * (the delivery mode, read-plan.ts chooseMode; packed segments asked once, packed-segments.ts);

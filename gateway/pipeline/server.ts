@@ -84,6 +84,8 @@ function urlOf(address: AddressInfo): string {
 /** Starts the gateway; resolves once both ports listen. */
 export async function startGateway(config: GatewayConfig, deps: GatewayDependencies = {}): Promise<Gateway> {
   const logger = deps.logger ?? createLogger(config.logLevel);
+  // Former setting names still work for one release; each use says what replaces it.
+  for (const line of config.deprecatedSettings) logger.warn({ deprecated: true }, line);
   // Metrics need the backend's counters, and the backend reports retries to the metrics.
   let countRetry = (_kind: 'passthrough'): void => {};
   const backend = await openBackend(config.backend, (kind) => countRetry(kind), logger, config.multipartExpiryMs);
@@ -150,7 +152,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   });
   const admission = new Admission({
     keys: new KeyLimits(config.limits, config.backend.kind === 's3' ? config.backend.connections : 0),
-    maxDescriptorGets: lw.maxLayerwiseRequests,
+    maxDescriptorGets: lw.maxDescriptorGets,
     budget,
     poolSaturated: () => pool.saturated(),
   });
