@@ -14,7 +14,7 @@ export const STREAM_MAGIC = 'OCKV';
 export const STREAM_VERSION = 1;
 /**
  * Version 2, sent only to a descriptor that names `codecs`: every LAYER and CHUNK payload starts
- * with a segment table (one u32 LE length per slice) and its slices are in their stored encoding
+ * with a slice-length table (one u32 LE length per slice) and its slices are in their stored encoding
  * (wire-format.md section 6). A client that asks for raw bytes never receives it.
  */
 export const STREAM_VERSION_SEGMENTED = 2;
@@ -94,7 +94,7 @@ export interface EndSummary {
   readonly plan: readonly (readonly [number, number])[];
   readonly rateBytesPerSec: number | null;
   readonly verified: boolean;
-  /** Version 2 streams: the encoding of every segment (schemas/encoded-chunk.ts). */
+  /** Version 2 streams: the encoding of every slice (schemas/encoded-chunk.ts). */
   readonly codec?: string;
   /** Milliseconds from the request's arrival: first layer group read, first frame sent, END. */
   readonly timings: { readonly firstReadMs: number; readonly firstFrameMs: number; readonly totalMs: number };

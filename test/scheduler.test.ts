@@ -191,9 +191,9 @@ describe('EpochScheduler', () => {
     const clock = new FakeClock();
     const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 900, clock });
     const granted: string[] = [];
-    void scheduler.admit({ id: 'a', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`a@${g.epoch}:${g.rateBytesPerSec}`));
+    void scheduler.schedule({ id: 'a', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`a@${g.epoch}:${g.rateBytesPerSec}`));
     await clock.advance(40);
-    void scheduler.admit({ id: 'b', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`b@${g.epoch}:${g.rateBytesPerSec}`));
+    void scheduler.schedule({ id: 'b', tenant: 't', bytesPerLayer: 1 }).then((g) => granted.push(`b@${g.epoch}:${g.rateBytesPerSec}`));
     await clock.advance(59);
     expect(granted).toEqual([]);
     await clock.advance(1);
@@ -204,10 +204,10 @@ describe('EpochScheduler', () => {
   it('allocates a later batch only from the budget in-flight requests do not hold, and keeps in-flight rates', async () => {
     const clock = new FakeClock();
     const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 1000, minRateBytesPerSec: 100, clock });
-    const a = scheduler.admit({ id: 'a', tenant: 't', bytesPerLayer: 1 });
+    const a = scheduler.schedule({ id: 'a', tenant: 't', bytesPerLayer: 1 });
     await clock.advance(100);
     expect((await a).rateBytesPerSec).toBe(1000);
-    const b = scheduler.admit({ id: 'b', tenant: 't', bytesPerLayer: 1 });
+    const b = scheduler.schedule({ id: 'b', tenant: 't', bytesPerLayer: 1 });
     let bGrant: number | undefined;
     void b.then((g) => (bGrant = g.rateBytesPerSec));
     await clock.advance(300);
@@ -224,7 +224,7 @@ describe('EpochScheduler', () => {
     const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 1000, minRateBytesPerSec: 250, clock });
     const order: string[] = [];
     const ids = Array.from({ length: 10 }, (_, i) => `r${i}`);
-    for (const id of ids) void scheduler.admit({ id, tenant: 't', bytesPerLayer: 1 }).then(() => order.push(id));
+    for (const id of ids) void scheduler.schedule({ id, tenant: 't', bytesPerLayer: 1 }).then(() => order.push(id));
     for (let epoch = 0; epoch < 10 && order.length < ids.length; epoch++) {
       await clock.advance(100);
       expect(scheduler.snapshot().capInUseBytesPerSec).toBeLessThanOrEqual(1000);
@@ -237,17 +237,17 @@ describe('EpochScheduler', () => {
   it('refuses pending and new requests with OC_ERR_SCHEDULER_CLOSED once closed (retryable: another gateway may admit them)', async () => {
     const clock = new FakeClock();
     const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 1000, clock });
-    const pending = scheduler.admit({ id: 'waiting', tenant: 't', bytesPerLayer: 1 });
+    const pending = scheduler.schedule({ id: 'waiting', tenant: 't', bytesPerLayer: 1 });
     scheduler.close();
     await expect(pending).rejects.toMatchObject({ code: 'OC_ERR_SCHEDULER_CLOSED', retryable: true, status: 503 });
-    await expect(scheduler.admit({ id: 'late', tenant: 't', bytesPerLayer: 1 })).rejects.toMatchObject({ code: 'OC_ERR_SCHEDULER_CLOSED' });
+    await expect(scheduler.schedule({ id: 'late', tenant: 't', bytesPerLayer: 1 })).rejects.toMatchObject({ code: 'OC_ERR_SCHEDULER_CLOSED' });
   });
 
   it('drops a pending request whose client went away', async () => {
     const clock = new FakeClock();
     const scheduler = new EpochScheduler({ ...base, capBytesPerSec: 1000, clock });
     const controller = new AbortController();
-    const pending = scheduler.admit({ id: 'gone', tenant: 't', bytesPerLayer: 1 }, controller.signal);
+    const pending = scheduler.schedule({ id: 'gone', tenant: 't', bytesPerLayer: 1 }, controller.signal);
     controller.abort(new Error('client gone'));
     await expect(pending).rejects.toThrow('client gone');
     await clock.advance(100);

@@ -69,7 +69,10 @@ export class KeyLimits {
       Math.max(1, Math.floor(limits.maxRequestsPerKey / 4)),
       (key, held) => `The presigned URLs and forms of the key ${key} have ${held} requests in flight, a quarter of its limit (--max-requests-per-key)`,
     );
-    this.#layerwise = new Share(limits.maxDescriptorGetsPerKey, (key, held) => `The key ${key} holds ${held} layerwise GETs, its share of the gateway (--max-descriptor-gets-per-key)`);
+    this.#layerwise = new Share(
+      limits.maxDescriptorGetsPerKey,
+      (key, held) => `The key ${key} holds ${held} layerwise GETs, its share of the gateway (--max-descriptor-gets-per-key)`,
+    );
     this.#backend.size(backendConnections);
   }
 

@@ -34,7 +34,7 @@ export interface Frame {
 /**
  * The data frames of read task blocks. Raw slices (stream version 1) are all `layerBytes` long;
  * encoded ones (`slices.encoded`: version 2, a descriptor that names `codecs`) are segments of
- * their own stored lengths, and a frame's payload starts with its segment table: one u32 LE
+ * their own stored lengths, and a frame's payload starts with its slice-length table: one u32 LE
  * length per segment (schemas/wire-format.md section 6).
  */
 export class FrameBuilder {
@@ -55,7 +55,7 @@ export class FrameBuilder {
     const out: Frame[] = [];
     for (let layer = first; layer < end; layer++) {
       const pieces: Uint8Array[] = [];
-      const lengths: number[] = []; // the segment table's, for encoded slices only
+      const lengths: number[] = []; // the slice-length table's, for encoded slices only
       let crc: number | undefined;
       reads.forEach(({ region, crcs }, r) => {
         const layout = layouts[r] as TaskLayout;
@@ -74,7 +74,7 @@ export class FrameBuilder {
     for (const { task, region, crcs } of reads) {
       const layout = layoutOf(task, 'chunk-major', this.#slices);
       for (let i = 0; i < layout.chunks; i++) {
-        const lengths: number[] = []; // the segment table's, for encoded slices only
+        const lengths: number[] = []; // the slice-length table's, for encoded slices only
         if (layout.sizes) for (let layer = layout.first; layer < layout.end; layer++) lengths.push(layout.sliceBytes(layer, i));
         out.push(
           this.#frame(
@@ -92,7 +92,7 @@ export class FrameBuilder {
 
   /**
    * A data frame of `pieces` (slices of `lengths`, whose CRC32C together is `crc`); encoded, its
-   * segment table goes first and its CRC in front of theirs.
+   * slice-length table goes first and its CRC in front of theirs.
    */
   #frame(type: FrameType, index: number, pieces: Uint8Array[], lengths: readonly number[], crc: number): Frame {
     const length = pieces.reduce((n, piece) => n + piece.byteLength, 0);
@@ -124,7 +124,7 @@ export class FrameBuilder {
   }
 }
 
-/** A data frame's slices, as a packed segment holds them: without an encoded frame's segment table (its first piece, FrameBuilder). */
+/** A data frame's slices, as a packed segment holds them: without an encoded frame's slice-length table (its first piece, FrameBuilder). */
 export function slicesOf(frame: Frame, encoded: EncodedChunks | undefined): readonly Uint8Array[] {
   return encoded ? frame.pieces.slice(1) : frame.pieces;
 }

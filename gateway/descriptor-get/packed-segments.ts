@@ -97,7 +97,7 @@ export interface PackRequest {
 export interface SegmentPack {
   /** The slice checksums of a unit's reads. */
   checksums(reads: readonly TaskRead[]): void;
-  /** A LAYER frame's payload: its slices, without an encoded frame's segment table. */
+  /** A LAYER frame's payload: its slices, without an encoded frame's slice-length table. */
   frame(pieces: readonly Uint8Array[]): void;
   /** The request failed after its headers. */
   abandon(reason: string): void;

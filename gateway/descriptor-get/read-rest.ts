@@ -8,7 +8,7 @@ import type { FifoBudget } from '../common/fifo-budget.js';
 import { FrameBuilder, slicesOf } from './frame-stream.js';
 import type { ReadRest } from './packed-segments.js';
 import { ReadAhead, type ChunkSource } from './read-ahead.js';
-import { largestSlice } from './chunk-index.js';
+import { largestSlice } from './encoded-index.js';
 import { planInput, planLayerwise, planUnits } from './read-plan.js';
 import type { ReaderPool } from './read-pool/reader-pool.js';
 

@@ -8,7 +8,7 @@ import type { DescriptorGetConfig } from '../common/config.js';
 import type { FifoBudget } from '../common/fifo-budget.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { Descriptor } from '../../schemas/descriptor.js';
-import { largestSlice } from './chunk-index.js';
+import { largestSlice } from './encoded-index.js';
 import type { EncodedChunks } from './encoded-chunks.js';
 import type { FirstLayerGate } from './first-layer-gate.js';
 import type { RequestSegments, SegmentPlan } from './packed-segments.js';

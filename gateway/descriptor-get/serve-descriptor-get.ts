@@ -9,7 +9,7 @@
  *
  * Flow (the descriptor parsed and the request authorized by gateway/pipeline/routes.ts): plan
  * (the delivery mode, read-plan.ts chooseMode; packed segments asked once, packed-segments.ts);
- * admit (the egress scheduler, layerwise GETs); stream: choose the reads, plan the layer groups and
+ * schedule (the egress scheduler, layerwise GETs); stream: choose the reads, plan the layer groups and
  * worker tasks and start the read-ahead (request-reads.ts); wait for the first unit before
  * answering, so a missing or short chunk (every chunk is touched by the first group) is an
  * ordinary S3 XML error; then pull frames from the frame source (which reads ahead within the
@@ -20,7 +20,7 @@
  * A descriptor that names `codecs` asks for the chunks in their stored encoding (encoded chunks,
  * schemas/encoded-chunk.ts): their index is read first (chunk-index.ts, one HEAD per chunk), the
  * plan and the blocks follow each slice's stored length, the stream is version 2 (each frame with
- * its segment table), and every size the gateway decides by (the mode threshold, the scheduler's
+ * its slice-length table), and every size the gateway decides by (the mode threshold, the scheduler's
  * bytes per layer) counts the encoded bytes. Such requests use grouped reads.
  */
 import { SEGMENT_CHUNKS_HEADER, type Descriptor } from '../../schemas/descriptor.js';
@@ -41,7 +41,7 @@ import { Pacer } from './scheduler/pacer.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, slicesOf, unpaced, type Frame } from './frame-stream.js';
 import { ReadAhead, type TaskRead, type UnitSource } from './read-ahead.js';
 import type { EncodedChunks } from './encoded-chunks.js';
-import { encodedPayloadBytes, readChunkIndex } from './chunk-index.js';
+import { encodedPayloadBytes, readEncodedIndex } from './encoded-index.js';
 import type { Backend } from '../s3/backend.js';
 import { NO_SEGMENTS, type PackedSegments, type RequestSegments, type SegmentPack } from './packed-segments.js';
 import { startReads, type ReadDeps } from './request-reads.js';
@@ -58,11 +58,11 @@ export interface DescriptorGetDeps extends ReadDeps {
 
 /**
  * Serves one descriptor GET, parsed and authorized (gateway/pipeline/routes.ts): plan (the mode,
- * and what packed segments have for it), admit (the egress scheduler), stream.
+ * and what packed segments have for it), schedule (the egress scheduler), stream.
  */
 export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descriptor, deps: DescriptorGetDeps): Promise<void> {
   // Plan: an encoded request's sizes are its stored bytes: they choose the mode and set its share.
-  const encoded = descriptor.codecs ? await readChunkIndex(descriptor, ctx.target.bucket, deps.backend, ctx.signal) : undefined;
+  const encoded = descriptor.codecs ? await readEncodedIndex(descriptor, ctx.target.bucket, deps.backend, ctx.signal) : undefined;
   const payloadBytes = encoded ? encodedPayloadBytes(descriptor, encoded) : descriptor.totalBytes;
   const mode = chooseMode(descriptor, deps.config.threshold, payloadBytes);
   ctx.mode = mode;
@@ -71,11 +71,11 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   // gateway (or this one before a restart) packed is looked for in the store.
   const segments = await (deps.segments ?? NO_SEGMENTS).request({ bucket: ctx.target.bucket, descriptor, layerwise: mode === 'layerwise', encoded, logger: ctx.logger });
 
-  // Admit: layerwise GETs share the egress: wait for the epoch that admits this one, then keep its rate.
+  // Schedule: layerwise GETs share the egress: wait for the epoch that schedules this one, then keep its rate.
   let grant: Grant | undefined;
   if (deps.scheduler && mode === 'layerwise') {
     const bytesPerLayer = encoded ? Math.ceil(payloadBytes / (descriptor.layerEnd - descriptor.layerStart)) : descriptor.layerPayloadBytes;
-    grant = await deps.scheduler.admit({ id: ctx.requestId, tenant: ctx.tenant, bytesPerLayer, computeMsPerLayer: descriptor.computeMsPerLayer }, ctx.signal);
+    grant = await deps.scheduler.schedule({ id: ctx.requestId, tenant: ctx.tenant, bytesPerLayer, computeMsPerLayer: descriptor.computeMsPerLayer }, ctx.signal);
     deps.observer?.admissionWait(grant.waitedMs / 1000);
   }
   try {
@@ -88,7 +88,7 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   }
 }
 
-/** An admitted descriptor GET, as stream() serves it. */
+/** A scheduled descriptor GET, as stream() serves it. */
 interface StreamRequest {
   readonly ctx: RequestContext;
   readonly descriptor: Descriptor;

@@ -6,11 +6,11 @@
  * layer has no buffer yet stops reading its socket, so TCP flow control holds the rest in the
  * kernel (in a receive buffer bounded by SO_RCVBUF), not in this heap.
  *
- * - Version pinning: the first answer for a chunk pins its ETag; every later answer for that
+ * - Version lock: the first answer for a chunk locks its version (ETag); every later answer for that
  *   chunk (its other half, a resumed read) must carry the same one, or the task fails with
  *   OC_ERR_CHUNK_CHANGED.
  * - Resume: a response that breaks off (the store cut a paused connection, a reset, a 5xx) is
- *   reopened from its next unread byte under the same pin; a stream that broke while it waited
+ *   reopened from its next unread byte under the same version lock; a stream that broke while it waited
  *   for a buffer is reopened only once the buffer is there. BACKEND_RETRY attempts without
  *   progress, then the task fails.
  * - Integrity: once every chunk has delivered a layer, its slices are checksummed (CRC32C) and
@@ -102,7 +102,7 @@ class PartStream implements RangeAnswerSink, BodyTarget {
     // the socket reader holds the chunks to it (socket-range-get.ts).
     if (headers['transfer-encoding'] === undefined && headers['content-length'] !== String(asked))
       return new ReadError('OC_ERR_BACKEND_RANGE', `chunk ${this.key}: the range read answered ${headers['content-length']} bytes where ${asked} were asked for`);
-    return this.#owner.pin(this.chunk, answer.etag, answer.layerCrcs) ?? this;
+    return this.#owner.lockVersion(this.chunk, answer.etag, answer.layerCrcs) ?? this;
   }
 
   /** The next bytes' place: the rest of the current layer's piece, if that layer has a buffer. */
@@ -274,11 +274,11 @@ export class ChunkStreams {
     return this.#ring.subarray(offset, offset + this.pieceBytes);
   }
 
-  /** The first answer for a chunk pins its version; later ones must match. */
-  pin(chunk: number, etag: string | undefined, layerCrcs: string | undefined): ReadError | undefined {
-    const pinned = this.#etags[chunk];
+  /** The first answer for a chunk locks its version (ETag); later ones must match. */
+  lockVersion(chunk: number, etag: string | undefined, layerCrcs: string | undefined): ReadError | undefined {
+    const locked = this.#etags[chunk];
     const key = this.#task.keys[chunk] as string;
-    if (pinned !== undefined && etag !== undefined && etag !== pinned) return changed(key);
+    if (locked !== undefined && etag !== undefined && etag !== locked) return changed(key);
     this.#etags[chunk] ??= etag;
     this.#recorded[chunk] ??= decodeLayerCrcs(layerCrcs, this.#task.layers);
     return undefined;

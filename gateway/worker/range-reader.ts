@@ -101,7 +101,7 @@ export class LocalRangeReader implements RangeReader {
       const stored = codecProblem(meta.userMeta[CODEC_META], codec, key);
       if (stored) throw stored;
       if (meta.size !== objectBytes) throw sizeError(key, meta.size, objectBytes);
-      // The open handle pins this version for every range below, whatever is renamed over it.
+      // The open handle holds this version for every range below, whatever is renamed over it.
       for (const target of targets) {
         if (signal.aborted) throw cancelled();
         await readvFully(fh, target.views, target.offset, target.length, key, objectBytes);
@@ -129,7 +129,7 @@ export function codecProblem(stored: string | string[] | undefined, expected: st
   return changed(key);
 }
 
-/** What a range answer must show: the object's size and encoding, and its version once pinned. */
+/** What a range answer must show: the object's size and encoding, and its version once locked. */
 export interface Expected {
   readonly objectBytes: number;
   readonly codec: string;
@@ -147,7 +147,7 @@ export function checkRangeAnswer(
 ): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
   const { objectBytes, codec } = expected;
   if (statusCode !== 206) {
-    // A pinned chunk that no longer has the range was rewritten (shorter) since it was pinned.
+    // A chunk whose version is locked that no longer has the range was rewritten (shorter) since its version was locked.
     if (statusCode === 416 && expected.etag !== undefined) return changed(key);
     if (statusCode === 404 || statusCode === 416) return 'error-body';
     if (statusCode === 200) return new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`);
@@ -380,7 +380,7 @@ export class S3RangeReader implements RangeReader {
   /**
    * One range GET into `target`, repeated on failures that may go away if read again (ReadError
    * `readAgain`; BACKEND_RETRY). A repeated read overwrites the same bytes of the task buffer
-   * from the start and the version pin still applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
+   * from the start and the version version still applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
    * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
    */
   async #readRange(
@@ -414,18 +414,18 @@ export class S3RangeReader implements RangeReader {
     const path = escapeUriPath(`/${bucket}/${key}`);
     let layerCrcs: string | undefined;
     // Pinned: every range must come from the version an earlier read saw; the second range of a
-    // chunk is pinned by the first. Each range response names its version (ETag), so comparing it
+    // chunk's version is locked by the first. Each range response names its version (ETag), so comparing it
     // catches a change without a conditional request (an If-Match on every read measured 8% slower
     // end to end, most of it in MinIO).
-    let pin = etag;
+    let version = etag;
     const counts = { reads: 0, retries: 0 };
     for (const target of targets) {
-      const read = await this.#readRange(path, bucket, key, target, { objectBytes, codec, etag: pin }, signal, counts);
+      const read = await this.#readRange(path, bucket, key, target, { objectBytes, codec, etag: version }, signal, counts);
       layerCrcs = read.layerCrcs ?? layerCrcs;
-      if (pin !== undefined && read.etag !== undefined && read.etag !== pin) throw changed(key);
-      pin ??= read.etag;
+      if (version !== undefined && read.etag !== undefined && read.etag !== version) throw changed(key);
+      version ??= read.etag;
     }
-    return { layerCrcs, reads: counts.reads, retries: counts.retries, etag: pin };
+    return { layerCrcs, reads: counts.reads, retries: counts.retries, etag: version };
   }
 
   async close(): Promise<void> {

@@ -151,9 +151,9 @@ function checksumSlices(task: ReadTask, layout: TaskLayout, region: Uint8Array, 
 }
 
 /**
- * A task served from a packed segment: its slices' ranges of the one segment object (pinned to
+ * A task served from a packed segment: its slices' ranges of the one segment object (locked to
  * the manifest's ETag), each slice checked against the manifest's CRC32C. The chunks' own ETags
- * are the manifest's pins, given as the task's.
+ * are the manifest's, given as the task's.
  */
 async function readSegment(task: ReadTask, segment: SegmentRead, layout: TaskLayout, region: Uint8Array, signal: AbortSignal): Promise<WorkerResult & { ok: true }> {
   const started = performance.now();

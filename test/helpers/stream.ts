@@ -52,7 +52,7 @@ export function parseStream(body: Buffer): { version: number; frames: Frame[] } 
   return { version, frames };
 }
 
-/** A frame payload of a version 2 stream: its segment table of `count` lengths, then the segments. */
+/** A frame payload of a version 2 stream: its slice-length table of `count` lengths, then the slices. */
 export function frameSegments(payload: Buffer, count: number): Buffer[] {
   const out: Buffer[] = [];
   let at = 4 * count;

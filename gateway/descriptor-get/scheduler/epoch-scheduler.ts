@@ -1,18 +1,18 @@
 /**
  * Epoch admission of layerwise requests (section 3.6 of the paper, docs/references.md; docs/scheduler.md).
  *
- * - Requests wait for the next epoch boundary and are admitted there as a batch.
+ * - Requests wait for the next epoch boundary and are scheduled there as a batch.
  * - A batch is allocated (by the policy) from the budget that in-flight requests do not hold.
  * - A request keeps its rate for its whole load; bandwidth released by a finished request returns
  *   to the pool at the next boundary, never to requests already in flight.
  * - The sum of granted rates never exceeds the cap B.
  *
- * No request waits forever. The rule: pending requests are admitted strictly in arrival order;
- * at a boundary the oldest k are admitted, k being as many as the free budget can give at least
+ * No request waits forever. The rule: pending requests are scheduled strictly in arrival order;
+ * at a boundary the oldest k are scheduled, k being as many as the free budget can give at least
  * `minRate` each (when anything is pending, at least the oldest one once the free budget reaches
  * `minRate`). Every in-flight request holds a positive rate for a finite load, so it finishes in
  * finite time and returns its rate; the free budget therefore reaches `minRate` again after finite
- * time, and since no later arrival can overtake, every pending request is admitted after at most
+ * time, and since no later arrival can overtake, every pending request is scheduled after at most
  * the loads ahead of it have finished. With `minRate = B / maxConcurrent`, at most
  * `maxConcurrent` requests are ever in flight.
  */
@@ -43,7 +43,7 @@ export interface SchedulerOptions {
   readonly policy: Policy;
   readonly marginBytesPerSec: number;
   readonly epochMs: number;
-  /** The smallest rate a request is admitted with (default B / 64). */
+  /** The smallest rate a request is scheduled with (default B / 64). */
   readonly minRateBytesPerSec?: number;
   readonly clock?: Clock;
 }
@@ -93,8 +93,8 @@ export class EpochScheduler {
     return this.options.minRateBytesPerSec ?? this.options.capBytesPerSec / 64;
   }
 
-  /** Resolves at the epoch boundary that admits the request. */
-  admit(request: LoadRequest, signal?: AbortSignal): Promise<Grant> {
+  /** Resolves at the epoch boundary that schedules the request, with its granted rate. */
+  schedule(request: LoadRequest, signal?: AbortSignal): Promise<Grant> {
     if (this.#closed) return Promise.reject(closedError());
     if (signal?.aborted) return Promise.reject(signal.reason as unknown);
     return new Promise<Grant>((resolve, reject) => {

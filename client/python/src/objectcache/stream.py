@@ -3,7 +3,7 @@ caller's buffer: every payload byte is read with ``readinto`` into its final pla
 extended piece by piece while the bytes are still in cache, and nothing is copied per frame.
 
 A version 2 stream (section 6: encoded chunks) carries each frame's slices as segments in their
-stored encoding, after a segment table: the frame is read whole into a scratch buffer, checked,
+stored encoding, after a slice-length table: the frame is read whole into a scratch buffer, checked,
 and each segment decoded into the slice's place before the layer is announced ready."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class SegmentDecoder:
             raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of {what} does not match")
         lengths = list(struct.unpack_from(f"<{count}I", payload))
         if sum(lengths) != length - 4 * count or any(n == 0 or n > self.max_segment for n in lengths):
-            raise _protocol(f"the segment table of {what} does not describe its payload")
+            raise _protocol(f"the slice-length table of {what} does not describe its payload")
         return payload[4 * count :], lengths
 
     def decode(self, encoded: memoryview, views: Sequence[memoryview]) -> None:

@@ -12,7 +12,7 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import type { Backend } from '../s3/backend.js';
 import type { EncodedChunks } from './encoded-chunks.js';
 
-export async function readChunkIndex(descriptor: Descriptor, bucket: string, backend: Pick<Backend, 'heads'>, signal: AbortSignal): Promise<EncodedChunks> {
+export async function readEncodedIndex(descriptor: Descriptor, bucket: string, backend: Pick<Backend, 'heads'>, signal: AbortSignal): Promise<EncodedChunks> {
   const accepted = descriptor.codecs ?? [RAW_CODEC];
   const sliceBytes: (readonly number[])[] = [];
   const etags: (string | undefined)[] = [];
