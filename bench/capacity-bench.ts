@@ -1,3 +1,4 @@
+// Over 600 lines: one benchmark's workload, replay and report, run as one command.
 /**
  * Capacity benchmark: token hit rate of a budgeted bucket under each eviction policy, simulated
  * over one trace of engine requests with shared, growing prefixes (bench/capacity/workload.ts).

@@ -1,3 +1,4 @@
+// Over 600 lines: one benchmark's matrix of engines, stores and sizes, run and reported as one command.
 /**
  * The TTFT benchmark (docs/benchmarks.md; section 5.5 and figure 13 of the paper, docs/references.md): how close does KV
  * served from object storage come to KV already in memory?

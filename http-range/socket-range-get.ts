@@ -1,3 +1,4 @@
+// Over 600 lines: one HTTP/1.1 response reader (status line, headers, bodies of every framing, errors) and its connection pool, kept together for the hot path.
 /**
  * Range GETs whose bodies the kernel writes straight into the task buffer. Each connection is a
  * plain `net.Socket` with Node's `onread` option: before every socket read the connection names

@@ -1,3 +1,4 @@
+// Over 600 lines: one suite of capacity management against a real MinIO, its fixtures shared.
 /**
  * Budgets, eviction, pins and quotas against the real gateway on both backends (MinIO built and
  * started by the test setup): writes past a bucket's budget evict the coldest prefix from its

@@ -1,3 +1,4 @@
+// Over 600 lines: the hostile-client suite, one section per resource an attacker could make the gateway hold.
 /**
  * The gateway as a whole against a hostile client (issue "hardened against hostile clients"), on
  * both backends where it applies. Each case was an attack that worked before:

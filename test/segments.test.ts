@@ -1,3 +1,4 @@
+// Over 600 lines: packed segments' behaviour end to end, sharing one gateway and seeding helpers.
 /**
  * Packed segments (docs/segments.md; gateway/segments/segments.ts), on both backends: a
  * prefix read often enough is packed from the frames of a read of it, and later reads are served

@@ -1,3 +1,4 @@
+// Over 600 lines: the range reader's conformance suite (HTTP/1.1 framings, faults), one fixture server.
 // The socket range reader (http-range/socket-range-get.ts): byte-exact bodies straight into
 // shared-memory views from a real MinIO, its error bodies, connection reuse; the same answers
 // re-framed by a loopback relay in front of MinIO (test/helpers/reframing-proxy.ts) as a proxy

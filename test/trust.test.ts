@@ -1,3 +1,4 @@
+// Over 600 lines: the red-team findings' tests, one section per finding, sharing the two-gateway fixtures.
 /**
  * The gateway serves no byte and applies no state it cannot verify against what its writer
  * recorded (docs/reliability.md, Trust model), tried as an attacker would:

@@ -1,3 +1,4 @@
+// Over 600 lines: one class, the capacity manager (admission of writes, eviction, pins, uploads), whose parts share its index and locks.
 /**
  * Capacity management: keeps each budgeted bucket within its budget and each tenant within its
  * quota, by access-based, prefix-aware eviction (the order: gateway/capacity/chunk-index.ts),

@@ -1,3 +1,4 @@
+// Over 600 lines: one class, the shared capacity state (journal, snapshot, lease), whose parts read and write the same signed objects.
 /**
  * The state every gateway in front of one store shares for capacity management, kept in the store
  * itself (the --capacity-state-bucket), so a single gateway needs no other server and a restart

@@ -1,3 +1,4 @@
+// Over 600 lines: the settings table (one entry per setting, docs/reference.md is generated from it) and its parser.
 /**
  * Gateway configuration: one table of settings, read once at the edge (flags, then
  * `OBJECTCACHE_*` environment variables, then defaults), validated at start-up so a bad value

@@ -1,3 +1,4 @@
+// Over 600 lines: one class, the embedded store, whose object, listing and multipart paths share its file layout and locks.
 /**
  * The embedded store: the S3 subset ObjectCache needs, on a local data directory, so a fresh
  * checkout serves with no other program (docs/deployment.md, The embedded store).

@@ -1,3 +1,4 @@
+# Over 600 lines: LMCache's storage-plugin interface is one class, and its methods (store, retrieve, layerwise) share its state.
 """ObjectCache as an LMCache remote storage backend (``pip install "objectcache[lmcache]"``).
 
 LMCache loads it from its own configuration, no code needed::
