@@ -21,6 +21,7 @@ import { BACKEND_RETRY, mapBackendError, retryPauseMs, storePoolOptions } from '
 import { signingPool } from '../../sigv4/signing-dispatcher.js';
 import { ScatterCursor, type RangeTarget } from './scatter.js';
 import type { WorkerBackend } from '../threads/protocol.js';
+import type { S3BackendOptions } from '../common/config.js';
 import type { ErrorCode } from '../../schemas/errors.js';
 import { ReadError, cancelled } from '../../http-range/read-error.js';
 import { changed, sizeError } from '../threads/read-errors.js';
@@ -147,7 +148,7 @@ export function checkRangeAnswer(
 ): ReadError | 'error-body' | { etag: string | undefined; layerCrcs: string | undefined } {
   const { objectBytes, codec } = expected;
   if (statusCode !== 206) {
-    // A chunk whose version is locked that no longer has the range was rewritten (shorter) since its version was locked.
+    // A chunk that no longer has the range was rewritten (shorter) since its version was locked.
     if (statusCode === 416 && expected.etag !== undefined) return changed(key);
     if (statusCode === 404 || statusCode === 416) return 'error-body';
     if (statusCode === 200) return new ReadError('OC_ERR_BACKEND_RANGE', `the object store ignored the Range of chunk ${key}`);
@@ -305,14 +306,7 @@ export function pause(ms: number, signal: AbortSignal): Promise<void> {
 export class UndiciRangeClient {
   readonly http: Dispatcher.ComposedDispatcher;
   readonly #pool: Pool;
-  constructor(options: {
-    readonly endpoint: URL;
-    readonly region: string;
-    readonly accessKeyId: string;
-    readonly secretAccessKey: string;
-    readonly connections: number;
-    readonly timeoutMs: number;
-  }) {
+  constructor(options: S3BackendOptions) {
     const { pool, http } = signingPool({ ...options, pool: storePoolOptions(options.connections, options.timeoutMs) });
     this.#pool = pool;
     this.http = http;
@@ -380,7 +374,7 @@ export class S3RangeReader implements RangeReader {
   /**
    * One range GET into `target`, repeated on failures that may go away if read again (ReadError
    * `readAgain`; BACKEND_RETRY). A repeated read overwrites the same bytes of the task buffer
-   * from the start and the version version still applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
+   * from the start and the version lock still applies, so a retry cannot mix two versions of a chunk. Not repeated: what the store answered
    * deliberately (404, a wrong size, a changed ETag, a CRC mismatch), and cancellation.
    */
   async #readRange(
