@@ -240,13 +240,19 @@ describe.each<BackendKind>(['local', 's3'])('a pack of encoded chunks that falls
   it('reads the layers it missed from the chunks, as stored, and the segment is exact', async () => {
     // A queue of 4 KiB: a frame that finds the last one's copy not yet taken is not copied. In
     // front of MinIO a proxy takes none of the segment's upload while the read goes on, so the
-    // pack falls behind every time; on the embedded store it is a race.
+    // pack falls behind after its first layer, every time. The embedded store takes a copy as
+    // fast as this machine writes a file, so whether it falls behind there is a race a faster
+    // machine loses: there the pack copies no frames (--segment-pack-from chunks), behind from
+    // the first, and reads every layer from the chunks after the request.
     const proxy = backend === 's3' ? new FaultProxy(new URL(minio.endpoint)) : undefined;
     const endpoint = proxy ? await proxy.listen() : undefined;
     const gw = await startTestGateway({
       backend,
       minio: endpoint ? { ...minio, endpoint } : minio,
-      args: ['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segebehind')],
+      args: [
+        ...['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-pack-queue-bytes', '4096', '--segment-bucket', uniqueBucket('segebehind')],
+        ...(proxy ? [] : ['--segment-pack-from', 'chunks']),
+      ],
     });
     const bucket = uniqueBucket('segebehind');
     const s3 = sdkClient(gw.url);
@@ -254,41 +260,35 @@ describe.each<BackendKind>(['local', 's3'])('a pack of encoded chunks that falls
     const layerBytes = 1024 * 1024;
     try {
       await s3.send(new CreateBucketCommand({ Bucket: bucket }));
-      // Each prefix is packed and checked whichever way it went, until one pack fell behind (the
-      // first, in front of MinIO; a few tries on the embedded store).
-      let fellBehind = false;
-      for (let attempt = 0; attempt < (proxy ? 1 : 5) && !fellBehind; attempt++) {
-        const keys = Array.from({ length: 8 }, (_, c) => `behind${attempt}/c${c}`);
-        const stored = await Promise.all(
-          keys.map((key, c) =>
-            storeEncoded(
-              s3,
-              bucket,
-              key,
-              Array.from({ length: L }, (_, l) => layerBytes / 2 + ((c * 7919 + l * 104_729) % (layerBytes / 2))),
-            ),
+      const keys = Array.from({ length: 8 }, (_, c) => `behind/c${c}`);
+      const stored = await Promise.all(
+        keys.map((key, c) =>
+          storeEncoded(
+            s3,
+            bucket,
+            key,
+            Array.from({ length: L }, (_, l) => layerBytes / 2 + ((c * 7919 + l * 104_729) % (layerBytes / 2))),
           ),
-        );
-        const rereads = await segmentEvents(gw.gateway.adminUrl, 'reread');
-        const packs = await segmentEvents(gw.gateway.adminUrl, 'packed');
-        proxy?.holdUploads();
-        try {
-          expectStream(await getStream(pool, gw, bucket, encodedDescriptor(keys, layerBytes)), stored, 'layerwise');
-        } finally {
-          proxy?.releaseUploads();
-        }
-        await until(async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs, 30_000);
-        fellBehind = (await segmentEvents(gw.gateway.adminUrl, 'reread')) > rereads;
-        // Every slice is checked against the manifest's CRC as it is read: a misplaced rest fails here.
-        const served = await segmentEvents(gw.gateway.adminUrl, 'served');
-        for (const mode of ['layerwise', 'chunkwise'] as const) {
-          const res = await getStream(pool, gw, bucket, encodedDescriptor(keys, layerBytes, { mode }));
-          expect(res.headers['x-objectcache-segment-chunks']).toBe('8');
-          expectStream(res, stored, mode);
-        }
-        expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 2);
+        ),
+      );
+      const rereads = await segmentEvents(gw.gateway.adminUrl, 'reread');
+      const packs = await segmentEvents(gw.gateway.adminUrl, 'packed');
+      proxy?.holdUploads();
+      try {
+        expectStream(await getStream(pool, gw, bucket, encodedDescriptor(keys, layerBytes)), stored, 'layerwise');
+      } finally {
+        proxy?.releaseUploads();
       }
-      expect(fellBehind).toBe(true);
+      await until(async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > packs, 30_000);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'reread')).toBe(rereads + 1);
+      // Every slice is checked against the manifest's CRC as it is read: a misplaced rest fails here.
+      const served = await segmentEvents(gw.gateway.adminUrl, 'served');
+      for (const mode of ['layerwise', 'chunkwise'] as const) {
+        const res = await getStream(pool, gw, bucket, encodedDescriptor(keys, layerBytes, { mode }));
+        expect(res.headers['x-objectcache-segment-chunks']).toBe('8');
+        expectStream(res, stored, mode);
+      }
+      expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 2);
       expect(await segmentEvents(gw.gateway.adminUrl, 'abandoned')).toBe(0);
     } finally {
       await pool.close();
