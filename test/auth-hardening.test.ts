@@ -293,16 +293,17 @@ describe('XML request bodies', () => {
       }
       return times.sort((a, b) => a - b)[2] as number;
     };
-    // Before the scan, parsing the first took 0.3-0.6 s of main thread.
-    expect(timed(() => parseXmlBody(delete16, 'Delete'))).toBeLessThan(20);
-    expect(timed(() => parseXmlBody(complete16, 'CompleteMultipartUpload'))).toBeLessThan(20);
-    expect(timed(() => parseXmlBody(hostile['a key of megabytes'] as string, 'Delete'))).toBeLessThan(20);
-    expect(timed(() => parseXmlBody(hostile['a tag name of megabytes'] as string, 'Delete'))).toBeLessThan(20);
+    // Before the scan, parsing the first took 0.3-0.6 s of main thread; the scan takes a few ms.
+    // The bound sits between the two, well clear of a busy machine's noise (once 24 ms under load).
+    expect(timed(() => parseXmlBody(delete16, 'Delete'))).toBeLessThan(100);
+    expect(timed(() => parseXmlBody(complete16, 'CompleteMultipartUpload'))).toBeLessThan(100);
+    expect(timed(() => parseXmlBody(hostile['a key of megabytes'] as string, 'Delete'))).toBeLessThan(100);
+    expect(timed(() => parseXmlBody(hostile['a tag name of megabytes'] as string, 'Delete'))).toBeLessThan(100);
     // A body the scan lets through is scanned at the same pace: 1000 keys of 1.6 KiB.
     const text = `<Delete>${Array.from({ length: 1000 }, (_, i) => `<Object><Key>${'k'.repeat(1600)}${i}</Key></Object>`).join('')}</Delete>`;
     const started = performance.now();
     for (let i = 0; i < 5; i++) scanXmlBody(text, 'Delete');
-    expect((performance.now() - started) / 5).toBeLessThan(10);
+    expect((performance.now() - started) / 5).toBeLessThan(50);
   });
 
   it('still reads every body an S3 client can send, up to the limits of its root', () => {

@@ -174,11 +174,8 @@ describe.each<BackendKind>(['local', 's3'])('a packed segment someone else wrote
   const stateKey = (): StateKey =>
     loadStateKey(undefined, backend === 's3' ? { kind: 's3', accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey } : { kind: 'local', dataDir: dataDir as string });
 
-  /** Packs `prefix` (two reads), and returns its manifest's key and JSON as stored. */
-  async function pack(prefix: SeededPrefix): Promise<{ key: string; manifest: Record<string, unknown> }> {
-    const before = await segmentEvents(gw.gateway.adminUrl, 'packed');
-    for (let i = 0; i < 2; i++) await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
-    await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > before);
+  /** The manifest of `prefix`'s segment in the store: its key and JSON as stored, if there is one. */
+  async function manifestOf(prefix: SeededPrefix): Promise<{ key: string; manifest: Record<string, unknown> } | undefined> {
     const listed = await admin.send(new ListObjectsV2Command({ Bucket: segmentBucket, Prefix: `${bucket}/` }));
     const manifests = (listed.Contents ?? []).map((o) => o.Key as string).filter((k) => k.endsWith('.json'));
     for (const key of manifests) {
@@ -186,7 +183,20 @@ describe.each<BackendKind>(['local', 's3'])('a packed segment someone else wrote
       const manifest = JSON.parse(await got.Body!.transformToString()) as Record<string, unknown>;
       if ((manifest['keys'] as string[])[0] === prefix.keys[0]) return { key, manifest };
     }
-    throw new Error('no manifest of the prefix');
+    return undefined;
+  }
+
+  /**
+   * Packs `prefix` (two reads), and returns its manifest's key and JSON as stored. Waited for by
+   * its own manifest, not by the count alone: an earlier test's prefix may be packed again
+   * meanwhile (its forged segment dropped, its run due again), and count too.
+   */
+  async function pack(prefix: SeededPrefix): Promise<{ key: string; manifest: Record<string, unknown> }> {
+    const before = await segmentEvents(gw.gateway.adminUrl, 'packed');
+    for (let i = 0; i < 2; i++) await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
+    let stored: { key: string; manifest: Record<string, unknown> } | undefined;
+    await waitFor('the segment is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) > before && (stored = await manifestOf(prefix)) !== undefined);
+    return stored as { key: string; manifest: Record<string, unknown> };
   }
 
   /**
