@@ -24,7 +24,7 @@
  * places it piece by piece and may have no place for a while (streamed chunk reads,
  * chunk-streams.ts): the connection then stops reading its socket until told to read on. Plain
  * `http:` endpoints only: behind TLS grouped range reads stay on undici (range-reader.ts) and
- * streamed reads are off (gateway/descriptor-get/read-pool/reader-pool.ts).
+ * streamed reads are off (gateway/descriptor-get/reader-pool.ts).
  *
  * The TypeScript client reads a layerwise GET's stream the same way (client/client.ts, with
  * `peer` naming the gateway in its messages): its target (client/frame-decoder.ts) names each

@@ -40,7 +40,7 @@ export function layerRanges(layout: Layout, layers: number, layerBytes: number, 
 /**
  * Where the bytes of range `part` of `layerRanges` land inside one delivered (KV_L2TD) slice of
  * `layerBytes`: the whole slice, or for KV_2LTD the K half (part 0) or the V half (part 1). The one
- * place that says where K and V go (gateway/worker/scatter.ts for grouped reads,
+ * place that says where K and V go (gateway/threads/task-layout.ts for grouped reads,
  * gateway/worker/chunk-streams.ts for streamed ones).
  */
 export function slicePiece(layout: Layout, layerBytes: number, part: number): ByteRange {

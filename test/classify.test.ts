@@ -1,9 +1,9 @@
 /**
- * One classifier names every request once (gateway/pipeline/classify.ts): form uploads, descriptor GETs in
+ * One classifier names every request once (gateway/pipeline/routes.ts classify): form uploads, descriptor GETs in
  * both forms, prefix lookups, and S3 operations, copies included even when presigned.
  */
 import { describe, expect, it } from 'vitest';
-import { classify, operationLabel } from '../gateway/pipeline/classify.js';
+import { classify, operationLabel } from '../gateway/pipeline/routes.js';
 import { parseTarget } from '../gateway/s3/request.js';
 
 const of = (method: string, url: string, headers: Record<string, string> = {}): string => {

@@ -1,10 +1,10 @@
 /**
- * A key's share of the store's connections (gateway/admission/key-limits.ts): each key at most three
+ * A key's share of the store's connections (gateway/admission/admission.ts KeyLimits): each key at most three
  * quarters of them, and keys that already hold some stop short of a reserve kept for the first
  * connection of the others, so two greedy keys together cannot shut a third out.
  */
 import { describe, expect, it } from 'vitest';
-import { KeyLimits } from '../gateway/admission/key-limits.js';
+import { KeyLimits } from '../gateway/admission/admission.js';
 import { AccessPolicy } from '../gateway/common/access-policy.js';
 import type { ClientCredential } from '../gateway/common/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ReaderPool } from '../gateway/descriptor-get/read-pool/reader-pool.js';
+import { ReaderPool } from '../gateway/descriptor-get/reader-pool.js';
 
 describe('ReaderPool', () => {
   let dir: string;

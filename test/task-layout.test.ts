@@ -1,14 +1,13 @@
 /**
  * The layout of a read task's block (gateway/threads/task-layout.ts) and the scatter of range
- * bytes into it (gateway/worker/scatter.ts): every slice has one place, the places tile the block,
+ * bytes into it (the same file): every slice has one place, the places tile the block,
  * frame pieces are the slices they claim, and bytes copied into shared memory at any alignment
  * land exactly.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { slicePiece } from '../schemas/layouts.js';
-import { RingLayout, TaskLayout } from '../gateway/threads/task-layout.js';
-import { ScatterCursor, copyInto, rangeTargets } from '../gateway/worker/scatter.js';
+import { RingLayout, ScatterCursor, TaskLayout, copyInto, rangeTargets } from '../gateway/threads/task-layout.js';
 
 const layouts = fc
   .record({

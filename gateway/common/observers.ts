@@ -55,7 +55,7 @@ export interface SegmentGauges {
   readonly knownBytes: number;
 }
 
-/** The read pool's counts (gateway/descriptor-get/read-pool/reader-pool.ts). */
+/** The read pool's counts (gateway/descriptor-get/reader-pool.ts). */
 export interface ReaderPoolStats {
   readonly workers: number;
   readonly queued: number;

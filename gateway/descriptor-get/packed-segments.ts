@@ -1,8 +1,7 @@
 /**
  * Packed segments as the descriptor GET sees them (docs/segments.md): all the serving path
  * (serve-descriptor-get.ts) knows of them. gateway/segments/ implements `PackedSegments`
- * (Segments); with --segments off the serving path is given none and uses NO_SEGMENTS, which
- * never offers a segment nor packs one.
+ * (Segments); with --segments off the serving path is given none, and asks nothing.
  *
  * A request asks once, before admission (`request`: the read is counted, and a run that became
  * due is looked for in the store); then, for grouped reads, for a plan that reads its first chunks
@@ -83,7 +82,7 @@ export interface PackRequest {
   /** The segment the request reads, if any. */
   readonly segment: SegmentPlan | undefined;
   /** The chunk versions the request has read so far, by prefix position (all of them once its first unit is in). */
-  readonly pins: () => readonly (string | undefined)[];
+  readonly versions: () => readonly (string | undefined)[];
   /** Whether every read of the request so far was checked against CRC32Cs its chunk's writer recorded. */
   readonly verified: () => boolean;
   /** Reads the layers a pack fell behind on from the chunks, after the request (read-rest.ts). */
@@ -108,7 +107,7 @@ export interface SegmentPack {
 }
 
 /**
- * Reads layers [from, the run's end) of a pack's run from its chunks, pinned to `pins` (the
+ * Reads layers [from, the run's end) of a pack's run from its chunks, pinned to `versions` (the
  * versions its request read), holding at most `queueBytes` read but not taken, handing each unit's
  * reads and LAYER frames' pieces to `take` in order and waiting for it; ends early when `signal`
  * aborts (read-rest.ts). Resolves to whether every read was checked against CRC32Cs its chunk's
@@ -116,13 +115,8 @@ export interface SegmentPack {
  */
 export type ReadRest = (r: {
   readonly from: number;
-  readonly pins: readonly string[];
+  readonly versions: readonly string[];
   readonly signal: AbortSignal;
   readonly queueBytes: number;
   readonly take: (reads: readonly TaskRead[], frames: readonly (readonly Uint8Array[])[]) => Promise<void>;
 }) => Promise<boolean>;
-
-const NONE: RequestSegments = { plan: () => undefined, pack: () => undefined };
-
-/** No packed segments (--segments off): none is offered, none packed. */
-export const NO_SEGMENTS: PackedSegments = { request: () => Promise.resolve(NONE) };

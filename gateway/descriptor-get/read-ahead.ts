@@ -43,7 +43,7 @@ export interface ChunkSource {
 }
 
 /**
- * What the read-ahead needs of the read-worker pool (gateway/descriptor-get/read-pool/reader-pool.ts, ReaderPool):
+ * What the read-ahead needs of the read-worker pool (gateway/descriptor-get/reader-pool.ts, ReaderPool):
  * room in its queue, task ids, running and cancelling tasks, and taking task blocks back.
  */
 export interface TaskRunner {
@@ -83,7 +83,7 @@ export interface ReadAheadOptions {
    */
   readonly segmentFailed?: ((error: ObjectCacheError) => void) | undefined;
   /** The chunks' versions every read must find, by prefix position (the rest of a pack, read after its request: Pack.finish). */
-  readonly pins?: readonly string[] | undefined;
+  readonly versions?: readonly string[] | undefined;
 }
 
 /** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */
@@ -119,9 +119,9 @@ export class ReadAhead implements UnitSource {
   /**
    * Each chunk's ETag from its first read (by prefix position). Later reads of the chunk must
    * find the same version; the first unit reads every chunk and nothing is read beyond it until
-   * it is complete (layerwise), so every later task carries the pins of its chunks.
+   * it is complete (layerwise), so every later task carries the locked versions of its chunks.
    */
-  readonly #pins: (string | undefined)[] = [];
+  readonly #versions: (string | undefined)[] = [];
   readonly #onClientGone = (): void => this.#cancel.abort();
   /** A read of the segment failed in the segment itself: reported once. */
   #segmentBroken = false;
@@ -139,11 +139,11 @@ export class ReadAhead implements UnitSource {
     this.#heldGlobal = options.units.map(() => false);
     this.#regions = options.units.map(() => undefined);
     // The rest of a pack is read at the versions its request read (and its manifest will pin).
-    if (options.pins) this.#pins.push(...options.pins);
+    if (options.versions) this.#versions.push(...options.versions);
     // An encoded prefix's plan was cut from its index: the first reads must find those versions.
-    else if (options.chunks.encoded) this.#pins.push(...options.chunks.encoded.etags);
-    // A segment was packed from these versions, and its manifest says so: the pins it carries.
-    else if (options.segment) this.#pins.push(...options.segment.etags);
+    else if (options.chunks.encoded) this.#versions.push(...options.chunks.encoded.etags);
+    // A segment was packed from these versions, and its manifest says so: the versions it locks.
+    else if (options.segment) this.#versions.push(...options.segment.etags);
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));
@@ -195,8 +195,8 @@ export class ReadAhead implements UnitSource {
         await pool.room(signal);
         const id = pool.taskId();
         this.#unfinished.set(t, id);
-        const pins = this.#pins.slice(task.chunkStart, task.chunkEnd);
-        const readTask = { ...this.#readTask(task), id, ...(pins.some((pin) => pin !== undefined) ? { etags: pins } : {}) };
+        const versions = this.#versions.slice(task.chunkStart, task.chunkEnd);
+        const readTask = { ...this.#readTask(task), id, ...(versions.some((version) => version !== undefined) ? { etags: versions } : {}) };
         let result = pool.run(readTask, bytes);
         if (readTask.segment) result = result.then((answer) => this.#fromChunksIf(answer, t, readTask, bytes));
         this.#results[t] = result;
@@ -282,8 +282,8 @@ export class ReadAhead implements UnitSource {
   }
 
   /** Each chunk's ETag as read (by prefix position), for a segment packed from this request. */
-  get pins(): readonly (string | undefined)[] {
-    return this.#pins;
+  get versions(): readonly (string | undefined)[] {
+    return this.#versions;
   }
 
   /**
@@ -309,7 +309,7 @@ export class ReadAhead implements UnitSource {
         return this.#fail(fromWorkerFailure(result));
       }
       const task = this.#o.plan.tasks[unit.from + i] as PlannedTask;
-      result.etags.forEach((etag, c) => (this.#pins[task.chunkStart + c] ??= etag));
+      result.etags.forEach((etag, c) => (this.#versions[task.chunkStart + c] ??= etag));
       this.backendReads += result.reads;
       this.verified &&= result.verified;
       this.#o.observer?.taskDone(result.reads, result.readMs / 1000, result.retries);

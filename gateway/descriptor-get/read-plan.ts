@@ -9,7 +9,7 @@
  * still follows layer 0 after a few layers' worth of transfer. Pure: a function of its inputs.
  *
  * What the plan is of is chosen here too: the delivery mode (chooseMode, before admission) and how
- * the chunks are read (chooseReads; request-reads.ts takes the choice at serve time).
+ * the chunks are read (chooseReads; serve-descriptor-get.ts startReads takes the choice at serve time).
  */
 import type { Delivery, Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
@@ -39,7 +39,7 @@ export type ChunkReads = 'streamed' | 'grouped';
  * nothing per request), `--chunk-reads auto`, the request's chunk streams (one per chunk, two for
  * KV_2LTD) within `--max-chunk-streams`, and one chunk's slice of a layer within a buffer block
  * (`--task-bytes`). Grouped range reads otherwise. (At serve time the streams must also be free
- * at once: see request-reads.ts.)
+ * at once: see serve-descriptor-get.ts startReads.)
  */
 export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, streamsChunks: boolean): ChunkReads {
   if (config.chunkReads === 'grouped' || mode !== 'layerwise' || !streamsChunks) return 'grouped';

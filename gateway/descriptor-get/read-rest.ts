@@ -10,7 +10,7 @@ import type { ReadRest } from './packed-segments.js';
 import { ReadAhead, type ChunkSource } from './read-ahead.js';
 import { largestSlice } from './encoded-index.js';
 import { planInput, planLayerwise, planUnits } from './read-plan.js';
-import type { ReaderPool } from './read-pool/reader-pool.js';
+import type { ReaderPool } from './reader-pool.js';
 
 /** What the rest of a request's run is read with: the request's chunks, and the gateway's pool, budget and settings. */
 export interface RestReads {
@@ -52,7 +52,7 @@ export function restReader(s: RestReads): ReadRest {
       tasksInFlight,
       firstUnitAlone: false,
       signal: r.signal,
-      pins: r.pins,
+      versions: r.versions,
     });
     const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded });
     try {

@@ -10,7 +10,7 @@
  * Flow (the descriptor parsed and the request authorized by gateway/pipeline/routes.ts): plan
  * (the delivery mode, read-plan.ts chooseMode; packed segments asked once, packed-segments.ts);
  * schedule (the egress scheduler, layerwise GETs); stream: choose the reads, plan the layer groups and
- * worker tasks and start the read-ahead (request-reads.ts); wait for the first unit before
+ * worker tasks and start the read-ahead (startReads, below); wait for the first unit before
  * answering, so a missing or short chunk (every chunk is touched by the first group) is an
  * ordinary S3 XML error; then pull frames from the frame source (which reads ahead within the
  * budgets) through the pacing stage into the response; an ERROR frame if a later read fails, the
@@ -34,17 +34,22 @@ import {
   STREAM_VERSION,
   STREAM_VERSION_SEGMENTED,
 } from '../../schemas/frames.js';
-import { chooseMode, type DeliveryMode, type ReadPlan, type Unit } from './read-plan.js';
+import { chooseMode, chooseReads, chunkStreams, planFor, planInput, planStreamed, planUnits, type ChunkReads, type DeliveryMode, type ReadPlan, type Unit } from './read-plan.js';
 import type { RequestContext } from '../s3/context.js';
 import type { EpochScheduler, Grant } from './scheduler/epoch-scheduler.js';
 import { Pacer } from './scheduler/pacer.js';
 import { FrameBuilder, jsonFrame, paced, responseEvent, send, slicesOf, unpaced, type Frame } from './frame-stream.js';
-import { ReadAhead, type TaskRead, type UnitSource } from './read-ahead.js';
+import { ReadAhead, type ChunkSource, type TaskRead, type UnitSource } from './read-ahead.js';
+import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 import type { EncodedChunks } from './encoded-chunks.js';
-import { encodedPayloadBytes, readEncodedIndex } from './encoded-index.js';
+import { encodedPayloadBytes, largestSlice, readEncodedIndex } from './encoded-index.js';
 import type { Backend } from '../s3/backend.js';
-import { NO_SEGMENTS, type PackedSegments, type RequestSegments, type SegmentPack } from './packed-segments.js';
-import { startReads, type ReadDeps } from './request-reads.js';
+import type { PackedSegments, RequestSegments, SegmentPack, SegmentPlan } from './packed-segments.js';
+import type { DescriptorGetConfig } from '../common/config.js';
+import type { FifoBudget } from '../common/fifo-budget.js';
+import type { DescriptorGetObserver } from '../common/metrics.js';
+import type { FirstLayerGate } from './first-layer-gate.js';
+import type { ReaderPool } from './reader-pool.js';
 import { restReader } from './read-rest.js';
 
 export interface DescriptorGetDeps extends ReadDeps {
@@ -69,7 +74,7 @@ export async function serveDescriptorGet(ctx: RequestContext, descriptor: Descri
   deps.observer?.mode(mode);
   // A run read often enough is packed from its frames (stream()); first, a segment of it another
   // gateway (or this one before a restart) packed is looked for in the store.
-  const segments = await (deps.segments ?? NO_SEGMENTS).request({ bucket: ctx.target.bucket, descriptor, layerwise: mode === 'layerwise', encoded, logger: ctx.logger });
+  const segments = await deps.segments?.request({ bucket: ctx.target.bucket, descriptor, layerwise: mode === 'layerwise', encoded, logger: ctx.logger });
 
   // Schedule: layerwise GETs share the egress: wait for the epoch that schedules this one, then keep its rate.
   let grant: Grant | undefined;
@@ -100,7 +105,8 @@ interface StreamRequest {
   readonly encoded: EncodedChunks | undefined;
   /** The delivered payload: stored bytes for encoded chunks. */
   readonly payloadBytes: number;
-  readonly segments: RequestSegments;
+  /** Packed segments, when --segments is on. */
+  readonly segments: RequestSegments | undefined;
   /** Whether a packed segment may be read: not once one failed before the first frame. */
   readonly readSegment: boolean;
 }
@@ -141,10 +147,10 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
       firstIn?.();
     }
     // A run read often enough is packed from these frames (not one served whole from a segment).
-    pack = r.segments.pack({
+    pack = r.segments?.pack({
       reads,
       segment,
-      pins: () => (readAhead instanceof ReadAhead ? readAhead.pins : []),
+      versions: () => (readAhead instanceof ReadAhead ? readAhead.versions : []),
       verified: () => readAhead.verified && segmentVerified,
       rest: restReader({ descriptor, chunks, config, pool: deps.pool, budget: deps.budget }),
     });
@@ -177,6 +183,118 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
     pack?.ended();
     await readAhead.close();
   }
+}
+
+/*
+ * How one descriptor GET's chunks are read, decided at serve time (once it is admitted): streamed
+ * or grouped (read-plan.ts chooseReads, and the chunk streams free at once), the plan (reading its
+ * first chunks from a packed segment when one serves it: packed-segments.ts), its units, and the
+ * read-ahead that runs it, started.
+ */
+
+/** What a request's reads are made with: the gateway's pool, budgets and settings. */
+interface ReadDeps {
+  readonly pool: ReaderPool;
+  /** Backend timeout (connect, headers, between body bytes) for streamed reads. */
+  readonly backendTimeoutMs: number;
+  readonly config: DescriptorGetConfig;
+  /** Shared by every layerwise GET of the gateway. */
+  readonly budget: FifoBudget;
+  readonly observer?: DescriptorGetObserver;
+  /** Shared by every layerwise GET of the gateway: streamed GETs yield to first layers. */
+  readonly firstLayers?: FirstLayerGate;
+}
+
+interface ReadsRequest {
+  readonly requestId: string;
+  /** The chunks' bucket. */
+  readonly bucket: string;
+  /** The client went away. */
+  readonly signal: AbortSignal;
+  readonly descriptor: Descriptor;
+  readonly mode: DeliveryMode;
+  /** The chunks' index (a descriptor that names `codecs`). */
+  readonly encoded: EncodedChunks | undefined;
+  /** Where a packed segment is asked for (grouped reads); none is read when undefined. */
+  readonly segments: RequestSegments | undefined;
+  readonly deps: ReadDeps;
+}
+
+/** A request's reads, started. */
+interface RequestReads {
+  readonly reads: ChunkReads;
+  readonly plan: ReadPlan;
+  readonly units: readonly Unit[];
+  readonly chunks: ChunkSource;
+  /** The packed segment read, if any. */
+  readonly segment: SegmentPlan | undefined;
+  /** Close it once the response refers to none of its bytes. */
+  readonly readAhead: UnitSource;
+}
+
+/** Chooses and plans a request's reads and starts them. */
+function startReads(r: ReadsRequest): RequestReads {
+  const { descriptor, mode, encoded, deps } = r;
+  const { config, pool } = deps;
+  const tasksInFlight = pool.tasksPerRequest;
+  // Streamed only if the streams are free now: a request never waits for another's streams (it
+  // is served with grouped reads instead), so the kernel memory streams hold stays bounded.
+  const streams = chunkStreams(descriptor);
+  const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
+  const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
+  // Worked out only for streamed reads (grouped reads plan by layer groups, not runs of chunks).
+  const runChunks = reads === 'streamed' ? runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes) : 0;
+  // Encoded slices differ in length: groups and tasks are sized by the largest.
+  const sliceBytes = encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes;
+  const chunkPlan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, sliceBytes);
+  const segment =
+    reads === 'grouped' ? r.segments?.plan({ input: planInput(descriptor, config, tasksInFlight, sliceBytes), chunkPlan, layerwise: mode === 'layerwise' }) : undefined;
+  const plan = segment ? segment.plan : chunkPlan;
+  const chunks: ChunkSource = {
+    requestId: r.requestId,
+    bucket: r.bucket,
+    keys: descriptor.keys,
+    layout: descriptor.layout,
+    layers: descriptor.layers,
+    layerBytes: descriptor.layerBytes,
+    encoded,
+  };
+  const units = planUnits(plan, mode === 'layerwise', order, chunks);
+  let readAhead: UnitSource;
+  if (reads === 'streamed') {
+    const geometry = { ...chunks, first: descriptor.layerStart, end: descriptor.layerEnd };
+    readAhead = new StreamReadAhead({
+      pool,
+      geometry,
+      plan,
+      runChunks,
+      streams,
+      windowBytes: config.streamWindowBytes,
+      budget: deps.budget,
+      timeoutMs: deps.backendTimeoutMs,
+      signal: r.signal,
+      observer: deps.observer,
+      firstLayers: deps.firstLayers,
+    });
+  } else {
+    readAhead = new ReadAhead({
+      pool,
+      plan,
+      units,
+      chunks,
+      order,
+      windowBytes: segment ? segment.windowBytes : config.readAheadBytes,
+      budget: deps.budget,
+      tasksInFlight,
+      firstUnitAlone: mode === 'layerwise',
+      signal: r.signal,
+      observer: deps.observer,
+      segment: segment?.source,
+      // Read from the chunks instead, at the segment's versions: the stream goes on.
+      segmentFailed: segment ? (error) => segment.failed(error) : undefined,
+    });
+  }
+  return { reads, plan, units, chunks, segment, readAhead };
 }
 
 /** Resolves once the response has flushed everything or is destroyed; a client that stops reading the last bytes is cut off after the stall timeout. */

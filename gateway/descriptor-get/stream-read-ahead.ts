@@ -13,7 +13,7 @@ import { once, setMaxListeners } from 'node:events';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ChunkRun, StreamLayer } from '../threads/protocol.js';
 import { fromWorkerFailure } from '../threads/read-errors.js';
-import type { ReaderPool, RunningStream, StreamRing } from './read-pool/reader-pool.js';
+import type { ReaderPool, RunningStream, StreamRing } from './reader-pool.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { FifoBudget } from '../common/fifo-budget.js';
 import type { ChunkSource, TaskRead, UnitSource } from './read-ahead.js';

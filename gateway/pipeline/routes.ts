@@ -1,50 +1,54 @@
 /**
- * The request pipeline, as a table. Every request is classified (classify.ts), and its kind
- * names its route: how it authenticates, what it is admitted against (gateway/admission/), how
- * it is authorized before its body is read, what is read and authorized after, and its handler.
- * `handleRequest` runs the stages in that order for every kind; whatever a stage throws becomes
- * one S3 error answer (request.ts failRequest).
+ * The request pipeline, in one file: what a request is (classify), the route its kind names, and
+ * the stages every request runs through in order, as a table. A route says how the request
+ * authenticates, what it needs authorized from its request line before any body is read
+ * (gateway/s3/auth/access.ts authorizeLine), what it is admitted against (gateway/admission/),
+ * and its handler, which reads and authorizes the keys its body names. `handleRequest` runs the
+ * stages for every kind; whatever a stage throws becomes one S3 error answer (failRequest), and
+ * what a request holds is released when it is over (beginRequest).
  *
- *   kind            authenticates   admitted against                    authorized (line, then body)                handler
- *   post-object     form policy     key's request share (form)          reserved buckets; the policy's conditions  s3/post-object.ts
- *   descriptor-get  signature       key's request share; a descriptor   some object (s3:GetObject); then every      descriptor-get/serve-descriptor-get.ts
- *                                   GET slot once the descriptor is     chunk the descriptor names
- *                                   read and authorized
- *   prefix-lookup   signature       key's request share                 some object (s3:GetObject); its keys as     descriptor-get/lookup.ts
- *                                                                       read (lookup.ts)
- *   pin             signature       key's request share                 some object (objectcache:PinObject); its    capacity/pin-request.ts
- *                                                                       keys as read (pin-request.ts)
- *   s3              signature       key's request share; a backend      the operation's requirement                 the store (s3/backend.ts), or
- *                                   connection (S3 store)               (s3/auth/access.ts requirementOf)           capacity/serve-budgeted.ts
+ *   kind            authenticates   authorized (line, then body)                 admitted against                    handler
+ *   post-object     form policy     reserved buckets; the policy's conditions    key's request share (form)          s3/post-object.ts
+ *   descriptor-get  signature       some object (s3:GetObject); then every       key's request share; a descriptor   descriptor-get/serve-descriptor-get.ts
+ *                                   chunk the descriptor names                   GET slot once the descriptor is
+ *                                                                                read and authorized
+ *   prefix-lookup   signature       some object (s3:GetObject); its keys as      key's request share                 descriptor-get/lookup.ts
+ *                                   read (lookup.ts)
+ *   pin             signature       some object (objectcache:PinObject); its     key's request share                 capacity/pin-request.ts
+ *                                   keys as read (pin-request.ts)
+ *   s3              signature       the operation's requirement                  key's request share; a backend      the store (s3/backend.ts), or
+ *                                   (s3/auth/access.ts requirementOf)            connection (S3 store)               capacity/serve-budgeted.ts
+ *
+ * Every signed kind is first kept from the store's reserved namespaces (its path, and a copy's
+ * source) unless the administrator's key signed it, before anything is held for the key.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Descriptor } from '../../schemas/descriptor.js';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import { DESCRIPTOR_HEADER, decodeDescriptorHeader, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import type { Admission } from '../admission/admission.js';
+import { THROTTLING, type Admission } from '../admission/admission.js';
 import type { Capacity } from '../capacity/capacity.js';
 import { servePin } from '../capacity/pin-request.js';
 import { serveBudgeted } from '../capacity/serve-budgeted.js';
-import { s3Arn } from '../common/access-policy.js';
-import type { ClientCredential, GatewayConfig } from '../common/config.js';
+import type { ClientCredential, DescriptorGetConfig, GatewayConfig } from '../common/config.js';
 import type { FifoBudget } from '../common/fifo-budget.js';
 import type { Logger } from '../common/logger.js';
 import type { GatewayMetrics } from '../common/metrics.js';
-import { readDescriptor } from '../descriptor-get/descriptor-request.js';
 import type { FirstLayerGate } from '../descriptor-get/first-layer-gate.js';
 import { servePrefixLookup } from '../descriptor-get/lookup.js';
-import type { ReaderPool } from '../descriptor-get/read-pool/reader-pool.js';
+import type { ReaderPool } from '../descriptor-get/reader-pool.js';
 import type { EpochScheduler } from '../descriptor-get/scheduler/epoch-scheduler.js';
 import { serveDescriptorGet } from '../descriptor-get/serve-descriptor-get.js';
 import type { Segments } from '../segments/segments.js';
-import { authorize, authorizeKeys, authorizeNamespace, authorizeSomeObject, authorizeUnclassified, requirementOf, tenantFor } from '../s3/auth/access.js';
+import { authorizeKeys, authorizeLine, authorizeNamespace, tenantFor, type LineNeed } from '../s3/auth/access.js';
 import type { AuthResult, RequestVerifier } from '../s3/auth/request-verifier.js';
 import type { Backend } from '../s3/backend.js';
+import { readSignedJsonBody } from '../s3/body/signed-json-body.js';
 import { headerOf, type RequestContext } from '../s3/context.js';
 import { sendBucketList, visibleBuckets } from '../s3/list-buckets.js';
+import { s3Operation, type S3Operation } from '../s3/operation.js';
 import { servePostObject } from '../s3/post-object.js';
-import { assertBucketName, bucketFromHost, parseCopySource, parseTarget, unhoistPresigned, type S3Target } from '../s3/request.js';
-import { classify, type Classified } from './classify.js';
-import { beginRequest, failRequest, type Request } from './request.js';
+import { assertBucketName, bucketFromHost, hasQuery, parseTarget, unhoistPresigned, type S3Target } from '../s3/request.js';
+import { newRequestId, sendError, toObjectCacheError } from '../s3/respond.js';
 import type { ConnectionGuard } from './connection-guard.js';
 
 /** What the routes serve with: made once, at start-up (server.ts). */
@@ -67,12 +71,17 @@ export interface Services {
   readonly now: () => number;
 }
 
-/** A signed request's route: what it is authorized for before its body is read, and its handler. */
-interface SignedRoute<Line> {
+/** A signed request's route: what it needs authorized before its body is read, and its handler. */
+interface SignedRoute {
   readonly authenticates: 'signature';
-  /** Authorization from the request line and headers alone, before any body is read. */
-  authorize(ctx: RequestContext, s: Services): Line;
-  handle(r: Request, ctx: RequestContext, line: Line, s: Services): Promise<void>;
+  /** Authorized from the request line and headers alone, before anything is held or read for the key. */
+  readonly authorizes: LineNeed;
+  handle(r: Request, ctx: RequestContext, line: LineAuthorized, s: Services): Promise<void>;
+}
+
+/** What the line authorization found: a bucket listing is answered filtered for a key that may not list them all. */
+interface LineAuthorized {
+  readonly filteredListing: boolean;
 }
 
 interface FormRoute {
@@ -81,7 +90,7 @@ interface FormRoute {
 }
 
 type Routes = {
-  readonly [K in Classified['kind']]: K extends 'post-object' ? FormRoute : SignedRoute<K extends 's3' ? { readonly filteredListing: boolean } : void>;
+  readonly [K in Classified['kind']]: K extends 'post-object' ? FormRoute : SignedRoute;
 };
 
 /** Operations that change or remove an object: the packed segments that hold it are stale. */
@@ -96,7 +105,7 @@ export const ROUTES: Routes = {
     authenticates: 'signature',
     // A key that may read no object of the bucket is refused before the descriptor is read (up
     // to --max-descriptor-bytes of JSON otherwise).
-    authorize: (ctx) => authorizeSomeObject(ctx.auth.credential, ['s3:GetObject'], ctx.target.bucket),
+    authorizes: { someObject: ['s3:GetObject'] },
     async handle(r, ctx, _line, s) {
       const credential = ctx.auth.credential;
       const { bucket } = ctx.target;
@@ -133,7 +142,7 @@ export const ROUTES: Routes = {
   },
   'prefix-lookup': {
     authenticates: 'signature',
-    authorize: (ctx) => authorizeSomeObject(ctx.auth.credential, ['s3:GetObject'], ctx.target.bucket),
+    authorizes: { someObject: ['s3:GetObject'] },
     async handle(_r, ctx, _line, s) {
       const credential = ctx.auth.credential;
       const { bucket } = ctx.target;
@@ -145,20 +154,14 @@ export const ROUTES: Routes = {
   },
   pin: {
     authenticates: 'signature',
-    authorize: (ctx) => authorizeSomeObject(ctx.auth.credential, ['objectcache:PinObject'], ctx.target.bucket),
+    authorizes: { someObject: ['objectcache:PinObject'] },
     handle: (_r, ctx, _line, s) => servePin(ctx, s.capacity, s.config.descriptorGet.maxDescriptorBytes),
   },
   s3: {
     authenticates: 'signature',
     // A DeleteObjects request's keys are checked by the backend as it reads them
     // (s3/delete-objects.ts); a bucket listing without s3:ListAllMyBuckets is answered filtered.
-    authorize(ctx) {
-      const credential = ctx.auth.credential;
-      const requirement = requirementOf(ctx.req.method ?? 'GET', ctx.target, ctx.req.headers);
-      if (requirement.kind === 'checks') authorize(credential, requirement.checks);
-      else if (requirement.kind === 'unclassified') authorizeUnclassified(credential, requirement.what);
-      return { filteredListing: requirement.kind === 'list-buckets' && !credential.access.allows('s3:ListAllMyBuckets', s3Arn('*')) };
-    },
+    authorizes: 'operation',
     async handle(r, ctx, { filteredListing }, s) {
       const credential = ctx.auth.credential;
       const { bucket } = ctx.target;
@@ -184,9 +187,9 @@ export const ROUTES: Routes = {
 };
 
 /**
- * One request through its route's stages: classify, authenticate, admit (its key's share of
- * requests), authorize, handle. A browser form authenticates itself with its signed policy and
- * goes from classification to its handler.
+ * One request through its route's stages: classify, authenticate, authorize its line, admit (its
+ * key's share of requests), handle. A browser form authenticates itself with its signed policy
+ * and goes from classification to its handler.
  */
 export async function handleRequest(req: IncomingMessage, res: ServerResponse, s: Services): Promise<void> {
   const r = beginRequest(req, res, s.logger, s.metrics, s.guard);
@@ -195,28 +198,14 @@ export async function handleRequest(req: IncomingMessage, res: ServerResponse, s
     r.target = target;
     r.classified = classified;
     if (classified.kind === 'post-object') return await ROUTES['post-object'].handle(r, target, s);
+    const route = ROUTES[classified.kind];
     const auth = await authenticate(r, target, s);
+    const line = authorizeLine(auth.credential, req.method ?? 'GET', r.target, req.headers, s.config.reservedBuckets, route.authorizes);
     r.hold(s.admission.request(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
-    const ctx = contextOf(r, auth, classified, s.config);
-    // One kind at a time, so that each route's line authorization types its handler's.
-    switch (classified.kind) {
-      case 'descriptor-get':
-        return await run(ROUTES['descriptor-get'], r, ctx, s);
-      case 'prefix-lookup':
-        return await run(ROUTES['prefix-lookup'], r, ctx, s);
-      case 'pin':
-        return await run(ROUTES.pin, r, ctx, s);
-      case 's3':
-        return await run(ROUTES.s3, r, ctx, s);
-    }
+    await route.handle(r, contextOf(r, auth, classified, s.config), line, s);
   } catch (error) {
     failRequest(r, error, s.metrics);
   }
-}
-
-async function run<Line>(route: SignedRoute<Line>, r: Request, ctx: RequestContext, s: Services): Promise<void> {
-  const line = route.authorize(ctx, s);
-  await route.handle(r, ctx, line, s);
 }
 
 /**
@@ -244,7 +233,7 @@ function assertAsciiHeaders(rawHeaders: readonly string[]): void {
   }
 }
 
-/** Stage 1: what the request is. Refuses headers the store reserves or cannot read as we do, and bad bucket names. */
+/** Stage 1: what the request is (classify). Refuses headers the store reserves or cannot read as we do, and bad bucket names. */
 function classifyRequest(req: IncomingMessage, config: GatewayConfig): { target: S3Target; classified: Classified } {
   for (const name of Object.keys(req.headers)) {
     if (name.startsWith('x-minio-internal-')) throw new ObjectCacheError('OC_ERR_AUTH_FORBIDDEN_HEADER', `The header ${name} is reserved for the object store`);
@@ -258,21 +247,17 @@ function classifyRequest(req: IncomingMessage, config: GatewayConfig): { target:
 }
 
 /**
- * Stage 2: the signature, then the store's own APIs (the path, and a copy's source) kept from
- * every key but the administrator's, before anything else is read or held for the key. A
- * presigned URL's signed query parameters become the headers they stand for.
+ * Stage 2: the signature. A presigned URL's signed query parameters become the headers they
+ * stand for, so that the stages after it see one kind of request.
  */
 async function authenticate(r: Request, target: S3Target, s: Services): Promise<AuthResult> {
   const { req } = r;
   const auth = await s.verifier.verify({ method: req.method ?? 'GET', headers: req.headers, canonicalPath: target.signedPath, query: target.query, rawPath: target.sigV2Path });
-  authorizeNamespace(auth.credential, target.bucket, s.config.reservedBuckets);
   if (auth.mode === 'presigned') {
     const unhoisted = unhoistPresigned(target);
     r.target = unhoisted.target;
     for (const [name, value] of Object.entries(unhoisted.headers)) req.headers[name] ??= value;
   }
-  const copySource = headerOf(req, 'x-amz-copy-source');
-  if (copySource !== undefined) authorizeNamespace(auth.credential, parseCopySource(copySource).bucket, s.config.reservedBuckets, 'x-amz-copy-source');
   return auth;
 }
 
@@ -303,7 +288,7 @@ function budgetOf(s: Services, bucket: string): Capacity | undefined {
 
 /**
  * The backend's HEADs as a request of `credential` makes them: each within the key's share of
- * the store's connections (gateway/admission/key-limits.ts), on an S3 store (the embedded one has none).
+ * the store's connections (gateway/admission/admission.ts KeyLimits), on an S3 store (the embedded one has none).
  */
 function headsOf(s: Services, credential: ClientCredential): Pick<Backend, 'heads'> {
   if (s.config.backend.kind !== 's3') return s.backend;
@@ -342,4 +327,206 @@ async function serveForm(r: Request, target: S3Target, s: Services): Promise<voi
       };
     },
   });
+}
+
+/**
+ * What a request is, decided once, before authentication, from its method, path, query and
+ * headers: a browser-form upload, a descriptor GET (the layerwise GET, in either delivery mode), a
+ * prefix lookup, a pin, or a plain S3 operation. Requests are routed on the kind; the operation
+ * name labels the request's log line and metrics, and nothing renames it later.
+ *
+ * Presigned requests carry their x-amz-* headers in the query until authentication hoists them
+ * (gateway/s3/request.ts unhoistPresigned), so x-amz-copy-source is looked for in both places.
+ */
+export type Classified =
+  /** A browser-form POST upload: its signed policy is its authentication. */
+  | { readonly kind: 'post-object'; readonly operation: 'PostObject' }
+  /**
+   * A GET carrying a descriptor (header form) or `POST /{bucket}?objectcache` (body form). Its
+   * metrics label is its delivery mode's, once chosen (operationLabel).
+   */
+  | { readonly kind: 'descriptor-get'; readonly operation: 'DescriptorGet' }
+  | { readonly kind: 'prefix-lookup'; readonly operation: 'PrefixLookup' }
+  /** `POST /{bucket}?objectcache-pin`: retain chunks of a budgeted bucket until a time (gateway/capacity/pin-request.ts). */
+  | { readonly kind: 'pin'; readonly operation: 'PinObjects' }
+  /** An S3 API call; `Other` when it is none this gateway names (passed through, or refused by the embedded store). */
+  | { readonly kind: 's3'; readonly operation: S3Operation | 'CopyObject' | 'UploadPartCopy' | 'Other' };
+
+export function classify(method: string, target: S3Target, headers: IncomingHttpHeaders): Classified {
+  const { bucket, key } = target;
+  if (method === 'POST' && bucket !== '' && key === '') {
+    if (target.query.length === 0 && /^multipart\/form-data/i.test(headers['content-type'] ?? '')) return { kind: 'post-object', operation: 'PostObject' };
+    if (hasQuery(target, 'objectcache')) return { kind: 'descriptor-get', operation: 'DescriptorGet' };
+    if (hasQuery(target, 'objectcache-lookup')) return { kind: 'prefix-lookup', operation: 'PrefixLookup' };
+    if (hasQuery(target, 'objectcache-pin')) return { kind: 'pin', operation: 'PinObjects' };
+  }
+  if (method === 'GET' && key !== '' && headers[DESCRIPTOR_HEADER] !== undefined) return { kind: 'descriptor-get', operation: 'DescriptorGet' };
+  const operation = s3Operation(method, target);
+  // A presigned request's x-amz-* headers are in its query until authentication hoists them.
+  const presigned = target.query.some(([name]) => name === 'X-Amz-Signature');
+  const copies = headers['x-amz-copy-source'] !== undefined || (presigned && target.query.some(([name]) => name.toLowerCase() === 'x-amz-copy-source'));
+  if (copies && operation === 'PutObject') return { kind: 's3', operation: 'CopyObject' };
+  if (copies && operation === 'UploadPart') return { kind: 's3', operation: 'UploadPartCopy' };
+  return { kind: 's3', operation: operation ?? 'Other' };
+}
+
+/**
+ * The operation label of a request's metrics and log line. Descriptor GETs keep the labels they
+ * have always had: `LayerwiseGet` or `ChunkwiseGet` by the delivery mode once it is chosen
+ * (`LayerwiseGet` when refused before, as by admission control).
+ */
+export function operationLabel(operation: string, mode: 'layerwise' | 'chunkwise' | undefined): string {
+  if (operation !== 'DescriptorGet') return operation;
+  return mode === 'chunkwise' ? 'ChunkwiseGet' : 'LayerwiseGet';
+}
+
+/**
+ * The descriptor-get route's body: its descriptor, from the `x-objectcache-descriptor` header of
+ * `GET /{bucket}/{key}`, or the JSON body of `POST /{bucket}?objectcache` for descriptors too
+ * large for a header (schemas/wire-format.md sections 2-3). Either way the descriptor must be
+ * covered by the request signature, since it decides which objects are read.
+ */
+export async function readDescriptor(ctx: RequestContext, config: DescriptorGetConfig): Promise<Descriptor> {
+  if (ctx.req.method === 'GET') {
+    if (!ctx.auth.signedHeaders.includes(DESCRIPTOR_HEADER)) {
+      throw new ObjectCacheError('OC_ERR_DESCRIPTOR_UNSIGNED', `The ${DESCRIPTOR_HEADER} header must be one of the signed headers`);
+    }
+    const descriptor = parseDescriptor(decodeDescriptorHeader(headerOf(ctx.req, DESCRIPTOR_HEADER) ?? ''), config.limits);
+    const last = descriptor.keys.at(-1);
+    if (last !== ctx.target.key) {
+      throw new ObjectCacheError(
+        'OC_ERR_DESCRIPTOR_KEY_MISMATCH',
+        `The request path names ${JSON.stringify(ctx.target.key)}, but the descriptor's last chunk is ${JSON.stringify(last)}`,
+        { details: { Key: ctx.target.key } },
+      );
+    }
+    return descriptor;
+  }
+  return parseDescriptor(await readSignedJsonBody(ctx, config.maxDescriptorBytes), config.limits);
+}
+
+/**
+ * One request's own state as the stages carry it: its id, what it holds until it is over, its
+ * abort signal, its one log line and count, and the one S3 error answer whatever stage fails
+ * becomes.
+ */
+/** The most an early error response will read and discard of an unread request body. */
+const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
+
+export interface Request {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly requestId: string;
+  readonly log: Logger;
+  /** performance.now() when it arrived. */
+  readonly startedAt: number;
+  target?: S3Target;
+  classified?: Classified;
+  ctx?: RequestContext;
+  failure?: ObjectCacheError;
+  clientGone: boolean;
+  /** Holds `release` until the request is over (at once if it already is: a place taken after an await). */
+  hold(release: () => void): void;
+  signal(): AbortSignal;
+}
+
+/** Authentication failures: counted, and never forwarded to the backend. */
+function isAuthFailure(code: string): boolean {
+  return code.startsWith('OC_ERR_AUTH_') || code === 'OC_ERR_REQUEST_MISSING_CONTENT_SHA256';
+}
+
+/** A request as it arrives: its id set on the response, its log line written when it is over. */
+export function beginRequest(req: IncomingMessage, res: ServerResponse, logger: Logger, metrics: GatewayMetrics, guard: ConnectionGuard): Request {
+  const started = process.hrtime.bigint();
+  const requestId = newRequestId();
+  res.setHeader('x-amz-request-id', requestId);
+  res.setHeader('server', 'ObjectCache');
+  // The client going away aborts the signal; its controller is made only when someone asks.
+  let abort: AbortController | undefined;
+  /**
+   * What the request holds (its key's places) until the connection guard says it is over: both
+   * ways, or its socket gone (gateway/pipeline/connection-guard.ts track).
+   */
+  const releases: (() => void)[] = [];
+  let over = false;
+  let logged = false;
+  const r: Request = {
+    req,
+    res,
+    requestId,
+    log: logger.child({ requestId }),
+    startedAt: performance.now(),
+    clientGone: false,
+    hold(release) {
+      if (over) release();
+      else releases.push(release);
+    },
+    signal() {
+      if (!abort) {
+        abort = new AbortController();
+        if (r.clientGone) abort.abort();
+      }
+      return abort.signal;
+    },
+  };
+  const clientLeft = (): void => {
+    if (r.clientGone || res.writableFinished) return;
+    r.clientGone = true;
+    abort?.abort();
+  };
+  /** One log line and one count per request, when its response closes or its socket goes. */
+  const logLine = (): void => {
+    if (logged) return;
+    logged = true;
+    const { ctx, classified, failure } = r;
+    const operation = ctx ? operationLabel(ctx.operation, ctx.mode) : classified?.kind === 'post-object' ? classified.operation : 'Unauthenticated';
+    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    const status = res.writableFinished ? res.statusCode : 499;
+    metrics.requests.inc({ operation, status: String(status) });
+    metrics.requestDuration.observe({ operation }, seconds);
+    r.log.info(
+      {
+        method: req.method,
+        path: r.target?.path ?? req.url,
+        operation,
+        status,
+        ms: Math.round(seconds * 1e4) / 10,
+        accessKey: ctx?.auth.credential.accessKeyId,
+        tenant: ctx?.tenant,
+        ...(failure ? { code: failure.code } : {}),
+        ...(status === 499 ? { aborted: true } : {}),
+      },
+      'request',
+    );
+  };
+  guard.track(req, res, () => {
+    over = true;
+    for (const release of releases) release();
+    clientLeft();
+    logLine();
+  });
+  res.once('close', () => {
+    clientLeft();
+    logLine();
+  });
+  return r;
+}
+
+/** Any stage's failure as one S3 error answer (nothing, when the client is gone). */
+export function failRequest(r: Request, error: unknown, metrics: GatewayMetrics): void {
+  const { req, res } = r;
+  if (r.clientGone) return;
+  const failure = toObjectCacheError(error);
+  r.failure = failure;
+  if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
+  // Nothing more is read of a request refused before its key was known (a client that never
+  // authenticated gets no 64 MiB of grace), nor of one too slow to send: the answer closes it.
+  const closing = r.ctx === undefined || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
+  if (closing && !res.headersSent) res.setHeader('connection', 'close');
+  // The gateway's own throttling (a full gateway, a key past its share) is the request line's
+  // code alone: a flood must not also flood the log with stacks.
+  if (failure.code === 'OC_ERR_INTERNAL' || failure.code === 'OC_ERR_STORE_IO' || (failure.status === 503 && !THROTTLING.has(failure.code))) {
+    r.log.error({ error: failure }, 'request failed');
+  }
+  sendError(res, failure, r.requestId, r.target?.path ?? req.url ?? '/', closing ? 0 : DRAIN_LIMIT_BYTES);
 }

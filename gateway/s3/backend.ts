@@ -13,7 +13,7 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import type { WorkerBackend } from '../threads/protocol.js';
 import type { GatewayConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
-import type { BackendGate } from '../admission/key-limits.js';
+import type { BackendGate } from '../admission/admission.js';
 import type { RequestContext } from './context.js';
 import { embeddedCapacityStore, s3CapacityStore, type CapacityStore } from '../stores/capacity-store.js';
 import { serveEmbedded } from './embedded/router.js';

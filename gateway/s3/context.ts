@@ -20,9 +20,9 @@ export interface RequestContext {
   readonly signal: AbortSignal;
   /** performance.now() when the request arrived. */
   readonly startedAt: number;
-  /** What the request is (gateway/pipeline/classify.ts: GetObject, PutObject, DescriptorGet, ...), decided once. */
+  /** What the request is (gateway/pipeline/routes.ts classify: GetObject, PutObject, DescriptorGet, ...), decided once. */
   readonly operation: string;
-  /** A descriptor GET's delivery mode, once chosen (its metrics label: classify.ts operationLabel). */
+  /** A descriptor GET's delivery mode, once chosen (its metrics label: gateway/pipeline/routes.ts operationLabel). */
   mode?: 'layerwise' | 'chunkwise';
   /**
    * The tenant the request is scheduled and counted as: the key's, or the one a layerwise GET's

@@ -89,7 +89,7 @@ export interface PostObjectDeps {
   readonly maxFieldsBytes: number;
   /** Time from the request's headers to its file part, the unauthenticated part of a form (--header-timeout-ms). */
   readonly fieldsTimeoutMs: number;
-  /** Counts the request against the key that signed the form (gateway/admission/key-limits.ts); throws past its share. */
+  /** Counts the request against the key that signed the form (gateway/admission/admission.ts KeyLimits); throws past its share. */
   readonly admit: (credential: ClientCredential) => void;
   readonly now: () => number;
   /**

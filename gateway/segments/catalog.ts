@@ -264,7 +264,7 @@ export class Catalog {
   }
 
   /**
-   * HEADs of a segment's first `chunks` chunks against its pins and its CRC32Cs; a stale segment
+   * HEADs of a segment's first `chunks` chunks against its locked versions and its CRC32Cs; a stale segment
    * is dropped, a segment whose CRC32Cs differ from the writers' rejected.
    */
   #check(bucket: string, segment: Segment, chunks: number, heads: Heads): Promise<SegmentCheck> {

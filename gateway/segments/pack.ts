@@ -50,7 +50,7 @@ export interface PackOptions {
   /** The pack fell behind and reads the rest (the `reread` event). */
   readonly reread: () => void;
   /** The chunk versions the request has read so far, by prefix position (all of them once its first layer is in). */
-  readonly pins: () => readonly (string | undefined)[];
+  readonly versions: () => readonly (string | undefined)[];
   /** Whether every read of the request so far was checked against CRC32Cs its chunk's writer recorded. */
   readonly verified: () => boolean;
 }
@@ -175,14 +175,14 @@ export class Pack implements SegmentPack {
   #startRest(): void {
     if (this.#rest !== undefined || this.#abandoned !== undefined || this.#behind === undefined) return;
     clearTimeout(this.#restTimer);
-    const pins = this.#pins();
-    if (!pins) return;
+    const versions = this.#lockedVersions();
+    if (!versions) return;
     void this.#put();
     this.#o.reread();
     this.#rest = this.#o
       .rest({
         from: this.#o.descriptor.layerStart + this.#behind,
-        pins,
+        versions,
         signal: this.#abort.signal,
         queueBytes: this.#o.queueBytes,
         take: async (reads, frames) => {
@@ -204,12 +204,12 @@ export class Pack implements SegmentPack {
 
   /**
    * The chunk versions the request read (its first unit reads every chunk, and every later read
-   * of a chunk is pinned to the first): the manifest's, and the rest's pins. Abandons the pack when
+   * of a chunk is pinned to the first): the manifest's, and the rest's locked versions. Abandons the pack when
    * one is unknown.
    */
-  #pins(): readonly string[] | undefined {
-    const pins = this.#o.pins();
-    if (pins.length >= this.#o.descriptor.chunks && pins.every((pin) => pin !== undefined)) return pins;
+  #lockedVersions(): readonly string[] | undefined {
+    const versions = this.#o.versions();
+    if (versions.length >= this.#o.descriptor.chunks && versions.every((version) => version !== undefined)) return versions;
     this.abandon('a chunk\u2019s version is unknown');
     return undefined;
   }
@@ -292,7 +292,7 @@ export class Pack implements SegmentPack {
   async finish(): Promise<void> {
     if (this.#abandoned !== undefined || this.#finishing || this.#completing) return;
     const d = this.#o.descriptor;
-    const etags = this.#pins();
+    const etags = this.#lockedVersions();
     if (!etags) return;
     if (this.#behind !== undefined) {
       // Set before the first await: the request's end (ended()) must not abandon the pack now.

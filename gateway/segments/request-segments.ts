@@ -24,7 +24,7 @@ export interface SegmentIndex {
     d: Descriptor,
     run: string,
     rest: ReadRest,
-    pins: () => readonly (string | undefined)[],
+    versions: () => readonly (string | undefined)[],
     verified: () => boolean,
     encoded?: EncodedChunks,
   ): SegmentPack | undefined;
@@ -87,7 +87,7 @@ export class SegmentsOfRequest implements RequestSegments {
   pack(p: PackRequest): SegmentPack | undefined {
     const { bucket, descriptor, encoded } = this.#r;
     if (this.#due === undefined || p.reads !== 'grouped' || p.segment?.chunks === descriptor.chunks) return undefined;
-    return this.#segments.packFor(bucket, descriptor, this.#due, p.rest, p.pins, p.verified, encoded);
+    return this.#segments.packFor(bucket, descriptor, this.#due, p.rest, p.versions, p.verified, encoded);
   }
 }
 

@@ -288,7 +288,7 @@ export class Segments implements PackedSegments {
     d: Descriptor,
     run: string,
     rest: ReadRest,
-    pins: () => readonly (string | undefined)[],
+    versions: () => readonly (string | undefined)[],
     verified: () => boolean,
     encoded?: EncodedChunks,
   ): Pack | undefined {
@@ -311,7 +311,7 @@ export class Segments implements PackedSegments {
       copyFrames: this.#o.config.packFrom === 'frames',
       rest,
       reread: () => this.#o.observer?.event('reread'),
-      pins,
+      versions,
       verified,
     });
     this.#packs.set(run, pack);

@@ -34,7 +34,7 @@ export interface WorkerInit {
    */
   readonly cancelChannel: string;
   readonly cancelFlags: SharedArrayBuffer;
-  /** The shared task-buffer arena (gateway/descriptor-get/read-pool/buffer-arena.ts): tasks with `arenaOffset` write here. */
+  /** The shared task-buffer arena (gateway/descriptor-get/reader-pool.ts BufferArena): tasks with `arenaOffset` write here. */
   readonly arena: SharedArrayBuffer;
   /** Most backend connections a worker's stream tasks hold open (one per chunk stream). */
   readonly streamConnections: number;
@@ -155,7 +155,7 @@ export interface SegmentRead {
 
 /**
  * Gaps of up to this many bytes between the ranges a task needs of a segment are read through and
- * dropped rather than asked for apart (gateway/worker/scatter.ts segmentTargets): about what one
+ * dropped rather than asked for apart (gateway/threads/task-layout.ts segmentTargets): about what one
  * more request costs the store. The plan counts its reads by the same rule (read-plan.ts).
  */
 export const SEGMENT_SKIP_BYTES = 1024 * 1024;

@@ -19,7 +19,7 @@ import { CODEC_META, RAW_CODEC } from '../../schemas/encoded-chunk.js';
 import { objectRelativePath, readFooter } from '../stores/embedded/object-file.js';
 import { BACKEND_RETRY, mapBackendError, retryPauseMs, storePoolOptions } from '../stores/s3-backend.js';
 import { signingPool } from '../../sigv4/signing-dispatcher.js';
-import { ScatterCursor, type RangeTarget } from './scatter.js';
+import { ScatterCursor, type RangeTarget } from '../threads/task-layout.js';
 import type { WorkerBackend } from '../threads/protocol.js';
 import type { S3BackendOptions } from '../common/config.js';
 import type { ErrorCode } from '../../schemas/errors.js';

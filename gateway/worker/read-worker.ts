@@ -1,7 +1,7 @@
 /**
  * The piscina read worker: executes one ReadTask (a layer group of a run of chunks) with bounded
  * concurrent chunk reads through its own backend connection pool, writes every slice straight
- * into its place in the task's block of the shared arena (gateway/descriptor-get/read-pool/buffer-arena.ts: nothing moves back,
+ * into its place in the task's block of the shared arena (gateway/descriptor-get/reader-pool.ts BufferArena: nothing moves back,
  * the main thread sends from the same memory; a task given its own ArrayBuffer instead hands it
  * back by transfer), and checksums every slice once (checked against the CRC32C recorded at store
  * time when there is one; the main thread builds the frame checksums from these). Stream tasks
@@ -20,8 +20,7 @@ import { createRangeReader, type RangeReader } from './range-reader.js';
 import { cancelled, ReadError } from '../../http-range/read-error.js';
 import { corruptSlice, toWorkerFailure } from '../threads/read-errors.js';
 import { decodeLayerCrcs } from '../../schemas/integrity.js';
-import { rangeTargets, segmentTargets } from './scatter.js';
-import { TaskLayout } from '../threads/task-layout.js';
+import { TaskLayout, rangeTargets, segmentTargets } from '../threads/task-layout.js';
 import { RAW_CODEC } from '../../schemas/encoded-chunk.js';
 
 const init = workerData as WorkerInit;

@@ -324,3 +324,36 @@ export function authorizeNamespace(credential: ClientCredential | undefined, buc
     },
   );
 }
+
+/** What a route authorizes from its request line and headers alone, before any body is read (gateway/pipeline/routes.ts). */
+export type LineNeed =
+  /** One of these actions on some object of the bucket: the keys come in the body and are checked once read. */
+  | { readonly someObject: readonly Action[] }
+  /** What the S3 operation requires (requirementOf). */
+  | 'operation';
+
+/**
+ * A signed request's authorization before its body is read, in one place: the store's reserved
+ * namespaces kept from every key but the administrator's (the path, and a copy's source), then
+ * what its route needs. A bucket listing without s3:ListAllMyBuckets is answered filtered.
+ */
+export function authorizeLine(
+  credential: ClientCredential,
+  method: string,
+  target: S3Target,
+  headers: IncomingHttpHeaders,
+  reserved: ReadonlySet<string>,
+  need: LineNeed,
+): { readonly filteredListing: boolean } {
+  authorizeNamespace(credential, target.bucket, reserved);
+  const copySource = headers['x-amz-copy-source'];
+  if (copySource !== undefined) authorizeNamespace(credential, parseCopySource(String(copySource)).bucket, reserved, 'x-amz-copy-source');
+  if (need !== 'operation') {
+    authorizeSomeObject(credential, need.someObject, target.bucket);
+    return { filteredListing: false };
+  }
+  const requirement = requirementOf(method, target, headers);
+  if (requirement.kind === 'checks') authorize(credential, requirement.checks);
+  else if (requirement.kind === 'unclassified') authorizeUnclassified(credential, requirement.what);
+  return { filteredListing: requirement.kind === 'list-buckets' && !credential.access.allows('s3:ListAllMyBuckets', s3Arn('*')) };
+}
