@@ -1,5 +1,7 @@
 /**
- * The framed stream (schemas/frames.ts), built and sent. Frames are built from the read tasks'
+ * A descriptor GET's framed stream (schemas/frames.ts), built and sent (sendStream): each unit's
+ * LAYER (or CHUNK) frames as the read-ahead has its reads in, then END, or an ERROR frame for the
+ * first failure after the stream began. Frames are built from the read tasks'
  * blocks without copying (FrameBuilder: a frame's payload is a list of pieces of the blocks, laid
  * out as gateway/threads/task-layout.ts says), each with its CRC32C combined from the workers'
  * slice checksums (schemas/crc32c-combine.ts), so nothing here touches payload bytes. They come
@@ -13,11 +15,16 @@ import type { ServerResponse } from 'node:http';
 import { crc32c } from '../../native/crc32c.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
-import { encodeFrameHeader, encodePreamble, FrameType } from '../../schemas/frames.js';
-import { PACE_SLICE_BYTES, type Pacer } from './scheduler/pacer.js';
-import type { TaskRead } from './read-ahead.js';
+import type { Descriptor } from '../../schemas/descriptor.js';
+import { encodeEndPayload, encodeErrorPayload, encodeFrameHeader, encodePreamble, FrameType, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
+import type { DescriptorGetObserver } from '../common/metrics.js';
+import type { RequestContext } from '../s3/context.js';
+import { Pacer, PACE_SLICE_BYTES } from './scheduler/pacer.js';
+import type { Grant } from './scheduler/epoch-scheduler.js';
+import type { TaskRead, UnitSource } from './read-ahead.js';
 import type { EncodedChunks } from './encoded-chunks.js';
-import { layoutOf, type Slices } from './read-plan.js';
+import type { SegmentPack } from './packed-segments.js';
+import { layoutOf, type DeliveryMode, type ReadPlan, type Slices, type Unit } from './read-plan.js';
 import type { TaskLayout } from '../threads/task-layout.js';
 
 export interface Frame {
@@ -231,4 +238,107 @@ export async function send(res: ServerResponse, writes: AsyncIterable<Write>, op
     if (!ok && !res.destroyed) await drained(res, options.stallTimeoutMs);
   }
   if (!res.destroyed) res.end();
+}
+
+/** A descriptor GET's stream once its head is written: what its frames are made of, and how they are sent. */
+export interface StreamInput {
+  readonly ctx: RequestContext;
+  readonly descriptor: Descriptor;
+  readonly mode: DeliveryMode;
+  readonly plan: ReadPlan;
+  readonly units: readonly Unit[];
+  readonly readAhead: UnitSource;
+  readonly first: TaskRead[];
+  readonly firstReadMs: number;
+  readonly grant: Grant | undefined;
+  readonly encoded: EncodedChunks | undefined;
+  /** A segment being packed from this stream's LAYER frames. */
+  readonly pack: SegmentPack | undefined;
+  /** The segment read from (if any) holds CRC32Cs that every covered chunk's writer recorded. */
+  readonly segmentVerified: boolean;
+  readonly observer: DescriptorGetObserver | undefined;
+  /** --client-stall-timeout: a client that takes nothing this long is cut off. */
+  readonly clientStallTimeoutMs: number;
+}
+
+/**
+ * Sends a descriptor GET's stream: its frames (frames(), below), all at once or paced at the
+ * scheduler's grant, with backpressure. Resolves once the response refers to none of the task
+ * blocks' bytes (flushed, or destroyed), when they may be reused.
+ */
+export async function sendStream(s: StreamInput): Promise<void> {
+  const { res } = s.ctx;
+  const source = frames(s);
+  const version = s.encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;
+  const writes = s.grant ? paced(source, new Pacer(s.grant.rateBytesPerSec), version) : unpaced(source, version);
+  try {
+    await send(res, writes, { stallTimeoutMs: s.clientStallTimeoutMs, onBytes: (bytes) => s.observer?.delivered(s.ctx.tenant, bytes) });
+  } catch (error) {
+    // The client stalled (its response is destroyed) or went away: nobody to answer.
+    if (!res.destroyed) throw error;
+  }
+  await responseDone(res, s.clientStallTimeoutMs);
+}
+
+/**
+ * The frames of the stream, in order: each unit's LAYER (or CHUNK) frames once its reads are
+ * in, then END; or an ERROR frame for the first failure after the stream began.
+ */
+async function* frames(s: StreamInput): AsyncGenerator<Frame> {
+  const { descriptor, readAhead } = s;
+  const started = s.ctx.startedAt;
+  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: s.encoded });
+  let payloadBytes = 0;
+  let firstFrameMs = 0;
+  try {
+    for (let u = 0; u < s.units.length; u++) {
+      const reads = u === 0 ? s.first : await readAhead.unit(u);
+      // Once the socket has taken the unit's last frame, its buffers go back to the pool.
+      const recycle = (): void => readAhead.recycle(u);
+      const unitFrames = s.mode === 'layerwise' ? build.layerFrames(reads) : build.chunkFrames(reads);
+      s.pack?.checksums(reads);
+      for (let i = 0; i < unitFrames.length; i++) {
+        const frame = unitFrames[i] as Frame;
+        s.pack?.frame(slicesOf(frame, s.encoded));
+        yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
+        if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
+        if (s.mode === 'layerwise') s.observer?.layerReady((performance.now() - started) / 1000);
+        payloadBytes += frame.length;
+      }
+      readAhead.release(u);
+    }
+  } catch (error) {
+    s.pack?.abandon('the layerwise GET that fed it failed');
+    if (s.ctx.signal.aborted) return;
+    // After headers: the ERROR frame is the answer, then the stream ends (the headers-sent rule of gateway/s3/respond.ts).
+    const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
+    s.ctx.logger.warn({ error: e }, 'layerwise stream failed after headers');
+    yield jsonFrame(FrameType.ERROR, encodeErrorPayload(e));
+    return;
+  }
+  const summary = encodeEndPayload({
+    mode: s.mode,
+    layers: [descriptor.layerStart, descriptor.layerEnd],
+    chunks: descriptor.chunks,
+    bytes: payloadBytes,
+    backendReads: readAhead.backendReads,
+    plan: s.plan.groups,
+    rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
+    // Writer-verified: every slice was checked against the CRC32C its chunk's writer recorded.
+    verified: readAhead.verified && s.segmentVerified,
+    ...(s.encoded ? { codec: s.encoded.codec } : {}),
+    timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
+  });
+  if (s.pack) void s.pack.finish();
+  yield jsonFrame(FrameType.END, summary);
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10;
+}
+
+/** Resolves once the response has flushed everything or is destroyed; a client that stops reading the last bytes is cut off after the stall timeout. */
+async function responseDone(res: ServerResponse, stallTimeoutMs: number): Promise<void> {
+  if (res.writableFinished || res.destroyed) return;
+  await responseEvent(res, ['finish', 'close'], stallTimeoutMs);
 }

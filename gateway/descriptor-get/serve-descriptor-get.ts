@@ -12,33 +12,24 @@
  * schedule (the egress scheduler, layerwise GETs); stream: choose the reads, plan the layer groups and
  * worker tasks and start the read-ahead (startReads, below); wait for the first unit before
  * answering, so a missing or short chunk (every chunk is touched by the first group) is an
- * ordinary S3 XML error; then pull frames from the frame source (which reads ahead within the
- * budgets) through the pacing stage into the response; an ERROR frame if a later read fails, the
- * END summary otherwise. Whatever way the stream ends, the read-ahead is closed: queued and
- * running tasks are cancelled and every budget byte is returned.
+ * ordinary S3 XML error; then write the head and send the frames (frame-stream.ts sendStream:
+ * each unit's frames as the read-ahead has it in, through the pacing stage into the response; an
+ * ERROR frame if a later read fails, the END summary otherwise). Whatever way the stream ends,
+ * the read-ahead is closed: queued and running tasks are cancelled and every budget byte is
+ * returned.
  *
  * A descriptor that names `codecs` asks for the chunks in their stored encoding (encoded chunks,
- * schemas/encoded-chunk.ts): their index is read first (chunk-index.ts, one HEAD per chunk), the
+ * schemas/encoded-chunk.ts): their index is read first (encoded-index.ts, one HEAD per chunk), the
  * plan and the blocks follow each slice's stored length, the stream is version 2 (each frame with
  * its slice-length table), and every size the gateway decides by (the mode threshold, the scheduler's
  * bytes per layer) counts the encoded bytes. Such requests use grouped reads.
  */
 import { SEGMENT_CHUNKS_HEADER, type Descriptor } from '../../schemas/descriptor.js';
-import { ObjectCacheError } from '../../schemas/errors.js';
-import {
-  encodeEndPayload,
-  encodeErrorPayload,
-  FrameType,
-  SEGMENTED_STREAM_CONTENT_TYPE,
-  STREAM_CONTENT_TYPE,
-  STREAM_VERSION,
-  STREAM_VERSION_SEGMENTED,
-} from '../../schemas/frames.js';
+import { SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE } from '../../schemas/frames.js';
 import { chooseMode, chooseReads, chunkStreams, planFor, planInput, planStreamed, planUnits, type ChunkReads, type DeliveryMode, type ReadPlan, type Unit } from './read-plan.js';
 import type { RequestContext } from '../s3/context.js';
 import type { EpochScheduler, Grant } from './scheduler/epoch-scheduler.js';
-import { Pacer } from './scheduler/pacer.js';
-import { FrameBuilder, jsonFrame, paced, responseEvent, send, slicesOf, unpaced, type Frame } from './frame-stream.js';
+import { sendStream } from './frame-stream.js';
 import { ReadAhead, type ChunkSource, type TaskRead, type UnitSource } from './read-ahead.js';
 import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
 import type { EncodedChunks } from './encoded-chunks.js';
@@ -168,17 +159,22 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
       ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
       ...(segment ? { [SEGMENT_CHUNKS_HEADER]: String(segment.chunks) } : {}),
     });
-    const source = frames({ ctx, descriptor, deps, mode, plan, units, readAhead, first, firstReadMs, grant, encoded, pack, segmentVerified });
-    const version = encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;
-    const writes = grant ? paced(source, new Pacer(grant.rateBytesPerSec), version) : unpaced(source, version);
-    try {
-      await send(ctx.res, writes, { stallTimeoutMs: config.clientStallTimeoutMs, onBytes: (bytes) => deps.observer?.delivered(ctx.tenant, bytes) });
-    } catch (error) {
-      // The client stalled (its response is destroyed) or went away: nobody to answer.
-      if (!ctx.res.destroyed) throw error;
-    }
-    // The task buffers are reused once the response refers to none of their bytes.
-    await responseDone(ctx.res, config.clientStallTimeoutMs);
+    await sendStream({
+      ctx,
+      descriptor,
+      mode,
+      plan,
+      units,
+      readAhead,
+      first,
+      firstReadMs,
+      grant,
+      encoded,
+      pack,
+      segmentVerified,
+      observer: deps.observer,
+      clientStallTimeoutMs: config.clientStallTimeoutMs,
+    });
   } finally {
     pack?.ended();
     await readAhead.close();
@@ -295,85 +291,4 @@ function startReads(r: ReadsRequest): RequestReads {
     });
   }
   return { reads, plan, units, chunks, segment, readAhead };
-}
-
-/** Resolves once the response has flushed everything or is destroyed; a client that stops reading the last bytes is cut off after the stall timeout. */
-async function responseDone(res: RequestContext['res'], stallTimeoutMs: number): Promise<void> {
-  if (res.writableFinished || res.destroyed) return;
-  await responseEvent(res, ['finish', 'close'], stallTimeoutMs);
-}
-
-interface SourceInput {
-  readonly ctx: RequestContext;
-  readonly descriptor: Descriptor;
-  readonly deps: DescriptorGetDeps;
-  readonly mode: DeliveryMode;
-  readonly plan: ReadPlan;
-  readonly units: readonly Unit[];
-  readonly readAhead: UnitSource;
-  readonly first: TaskRead[];
-  readonly firstReadMs: number;
-  readonly grant: Grant | undefined;
-  readonly encoded: EncodedChunks | undefined;
-  /** A segment being packed from this stream's LAYER frames. */
-  readonly pack: SegmentPack | undefined;
-  /** The segment read from (if any) holds CRC32Cs that every covered chunk's writer recorded. */
-  readonly segmentVerified: boolean;
-}
-
-/**
- * The frames of the stream, in order: each unit's LAYER (or CHUNK) frames once its reads are
- * in, then END; or an ERROR frame for the first failure after the stream began.
- */
-async function* frames(s: SourceInput): AsyncGenerator<Frame> {
-  const { descriptor, readAhead, deps } = s;
-  const started = s.ctx.startedAt;
-  const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: s.encoded });
-  let payloadBytes = 0;
-  let firstFrameMs = 0;
-  try {
-    for (let u = 0; u < s.units.length; u++) {
-      const reads = u === 0 ? s.first : await readAhead.unit(u);
-      // Once the socket has taken the unit's last frame, its buffers go back to the pool.
-      const recycle = (): void => readAhead.recycle(u);
-      const unitFrames = s.mode === 'layerwise' ? build.layerFrames(reads) : build.chunkFrames(reads);
-      s.pack?.checksums(reads);
-      for (let i = 0; i < unitFrames.length; i++) {
-        const frame = unitFrames[i] as Frame;
-        s.pack?.frame(slicesOf(frame, s.encoded));
-        yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
-        if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
-        if (s.mode === 'layerwise') deps.observer?.layerReady((performance.now() - started) / 1000);
-        payloadBytes += frame.length;
-      }
-      readAhead.release(u);
-    }
-  } catch (error) {
-    s.pack?.abandon('the layerwise GET that fed it failed');
-    if (s.ctx.signal.aborted) return;
-    // After headers: the ERROR frame is the answer, then the stream ends (the headers-sent rule of gateway/s3/respond.ts).
-    const e = error instanceof ObjectCacheError ? error : new ObjectCacheError('OC_ERR_INTERNAL', 'The layerwise GET failed', { cause: error });
-    s.ctx.logger.warn({ error: e }, 'layerwise stream failed after headers');
-    yield jsonFrame(FrameType.ERROR, encodeErrorPayload(e));
-    return;
-  }
-  const summary = encodeEndPayload({
-    mode: s.mode,
-    layers: [descriptor.layerStart, descriptor.layerEnd],
-    chunks: descriptor.chunks,
-    bytes: payloadBytes,
-    backendReads: readAhead.backendReads,
-    plan: s.plan.groups,
-    rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
-    // Writer-verified: every slice was checked against the CRC32C its chunk's writer recorded.
-    verified: readAhead.verified && s.segmentVerified,
-    ...(s.encoded ? { codec: s.encoded.codec } : {}),
-    timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
-  });
-  if (s.pack) void s.pack.finish();
-  yield jsonFrame(FrameType.END, summary);
-}
-
-function round(ms: number): number {
-  return Math.round(ms * 10) / 10;
 }
