@@ -225,8 +225,12 @@ describe.each(['local', 's3'] as const)('access policies keep tenants apart (%s)
     await expectDenied(b.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: 'team-a/' })));
     await expectDenied(b.send(new ListObjectsV2Command({ Bucket: bucket })));
     await expectDenied(b.send(new PutObjectCommand({ Bucket: bucket, Key: 'team-a/planted', Body: 'x' })));
+    // A body larger than the sockets hold: the 403 is read, not lost to a connection the gateway
+    // closed under the upload (as an engine's chunk PUT would be).
+    await expectDenied(b.send(new PutObjectCommand({ Bucket: bucket, Key: 'team-a/planted-large', Body: Buffer.alloc(16 * 1024 * 1024, 7) })));
     await expectDenied(b.send(new DeleteObjectCommand({ Bucket: bucket, Key: 'team-a/notes' })));
     expect(await exists('team-a/planted')).toBe(false);
+    expect(await exists('team-a/planted-large')).toBe(false);
     expect((await get(admin, 'team-a/notes')).equals(A_OBJECT)).toBe(true);
     // Its own prefix works, and its listing shows only its own keys.
     await b.send(new PutObjectCommand({ Bucket: bucket, Key: 'team-b/own', Body: 'mine' }));

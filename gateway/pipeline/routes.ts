@@ -200,6 +200,7 @@ export async function handleRequest(req: IncomingMessage, res: ServerResponse, s
     if (classified.kind === 'post-object') return await ROUTES['post-object'].handle(r, target, s);
     const route = ROUTES[classified.kind];
     const auth = await authenticate(r, target, s);
+    r.authenticated = true;
     const line = authorizeLine(auth.credential, req.method ?? 'GET', r.target, req.headers, s.config.reservedBuckets, route.authorizes);
     r.hold(s.admission.request(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
     await route.handle(r, contextOf(r, auth, classified, s.config), line, s);
@@ -422,6 +423,8 @@ export interface Request {
   readonly startedAt: number;
   target?: S3Target;
   classified?: Classified;
+  /** Its signature was verified: its key is known. */
+  authenticated: boolean;
   ctx?: RequestContext;
   failure?: ObjectCacheError;
   clientGone: boolean;
@@ -456,6 +459,7 @@ export function beginRequest(req: IncomingMessage, res: ServerResponse, logger: 
     requestId,
     log: logger.child({ requestId }),
     startedAt: performance.now(),
+    authenticated: false,
     clientGone: false,
     hold(release) {
       if (over) release();
@@ -520,8 +524,11 @@ export function failRequest(r: Request, error: unknown, metrics: GatewayMetrics)
   r.failure = failure;
   if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
   // Nothing more is read of a request refused before its key was known (a client that never
-  // authenticated gets no 64 MiB of grace), nor of one too slow to send: the answer closes it.
-  const closing = r.ctx === undefined || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
+  // authenticated gets no 64 MiB of grace), of one its key's share refused (a flood is not read
+  // either), nor of one too slow to send: the answer closes it. A key's request refused by its
+  // policy is read to its end (up to 64 MiB), so that an S3 client sending a body reads the 403.
+  const refusedEarly = r.ctx === undefined && (!r.authenticated || THROTTLING.has(failure.code));
+  const closing = refusedEarly || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
   if (closing && !res.headersSent) res.setHeader('connection', 'close');
   // The gateway's own throttling (a full gateway, a key past its share) is the request line's
   // code alone: a flood must not also flood the log with stacks.
