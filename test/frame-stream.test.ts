@@ -2,10 +2,12 @@
  * Sending the frame stream: backpressure and the stall rule on a writable that never drains (the
  * sender waits for 'drain' after a write that fills the buffer, and a client that takes nothing
  * for the stall timeout is cut off with OC_ERR_CLIENT_STALLED; loopback sockets here absorb too
- * much to provoke this end to end), the source being returned when the response is gone, and the
- * pacing stage keeping the granted rate.
+ * much to provoke this end to end), the source being returned when the response is gone, the
+ * pacing stage keeping the granted rate, and a real HTTP response whose frames are many small
+ * pieces sent whole (Node 24 answers false to corked writes it then flushes, with no 'drain').
  */
-import type { ServerResponse } from 'node:http';
+import { createServer, get, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import { Writable } from 'node:stream';
 import { crc32c } from '@node-rs/crc32';
@@ -85,6 +87,49 @@ describe('frame stream sender', () => {
     expect(out.destroyed).toBe(true);
     expect(log).toEqual(['source returned']);
   });
+
+  it('sends every frame of many small pieces on a real HTTP response, and ends it', async () => {
+    // 4 frames of 42 pieces of 2,919 bytes (a layer of 42 KV_2LTD halves): each frame's corked
+    // writes pass the response's high-water mark, and uncork() sends them all at once.
+    async function* smallPieces(): AsyncGenerator<Frame> {
+      for (let index = 0; index < 4; index++) {
+        const pieces = Array.from({ length: 42 }, (_, i) => new Uint8Array(2919).fill((index * 42 + i) % 251));
+        yield { type: FrameType.LAYER, index, pieces, length: 42 * 2919, crc32c: crc32c(Buffer.concat(pieces)) };
+      }
+      yield { type: FrameType.END, index: 0, pieces: [Buffer.from('{}')], length: 2, crc32c: crc32c(Buffer.from('{}')) };
+    }
+    let sent: Promise<void> | undefined;
+    const server = createServer((_req, res) => {
+      res.writeHead(200);
+      sent = send(res, unpaced(smallPieces()), { stallTimeoutMs: 5000 });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) =>
+        get({ host: '127.0.0.1', port: (server.address() as AddressInfo).port }, resolve).on('error', reject),
+      );
+      const received: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => received.push(chunk));
+      await once(res, 'end');
+      await sent;
+      const seen: number[] = [];
+      const decoder = new FrameDecoder({
+        layerStart: 0,
+        layerEnd: 4,
+        chunks: 42,
+        layerBytes: 2919,
+        target: new Uint8Array(4 * 42 * 2919),
+        layerStride: 42 * 2919,
+        onLayerReady: (l) => seen.push(l),
+      });
+      decoder.push(Buffer.concat(received)); // checks every frame's CRC32C
+      expect(decoder.finish()).toEqual({});
+      expect(seen).toEqual([0, 1, 2, 3]);
+    } finally {
+      server.close();
+    }
+  }, 10_000);
 
   it('paces payload bytes at the granted rate', async () => {
     const out = sink(true);

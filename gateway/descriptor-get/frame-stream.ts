@@ -227,15 +227,19 @@ export async function send(res: ServerResponse, writes: AsyncIterable<Write>, op
   for await (const write of writes) {
     if (res.destroyed) return;
     res.cork();
-    let ok = true;
     const last = write.chunks.length - 1;
     for (let i = 0; i <= last; i++) {
       const chunk = write.chunks[i] as Uint8Array;
-      ok = (i === last && write.onFlushed ? res.write(chunk, write.onFlushed) : res.write(chunk)) && ok;
+      if (i === last && write.onFlushed) res.write(chunk, write.onFlushed);
+      else res.write(chunk);
     }
     res.uncork();
     if (write.payloadBytes > 0) options.onBytes?.(write.payloadBytes);
-    if (!ok && !res.destroyed) await drained(res, options.stallTimeoutMs);
+    // Whether to wait is asked after uncork(), not read from write()'s answers: while corked,
+    // Node 24 answers false for writes that uncork() then flushes whole, and emits no 'drain'
+    // for them (a wait on those answers never ended). writableNeedDrain is true only while the
+    // socket holds more than its high-water mark, when a 'drain' is sure to come.
+    if (res.writableNeedDrain && !res.destroyed) await drained(res, options.stallTimeoutMs);
   }
   if (!res.destroyed) res.end();
 }
