@@ -1,5 +1,5 @@
 # ObjectCache gateway image: builds the TypeScript, then runs `objectcache serve` as a non-root user.
-FROM node:20.19-bookworm-slim AS build
+FROM node:24.21-bookworm-slim AS build
 WORKDIR /app
 # A C compiler for native/*.c (bounded receive buffers for streamed chunk reads; a faster CRC-32C).
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
@@ -18,7 +18,7 @@ COPY native ./native
 COPY scripts/build-native.mjs ./scripts/
 RUN npx tsc -p tsconfig.json && node scripts/build-native.mjs && npm prune --omit=dev
 
-FROM node:20.19-bookworm-slim
+FROM node:24.21-bookworm-slim
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules

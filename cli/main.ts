@@ -7,6 +7,9 @@
 import { ConfigError } from '../gateway/common/config.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 
+/** The Node.js major release ObjectCache runs on (package.json engines; scripts/use-node.sh installs it). */
+const NODE_MAJOR = 24;
+
 // The AWS SDK warns on every run that its releases after January 2027 will need Node 22; that
 // says nothing about this command, and the SDK has a switch for it.
 process.env['AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED'] ??= 'true';
@@ -25,6 +28,13 @@ Run "objectcache <command> --help" for the options of a command.`;
 
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
+  const running = Number(process.versions.node.split('.')[0]);
+  if (running < NODE_MAJOR) {
+    process.stderr.write(
+      `objectcache: needs Node.js ${NODE_MAJOR} LTS or newer, and this is ${process.version} (out of support); \`. scripts/use-node.sh\` in a checkout puts Node.js ${NODE_MAJOR} on PATH\n`,
+    );
+    return 2;
+  }
   switch (command) {
     case 'serve':
       return (await import('./serve.js')).runServe(rest);

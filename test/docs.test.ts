@@ -36,9 +36,17 @@ describe('README and docs', () => {
     }
   });
 
-  it('names the test command that .ci/run runs', () => {
-    expect(readme).toContain('npm ci && npm test');
+  it('names the test command that .ci/run runs, on the Node.js it names', () => {
+    expect(readme).toContain('. scripts/use-node.sh && npm ci && npm test');
     expect(ci).toMatch(/^npm test$/m);
+    expect(ci).toMatch(/^\. scripts\/use-node\.sh$/m);
+    // One Node.js major everywhere: what the set-up installs, package.json's engines, the image, the CLI's check.
+    const version = /OBJECTCACHE_NODE_VERSION:-(\d+)\.\d+\.\d+/.exec(readFileSync(new URL('../scripts/use-node.sh', import.meta.url), 'utf8'))?.[1];
+    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { engines: { node: string } };
+    expect(pkg.engines.node).toBe(`>=${version}`);
+    expect(readme).toContain(`Node.js ${version} LTS`);
+    expect(readFileSync(new URL('../Dockerfile', import.meta.url), 'utf8')).toMatch(new RegExp(`^FROM node:${version}\\.`, 'm'));
+    expect(readFileSync(new URL('../cli/main.ts', import.meta.url), 'utf8')).toContain(`const NODE_MAJOR = ${version};`);
   });
 
   it("loads the Access control section's keys.json and policies.json as written, and they do what it says", () => {

@@ -57,7 +57,9 @@ export async function startTestGateway(options: TestGatewayOptions): Promise<Tes
     args.push('--data-dir', dataDir);
   }
   const config = loadServeConfig(args, env);
-  const gateway = await startGateway(config, { logger: createLogger('silent'), ...(options.now ? { now: options.now } : {}) });
+  // TEST_LOG=debug (or info, warn) prints the test gateways' log lines: what a failing test's gateway did.
+  const logLevel = (process.env['TEST_LOG'] as 'debug' | 'info' | 'warn' | undefined) ?? 'silent';
+  const gateway = await startGateway(config, { logger: createLogger(logLevel), ...(options.now ? { now: options.now } : {}) });
   return {
     gateway,
     url: gateway.url,
