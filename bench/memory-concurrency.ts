@@ -14,6 +14,9 @@
  *   before and after a change, in one run)  [-- --minio-args="--send-buf-size 262144"]
  *   [-- --compare-gateway-args="--budget memory-bench=1TiB"]  (this build again with other
  *   settings, at every level: a feature on and off, in one run)
+ *   [-- --pairs 4]  (with a second build: each level run that many times, the builds' order
+ *   alternated, MinIO settled before each build; a summary of each build's mean per level. One
+ *   pair swings by about 15% on a shared machine; docs/benchmarks.md, House order, third pass)
  *   [-- --placement store-apart]  (MinIO on a core of its own, the gateway and the load generator
  *   on the others, as a store on machines of its own would be; `pinned` gives the gateway the
  *   core instead; placement.ts; default shared)
@@ -70,11 +73,14 @@ async function main(): Promise<void> {
       repeated: { type: 'boolean', default: false },
       direct: { type: 'boolean', default: false },
       rounds: { type: 'string', default: '1' },
+      pairs: { type: 'string', default: '1' },
       placement: { type: 'string', default: 'shared' },
     },
   });
   const rounds = Number(values.rounds);
   if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a whole number of at least 1, not ${values.rounds}`);
+  const pairs = Number(values.pairs);
+  if (!Number.isInteger(pairs) || pairs < 1) throw new Error(`--pairs must be a whole number of at least 1, not ${values.pairs}`);
   const repeated = values.repeated === true;
   if (!PLACEMENT_MODES.includes(values.placement as PlacementMode)) throw new Error(`--placement is one of ${PLACEMENT_MODES.join(', ')}, not ${values.placement}`);
   const placement = choosePlacement(values.placement as PlacementMode);
@@ -126,70 +132,83 @@ async function main(): Promise<void> {
     await settled(minio.process.pid as number);
     for (const C of levels) {
       if (values.direct) rows.push(await wholeObjects(minio, keys, C, L * S, rounds, false), await wholeObjects(minio, keys, C, L * S, rounds, true));
-      for (const build of builds) {
-        // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
-        // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
-        const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli, cpus: gatewayCpus });
-        const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
-        try {
-          await client.fetch(warmUp, { transport: 'post' });
-          await new Promise((r) => setTimeout(r, 1000));
-          // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
-          // buffers it leaves resident are the steady state, and count against the baseline).
-          const fresh = memoryWatch(gateway.child.pid as number).stop();
-          const discovered = await segmentEvents(gateway.adminUrl, 'discovered');
-          const warmStarted = performance.now();
-          // With --repeated (segments on) this GET finds the packed segment and is served from it.
-          await client.fetch(descriptor, { transport: 'post', target });
-          const warmSeconds = (performance.now() - warmStarted) / 1000;
-          const packs = repeated && !build.args.join(' ').includes('--segments off');
-          if (packs && (await segmentEvents(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
-          const watch = memoryWatch(gateway.child.pid as number);
-          // One client per request, as C engines would be (one client queues beyond its 8 connections).
-          const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
-          // --rounds R: R-1 rounds of the C GETs first (the gateway's buffers for C requests faulted
-          // in, as in a gateway that has served such a burst before); the memory peak spans them all.
-          let meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
-          let started = performance.now();
-          let results: Awaited<ReturnType<ObjectCacheClient['fetch']>>[] = [];
+      for (let pair = 0; pair < pairs; pair++) {
+        // Alternated, so that neither build always runs right after the other's gateway stopped.
+        for (const build of pair % 2 === 0 ? builds : [...builds].reverse()) {
+          if (pairs > 1) await settled(minio.process.pid as number);
+          // A fresh gateway per level: its idle memory is the baseline (a used gateway keeps its
+          // buffers resident), warmed by a two-chunk GET (code compiled, connections open).
+          const gateway = await startGatewayProcess({ minio, args: build.args, cli: build.cli, cpus: gatewayCpus });
+          const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
           try {
-            for (let round = 0; round < rounds; round++) {
-              meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
-              started = performance.now();
-              results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target })));
+            await client.fetch(warmUp, { transport: 'post' });
+            await new Promise((r) => setTimeout(r, 1000));
+            // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
+            // buffers it leaves resident are the steady state, and count against the baseline).
+            const fresh = memoryWatch(gateway.child.pid as number).stop();
+            const discovered = await segmentEvents(gateway.adminUrl, 'discovered');
+            const warmStarted = performance.now();
+            // With --repeated (segments on) this GET finds the packed segment and is served from it.
+            await client.fetch(descriptor, { transport: 'post', target });
+            const warmSeconds = (performance.now() - warmStarted) / 1000;
+            const packs = repeated && !build.args.join(' ').includes('--segments off');
+            if (packs && (await segmentEvents(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
+            const watch = memoryWatch(gateway.child.pid as number);
+            // One client per request, as C engines would be (one client queues beyond its 8 connections).
+            const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
+            // --rounds R: R-1 rounds of the C GETs first (the gateway's buffers for C requests faulted
+            // in, as in a gateway that has served such a burst before); the memory peak spans them all.
+            let meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+            let started = performance.now();
+            let results: Awaited<ReturnType<ObjectCacheClient['fetch']>>[] = [];
+            try {
+              for (let round = 0; round < rounds; round++) {
+                meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+                started = performance.now();
+                results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target })));
+              }
+            } finally {
+              await Promise.all(engines.map((engine) => engine.close()));
             }
+            const seconds = (performance.now() - started) / 1000;
+            const memory = watch.stop();
+            const cpuSecondsPerGiB = meter(C * payload);
+            const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
+            const row = {
+              build: build.name,
+              reads: packs ? 'repeated' : 'first',
+              concurrency: C,
+              ...(pairs > 1 ? { pair } : {}),
+              gbPerSec: (C * payload) / seconds / 1e9,
+              seconds,
+              gatewayIdleRssMiB: fresh.idleRssBytes / MiB,
+              gatewayPeakRssOverIdleMiB: (memory.peakRssBytes - fresh.idleRssBytes) / MiB,
+              tcpSocketPeakOverIdleMiB: (memory.peakTcpBytes - memory.idleTcpBytes) / MiB,
+              layer0Ms: { min: layer0[0], median: layer0[Math.floor(layer0.length / 2)], max: layer0.at(-1) },
+              backendReadsPerGet: results[0]?.summary.backendReads,
+              warmGetSeconds: warmSeconds,
+              cpuSecondsPerGiB,
+            };
+            rows.push(row);
+            console.log(
+              `${builds.length > 1 ? `[${build.name}] ` : ''}C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; gateway RSS idle ${row.gatewayIdleRssMiB.toFixed(0)} MiB, peak +${row.gatewayPeakRssOverIdleMiB.toFixed(0)} MiB; ` +
+                `TCP socket memory peak +${row.tcpSocketPeakOverIdleMiB.toFixed(0)} MiB; warming GET ${row.warmGetSeconds.toFixed(2)} s; layer 0 at ${row.layer0Ms.min?.toFixed(0)} / ${row.layer0Ms.median?.toFixed(0)} / ${row.layer0Ms.max?.toFixed(0)} ms (min/median/max); ${row.backendReadsPerGet} backend reads per GET`,
+            );
+            console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
           } finally {
-            await Promise.all(engines.map((engine) => engine.close()));
+            await client.close();
+            await gateway.stop();
           }
-          const seconds = (performance.now() - started) / 1000;
-          const memory = watch.stop();
-          const cpuSecondsPerGiB = meter(C * payload);
-          const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
-          const row = {
-            build: build.name,
-            reads: packs ? 'repeated' : 'first',
-            concurrency: C,
-            gbPerSec: (C * payload) / seconds / 1e9,
-            seconds,
-            gatewayIdleRssMiB: fresh.idleRssBytes / MiB,
-            gatewayPeakRssOverIdleMiB: (memory.peakRssBytes - fresh.idleRssBytes) / MiB,
-            tcpSocketPeakOverIdleMiB: (memory.peakTcpBytes - memory.idleTcpBytes) / MiB,
-            layer0Ms: { min: layer0[0], median: layer0[Math.floor(layer0.length / 2)], max: layer0.at(-1) },
-            backendReadsPerGet: results[0]?.summary.backendReads,
-            warmGetSeconds: warmSeconds,
-            cpuSecondsPerGiB,
-          };
-          rows.push(row);
-          console.log(
-            `${builds.length > 1 ? `[${build.name}] ` : ''}C=${C}: ${row.gbPerSec.toFixed(2)} GB/s aggregate; gateway RSS idle ${row.gatewayIdleRssMiB.toFixed(0)} MiB, peak +${row.gatewayPeakRssOverIdleMiB.toFixed(0)} MiB; ` +
-              `TCP socket memory peak +${row.tcpSocketPeakOverIdleMiB.toFixed(0)} MiB; warming GET ${row.warmGetSeconds.toFixed(2)} s; layer 0 at ${row.layer0Ms.min?.toFixed(0)} / ${row.layer0Ms.median?.toFixed(0)} / ${row.layer0Ms.max?.toFixed(0)} ms (min/median/max); ${row.backendReadsPerGet} backend reads per GET`,
-          );
-          console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
-        } finally {
-          await client.close();
-          await gateway.stop();
         }
       }
+      if (pairs > 1)
+        console.log(
+          pairSummary(
+            rows,
+            C,
+            builds.map((b) => b.name),
+          ),
+        );
     }
   } finally {
     await minio.destroy();
@@ -203,6 +222,17 @@ async function main(): Promise<void> {
     `${JSON.stringify({ date: new Date().toISOString(), node: process.version, cores: cpus().length, G, chunks: N, payloadBytes: payload, gatewayArgs, minioArgs, rounds, placement: placement.description, ...(packing ? { packing } : {}), rows }, null, 2)}\n`,
   );
   console.log(`wrote bench/results/${file}`);
+}
+
+/** Each build's mean CPU-seconds per GiB (gateway, MinIO) and GB/s over the pairs of one level. */
+function pairSummary(rows: readonly Record<string, unknown>[], C: number, names: readonly string[]): string {
+  const lines = names.map((name) => {
+    const mine = rows.filter((r) => r['build'] === name && r['concurrency'] === C && r['pair'] !== undefined);
+    const mean = (of: (r: Record<string, unknown>) => number): string => (mine.reduce((sum, r) => sum + of(r), 0) / mine.length).toFixed(2);
+    const cpu = (r: Record<string, unknown>, process: string): number => (r['cpuSecondsPerGiB'] as Record<string, number>)[process] ?? NaN;
+    return `  [${name}] C=${C}, mean of ${mine.length}: gateway ${mean((r) => cpu(r, 'gateway'))}, MinIO ${mean((r) => cpu(r, 'minio'))} CPU-s/GiB; ${mean((r) => r['gbPerSec'] as number)} GB/s`;
+  });
+  return lines.join('\n');
 }
 
 /** One first read of the prefix on a fresh gateway: its time and every process's CPU-seconds per GiB during it. */
