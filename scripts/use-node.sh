@@ -1,7 +1,8 @@
 # Sourced, not run: `. scripts/use-node.sh`. Puts the Node.js ObjectCache runs on (24 LTS) first
 # on PATH for this shell. The node already on PATH is used when it is 24 or newer; otherwise the
 # official build is installed once from the npm registry (the node-<os>-<arch> package, which holds
-# the same binary as nodejs.org's tarball) into ~/.cache/objectcache/node-<version>, using the npm
+# the same binary as nodejs.org's tarball) into ~/.cache/objectcache/node-<version> (or
+# $OBJECTCACHE_CACHE/node-<version>), using the npm
 # of whatever older Node is on PATH. Set OBJECTCACHE_NODE_VERSION to take another 24.x build.
 # Used by the README's set-up and by .ci/run.
 
