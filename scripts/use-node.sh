@@ -43,4 +43,9 @@ objectcache_use_node() {
   hash -r 2>/dev/null || true
 }
 
+# The helper goes with its run, so the sourcing shell keeps only the PATH (and the status).
 objectcache_use_node
+objectcache_use_node_status=$?
+unset -f objectcache_use_node
+# shellcheck disable=SC2317
+return "$objectcache_use_node_status" 2>/dev/null || exit "$objectcache_use_node_status"

@@ -355,6 +355,30 @@ describe.each(BACKENDS)('one key cannot starve another (%s)', (backend) => {
     }
   });
 
+  it("holds a key's place while the body of a request its policy refused is drained: its refusals cannot take every connection", async () => {
+    const sockets: Socket[] = [];
+    try {
+      for (let i = 0; i < 6; i++) {
+        const path = `/${bucket}/refused-${i}`;
+        const headers = await sign(NOBODY, gw.url, { method: 'PUT', path, payloadHash: 'UNSIGNED-PAYLOAD', headers: { 'content-length': '100000' } });
+        const socket = await rawSocket(gw.url);
+        const answer = answered(socket, 5000);
+        socket.write(head('PUT', path, headers));
+        socket.write(Buffer.alloc(10));
+        sockets.push(socket);
+        // Answered 403 at once, and the rest of its body drained (the client may read the answer).
+        expect(await answer).toMatch(/^HTTP\/1\.1 403/);
+      }
+      const refused = await send(NOBODY, gw.url, { method: 'PUT', path: `/${bucket}/refused-more`, body: Buffer.from('x') });
+      expect(refused.status, refused.body).toBe(503);
+      expect(refused.code).toBe('OC_ERR_KEY_CONCURRENCY');
+      const other = await send(TEAM_B, gw.url, { method: 'PUT', path: `/${bucket}/b/served`, body: Buffer.from('y') });
+      expect(other.status, other.body).toBe(200);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+    }
+  });
+
   it('answers a key past --max-requests-per-key 503 SlowDown while another key is served', async () => {
     const sockets: Socket[] = [];
     try {

@@ -1,9 +1,10 @@
 /**
  * The request pipeline, in one file: what a request is (classify), the route its kind names, and
  * the stages every request runs through in order, as a table. A route says how the request
- * authenticates, what it needs authorized from its request line before any body is read
- * (gateway/s3/auth/access.ts authorizeLine), what it is admitted against (gateway/admission/),
- * and its handler, which reads and authorizes the keys its body names. `handleRequest` runs the
+ * authenticates, what it is admitted against (gateway/admission/: first its key's share of
+ * requests), what it needs authorized from its request line before any body is read
+ * (gateway/s3/auth/access.ts authorizeLine), and its handler, which reads and authorizes the
+ * keys its body names and takes what else the route is admitted against. `handleRequest` runs the
  * stages for every kind; whatever a stage throws becomes one S3 error answer (failRequest), and
  * what a request holds is released when it is over (beginRequest).
  *
@@ -19,8 +20,8 @@
  *   s3              signature       the operation's requirement                  key's request share; a backend      the store (s3/backend.ts), or
  *                                   (s3/auth/access.ts requirementOf)            connection (S3 store)               capacity/serve-budgeted.ts
  *
- * Every signed kind is first kept from the store's reserved namespaces (its path, and a copy's
- * source) unless the administrator's key signed it, before anything is held for the key.
+ * Every signed kind's line authorization also keeps it from the store's reserved namespaces
+ * (its path, and a copy's source) unless the administrator's key signed it.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { DESCRIPTOR_HEADER, decodeDescriptorHeader, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
@@ -200,10 +201,12 @@ export async function handleRequest(req: IncomingMessage, res: ServerResponse, s
     if (classified.kind === 'post-object') return await ROUTES['post-object'].handle(r, target, s);
     const route = ROUTES[classified.kind];
     const auth = await authenticate(r, target, s);
-    r.authenticated = true;
-    const line = authorizeLine(auth.credential, req.method ?? 'GET', r.target, req.headers, s.config.reservedBuckets, route.authorizes);
+    // The key's share first: a request its policy refuses is drained to its end (its client reads
+    // the 403), and that drain holds the key's place like any request of the key.
     r.hold(s.admission.request(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
-    await route.handle(r, contextOf(r, auth, classified, s.config), line, s);
+    const ctx = contextOf(r, auth, classified, s.config);
+    const line = authorizeLine(auth.credential, req.method ?? 'GET', ctx.target, req.headers, s.config.reservedBuckets, route.authorizes);
+    await route.handle(r, ctx, line, s);
   } catch (error) {
     failRequest(r, error, s.metrics);
   }
@@ -406,14 +409,14 @@ export async function readDescriptor(ctx: RequestContext, config: DescriptorGetC
   return parseDescriptor(await readSignedJsonBody(ctx, config.maxDescriptorBytes), config.limits);
 }
 
+/** The most an early error response will read and discard of an unread request body. */
+const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
+
 /**
  * One request's own state as the stages carry it: its id, what it holds until it is over, its
  * abort signal, its one log line and count, and the one S3 error answer whatever stage fails
  * becomes.
  */
-/** The most an early error response will read and discard of an unread request body. */
-const DRAIN_LIMIT_BYTES = 64 * 1024 * 1024;
-
 export interface Request {
   readonly req: IncomingMessage;
   readonly res: ServerResponse;
@@ -423,8 +426,6 @@ export interface Request {
   readonly startedAt: number;
   target?: S3Target;
   classified?: Classified;
-  /** Its signature was verified: its key is known. */
-  authenticated: boolean;
   ctx?: RequestContext;
   failure?: ObjectCacheError;
   clientGone: boolean;
@@ -459,7 +460,6 @@ export function beginRequest(req: IncomingMessage, res: ServerResponse, logger: 
     requestId,
     log: logger.child({ requestId }),
     startedAt: performance.now(),
-    authenticated: false,
     clientGone: false,
     hold(release) {
       if (over) release();
@@ -523,12 +523,12 @@ export function failRequest(r: Request, error: unknown, metrics: GatewayMetrics)
   const failure = toObjectCacheError(error);
   r.failure = failure;
   if (isAuthFailure(failure.code)) metrics.authFailures.inc({ code: failure.code });
-  // Nothing more is read of a request refused before its key was known (a client that never
-  // authenticated gets no 64 MiB of grace), of one its key's share refused (a flood is not read
-  // either), nor of one too slow to send: the answer closes it. A key's request refused by its
-  // policy is read to its end (up to 64 MiB), so that an S3 client sending a body reads the 403.
-  const refusedEarly = r.ctx === undefined && (!r.authenticated || THROTTLING.has(failure.code));
-  const closing = refusedEarly || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
+  // Nothing more is read of a request refused before it held a place in its key's share (a
+  // client that never authenticated, or a key past its share, gets no 64 MiB of grace), nor of
+  // one too slow to send: the answer closes it. A request refused after (by its key's policy, a
+  // reserved bucket, a bad argument) is read to its end, up to 64 MiB, holding its place, so
+  // that an S3 client sending a body reads the answer.
+  const closing = r.ctx === undefined || (failure.code === 'OC_ERR_REQUEST_TIMEOUT' && !req.complete);
   if (closing && !res.headersSent) res.setHeader('connection', 'close');
   // The gateway's own throttling (a full gateway, a key past its share) is the request line's
   // code alone: a flood must not also flood the log with stacks.
