@@ -107,7 +107,7 @@ export interface SegmentPack {
 }
 
 /**
- * Reads layers [from, the run's end) of a pack's run from its chunks, pinned to `versions` (the
+ * Reads layers [from, the run's end) of a pack's run from its chunks, locked to `versions` (the
  * versions its request read), holding at most `queueBytes` read but not taken, handing each unit's
  * reads and LAYER frames' pieces to `take` in order and waiting for it; ends early when `signal`
  * aborts (read-rest.ts). Resolves to whether every read was checked against CRC32Cs its chunk's

@@ -241,7 +241,7 @@ export class ReadAhead implements UnitSource {
 
   /**
    * A task of a segment that turned out gone, changed or damaged (another gateway evicted it, an
-   * operator deleted it) is read again from its chunks, pinned to the versions the segment was
+   * operator deleted it) is read again from its chunks, locked to the versions the segment was
    * packed from, into a block of its own: so the stream goes on with the same bytes, or fails with
    * OC_ERR_CHUNK_CHANGED if a chunk changed too. The segment is reported once (`segmentFailed`).
    */

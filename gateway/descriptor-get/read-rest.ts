@@ -24,7 +24,7 @@ export interface RestReads {
 
 /**
  * Reads the layers [from, end) of a pack's run from the chunks (ReadRest): layer groups within
- * the pack's own queue, pinned to the versions the request read, each unit's LAYER frames handed
+ * the pack's own queue, locked to the versions the request read, each unit's LAYER frames handed
  * to `take` and its buffers given back once `take` has copied them. It uses the gateway-wide
  * budget and worker slots like a request, and at most --max-segment-packs run at once.
  */
@@ -40,7 +40,7 @@ export function restReader(s: RestReads): ReadRest {
       firstGroupTasks: 1,
     });
     const units = planUnits(plan, true, 'layer-major', s.chunks);
-    // An encoded prefix's reads are pinned to its index's versions, which the request read too.
+    // An encoded prefix's reads are locked to its index's versions, which the request read too.
     const readAhead = new ReadAhead({
       pool,
       plan,

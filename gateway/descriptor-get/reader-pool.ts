@@ -317,10 +317,10 @@ export class ReaderPool {
   }
 
   /** Starts a stream task (reserved by the caller with `tryStreams`). */
-  runStream(task: Omit<StreamTask, 'id' | 'port' | 'kind'>): RunningStream {
+  runStream(task: Omit<StreamTask, 'id' | 'port'>): RunningStream {
     const id = this.taskId();
     const channel = new MessageChannel();
-    const full: StreamTask = { ...task, kind: 'stream', id, port: channel.port2 };
+    const full: StreamTask = { ...task, id, port: channel.port2 };
     this.#inflight++;
     const result = this.#run('stream', full, [channel.port2])
       .catch((error: unknown): StreamResult => {

@@ -22,7 +22,7 @@ import {
   MAX_MANIFEST_BYTES,
   offsets,
   parseManifest,
-  pinned,
+  holdsVersions,
   recordedOf,
   runName,
   sameRun,
@@ -204,7 +204,7 @@ export class Catalog {
     const m = segment.manifest;
     if (
       encoded &&
-      !pinned(
+      !holdsVersions(
         encoded.etags.slice(0, chunks).map((etag) => ({ etag })),
         m.etags,
       )
@@ -277,7 +277,7 @@ export class Catalog {
     if (!check) {
       const keys = segment.manifest.keys.slice(0, chunks);
       check = heads(keys).then((now): SegmentCheck => {
-        if (!pinned(now, segment.manifest.etags)) {
+        if (!holdsVersions(now, segment.manifest.etags)) {
           this.#o.observer?.event('stale');
           this.drop(segment.run, `a chunk of ${bucket} changed or went since it was packed`, segment.manifest.data);
           return 'stale';

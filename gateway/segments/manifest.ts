@@ -55,7 +55,7 @@ export interface Manifest {
 export type Heads = (keys: readonly string[]) => Promise<readonly ({ readonly etag: string | undefined; readonly meta: Readonly<Record<string, string>> } | undefined)[]>;
 
 /** Whether every chunk HEAD found is there with the ETag (unquoted) its segment was packed from. */
-export function pinned(heads: readonly ({ readonly etag: string | undefined } | undefined)[], etags: readonly string[]): boolean {
+export function holdsVersions(heads: readonly ({ readonly etag: string | undefined } | undefined)[], etags: readonly string[]): boolean {
   return heads.every((head, i) => head?.etag !== undefined && unquoted(head.etag) === etags[i]);
 }
 

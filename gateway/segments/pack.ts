@@ -61,7 +61,7 @@ export interface PackOptions {
  * the pool as usual), each task's slice checksums into the manifest. The request never waits for
  * the store: once the copies the store has not taken would pass `queueBytes`, the pack stops
  * copying frames, and after the request has ended (or REST_AFTER_MS later, if it lasts that long)
- * it reads the layers it missed from the chunks itself (`rest`, pinned to the versions the
+ * it reads the layers it missed from the chunks itself (`rest`, locked to the versions the
  * request read) at the store's pace. Abandoned when
  * the request fails, when a chunk of the run is written meanwhile, or when the store refuses it or
  * takes nothing for PACK_STALL_MS.
@@ -171,7 +171,7 @@ export class Pack implements SegmentPack {
     }
   }
 
-  /** Starts reading the layers the pack fell behind on from the chunks, pinned to the versions the request read (once). */
+  /** Starts reading the layers the pack fell behind on from the chunks, locked to the versions the request read (once). */
   #startRest(): void {
     if (this.#rest !== undefined || this.#abandoned !== undefined || this.#behind === undefined) return;
     clearTimeout(this.#restTimer);
@@ -204,7 +204,7 @@ export class Pack implements SegmentPack {
 
   /**
    * The chunk versions the request read (its first unit reads every chunk, and every later read
-   * of a chunk is pinned to the first): the manifest's, and the rest's locked versions. Abandons the pack when
+   * of a chunk is locked to the first): the manifest's, and the rest's locked versions. Abandons the pack when
    * one is unknown.
    */
   #lockedVersions(): readonly string[] | undefined {

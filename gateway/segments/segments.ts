@@ -44,7 +44,7 @@ import type { PackedSegments, ReadRest, RequestSegments, SegmentRequest } from '
 import type { Backend } from '../s3/backend.js';
 import type { SegmentConfig } from '../common/config.js';
 import type { SegmentObserver } from '../common/observers.js';
-import { codecOf, manifestKey, MAX_MANIFEST_BYTES, pinned, recordedOf, runBytes, runName, sameRun, writerCheck, type Heads } from './manifest.js';
+import { codecOf, manifestKey, MAX_MANIFEST_BYTES, holdsVersions, recordedOf, runBytes, runName, sameRun, writerCheck, type Heads } from './manifest.js';
 import { Catalog, MAX_KNOWN_SLICES, type Found, type SegmentCheck } from './catalog.js';
 import { Pack, type Packed } from './pack.js';
 import { SWEEP_AGE_MS, Sweeper } from './sweep.js';
@@ -264,7 +264,7 @@ export class Segments implements PackedSegments {
     let writerVerified = false;
     if (this.#o.config.check === 'writes') {
       const now = await heads(parsed.manifest.keys);
-      const writers = pinned(now, parsed.manifest.etags) ? writerCheck(parsed.manifest, parsed.crcs, recordedOf(now), parsed.manifest.keys.length) : 'stale';
+      const writers = holdsVersions(now, parsed.manifest.etags) ? writerCheck(parsed.manifest, parsed.crcs, recordedOf(now), parsed.manifest.keys.length) : 'stale';
       if (writers === 'stale' || writers === 'mismatch') {
         this.#o.observer?.event(writers === 'stale' ? 'stale' : 'rejected');
         await this.#catalog.deleteSegment(parsed.manifest, run, found.etag);

@@ -53,7 +53,6 @@ export interface WorkerInit {
  * posts a StreamControl once a layer is sent, which frees its slot for the layer `slots` later.
  */
 export interface StreamTask extends ChunkRun {
-  readonly kind: 'stream';
   readonly runChunks: number;
   readonly ring: SharedArrayBuffer;
   readonly blocks: readonly (readonly number[])[];
@@ -114,8 +113,8 @@ export interface ReadTask extends ChunkRun {
    */
   readonly encoded?: { readonly codec: string; readonly sliceBytes: readonly (readonly number[])[] };
   /**
-   * Each chunk's ETag as its first read saw it (index as in `keys`; undefined: not pinned yet).
-   * A later read of a pinned chunk must find the same version (its ETag), or the task fails with
+   * Each chunk's ETag as its first read saw it (index as in `keys`; undefined: not locked yet).
+   * A later read of a locked chunk must find the same version (its ETag), or the task fails with
    * OC_ERR_CHUNK_CHANGED: a chunk overwritten mid-stream is never delivered half old, half new.
    */
   readonly etags?: readonly (string | undefined)[];

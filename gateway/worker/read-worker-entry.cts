@@ -10,4 +10,7 @@ import type { WorkerTasks } from '../threads/protocol.js';
 const worker = import('./read-worker.js');
 // One export per named task (gateway/threads/protocol.ts WorkerTasks); piscina awaits each.
 const tasks: { readonly [K in keyof WorkerTasks]: Promise<WorkerTasks[K]> } = { read: worker.then((w) => w.read), stream: worker.then((w) => w.stream) };
+// A failed import fails each task piscina asks for; the export it never asks for must not end
+// the worker as an unhandled rejection.
+for (const task of Object.values(tasks)) task.catch(() => {});
 export = tasks;

@@ -196,16 +196,19 @@ async function execute(task: ReadTask, signal: AbortSignal): Promise<WorkerResul
 /** A task's failure as its answer (toWorkerFailure, read-errors.ts), naming the task's request. */
 function failed(error: unknown, task: ReadTask | StreamTask): WorkerFailure {
   // Anything but a read's own failure is a defect: worth a log line that names the request.
-  if (!(error instanceof ReadError)) logLine('error', 'read task failed unexpectedly', task, error);
+  if (!(error instanceof ReadError)) logLine('read task failed unexpectedly', task, error);
   return toWorkerFailure(error, task.requestId);
 }
 
-/** The worker's log: the gateway's (gateway/common/logger.ts), on stderr, one line per defect. */
-const log = createLogger(init.logErrors ? 'error' : 'silent', pino.destination({ dest: 2, sync: false }));
+/**
+ * The worker's log: the gateway's (gateway/common/logger.ts), on stderr, one line per defect. Its
+ * buffer is bounded as the gateway's own log is (16 MiB): a stderr nobody reads drops lines.
+ */
+const log = createLogger(init.logErrors ? 'error' : 'silent', pino.destination({ dest: 2, sync: false, maxLength: 16 * 1024 * 1024 }));
 
-/** A log line naming the task's request. */
-function logLine(level: 'error' | 'warn', msg: string, task: ChunkRun, error: unknown): void {
-  log[level]({ requestId: task.requestId, taskId: task.id, bucket: task.bucket, error }, msg);
+/** An error line naming the task's request. */
+function logLine(msg: string, task: ChunkRun, error: unknown): void {
+  log.error({ requestId: task.requestId, taskId: task.id, bucket: task.bucket, error }, msg);
 }
 
 /** The task's abort controller, registered for cancellation (undefined: cancelled before it started). */
