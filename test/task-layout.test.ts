@@ -1,13 +1,15 @@
 /**
  * The layout of a read task's block (gateway/threads/task-layout.ts) and the scatter of range
- * bytes into it (the same file): every slice has one place, the places tile the block,
+ * bytes into it (task-layout.ts rangeTargets, and the read worker's ScatterCursor in
+ * gateway/worker/range-reader.ts): every slice has one place, the places tile the block,
  * frame pieces are the slices they claim, and bytes copied into shared memory at any alignment
  * land exactly.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { slicePiece } from '../schemas/layouts.js';
-import { RingLayout, ScatterCursor, TaskLayout, copyInto, rangeTargets } from '../gateway/threads/task-layout.js';
+import { RingLayout, TaskLayout, rangeTargets } from '../gateway/threads/task-layout.js';
+import { ScatterCursor, copyInto } from '../gateway/worker/range-reader.js';
 
 const layouts = fc
   .record({

@@ -17,10 +17,11 @@
  * (each chunk's stored slice lengths, by layer), the slices lie in the same order, back to back,
  * each as long as its own length.
  *
- * And where the bytes of one range read land in a block (rangeTargets, segmentTargets, and the
- * read worker's ScatterCursor): a range of a chunk covers layers [first, end) (or, for KV_2LTD,
- * the K or the V halves of those layers); its bytes are split into per-layer pieces that go to
- * different places of the block. Pure.
+ * And where the bytes of one range read land in a block (rangeTargets, segmentTargets; the read
+ * worker's ScatterCursor, gateway/worker/range-reader.ts, copies them there): a range of a chunk
+ * covers layers [first, end) (or, for KV_2LTD, the K or the V halves of those layers); its bytes
+ * are split into per-layer pieces that go to different places of the block. Pure (but for the
+ * one scratch buffer skipped bytes land in).
  */
 import type { Delivery } from '../../schemas/descriptor.js';
 import { layerRanges, slicePiece, type ByteRange, type Layout } from '../../schemas/layouts.js';
@@ -249,55 +250,4 @@ function coalesce(views: Uint8Array[]): Uint8Array[] {
     }
   }
   return out;
-}
-
-/**
- * A cache-hot staging buffer for copies into shared memory. V8 copies into a SharedArrayBuffer
- * with relaxed atomics: word by word when source and destination share their alignment, byte by
- * byte (about 2 GB/s) when they do not, which is most socket chunks. Staging such a chunk at the
- * destination's alignment first makes both copies word-wide (measured 7-9 GB/s together).
- */
-let staging = new Uint8Array(64 * 1024 + 8);
-
-export function copyInto(view: Uint8Array, at: number, source: Uint8Array): void {
-  const dst = view.byteOffset + at;
-  if (!(view.buffer instanceof SharedArrayBuffer) || (dst - source.byteOffset) % 8 === 0) {
-    view.set(source, at);
-    return;
-  }
-  const align = dst % 8;
-  if (staging.byteLength < source.byteLength + 8) staging = new Uint8Array(source.byteLength + 8);
-  staging.set(source, align);
-  view.set(staging.subarray(align, align + source.byteLength), at);
-}
-
-/** Copies `chunk` into the views starting at byte `position` of the concatenated views. */
-export class ScatterCursor {
-  readonly #views: Uint8Array[];
-  #index = 0;
-  #offset = 0;
-  written = 0;
-
-  constructor(views: Uint8Array[]) {
-    this.#views = views;
-  }
-
-  /** Returns false when `chunk` does not fit (the source sent more than the range). */
-  write(chunk: Uint8Array): boolean {
-    let from = 0;
-    while (from < chunk.byteLength) {
-      const view = this.#views[this.#index];
-      if (!view) return false;
-      const n = Math.min(view.byteLength - this.#offset, chunk.byteLength - from);
-      copyInto(view, this.#offset, chunk.subarray(from, from + n));
-      from += n;
-      this.#offset += n;
-      this.written += n;
-      if (this.#offset === view.byteLength) {
-        this.#index++;
-        this.#offset = 0;
-      }
-    }
-    return true;
-  }
 }
