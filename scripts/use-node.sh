@@ -3,7 +3,8 @@
 # official build is installed once from the npm registry (the node-<os>-<arch> package, which holds
 # the same binary as nodejs.org's tarball) into ~/.cache/objectcache/node-<version> (or
 # $OBJECTCACHE_CACHE/node-<version>), using the npm
-# of whatever older Node is on PATH. Set OBJECTCACHE_NODE_VERSION to take another 24.x build.
+# of whatever older Node is on PATH. OBJECTCACHE_NODE_VERSION names another 24.x build to install
+# (it has no effect when the node on PATH is 24 or newer already).
 # Used by the README's set-up and by .ci/run.
 
 objectcache_use_node() {
