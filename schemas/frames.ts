@@ -52,6 +52,12 @@ export function encodePreamble(version: number = STREAM_VERSION): Buffer {
   return out;
 }
 
+/** The preamble of each stream version, made once (the gateway writes it first in every stream). */
+export const PREAMBLES: Readonly<Record<typeof STREAM_VERSION | typeof STREAM_VERSION_SEGMENTED, Buffer>> = {
+  [STREAM_VERSION]: encodePreamble(STREAM_VERSION),
+  [STREAM_VERSION_SEGMENTED]: encodePreamble(STREAM_VERSION_SEGMENTED),
+};
+
 export function encodeFrameHeader(header: FrameHeader): Buffer {
   const out = Buffer.alloc(FRAME_HEADER_BYTES);
   out.writeUInt8(header.type, 0);

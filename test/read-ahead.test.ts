@@ -25,9 +25,11 @@ class ScriptedRunner implements TaskRunner {
   doubleRecycles = 0;
   constructor(private readonly delayMs: number) {}
 
-  async room(): Promise<void> {}
-  taskId(): number {
-    return this.#next++;
+  async dispatch(task: Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'>, _bytes: number, signal: AbortSignal): Promise<{ result: Promise<ReadResult> }> {
+    if (signal.aborted) throw signal.reason;
+    const id = this.#next++;
+    signal.addEventListener('abort', () => this.cancel(id), { once: true });
+    return { result: this.run({ ...task, id }) };
   }
   run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>): Promise<ReadResult> {
     this.tasks.push(task);

@@ -16,16 +16,16 @@ import { crc32c } from '../../native/crc32c.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { crc32cCombine, crc32cShift } from '../../schemas/crc32c-combine.js';
 import type { Descriptor } from '../../schemas/descriptor.js';
-import { encodeEndPayload, encodeErrorPayload, encodeFrameHeader, encodePreamble, FrameType, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
+import { encodeEndPayload, encodeErrorPayload, encodeFrameHeader, FrameType, PREAMBLES, STREAM_VERSION, STREAM_VERSION_SEGMENTED } from '../../schemas/frames.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { RequestContext } from '../s3/context.js';
 import { Pacer, PACE_SLICE_BYTES } from './scheduler/pacer.js';
 import type { Grant } from './scheduler/epoch-scheduler.js';
-import type { TaskRead, UnitSource } from './read-ahead.js';
+import type { TaskRead, UnitRead, UnitSource } from './read-ahead.js';
 import type { EncodedChunks } from './encoded-chunks.js';
 import type { SegmentPack } from './packed-segments.js';
-import { layoutOf, type DeliveryMode, type ReadPlan, type Slices, type Unit } from './read-plan.js';
-import type { TaskLayout } from '../threads/task-layout.js';
+import type { DeliveryMode, ReadPlan } from './read-plan.js';
+import { layoutOf, type Slices, type TaskLayout } from '../threads/task-layout.js';
 
 export interface Frame {
   readonly type: FrameType;
@@ -155,9 +155,9 @@ function header(frame: Frame): Buffer {
   return encodeFrameHeader({ type: frame.type, index: frame.index, length: frame.length, crc32c: frame.crc32c });
 }
 
-/** The stream as writes: the preamble, then each frame (header and payload) in one write. */
-export async function* unpaced(frames: AsyncIterable<Frame>, version?: number): AsyncGenerator<Write> {
-  yield { chunks: [encodePreamble(version)], payloadBytes: 0 };
+/** The stream as writes: the preamble (schemas/frames.ts PREAMBLES), then each frame (header and payload) in one write. */
+export async function* unpaced(frames: AsyncIterable<Frame>, preamble: Uint8Array = PREAMBLES[STREAM_VERSION]): AsyncGenerator<Write> {
+  yield { chunks: [preamble], payloadBytes: 0 };
   for await (const frame of frames) yield { chunks: [header(frame), ...frame.pieces], payloadBytes: frame.type <= FrameType.CHUNK ? frame.length : 0, onFlushed: frame.onFlushed };
 }
 
@@ -165,8 +165,8 @@ export async function* unpaced(frames: AsyncIterable<Frame>, version?: number): 
  * The stream at the granted rate: payloads cut into slices, each released when the pacer allows
  * (ERROR and END frames are not held back).
  */
-export async function* paced(frames: AsyncIterable<Frame>, pacer: Pacer, version?: number): AsyncGenerator<Write> {
-  yield { chunks: [encodePreamble(version)], payloadBytes: 0 };
+export async function* paced(frames: AsyncIterable<Frame>, pacer: Pacer, preamble: Uint8Array = PREAMBLES[STREAM_VERSION]): AsyncGenerator<Write> {
+  yield { chunks: [preamble], payloadBytes: 0 };
   for await (const frame of frames) {
     if (frame.type === FrameType.ERROR || frame.type === FrameType.END) {
       yield { chunks: [header(frame), ...frame.pieces], payloadBytes: 0 };
@@ -250,9 +250,12 @@ export interface StreamInput {
   readonly descriptor: Descriptor;
   readonly mode: DeliveryMode;
   readonly plan: ReadPlan;
-  readonly units: readonly Unit[];
-  readonly readAhead: UnitSource;
-  readonly first: TaskRead[];
+  /** The first unit, already in (the head was written once it was). */
+  readonly first: UnitRead;
+  /** The units after it (UnitSource.serve). */
+  readonly units: AsyncIterator<UnitRead, undefined>;
+  /** Where the units come from: its backend reads and verification go into the END summary. */
+  readonly source: Pick<UnitSource, 'backendReads' | 'verified'>;
   readonly firstReadMs: number;
   readonly grant: Grant | undefined;
   readonly encoded: EncodedChunks | undefined;
@@ -273,8 +276,8 @@ export interface StreamInput {
 export async function sendStream(s: StreamInput): Promise<void> {
   const { res } = s.ctx;
   const source = frames(s);
-  const version = s.encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION;
-  const writes = s.grant ? paced(source, new Pacer(s.grant.rateBytesPerSec), version) : unpaced(source, version);
+  const preamble = PREAMBLES[s.encoded ? STREAM_VERSION_SEGMENTED : STREAM_VERSION];
+  const writes = s.grant ? paced(source, new Pacer(s.grant.rateBytesPerSec), preamble) : unpaced(source, preamble);
   try {
     await send(res, writes, { stallTimeoutMs: s.clientStallTimeoutMs, onBytes: (bytes) => s.observer?.delivered(s.ctx.tenant, bytes) });
   } catch (error) {
@@ -289,27 +292,26 @@ export async function sendStream(s: StreamInput): Promise<void> {
  * in, then END; or an ERROR frame for the first failure after the stream began.
  */
 async function* frames(s: StreamInput): AsyncGenerator<Frame> {
-  const { descriptor, readAhead } = s;
+  const { descriptor } = s;
   const started = s.ctx.startedAt;
   const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded: s.encoded });
   let payloadBytes = 0;
   let firstFrameMs = 0;
   try {
-    for (let u = 0; u < s.units.length; u++) {
-      const reads = u === 0 ? s.first : await readAhead.unit(u);
-      // Once the socket has taken the unit's last frame, its buffers go back to the pool.
-      const recycle = (): void => readAhead.recycle(u);
+    for (let unit: UnitRead | undefined = s.first; unit; unit = (await s.units.next()).value) {
+      const { reads } = unit;
       const unitFrames = s.mode === 'layerwise' ? build.layerFrames(reads) : build.chunkFrames(reads);
       s.pack?.checksums(reads);
       for (let i = 0; i < unitFrames.length; i++) {
         const frame = unitFrames[i] as Frame;
         s.pack?.frame(slicesOf(frame, s.encoded));
-        yield i === unitFrames.length - 1 ? { ...frame, onFlushed: recycle } : frame;
+        // Once the socket has taken the unit's last frame, its blocks go back to the pool.
+        yield i === unitFrames.length - 1 ? { ...frame, onFlushed: unit.flushed } : frame;
         if (firstFrameMs === 0) firstFrameMs = performance.now() - started;
         if (s.mode === 'layerwise') s.observer?.layerReady((performance.now() - started) / 1000);
         payloadBytes += frame.length;
       }
-      readAhead.release(u);
+      unit.sent();
     }
   } catch (error) {
     s.pack?.abandon('the layerwise GET that fed it failed');
@@ -325,11 +327,11 @@ async function* frames(s: StreamInput): AsyncGenerator<Frame> {
     layers: [descriptor.layerStart, descriptor.layerEnd],
     chunks: descriptor.chunks,
     bytes: payloadBytes,
-    backendReads: readAhead.backendReads,
+    backendReads: s.source.backendReads,
     plan: s.plan.groups,
     rateBytesPerSec: s.grant ? Math.floor(s.grant.rateBytesPerSec) : null,
     // Writer-verified: every slice was checked against the CRC32C its chunk's writer recorded.
-    verified: readAhead.verified && s.segmentVerified,
+    verified: s.source.verified && s.segmentVerified,
     ...(s.encoded ? { codec: s.encoded.codec } : {}),
     timings: { firstReadMs: round(s.firstReadMs), firstFrameMs: round(firstFrameMs), totalMs: round(performance.now() - started) },
   });

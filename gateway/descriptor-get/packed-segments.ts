@@ -68,13 +68,13 @@ export interface SegmentPlan {
    */
   failed(error: ObjectCacheError): void;
   /**
-   * Awaits the first unit (`read`) together with the check of the segment's chunks. `retry`: the
+   * Awaits the first unit (`read`, its reads) together with the check of the segment's chunks. `retry`: the
    * segment is stale, or the first unit or the check failed (and `signal` has not aborted, else
    * that failure is thrown); the request is to be served from the chunks, nothing having been
    * sent. Otherwise the first unit's reads, and whether the segment's CRC32Cs are those every
    * covered chunk's writer recorded.
    */
-  first(read: Promise<TaskRead[]>, signal: AbortSignal): Promise<{ readonly reads: TaskRead[]; readonly verified: boolean } | 'retry'>;
+  first<T>(read: Promise<T>, signal: AbortSignal): Promise<{ readonly reads: T; readonly verified: boolean } | 'retry'>;
 }
 
 export interface PackRequest {

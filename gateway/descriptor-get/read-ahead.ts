@@ -13,7 +13,8 @@ import { setMaxListeners } from 'node:events';
 import type { ReadResult, ReadTask, SegmentRead } from '../threads/protocol.js';
 import { fromWorkerFailure } from '../threads/read-errors.js';
 import type { ObjectCacheError } from '../../schemas/errors.js';
-import { layoutOf, type PlannedTask, type ReadPlan, type Unit } from './read-plan.js';
+import type { PlannedTask, ReadPlan, Unit } from './read-plan.js';
+import { layoutOf } from '../threads/task-layout.js';
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
@@ -44,14 +45,15 @@ export interface ChunkSource {
 
 /**
  * What the read-ahead needs of the read-worker pool (gateway/descriptor-get/reader-pool.ts, ReaderPool):
- * room in its queue, task ids, running and cancelling tasks, and taking task blocks back.
+ * to start tasks, and to take task blocks back.
  */
 export interface TaskRunner {
-  room(signal?: AbortSignal): Promise<void>;
-  taskId(): number;
-  /** Never rejects: a failure is a result. `bytes`: the task block's size, from its layout (read-plan.ts layoutOf). */
-  run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>, bytes?: number): Promise<ReadResult>;
-  cancel(id: number): void;
+  /**
+   * Waits for room in the pool's queue, then starts `task` (a worker task all but its id) and
+   * hands back its result (never rejecting: a failure is a result). The task is cancelled when
+   * `signal` aborts; the wait for room rejects with its reason. `bytes`: the task block's size.
+   */
+  dispatch(task: Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'>, bytes: number, signal: AbortSignal): Promise<{ readonly result: Promise<ReadResult> }>;
   /** A task's block is no longer referenced: the pool may hand it out again. */
   recycle(region: Uint8Array): void;
 }
@@ -86,21 +88,60 @@ export interface ReadAheadOptions {
   readonly versions?: readonly string[] | undefined;
 }
 
-/** What the frame source reads units from: grouped reads (ReadAhead) or streamed ones. */
+/** One unit's reads, as the frame source takes them. */
+export interface UnitRead {
+  /** The unit's task reads, in plan order. */
+  readonly reads: TaskRead[];
+  /** Its frames have been written: its bytes go back to the budgets. */
+  readonly sent: () => void;
+  /** The socket has taken its last frame: its blocks go back to the pool. */
+  readonly flushed: () => void;
+}
+
+/**
+ * What the frame source reads units from: grouped reads (ReadAhead) or streamed ones
+ * (stream-read-ahead.ts StreamReadAhead). `serve` runs a sender over the units and closes the
+ * source once the sender has settled, so nothing a request holds outlives its response.
+ */
 export interface UnitSource {
-  /** The reads of unit `u`, in plan order; rejects with the first failure among them. */
-  unit(u: number): Promise<TaskRead[]>;
-  /** Unit `u` has been sent (its frames written). */
-  release(u: number): void;
-  /** Unit `u`'s bytes are no longer referenced (the socket took its last frame). */
-  recycle(u: number): void;
-  /** Ends the reads: cancels what runs, returns every buffer and budget byte. */
-  close(): Promise<void>;
+  /**
+   * Runs `send` over the units in order (`units.next()` waits for the next unit's reads and
+   * rejects with the first failure among them), then, once `send` has settled either way, ends
+   * the reads: cancels what still runs and returns every block and budget byte. So `send` must
+   * settle only once the response refers to none of the units' bytes.
+   */
+  serve<T>(send: (units: AsyncIterator<UnitRead, undefined>) => Promise<T>): Promise<T>;
   readonly backendReads: number;
   readonly verified: boolean;
 }
 
-export class ReadAhead implements UnitSource {
+/** A source's units by number, as both read-aheads keep them (UnitSource.serve is built on these). */
+interface Units {
+  readonly count: number;
+  unit(u: number): Promise<TaskRead[]>;
+  release(u: number): void;
+  recycle(u: number): void;
+  close(): Promise<void>;
+}
+
+/** UnitSource.serve for a source's units: `send` over them, then close. */
+export async function serveUnits<T>(source: Units, send: (units: AsyncIterator<UnitRead, undefined>) => Promise<T>): Promise<T> {
+  try {
+    return await send(unitReads(source));
+  } finally {
+    await source.close();
+  }
+}
+
+async function* unitReads(source: Units): AsyncGenerator<UnitRead, undefined> {
+  for (let u = 0; u < source.count; u++) {
+    const reads = await source.unit(u);
+    yield { reads, sent: () => source.release(u), flushed: () => source.recycle(u) };
+  }
+  return undefined;
+}
+
+export class ReadAhead implements UnitSource, Units {
   readonly #o: ReadAheadOptions;
   readonly #cancel = new AbortController();
   readonly #window: FifoBudget;
@@ -108,8 +149,6 @@ export class ReadAhead implements UnitSource {
   readonly #units: Deferred<TaskRead[]>[];
   /** Results by task index, as they are dispatched. */
   readonly #results: (Promise<ReadResult> | undefined)[];
-  /** Pool task ids of the dispatched tasks that have not answered yet, by task index. */
-  readonly #unfinished = new Map<number, number>();
   /** Window bytes and global bytes each unit holds (released once the unit is sent). */
   readonly #heldWindow: number[];
   readonly #heldGlobal: boolean[];
@@ -147,6 +186,14 @@ export class ReadAhead implements UnitSource {
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#dispatchAll().catch((error: unknown) => this.#fail(error));
+  }
+
+  serve<T>(send: (units: AsyncIterator<UnitRead, undefined>) => Promise<T>): Promise<T> {
+    return serveUnits(this, send);
+  }
+
+  get count(): number {
+    return this.#o.units.length;
   }
 
   /** The results of unit `u`, in plan order; rejects with the first failure among them. */
@@ -192,18 +239,12 @@ export class ReadAhead implements UnitSource {
           this.#heldWindow[u] = (this.#heldWindow[u] as number) + bytes;
         }
         await this.#slots.acquire(1, signal);
-        await pool.room(signal);
-        const id = pool.taskId();
-        this.#unfinished.set(t, id);
         const versions = this.#versions.slice(task.chunkStart, task.chunkEnd);
-        const readTask = { ...this.#readTask(task), id, ...(versions.some((version) => version !== undefined) ? { etags: versions } : {}) };
-        let result = pool.run(readTask, bytes);
-        if (readTask.segment) result = result.then((answer) => this.#fromChunksIf(answer, t, readTask, bytes));
+        const readTask = { ...this.#readTask(task), ...(versions.some((version) => version !== undefined) ? { etags: versions } : {}) };
+        let { result } = await pool.dispatch(readTask, bytes, signal);
+        if (readTask.segment) result = result.then((answer) => this.#fromChunksIf(answer, readTask, bytes));
         this.#results[t] = result;
-        const done = (): void => {
-          this.#unfinished.delete(t);
-          this.#slots.release(1);
-        };
+        const done = (): void => this.#slots.release(1);
         void result.then(done, done);
         pending.push(result);
       }
@@ -245,7 +286,7 @@ export class ReadAhead implements UnitSource {
    * packed from, into a block of its own: so the stream goes on with the same bytes, or fails with
    * OC_ERR_CHUNK_CHANGED if a chunk changed too. The segment is reported once (`segmentFailed`).
    */
-  async #fromChunksIf(answer: ReadResult, t: number, task: Omit<ReadTask, 'buffer' | 'arenaOffset'>, bytes: number): Promise<ReadResult> {
+  async #fromChunksIf(answer: ReadResult, task: Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'>, bytes: number): Promise<ReadResult> {
     const segment = task.segment as SegmentRead;
     if (answer.ok || this.#cancel.signal.aborted || answer.key !== segment.key || !SEGMENT_BROKEN.has(answer.code)) return answer;
     if (!this.#segmentBroken) {
@@ -258,14 +299,12 @@ export class ReadAhead implements UnitSource {
     }
     const { segment: _, ...fromChunks } = task;
     try {
-      await this.#o.pool.room(this.#cancel.signal);
+      return await (
+        await this.#o.pool.dispatch(fromChunks, bytes, this.#cancel.signal)
+      ).result;
     } catch {
       return answer; // cancelled meanwhile: the failure stands (the stream is over anyway)
     }
-    if (this.#cancel.signal.aborted) return answer;
-    const id = this.#o.pool.taskId();
-    this.#unfinished.set(t, id);
-    return this.#o.pool.run({ ...fromChunks, id }, bytes);
   }
 
   /** Where a segment task's slices lie in the segment, and the CRC32C each must have, in the task's slice order. */
@@ -326,9 +365,8 @@ export class ReadAhead implements UnitSource {
    */
   async close(): Promise<void> {
     this.#o.signal.removeEventListener('abort', this.#onClientGone);
-    this.#cancel.abort();
+    this.#cancel.abort(); // the pool cancels every task still queued or running
     await this.#pump;
-    for (const id of this.#unfinished.values()) this.#o.pool.cancel(id);
     await Promise.all(this.#results.filter((r): r is Promise<ReadResult> => r !== undefined));
     for (const u of this.#o.units.keys()) {
       this.release(u);

@@ -8,12 +8,13 @@
  * growing fourfold rather than twofold saves a read per chunk for a 32-layer model while layer 1
  * still follows layer 0 after a few layers' worth of transfer. Pure: a function of its inputs.
  *
- * What the plan is of is chosen here too: the delivery mode (chooseMode, before admission) and how
- * the chunks are read (chooseReads; serve-descriptor-get.ts startReads takes the choice at serve time).
+ * What the plan is of is chosen here too, in two calls: the delivery mode (chooseMode, before the
+ * scheduler), and at serve time everything else at once (planReads: how the chunks are read, the
+ * plan, a packed segment's part in it, and the units it is sent in).
  */
 import type { Delivery, Descriptor } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
-import { TaskLayout } from '../threads/task-layout.js';
+import { layoutOf, type Slices } from '../threads/task-layout.js';
 import { SEGMENT_SKIP_BYTES } from '../threads/protocol.js';
 import type { DescriptorGetConfig } from '../common/config.js';
 
@@ -50,10 +51,70 @@ export function chooseReads(descriptor: Descriptor, mode: DeliveryMode, config: 
   return 'streamed';
 }
 
-/** The read plan of a request in its delivery mode. */
-export function planFor(descriptor: Descriptor, mode: DeliveryMode, config: DescriptorGetConfig, tasksInFlight: number, layerBytes: number = descriptor.layerBytes): ReadPlan {
-  const input = planInput(descriptor, config, tasksInFlight, layerBytes);
-  return mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
+/** What planReads plans from: the request, and what the gateway's read workers offer it now. */
+export interface ReadsRequest {
+  readonly descriptor: Descriptor;
+  readonly mode: DeliveryMode;
+  readonly config: DescriptorGetConfig;
+  /** The request's tasks kept in the pool at once (ReaderPool.tasksPerRequest). */
+  readonly tasksInFlight: number;
+  /** Whether the workers can stream chunks at all (ReaderPool.streamsChunks). */
+  readonly streamsChunks: boolean;
+  /** Bytes of one buffer block (a streamed read's run of chunks fits one). */
+  readonly blockBytes: number;
+  /** Reserves `streams` chunk streams if they are free now, never waiting (ReaderPool.tryStreams). */
+  tryStreams(streams: number): boolean;
+  /** The request's slice lengths (encoded chunks: each chunk's own, from its index). */
+  readonly slices: Slices;
+  /** The largest slice (encoded chunks); groups and tasks are sized by it. Default: `layerBytes`. */
+  readonly sliceBytes?: number | undefined;
+  /**
+   * Grouped reads only: a plan that reads the first chunks from a packed segment, when one serves
+   * the request better than `chunkPlan` (packed-segments.ts RequestSegments.plan); else undefined.
+   */
+  readonly fromSegment?: ((input: PlanInput, chunkPlan: ReadPlan) => ReadPlan | undefined) | undefined;
+}
+
+/** A request's reads, planned: how, the plan, its units, and the block order. */
+export interface PlannedReads {
+  readonly reads: ChunkReads;
+  readonly plan: ReadPlan;
+  /** planUnits of the plan: what is sent together. */
+  readonly units: readonly Unit[];
+  /** The order of each task's slices: layer-major for LAYER frames, chunk-major for CHUNK frames. */
+  readonly order: Delivery;
+  /** Streamed reads: the chunk streams reserved (give them back when done), and the chunks per block. */
+  readonly streams: number;
+  readonly runChunks: number;
+}
+
+/**
+ * Plans a request's reads at serve time, in one call: streamed if chooseReads allows it and the
+ * streams are free now (a request never waits for another's streams: it is served with grouped
+ * reads instead, so the kernel memory streams hold stays bounded), else grouped; the plan (from a
+ * packed segment when `fromSegment` offers a better one); and its units.
+ */
+export function planReads(r: ReadsRequest): PlannedReads {
+  const { descriptor, mode, config } = r;
+  const streams = chunkStreams(descriptor);
+  const reads: ChunkReads = chooseReads(descriptor, mode, config, r.streamsChunks) === 'streamed' && r.tryStreams(streams) ? 'streamed' : 'grouped';
+  const order: Delivery = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
+  let plan: ReadPlan;
+  let runChunks = 0;
+  if (reads === 'streamed') {
+    runChunks = runChunksFor(descriptor.layerBytes, r.blockBytes);
+    plan = planStreamed(descriptor, runChunks);
+  } else {
+    const input = planInput(descriptor, config, r.tasksInFlight, r.sliceBytes ?? descriptor.layerBytes);
+    const chunkPlan = mode === 'layerwise' ? planLayerwise(input) : planChunkwise(input);
+    plan = r.fromSegment?.(input, chunkPlan) ?? chunkPlan;
+  }
+  return { reads, plan, units: planUnits(plan, mode === 'layerwise', order, r.slices), order, streams: reads === 'streamed' ? streams : 0, runChunks };
+}
+
+/** Chunks whose slices of one layer share a buffer block (at least one): a streamed read's run. */
+export function runChunksFor(layerBytes: number, blockBytes: number): number {
+  return Math.max(1, Math.floor(blockBytes / layerBytes));
 }
 
 /** A request's plan input: its geometry, the read and task sizes, groups within `windowBytes`, the first group over `tasksInFlight` tasks. */
@@ -135,29 +196,6 @@ export function planUnits(plan: ReadPlan, byGroup: boolean, order: Delivery, sli
     from = to;
   }
   return units;
-}
-
-/** How long a request's slices are: all `layerBytes`, or (encoded chunks) each chunk's own, by prefix position then layer. */
-export interface Slices {
-  readonly layerBytes: number;
-  readonly encoded?: { readonly sliceBytes: readonly (readonly number[])[] } | undefined;
-}
-
-/** Each planned task's layout, made once (a task belongs to one request, so to one `slices`). */
-const layouts = new WeakMap<PlannedTask, TaskLayout>();
-
-/**
- * The layout of a planned task's block (gateway/threads/task-layout.ts), its slices in `order`:
- * built the first time it is asked for and shared by everyone who asks after (the plan's unit
- * sizes, the read-ahead's budget and task block, the frame stream). The read worker, across the
- * thread boundary, builds its own from the task's fields.
- */
-export function layoutOf(task: PlannedTask, order: Delivery, slices: Slices): TaskLayout {
-  const known = layouts.get(task);
-  if (known?.order === order) return known;
-  const layout = TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, slices.layerBytes, slices.encoded?.sliceBytes.slice(task.chunkStart, task.chunkEnd));
-  layouts.set(task, layout);
-  return layout;
 }
 
 /** Bytes of one layer within one range read: the whole slice, or half of it for KV_2LTD. */

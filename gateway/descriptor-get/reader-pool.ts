@@ -224,12 +224,28 @@ export class ReaderPool {
     this.#cancels.postMessage(id);
   }
 
+  /**
+   * Waits for room in the queue (rejecting with `signal`'s reason if it aborts first), then starts
+   * `task` under a new id and hands back its result; the task is cancelled if `signal` aborts
+   * before it answers. What a request's read-ahead calls (read-ahead.ts TaskRunner).
+   */
+  async dispatch(task: Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'>, blockBytes: number, signal: AbortSignal): Promise<{ readonly result: Promise<ReadResult> }> {
+    await this.room(signal);
+    if (signal.aborted) throw signal.reason;
+    const id = this.taskId();
+    const cancel = (): void => this.cancel(id);
+    signal.addEventListener('abort', cancel, { once: true });
+    const result = this.run({ ...task, id }, blockBytes);
+    void result.then(() => signal.removeEventListener('abort', cancel));
+    return { result };
+  }
+
   /** Runs a task; never rejects: failures (queue full, a dead worker) come back as results. */
   async run(task: Omit<ReadTask, 'buffer' | 'arenaOffset'>, blockBytes?: number): Promise<ReadResult> {
     if (this.saturated()) {
       return { ok: false, code: 'OC_ERR_POOL_BUSY', message: 'the read-worker queue is full', readAgain: true };
     }
-    // The caller knows the block's size from the task's layout (read-plan.ts layoutOf); it is
+    // The caller knows the block's size from the task's layout (task-layout.ts layoutOf); it is
     // worked out here only for callers that do not say.
     const bytes = blockBytes ?? TaskLayout.of(task.order, task, task.keys.length, task.layerBytes, task.encoded?.sliceBytes).bytes;
     const arenaOffset = this.#arena.take(bytes);

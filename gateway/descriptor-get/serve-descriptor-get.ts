@@ -9,14 +9,14 @@
  *
  * Flow (the descriptor parsed and the request authorized by gateway/pipeline/routes.ts): plan
  * (the delivery mode, read-plan.ts chooseMode; packed segments asked once, packed-segments.ts);
- * schedule (the egress scheduler, layerwise GETs); stream: choose the reads, plan the layer groups and
- * worker tasks and start the read-ahead (startReads, below); wait for the first unit before
- * answering, so a missing or short chunk (every chunk is touched by the first group) is an
- * ordinary S3 XML error; then write the head and send the frames (frame-stream.ts sendStream:
- * each unit's frames as the read-ahead has it in, through the pacing stage into the response; an
- * ERROR frame if a later read fails, the END summary otherwise). Whatever way the stream ends,
- * the read-ahead is closed: queued and running tasks are cancelled and every budget byte is
- * returned.
+ * schedule (the egress scheduler, layerwise GETs); stream: plan the reads in one call
+ * (read-plan.ts planReads) and start the read-ahead (startReads, below), then serve the response
+ * from it (UnitSource.serve): wait for the first unit before answering, so a missing or short
+ * chunk (every chunk is touched by the first group) is an ordinary S3 XML error; then write the
+ * head and send the frames (frame-stream.ts sendStream: each unit's frames as the read-ahead has
+ * it in, through the pacing stage into the response; an ERROR frame if a later read fails, the
+ * END summary otherwise). However the sending ends, `serve` then closes the read-ahead: queued
+ * and running tasks are cancelled and every block and budget byte is returned.
  *
  * A descriptor that names `codecs` asks for the chunks in their stored encoding (encoded chunks,
  * schemas/encoded-chunk.ts): their index is read first (encoded-index.ts, one HEAD per chunk), the
@@ -26,12 +26,12 @@
  */
 import { SEGMENT_CHUNKS_HEADER, type Descriptor } from '../../schemas/descriptor.js';
 import { SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE } from '../../schemas/frames.js';
-import { chooseMode, chooseReads, chunkStreams, planFor, planInput, planStreamed, planUnits, type ChunkReads, type DeliveryMode, type ReadPlan, type Unit } from './read-plan.js';
+import { chooseMode, planReads, type DeliveryMode, type PlannedReads } from './read-plan.js';
 import type { RequestContext } from '../s3/context.js';
 import type { EpochScheduler, Grant } from './scheduler/epoch-scheduler.js';
 import { sendStream } from './frame-stream.js';
-import { ReadAhead, type ChunkSource, type TaskRead, type UnitSource } from './read-ahead.js';
-import { StreamReadAhead, runChunksFor } from './stream-read-ahead.js';
+import { ReadAhead, type ChunkSource, type UnitRead, type UnitSource } from './read-ahead.js';
+import { StreamReadAhead } from './stream-read-ahead.js';
 import type { EncodedChunks } from './encoded-chunks.js';
 import { encodedPayloadBytes, largestSlice, readEncodedIndex } from './encoded-index.js';
 import type { Backend } from '../s3/backend.js';
@@ -109,7 +109,7 @@ interface StreamRequest {
 async function stream(r: StreamRequest): Promise<'retry' | void> {
   const { ctx, descriptor, deps, mode, grant, encoded } = r;
   const { config } = deps;
-  const { reads, plan, units, chunks, segment, readAhead } = startReads({
+  const { planned, chunks, segment, readAhead } = startReads({
     requestId: ctx.requestId,
     bucket: ctx.target.bucket,
     signal: ctx.signal,
@@ -120,72 +120,76 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
     deps,
   });
   let pack: SegmentPack | undefined;
-  /** Whether the segment's CRC32Cs are those every covered chunk's writer recorded (SegmentPlan.first). */
-  let segmentVerified = true;
-  try {
-    // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
-    const firstIn = deps.firstLayers?.begin();
-    let first: TaskRead[];
+  // The read-ahead is closed (its reads cancelled, its blocks and budget bytes returned) once the
+  // response refers to none of its bytes: sendStream resolves only then.
+  return readAhead.serve(async (units) => {
     try {
-      if (segment) {
-        // The covered chunks are checked while the first layer is read from the segment.
-        const opened = await segment.first(readAhead.unit(0), ctx.signal);
-        if (opened === 'retry') return 'retry';
-        first = opened.reads;
-        segmentVerified = opened.verified;
-      } else first = await readAhead.unit(0);
+      // Everything before the first unit is in is answered as S3 XML; after it, the stream has begun.
+      const firstIn = deps.firstLayers?.begin();
+      let first: UnitRead;
+      /** Whether the segment's CRC32Cs are those every covered chunk's writer recorded (SegmentPlan.first). */
+      let segmentVerified = true;
+      try {
+        const next = units.next().then((n) => n.value as UnitRead); // a request has at least one unit
+        if (segment) {
+          // The covered chunks are checked while the first layer is read from the segment.
+          const opened = await segment.first(next, ctx.signal);
+          if (opened === 'retry') return 'retry';
+          first = opened.reads;
+          segmentVerified = opened.verified;
+        } else first = await next;
+      } finally {
+        firstIn?.();
+      }
+      // A run read often enough is packed from these frames (not one served whole from a segment).
+      pack = r.segments?.pack({
+        reads: planned.reads,
+        segment,
+        versions: () => (readAhead instanceof ReadAhead ? readAhead.versions : []),
+        verified: () => readAhead.verified && segmentVerified,
+        rest: restReader({ descriptor, chunks, config, pool: deps.pool, budget: deps.budget }),
+      });
+      const firstReadMs = performance.now() - ctx.startedAt;
+      ctx.res.writeHead(200, {
+        'content-type': encoded ? SEGMENTED_STREAM_CONTENT_TYPE : STREAM_CONTENT_TYPE,
+        'cache-control': 'no-store',
+        'x-objectcache-mode': mode,
+        'x-objectcache-chunks': String(descriptor.chunks),
+        'x-objectcache-layers': `${descriptor.layerStart}-${descriptor.layerEnd}`,
+        'x-objectcache-payload-bytes': String(r.payloadBytes),
+        ...(encoded ? { 'x-objectcache-codec': encoded.codec } : {}),
+        'x-objectcache-plan-reads': String(planned.plan.reads),
+        'x-objectcache-reads': planned.reads,
+        ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
+        ...(segment ? { [SEGMENT_CHUNKS_HEADER]: String(segment.chunks) } : {}),
+      });
+      await sendStream({
+        ctx,
+        descriptor,
+        mode,
+        plan: planned.plan,
+        first,
+        units,
+        source: readAhead,
+        firstReadMs,
+        grant,
+        encoded,
+        pack,
+        segmentVerified,
+        observer: deps.observer,
+        clientStallTimeoutMs: config.clientStallTimeoutMs,
+      });
+      return undefined;
     } finally {
-      firstIn?.();
+      pack?.ended();
     }
-    // A run read often enough is packed from these frames (not one served whole from a segment).
-    pack = r.segments?.pack({
-      reads,
-      segment,
-      versions: () => (readAhead instanceof ReadAhead ? readAhead.versions : []),
-      verified: () => readAhead.verified && segmentVerified,
-      rest: restReader({ descriptor, chunks, config, pool: deps.pool, budget: deps.budget }),
-    });
-    const firstReadMs = performance.now() - ctx.startedAt;
-    ctx.res.writeHead(200, {
-      'content-type': encoded ? SEGMENTED_STREAM_CONTENT_TYPE : STREAM_CONTENT_TYPE,
-      'cache-control': 'no-store',
-      'x-objectcache-mode': mode,
-      'x-objectcache-chunks': String(descriptor.chunks),
-      'x-objectcache-layers': `${descriptor.layerStart}-${descriptor.layerEnd}`,
-      'x-objectcache-payload-bytes': String(r.payloadBytes),
-      ...(encoded ? { 'x-objectcache-codec': encoded.codec } : {}),
-      'x-objectcache-plan-reads': String(plan.reads),
-      'x-objectcache-reads': reads,
-      ...(grant ? { 'x-objectcache-rate': String(Math.floor(grant.rateBytesPerSec)) } : {}),
-      ...(segment ? { [SEGMENT_CHUNKS_HEADER]: String(segment.chunks) } : {}),
-    });
-    await sendStream({
-      ctx,
-      descriptor,
-      mode,
-      plan,
-      units,
-      readAhead,
-      first,
-      firstReadMs,
-      grant,
-      encoded,
-      pack,
-      segmentVerified,
-      observer: deps.observer,
-      clientStallTimeoutMs: config.clientStallTimeoutMs,
-    });
-  } finally {
-    pack?.ended();
-    await readAhead.close();
-  }
+  });
 }
 
 /*
- * How one descriptor GET's chunks are read, decided at serve time (once it is admitted): streamed
- * or grouped (read-plan.ts chooseReads, and the chunk streams free at once), the plan (reading its
- * first chunks from a packed segment when one serves it: packed-segments.ts), its units, and the
- * read-ahead that runs it, started.
+ * How one descriptor GET's chunks are read, decided at serve time (once it is admitted): planned
+ * in one call (read-plan.ts planReads: streamed or grouped, the plan, a packed segment's part in
+ * it, the units), and the read-ahead that runs it, started.
  */
 
 /** What a request's reads are made with: the gateway's pool, budgets and settings. */
@@ -218,34 +222,18 @@ interface ReadsRequest {
 
 /** A request's reads, started. */
 interface RequestReads {
-  readonly reads: ChunkReads;
-  readonly plan: ReadPlan;
-  readonly units: readonly Unit[];
+  readonly planned: PlannedReads;
   readonly chunks: ChunkSource;
   /** The packed segment read, if any. */
   readonly segment: SegmentPlan | undefined;
-  /** Close it once the response refers to none of its bytes. */
+  /** Serve the response from it (UnitSource.serve): it is closed once the sender settles. */
   readonly readAhead: UnitSource;
 }
 
-/** Chooses and plans a request's reads and starts them. */
+/** Plans a request's reads and starts them. */
 function startReads(r: ReadsRequest): RequestReads {
   const { descriptor, mode, encoded, deps } = r;
   const { config, pool } = deps;
-  const tasksInFlight = pool.tasksPerRequest;
-  // Streamed only if the streams are free now: a request never waits for another's streams (it
-  // is served with grouped reads instead), so the kernel memory streams hold stays bounded.
-  const streams = chunkStreams(descriptor);
-  const reads = chooseReads(descriptor, mode, config, pool.streamsChunks) === 'streamed' && pool.tryStreams(streams) ? 'streamed' : 'grouped';
-  const order = mode === 'layerwise' ? 'layer-major' : 'chunk-major';
-  // Worked out only for streamed reads (grouped reads plan by layer groups, not runs of chunks).
-  const runChunks = reads === 'streamed' ? runChunksFor(descriptor.layerBytes, pool.arenaBlockBytes) : 0;
-  // Encoded slices differ in length: groups and tasks are sized by the largest.
-  const sliceBytes = encoded ? largestSlice(descriptor, encoded) : descriptor.layerBytes;
-  const chunkPlan = reads === 'streamed' ? planStreamed(descriptor, runChunks) : planFor(descriptor, mode, config, tasksInFlight, sliceBytes);
-  const segment =
-    reads === 'grouped' ? r.segments?.plan({ input: planInput(descriptor, config, tasksInFlight, sliceBytes), chunkPlan, layerwise: mode === 'layerwise' }) : undefined;
-  const plan = segment ? segment.plan : chunkPlan;
   const chunks: ChunkSource = {
     requestId: r.requestId,
     bucket: r.bucket,
@@ -255,16 +243,30 @@ function startReads(r: ReadsRequest): RequestReads {
     layerBytes: descriptor.layerBytes,
     encoded,
   };
-  const units = planUnits(plan, mode === 'layerwise', order, chunks);
+  let segment: SegmentPlan | undefined;
+  const planned = planReads({
+    descriptor,
+    mode,
+    config,
+    tasksInFlight: pool.tasksPerRequest,
+    streamsChunks: pool.streamsChunks,
+    blockBytes: pool.arenaBlockBytes,
+    tryStreams: (streams) => pool.tryStreams(streams),
+    slices: chunks,
+    // Encoded slices differ in length: groups and tasks are sized by the largest.
+    sliceBytes: encoded ? largestSlice(descriptor, encoded) : undefined,
+    fromSegment: r.segments && ((input, chunkPlan) => (segment = r.segments?.plan({ input, chunkPlan, layerwise: mode === 'layerwise' }))?.plan),
+  });
+  const { plan, units, order } = planned;
   let readAhead: UnitSource;
-  if (reads === 'streamed') {
+  if (planned.reads === 'streamed') {
     const geometry = { ...chunks, first: descriptor.layerStart, end: descriptor.layerEnd };
     readAhead = new StreamReadAhead({
       pool,
       geometry,
       plan,
-      runChunks,
-      streams,
+      runChunks: planned.runChunks,
+      streams: planned.streams,
       windowBytes: config.streamWindowBytes,
       budget: deps.budget,
       timeoutMs: deps.backendTimeoutMs,
@@ -281,14 +283,14 @@ function startReads(r: ReadsRequest): RequestReads {
       order,
       windowBytes: segment ? segment.windowBytes : config.readAheadBytes,
       budget: deps.budget,
-      tasksInFlight,
+      tasksInFlight: pool.tasksPerRequest,
       firstUnitAlone: mode === 'layerwise',
       signal: r.signal,
       observer: deps.observer,
       segment: segment?.source,
       // Read from the chunks instead, at the segment's versions: the stream goes on.
-      segmentFailed: segment ? (error) => segment.failed(error) : undefined,
+      segmentFailed: segment ? (error) => segment?.failed(error) : undefined,
     });
   }
-  return { reads, plan, units, chunks, segment, readAhead };
+  return { planned, chunks, segment, readAhead };
 }

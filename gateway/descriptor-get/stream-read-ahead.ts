@@ -16,7 +16,7 @@ import { fromWorkerFailure } from '../threads/read-errors.js';
 import type { ReaderPool, RunningStream, StreamRing } from './reader-pool.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { FifoBudget } from '../common/fifo-budget.js';
-import type { ChunkSource, TaskRead, UnitSource } from './read-ahead.js';
+import { serveUnits, type ChunkSource, type TaskRead, type UnitRead, type UnitSource } from './read-ahead.js';
 import { deferred, type Deferred } from './deferred.js';
 import type { PlannedTask, ReadPlan } from './read-plan.js';
 import { RingLayout } from '../threads/task-layout.js';
@@ -24,11 +24,6 @@ import type { FirstLayerGate } from './first-layer-gate.js';
 
 /** What is read: the request's chunks (read-ahead.ts ChunkSource), layers [first, end). */
 export type StreamGeometry = ChunkSource & Pick<ChunkRun, 'first' | 'end'>;
-
-/** Chunks whose slices of one layer share a buffer block (at least one). */
-export function runChunksFor(layerBytes: number, blockBytes: number): number {
-  return Math.max(1, Math.floor(blockBytes / layerBytes));
-}
 
 /** Layers in a streamed request's ring: as many as `windowBytes` holds, at least two, at most all. */
 export function ringSlots(windowBytes: number, layerPayloadBytes: number, layers: number): number {
@@ -87,6 +82,14 @@ export class StreamReadAhead implements UnitSource {
     if (options.signal.aborted) this.#cancel.abort();
     else options.signal.addEventListener('abort', this.#onClientGone, { once: true });
     this.#pump = this.#run().catch((error: unknown) => this.#fail(error));
+  }
+
+  serve<T>(send: (units: AsyncIterator<UnitRead, undefined>) => Promise<T>): Promise<T> {
+    return serveUnits(this, send);
+  }
+
+  get count(): number {
+    return this.#units.length;
   }
 
   unit(u: number): Promise<TaskRead[]> {

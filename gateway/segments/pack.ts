@@ -10,7 +10,7 @@ import type { Descriptor } from '../../schemas/descriptor.js';
 import { unquoted, type CapacityStore } from '../stores/capacity-store.js';
 import type { TaskRead } from '../descriptor-get/read-ahead.js';
 import type { EncodedChunks } from '../descriptor-get/encoded-chunks.js';
-import { layoutOf, type Slices } from '../descriptor-get/read-plan.js';
+import { layoutOf, type Slices } from '../threads/task-layout.js';
 import type { ReadRest, SegmentPack } from '../descriptor-get/packed-segments.js';
 import { codecOf, encodeU32s, type Manifest } from './manifest.js';
 

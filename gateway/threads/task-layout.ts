@@ -105,6 +105,37 @@ export class TaskLayout {
   }
 }
 
+/** The part of a planned task a layout is of: layers [first, end) of chunks [chunkStart, chunkEnd). */
+export interface TaskSpan {
+  readonly first: number;
+  readonly end: number;
+  readonly chunkStart: number;
+  readonly chunkEnd: number;
+}
+
+/** How long a request's slices are: all `layerBytes`, or (encoded chunks) each chunk's own, by prefix position then layer. */
+export interface Slices {
+  readonly layerBytes: number;
+  readonly encoded?: { readonly sliceBytes: readonly (readonly number[])[] } | undefined;
+}
+
+/** Each planned task's layout, made once (a task belongs to one request, so to one `slices`). */
+const layouts = new WeakMap<TaskSpan, TaskLayout>();
+
+/**
+ * The layout of a planned task's block (gateway/descriptor-get/read-plan.ts PlannedTask), its slices in `order`:
+ * built the first time it is asked for and shared by everyone who asks after (the plan's unit
+ * sizes, the read-ahead's budget and task block, the frame stream). The read worker, across the
+ * thread boundary, builds its own from the task's fields.
+ */
+export function layoutOf(task: TaskSpan, order: Delivery, slices: Slices): TaskLayout {
+  const known = layouts.get(task);
+  if (known?.order === order) return known;
+  const layout = TaskLayout.of(order, task, task.chunkEnd - task.chunkStart, slices.layerBytes, slices.encoded?.sliceBytes.slice(task.chunkStart, task.chunkEnd));
+  layouts.set(task, layout);
+  return layout;
+}
+
 /**
  * The ring of a stream task (gateway/worker/chunk-streams.ts): `slots` layer slots, layer
  * `first + s` in slot s, then `first + s + slots`, ...; each slot's layer split into runs of
