@@ -99,3 +99,16 @@ def test_a_descriptor_tenant_must_be_the_keys_own(teams: Tuple[Stack, str]) -> N
         own = a.fetch(ObjectCacheClient.descriptor(keys, layers=LAYERS, chunk_tokens=16, layer_bytes=LAYER_BYTES, tenant="team-a"))
         assert bytes(own.target) == layer_major(data, LAYER_BYTES, 0, LAYERS)
         assert stack.metric('objectcache_delivered_bytes_total{tenant="team-a"}') == before + 2 * LAYERS * LAYER_BYTES
+
+
+def test_a_refusal_sent_before_the_body_is_read_is_the_answer(teams: Tuple[Stack, str]) -> None:
+    """The gateway refuses a forbidden PUT from its request line, drains at most 64 MiB of the
+    body so that the client can read the 403, then closes: a larger body breaks off mid-send, and
+    the client reports the refusal it was sent, not an unreachable gateway."""
+    stack, bucket = teams
+    with ObjectCacheClient(stack.gateway_url, bucket, TEAM_B) as b:
+        with refused() as caught:
+            b.put_chunk("team-a/kv/too-large-and-forbidden", bytes(80 * 1024 * 1024))
+        assert caught.value.status == 403
+        # The pool gave up the broken connection: the next call works.
+        assert b.lookup(["team-b/kv/none"]) == 0

@@ -79,6 +79,18 @@ def _json_answer(data: bytes, operation: str) -> Dict[str, Any]:
     return answer
 
 
+def _early_refusal(conn: http.client.HTTPConnection) -> Optional[http.client.HTTPResponse]:
+    """The refusal a server sent before it closed a request whose body was still being sent, or
+    None (nothing arrived, or not a refusal: a half-sent request never succeeded)."""
+    try:
+        response = conn.getresponse()
+    except (OSError, http.client.HTTPException):
+        return None
+    if response.status < 400:
+        return None
+    return response
+
+
 class Transport:
     """What every call of the client is sent with: the bucket, the settings, the connection pool
     and the signer (set by ObjectCacheClient's constructor)."""
@@ -113,9 +125,19 @@ class Transport:
                 if conn.sock is not None:
                     conn.sock.settimeout(timeout)
             failure: Optional[OSError] = None
+            early = False
             try:
-                conn.request(method, path, body=body or None, headers=self._signer.headers(method, pool.endpoints[index].url + path, body, headers))
-                response = conn.getresponse()
+                try:
+                    conn.request(method, path, body=body or None, headers=self._signer.headers(method, pool.endpoints[index].url + path, body, headers))
+                except (ConnectionResetError, BrokenPipeError):
+                    # A refusal from the request line comes before the body is read: the gateway
+                    # drains some of it, answers and closes. That answer, if it arrived, is the one.
+                    early_response = _early_refusal(conn)
+                    if early_response is None:
+                        raise
+                    response, early = early_response, True
+                else:
+                    response = conn.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as error:
                 conn.close()
                 if deadline is not None and deadline.passed():
@@ -163,7 +185,10 @@ class Transport:
             if deadline is not None and deadline.unwatch():
                 conn.close()
                 raise deadline.error()
-            pool.give(conn, response)
+            if early:
+                conn.close()  # it broke off mid-request: never pooled
+            else:
+                pool.give(conn, response)
             if refused.retryable and attempt < self._config.retries:
                 attempt += 1
                 delay = retry_delay(response.getheader("Retry-After"), attempt)
