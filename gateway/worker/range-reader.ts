@@ -431,6 +431,11 @@ function rangeHeader(target: RangeTarget): string {
   return `bytes=${target.offset}-${target.offset + target.length - 1}`;
 }
 
+/**
+ * The worker's range reader for its backend: the embedded store's files (LocalRangeReader), or an
+ * S3 store (S3RangeReader) through the socket range reader over plain HTTP
+ * (http-range/socket-range-get.ts SocketRangeClient) or a signing undici pool over TLS.
+ */
 export function createRangeReader(backend: WorkerBackend): RangeReader {
   if (backend.kind === 'local') return new LocalRangeReader(backend.dataDir);
   const endpoint = new URL(backend.endpoint);

@@ -193,6 +193,12 @@ export class RequestVerifier {
     this.#now = options.now ?? Date.now;
   }
 
+  /**
+   * Verifies a request's signature (SigV4 in the Authorization header or presigned in the query;
+   * SigV2 as S3 still accepts it) and returns the signing key's credential and what the signature
+   * covers; throws the S3 error a store would answer (a bad signature, an unknown key, an expired
+   * or skewed date). The body is not read here: its hash is checked as it is read.
+   */
   async verify(info: SignedRequestInfo): Promise<AuthResult> {
     if (isSigV2(info.headers, info.query)) return this.#verifyV2(info);
     const authorization = first(info.headers.authorization);
