@@ -88,3 +88,72 @@ describe.each<BackendKind>(['local', 's3'])('end-to-end integrity (%s backend)',
     expect((failure as ObjectCacheError).message).toContain(prefix.keys[2]);
   });
 });
+
+/*
+ * --slice-checks client: the workers take the writer's recorded CRC32Cs as the slices' checksums
+ * instead of a pass over the bytes, so every frame carries its writer's checksums and the
+ * client's frame check is the writer check. A flipped byte still never reaches the caller as data.
+ */
+describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--slice-checks client, %s backend)', (backend) => {
+  let gw: TestGateway;
+  let client: ObjectCacheClient;
+
+  beforeAll(async () => {
+    // One layer per read group; on the S3 store, layerwise GETs are streamed (--chunk-reads auto).
+    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', String(S), '--threshold', '0', '--slice-checks', 'client', '--chunk-reads', 'auto'] });
+    client = testClient(gw, uniqueBucket('crc-client'));
+    await client.ensureBucket();
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    await gw?.close();
+  });
+
+  /** Flips one byte of `key`'s stored object at `offset` through the gateway, keeping its metadata (the writer's CRC32Cs). */
+  async function corrupt(key: string, offset: number): Promise<void> {
+    const s3 = sdkClient(gw.url);
+    const got = await s3.send(new GetObjectCommand({ Bucket: client.bucket, Key: key }));
+    const bytes = Buffer.from(await (got.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
+    bytes[offset] = (bytes[offset] as number) ^ 0x55;
+    await s3.send(new PutObjectCommand({ Bucket: client.bucket, Key: key, Body: bytes, Metadata: got.Metadata ?? {} }));
+    s3.destroy();
+  }
+
+  it('delivers every slice byte-exact with its writer-recorded checksums, in both modes and layouts, grouped and streamed', async () => {
+    for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
+      const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout });
+      for (const mode of ['layerwise', 'chunkwise'] as const) {
+        const result = await client.fetch(descriptorOf(prefix, { mode }));
+        expect(result.summary.verified).toBe(true);
+        expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+        // Streamed (two reads a chunk per half: the first layer, then the rest) only for layerwise
+        // GETs from the S3 store; grouped reads make one a chunk per half for each layer group.
+        const halves = layout === 'KV_2LTD' ? 2 : 1;
+        const streamed = backend === 's3' && mode === 'layerwise';
+        expect(result.summary.backendReads).toBe(streamed ? 3 * 2 * halves : result.summary.plan.length * 3 * halves);
+      }
+    }
+  });
+
+  it('still checksums chunks without recorded CRC32Cs', async () => {
+    const prefix = await seedPrefix(client, { chunks: 2, layers: 3, layerBytes: S, layout: 'KV_L2TD', checksums: false });
+    const result = await client.fetch(descriptorOf(prefix));
+    expect(result.summary.verified).toBe(false);
+    expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+  });
+
+  it('leaves a flipped byte to the client: OC_ERR_CLIENT_CRC naming the layer, the bytes never delivered as data', async () => {
+    for (const mode of ['layerwise', 'chunkwise'] as const) {
+      const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
+      await corrupt(prefix.keys[1] as string, 2 * S + 17);
+      const ready: number[] = [];
+      const failure = await client.fetch(descriptorOf(prefix, { mode }), { onLayerReady: (layer) => ready.push(layer) }).catch((e: unknown) => e);
+      expect(failure).toBeInstanceOf(ObjectCacheError);
+      expect((failure as ObjectCacheError).code).toBe('OC_ERR_CLIENT_CRC');
+      expect((failure as ObjectCacheError).message).toContain(mode === 'layerwise' ? 'layer 2' : 'chunk 1');
+      // Layers 0 and 1 arrived whole before it; layer 2 was never announced.
+      if (mode === 'layerwise') expect(ready).toEqual([0, 1]);
+    }
+  });
+});

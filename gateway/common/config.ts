@@ -538,6 +538,15 @@ export const SERVE_SETTINGS = {
     description:
       'grouped: range reads of layer groups. auto: a layerwise GET from an S3 backend reads each chunk as a stream (a range GET for its first layer, then one for the rest, consumed layer by layer) when its chunk streams are free within --max-chunk-streams, grouped otherwise (docs/layerwise-get.md, Streamed reads: fewer store requests and less memory for one GET at a time, slower first layers for GETs that share the gateway with a streamed one).',
   },
+  sliceChecks: {
+    flag: 'slice-checks',
+    env: 'OBJECTCACHE_SLICE_CHECKS',
+    kind: 'enum',
+    default: 'gateway',
+    values: ['gateway', 'client'],
+    description:
+      'Who checks a slice of a chunk whose writer recorded per-layer CRC32Cs (x-amz-meta-oc-layer-crc32c) against them. gateway: the read workers checksum every slice they read (a mismatch is OC_ERR_CHUNK_CORRUPT, naming chunk and layer). client: the workers take the recorded CRC32Cs as the slices\u2019 without a pass over the bytes, so every frame carries its writer\u2019s checksums and the client\u2019s frame check (which every ObjectCache client makes) is the writer check; a mismatch is the client\u2019s OC_ERR_CLIENT_CRC, naming the layer only (docs/layerwise-get.md, Integrity). Slices without recorded CRC32Cs, and packed segments, are checksummed either way.',
+  },
   streamWindowBytes: {
     flag: 'stream-window-bytes',
     env: 'OBJECTCACHE_STREAM_WINDOW_BYTES',
@@ -687,6 +696,9 @@ export interface ClientCredential {
 /** The published trial secret (README.md): accepted on loopback addresses only, unless opted out. */
 export const TRIAL_SECRET: string = SERVE_SETTINGS.secretKey.default;
 
+/** Who checks slices against their writer's CRC32Cs (--slice-checks). */
+export type SliceChecks = 'gateway' | 'client';
+
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
 /** Settings of the layerwise GET: workers, read plan, read-ahead, mode threshold, descriptor limits. */
@@ -699,6 +711,7 @@ export interface DescriptorGetConfig {
   readonly readAheadBytes: number;
   readonly maxBufferedBytes: number;
   readonly chunkReads: 'auto' | 'grouped';
+  readonly sliceChecks: SliceChecks;
   readonly streamWindowBytes: number;
   readonly maxChunkStreams: number;
   readonly streamReceiveBufferBytes: number;
@@ -1342,6 +1355,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       readAheadBytes: integer('readAheadBytes', raw),
       maxBufferedBytes: integer('maxBufferedBytes', raw),
       chunkReads: oneOf('chunkReads', raw) as 'auto' | 'grouped',
+      sliceChecks: oneOf('sliceChecks', raw) as SliceChecks,
       streamWindowBytes: integer('streamWindowBytes', raw),
       maxChunkStreams: integer('maxChunkStreams', raw),
       streamReceiveBufferBytes: integer('streamReceiveBufferBytes', raw),

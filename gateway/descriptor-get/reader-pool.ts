@@ -22,6 +22,8 @@ export interface ReaderPoolOptions {
   readonly maxQueue: number;
   /** Range reads one task keeps in flight. */
   readonly readConcurrency: number;
+  /** Who checks slices against their writer's CRC32Cs (--slice-checks; default gateway). */
+  readonly sliceChecks?: 'gateway' | 'client' | undefined;
   /** Tasks one worker runs at once (they wait on I/O, not CPU). */
   readonly tasksPerWorker: number;
   /** Bytes of shared memory reserved for task buffers (virtual until used), and its block size. */
@@ -121,6 +123,7 @@ export class ReaderPool {
     const workerData: WorkerInit = {
       backend: options.backend,
       readConcurrency: options.readConcurrency,
+      sliceChecks: options.sliceChecks ?? 'gateway',
       cancelChannel,
       cancelFlags: this.#cancelFlags.buffer,
       arena: this.#arena.buffer,

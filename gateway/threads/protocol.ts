@@ -28,6 +28,12 @@ export interface WorkerInit {
   /** Range reads one task keeps in flight. */
   readonly readConcurrency: number;
   /**
+   * Who checks slices whose writer recorded their CRC32Cs (--slice-checks): `gateway`, the worker
+   * checksums them; `client`, the worker takes the recorded CRC32Cs as the slices' checksums
+   * (the frames carry them and the client checks them).
+   */
+  readonly sliceChecks: 'gateway' | 'client';
+  /**
    * Cancellation without a channel per task: the main thread stores a cancelled task's id in
    * `cancelFlags[id % length]` (checked when a task starts and between reads) and posts the id on
    * the BroadcastChannel of this name (aborts the reads in flight).

@@ -222,8 +222,12 @@ export class ChunkStreams {
   #settle!: (error?: ReadError) => void;
   readonly finished: Promise<void>;
 
-  constructor(task: StreamTask, sockets: SocketRangeClient, signal: AbortSignal) {
+  /** `client`: a slice whose writer recorded its CRC32C is not checksummed here (--slice-checks, read-worker.ts checksumSlices). */
+  readonly #sliceChecks: 'gateway' | 'client';
+
+  constructor(task: StreamTask, sockets: SocketRangeClient, signal: AbortSignal, sliceChecks: 'gateway' | 'client' = 'gateway') {
     this.#task = task;
+    this.#sliceChecks = sliceChecks;
     this.sockets = sockets;
     this.signal = signal;
     this.#port = task.port;
@@ -330,11 +334,15 @@ export class ChunkStreams {
     const chunks = task.keys.length;
     const crcs = new Uint32Array(chunks);
     for (let chunk = 0; chunk < chunks; chunk++) {
+      const expected = this.#recorded[chunk];
+      if (expected && this.#sliceChecks === 'client') {
+        crcs[chunk] = expected[layer] as number; // the frame carries it; the client checks it
+        continue;
+      }
       const slice = this.destination(layer, chunk, 0);
       // The whole slice: for KV_2LTD the K half's view, with the V half right after it.
       const crc = crc32c(new Uint8Array(slice.buffer, slice.byteOffset, task.layerBytes));
       crcs[chunk] = crc;
-      const expected = this.#recorded[chunk];
       if (!expected) {
         this.verified = false;
         continue;

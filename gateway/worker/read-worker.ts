@@ -56,7 +56,7 @@ function streamClient(): SocketRangeClient {
 async function runStreamTask(task: StreamTask, signal: AbortSignal): Promise<StreamResult> {
   const started = performance.now();
   try {
-    const streams = new ChunkStreams(task, streamClient(), signal);
+    const streams = new ChunkStreams(task, streamClient(), signal, init.sliceChecks);
     await streams.start();
     return { ok: true, reads: streams.reads, retries: streams.retries, readMs: performance.now() - started };
   } catch (error) {
@@ -130,20 +130,28 @@ function sliceCrcs(task: ReadTask, layout: TaskLayout, region: Uint8Array): Uint
 
 /**
  * The CRC32C of every slice, in buffer order; each checked against the checksum recorded when its
- * chunk was stored, when there is one (end-to-end integrity).
+ * chunk was stored, when there is one (end-to-end integrity). With `--slice-checks client` a
+ * recorded checksum is taken as its slice's without a pass over the bytes: the frames carry it,
+ * and the client's frame check is the writer check (docs/layerwise-get.md, Integrity).
  */
 function checksumSlices(task: ReadTask, layout: TaskLayout, region: Uint8Array, recorded: readonly (string | undefined)[]): { crcs: Uint32Array; verified: boolean } {
   const chunks = task.keys.length;
-  const crcs = sliceCrcs(task, layout, region);
-  let verified = true;
-  for (let chunk = 0; chunk < chunks; chunk++) {
-    const expected = decodeLayerCrcs(recorded[chunk], task.layers);
-    if (!expected) {
-      verified = false;
-      continue;
+  const expected = recorded.map((value) => decodeLayerCrcs(value, task.layers));
+  const verified = expected.every((crcs) => crcs !== undefined);
+  if (init.sliceChecks === 'client' && verified) {
+    const crcs = new Uint32Array(chunks * layout.layers);
+    for (let chunk = 0; chunk < chunks; chunk++) {
+      const writer = expected[chunk] as number[];
+      for (let layer = task.first; layer < task.end; layer++) crcs[layout.slice(layer, chunk)] = writer[layer] as number;
     }
+    return { crcs, verified };
+  }
+  const crcs = sliceCrcs(task, layout, region);
+  for (let chunk = 0; chunk < chunks; chunk++) {
+    const writer = expected[chunk];
+    if (!writer) continue;
     for (let layer = task.first; layer < task.end; layer++) {
-      if (crcs[layout.slice(layer, chunk)] !== expected[layer]) throw corruptSlice(task.keys[chunk] as string, task.chunkOffset + chunk, layer);
+      if (crcs[layout.slice(layer, chunk)] !== writer[layer]) throw corruptSlice(task.keys[chunk] as string, task.chunkOffset + chunk, layer);
     }
   }
   return { crcs, verified };
