@@ -20,14 +20,7 @@ describe.each<BackendKind>(['local', 's3'])('layerwise GET (%s backend)', (backe
   beforeAll(async () => {
     // Small reads and tasks so even small test prefixes use several groups and tasks.
     // Streamed chunk reads where they apply (from MinIO), so every case below covers them too.
-    // A client on a loaded test machine (this process hosts it, the gateway and its workers) may
-    // take nothing for longer than the default 30 s while a 4096-chunk request is sent; cutting it
-    // off is tested on its own (hardening.test.ts), not here.
-    gw = await startTestGateway({
-      backend,
-      minio,
-      args: ['--read-bytes', '8192', '--task-bytes', '16384', '--threshold', '65536', '--chunk-reads', 'auto', '--client-stall-timeout-ms', '120000'],
-    });
+    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', '8192', '--task-bytes', '16384', '--threshold', '65536', '--chunk-reads', 'auto'] });
     client = testClient(gw, uniqueBucket('lw'));
     await client.ensureBucket();
   });

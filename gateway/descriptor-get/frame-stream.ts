@@ -11,6 +11,7 @@
  * socket, and when the response closes the source is returned (its `finally` releases what it
  * holds).
  */
+import type { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { crc32c } from '../../native/crc32c.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
@@ -192,14 +193,15 @@ export interface SendOptions {
 }
 
 /**
- * Waits for one of `events` on the response, or for `timeoutMs`, whichever comes first; on the
- * timeout the response is destroyed (a client that takes nothing is cut off) and false returned.
+ * Waits for one of `events` on the response (or on `on`, its socket), or for `timeoutMs`,
+ * whichever comes first; on the timeout the response is destroyed (a client that takes nothing is
+ * cut off) and false returned.
  */
-export function responseEvent(res: ServerResponse, events: readonly ('drain' | 'finish' | 'close')[], timeoutMs: number): Promise<boolean> {
+export function responseEvent(res: ServerResponse, events: readonly ('drain' | 'finish' | 'close')[], timeoutMs: number, on: EventEmitter = res): Promise<boolean> {
   return new Promise<boolean>((resolve) => {
     const done = (reached: boolean): void => {
       clearTimeout(timer);
-      for (const event of events) res.off(event, onEvent);
+      for (const event of events) on.off(event, onEvent);
       resolve(reached);
     };
     const onEvent = (): void => done(true);
@@ -207,13 +209,13 @@ export function responseEvent(res: ServerResponse, events: readonly ('drain' | '
       done(false);
       res.destroy(); // the caller reports it; nothing else should see an 'error' event
     }, timeoutMs);
-    for (const event of events) res.on(event, onEvent);
+    for (const event of events) on.on(event, onEvent);
   });
 }
 
-/** After a write that filled the socket buffer: wait for 'drain', the client leaving, or the stall timeout. */
+/** After a write that filled the socket buffer: wait for its 'drain', the client leaving, or the stall timeout. */
 async function drained(res: ServerResponse, stallTimeoutMs: number): Promise<void> {
-  if (!(await responseEvent(res, ['drain', 'close'], stallTimeoutMs))) {
+  if (!(await responseEvent(res, ['drain', 'close'], stallTimeoutMs, res.socket ?? res))) {
     throw new ObjectCacheError('OC_ERR_CLIENT_STALLED', `The client took no data for ${stallTimeoutMs} ms`);
   }
 }
@@ -235,11 +237,14 @@ export async function send(res: ServerResponse, writes: AsyncIterable<Write>, op
     }
     res.uncork();
     if (write.payloadBytes > 0) options.onBytes?.(write.payloadBytes);
-    // Whether to wait is asked after uncork(), not read from write()'s answers: while corked,
-    // Node 24 answers false for writes that uncork() then flushes whole, and emits no 'drain'
-    // for them (a wait on those answers never ended). writableNeedDrain is true only while the
-    // socket holds more than its high-water mark, when a 'drain' is sure to come.
-    if (res.writableNeedDrain && !res.destroyed) await drained(res, options.stallTimeoutMs);
+    // Whether to wait is asked of the socket after uncork(), not read from write()'s answers nor
+    // from the response's own flag: while corked, Node 24 answers false for writes that uncork()
+    // then flushes whole, and the response's writableNeedDrain can stay true with nothing
+    // buffered anywhere (seen on Node 24 under load: writableLength 0, the socket not waiting),
+    // and then no 'drain' ever comes. The socket's writableNeedDrain is true only while it holds
+    // more than its high-water mark, when its 'drain' is sure to come.
+    const socket = res.socket;
+    if ((socket ? socket.writableNeedDrain : res.writableNeedDrain) && !res.destroyed) await drained(res, options.stallTimeoutMs);
   }
   if (!res.destroyed) res.end();
 }
