@@ -22,7 +22,8 @@
  *   core instead; placement.ts; default shared)
  *
  * Also reports every process's CPU-seconds per GiB delivered (gateway, MinIO, and this load
- * generator as `client`).
+ * generator as `client`), and the gateway's split by thread: its main thread (which serves every
+ * request: the part one core bounds) in user and system time, and its other threads by name.
  *
  * First and repeated reads of a prefix (packed segments, docs/segments.md): by default the C GETs
  * are of a prefix read once before (the warming GET), as the gateway's settings have them.
@@ -53,7 +54,7 @@ import { PRESETS } from '../schemas/layouts.js';
 import { directPut, directS3, getWholeObjects, getWholeObjectsInPlace, inParallel, inPlaceReader } from './direct-s3.js';
 import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
-import { cpuMeter, formatCpu, memoryWatch, processUsage } from './process-usage.js';
+import { cpuMeter, formatCpu, formatThreads, memoryWatch, processUsage, threadCpuMeter } from './process-usage.js';
 import { choosePlacement, pinThisProcess, PLACEMENT_MODES, type PlacementMode } from './placement.js';
 
 const PRESET = PRESETS['llama-3.1-8b'] as NonNullable<(typeof PRESETS)[string]>;
@@ -159,11 +160,13 @@ async function main(): Promise<void> {
             // --rounds R: R-1 rounds of the C GETs first (the gateway's buffers for C requests faulted
             // in, as in a gateway that has served such a burst before); the memory peak spans them all.
             let meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+            let threads = threadCpuMeter(gateway.child.pid as number);
             let started = performance.now();
             let results: Awaited<ReturnType<ObjectCacheClient['fetch']>>[] = [];
             try {
               for (let round = 0; round < rounds; round++) {
                 meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+                threads = threadCpuMeter(gateway.child.pid as number);
                 started = performance.now();
                 results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target })));
               }
@@ -173,6 +176,7 @@ async function main(): Promise<void> {
             const seconds = (performance.now() - started) / 1000;
             const memory = watch.stop();
             const cpuSecondsPerGiB = meter(C * payload);
+            const gatewayThreads = threads(C * payload);
             const layer0 = results.map((r) => r.timeline[0]?.ms ?? NaN).sort((a, b) => a - b);
             const row = {
               build: build.name,
@@ -188,6 +192,7 @@ async function main(): Promise<void> {
               backendReadsPerGet: results[0]?.summary.backendReads,
               warmGetSeconds: warmSeconds,
               cpuSecondsPerGiB,
+              gatewayThreadsCpuSecondsPerGiB: gatewayThreads,
             };
             rows.push(row);
             console.log(
@@ -195,6 +200,7 @@ async function main(): Promise<void> {
                 `TCP socket memory peak +${row.tcpSocketPeakOverIdleMiB.toFixed(0)} MiB; warming GET ${row.warmGetSeconds.toFixed(2)} s; layer 0 at ${row.layer0Ms.min?.toFixed(0)} / ${row.layer0Ms.median?.toFixed(0)} / ${row.layer0Ms.max?.toFixed(0)} ms (min/median/max); ${row.backendReadsPerGet} backend reads per GET`,
             );
             console.log(`      ${formatCpu(cpuSecondsPerGiB, cpus().length)}`);
+            console.log(`      gateway ${formatThreads(gatewayThreads)}`);
           } finally {
             await client.close();
             await gateway.stop();

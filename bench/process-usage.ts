@@ -1,7 +1,7 @@
 /**
  * What a benchmark reads about another process (the gateway, MinIO) from /proc on Linux.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 
 /** CPU seconds (user + system), resident and peak resident bytes of a process, from /proc (Linux). */
 export function processUsage(pid: number): { cpuSeconds: number; rssBytes: number; peakRssBytes: number } {
@@ -36,6 +36,68 @@ export function cpuMeter(pids: Readonly<Record<string, number | readonly number[
     for (const [name, pid] of Object.entries(pids)) out[name] = (cpuOf(pid) - (before[name] ?? 0)) / gib;
     return out;
   };
+}
+
+/** CPU-seconds (user, system) of each thread of a process, by thread id, with its name (Linux). */
+function threadUsage(pid: number): Map<number, { name: string; user: number; system: number }> {
+  const out = new Map<number, { name: string; user: number; system: number }>();
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
+      out.set(Number(tid), { name, user: Number(fields[11]) / 100, system: Number(fields[12]) / 100 });
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
+}
+
+/** Where a gateway process spent its CPU, per GiB: its main thread (user, system) and its other threads by name. */
+export interface ThreadCpuPerGiB {
+  readonly main: { readonly user: number; readonly system: number };
+  /** Other threads by name (Node's worker threads, libuv's pool, V8's helpers), user + system. */
+  readonly others: Readonly<Record<string, number>>;
+}
+
+/**
+ * Measures the CPU of each thread of `pid` over one interval, as cpuMeter does for processes:
+ * the main thread (the one that serves every request, so the part one core bounds) apart from the
+ * others. Threads that ended during the interval are not counted.
+ */
+export function threadCpuMeter(pid: number): (bytes: number) => ThreadCpuPerGiB {
+  const before = threadUsage(pid);
+  return (bytes) => {
+    const gib = bytes / 1024 ** 3;
+    const after = threadUsage(pid);
+    let main = { user: 0, system: 0 };
+    const others: Record<string, number> = {};
+    for (const [tid, now] of after) {
+      const was = before.get(tid) ?? { user: 0, system: 0 };
+      const user = (now.user - was.user) / gib;
+      const system = (now.system - was.system) / gib;
+      if (tid === pid) main = { user, system };
+      else others[now.name] = (others[now.name] ?? 0) + user + system;
+    }
+    return { main, others };
+  };
+}
+
+/** `main 0.52 (user 0.20, system 0.32); node 0.61, libuv-worker 0.01` */
+export function formatThreads(t: ThreadCpuPerGiB): string {
+  const others = Object.entries(t.others)
+    .filter(([, v]) => v >= 0.005)
+    .sort((a, b) => b[1] - a[1])
+    .map(([name, v]) => `${name} ${v.toFixed(2)}`)
+    .join(', ');
+  return `main thread ${(t.main.user + t.main.system).toFixed(2)} (user ${t.main.user.toFixed(2)}, system ${t.main.system.toFixed(2)}); other threads ${others || 'none'}`;
 }
 
 /**
