@@ -113,10 +113,13 @@ function heldOf(manifest: Manifest, crcs: Uint32Array, sizes: Uint32Array | unde
   return crcs.length + (sizes?.length ?? 0) + Math.ceil(keyBytes / 4);
 }
 
+/** What the catalog works with; the segments' own options (segments.ts SegmentsOptions) and the sweep's (sweep.ts) are these and more. */
 export interface CatalogOptions {
   readonly config: SegmentConfig;
+  /** What manifests are signed with, and must be signed with to be used. */
   readonly key: StateKey;
   readonly store: CapacityStore;
+  /** The form the read workers' store reports ETags in (S3: quoted; the embedded store: not). */
   readonly workerEtag: (unquoted: string) => string;
   readonly logger: Pick<Logger, 'warn' | 'info'>;
   readonly observer?: SegmentObserver | undefined;

@@ -36,16 +36,11 @@
  * sweep.ts (the hourly sweep), request-segments.ts (one descriptor GET's view: its plan and pack).
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
-import type { CapacityStore } from '../stores/capacity-store.js';
-import type { Logger } from '../common/logger.js';
-import type { StateKey } from '../common/state-key.js';
 import type { EncodedChunks } from '../descriptor-get/encoded-chunks.js';
 import type { PackedSegments, ReadRest, RequestSegments, SegmentRequest } from '../descriptor-get/packed-segments.js';
 import type { Backend } from '../s3/backend.js';
-import type { SegmentConfig } from '../common/config.js';
-import type { SegmentObserver } from '../common/observers.js';
 import { codecOf, manifestKey, MAX_MANIFEST_BYTES, holdsVersions, recordedOf, runBytes, runName, sameRun, writerCheck, type Heads } from './manifest.js';
-import { Catalog, MAX_KNOWN_SLICES, type Found, type SegmentCheck } from './catalog.js';
+import { Catalog, MAX_KNOWN_SLICES, type CatalogOptions, type Found, type SegmentCheck } from './catalog.js';
 import { Pack, type Packed } from './pack.js';
 import { SWEEP_AGE_MS, Sweeper } from './sweep.js';
 import { checkSignal, SegmentsOfRequest } from './request-segments.js';
@@ -72,15 +67,7 @@ function remember<V>(map: Map<string, V>, key: string, value: V): void {
   if (map.size > TRACKED_RUNS) map.delete(map.keys().next().value as string);
 }
 
-export interface SegmentsOptions {
-  readonly config: SegmentConfig;
-  /** What manifests are signed with, and must be signed with to be used. */
-  readonly key: StateKey;
-  readonly store: CapacityStore;
-  /** The form the read workers' store reports ETags in (S3: quoted; the embedded store: not). */
-  readonly workerEtag: (unquoted: string) => string;
-  readonly logger: Pick<Logger, 'warn' | 'info'>;
-  readonly observer?: SegmentObserver;
+export interface SegmentsOptions extends Omit<CatalogOptions, 'now'> {
   readonly now?: () => number;
   /** Sweep the segment bucket now and then (default true; `sweep()` can always be called). */
   readonly sweep?: boolean;

@@ -5,12 +5,9 @@
  * oldest of those while all the segments in the store pass --max-segment-bytes, and learns the
  * others while they fit (with --segment-check heads).
  */
-import type { CapacityStore, ListedObject } from '../stores/capacity-store.js';
-import type { Logger } from '../common/logger.js';
-import type { SegmentConfig } from '../common/config.js';
-import type { SegmentObserver } from '../common/observers.js';
+import type { ListedObject } from '../stores/capacity-store.js';
 import { MAX_MANIFEST_BYTES } from './manifest.js';
-import type { Catalog, Unknown } from './catalog.js';
+import type { Catalog, CatalogOptions, Unknown } from './catalog.js';
 
 /**
  * A data object no manifest names is deleted by a sweep once it is this old: a pack's upload
@@ -26,12 +23,7 @@ const FIRST_SWEEP_MS = 60 * 1000;
  */
 const MAX_UNKNOWN_KEPT = 10_000;
 
-export interface SweepOptions {
-  readonly config: SegmentConfig;
-  readonly store: CapacityStore;
-  readonly logger: Pick<Logger, 'warn' | 'info'>;
-  readonly observer?: SegmentObserver | undefined;
-  readonly now: () => number;
+export interface SweepOptions extends Pick<CatalogOptions, 'config' | 'store' | 'logger' | 'observer' | 'now'> {
   readonly catalog: Catalog;
   /** Whether a pack of `run` is being written (its segment is not learnt meanwhile). */
   readonly packing: (run: string) => boolean;
