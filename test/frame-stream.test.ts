@@ -4,7 +4,8 @@
  * for the stall timeout is cut off with OC_ERR_CLIENT_STALLED; loopback sockets here absorb too
  * much to provoke this end to end), the source being returned when the response is gone, the
  * pacing stage keeping the granted rate, and a real HTTP response whose frames are many small
- * pieces sent whole (Node 24 answers false to corked writes it then flushes, with no 'drain').
+ * pieces sent whole (Node 24 answers false to corked writes it then flushes, with no 'drain'), and
+ * a response flag that says to wait when the socket has room (Node 24 left one set under load).
  */
 import { createServer, get, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -140,5 +141,23 @@ describe('frame stream sender', () => {
     const ms = performance.now() - started;
     expect(ms).toBeGreaterThanOrEqual(400);
     expect(Buffer.concat(out.received).byteLength).toBe(8 + 2 * (24 + 1024 * 1024) + 24 + 2);
+  });
+
+  it('asks the socket whether to wait, not the response, whose flag Node 24 left set with nothing buffered', async () => {
+    // The state a loaded run caught (e45a06d): the response's writableNeedDrain true, nothing
+    // buffered, the socket not waiting, so no 'drain' would ever come. Waiting on the response's
+    // flag stalled the stream until the stall timeout; the socket says there is room.
+    const received: Buffer[] = [];
+    const out = new Writable({
+      highWaterMark: 16 * 1024 * 1024, // takes everything at once: never a 'drain' to wait for
+      write(chunk: Buffer, _encoding, callback) {
+        received.push(Buffer.from(chunk));
+        callback();
+      },
+    });
+    Object.defineProperty(out, 'writableNeedDrain', { get: () => true });
+    Object.defineProperty(out, 'socket', { value: new Writable({ write: (_chunk, _encoding, callback) => callback() }) });
+    await send(out as unknown as ServerResponse, unpaced(layers(4, 10_000)), { stallTimeoutMs: 500 });
+    expect(Buffer.concat(received).byteLength).toBe(8 + 4 * (24 + 10_000) + 24 + 2);
   });
 });
