@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { objectRelativePath } from '../gateway/stores/embedded/local-store.js';
-import { sdkClient, startTestGateway, uniqueBucket, type BackendKind, type TestGateway, testClient } from './helpers/gateway.js';
+import { sdkClient, segmentEvents, startTestGateway, uniqueBucket, type BackendKind, type SegmentEvent, type TestGateway, testClient } from './helpers/gateway.js';
+import { waitFor } from './helpers/wait.js';
 import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 
 const minio = inject('minio');
@@ -99,8 +100,16 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
   let client: ObjectCacheClient;
 
   beforeAll(async () => {
-    // One layer per read group; on the S3 store, layerwise GETs are streamed (--chunk-reads auto).
-    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', String(S), '--threshold', '0', '--slice-checks', 'client', '--chunk-reads', 'auto'] });
+    // One layer per read group; on the S3 store, layerwise GETs of at most 6 chunk streams are
+    // streamed (--chunk-reads auto), and those of the 7-chunk prefixes that pack segments grouped.
+    gw = await startTestGateway({
+      backend,
+      minio,
+      args: [
+        ...['--read-bytes', String(S), '--threshold', '0', '--slice-checks', 'client', '--chunk-reads', 'auto', '--max-chunk-streams', '6'],
+        ...['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-bucket', uniqueBucket('crc-segs')],
+      ],
+    });
     client = testClient(gw, uniqueBucket('crc-client'));
     await client.ensureBucket();
   });
@@ -109,16 +118,6 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
     await client?.close();
     await gw?.close();
   });
-
-  /** Flips one byte of `key`'s stored object at `offset` through the gateway, keeping its metadata (the writer's CRC32Cs). */
-  async function corrupt(key: string, offset: number): Promise<void> {
-    const s3 = sdkClient(gw.url);
-    const got = await s3.send(new GetObjectCommand({ Bucket: client.bucket, Key: key }));
-    const bytes = Buffer.from(await (got.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
-    bytes[offset] = (bytes[offset] as number) ^ 0x55;
-    await s3.send(new PutObjectCommand({ Bucket: client.bucket, Key: key, Body: bytes, Metadata: got.Metadata ?? {} }));
-    s3.destroy();
-  }
 
   it('delivers every slice byte-exact with its writer-recorded checksums, in both modes and layouts, grouped and streamed', async () => {
     for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
@@ -146,7 +145,7 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
   it('leaves a flipped byte to the client: OC_ERR_CLIENT_CRC naming the layer, the bytes never delivered as data', async () => {
     for (const mode of ['layerwise', 'chunkwise'] as const) {
       const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
-      await corrupt(prefix.keys[1] as string, 2 * S + 17);
+      await corruptThrough(gw, client, prefix.keys[1] as string, 2 * S + 17);
       const ready: number[] = [];
       const failure = await client.fetch(descriptorOf(prefix, { mode }), { onLayerReady: (layer) => ready.push(layer) }).catch((e: unknown) => e);
       expect(failure).toBeInstanceOf(ObjectCacheError);
@@ -156,4 +155,36 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
       if (mode === 'layerwise') expect(ready).toEqual([0, 1]);
     }
   });
+
+  it('packs a segment only from reads the workers checked: never a corrupt chunk, whatever the request was sent', async () => {
+    const events = (event: SegmentEvent): Promise<number> => segmentEvents(gw.gateway.adminUrl, event);
+    // Sound chunks: the read that packs is sent as usual, the pack reads the run from the chunks
+    // after it (never its frames), and the next read is served from the segment, byte-exact.
+    const sound = await seedPrefix(client, { chunks: 7, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
+    const [packedBefore, rereadBefore] = [await events('packed'), await events('reread')];
+    await client.fetch(descriptorOf(sound, { mode: 'layerwise' }), { transport: 'post' });
+    await waitFor('the segment is packed', async () => (await events('packed')) > packedBefore);
+    expect(await events('reread')).toBeGreaterThan(rereadBefore);
+    const fromSegment = await client.fetch(descriptorOf(sound, { mode: 'layerwise' }), { transport: 'post' });
+    expect(fromSegment.segmentChunks).toBe(7);
+    expect(Buffer.from(fromSegment.target).equals(Buffer.from(reference(sound)))).toBe(true);
+    // A corrupt chunk: the client's check fails the request, and the pack's own reads refuse the chunk.
+    const corrupt = await seedPrefix(client, { chunks: 7, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
+    await corruptThrough(gw, client, corrupt.keys[3] as string, S + 5);
+    const [packed, abandoned] = [await events('packed'), await events('abandoned')];
+    const failure = await client.fetch(descriptorOf(corrupt, { mode: 'layerwise' }), { transport: 'post' }).catch((e: unknown) => e);
+    expect((failure as ObjectCacheError).code).toBe('OC_ERR_CLIENT_CRC');
+    await waitFor('the pack is abandoned', async () => (await events('abandoned')) > abandoned);
+    expect(await events('packed')).toBe(packed);
+  });
 });
+
+/** Flips one byte of `key`'s stored object at `offset` through the gateway, keeping its metadata (the writer's CRC32Cs). */
+async function corruptThrough(gw: TestGateway, client: ObjectCacheClient, key: string, offset: number): Promise<void> {
+  const s3 = sdkClient(gw.url);
+  const got = await s3.send(new GetObjectCommand({ Bucket: client.bucket, Key: key }));
+  const bytes = Buffer.from(await (got.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
+  bytes[offset] = (bytes[offset] as number) ^ 0x55;
+  await s3.send(new PutObjectCommand({ Bucket: client.bucket, Key: key, Body: bytes, Metadata: got.Metadata ?? {} }));
+  s3.destroy();
+}

@@ -545,7 +545,7 @@ export const SERVE_SETTINGS = {
     default: 'gateway',
     values: ['gateway', 'client'],
     description:
-      'Who checks a slice of a chunk whose writer recorded per-layer CRC32Cs (x-amz-meta-oc-layer-crc32c) against them. gateway: the read workers checksum every slice they read (a mismatch is OC_ERR_CHUNK_CORRUPT, naming chunk and layer). client: the workers take the recorded CRC32Cs as the slices\u2019 without a pass over the bytes, so every frame carries its writer\u2019s checksums and the client\u2019s frame check (which every ObjectCache client makes) is the writer check; a mismatch is the client\u2019s OC_ERR_CLIENT_CRC, naming the layer only (docs/layerwise-get.md, Integrity). Slices without recorded CRC32Cs, and packed segments, are checksummed either way.',
+      'Who checks a slice of a chunk whose writer recorded per-layer CRC32Cs (x-amz-meta-oc-layer-crc32c) against them. gateway: the read workers checksum every slice they read (a mismatch is OC_ERR_CHUNK_CORRUPT, naming chunk and layer). client: the workers take the recorded CRC32Cs as the slices\u2019 without a pass over the bytes, so every frame carries its writer\u2019s checksums and the client\u2019s frame check (which every ObjectCache client makes) is the writer check; a mismatch is the client\u2019s OC_ERR_CLIENT_CRC, naming the layer only (docs/layerwise-get.md, Integrity). Slices without recorded CRC32Cs, packed segments and the reads of a pack (which then reads its run from the chunks, never copying frames) are checksummed either way.',
   },
   streamWindowBytes: {
     flag: 'stream-window-bytes',

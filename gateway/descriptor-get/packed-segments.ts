@@ -85,6 +85,11 @@ export interface PackRequest {
   readonly versions: () => readonly (string | undefined)[];
   /** Whether every read of the request so far was checked against CRC32Cs its chunk's writer recorded. */
   readonly verified: () => boolean;
+  /**
+   * Whether the workers checked the request's bytes (false under --slice-checks client, where the
+   * client does): only then may a pack copy its frames; else it reads its run from the chunks.
+   */
+  readonly framesChecked: boolean;
   /** Reads the layers a pack fell behind on from the chunks, after the request (read-rest.ts). */
   readonly rest: ReadRest;
 }

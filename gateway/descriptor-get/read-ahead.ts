@@ -17,6 +17,7 @@ import type { PlannedTask, ReadPlan, Unit } from './read-plan.js';
 import { layoutOf } from '../threads/task-layout.js';
 import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
+import type { SliceChecks } from '../common/config.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import { FifoBudget } from '../common/fifo-budget.js';
 import { deferred, type Deferred } from './deferred.js';
@@ -86,6 +87,8 @@ export interface ReadAheadOptions {
   readonly segmentFailed?: ((error: ObjectCacheError) => void) | undefined;
   /** The chunks' versions every read must find, by prefix position (the rest of a pack, read after its request: Pack.finish). */
   readonly versions?: readonly string[] | undefined;
+  /** --slice-checks: `client` for a request's own reads (ChunkRun.sliceChecks); a pack's reads leave it out. */
+  readonly sliceChecks?: SliceChecks | undefined;
 }
 
 /** One unit's reads, as the frame source takes them. */
@@ -275,6 +278,7 @@ export class ReadAhead implements UnitSource, Units {
       first: task.first,
       end: task.end,
       order: this.#o.order,
+      ...(this.#o.sliceChecks === 'client' ? { sliceChecks: 'client' as const } : {}),
       ...encoded,
       ...segment,
     };

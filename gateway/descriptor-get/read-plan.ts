@@ -6,7 +6,8 @@
  * read reaches `readBytes` or a group fills the read-ahead window. The object store pays per
  * request (about 1 ms of MinIO CPU per range GET here), so fewer, larger reads are the point;
  * growing fourfold rather than twofold saves a read per chunk for a 32-layer model while layer 1
- * still follows layer 0 after a few layers' worth of transfer. Pure: a function of its inputs.
+ * still follows layer 0 after a few layers' worth of transfer. Pure: a function of its inputs
+ * (planReads too, but for the stream reservation it asks of its caller, `tryStreams`).
  *
  * What the plan is of is chosen here too, in two calls: the delivery mode (chooseMode, before the
  * scheduler), and at serve time everything else at once (planReads: how the chunks are read, the

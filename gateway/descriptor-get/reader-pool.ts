@@ -22,8 +22,6 @@ export interface ReaderPoolOptions {
   readonly maxQueue: number;
   /** Range reads one task keeps in flight. */
   readonly readConcurrency: number;
-  /** Who checks slices against their writer's CRC32Cs (--slice-checks; default gateway). */
-  readonly sliceChecks?: 'gateway' | 'client' | undefined;
   /** Tasks one worker runs at once (they wait on I/O, not CPU). */
   readonly tasksPerWorker: number;
   /** Bytes of shared memory reserved for task buffers (virtual until used), and its block size. */
@@ -123,7 +121,6 @@ export class ReaderPool {
     const workerData: WorkerInit = {
       backend: options.backend,
       readConcurrency: options.readConcurrency,
-      sliceChecks: options.sliceChecks ?? 'gateway',
       cancelChannel,
       cancelFlags: this.#cancelFlags.buffer,
       arena: this.#arena.buffer,
@@ -233,8 +230,12 @@ export class ReaderPool {
    * before it answers. What a request's read-ahead calls (read-ahead.ts TaskRunner).
    */
   async dispatch(task: Omit<ReadTask, 'id' | 'buffer' | 'arenaOffset'>, blockBytes: number, signal: AbortSignal): Promise<{ readonly result: Promise<ReadResult> }> {
-    await this.room(signal);
-    if (signal.aborted) throw signal.reason;
+    // Every waiter wakes when a task ends: whoever finds room still free takes it, in this same
+    // synchronous step (run() queues the task before it first awaits); the others wait again.
+    do {
+      await this.room(signal);
+      if (signal.aborted) throw signal.reason;
+    } while (this.saturated());
     const id = this.taskId();
     const cancel = (): void => this.cancel(id);
     signal.addEventListener('abort', cancel, { once: true });

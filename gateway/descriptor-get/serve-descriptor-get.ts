@@ -131,6 +131,7 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
       let segmentVerified = true;
       try {
         const next = units.next().then((n) => n.value as UnitRead); // a request has at least one unit
+        next.catch(() => {}); // awaited below (or by the segment's check): never an unhandled rejection
         if (segment) {
           // The covered chunks are checked while the first layer is read from the segment.
           const opened = await segment.first(next, ctx.signal);
@@ -147,6 +148,9 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
         segment,
         versions: () => (readAhead instanceof ReadAhead ? readAhead.versions : []),
         verified: () => readAhead.verified && segmentVerified,
+        // With --slice-checks client no one here checked the frames' bytes: the pack reads its
+        // run from the chunks after the request, through reads the workers check.
+        framesChecked: config.sliceChecks !== 'client',
         rest: restReader({ descriptor, chunks, config, pool: deps.pool, budget: deps.budget }),
       });
       const firstReadMs = performance.now() - ctx.startedAt;
@@ -259,38 +263,46 @@ function startReads(r: ReadsRequest): RequestReads {
   });
   const { plan, units, order } = planned;
   let readAhead: UnitSource;
-  if (planned.reads === 'streamed') {
-    const geometry = { ...chunks, first: descriptor.layerStart, end: descriptor.layerEnd };
-    readAhead = new StreamReadAhead({
-      pool,
-      geometry,
-      plan,
-      runChunks: planned.runChunks,
-      streams: planned.streams,
-      windowBytes: config.streamWindowBytes,
-      budget: deps.budget,
-      timeoutMs: deps.backendTimeoutMs,
-      signal: r.signal,
-      observer: deps.observer,
-      firstLayers: deps.firstLayers,
-    });
-  } else {
-    readAhead = new ReadAhead({
-      pool,
-      plan,
-      units,
-      chunks,
-      order,
-      windowBytes: segment ? segment.windowBytes : config.readAheadBytes,
-      budget: deps.budget,
-      tasksInFlight: pool.tasksPerRequest,
-      firstUnitAlone: mode === 'layerwise',
-      signal: r.signal,
-      observer: deps.observer,
-      segment: segment?.source,
-      // Read from the chunks instead, at the segment's versions: the stream goes on.
-      segmentFailed: segment ? (error) => segment?.failed(error) : undefined,
-    });
+  try {
+    if (planned.reads === 'streamed') {
+      const geometry = { ...chunks, first: descriptor.layerStart, end: descriptor.layerEnd };
+      readAhead = new StreamReadAhead({
+        pool,
+        geometry,
+        plan,
+        runChunks: planned.runChunks,
+        streams: planned.streams,
+        windowBytes: config.streamWindowBytes,
+        budget: deps.budget,
+        timeoutMs: deps.backendTimeoutMs,
+        signal: r.signal,
+        observer: deps.observer,
+        firstLayers: deps.firstLayers,
+        sliceChecks: config.sliceChecks,
+      });
+    } else {
+      readAhead = new ReadAhead({
+        pool,
+        plan,
+        units,
+        chunks,
+        order,
+        windowBytes: segment ? segment.windowBytes : config.readAheadBytes,
+        budget: deps.budget,
+        tasksInFlight: pool.tasksPerRequest,
+        firstUnitAlone: mode === 'layerwise',
+        signal: r.signal,
+        observer: deps.observer,
+        segment: segment?.source,
+        // Read from the chunks instead, at the segment's versions: the stream goes on.
+        segmentFailed: segment ? (error) => segment?.failed(error) : undefined,
+        sliceChecks: config.sliceChecks,
+      });
+    }
+  } catch (error) {
+    // The streams planReads reserved are given back by the stream read-ahead's close(): not made, by no one else.
+    if (planned.streams > 0) pool.releaseStreams(planned.streams);
+    throw error;
   }
   return { planned, chunks, segment, readAhead };
 }

@@ -16,6 +16,7 @@ import { fromWorkerFailure } from '../threads/read-errors.js';
 import type { ReaderPool, RunningStream, StreamRing } from './reader-pool.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { FifoBudget } from '../common/fifo-budget.js';
+import type { SliceChecks } from '../common/config.js';
 import { serveUnits, type ChunkSource, type TaskRead, type UnitRead, type UnitSource } from './read-ahead.js';
 import { deferred, type Deferred } from './deferred.js';
 import type { PlannedTask, ReadPlan } from './read-plan.js';
@@ -46,6 +47,8 @@ export interface StreamReadAheadOptions {
   readonly observer?: DescriptorGetObserver | undefined;
   /** Layer buffers go back to the worker only while no GET waits for its first layer group. */
   readonly firstLayers?: FirstLayerGate | undefined;
+  /** --slice-checks (ChunkRun.sliceChecks). */
+  readonly sliceChecks?: SliceChecks | undefined;
 }
 
 export class StreamReadAhead implements UnitSource {
@@ -137,6 +140,7 @@ export class StreamReadAhead implements UnitSource {
       ring: this.#ring.ring,
       blocks: this.#ring.blocks,
       timeoutMs: this.#o.timeoutMs,
+      ...(this.#o.sliceChecks === 'client' ? { sliceChecks: 'client' as const } : {}),
     });
     this.#running = running;
     const closed = once(running.port, 'close');

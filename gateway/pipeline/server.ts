@@ -96,7 +96,6 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     logErrors: config.logLevel !== 'silent',
     maxQueue: lw.workerQueue,
     readConcurrency: lw.readConcurrency,
-    sliceChecks: lw.sliceChecks,
     tasksPerWorker: 4,
     // Task buffers live in shared memory: as much as may be buffered, in blocks of a task's size.
     arenaBytes: lw.maxBufferedBytes,

@@ -26,6 +26,7 @@ export interface SegmentIndex {
     rest: ReadRest,
     versions: () => readonly (string | undefined)[],
     verified: () => boolean,
+    framesChecked: boolean,
     encoded?: EncodedChunks,
   ): SegmentPack | undefined;
 }
@@ -87,7 +88,7 @@ export class SegmentsOfRequest implements RequestSegments {
   pack(p: PackRequest): SegmentPack | undefined {
     const { bucket, descriptor, encoded } = this.#r;
     if (this.#due === undefined || p.reads !== 'grouped' || p.segment?.chunks === descriptor.chunks) return undefined;
-    return this.#segments.packFor(bucket, descriptor, this.#due, p.rest, p.versions, p.verified, encoded);
+    return this.#segments.packFor(bucket, descriptor, this.#due, p.rest, p.versions, p.verified, p.framesChecked, encoded);
   }
 }
 

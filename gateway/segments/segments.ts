@@ -277,6 +277,7 @@ export class Segments implements PackedSegments {
     rest: ReadRest,
     versions: () => readonly (string | undefined)[],
     verified: () => boolean,
+    framesChecked: boolean,
     encoded?: EncodedChunks,
   ): Pack | undefined {
     if (this.#catalog.has(run) || this.#packs.has(run) || this.#packs.size >= this.#o.config.maxPacks) return undefined;
@@ -295,7 +296,7 @@ export class Segments implements PackedSegments {
         })),
       done: (outcome): Promise<void> => this.#packed(pack, outcome),
       queueBytes: this.#o.config.packQueueBytes,
-      copyFrames: this.#o.config.packFrom === 'frames',
+      copyFrames: this.#o.config.packFrom === 'frames' && framesChecked,
       rest,
       reread: () => this.#o.observer?.event('reread'),
       versions,

@@ -28,12 +28,6 @@ export interface WorkerInit {
   /** Range reads one task keeps in flight. */
   readonly readConcurrency: number;
   /**
-   * Who checks slices whose writer recorded their CRC32Cs (--slice-checks): `gateway`, the worker
-   * checksums them; `client`, the worker takes the recorded CRC32Cs as the slices' checksums
-   * (the frames carry them and the client checks them).
-   */
-  readonly sliceChecks: 'gateway' | 'client';
-  /**
    * Cancellation without a channel per task: the main thread stores a cancelled task's id in
    * `cancelFlags[id % length]` (checked when a task starts and between reads) and posts the id on
    * the BroadcastChannel of this name (aborts the reads in flight).
@@ -102,6 +96,13 @@ export interface ChunkRun {
   readonly layerBytes: number;
   readonly first: number;
   readonly end: number;
+  /**
+   * `client` (--slice-checks client, a request's own reads): a slice whose writer recorded its
+   * CRC32C is not checksummed; the recorded value is taken as its checksum, the frames carry it
+   * and the client checks it. Absent: the worker checksums every slice and checks it (reads that
+   * no client sees, such as a pack's, are always checked here).
+   */
+  readonly sliceChecks?: 'client' | undefined;
 }
 
 /**

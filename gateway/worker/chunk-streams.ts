@@ -222,12 +222,8 @@ export class ChunkStreams {
   #settle!: (error?: ReadError) => void;
   readonly finished: Promise<void>;
 
-  /** `client`: a slice whose writer recorded its CRC32C is not checksummed here (--slice-checks, read-worker.ts checksumSlices). */
-  readonly #sliceChecks: 'gateway' | 'client';
-
-  constructor(task: StreamTask, sockets: SocketRangeClient, signal: AbortSignal, sliceChecks: 'gateway' | 'client' = 'gateway') {
+  constructor(task: StreamTask, sockets: SocketRangeClient, signal: AbortSignal) {
     this.#task = task;
-    this.#sliceChecks = sliceChecks;
     this.sockets = sockets;
     this.signal = signal;
     this.#port = task.port;
@@ -335,7 +331,7 @@ export class ChunkStreams {
     const crcs = new Uint32Array(chunks);
     for (let chunk = 0; chunk < chunks; chunk++) {
       const expected = this.#recorded[chunk];
-      if (expected && this.#sliceChecks === 'client') {
+      if (expected && task.sliceChecks === 'client') {
         crcs[chunk] = expected[layer] as number; // the frame carries it; the client checks it
         continue;
       }

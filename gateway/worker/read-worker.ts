@@ -56,7 +56,7 @@ function streamClient(): SocketRangeClient {
 async function runStreamTask(task: StreamTask, signal: AbortSignal): Promise<StreamResult> {
   const started = performance.now();
   try {
-    const streams = new ChunkStreams(task, streamClient(), signal, init.sliceChecks);
+    const streams = new ChunkStreams(task, streamClient(), signal);
     await streams.start();
     return { ok: true, reads: streams.reads, retries: streams.retries, readMs: performance.now() - started };
   } catch (error) {
@@ -138,7 +138,7 @@ function checksumSlices(task: ReadTask, layout: TaskLayout, region: Uint8Array, 
   const chunks = task.keys.length;
   const expected = recorded.map((value) => decodeLayerCrcs(value, task.layers));
   const verified = expected.every((crcs) => crcs !== undefined);
-  if (init.sliceChecks === 'client' && verified) {
+  if (task.sliceChecks === 'client' && verified) {
     const crcs = new Uint32Array(chunks * layout.layers);
     for (let chunk = 0; chunk < chunks; chunk++) {
       const writer = expected[chunk] as number[];
