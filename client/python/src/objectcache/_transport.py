@@ -79,14 +79,18 @@ def _json_answer(data: bytes, operation: str) -> Dict[str, Any]:
     return answer
 
 
-def _early_refusal(conn: http.client.HTTPConnection) -> Optional[http.client.HTTPResponse]:
+def _early_refusal(conn: http.client.HTTPConnection, reused: bool) -> Optional[http.client.HTTPResponse]:
     """The refusal a server sent before it closed a request whose body was still being sent, or
-    None (nothing arrived, or not a refusal: a half-sent request never succeeded)."""
+    None (nothing arrived, or not a refusal: a half-sent request never succeeded). On a reused
+    connection only the gateway's own refusal counts (it names its error code): anything else may
+    be what a proxy wrote before closing the idle connection, and the request is sent again."""
     try:
         response = conn.getresponse()
     except (OSError, http.client.HTTPException):
         return None
     if response.status < 400:
+        return None
+    if reused and response.getheader("x-objectcache-error-code") is None:
         return None
     return response
 
@@ -132,7 +136,7 @@ class Transport:
                 except (ConnectionResetError, BrokenPipeError):
                     # A refusal from the request line comes before the body is read: the gateway
                     # drains some of it, answers and closes. That answer, if it arrived, is the one.
-                    early_response = _early_refusal(conn)
+                    early_response = _early_refusal(conn, reused)
                     if early_response is None:
                         raise
                     response, early = early_response, True
