@@ -55,19 +55,17 @@ export function restReader(s: RestReads): ReadRest {
       versions: r.versions,
     });
     const build = new FrameBuilder({ layerBytes: descriptor.layerBytes, encoded });
-    try {
-      for (let u = 0; u < units.length; u++) {
-        const reads = await readAhead.unit(u);
+    // Each unit's blocks go back once `take` has copied them; the read-ahead is closed once all are taken, or one failed.
+    return readAhead.serve(async (reads) => {
+      for (let unit = await reads.next(); !unit.done; unit = await reads.next()) {
         await r.take(
-          reads,
-          build.layerFrames(reads).map((frame) => slicesOf(frame, encoded)),
+          unit.value.reads,
+          build.layerFrames(unit.value.reads).map((frame) => slicesOf(frame, encoded)),
         );
-        readAhead.recycle(u);
-        readAhead.release(u);
+        unit.value.flushed();
+        unit.value.sent();
       }
       return readAhead.verified;
-    } finally {
-      await readAhead.close();
-    }
+    });
   };
 }
