@@ -18,28 +18,46 @@ import { descriptorOf, reference, seedPrefix } from './helpers/kv.js';
 const minio = inject('minio');
 const S = 4096;
 
+/** Flips one byte of `key`'s object in the store itself (the gateway's data directory, or MinIO) at `offset`, keeping its metadata (the writer's CRC32Cs). */
+async function corruptStored(backend: BackendKind, gw: TestGateway, bucket: string, key: string, offset: number): Promise<void> {
+  if (backend === 'local') {
+    const fh = await open(join(gw.dataDir as string, objectRelativePath(bucket, key)), 'r+');
+    const byte = Buffer.alloc(1);
+    await fh.read(byte, 0, 1, offset);
+    byte[0] = (byte[0] as number) ^ 0x55;
+    await fh.write(byte, 0, 1, offset);
+    await fh.close();
+    return;
+  }
+  const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+  const got = await direct.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
+  const bytes = Buffer.from(await (got.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
+  bytes[offset] = (bytes[offset] as number) ^ 0x55;
+  await direct.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: bytes, Metadata: got.Metadata ?? {} }));
+  direct.destroy();
+}
+
+/** Fetches a 3-chunk prefix of each layout in each mode; each answer must be byte-exact and writer-verified, then `check`ed. */
+async function fetchEveryLayoutAndMode(
+  client: ObjectCacheClient,
+  check: (result: Awaited<ReturnType<ObjectCacheClient['fetch']>>, layout: 'KV_L2TD' | 'KV_2LTD', mode: 'layerwise' | 'chunkwise') => void = () => {},
+): Promise<void> {
+  for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
+    const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout });
+    for (const mode of ['layerwise', 'chunkwise'] as const) {
+      const result = await client.fetch(descriptorOf(prefix, { mode }));
+      expect(result.summary.verified).toBe(true);
+      expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+      check(result, layout, mode);
+    }
+  }
+}
+
 describe.each<BackendKind>(['local', 's3'])('end-to-end integrity (%s backend)', (backend) => {
   let gw: TestGateway;
   let client: ObjectCacheClient;
 
-  /** Flips one byte of `key`'s stored object at `offset`, keeping its metadata. */
-  async function corrupt(key: string, offset: number): Promise<void> {
-    if (backend === 'local') {
-      const fh = await open(join(gw.dataDir as string, objectRelativePath(client.bucket, key)), 'r+');
-      const byte = Buffer.alloc(1);
-      await fh.read(byte, 0, 1, offset);
-      byte[0] = (byte[0] as number) ^ 0x55;
-      await fh.write(byte, 0, 1, offset);
-      await fh.close();
-      return;
-    }
-    const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
-    const got = await direct.send(new GetObjectCommand({ Bucket: client.bucket, Key: key }));
-    const bytes = Buffer.from(await (got.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
-    bytes[offset] = (bytes[offset] as number) ^ 0x55;
-    await direct.send(new PutObjectCommand({ Bucket: client.bucket, Key: key, Body: bytes, Metadata: got.Metadata ?? {} }));
-    direct.destroy();
-  }
+  const corrupt = (key: string, offset: number): Promise<void> => corruptStored(backend, gw, client.bucket, key, offset);
 
   beforeAll(async () => {
     // One layer per read group, so layer 2 is read after the stream has begun.
@@ -54,14 +72,7 @@ describe.each<BackendKind>(['local', 's3'])('end-to-end integrity (%s backend)',
   });
 
   it('verifies every slice of checksummed chunks, in both modes and layouts', async () => {
-    for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
-      const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout });
-      for (const mode of ['layerwise', 'chunkwise'] as const) {
-        const result = await client.fetch(descriptorOf(prefix, { mode }));
-        expect(result.summary.verified).toBe(true);
-        expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
-      }
-    }
+    await fetchEveryLayoutAndMode(client);
   });
 
   it('serves chunks without checksums and says they were not verified', async () => {
@@ -120,19 +131,13 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
   });
 
   it('delivers every slice byte-exact with its writer-recorded checksums, in both modes and layouts, grouped and streamed', async () => {
-    for (const layout of ['KV_L2TD', 'KV_2LTD'] as const) {
-      const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout });
-      for (const mode of ['layerwise', 'chunkwise'] as const) {
-        const result = await client.fetch(descriptorOf(prefix, { mode }));
-        expect(result.summary.verified).toBe(true);
-        expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
-        // Streamed (two reads a chunk per half: the first layer, then the rest) only for layerwise
-        // GETs from the S3 store; grouped reads make one a chunk per half for each layer group.
-        const halves = layout === 'KV_2LTD' ? 2 : 1;
-        const streamed = backend === 's3' && mode === 'layerwise';
-        expect(result.summary.backendReads).toBe(streamed ? 3 * 2 * halves : result.summary.plan.length * 3 * halves);
-      }
-    }
+    await fetchEveryLayoutAndMode(client, (result, layout, mode) => {
+      // Streamed (two reads a chunk per half: the first layer, then the rest) only for layerwise
+      // GETs from the S3 store; grouped reads make one a chunk per half for each layer group.
+      const halves = layout === 'KV_2LTD' ? 2 : 1;
+      const streamed = backend === 's3' && mode === 'layerwise';
+      expect(result.summary.backendReads).toBe(streamed ? 3 * 2 * halves : result.summary.plan.length * 3 * halves);
+    });
   });
 
   it('still checksums chunks without recorded CRC32Cs', async () => {
@@ -145,7 +150,7 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
   it('leaves a flipped byte to the client: OC_ERR_CLIENT_CRC naming the layer, the bytes never delivered as data', async () => {
     for (const mode of ['layerwise', 'chunkwise'] as const) {
       const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
-      await corruptThrough(gw, client, prefix.keys[1] as string, 2 * S + 17);
+      await corruptStored(backend, gw, client.bucket, prefix.keys[1] as string, 2 * S + 17);
       const ready: number[] = [];
       const failure = await client.fetch(descriptorOf(prefix, { mode }), { onLayerReady: (layer) => ready.push(layer) }).catch((e: unknown) => e);
       expect(failure).toBeInstanceOf(ObjectCacheError);
@@ -170,7 +175,7 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
     expect(Buffer.from(fromSegment.target).equals(Buffer.from(reference(sound)))).toBe(true);
     // A corrupt chunk: the client's check fails the request, and the pack's own reads refuse the chunk.
     const corrupt = await seedPrefix(client, { chunks: 7, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
-    await corruptThrough(gw, client, corrupt.keys[3] as string, S + 5);
+    await corruptStored(backend, gw, client.bucket, corrupt.keys[3] as string, S + 5);
     const [packed, abandoned] = [await events('packed'), await events('abandoned')];
     const failure = await client.fetch(descriptorOf(corrupt, { mode: 'layerwise' }), { transport: 'post' }).catch((e: unknown) => e);
     expect((failure as ObjectCacheError).code).toBe('OC_ERR_CLIENT_CRC');
@@ -178,13 +183,3 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
     expect(await events('packed')).toBe(packed);
   });
 });
-
-/** Flips one byte of `key`'s stored object at `offset` through the gateway, keeping its metadata (the writer's CRC32Cs). */
-async function corruptThrough(gw: TestGateway, client: ObjectCacheClient, key: string, offset: number): Promise<void> {
-  const s3 = sdkClient(gw.url);
-  const got = await s3.send(new GetObjectCommand({ Bucket: client.bucket, Key: key }));
-  const bytes = Buffer.from(await (got.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray());
-  bytes[offset] = (bytes[offset] as number) ^ 0x55;
-  await s3.send(new PutObjectCommand({ Bucket: client.bucket, Key: key, Body: bytes, Metadata: got.Metadata ?? {} }));
-  s3.destroy();
-}
