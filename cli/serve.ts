@@ -1,8 +1,15 @@
 /**
  * `objectcache serve`: validated settings in, a running gateway out, stopped on SIGINT/SIGTERM.
+ * One process with --processes 1; else the primary (gateway/cluster/primary.ts), which runs this
+ * same command again as each serving process and, on the embedded store, as the store process.
  */
+import cluster from 'node:cluster';
+import { startPrimary } from '../gateway/cluster/primary.js';
+import { runServing, SERVING_ENV } from '../gateway/cluster/serving.js';
+import { runStoreProcess, STORE_ENV, STORE_URL_ENV, storeBackend } from '../gateway/cluster/store-process.js';
 import { loadServeConfig, serveHelp, TRIAL_SECRET } from '../gateway/common/config.js';
 import { createLogger } from '../gateway/common/logger.js';
+import { loadStateKey } from '../gateway/common/state-key.js';
 import { startGateway } from '../gateway/pipeline/server.js';
 
 export async function runServe(argv: readonly string[]): Promise<number> {
@@ -12,6 +19,23 @@ export async function runServe(argv: readonly string[]): Promise<number> {
   }
   const config = loadServeConfig([...argv], process.env);
   const logger = createLogger(config.logLevel);
+  if (process.env[STORE_ENV] !== undefined && process.send) {
+    await runStoreProcess(config, logger.child({ process: 'store' }));
+    return 0;
+  }
+  const serving = process.env[SERVING_ENV];
+  if (cluster.isWorker && serving !== undefined) {
+    const storeUrl = process.env[STORE_URL_ENV];
+    // On the embedded store the store process owns the data directory: reached as S3, signed with
+    // the state key of the directory (gateway/cluster/store-process.ts).
+    await runServing({
+      config: storeUrl ? { ...config, backend: storeBackend(config, storeUrl) } : config,
+      logger: logger.child({ process: Number(serving) }),
+      ...(storeUrl ? { stateKey: loadStateKey(config.stateKey, config.backend) } : {}),
+    });
+    await new Promise<void>((resolve) => logger.flush(() => resolve()));
+    return 0;
+  }
   if (config.clientCredentials.some((c) => c.secretAccessKey === TRIAL_SECRET)) {
     logger.warn('serving with the published trial secret (allowed on loopback only); set OBJECTCACHE_ACCESS_KEY and OBJECTCACHE_SECRET_KEY for anything but a local trial');
   }
@@ -26,11 +50,11 @@ export async function runServe(argv: readonly string[]): Promise<number> {
   }
   // Names no key but the administrator's may use: the store's own APIs and the gateways' own state.
   logger.info({ reserved: [...config.reservedBuckets].sort() }, 'reserved bucket names (refused to every key but the administrator)');
-  const gateway = await startGateway(config, { logger });
+  const gateway = config.processes > 1 ? await startPrimary(config, logger) : await startGateway(config, { logger });
   await new Promise<void>((resolve) => {
     const stop = (signal: string): void => {
       logger.info({ signal }, 'shutting down');
-      gateway.close().then(resolve, resolve);
+      ('stop' in gateway ? gateway.stop() : gateway.close()).then(resolve, resolve);
     };
     process.once('SIGINT', () => stop('SIGINT'));
     process.once('SIGTERM', () => stop('SIGTERM'));

@@ -21,13 +21,70 @@ import { ObjectCacheError } from '../../schemas/errors.js';
 import type { ClientCredential, ConnectionLimits } from '../common/config.js';
 import type { FifoBudget } from '../common/fifo-budget.js';
 
+/** Gives back what was taken, once (later calls do nothing). */
+export type Release = () => void;
+
+/**
+ * What must be one across the gateway's serving processes: each key's share of requests and of
+ * layerwise slots, the layerwise slots in all, and the check of the buffered-byte budget. One
+ * process holds them in `SharedSlots`; with several, the others reach the primary's
+ * (gateway/cluster/remote.ts). Each call throws (or rejects with) the refusal.
+ */
+export interface AdmissionSlots {
+  /** A request of the key, as it was signed (KeyLimits.admit). */
+  request(key: string, by: SignedBy): Release | Promise<Release>;
+  /** A descriptor GET's slot: the gateway's, the key's, and only while buffered bytes have room. */
+  descriptorGet(key: string): Release | Promise<Release>;
+}
+
+/** The slots themselves: the gateway's layerwise slots and the keys' shares, over the byte budget. */
+export class SharedSlots implements AdmissionSlots {
+  readonly #keys: KeyLimits;
+  readonly #maxDescriptorGets: number;
+  readonly #budget: FifoBudget;
+  #descriptorGets = 0;
+
+  constructor(keys: KeyLimits, maxDescriptorGets: number, budget: FifoBudget) {
+    this.#keys = keys;
+    this.#maxDescriptorGets = maxDescriptorGets;
+    this.#budget = budget;
+  }
+
+  /** Descriptor GETs being served now (a metric). */
+  get descriptorGets(): number {
+    return this.#descriptorGets;
+  }
+
+  request(key: string, by: SignedBy): Release {
+    return this.#keys.admit(key, by);
+  }
+
+  descriptorGet(key: string): Release {
+    if (this.#descriptorGets >= this.#maxDescriptorGets) {
+      throw new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', `The gateway is serving its limit of ${this.#maxDescriptorGets} layerwise GETs; retry shortly`, { retryable: true });
+    }
+    const own = this.#keys.layerwiseRefusal(key);
+    if (own) throw own;
+    if (this.#budget.used >= this.#budget.capacity)
+      throw new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
+    this.#descriptorGets++;
+    const slot = this.#keys.takeLayerwise(key);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#descriptorGets--;
+      slot();
+    };
+  }
+}
+
 export interface AdmissionOptions {
+  /** This process's backend connections, shared among the keys. */
   readonly keys: KeyLimits;
-  /** --max-descriptor-gets: descriptor GETs served at once. */
-  readonly maxDescriptorGets: number;
-  /** The gateway-wide budget of bytes read and not yet sent. */
-  readonly budget: FifoBudget;
-  /** Whether the read workers' queue is full. */
+  /** The slots every serving process shares. */
+  readonly slots: AdmissionSlots;
+  /** Whether this process's read workers' queue is full. */
   readonly poolSaturated: () => boolean;
 }
 
@@ -36,24 +93,18 @@ export const THROTTLING: ReadonlySet<string> = new Set(['OC_ERR_ADMISSION_LIMIT'
 
 export class Admission {
   readonly #o: AdmissionOptions;
-  #descriptorGets = 0;
 
   constructor(options: AdmissionOptions) {
     this.#o = options;
   }
 
-  /** Descriptor GETs being served now (a metric). */
-  get descriptorGets(): number {
-    return this.#descriptorGets;
-  }
-
-  /** A request of the key, as it was signed; throws OC_ERR_KEY_CONCURRENCY past its share. Returns its release. */
-  request(credential: ClientCredential, by: SignedBy): () => void {
-    return this.#o.keys.admit(credential, by);
+  /** A request of the key, as it was signed; rejects with OC_ERR_KEY_CONCURRENCY past its share. Resolves to its release. */
+  async request(credential: ClientCredential, by: SignedBy): Promise<Release> {
+    return this.#o.slots.request(credential.accessKeyId, by);
   }
 
   /** A backend connection for a passthrough of the key; returns its release. */
-  backendConnection(credential: ClientCredential): () => void {
+  backendConnection(credential: ClientCredential): Release {
     return this.#o.keys.takeBackend(credential);
   }
 
@@ -63,34 +114,16 @@ export class Admission {
   }
 
   /**
-   * A descriptor GET's slot; throws the refusal (OC_ERR_ADMISSION_LIMIT, OC_ERR_KEY_CONCURRENCY,
-   * OC_ERR_POOL_BUSY) when it cannot be served now. Returns its release, to call once.
+   * A descriptor GET's slot; rejects with the refusal (OC_ERR_ADMISSION_LIMIT, OC_ERR_KEY_CONCURRENCY,
+   * OC_ERR_POOL_BUSY) when it cannot be served now. Resolves to its release, to call once.
    */
-  descriptorGet(credential: ClientCredential): () => void {
-    const refusal = this.#descriptorGetRefusal(credential);
-    if (refusal) throw refusal;
-    this.#descriptorGets++;
-    const slot = this.#o.keys.takeLayerwise(credential);
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      this.#descriptorGets--;
-      slot();
-    };
-  }
-
-  #descriptorGetRefusal(credential: ClientCredential): ObjectCacheError | undefined {
-    const o = this.#o;
-    if (this.#descriptorGets >= o.maxDescriptorGets) {
-      return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', `The gateway is serving its limit of ${o.maxDescriptorGets} layerwise GETs; retry shortly`, { retryable: true });
+  async descriptorGet(credential: ClientCredential): Promise<Release> {
+    const release = await this.#o.slots.descriptorGet(credential.accessKeyId);
+    if (this.#o.poolSaturated()) {
+      release();
+      throw new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
     }
-    const own = o.keys.layerwiseRefusal(credential);
-    if (own) return own;
-    if (o.budget.used >= o.budget.capacity)
-      return new ObjectCacheError('OC_ERR_ADMISSION_LIMIT', 'The gateway holds its limit of buffered bytes; retry shortly', { retryable: true });
-    if (o.poolSaturated()) return new ObjectCacheError('OC_ERR_POOL_BUSY', 'The gateway is busy; retry shortly', { retryable: true });
-    return undefined;
+    return release;
   }
 }
 
@@ -171,12 +204,11 @@ export class KeyLimits {
   }
 
   /**
-   * Counts a request of `credential`; throws OC_ERR_KEY_CONCURRENCY past the key's share (or, for
+   * Counts a request of the key; throws OC_ERR_KEY_CONCURRENCY past the key's share (or, for
    * a presigned URL or a form, past the share of those). The returned function gives the place
    * back, once.
    */
-  admit(credential: ClientCredential, by: SignedBy = 'signed'): () => void {
-    const key = credential.accessKeyId;
+  admit(key: string, by: SignedBy = 'signed'): Release {
     const delegated = by !== 'signed';
     const refusal = this.#requests.refusal(key) ?? (delegated ? this.#delegated.refusal(key) : undefined);
     if (refusal) throw refusal;
@@ -222,14 +254,14 @@ export class KeyLimits {
     return { acquire: (signal) => this.#backend.take(key, signal), release: () => this.#backend.give(key) };
   }
 
-  /** Why `credential` may not take another layerwise slot, or undefined (admission control checks it in its order). */
-  layerwiseRefusal(credential: ClientCredential): ObjectCacheError | undefined {
-    return this.#layerwise.refusal(credential.accessKeyId);
+  /** Why the key may not take another layerwise slot, or undefined (admission control checks it in its order). */
+  layerwiseRefusal(key: string): ObjectCacheError | undefined {
+    return this.#layerwise.refusal(key);
   }
 
-  /** Takes a layerwise slot for `credential` once admitted; the returned function gives it back, once. */
-  takeLayerwise(credential: ClientCredential): () => void {
-    return this.#layerwise.take(credential.accessKeyId);
+  /** Takes a layerwise slot for the key once admitted; the returned function gives it back, once. */
+  takeLayerwise(key: string): Release {
+    return this.#layerwise.take(key);
   }
 }
 

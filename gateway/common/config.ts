@@ -372,6 +372,16 @@ export const SERVE_SETTINGS = {
     description:
       'Lifetime of the eviction lease: one gateway at a time trims; another takes over this long after the holder stops renewing it (at least three --capacity-sync-ms).',
   },
+  processes: {
+    flag: 'processes',
+    env: 'OBJECTCACHE_PROCESSES',
+    kind: 'integer',
+    default: 'auto',
+    min: 1,
+    max: 256,
+    description:
+      'Serving processes on the one S3 port (auto: the cores this process may use). They share one view of the admission slots, per-key limits, buffered-byte budget and bandwidth scheduler, held by the primary process; a process that dies is replaced (docs/architecture.md, section 1).',
+  },
   workers: {
     flag: 'workers',
     env: 'OBJECTCACHE_WORKERS',
@@ -379,7 +389,7 @@ export const SERVE_SETTINGS = {
     default: 'auto',
     min: 1,
     max: 64,
-    description: 'Read worker threads (auto: the number of cores minus one for the main thread, 1 to 4).',
+    description: 'Read worker threads of each serving process (auto: the cores left after one main thread per serving process, split among the processes, 1 to 4 each).',
   },
   workerQueue: {
     flag: 'worker-queue',
@@ -741,9 +751,9 @@ export interface S3BackendOptions {
   readonly timeoutMs: number;
 }
 
-/** One core is left to the main thread (CRC and socket writes); 1 to 4 read workers. */
-export function defaultWorkerCount(): number {
-  return Math.max(1, Math.min(4, availableParallelism() - 1));
+/** One core is left to each serving process's main thread (socket writes); the rest is split among them, 1 to 4 read workers each. */
+export function defaultWorkerCount(processes = 1): number {
+  return Math.max(1, Math.min(4, Math.floor(availableParallelism() / processes) - 1));
 }
 
 /** Packed segments (gateway/segments/; docs/segments.md). */
@@ -791,6 +801,8 @@ export interface GatewayConfig {
   /** Longest SigV2 presigned URL lifetime in seconds; 0: no limit. */
   readonly sigV2MaxExpiresSeconds: number;
   readonly logLevel: LogLevel;
+  /** --processes: serving processes on the S3 port (gateway/cluster/). */
+  readonly processes: number;
   readonly descriptorGet: DescriptorGetConfig;
   /** Undefined when --cap is unlimited. */
   readonly scheduler: SchedulerConfig | undefined;
@@ -1300,6 +1312,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     );
   }
 
+  const processes = raw.processes === 'auto' ? availableParallelism() : integer('processes', raw);
   const multipartExpiryMs = parseDuration('multipartExpiry', raw);
   const capacity = loadCapacity(raw, multipartExpiryMs);
   const segments = loadSegments(raw);
@@ -1346,8 +1359,9 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     deprecatedSettings: deprecated,
     sigV2MaxExpiresSeconds: integer('sigV2MaxExpiresSeconds', raw),
     logLevel: logLevel as LogLevel,
+    processes,
     descriptorGet: {
-      workers: raw.workers === 'auto' ? defaultWorkerCount() : integer('workers', raw),
+      workers: raw.workers === 'auto' ? defaultWorkerCount(processes) : integer('workers', raw),
       workerQueue: integer('workerQueue', raw),
       readConcurrency: integer('readConcurrency', raw),
       readBytes: integer('readBytes', raw),

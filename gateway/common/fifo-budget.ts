@@ -6,13 +6,22 @@
  * else is held, so one oversized task cannot deadlock a request.
  */
 
+/**
+ * The gateway-wide budget of bytes read and not yet sent, as the data path uses it: a FifoBudget
+ * in one process, the primary's through gateway/cluster/remote.ts with several.
+ */
+export interface ByteBudget {
+  acquire(units: number, signal?: AbortSignal): Promise<void>;
+  release(units: number): void;
+}
+
 interface Waiter {
   readonly units: number;
   readonly resolve: () => void;
   readonly reject: (error: unknown) => void;
 }
 
-export class FifoBudget {
+export class FifoBudget implements ByteBudget {
   readonly capacity: number;
   #used = 0;
   readonly #waiters: Waiter[] = [];

@@ -39,12 +39,18 @@ export interface GatewayMetrics {
   watchSegments(segments: SegmentGauges | undefined): void;
 }
 
-export interface MetricSources {
-  readonly backend: () => BackendStats | undefined;
-  readonly pool: () => ReaderPoolStats;
+/** What the shared gauges read (registerSharedGauges). */
+export interface SharedSources {
   readonly bufferedBytes: () => number;
   readonly scheduler: () => SchedulerSnapshot | undefined;
   readonly activeLayerwise: () => number;
+}
+
+export interface MetricSources {
+  readonly backend: () => BackendStats | undefined;
+  readonly pool: () => ReaderPoolStats;
+  /** Absent in a serving process of several: the primary registers them (registerSharedGauges). */
+  readonly shared?: SharedSources;
 }
 
 export function createMetrics(sources: MetricSources): GatewayMetrics {
@@ -155,14 +161,6 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
       this.set(sources.pool().running);
     },
   });
-  new Gauge({
-    name: 'objectcache_buffered_bytes',
-    help: 'Bytes read by layerwise GETs and not yet sent.',
-    registers,
-    collect() {
-      this.set(sources.bufferedBytes());
-    },
-  });
 
   // --- layerwise GETs and the scheduler ---
   const modes = new Counter({ name: 'objectcache_mode_decisions_total', help: 'Layerwise GETs by the delivery mode chosen.', labelNames: ['mode'] as const, registers });
@@ -184,67 +182,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers,
   });
-  new Gauge({
-    name: 'objectcache_layerwise_active_requests',
-    help: 'Layerwise and chunkwise GETs being served.',
-    registers,
-    collect() {
-      this.set(sources.activeLayerwise());
-    },
-  });
-  new Gauge({
-    name: 'objectcache_scheduler_queued_requests',
-    help: 'Layerwise GETs waiting for an epoch admission.',
-    registers,
-    collect() {
-      this.set(sources.scheduler()?.pending ?? 0);
-    },
-  });
-  new Gauge({
-    name: 'objectcache_scheduler_cap_bytes_per_second',
-    help: 'The bandwidth cap B shared by layerwise GETs (0 when unlimited).',
-    registers,
-    collect() {
-      this.set(sources.scheduler()?.capBytesPerSec ?? 0);
-    },
-  });
-  new Gauge({
-    name: 'objectcache_scheduler_cap_in_use_bytes_per_second',
-    help: 'Sum of the rates granted to layerwise GETs in flight.',
-    registers,
-    collect() {
-      this.set(sources.scheduler()?.capInUseBytesPerSec ?? 0);
-    },
-  });
-  new Counter({
-    name: 'objectcache_scheduler_epochs_total',
-    help: 'Scheduling epochs that have passed.',
-    registers,
-    collect() {
-      this.reset();
-      this.inc(sources.scheduler()?.epoch ?? 0);
-    },
-  });
-  new Gauge({
-    name: 'objectcache_scheduler_granted_rate_bytes_per_second',
-    help: 'Rate granted to the layerwise GETs in flight, summed by tenant.',
-    labelNames: ['tenant'] as const,
-    registers,
-    collect() {
-      this.reset();
-      for (const a of sources.scheduler()?.active ?? []) this.inc({ tenant: a.tenant }, a.rateBytesPerSec);
-    },
-  });
-  new Gauge({
-    name: 'objectcache_scheduler_predicted_stall_seconds',
-    help: 'Predicted stall per layer at the granted rate (docs/scheduler.md), summed over the tenant\u2019s GETs in flight.',
-    labelNames: ['tenant'] as const,
-    registers,
-    collect() {
-      this.reset();
-      for (const a of sources.scheduler()?.active ?? []) this.inc({ tenant: a.tenant }, a.predictedStallMsPerLayer / 1000);
-    },
-  });
+
+  if (sources.shared) registerSharedGauges(registry, sources.shared);
 
   // Tenants come from descriptors; the label set is bounded so no client can grow the registry
   // without limit. Tenants beyond the first MAX_TENANT_LABELS are counted as "other".
@@ -451,4 +390,82 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
       watchedSegments = s;
     },
   };
+}
+
+/**
+ * Gauges of what the serving processes share (gateway/cluster/): the buffered-byte budget, the
+ * layerwise slots and the scheduler. Registered where those live: in the one process's registry,
+ * or in the primary's with several (so one scrape counts each once).
+ */
+export function registerSharedGauges(registry: Registry, sources: SharedSources): void {
+  const registers = [registry];
+  new Gauge({
+    name: 'objectcache_buffered_bytes',
+    help: 'Bytes read by layerwise GETs and not yet sent.',
+    registers,
+    collect() {
+      this.set(sources.bufferedBytes());
+    },
+  });
+  new Gauge({
+    name: 'objectcache_layerwise_active_requests',
+    help: 'Layerwise and chunkwise GETs being served.',
+    registers,
+    collect() {
+      this.set(sources.activeLayerwise());
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_queued_requests',
+    help: 'Layerwise GETs waiting for an epoch admission.',
+    registers,
+    collect() {
+      this.set(sources.scheduler()?.pending ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_cap_bytes_per_second',
+    help: 'The bandwidth cap B shared by layerwise GETs (0 when unlimited).',
+    registers,
+    collect() {
+      this.set(sources.scheduler()?.capBytesPerSec ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_cap_in_use_bytes_per_second',
+    help: 'Sum of the rates granted to layerwise GETs in flight.',
+    registers,
+    collect() {
+      this.set(sources.scheduler()?.capInUseBytesPerSec ?? 0);
+    },
+  });
+  new Counter({
+    name: 'objectcache_scheduler_epochs_total',
+    help: 'Scheduling epochs that have passed.',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(sources.scheduler()?.epoch ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_granted_rate_bytes_per_second',
+    help: 'Rate granted to the layerwise GETs in flight, summed by tenant.',
+    labelNames: ['tenant'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const a of sources.scheduler()?.active ?? []) this.inc({ tenant: a.tenant }, a.rateBytesPerSec);
+    },
+  });
+  new Gauge({
+    name: 'objectcache_scheduler_predicted_stall_seconds',
+    help: 'Predicted stall per layer at the granted rate (docs/scheduler.md), summed over the tenant\u2019s GETs in flight.',
+    labelNames: ['tenant'] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const a of sources.scheduler()?.active ?? []) this.inc({ tenant: a.tenant }, a.predictedStallMsPerLayer / 1000);
+    },
+  });
 }

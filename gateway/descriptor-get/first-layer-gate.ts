@@ -5,7 +5,15 @@
  * Measured without it: next to one streamed GET, three grouped ones had their first layer at a
  * median 3.8 s against 1.0 s with all four grouped.
  */
-export class FirstLayerGate {
+/** The gate as the data path uses it: a FirstLayerGate in one process, the primary's with several. */
+export interface FirstLayers {
+  /** A GET starts reading its first layer group; call the result once it is in (or failed), once. */
+  begin(): () => void;
+  /** Runs `go` once no GET waits for its first layer group, or after the gate's longest hold. */
+  whenClear(go: () => void): void;
+}
+
+export class FirstLayerGate implements FirstLayers {
   /** The longest a streamed GET's layer buffer is held back. */
   readonly maxHoldMs: number;
   #pending = 0;

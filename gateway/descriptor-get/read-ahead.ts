@@ -19,7 +19,7 @@ import type { Delivery } from '../../schemas/descriptor.js';
 import type { Layout } from '../../schemas/layouts.js';
 import type { SliceChecks } from '../common/config.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
-import { FifoBudget } from '../common/fifo-budget.js';
+import { FifoBudget, type ByteBudget } from '../common/fifo-budget.js';
 import { deferred, type Deferred } from './deferred.js';
 import type { EncodedChunks } from './encoded-chunks.js';
 import { SEGMENT_BROKEN, type SegmentSource } from './segment-source.js';
@@ -70,7 +70,7 @@ export interface ReadAheadOptions {
   /** This request's read-ahead window (bytes). */
   readonly windowBytes: number;
   /** The gateway-wide budget of read but unsent bytes. */
-  readonly budget: FifoBudget;
+  readonly budget: ByteBudget;
   /** The request's tasks kept in the pool at once. */
   readonly tasksInFlight: number;
   /** Read nothing beyond unit 0 until it is complete (layer 0 gets every worker slot). */

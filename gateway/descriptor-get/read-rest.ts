@@ -4,7 +4,7 @@
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
 import type { DescriptorGetConfig } from '../common/config.js';
-import type { FifoBudget } from '../common/fifo-budget.js';
+import type { ByteBudget } from '../common/fifo-budget.js';
 import { FrameBuilder, slicesOf } from './frame-stream.js';
 import type { ReadRest } from './packed-segments.js';
 import { ReadAhead, type ChunkSource } from './read-ahead.js';
@@ -19,7 +19,7 @@ export interface RestReads {
   readonly config: DescriptorGetConfig;
   readonly pool: ReaderPool;
   /** The gateway-wide budget of read but unsent bytes. */
-  readonly budget: FifoBudget;
+  readonly budget: ByteBudget;
 }
 
 /**

@@ -28,7 +28,7 @@ import { SEGMENT_CHUNKS_HEADER, type Descriptor } from '../../schemas/descriptor
 import { SEGMENTED_STREAM_CONTENT_TYPE, STREAM_CONTENT_TYPE } from '../../schemas/frames.js';
 import { chooseMode, planReads, type DeliveryMode, type PlannedReads } from './read-plan.js';
 import type { RequestContext } from '../s3/context.js';
-import type { EpochScheduler, Grant } from './scheduler/epoch-scheduler.js';
+import type { Grant, Scheduling } from './scheduler/epoch-scheduler.js';
 import { sendStream } from './frame-stream.js';
 import { ReadAhead, type ChunkSource, type UnitRead, type UnitSource } from './read-ahead.js';
 import { StreamReadAhead } from './stream-read-ahead.js';
@@ -37,15 +37,15 @@ import { encodedPayloadBytes, largestSlice, readEncodedIndex } from './encoded-i
 import type { Backend } from '../s3/backend.js';
 import type { PackedSegments, RequestSegments, SegmentPack, SegmentPlan } from './packed-segments.js';
 import type { DescriptorGetConfig } from '../common/config.js';
-import type { FifoBudget } from '../common/fifo-budget.js';
+import type { ByteBudget } from '../common/fifo-budget.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
-import type { FirstLayerGate } from './first-layer-gate.js';
+import type { FirstLayers } from './first-layer-gate.js';
 import type { ReaderPool } from './reader-pool.js';
 import { restReader } from './read-rest.js';
 
 export interface DescriptorGetDeps extends ReadDeps {
   /** Shares the egress among layerwise (not chunkwise) GETs; absent when the cap is unlimited. */
-  readonly scheduler?: EpochScheduler | undefined;
+  readonly scheduler?: Scheduling | undefined;
   /** Where encoded chunks' indexes are read (descriptors that name `codecs`): within the requesting key's share of backend connections. */
   readonly backend: Pick<Backend, 'heads'>;
   /** Packed segments (packed-segments.ts; gateway/segments/segments.ts): absent when --segments is off. */
@@ -203,10 +203,10 @@ interface ReadDeps {
   readonly backendTimeoutMs: number;
   readonly config: DescriptorGetConfig;
   /** Shared by every layerwise GET of the gateway. */
-  readonly budget: FifoBudget;
+  readonly budget: ByteBudget;
   readonly observer?: DescriptorGetObserver;
   /** Shared by every layerwise GET of the gateway: streamed GETs yield to first layers. */
-  readonly firstLayers?: FirstLayerGate;
+  readonly firstLayers?: FirstLayers;
 }
 
 interface ReadsRequest {

@@ -15,13 +15,13 @@ import type { ChunkRun, StreamLayer } from '../threads/protocol.js';
 import { fromWorkerFailure } from '../threads/read-errors.js';
 import type { ReaderPool, RunningStream, StreamRing } from './reader-pool.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
-import type { FifoBudget } from '../common/fifo-budget.js';
+import type { ByteBudget } from '../common/fifo-budget.js';
 import type { SliceChecks } from '../common/config.js';
 import { serveUnits, type ChunkSource, type TaskRead, type UnitRead, type UnitSource } from './read-ahead.js';
 import { deferred, type Deferred } from './deferred.js';
 import type { PlannedTask, ReadPlan } from './read-plan.js';
 import { RingLayout } from '../threads/task-layout.js';
-import type { FirstLayerGate } from './first-layer-gate.js';
+import type { FirstLayers } from './first-layer-gate.js';
 
 /** What is read: the request's chunks (read-ahead.ts ChunkSource), layers [first, end). */
 export type StreamGeometry = ChunkSource & Pick<ChunkRun, 'first' | 'end'>;
@@ -40,13 +40,13 @@ export interface StreamReadAheadOptions {
   /** The chunk streams it opens, reserved by the caller (ReaderPool.tryStreams) and given back by close(). */
   readonly streams: number;
   readonly windowBytes: number;
-  readonly budget: FifoBudget;
+  readonly budget: ByteBudget;
   /** Backend timeout (connect, headers, between body bytes). */
   readonly timeoutMs: number;
   readonly signal: AbortSignal;
   readonly observer?: DescriptorGetObserver | undefined;
   /** Layer buffers go back to the worker only while no GET waits for its first layer group. */
-  readonly firstLayers?: FirstLayerGate | undefined;
+  readonly firstLayers?: FirstLayers | undefined;
   /** --slice-checks (ChunkRun.sliceChecks). */
   readonly sliceChecks?: SliceChecks | undefined;
 }

@@ -20,7 +20,8 @@ import { MAX_REPORT_TOP } from '../capacity/capacity.js';
 export interface AdminOptions {
   readonly host: string;
   readonly port: number;
-  readonly registry: Registry;
+  /** What /metrics serves: this process's registry, or the primary's aggregate of every serving process's (gateway/cluster/primary.ts). */
+  readonly registry: Pick<Registry, 'metrics' | 'contentType'>;
   readonly ready: () => Promise<boolean>;
   /** The /capacity document for `?top=n` coldest chunks per bucket; undefined: no budget is set. */
   readonly capacity?: (top: number) => Promise<unknown>;

@@ -31,13 +31,13 @@ import type { Capacity } from '../capacity/capacity.js';
 import { servePin } from '../capacity/pin-request.js';
 import { serveBudgeted } from '../capacity/serve-budgeted.js';
 import type { ClientCredential, DescriptorGetConfig, GatewayConfig } from '../common/config.js';
-import type { FifoBudget } from '../common/fifo-budget.js';
+import type { ByteBudget } from '../common/fifo-budget.js';
 import type { Logger } from '../common/logger.js';
 import type { GatewayMetrics } from '../common/metrics.js';
-import type { FirstLayerGate } from '../descriptor-get/first-layer-gate.js';
+import type { FirstLayers } from '../descriptor-get/first-layer-gate.js';
 import { servePrefixLookup } from '../descriptor-get/lookup.js';
 import type { ReaderPool } from '../descriptor-get/reader-pool.js';
-import type { EpochScheduler } from '../descriptor-get/scheduler/epoch-scheduler.js';
+import type { Scheduling } from '../descriptor-get/scheduler/epoch-scheduler.js';
 import { serveDescriptorGet } from '../descriptor-get/serve-descriptor-get.js';
 import type { Segments } from '../segments/segments.js';
 import { authorizeKeys, authorizeLine, authorizeNamespace, tenantFor, type LineNeed } from '../s3/auth/access.js';
@@ -63,9 +63,9 @@ export interface Services {
   readonly backend: Backend;
   readonly pool: ReaderPool;
   /** Bytes read for descriptor GETs and not yet sent (--max-buffered-bytes). */
-  readonly budget: FifoBudget;
-  readonly scheduler: EpochScheduler | undefined;
-  readonly firstLayers: FirstLayerGate;
+  readonly budget: ByteBudget;
+  readonly scheduler: Scheduling | undefined;
+  readonly firstLayers: FirstLayers;
   readonly capacity: Capacity | undefined;
   readonly segments: Segments | undefined;
   /** Clock for SigV4 and form policies (ms since the epoch). */
@@ -117,7 +117,7 @@ export const ROUTES: Routes = {
       const descriptor: Descriptor = await readDescriptor(ctx, lw);
       authorizeKeys(credential, 's3:GetObject', bucket, descriptor.keys);
       ctx.tenant = tenantFor(credential, descriptor.tenant);
-      const release = s.admission.descriptorGet(credential);
+      const release = await s.admission.descriptorGet(credential);
       try {
         const budgeted = budgetOf(s, bucket);
         if (budgeted) {
@@ -203,7 +203,7 @@ export async function handleRequest(req: IncomingMessage, res: ServerResponse, s
     const auth = await authenticate(r, target, s);
     // The key's share first: a request its policy refuses is drained to its end (its client reads
     // the 403), and that drain holds the key's place like any request of the key.
-    r.hold(s.admission.request(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
+    r.hold(await s.admission.request(auth.credential, auth.mode === 'presigned' ? 'presigned' : 'signed'));
     const ctx = contextOf(r, auth, classified, s.config);
     const line = authorizeLine(auth.credential, req.method ?? 'GET', ctx.target, req.headers, s.config.reservedBuckets, route.authorizes);
     await route.handle(r, ctx, line, s);
@@ -312,7 +312,7 @@ async function serveForm(r: Request, target: S3Target, s: Services): Promise<voi
     maxObjectBytes: config.maxObjectBytes,
     maxFieldsBytes: config.limits.maxFormFieldsBytes,
     fieldsTimeoutMs: config.limits.headerTimeoutMs,
-    admit: (credential) => r.hold(s.admission.request(credential, 'form')),
+    admit: async (credential) => r.hold(await s.admission.request(credential, 'form')),
     now: s.now,
     storing: async (credential, key, userMeta) => {
       const budgeted = budgetOf(s, bucket);

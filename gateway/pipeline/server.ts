@@ -13,14 +13,11 @@ import { Admission, KeyLimits } from '../admission/admission.js';
 
 import { Capacity } from '../capacity/capacity.js';
 import { isLoopback, type GatewayConfig } from '../common/config.js';
-import { FifoBudget } from '../common/fifo-budget.js';
 import { createLogger, type Logger } from '../common/logger.js';
 import { createMetrics, type GatewayMetrics } from '../common/metrics.js';
 import type { BackendStats, ReaderPoolStats, SchedulerSnapshot } from '../common/observers.js';
-import { loadStateKey } from '../common/state-key.js';
-import { FirstLayerGate } from '../descriptor-get/first-layer-gate.js';
+import { loadStateKey, type StateKey } from '../common/state-key.js';
 import { ReaderPool } from '../descriptor-get/reader-pool.js';
-import { EpochScheduler } from '../descriptor-get/scheduler/epoch-scheduler.js';
 import { Segments } from '../segments/segments.js';
 import { tenantMayWrite } from '../s3/auth/access.js';
 import { RequestVerifier } from '../s3/auth/request-verifier.js';
@@ -30,25 +27,38 @@ import { errorXml } from '../s3/xml.js';
 import { startAdminServer, type AdminServer } from './admin.js';
 import { ConnectionGuard, CONNECTION_CHECK_INTERVAL_MS } from './connection-guard.js';
 import { handleRequest, type Services } from './routes.js';
+import { createShared, type SharedServices } from './shared.js';
 
 export interface GatewayDependencies {
   readonly logger?: Logger;
   /** Clock for SigV4 (ms since the epoch); tests move it. */
   readonly now?: () => number;
+  /** What the serving processes share (gateway/cluster/); default: this process's own (createShared). */
+  readonly shared?: SharedServices;
+  /** Whether this process serves the admin port (not a serving process of several, nor the store process: the primary does). */
+  readonly admin?: boolean;
+  /** What this process is, for its start-up line: the gateway (default), a serving process of several, or the store process under them. */
+  readonly role?: 'gateway' | 'serving process' | 'store process';
+  /** Share the S3 port with the other serving processes (gateway/cluster/). */
+  readonly exclusive?: boolean;
+  /** The state key, where the configured store is not the one this process reads (gateway/cluster/serving.ts). */
+  readonly stateKey?: StateKey;
 }
 
 export interface Gateway {
   /** `http://host:port` of the S3 endpoint. */
   readonly url: string;
   readonly port: number;
-  /** `http://host:port` of the admin endpoint (/healthz, /readyz, /metrics). */
+  /** `http://host:port` of the admin endpoint (/healthz, /readyz, /metrics); '' where the primary serves it. */
   readonly adminUrl: string;
   readonly metrics: GatewayMetrics;
+  /** Whether the store answers (/readyz). */
+  ready(): Promise<boolean>;
   /** Backend request counters; undefined on the embedded store. */
   backendStats(): BackendStats | undefined;
   /** Read-worker pool counters. */
   poolStats(): ReaderPoolStats;
-  /** Bytes read by layerwise GETs and not yet sent. */
+  /** Bytes read by layerwise GETs and not yet sent (the shared budget's; NaN where the primary holds it). */
   bufferedBytes(): number;
   /** The read-worker pool (diagnostics and fault tests). */
   readonly readerPool: ReaderPool;
@@ -105,19 +115,16 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     // Slots for stream tasks only where streamed reads may run (else grouped tasks keep 4 a worker).
     streamTasksPerWorker: lw.chunkReads === 'auto' ? 16 : 0,
   });
-  const budget = new FifoBudget(lw.maxBufferedBytes);
-  const firstLayers = new FirstLayerGate();
-  const scheduler = config.scheduler ? new EpochScheduler(config.scheduler) : undefined;
+  const shared = deps.shared ?? createShared(config);
+  const { budget, firstLayers, scheduler } = shared;
   const metrics = createMetrics({
     backend: () => backend.stats(),
     pool: () => pool.stats(),
-    bufferedBytes: () => budget.used,
-    scheduler: () => scheduler?.snapshot(),
-    activeLayerwise: () => admission.descriptorGets,
+    ...(shared.sources ? { shared: shared.sources } : {}),
   });
   countRetry = (kind) => metrics.backendRetries.inc({ kind });
   // What the gateways in front of the store sign their own state with (gateway/common/state-key.ts).
-  const stateKey = loadStateKey(config.stateKey, config.backend);
+  const stateKey = deps.stateKey ?? loadStateKey(config.stateKey, config.backend);
   const segments = config.segments
     ? new Segments({
         config: config.segments,
@@ -152,8 +159,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   });
   const admission = new Admission({
     keys: new KeyLimits(config.limits, config.backend.kind === 's3' ? config.backend.connections : 0),
-    maxDescriptorGets: lw.maxDescriptorGets,
-    budget,
+    slots: shared.slots,
     poolSaturated: () => pool.saturated(),
   });
 
@@ -201,17 +207,18 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   let admin: AdminServer | undefined;
   try {
     await capacity?.start();
-    server.listen(config.port, config.host);
+    server.listen({ port: config.port, host: config.host, exclusive: deps.exclusive ?? true });
     await once(server, 'listening');
-    admin = await startAdminServer({
-      host: config.metricsHost,
-      port: config.metricsPort,
-      registry: metrics.registry,
-      ready: () => backend.ready(),
-      ...(capacity ? { capacity: (top: number) => capacity.report(top) } : {}),
-      token: config.adminToken,
-      loopback: isLoopback(config.metricsHost),
-    });
+    if (deps.admin !== false)
+      admin = await startAdminServer({
+        host: config.metricsHost,
+        port: config.metricsPort,
+        registry: metrics.registry,
+        ready: () => backend.ready(),
+        ...(capacity ? { capacity: (top: number) => capacity.report(top) } : {}),
+        token: config.adminToken,
+        loopback: isLoopback(config.metricsHost),
+      });
   } catch (error) {
     server.close();
     await capacity?.close();
@@ -220,7 +227,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     throw error;
   }
   const address = server.address() as AddressInfo;
-  logger.info({ url: urlOf(address), admin: admin.url, backend: backend.description, stateKey: stateKey.origin }, 'gateway listening');
+  const role = deps.role ?? 'gateway';
+  logger.info(
+    { url: urlOf(address), admin: admin?.url, backend: backend.description, stateKey: stateKey.origin, ...(role === 'gateway' ? {} : { pid: process.pid }) },
+    `${role} listening`,
+  );
   const files = openFileLimit();
   const needed = config.limits.maxConnections + (config.backend.kind === 's3' ? config.backend.connections + lw.maxChunkStreams : 0) + 64;
   if (files !== undefined && files < needed) {
@@ -236,25 +247,26 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   return {
     url: urlOf(address),
     port: address.port,
-    adminUrl: adminServer.url,
+    adminUrl: adminServer?.url ?? '',
     metrics,
+    ready: () => backend.ready(),
     backendStats: () => backend.stats(),
     poolStats: () => pool.stats(),
     readerPool: pool,
-    bufferedBytes: () => budget.used,
-    schedulerSnapshot: () => scheduler?.snapshot(),
+    bufferedBytes: () => shared.sources?.bufferedBytes() ?? Number.NaN,
+    schedulerSnapshot: () => shared.sources?.scheduler(),
     capacity,
     segments,
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         // GETs still waiting for admission are refused now (503, retryable), not cut later.
-        scheduler?.close();
+        shared.close();
         server.closeIdleConnections();
         const timer = setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS);
         await closed;
         clearTimeout(timer);
-        await adminServer.close();
+        await adminServer?.close();
         segments?.close();
         await capacity?.close();
         await pool.close();

@@ -89,8 +89,8 @@ export interface PostObjectDeps {
   readonly maxFieldsBytes: number;
   /** Time from the request's headers to its file part, the unauthenticated part of a form (--header-timeout-ms). */
   readonly fieldsTimeoutMs: number;
-  /** Counts the request against the key that signed the form (gateway/admission/admission.ts KeyLimits); throws past its share. */
-  readonly admit: (credential: ClientCredential) => void;
+  /** Counts the request against the key that signed the form (gateway/admission/admission.ts KeyLimits); rejects past its share. */
+  readonly admit: (credential: ClientCredential) => Promise<void>;
   readonly now: () => number;
   /**
    * Called once the form is authorized, before the store is written (capacity management: it may
@@ -182,7 +182,7 @@ export async function servePostObject(req: IncomingMessage, res: ServerResponse,
     const policy = fields.get('policy');
     if (policy === undefined) throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a policy field (anonymous uploads are not allowed)');
     const credential = await deps.verifier.verifyPostPolicy((name) => fields.get(name), policy);
-    deps.admit(credential);
+    await deps.admit(credential);
     const template = fields.get('key');
     if (template === undefined || template === '') throw new ObjectCacheError('OC_ERR_POST_FORM', 'The form needs a key field');
     const key = template.replaceAll('${filename}', filename);

@@ -72,7 +72,15 @@ interface Active {
   readonly grant: Grant;
 }
 
-export class EpochScheduler {
+/** The scheduler as a layerwise GET uses it: an EpochScheduler in one process, the primary's with several. */
+export interface Scheduling {
+  /** Resolves at the epoch boundary that schedules the request, with its granted rate. */
+  schedule(request: LoadRequest, signal?: AbortSignal): Promise<Grant>;
+  /** The load finished (or failed): its rate returns to the pool at the next boundary. */
+  release(id: string): void;
+}
+
+export class EpochScheduler implements Scheduling {
   readonly options: SchedulerOptions;
   readonly #clock: Clock;
   readonly #start: number;

@@ -56,7 +56,8 @@ def _fill(source: Readable, view: memoryview, crc: int = 0) -> int:
         piece = view[got : min(size, got + PIECE_BYTES)]
         n = source.readinto(piece)
         if not n:
-            raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the stream ended before its END frame")
+            # Cut (its connection or the gateway process went): the fetch may be sent again.
+            raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the stream ended before its END frame", retryable=True)
         crc = crc32c(piece[:n], crc)
         got += n
     return crc
