@@ -513,7 +513,8 @@ describe('capacity when the gateway holding the lease is killed', () => {
     const bucket = uniqueBucket('cap');
     const state = `${bucket}-state`;
     const args = ['--budget', `${bucket}=${16 * CHUNK}`, '--capacity-state-bucket', state, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
-    const first = await startGatewayProcess({ minio: inject('minio'), args });
+    // One process dying with the lease (the serving processes of a killed primary stop in order, giving it back).
+    const first = await startGatewayProcess({ minio: inject('minio'), args: [...args, '--processes', '1'] });
     try {
       const leads = async (adminUrl: string): Promise<boolean> => ((await (await fetch(`${adminUrl}/capacity`)).json()) as { leader: boolean }).leader;
       await waitFor('the first gateway holds the lease', () => leads(first.adminUrl));

@@ -113,6 +113,8 @@ describe('one serve on two processes, in front of MinIO', () => {
         '4',
         '--max-descriptor-gets-per-key',
         '1',
+        '--max-requests-per-connection',
+        '4',
         '--credentials',
         credentialsFile(bucket),
       ],
@@ -147,6 +149,19 @@ describe('one serve on two processes, in front of MinIO', () => {
     expect([...new Set(servedBy(gw, from, 200))].sort()).toEqual([1, 2]);
     // One scrape counts both processes' requests.
     expect(await metricValue(gw.adminUrl, 'objectcache_delivered_bytes_total')).toBeGreaterThanOrEqual(6 * prefix.keys.length * prefix.layers * prefix.layerBytes);
+  }, 60_000);
+
+  it('spreads a client with one keep-alive connection across both processes (--max-requests-per-connection)', async () => {
+    const client = newClient(gw, bucket);
+    try {
+      const from = gw.lines.length;
+      // One GET at a time: the client's one connection, closed by the gateway after every fourth answer.
+      for (let i = 0; i < 10; i++) expectBytes(await client.fetch(descriptorOf(small)), reference(small));
+      await waitFor('ten request lines', () => servedBy(gw, from, 200).length === 10);
+      expect([...new Set(servedBy(gw, from, 200))].sort()).toEqual([1, 2]);
+    } finally {
+      await client.close();
+    }
   }, 60_000);
 
   it('holds a key to its layerwise slots across processes (a second GET of the key is refused on either)', async () => {

@@ -219,10 +219,11 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
       },
       ...(config.capacity
         ? {
+            // Each process's view of the same store: the lease holder's, whose trims they follow.
             capacity: async (top: number) => {
-              const first = live()[0];
-              if (!first) throw new Error('no serving process is listening');
-              return ask(first, 'capacity', [top]);
+              const reports = (await Promise.all(live().map((s) => ask(s, 'capacity', [top]).catch(() => null)))).filter((r) => r !== null);
+              if (reports.length === 0) throw new Error('no serving process answered');
+              return reports.find((r) => (r as { leader?: boolean }).leader === true) ?? reports[0];
             },
           }
         : {}),

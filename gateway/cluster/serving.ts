@@ -66,4 +66,6 @@ export async function runServing(options: ServingOptions): Promise<void> {
     process.on('SIGINT', () => {});
     process.once('disconnect', () => stop('the primary process is gone'));
   });
+  // The channel to the primary would keep this process alive.
+  if (process.connected) process.disconnect();
 }

@@ -40,7 +40,7 @@ export async function runStoreProcess(config: GatewayConfig, logger: Logger): Pr
       capacity: undefined,
       segments: undefined,
       // Every serving process's requests come as the one key: the clients' shares were taken there.
-      limits: { ...config.limits, maxConnections: 8192, maxRequestsPerKey: 1_000_000 },
+      limits: { ...config.limits, maxConnections: 8192, maxRequestsPerKey: 1_000_000, maxRequestsPerConnection: 0 },
     },
     { logger, admin: false, role: 'store process' },
   );

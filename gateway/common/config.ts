@@ -216,6 +216,16 @@ export const SERVE_SETTINGS = {
     description:
       'Client connections held open at once; a connection beyond it is closed at once. Keep it below the open-file limit (ulimit -n), which every connection, backend connection and staged upload counts against.',
   },
+  maxRequestsPerConnection: {
+    flag: 'max-requests-per-connection',
+    env: 'OBJECTCACHE_MAX_REQUESTS_PER_CONNECTION',
+    kind: 'integer',
+    default: 'auto',
+    min: 0,
+    max: 1_000_000,
+    description:
+      'Requests one keep-alive connection may carry; its last answer says Connection: close, and the client reconnects (the kernel and node:cluster spread connections, not requests, so this spreads a client with few connections across the serving processes). 0: no limit. auto: 100 with several --processes, else 0.',
+  },
   maxRequestsPerKey: {
     flag: 'max-requests-per-key',
     env: 'OBJECTCACHE_MAX_REQUESTS_PER_KEY',
@@ -839,6 +849,8 @@ export interface CapacityConfig {
 /** What one connection, one request and one key may hold (gateway/pipeline/server.ts enforces them). */
 export interface ConnectionLimits {
   readonly maxConnections: number;
+  /** --max-requests-per-connection: 0 for no limit. */
+  readonly maxRequestsPerConnection: number;
   readonly maxRequestsPerKey: number;
   readonly maxDescriptorGetsPerKey: number;
   readonly headerTimeoutMs: number;
@@ -1347,6 +1359,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     maxHeaderBytes: integer('maxHeaderBytes', raw),
     limits: {
       maxConnections: integer('maxConnections', raw),
+      maxRequestsPerConnection: raw.maxRequestsPerConnection === 'auto' ? (processes > 1 ? 100 : 0) : integer('maxRequestsPerConnection', raw),
       maxRequestsPerKey: integer('maxRequestsPerKey', raw),
       maxDescriptorGetsPerKey,
       headerTimeoutMs: integer('headerTimeoutMs', raw),

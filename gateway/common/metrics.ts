@@ -139,6 +139,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   // --- worker pool and buffers ---
   new Gauge({
     name: 'objectcache_worker_pool_utilization_ratio',
+    aggregator: 'average',
     help: 'Share of the read workers\u2019 capacity in use (piscina utilization).',
     registers,
     collect() {
@@ -230,6 +231,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Bytes stored in each budgeted bucket, as this gateway knows them, its packed segments included (docs/segments.md).',
     labelNames: ['bucket'] as const,
     registers,
@@ -240,6 +243,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_budget_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'The --budget of each budgeted bucket.',
     labelNames: ['bucket'] as const,
     registers,
@@ -250,6 +255,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_chunks',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Objects in each budgeted bucket.',
     labelNames: ['bucket'] as const,
     registers,
@@ -260,6 +267,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_pinned_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Bytes of each budgeted bucket pinned now.',
     labelNames: ['bucket'] as const,
     registers,
@@ -270,6 +279,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_tenant_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Bytes each tenant stores in the budgeted buckets together (tenants with a quota, and up to 256 others).',
     labelNames: ['tenant'] as const,
     registers,
@@ -284,6 +295,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_quota_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'The --tenant-quota of each tenant that has one.',
     labelNames: ['tenant'] as const,
     registers,
@@ -306,6 +319,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_upload_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Bytes of the parts of unfinished multipart uploads in each budgeted bucket (counted against its budget and their tenants\u2019 quotas).',
     labelNames: ['bucket'] as const,
     registers,
@@ -321,6 +336,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_capacity_unchecked_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Bytes each budgeted bucket holds as other gateways journalled them, not yet checked against the store by the lease holder (eviction does not act on them until then).',
     labelNames: ['bucket'] as const,
     registers,
@@ -358,6 +375,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_segments',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Packed segments this gateway knows.',
     registers,
     collect() {
@@ -366,6 +385,8 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
   });
   new Gauge({
     name: 'objectcache_segment_bytes',
+    // Each serving process's view of the same store: the largest, not their sum.
+    aggregator: 'max',
     help: 'Bytes of the packed segments this gateway knows.',
     registers,
     collect() {

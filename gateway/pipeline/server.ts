@@ -178,6 +178,8 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       });
     },
   );
+  // A connection's last answer says Connection: close (0: no limit): its client reconnects, to the next serving process.
+  server.maxRequestsPerSocket = config.limits.maxRequestsPerConnection;
   const guard = new ConnectionGuard(server, config.limits, (kind) => metrics.connectionTimeouts.inc({ kind }));
   const services: Services = { config, logger, metrics, guard, verifier, admission, backend, pool, budget, scheduler, firstLayers, capacity, segments, now: deps.now ?? Date.now };
   /** Errors Node finds on a connection before (or instead of) a request handler, answered as S3 does. */
