@@ -72,7 +72,7 @@ async function main(): Promise<void> {
   const minio = await startMinio({ binary: installMinio(), dataDir: mkdtempSync(join(tmpdir(), 'objectcache-bench-access-store-')) });
   const gateway = await startGatewayProcess({ minio, args: ['--credentials', join(dir, 'credentials.json')] });
   const direct = directS3(minio, 32);
-  const pids = { gateway: gateway.child.pid as number, minio: minio.process.pid as number };
+  const pids = { gateway: gateway.pids(), minio: minio.process.pid as number };
   const clients = {
     admin: new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }),
     fleet: new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: FLEET }),

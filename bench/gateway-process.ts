@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { freePort, repoRoot } from '../test/helpers/minio.js';
 import { onCpus } from './placement.js';
-import { processUsage } from './process-usage.js';
+import { processTree, processUsage } from './process-usage.js';
 
 /** How often `event` happened at the gateway whose admin endpoint is `adminUrl` (objectcache_segment_events_total). */
 export async function segmentEvents(adminUrl: string, event: string): Promise<number> {
@@ -25,6 +25,8 @@ export interface GatewayProcess {
    * in MiB: every benchmark reports them. Read before stop().
    */
   memory(): { idleRssMiB: number; peakRssMiB: number };
+  /** The gateway's processes: the one, or the primary, its serving processes and any store process (process-usage.ts processTree). */
+  pids(): number[];
   stop(): Promise<void>;
 }
 
@@ -32,7 +34,7 @@ export interface GatewayProcessOptions {
   /** The S3 backend; absent: the gateway serves its embedded store in `dataDir`. */
   readonly minio?: { readonly endpoint: string; readonly accessKey: string; readonly secretKey: string };
   readonly dataDir?: string;
-  /** `objectcache serve` settings. */
+  /** `objectcache serve` settings; without `--processes` in them, `--processes 1` (one process, as every benchmark before ran). */
   readonly args?: readonly string[];
   /** Node.js flags (--cpu-prof ...). */
   readonly nodeArgs?: readonly string[];
@@ -56,6 +58,7 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
     ...(options.minio ? ['--s3-endpoint', options.minio.endpoint] : ['--data-dir', options.dataDir ?? 'data']),
     '--log-level',
     'warn',
+    ...(options.args?.includes('--processes') ? [] : ['--processes', '1']),
     ...(options.args ?? []),
   ]);
   const child = spawn(command, args, {
@@ -78,9 +81,12 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
   for (let i = 0; i < 100; i++) {
     try {
       if ((await fetch(`${adminUrl}/healthz`)).ok) {
-        const idle = processUsage(child.pid as number).rssBytes;
-        const memory = (): { idleRssMiB: number; peakRssMiB: number } => ({ idleRssMiB: idle / 1024 ** 2, peakRssMiB: processUsage(child.pid as number).peakRssBytes / 1024 ** 2 });
-        return { child, url, adminUrl, memory, stop };
+        const pids = (): number[] => processTree(child.pid as number);
+        const sum = (field: 'rssBytes' | 'peakRssBytes'): number => pids().reduce((n, pid) => n + processUsage(pid)[field], 0);
+        const idle = sum('rssBytes');
+        // Several processes: their peaks summed (at least the peak of their sum).
+        const memory = (): { idleRssMiB: number; peakRssMiB: number } => ({ idleRssMiB: idle / 1024 ** 2, peakRssMiB: sum('peakRssBytes') / 1024 ** 2 });
+        return { child, url, adminUrl, memory, pids, stop };
       }
     } catch {
       // not listening yet

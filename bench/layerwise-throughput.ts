@@ -157,13 +157,13 @@ async function main(): Promise<void> {
   // the gateway's plain S3 GETs.
   const store = embedded ? { endpoint: gateway.url, accessKey: BENCH_CLIENT.accessKeyId, secretKey: BENCH_CLIENT.secretAccessKey } : minio;
   const direct = directS3(store, CONCURRENCY);
-  const pids: Record<string, number | number[]> = { gateway: gateway.child.pid as number, ...(embedded ? {} : { minio: minioPids }) };
+  const pids: Record<string, number | number[]> = { gateway: gateway.pids(), ...(embedded ? {} : { minio: minioPids }) };
   const cores = cpus().length;
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: 'layerwise-bench', credentials: BENCH_CLIENT });
   const rows: Record<string, unknown>[] = [];
   const measured = async (bytes: number, run: () => Promise<Sample>): Promise<Sample> => {
     const meter = cpuMeter(pids);
-    const memory = memoryWatch(gateway.child.pid as number);
+    const memory = memoryWatch(gateway.pids());
     const sample = await run();
     sample.cpu = meter(bytes);
     sample.gatewayPeakRssBytes = memory.stop().peakRssBytes;

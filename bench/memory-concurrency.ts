@@ -146,7 +146,7 @@ async function main(): Promise<void> {
             await new Promise((r) => setTimeout(r, 1000));
             // The baseline: the fresh gateway's idle memory. Then one whole GET warms the path (the
             // buffers it leaves resident are the steady state, and count against the baseline).
-            const fresh = memoryWatch(gateway.child.pid as number).stop();
+            const fresh = memoryWatch(gateway.pids()).stop();
             const discovered = await segmentEvents(gateway.adminUrl, 'discovered');
             const warmStarted = performance.now();
             // With --repeated (segments on) this GET finds the packed segment and is served from it.
@@ -154,19 +154,19 @@ async function main(): Promise<void> {
             const warmSeconds = (performance.now() - warmStarted) / 1000;
             const packs = repeated && !build.args.join(' ').includes('--segments off');
             if (packs && (await segmentEvents(gateway.adminUrl, 'discovered')) !== discovered + 1) throw new Error('the warming GET did not find the packed segment');
-            const watch = memoryWatch(gateway.child.pid as number);
+            const watch = memoryWatch(gateway.pids());
             // One client per request, as C engines would be (one client queues beyond its 8 connections).
             const engines = Array.from({ length: C }, () => new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT }));
             // --rounds R: R-1 rounds of the C GETs first (the gateway's buffers for C requests faulted
             // in, as in a gateway that has served such a burst before); the memory peak spans them all.
-            let meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
-            let threads = threadCpuMeter(gateway.child.pid as number);
+            let meter = cpuMeter({ gateway: gateway.pids(), minio: minio.process.pid as number });
+            let threads = threadCpuMeter(gateway.pids());
             let started = performance.now();
             let results: Awaited<ReturnType<ObjectCacheClient['fetch']>>[] = [];
             try {
               for (let round = 0; round < rounds; round++) {
-                meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
-                threads = threadCpuMeter(gateway.child.pid as number);
+                meter = cpuMeter({ gateway: gateway.pids(), minio: minio.process.pid as number });
+                threads = threadCpuMeter(gateway.pids());
                 started = performance.now();
                 results = await Promise.all(engines.map((engine) => engine.fetch(descriptor, { transport: 'post', target })));
               }
@@ -323,7 +323,7 @@ async function firstRead(
   const client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
   try {
     await client.fetch(warmUp, { transport: 'post' });
-    const meter = cpuMeter({ gateway: gateway.child.pid as number, minio: minio.process.pid as number });
+    const meter = cpuMeter({ gateway: gateway.pids(), minio: minio.process.pid as number });
     const started = performance.now();
     await client.fetch(descriptor, { transport: 'post', target });
     const seconds = (performance.now() - started) / 1000;

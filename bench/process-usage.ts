@@ -16,6 +16,30 @@ export function processUsage(pid: number): { cpuSeconds: number; rssBytes: numbe
   }
 }
 
+/**
+ * A process and every process below it (a gateway of several serving processes: its primary, the
+ * serving processes and the store process), from the parent ids in /proc (Linux).
+ */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const parent = Number(readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1]?.split(' ')[1]);
+      children.set(parent, [...(children.get(parent) ?? []), Number(entry)]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out: number[] = [];
+  const visit = (p: number): void => {
+    out.push(p);
+    for (const child of children.get(p) ?? []) visit(child);
+  };
+  visit(pid);
+  return out;
+}
+
 /** CPU-seconds per GiB of every process of a benchmark (the load generator is `client`). */
 export type CpuPerGiB = Record<string, number>;
 
@@ -72,20 +96,25 @@ export interface ThreadCpuPerGiB {
  * the main thread (the one that serves every request, so the part one core bounds) apart from the
  * others. Threads that ended during the interval are not counted.
  */
-export function threadCpuMeter(pid: number): (bytes: number) => ThreadCpuPerGiB {
-  const before = threadUsage(pid);
+export function threadCpuMeter(pids: number | readonly number[]): (bytes: number) => ThreadCpuPerGiB {
+  // Several processes (a gateway's serving processes): their main threads summed, and their others by name.
+  const all = typeof pids === 'number' ? [pids] : pids;
+  const before = all.map((pid) => threadUsage(pid));
   return (bytes) => {
     const gib = bytes / 1024 ** 3;
-    const after = threadUsage(pid);
-    let main = { user: 0, system: 0 };
+    const main = { user: 0, system: 0 };
     const others: Record<string, number> = {};
-    for (const [tid, now] of after) {
-      const was = before.get(tid) ?? { user: 0, system: 0 };
-      const user = (now.user - was.user) / gib;
-      const system = (now.system - was.system) / gib;
-      if (tid === pid) main = { user, system };
-      else others[now.name] = (others[now.name] ?? 0) + user + system;
-    }
+    all.forEach((pid, i) => {
+      for (const [tid, now] of threadUsage(pid)) {
+        const was = before[i]?.get(tid) ?? { user: 0, system: 0 };
+        const user = (now.user - was.user) / gib;
+        const system = (now.system - was.system) / gib;
+        if (tid === pid) {
+          main.user += user;
+          main.system += system;
+        } else others[now.name] = (others[now.name] ?? 0) + user + system;
+      }
+    });
     return { main, others };
   };
 }
@@ -136,25 +165,35 @@ export function tcpSocketBytes(): number {
  * (the kernel's VmHWM, reset at the start through /proc/PID/clear_refs where allowed, so it also
  * catches peaks between samples) and the highest TCP socket memory.
  */
-export function memoryWatch(pid: number, intervalMs = 50): { stop(): { idleRssBytes: number; peakRssBytes: number; peakTcpBytes: number; idleTcpBytes: number } } {
-  let resetPeak = true;
+export function memoryWatch(
+  pids: number | readonly number[],
+  intervalMs = 50,
+): { stop(): { idleRssBytes: number; peakRssBytes: number; peakTcpBytes: number; idleTcpBytes: number } } {
+  // Several processes (a gateway's serving processes): resident bytes summed; the kernel's peak of
+  // each (VmHWM) summed is at least the peak of the sum, so it counts only with one process.
+  const all = typeof pids === 'number' ? [pids] : pids;
+  let resetPeak = all.length === 1;
   try {
-    writeFileSync(`/proc/${pid}/clear_refs`, '5');
+    if (resetPeak) writeFileSync(`/proc/${all[0]}/clear_refs`, '5');
   } catch {
     resetPeak = false; // not permitted here: sampled maxima only
   }
-  const idle = processUsage(pid);
+  const usage = (): { rssBytes: number; peakRssBytes: number } =>
+    all
+      .map((pid) => processUsage(pid))
+      .reduce((sum, u) => ({ rssBytes: sum.rssBytes + u.rssBytes, peakRssBytes: sum.peakRssBytes + u.peakRssBytes }), { rssBytes: 0, peakRssBytes: 0 });
+  const idle = usage();
   const idleTcpBytes = tcpSocketBytes();
   let peakRss = idle.rssBytes;
   let peakTcp = idleTcpBytes;
   const timer = setInterval(() => {
-    peakRss = Math.max(peakRss, processUsage(pid).rssBytes);
+    peakRss = Math.max(peakRss, usage().rssBytes);
     peakTcp = Math.max(peakTcp, tcpSocketBytes());
   }, intervalMs);
   return {
     stop() {
       clearInterval(timer);
-      const now = processUsage(pid);
+      const now = usage();
       const peakRssBytes = Math.max(peakRss, now.rssBytes, resetPeak ? now.peakRssBytes : 0);
       return { idleRssBytes: idle.rssBytes, peakRssBytes, peakTcpBytes: Math.max(peakTcp, tcpSocketBytes()), idleTcpBytes };
     },
