@@ -122,7 +122,6 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
   let started = false;
   let startFailure: ((error: Error) => void) | undefined;
   let allListening: (() => void) | undefined;
-  let port = 0;
   let address = '';
 
   cluster.setupPrimary({ serialization: 'advanced' });
@@ -146,7 +145,6 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
     });
     worker.on('listening', (at) => {
       serving.listening = true;
-      port = at.port;
       address = urlOf({ address: at.address ?? config.host, port: at.port });
       if (servingProcesses.filter((s) => s.listening).length === n) allListening?.();
     });
@@ -235,6 +233,5 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
     throw error;
   }
   logger.info({ url: address, admin: admin.url, processes: n, backend: store ? `embedded store (store process ${store.url})` : config.backend.kind }, 'gateway listening');
-  void port;
   return { url: address, adminUrl: admin.url, stop };
 }
