@@ -7,11 +7,12 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ObjectCacheClient, type FetchResult } from '../client/client.js';
 import { ObjectCacheError } from '../schemas/errors.js';
-import { startServe, type ServeProcess } from './helpers/cli.js';
+import { runCliAsync, startServe, type ServeProcess } from './helpers/cli.js';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, segmentEvents, uniqueBucket } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
@@ -299,6 +300,26 @@ describe('one serve on two processes, in front of MinIO', () => {
       for (const c of clients) await c.close();
     }
   }, 90_000);
+});
+
+describe('a serve whose serving processes cannot start', () => {
+  it('exits with the reason instead of waiting (the port is taken)', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const dataDir = mkdtempSync(join(tmpdir(), 'objectcache-cluster-'));
+    try {
+      const port = (taken.address() as AddressInfo).port;
+      const run = await runCliAsync(['serve', '--port', String(port), '--metrics-port', '0', '--data-dir', dataDir, '--processes', '2'], {
+        env: { OBJECTCACHE_ACCESS_KEY: CLIENT_KEY, OBJECTCACHE_SECRET_KEY: CLIENT_SECRET },
+      });
+      expect(run.status).toBe(1);
+      expect(run.stderr).toContain('EADDRINUSE');
+      expect(run.stderr).toContain('exited before it listened');
+    } finally {
+      taken.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
 
 describe('one serve on two processes over the embedded store', () => {

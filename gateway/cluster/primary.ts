@@ -29,6 +29,8 @@ const STOP_GRACE_MS = 10_000;
 /** A process that dies sooner than this after it started is replaced after a pause (no tight crash loop). */
 const QUICK_EXIT_MS = 10_000;
 const RESTART_PAUSE_MS = 1_000;
+/** How long the serving processes have to listen at start-up. */
+const START_TIMEOUT_MS = 120_000;
 
 export interface Primary {
   /** `http://host:port` of the S3 port the serving processes share. */
@@ -90,6 +92,23 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
     },
   });
 
+  /**
+   * Each process's last metrics, and the counters and histograms of the processes that are gone
+   * (their last answer, folded into one): summed with the live ones, so that a counter never
+   * goes back when a process is replaced.
+   */
+  const lastMetrics = new Map<number, unknown[]>();
+  let retired: object[] = [];
+  function retire(workerId: number): void {
+    const last = lastMetrics.get(workerId);
+    lastMetrics.delete(workerId);
+    if (!last) return;
+    const kept = last.filter((m) => ['counter', 'histogram'].includes(String((m as { type?: unknown }).type)));
+    void AggregatorRegistry.aggregate([...retired, kept])
+      .getMetricsAsJSON()
+      .then((folded) => (retired = [folded]));
+  }
+
   // Answers to the primary's asks, by id.
   let asks = 0;
   const answers = new Map<number, { resolve: (value: unknown) => void; reject: (error: unknown) => void }>();
@@ -110,11 +129,14 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
           reject(error);
         },
       });
-      if (!serving.worker.isConnected() || !serving.worker.send({ oc: 'ask', id, op, args: [...args] } satisfies ToServing)) {
+      // false from send() is back-pressure (a connection being handed over first), not a closed channel.
+      if (!serving.worker.isConnected()) {
         answers.delete(id);
         clearTimeout(timer);
         reject(new Error(`serving process ${serving.index} is gone`));
+        return;
       }
+      serving.worker.send({ oc: 'ask', id, op, args: [...args] } satisfies ToServing);
     });
   }
 
@@ -130,7 +152,13 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
     const worker = cluster.fork({ [SERVING_ENV]: String(index), ...(store ? { [STORE_URL_ENV]: store.url } : {}) });
     const serving: Serving = { index, worker, started: Date.now(), listening: false };
     servingProcesses[index - 1] = serving;
-    coordinator.join(worker.id, { send: (message) => worker.isConnected() && worker.send(message) });
+    coordinator.join(worker.id, {
+      send: (message) => {
+        if (!worker.isConnected()) return false;
+        worker.send(message);
+        return true;
+      },
+    });
     worker.on('message', (message: unknown) => {
       if (!isOurs(message)) return;
       const m = message as ToPrimary;
@@ -151,6 +179,7 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
     worker.on('exit', (code, signal) => {
       serving.listening = false;
       coordinator.leave(worker.id);
+      retire(worker.id);
       if (stopping) return;
       if (!started) {
         startFailure?.(new Error(`serving process ${index} exited before it listened (code ${code}, signal ${signal})`));
@@ -183,7 +212,7 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
     }, STOP_GRACE_MS);
     await Promise.all(exits);
     clearTimeout(killer);
-    if (store && store.child.exitCode === null) {
+    if (store && store.child.exitCode === null && store.child.signalCode === null) {
       const exited = once(store.child, 'exit');
       store.child.kill('SIGTERM');
       await exited;
@@ -193,8 +222,15 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
 
   try {
     await new Promise<void>((resolve, reject) => {
-      allListening = resolve;
-      startFailure = reject;
+      const timer = setTimeout(() => reject(new Error(`the serving processes did not all listen within ${START_TIMEOUT_MS / 1000} s`)), START_TIMEOUT_MS);
+      allListening = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      startFailure = (error) => {
+        clearTimeout(timer);
+        reject(error);
+      };
       for (let i = 1; i <= n; i++) spawn(i);
     });
     started = true;
@@ -205,15 +241,23 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
       registry: {
         contentType: own.contentType,
         async metrics() {
-          const each = await Promise.all(live().map((s) => ask(s, 'metrics', []).catch(() => [])));
-          const all: object[] = [await own.getMetricsAsJSON(), ...each];
+          // A process that does not answer in time counts with its last answer.
+          const each = await Promise.all(
+            live().map((s) =>
+              ask(s, 'metrics', []).then(
+                (json) => (lastMetrics.set(s.worker.id, json), json),
+                () => lastMetrics.get(s.worker.id) ?? [],
+              ),
+            ),
+          );
+          const all: object[] = [await own.getMetricsAsJSON(), ...each, ...retired];
           return AggregatorRegistry.aggregate(all).metrics();
         },
       },
+      // Ready while any process serves (one being replaced leaves the port to the others).
       ready: async () => {
-        const serving = live();
-        if (serving.length < n) return false;
-        return ask(serving[0] as Serving, 'ready', []);
+        const serving = live()[0];
+        return serving !== undefined && ask(serving, 'ready', []);
       },
       ...(config.capacity
         ? {

@@ -22,10 +22,16 @@ export interface ServingOptions {
   readonly stateKey?: StateKey;
 }
 
-/** Serves until SIGTERM or the primary's disconnect; resolves once closed. */
+/**
+ * Serves until SIGTERM or the primary's disconnect; resolves once closed. A start that fails ends
+ * the process (the primary sees it exit), and so does a primary that goes while it starts.
+ */
 export async function runServing(options: ServingOptions): Promise<void> {
+  // false from process.send() is back-pressure (the message is queued and delivered), not a
+  // closed channel: only a channel that is closed (or a throw) is the primary gone.
   const send = (message: ToPrimary): void => {
-    if (!process.send?.(message)) throw new Error('the primary process is gone');
+    if (!process.connected) throw new Error('the primary process is gone');
+    process.send?.(message);
   };
   const remote = new RemoteShared({ send }, options.config.scheduler !== undefined);
   // Asks that come before the gateway listens are answered as by a process with nothing yet.
@@ -35,6 +41,9 @@ export async function runServing(options: ServingOptions): Promise<void> {
     capacity: async (args) => (started.gateway?.capacity ? await started.gateway.capacity.report(args[0] as number) : null),
     ready: async () => (started.gateway ? await started.gateway.ready() : false),
   };
+  const answer = (message: ToPrimary): void => {
+    if (process.connected) process.send?.(message);
+  };
   process.on('message', (message: unknown) => {
     if (!isOurs(message)) return;
     const m = message as ToServing;
@@ -42,30 +51,49 @@ export async function runServing(options: ServingOptions): Promise<void> {
     if (m.oc !== 'ask') return;
     const ask = asks[m.op];
     (ask ? ask(m.args) : Promise.reject(new Error(`unknown ask ${String(m.op)}`))).then(
-      (value) => process.send?.({ oc: 'answer', id: m.id, ok: true, value } satisfies ToPrimary),
-      (error: unknown) => process.send?.({ oc: 'answer', id: m.id, ok: false, error: toWire(error) } satisfies ToPrimary),
+      (value) => answer({ oc: 'answer', id: m.id, ok: true, value }),
+      (error: unknown) => answer({ oc: 'answer', id: m.id, ok: false, error: toWire(error) }),
     );
   });
-  const running = await startGateway(options.config, {
-    logger: options.logger,
-    shared: remote,
-    admin: false,
-    role: 'serving process',
-    exclusive: false,
-    ...(options.stateKey ? { stateKey: options.stateKey } : {}),
-  });
+  // The primary gone while this process starts: nothing to finish, so nothing to wait for.
+  const goneWhileStarting = (): void => process.exit(1);
+  process.once('disconnect', goneWhileStarting);
+  let running: Gateway;
+  try {
+    running = await startGateway(options.config, {
+      logger: options.logger,
+      shared: remote,
+      admin: false,
+      role: 'serving process',
+      exclusive: false,
+      ...(options.stateKey ? { stateKey: options.stateKey } : {}),
+    });
+  } catch (error) {
+    // The channel would keep this process alive: the primary must see it exit.
+    process.off('disconnect', goneWhileStarting);
+    if (process.connected) process.disconnect();
+    throw error;
+  }
+  process.off('disconnect', goneWhileStarting);
   started.gateway = running;
   await new Promise<void>((resolve) => {
     const stop = (why: string): void => {
       options.logger.info({ why }, 'serving process stopping');
-      remote.close();
       running.close().then(resolve, resolve);
     };
+    // SIGTERM (the primary stopping): its requests finish, still admitted and budgeted by the primary.
     process.once('SIGTERM', () => stop('SIGTERM'));
     // SIGINT from a terminal reaches the whole group: the primary stops its processes in order.
     process.on('SIGINT', () => {});
-    process.once('disconnect', () => stop('the primary process is gone'));
+    process.once('disconnect', () => {
+      // Nothing the primary held can be asked for any more: waiting calls fail, retryably.
+      remote.close();
+      stop('the primary process is gone');
+    });
+    if (!process.connected) {
+      remote.close();
+      stop('the primary process is gone');
+    }
   });
-  // The channel to the primary would keep this process alive.
   if (process.connected) process.disconnect();
 }

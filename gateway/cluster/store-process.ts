@@ -29,6 +29,9 @@ export function storeBackend(config: GatewayConfig, url: string): BackendConfig 
 
 /** Runs the store process: the embedded store on a loopback port, for the administrator only; resolves once stopped. */
 export async function runStoreProcess(config: GatewayConfig, logger: Logger): Promise<void> {
+  // The primary gone while this process starts: it would hold the data directory's lock, orphaned.
+  const goneWhileStarting = (): void => process.exit(1);
+  process.once('disconnect', goneWhileStarting);
   const store = await startGateway(
     {
       ...config,
@@ -43,13 +46,19 @@ export async function runStoreProcess(config: GatewayConfig, logger: Logger): Pr
       limits: { ...config.limits, maxConnections: 8192, maxRequestsPerKey: 1_000_000, maxRequestsPerConnection: 0 },
     },
     { logger, admin: false, role: 'store process' },
-  );
+  ).catch((error: unknown) => {
+    process.off('disconnect', goneWhileStarting);
+    if (process.connected) process.disconnect();
+    throw error;
+  });
+  process.off('disconnect', goneWhileStarting);
   process.send?.({ oc: 'store', url: store.url });
   await new Promise<void>((resolve) => {
     const stop = (): void => void store.close().then(resolve, resolve);
     process.once('SIGTERM', stop);
     process.on('SIGINT', () => {});
     process.once('disconnect', stop);
+    if (!process.connected) stop();
   });
   // The channel to the primary would keep this process alive.
   if (process.connected) process.disconnect();
