@@ -27,11 +27,13 @@ export async function runServe(argv: readonly string[]): Promise<number> {
   if (cluster.isWorker && serving !== undefined) {
     const storeUrl = process.env[STORE_URL_ENV];
     // On the embedded store the store process owns the data directory: reached as S3, signed with
-    // the state key of the directory (gateway/cluster/store-process.ts).
+    // the state key of the directory, while the read workers read its object files directly
+    // (gateway/cluster/store-process.ts).
+    const dataDir = config.backend.kind === 'local' ? config.backend.dataDir : undefined;
     await runServing({
       config: storeUrl ? { ...config, backend: storeBackend(config, storeUrl) } : config,
       logger: logger.child({ process: Number(serving) }),
-      ...(storeUrl ? { stateKey: loadStateKey(config.stateKey, config.backend) } : {}),
+      ...(storeUrl && dataDir !== undefined ? { stateKey: loadStateKey(config.stateKey, config.backend), workerBackend: { kind: 'local', dataDir, quotedEtags: true } } : {}),
     });
     await new Promise<void>((resolve) => logger.flush(() => resolve()));
     return 0;

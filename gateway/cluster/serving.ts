@@ -8,6 +8,7 @@
 import type { GatewayConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { StateKey } from '../common/state-key.js';
+import type { WorkerBackend } from '../threads/protocol.js';
 import { startGateway, type Gateway } from '../pipeline/server.js';
 import { isOurs, toWire, type AskName, type ToPrimary, type ToServing } from './messages.js';
 import { RemoteShared } from './remote.js';
@@ -20,6 +21,8 @@ export interface ServingOptions {
   readonly logger: Logger;
   /** The state key, where the store this process reads is the primary's store process (gateway/cluster/store-process.ts). */
   readonly stateKey?: StateKey;
+  /** How its read workers reach the chunks, where not through the backend (the store process's files). */
+  readonly workerBackend?: WorkerBackend;
 }
 
 /**
@@ -67,6 +70,7 @@ export async function runServing(options: ServingOptions): Promise<void> {
       role: 'serving process',
       exclusive: false,
       ...(options.stateKey ? { stateKey: options.stateKey } : {}),
+      ...(options.workerBackend ? { workerBackend: options.workerBackend } : {}),
     });
   } catch (error) {
     // The channel would keep this process alive: the primary must see it exit.

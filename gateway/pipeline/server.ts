@@ -26,6 +26,7 @@ import { newRequestId } from '../s3/respond.js';
 import { errorXml } from '../s3/xml.js';
 import { startAdminServer, type AdminServer } from './admin.js';
 import { ConnectionGuard, CONNECTION_CHECK_INTERVAL_MS } from './connection-guard.js';
+import type { WorkerBackend } from '../threads/protocol.js';
 import { handleRequest, type Services } from './routes.js';
 import { createShared, type SharedServices } from './shared.js';
 
@@ -41,6 +42,8 @@ export interface GatewayDependencies {
   readonly role?: 'gateway' | 'serving process' | 'store process';
   /** Share the S3 port with the other serving processes (gateway/cluster/). */
   readonly exclusive?: boolean;
+  /** How the read workers reach the chunks, where not as the backend does (the embedded store's files under its store process: gateway/cluster/store-process.ts). */
+  readonly workerBackend?: WorkerBackend;
   /** The state key, where the configured store is not the one this process reads (gateway/cluster/serving.ts). */
   readonly stateKey?: StateKey;
 }
@@ -101,7 +104,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   const backend = await openBackend(config.backend, (kind) => countRetry(kind), logger, config.multipartExpiryMs);
   const lw = config.descriptorGet;
   const pool = new ReaderPool({
-    backend: backend.workers,
+    backend: deps.workerBackend ?? backend.workers,
     workers: lw.workers,
     logErrors: config.logLevel !== 'silent',
     maxQueue: lw.workerQueue,

@@ -11,7 +11,16 @@ import type { Layout } from '../../schemas/layouts.js';
 import type { Delivery } from '../../schemas/descriptor.js';
 
 export type WorkerBackend =
-  | { readonly kind: 'local'; readonly dataDir: string }
+  | {
+      readonly kind: 'local';
+      readonly dataDir: string;
+      /**
+       * ETags as an S3 store shows them (quoted): the main thread reaches this store as S3, through
+       * the store process that owns the directory (gateway/cluster/store-process.ts), while the
+       * read workers read its object files directly.
+       */
+      readonly quotedEtags?: boolean;
+    }
   | {
       readonly kind: 's3';
       readonly endpoint: string;

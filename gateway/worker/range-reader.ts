@@ -83,8 +83,11 @@ async function readvFully(fh: FileHandle, views: Uint8Array[], position: number,
 
 export class LocalRangeReader implements RangeReader {
   readonly #dataDir: string;
-  constructor(dataDir: string) {
+  readonly #quoted: boolean;
+
+  constructor(dataDir: string, quoted = false) {
     this.#dataDir = dataDir;
+    this.#quoted = quoted;
   }
 
   async read({ bucket, key, targets, objectBytes, codec, etag, signal }: ChunkRead): Promise<ChunkReadInfo> {
@@ -98,7 +101,8 @@ export class LocalRangeReader implements RangeReader {
     try {
       const meta = await readFooter(fh);
       if (meta.key !== key) throw new ReadError('OC_ERR_STORE_IO', `the file of chunk ${key} belongs to another key`);
-      if (etag !== undefined && meta.etag !== etag) throw changed(key);
+      const version = this.#quoted ? `"${meta.etag}"` : meta.etag;
+      if (etag !== undefined && version !== etag) throw changed(key);
       const stored = codecProblem(meta.userMeta[CODEC_META], codec, key);
       if (stored) throw stored;
       if (meta.size !== objectBytes) throw sizeError(key, meta.size, objectBytes);
@@ -107,7 +111,7 @@ export class LocalRangeReader implements RangeReader {
         if (signal.aborted) throw cancelled();
         await readvFully(fh, target.views, target.offset, target.length, key, objectBytes);
       }
-      return { layerCrcs: meta.userMeta[LAYER_CRC_META], reads: targets.length, etag: meta.etag };
+      return { layerCrcs: meta.userMeta[LAYER_CRC_META], reads: targets.length, etag: version };
     } finally {
       await fh.close();
     }
@@ -437,7 +441,7 @@ function rangeHeader(target: RangeTarget): string {
  * (http-range/socket-range-get.ts SocketRangeClient) or a signing undici pool over TLS.
  */
 export function createRangeReader(backend: WorkerBackend): RangeReader {
-  if (backend.kind === 'local') return new LocalRangeReader(backend.dataDir);
+  if (backend.kind === 'local') return new LocalRangeReader(backend.dataDir, backend.quotedEtags === true);
   const endpoint = new URL(backend.endpoint);
   return new S3RangeReader(endpoint.protocol === 'http:' ? new SocketRangeClient({ ...backend, endpoint }) : new UndiciRangeClient({ ...backend, endpoint }), backend.timeoutMs);
 }
