@@ -118,10 +118,19 @@ async function load(generators: number, job: Job): Promise<Done & { seconds: num
 
 interface Row {
   readonly what: string;
-  readonly processes?: number;
   readonly gbPerSec: number;
   readonly cpuSecondsPerGiB: CpuPerGiB;
   readonly gets: number;
+}
+
+/** One measured load: GB/s, and the CPU per GiB of `pids` and of the load generators (`client`), printed. */
+async function measured(what: string, pids: Record<string, number | number[]>, generators: number, job: Job): Promise<Row> {
+  const meter = cpuMeter(pids);
+  const done = await load(generators, job);
+  const cpu = meter(done.bytes);
+  const row: Row = { what, gbPerSec: done.bytes / done.seconds / 1e9, cpuSecondsPerGiB: { ...cpu, client: done.cpuSeconds / (done.bytes / 2 ** 30) }, gets: done.gets };
+  print(row);
+  return row;
 }
 
 function print(row: Row): void {
@@ -204,34 +213,21 @@ async function main(): Promise<void> {
       try {
         // Warm: one GET from one generator.
         await load(1, { kind: 'gateway', endpoint: gateway.url, descriptor, inFlight: 1, seconds: 0 });
-        const meter = cpuMeter({ gateway: gateway.pids(), ...(storePid ? { minio: storePid } : {}) });
-        const done = await load(generators, { kind: 'gateway', endpoint: gateway.url, descriptor, inFlight, seconds });
-        const cpu = meter(done.bytes);
-        const row: Row = {
-          what: `gateway, --processes ${n}`,
-          processes: n,
-          gbPerSec: done.bytes / done.seconds / 1e9,
-          cpuSecondsPerGiB: { ...cpu, client: done.cpuSeconds / (done.bytes / 2 ** 30) },
-          gets: done.gets,
-        };
-        rows.push(row);
-        print(row);
+        rows.push(
+          await measured(`gateway, --processes ${n}`, { gateway: gateway.pids(), ...(storePid ? { minio: storePid } : {}) }, generators, {
+            kind: 'gateway',
+            endpoint: gateway.url,
+            descriptor,
+            inFlight,
+            seconds,
+          }),
+        );
       } finally {
         await gateway.stop();
       }
     }
     if (minio && storePid) {
-      const meter = cpuMeter({ minio: storePid });
-      const done = await load(generators, { kind: 'minio', endpoint: minio.endpoint, descriptor, inFlight, seconds, minio });
-      const cpu = meter(done.bytes);
-      const row: Row = {
-        what: 'MinIO direct, whole objects',
-        gbPerSec: done.bytes / done.seconds / 1e9,
-        cpuSecondsPerGiB: { ...cpu, client: done.cpuSeconds / (done.bytes / 2 ** 30) },
-        gets: done.gets,
-      };
-      rows.push(row);
-      print(row);
+      rows.push(await measured('MinIO direct, whole objects', { minio: storePid }, generators, { kind: 'minio', endpoint: minio.endpoint, descriptor, inFlight, seconds, minio }));
     }
   } finally {
     await minio?.destroy();

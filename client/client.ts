@@ -403,8 +403,8 @@ export class ObjectCacheClient {
         if (decoding || signal.aborted) throw withRequestId(error, requestId);
         // A connection that broke once the answer had begun: the stream is incomplete.
         throw withRequestId(
-          // Retryable by the caller (client/socket-fetch.ts says why), never tried again here.
-          new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error, retryable: true }),
+          // Retryable (schemas/errors.ts), and not tried again here: layers were announced.
+          new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }),
           requestId,
         );
       }

@@ -233,15 +233,14 @@ export class FrameDecoder {
 
   /**
    * Call at the end of the body: throws unless the END frame arrived. A body that ends without
-   * END or ERROR was cut (its connection or the process serving it went): the fetch may be sent
-   * again.
+   * END or ERROR was cut (its connection or the process serving it went): OC_ERR_CLIENT_INCOMPLETE,
+   * retryable.
    */
   finish(): EndSummary {
     if (!this.#summary)
       throw new ObjectCacheError(
         'OC_ERR_CLIENT_INCOMPLETE',
         `the stream ended after ${this.#nextLayer - this.#o.layerStart} of ${this.#o.layerEnd - this.#o.layerStart} layers without an END frame`,
-        { retryable: true },
       );
     return this.#summary;
   }

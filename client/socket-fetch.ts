@@ -121,13 +121,8 @@ export async function receive(
         }
         if (answered !== undefined)
           throw withRequestId(
-            // The gateway ends its own failures with an ERROR frame: the connection (or the process
-            // serving it) went, and the same fetch may succeed again (it is not tried again here:
-            // layers were announced).
-            new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, {
-              cause: error,
-              retryable: true,
-            }),
+            // Retryable (schemas/errors.ts), and not tried again here: layers were announced.
+            new ObjectCacheError('OC_ERR_CLIENT_INCOMPLETE', `the stream broke after ${decoder.layersReady} layers: ${(error as Error).message}`, { cause: error }),
             requestId,
           );
         // Not reached (refused, reset or closed before any answer): again, then the next gateway.

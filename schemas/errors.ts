@@ -247,7 +247,13 @@ export const ERRORS = {
     description: 'The gateway\u2019s answer is not a valid ObjectCache answer: a stream\u2019s preamble, frame order or sizes, or a lookup or pin answer that is not short JSON.',
   },
   OC_ERR_CLIENT_CRC: { status: 0, s3Code: '-', description: 'A delivered payload does not match its CRC32C.' },
-  OC_ERR_CLIENT_INCOMPLETE: { status: 0, s3Code: '-', description: 'The stream ended before its END frame.' },
+  OC_ERR_CLIENT_INCOMPLETE: {
+    status: 0,
+    s3Code: '-',
+    retryable: true,
+    description:
+      'The stream ended before its END frame: its connection, or the gateway process serving it, went. The same fetch may succeed again; neither client sends it again itself, since layers were already announced.',
+  },
   OC_ERR_CLIENT_TARGET: { status: 0, s3Code: '-', description: 'The target buffer is too small for the delivered layers.' },
   OC_ERR_CLIENT_TIMEOUT: {
     status: 0,

@@ -26,6 +26,11 @@ const env = {
 };
 const MiB = 1024 * 1024;
 
+/** `objectcache serve` with two serving processes in front of the test MinIO, logging each request (its line names the process). */
+function inFrontOfMinio(...more: string[]): Promise<ServeProcess> {
+  return startServe(['--s3-endpoint', minio.endpoint, '--processes', '2', '--log-level', 'info', '--threshold', '0', ...more], env);
+}
+
 /** A client with its own connections (so that each lands on the next serving process in turn). */
 function newClient(gw: ServeProcess, bucket: string): ObjectCacheClient {
   return new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, retries: 0 });
@@ -96,30 +101,9 @@ describe('one serve on two processes, in front of MinIO', () => {
 
   beforeAll(async () => {
     // Layerwise GETs paced at 16 MB/s in all, one per key at a time, at most four in the gateway.
-    gw = await startServe(
-      [
-        '--s3-endpoint',
-        minio.endpoint,
-        '--processes',
-        '2',
-        '--log-level',
-        'info',
-        '--cap',
-        '16MB/s',
-        '--epoch-ms',
-        '200',
-        '--threshold',
-        '0',
-        '--max-descriptor-gets',
-        '4',
-        '--max-descriptor-gets-per-key',
-        '1',
-        '--max-requests-per-connection',
-        '4',
-        '--credentials',
-        credentialsFile(bucket),
-      ],
-      env,
+    gw = await inFrontOfMinio(
+      ...['--cap', '16MB/s', '--epoch-ms', '200', '--max-descriptor-gets', '4', '--max-descriptor-gets-per-key', '1'],
+      ...['--max-requests-per-connection', '4', '--credentials', credentialsFile(bucket)],
     );
     seed = newClient(gw, bucket);
     await seed.ensureBucket();
@@ -365,30 +349,9 @@ describe('capacity and packed segments with two serving processes', () => {
   const segmentBucket = uniqueBucket('cluster-segs');
 
   beforeAll(async () => {
-    gw = await startServe(
-      [
-        '--s3-endpoint',
-        minio.endpoint,
-        '--processes',
-        '2',
-        '--log-level',
-        'info',
-        '--threshold',
-        '0',
-        '--budget',
-        `${bucket}=${4 * MiB}`,
-        '--capacity-sync-ms',
-        '200',
-        '--segments',
-        'on',
-        '--segment-min-bytes',
-        '0',
-        '--segment-after-reads',
-        '2',
-        '--segment-bucket',
-        segmentBucket,
-      ],
-      env,
+    gw = await inFrontOfMinio(
+      ...['--budget', `${bucket}=${4 * MiB}`, '--capacity-sync-ms', '200'],
+      ...['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket],
     );
   }, 60_000);
 

@@ -117,6 +117,7 @@ RETRYABLE_CODES: Final[FrozenSet[str]] = frozenset(
         "OC_ERR_BACKEND_TIMEOUT",
         "OC_ERR_BACKEND_UNAVAILABLE",
         "OC_ERR_CHUNK_CHANGED",
+        "OC_ERR_CLIENT_INCOMPLETE",
         "OC_ERR_KEY_CONCURRENCY",
         "OC_ERR_POOL_BUSY",
         "OC_ERR_SCHEDULER_CLOSED",

@@ -145,7 +145,7 @@ class LayerwiseCalls(Transport):
             try:
                 summary = yield from read_frames(response, geometry, self._decoder(descriptor, response, dtype))
             except (OSError, http.client.HTTPException) as error:
-                raise deadline.error() if deadline.passed() else ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", f"the stream broke off: {error}", retryable=True) from error
+                raise deadline.error() if deadline.passed() else ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", f"the stream broke off: {error}") from error
             except ObjectCacheError as error:
                 # Cut off at the deadline: the stream's end was the watchdog's, not the gateway's.
                 if deadline.passed() and error.code.startswith("OC_ERR_CLIENT_"):

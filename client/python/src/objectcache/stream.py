@@ -56,8 +56,8 @@ def _fill(source: Readable, view: memoryview, crc: int = 0) -> int:
         piece = view[got : min(size, got + PIECE_BYTES)]
         n = source.readinto(piece)
         if not n:
-            # Cut (its connection or the gateway process went): the fetch may be sent again.
-            raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the stream ended before its END frame", retryable=True)
+            # Cut (its connection or the gateway process went): retryable, as the code says.
+            raise ObjectCacheError("OC_ERR_CLIENT_INCOMPLETE", "the stream ended before its END frame")
         crc = crc32c(piece[:n], crc)
         got += n
     return crc
