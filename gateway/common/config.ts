@@ -390,7 +390,7 @@ export const SERVE_SETTINGS = {
     min: 1,
     max: 256,
     description:
-      'Serving processes on the one S3 port (auto: the cores this process may use). They share one view of the admission slots, per-key limits, buffered-byte budget and bandwidth scheduler, held by the primary process; a process that dies is replaced (docs/architecture.md, section 1).',
+      'Serving processes on the one S3 port (auto: one per three cores this process may use, at least one: each keeps its main thread and two read workers busy). They share one view of the admission slots, per-key limits, buffered-byte budget and bandwidth scheduler, held by the primary process; a process that dies is replaced (docs/architecture.md, section 1).',
   },
   workers: {
     flag: 'workers',
@@ -399,7 +399,7 @@ export const SERVE_SETTINGS = {
     default: 'auto',
     min: 1,
     max: 64,
-    description: 'Read worker threads of each serving process (auto: the cores left after one main thread per serving process, split among the processes, 1 to 4 each).',
+    description: 'Read worker threads of each serving process (auto: its share of the cores less one for its main thread, 1 to 4).',
   },
   workerQueue: {
     flag: 'worker-queue',
@@ -761,9 +761,20 @@ export interface S3BackendOptions {
   readonly timeoutMs: number;
 }
 
-/** One core is left to each serving process's main thread (socket writes); the rest is split among them, 1 to 4 read workers each. */
+/**
+ * Serving processes by default: one per three cores the process may use, at least one. A serving
+ * process's read workers spend about twice what its main thread does per GiB, so one main thread
+ * and two read workers keep three cores busy; more processes than that only compete for the
+ * cores: on 2 cores, two processes delivered 12% less than one, at 24% more CPU per GiB
+ * (docs/benchmarks.md, Serving processes).
+ */
+export function defaultProcessCount(): number {
+  return Math.max(1, Math.round(availableParallelism() / 3));
+}
+
+/** The cores per serving process, less one for its main thread (socket writes): 1 to 4 read workers each. */
 export function defaultWorkerCount(processes = 1): number {
-  return Math.max(1, Math.min(4, Math.floor(availableParallelism() / processes) - 1));
+  return Math.max(1, Math.min(4, Math.round(availableParallelism() / processes) - 1));
 }
 
 /** Packed segments (gateway/segments/; docs/segments.md). */
@@ -1324,7 +1335,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     );
   }
 
-  const processes = raw.processes === 'auto' ? availableParallelism() : integer('processes', raw);
+  const processes = raw.processes === 'auto' ? defaultProcessCount() : integer('processes', raw);
   const multipartExpiryMs = parseDuration('multipartExpiry', raw);
   const capacity = loadCapacity(raw, multipartExpiryMs);
   const segments = loadSegments(raw);
