@@ -34,7 +34,7 @@ export interface GatewayProcessOptions {
   /** The S3 backend; absent: the gateway serves its embedded store in `dataDir`. */
   readonly minio?: { readonly endpoint: string; readonly accessKey: string; readonly secretKey: string };
   readonly dataDir?: string;
-  /** `objectcache serve` settings; without `--processes` in them, `--processes 1` (one process, as every benchmark before ran). */
+  /** `objectcache serve` settings; without `--processes` in them, this build runs `--processes 1` (one process, as every benchmark before ran). */
   readonly args?: readonly string[];
   /** Node.js flags (--cpu-prof ...). */
   readonly nodeArgs?: readonly string[];
@@ -58,7 +58,8 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
     ...(options.minio ? ['--s3-endpoint', options.minio.endpoint] : ['--data-dir', options.dataDir ?? 'data']),
     '--log-level',
     'warn',
-    ...(options.args?.includes('--processes') ? [] : ['--processes', '1']),
+    // Another build (options.cli) may predate --processes: it is one process anyway.
+    ...(options.args?.includes('--processes') || options.cli !== undefined ? [] : ['--processes', '1']),
     ...(options.args ?? []),
   ]);
   const child = spawn(command, args, {

@@ -36,6 +36,18 @@ function newClient(gw: ServeProcess, bucket: string): ObjectCacheClient {
   return new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: CLIENT_KEY, secretAccessKey: CLIENT_SECRET }, retries: 0 });
 }
 
+/** A fetch of `prefix` from a new client (a new connection, so the next process in turn), checked byte-exact. */
+async function freshFetch(gw: ServeProcess, bucket: string, prefix: SeededPrefix): Promise<FetchResult> {
+  const client = newClient(gw, bucket);
+  try {
+    const result = await client.fetch(descriptorOf(prefix));
+    expectBytes(result, reference(prefix));
+    return result;
+  } finally {
+    await client.close();
+  }
+}
+
 function expectBytes(got: { readonly target: Uint8Array }, expected: Uint8Array): void {
   expect(Buffer.from(got.target).equals(Buffer.from(expected))).toBe(true);
 }
@@ -121,14 +133,7 @@ describe('one serve on two processes, in front of MinIO', () => {
     expect(servingPids(gw).size).toBe(2);
     expect(await metricValue(gw.adminUrl, 'objectcache_serving_processes')).toBe(2);
     const from = gw.lines.length;
-    for (let i = 0; i < 6; i++) {
-      const client = newClient(gw, bucket);
-      try {
-        expectBytes(await client.fetch(descriptorOf(prefix)), reference(prefix));
-      } finally {
-        await client.close();
-      }
-    }
+    for (let i = 0; i < 6; i++) await freshFetch(gw, bucket, prefix);
     await waitFor('six request lines', () => servedBy(gw, from, 200).length === 6);
     // Connections go to the processes in turn.
     expect([...new Set(servedBy(gw, from, 200))].sort()).toEqual([1, 2]);
@@ -365,24 +370,10 @@ describe('capacity and packed segments with two serving processes', () => {
     try {
       await writer.ensureBucket();
       const prefix = await seedPrefix(writer, { chunks: 4, layers: 4, layerBytes: 8192, layout: 'KV_L2TD' });
-      for (let i = 0; i < 4; i++) {
-        const client = newClient(gw, segBucket);
-        try {
-          expectBytes(await client.fetch(descriptorOf(prefix)), reference(prefix));
-        } finally {
-          await client.close();
-        }
-      }
+      for (let i = 0; i < 4; i++) await freshFetch(gw, segBucket, prefix);
       await waitFor('a segment is packed', async () => (await segmentEvents(gw.adminUrl, 'packed')) >= 1);
       await waitFor('a GET is served from it', async () => {
-        const client = newClient(gw, segBucket);
-        try {
-          const result = await client.fetch(descriptorOf(prefix));
-          expectBytes(result, reference(prefix));
-          return result.segmentChunks === prefix.keys.length;
-        } finally {
-          await client.close();
-        }
+        return (await freshFetch(gw, segBucket, prefix)).segmentChunks === prefix.keys.length;
       });
     } finally {
       await writer.close();

@@ -22,10 +22,7 @@ function primary(args: string[] = []): { shared: LocalShared; coordinator: Coord
   const join = (id: number): RemoteShared => {
     const remote = new RemoteShared({ send: (message: ToPrimary) => void setImmediate(() => coordinator.receive(id, message)) }, config.scheduler !== undefined);
     coordinator.join(id, {
-      send: (message: ToServing) => {
-        setImmediate(() => remote.receive(message));
-        return true;
-      },
+      send: (message: ToServing) => void setImmediate(() => remote.receive(message)),
     });
     return remote;
   };

@@ -11,8 +11,8 @@ import { toWire, type CallName, type Casts, type ToPrimary, type ToServing } fro
 
 /** One serving process as the coordinator sees it: how to reach it. */
 export interface ServingChannel {
-  /** Sends a message; false (or a throw) when the process is gone. */
-  send(message: ToServing): boolean;
+  /** Sends a message; does nothing (or throws) when the process is gone, whose exit then gives back what it held. */
+  send(message: ToServing): void;
 }
 
 /** What one serving process holds. */

@@ -99,14 +99,18 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
    */
   const lastMetrics = new Map<number, unknown[]>();
   let retired: object[] = [];
+  /** Folds in order (two processes that go together both count), never failing a scrape. */
+  let retiring = Promise.resolve();
   function retire(workerId: number): void {
     const last = lastMetrics.get(workerId);
     lastMetrics.delete(workerId);
     if (!last) return;
     const kept = last.filter((m) => ['counter', 'histogram'].includes(String((m as { type?: unknown }).type)));
-    void AggregatorRegistry.aggregate([...retired, kept])
-      .getMetricsAsJSON()
-      .then((folded) => (retired = [folded]));
+    retiring = retiring
+      .then(async () => {
+        retired = [await AggregatorRegistry.aggregate([...retired, kept]).getMetricsAsJSON()];
+      })
+      .catch((error: unknown) => logger.warn({ error }, "a gone serving process's counters could not be kept"));
   }
 
   // Answers to the primary's asks, by id.
@@ -152,13 +156,7 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
     const worker = cluster.fork({ [SERVING_ENV]: String(index), ...(store ? { [STORE_URL_ENV]: store.url } : {}) });
     const serving: Serving = { index, worker, started: Date.now(), listening: false };
     servingProcesses[index - 1] = serving;
-    coordinator.join(worker.id, {
-      send: (message) => {
-        if (!worker.isConnected()) return false;
-        worker.send(message);
-        return true;
-      },
-    });
+    coordinator.join(worker.id, { send: (message) => void (worker.isConnected() && worker.send(message)) });
     worker.on('message', (message: unknown) => {
       if (!isOurs(message)) return;
       const m = message as ToPrimary;
@@ -198,7 +196,7 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
   store?.child.once('exit', (code, signal) => {
     if (stopping) return;
     logger.fatal({ code, signal }, 'the store process exited: the gateway stops');
-    void stop().then(() => process.exit(1));
+    void stop().finally(() => process.exit(1));
   });
 
   let admin: AdminServer | undefined;
@@ -250,6 +248,7 @@ export async function startPrimary(config: GatewayConfig, logger: Logger): Promi
               ),
             ),
           );
+          await retiring;
           const all: object[] = [await own.getMetricsAsJSON(), ...each, ...retired];
           return AggregatorRegistry.aggregate(all).metrics();
         },
