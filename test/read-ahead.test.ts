@@ -60,7 +60,14 @@ class ScriptedRunner implements TaskRunner {
   }
 }
 
-function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal, chunks = 8, layers = 24): { readAhead: ReadAhead; units: Unit[] } {
+function readAheadOf(
+  runner: TaskRunner,
+  budget: FifoBudget,
+  signal: AbortSignal,
+  chunks = 8,
+  layers = 24,
+  windowBytes = 64 * LAYER_BYTES,
+): { readAhead: ReadAhead; units: Unit[] } {
   const plan = planLayerwise({
     layout: 'KV_L2TD',
     layerStart: 0,
@@ -80,7 +87,7 @@ function readAheadOf(runner: TaskRunner, budget: FifoBudget, signal: AbortSignal
     units,
     chunks: { requestId: 'r', bucket: 'b', keys, layout: 'KV_L2TD', layers, layerBytes: LAYER_BYTES },
     order: 'layer-major',
-    windowBytes: 64 * LAYER_BYTES,
+    windowBytes,
     budget,
     tasksInFlight: 4,
     firstUnitAlone: true,
@@ -165,6 +172,26 @@ describe('ReadAhead', () => {
     const firstUnit = units[0]?.to ?? 0;
     expect(runner.tasks.slice(0, firstUnit).every((t) => t.etags === undefined)).toBe(true);
     expect(runner.tasks.slice(firstUnit).every((t) => t.etags?.length === t.keys.length && t.etags.every((e) => e === '"e"'))).toBe(true);
+  });
+
+  it('cancelled while a unit is half dispatched, gives back the blocks of its tasks that had finished', async () => {
+    // The window runs out in the middle of a unit: some of its tasks have answered, the rest
+    // wait for room that never comes because nothing is sent. Those answered tasks belong to no
+    // complete unit, and their blocks must still go back when the request ends.
+    const runner = new ScriptedRunner(1);
+    const budget = new FifoBudget(1024 * LAYER_BYTES);
+    const client = new AbortController();
+    const { readAhead, units } = readAheadOf(runner, budget, client.signal, 16, 24, 100 * LAYER_BYTES);
+    await readAhead.unit(0);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(runner.running.size).toBe(0); // stalled on the window, every dispatched task answered
+    const stalled = units.findIndex((unit) => unit.from < runner.tasks.length && runner.tasks.length < unit.to);
+    expect(stalled).toBeGreaterThan(0); // a unit is half dispatched
+    client.abort(new Error('client gone'));
+    await readAhead.close();
+    expect(budget.used).toBe(0);
+    expect(runner.recycled.size).toBe(runner.handedOut.size);
+    expect(runner.doubleRecycles).toBe(0);
   });
 
   it('gives a block back once even when a unit is recycled twice (frame flushed, then close)', async () => {

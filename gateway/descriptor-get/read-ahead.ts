@@ -158,6 +158,8 @@ export class ReadAhead implements UnitSource, Units {
   readonly #pump: Promise<void>;
   /** Each unit's task bytes once read, until they go back to the pool (exactly once). */
   readonly #regions: (Uint8Array[] | undefined)[];
+  /** Units whose bytes have gone back to the pool: a late completion must not record them again. */
+  readonly #returned: boolean[];
   /**
    * Each chunk's ETag from its first read (by prefix position). Later reads of the chunk must
    * find the same version; the first unit reads every chunk and nothing is read beyond it until
@@ -180,6 +182,7 @@ export class ReadAhead implements UnitSource, Units {
     this.#heldWindow = options.units.map(() => 0);
     this.#heldGlobal = options.units.map(() => false);
     this.#regions = options.units.map(() => undefined);
+    this.#returned = options.units.map(() => false);
     // The rest of a pack is read at the versions its request read (and its manifest will pin).
     if (options.versions) this.#versions.push(...options.versions);
     // An encoded prefix's plan was cut from its index: the first reads must find those versions.
@@ -337,10 +340,13 @@ export class ReadAhead implements UnitSource, Units {
     const regions = this.#regions[u];
     if (!regions) return;
     this.#regions[u] = undefined;
+    this.#returned[u] = true;
     for (const region of regions) this.#o.pool.recycle(region);
   }
 
   #complete(u: number, results: ReadResult[]): void {
+    // close() already gave these blocks back (the request ended while this unit was reading).
+    if (this.#returned[u]) return;
     const unit = this.#o.units[u] as Unit;
     const reads: TaskRead[] = [];
     this.#regions[u] = results.flatMap((result) => (result.ok ? [result.region] : []));
@@ -371,10 +377,16 @@ export class ReadAhead implements UnitSource, Units {
     this.#o.signal.removeEventListener('abort', this.#onClientGone);
     this.#cancel.abort(); // the pool cancels every task still queued or running
     await this.#pump;
-    await Promise.all(this.#results.filter((r): r is Promise<ReadResult> => r !== undefined));
-    for (const u of this.#o.units.keys()) {
+    const answers = await Promise.all(this.#results.map((result) => result ?? Promise.resolve(undefined)));
+    for (const [u, unit] of this.#o.units.entries()) {
       this.release(u);
-      this.recycle(u);
+      if (this.#regions[u]) this.recycle(u);
+      else if (!this.#returned[u]) {
+        // Never completed (the request ended while its tasks were being dispatched or read):
+        // the blocks of those of its tasks that answered are still out, owned by no unit.
+        this.#returned[u] = true;
+        for (const answer of answers.slice(unit.from, unit.to)) if (answer?.ok) this.#o.pool.recycle(answer.region);
+      }
     }
   }
 }
