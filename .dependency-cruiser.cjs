@@ -6,10 +6,10 @@
  * (http-range/); the TypeScript client (client/). In the gateway: common/ (settings, logging,
  * metrics and the observer interfaces they read), threads/ (what both threads share), stores/,
  * worker/ (the read worker threads), admission/, s3/ (the S3 front door), capacity/,
- * descriptor-get/ (the layerwise data plane), segments/, pipeline/ (the server and its routes),
+ * descriptor-get/ (the layerwise data plane), segments/, kv-events/ (the KV events for routers), pipeline/ (the server and its routes),
  * cluster/ (several serving processes on one port, gateway/cluster/primary.ts). Then cli/ and bench/; test/ may import anything. A folder imports only folders below it.
  */
-const GATEWAY_LAYERS = ['common', 'threads', 'stores', 'worker', 'admission', 's3', 'capacity', 'descriptor-get', 'segments', 'pipeline', 'cluster'];
+const GATEWAY_LAYERS = ['common', 'threads', 'stores', 'worker', 'admission', 's3', 'capacity', 'descriptor-get', 'segments', 'kv-events', 'pipeline', 'cluster'];
 /** Folders a gateway layer must not import: those above it (worker/ and admission/ share a rank). */
 const above = (layer) => {
   const rank = (l) => (l === 'admission' ? GATEWAY_LAYERS.indexOf('worker') : GATEWAY_LAYERS.indexOf(l));

@@ -21,6 +21,7 @@ import type { EndSummary } from '../schemas/frames.js';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
 import { AFTER_META, recordableAfter } from '../schemas/chain.js';
+import { encodeTokens, MODEL_META, TOKENS_META } from '../schemas/kv-tokens.js';
 import type { Layout } from '../schemas/layouts.js';
 import { SocketRangeClient } from '../http-range/socket-range-get.js';
 import { errorFromResponse, readCapped, toObjectCacheError, unreachable, withRequestId } from './answers.js';
@@ -69,6 +70,16 @@ export interface PutChunksOptions {
    * (`objectcache-after`), so a budgeted bucket trims the prefix from its tail.
    */
   readonly chain?: boolean;
+  /** The chunk before the first of `keys` (when they continue a prefix stored before), recorded with the first. */
+  readonly after?: string;
+  /**
+   * Each chunk's token ids, one list per key: recorded with the chunk (`objectcache-tokens`,
+   * schemas/kv-tokens.ts), so the gateway's KV events tell routers which tokens it holds
+   * (docs/kv-events.md). A list too long for S3's metadata is not recorded.
+   */
+  readonly tokens?: readonly ArrayLike<number>[];
+  /** The model the chunks belong to, recorded with each (`objectcache-model`: a KV events topic may name it). */
+  readonly model?: string;
 }
 
 export interface FetchOptions {
@@ -226,6 +237,9 @@ export class ObjectCacheClient {
    */
   async putChunks(keys: readonly string[], objects: readonly Uint8Array[], options: PutChunksOptions = {}): Promise<void> {
     if (keys.length !== objects.length) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks needs one object per key');
+    if (options.tokens && options.tokens.length !== keys.length) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks needs one token list per key');
+    if (options.model !== undefined && !/^[\x20-\x7e]{1,256}$/.test(options.model))
+      throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks: model must be 1 to 256 printable ASCII characters');
     const concurrency = options.concurrency ?? 8;
     const geometry = options.layout;
     let next = 0;
@@ -239,9 +253,13 @@ export class ObjectCacheClient {
             throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `chunk ${i} has ${object.byteLength} bytes, not layers x layerBytes`);
           metadata[LAYER_CRC_META] = encodeLayerCrcs(layerCrcs(toCanonical(object, geometry.layout, geometry.layers, geometry.layerBytes), geometry.layers, geometry.layerBytes));
         }
-        const after = i > 0 && options.chain !== false ? (keys[i - 1] as string) : undefined;
+        const after = options.chain === false ? undefined : i > 0 ? (keys[i - 1] as string) : options.after;
         // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
         if (after !== undefined && recordableAfter(after)) metadata[AFTER_META] = after;
+        const tokens = options.tokens?.[i];
+        const encoded = tokens === undefined ? undefined : encodeTokens(tokens);
+        if (encoded !== undefined) metadata[TOKENS_META] = encoded;
+        if (options.model !== undefined) metadata[MODEL_META] = options.model;
         const command = new PutObjectCommand({ Bucket: this.bucket, Key: keys[i], Body: object, ContentType: 'application/octet-stream', Metadata: metadata });
         await this.#sdk(`PutObject ${keys[i] as string}`, (s3, abortSignal) => s3.send(command, { abortSignal }));
       }

@@ -93,6 +93,12 @@ export const ERRORS = {
     description:
       "The write would take the tenant past its --tenant-quota, and not enough of the tenant's own chunks can be evicted (pinned, being read or written); nothing was stored. Another tenant's chunks are never evicted for it.",
   },
+  OC_ERR_KV_TOKENS: {
+    status: 400,
+    s3Code: 'InvalidArgument',
+    description:
+      'The chunk\u2019s x-amz-meta-objectcache-tokens is not a token list (base64url of unsigned LEB128 varints, at most 1,400 characters), or the chunk is named by an ObjectCache key that these tokens do not hash to (after the chunk its x-amz-meta-objectcache-after names); nothing was stored (schemas/kv-tokens.ts).',
+  },
   OC_ERR_CAPACITY_UNMANAGED: {
     status: 400,
     s3Code: 'InvalidRequest',

@@ -17,7 +17,7 @@ import { AFTER_META } from '../../schemas/chain.js';
 import type { CapacityConfig } from '../common/config.js';
 import { FifoBudget } from '../common/fifo-budget.js';
 import type { Logger } from '../common/logger.js';
-import { ChunkIndex, type Candidate, type Chunk, type OrderOptions } from './chunk-index.js';
+import { type ChunkChanges, ChunkIndex, type Candidate, type Chunk, type OrderOptions } from './chunk-index.js';
 import type { CapacityStore } from '../stores/capacity-store.js';
 import { SharedState, type CapacityEvent, type EventSource } from './shared-state.js';
 import type { StateKey } from '../common/state-key.js';
@@ -180,6 +180,9 @@ export class Capacity {
   #derived: DerivedData | undefined;
 
   readonly #mayWrite: MayWrite;
+  readonly #changes: ((bucket: string) => ChunkChanges) | undefined;
+  /** The state is loaded: what comes and goes from now on is told to #changes. */
+  #loaded = false;
 
   constructor(options: {
     config: CapacityConfig;
@@ -192,7 +195,10 @@ export class Capacity {
     gatewayId?: string;
     derived?: DerivedData;
     uploadLimits?: UploadLimits;
+    /** Told of every chunk of a bucket that comes or goes once the state is loaded (the KV events). */
+    changes?: (bucket: string) => ChunkChanges;
   }) {
+    this.#changes = options.changes;
     this.#derived = options.derived;
     this.#uploadLimits = options.uploadLimits ?? UPLOAD_LIMITS;
     this.#mayWrite = options.mayWrite;
@@ -222,6 +228,9 @@ export class Capacity {
   /** Loads the shared state (snapshot and journals) and starts syncing and, when leader, trimming. */
   async start(): Promise<void> {
     await this.#shared.start();
+    // What the store held at start is the baseline; from now on every change is told.
+    this.#loaded = true;
+    for (const [bucket, index] of this.#indexes) index.changes = this.#changes?.(bucket);
     this.#trimTimer = setInterval(() => void this.#trimOnce(), TRIM_INTERVAL_MS);
     this.#trimTimer.unref();
   }
@@ -307,7 +316,7 @@ export class Capacity {
     tenant: string,
     bytes: number,
     replaces = true,
-  ): Promise<(stored: boolean | { readonly size: number; readonly etag: string }) => void> {
+  ): Promise<(stored: boolean | { readonly size: number; readonly etag: string; readonly meta?: Readonly<Record<string, string>> }) => void> {
     if (!this.#indexes.has(bucket)) return () => {};
     const s = slot(bucket, key);
     const quota = this.#config.quotas.get(tenant);
@@ -345,7 +354,7 @@ export class Capacity {
         void this.#learnWrite(bucket, key, tenant).finally(unreserve);
         return;
       }
-      this.#record(bucket, key, tenant, stored.size, stored.etag);
+      this.#record(bucket, key, tenant, stored.size, stored.etag, this.#now(), stored.meta);
       unreserve();
     };
   }
@@ -924,11 +933,11 @@ export class Capacity {
   }
 
   /** A chunk as the store's own answer has it (a write's, a HEAD's): its size is checked. */
-  #record(bucket: string, key: string, tenant: string, size: number, etag: string, at = this.#now()): void {
+  #record(bucket: string, key: string, tenant: string, size: number, etag: string, at = this.#now(), meta?: Readonly<Record<string, string>>): void {
     const index = this.#indexes.get(bucket);
     if (!index) return;
     const e = etag.startsWith('"') ? etag : `"${etag}"`;
-    index.put(key, { size, tenant, etag: e, at });
+    index.put(key, { size, tenant, etag: e, at, ...(meta ? { meta } : {}) });
     this.#shared.record({ t: 'put', b: bucket, k: key, s: size, n: tenant, e, at });
   }
 
@@ -936,7 +945,7 @@ export class Capacity {
   async #learnWrite(bucket: string, key: string, tenant: string): Promise<void> {
     try {
       const head = await this.#store.head(bucket, key);
-      if (head) this.#record(bucket, key, tenant, head.size, head.etag);
+      if (head) this.#record(bucket, key, tenant, head.size, head.etag, this.#now(), head.meta);
     } catch (error) {
       this.#log.warn({ error, bucket, key }, 'capacity: could not learn the size of a chunk just written; the next reconciliation will');
       this.#observer.syncFailed('head');
@@ -1004,10 +1013,21 @@ export class Capacity {
 
   /** Replaces everything known with a snapshot's events (then the journals are applied on top). */
   #reset(events: Iterable<CapacityEvent>): void {
+    const before = new Map(this.#indexes);
     for (const bucket of this.#indexes.keys()) this.#indexes.set(bucket, new ChunkIndex());
     this.#pins.clear();
     for (const id of [...this.#uploads.keys()]) this.#setUpload(id, undefined);
     for (const event of events) this.#apply(event, 'snapshot');
+    if (!this.#loaded) return;
+    // A reload (another gateway's snapshot) is told as what it changed.
+    for (const [bucket, index] of this.#indexes) {
+      const changes = this.#changes?.(bucket);
+      index.changes = changes;
+      const old = before.get(bucket);
+      if (!changes || !old) continue;
+      for (const chunk of old.values()) if (index.get(chunk.key)?.etag !== chunk.etag) changes.removed(chunk);
+      for (const chunk of index.values()) if (old.get(chunk.key)?.etag !== chunk.etag) changes.stored(chunk, undefined);
+    }
   }
 
   /** Everything known, as events a snapshot holds. */
@@ -1067,6 +1087,7 @@ export class Capacity {
             at: object.lastModified,
             lastAccess: known?.lastAccess ?? object.lastModified,
             ...(after !== undefined && after !== object.key ? { pred: after } : {}),
+            meta: head.meta,
           };
           index.put(object.key, facts);
           this.#shared.record({ t: 'put', b: bucket, k: object.key, s: head.size, n: tenant, e: head.etag, at: object.lastModified });

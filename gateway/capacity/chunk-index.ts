@@ -45,6 +45,18 @@ export interface Chunk {
 
 export type EvictionReason = 'dead' | 'lru';
 
+/**
+ * Told of every chunk that comes into the index or leaves it, whatever the cause (a write through
+ * this gateway or another, a delete, an eviction, a reconciliation with the store): the KV events
+ * (gateway/kv-events/) are published from these. A new version of a key is its old one removed,
+ * then the new one stored; the same version recorded again is neither.
+ */
+export interface ChunkChanges {
+  /** `meta`: the object's user metadata when the write's answer or a HEAD gave it. */
+  stored(chunk: Chunk, meta: Readonly<Record<string, string>> | undefined): void;
+  removed(chunk: Chunk): void;
+}
+
 export interface OrderOptions {
   /** False for what cannot go now (pinned, being read): it and, being no leaf, its prefix are skipped. */
   readonly evictable?: (chunk: Chunk) => boolean;
@@ -76,6 +88,8 @@ const MAX_DEPTH = 4096;
 const MAX_LINK_STEPS = 1 << 16;
 
 export class ChunkIndex {
+  /** Told of what comes and goes (undefined: nobody listens, as while a snapshot is loaded). */
+  changes: ChunkChanges | undefined;
   private readonly chunks = new Map<string, Chunk>();
   /** For each key, the present chunks whose `pred` it is. */
   private readonly children = new Map<string, Set<string>>();
@@ -124,8 +138,15 @@ export class ChunkIndex {
     return this.chunks.values();
   }
 
+  constructor(changes?: ChunkChanges) {
+    this.changes = changes;
+  }
+
   /** Records a write (or what a listing found): a new version replaces the old one. */
-  put(key: string, facts: { size: number; tenant: string; etag: string; at: number; lastAccess?: number; pred?: string | undefined; checked?: boolean }): Chunk {
+  put(
+    key: string,
+    facts: { size: number; tenant: string; etag: string; at: number; lastAccess?: number; pred?: string | undefined; checked?: boolean; meta?: Readonly<Record<string, string>> },
+  ): Chunk {
     const old = this.chunks.get(key);
     if (old) this.account(old, -1);
     const pending = this.pendingLinks.get(key);
@@ -148,6 +169,10 @@ export class ChunkIndex {
     else if (old && old.pred !== pred) {
       if (old.pred !== undefined) this.removeChild(old.pred, key);
       if (pred !== undefined) this.addChild(pred, key);
+    }
+    if (old?.etag !== chunk.etag) {
+      if (old) this.changes?.removed(old);
+      this.changes?.stored(chunk, facts.meta);
     }
     return chunk;
   }
@@ -173,6 +198,7 @@ export class ChunkIndex {
     this.chunks.delete(key);
     this.account(chunk, -1);
     if (chunk.pred !== undefined) this.removeChild(chunk.pred, key);
+    this.changes?.removed(chunk);
     return chunk;
   }
 

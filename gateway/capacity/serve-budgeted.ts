@@ -3,6 +3,8 @@
  * each, around the backend's own answer (gateway/pipeline/server.ts routes them here).
  */
 import { AFTER_META } from '../../schemas/chain.js';
+import { ObjectCacheError } from '../../schemas/errors.js';
+import { checkTokens, decodeTokens, TOKENS_META } from '../../schemas/kv-tokens.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { Backend } from '../s3/backend.js';
 import { headerOf, type RequestContext } from '../s3/context.js';
@@ -38,21 +40,23 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
     const bytes = writeSize(ctx, source);
     // A part counts against the budget and the quota from the first (until its upload ends).
     const part = op === 'UploadPart' || op === 'UploadPartCopy' ? partOf(ctx) : undefined;
+    if (replacesMeta(ctx)) checkWrittenTokens(ctx);
     if (part) budgeted.admitPart(bucket, part.uploadId, part.partNumber, ctx.tenant);
     const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes, part === undefined);
-    const replaces = op === 'PutObject' || (op === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
+    const replaces = replacesMeta(ctx);
     if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
     // A copy that would take its source's metadata takes it from the gateway instead: the copier
     // as its tenant, and the source's chain only when it is the copier's own.
     else if (op === 'CopyObject' && source) copyMetadata(ctx, source);
-    let stored: boolean | { size: number; etag: string } = false;
+    let stored: boolean | { size: number; etag: string; meta: Record<string, string> } = false;
     try {
       await backend.serveS3(ctx);
       const etag = ctx.res.getHeader('etag');
       // A PUT's body was checked against the length it declared (gateway/s3/body/upload-body.ts), so
       // that, and the store's answer, are what it holds; a copy's size is asked of the store.
       // Without an ETag in the answer, a stored object's facts are asked of the store (`true`).
-      if (ctx.res.statusCode === 200) stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag } : op === 'PutObject' || op === 'CopyObject';
+      if (ctx.res.statusCode === 200)
+        stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag, meta: userMeta(ctx) } : op === 'PutObject' || op === 'CopyObject';
       if (ctx.res.statusCode === 200 && part) budgeted.partStored(bucket, key, part.uploadId, part.partNumber, bytes, ctx.tenant);
       // The writer's word on the chunk before it (schemas/chain.ts), taken for its own chunk.
       const after = op === 'PutObject' ? headerOf(ctx.req, `x-amz-meta-${AFTER_META}`) : undefined;
@@ -62,7 +66,10 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
     }
     return;
   }
-  if (op === 'CreateMultipartUpload') ctx.req.headers[TENANT_META] = ctx.tenant;
+  if (op === 'CreateMultipartUpload') {
+    checkWrittenTokens(ctx);
+    ctx.req.headers[TENANT_META] = ctx.tenant;
+  }
   await backend.serveS3(ctx);
   const status = ctx.res.statusCode;
   const versioned = ctx.target.query.some(([name]) => name === 'versionId');
@@ -74,6 +81,39 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
     if (versioned) budgeted.verify(bucket, key);
     else budgeted.deleted(bucket, key);
   } else if (op === 'DeleteObjects' && status === 200) for (const deleted of ctx.deleteKeys ?? []) budgeted.verify(bucket, deleted);
+}
+
+/** Whether the write sets the object's metadata from its own headers (a PUT, a copy that replaces it). */
+function replacesMeta(ctx: RequestContext): boolean {
+  return ctx.operation === 'PutObject' || (ctx.operation === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
+}
+
+/** The user metadata a write sets, lowercase names without `x-amz-meta-`. */
+function userMeta(ctx: RequestContext): Record<string, string> {
+  const meta: Record<string, string> = {};
+  for (const [name, value] of Object.entries(ctx.req.headers)) {
+    if (name.startsWith('x-amz-meta-') && typeof value === 'string') meta[name.slice('x-amz-meta-'.length)] = value;
+  }
+  return meta;
+}
+
+/**
+ * The token ids a write announces for its chunk (schemas/kv-tokens.ts), checked before anything is
+ * stored: well formed, and, where the chunk has an ObjectCache key, the tokens its key hashes.
+ */
+function checkWrittenTokens(ctx: RequestContext): void {
+  const value = headerOf(ctx.req, `x-amz-meta-${TOKENS_META}`);
+  if (value === undefined) return;
+  const tokens = decodeTokens(value);
+  if (tokens === undefined)
+    throw new ObjectCacheError('OC_ERR_KV_TOKENS', `x-amz-meta-${TOKENS_META} is not a token list (base64url of unsigned LEB128 varints, at most 1,400 characters)`);
+  const after = headerOf(ctx.req, `x-amz-meta-${AFTER_META}`);
+  if (checkTokens(ctx.target.key, after, tokens) === 'mismatch') {
+    throw new ObjectCacheError(
+      'OC_ERR_KV_TOKENS',
+      `The ${tokens.length} tokens of x-amz-meta-${TOKENS_META} do not hash to the chunk key ${ctx.target.key}${after === undefined ? ' (as the first chunk of its prefix)' : ` after ${after}`}`,
+    );
+  }
 }
 
 /** A part's upload and number, from the request's query (the store refuses a malformed one before anything is counted). */

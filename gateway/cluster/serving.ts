@@ -69,6 +69,8 @@ export async function runServing(options: ServingOptions): Promise<void> {
       admin: false,
       role: 'serving process',
       exclusive: false,
+      // One process binds the KV events socket; it learns the others' writes from their journals.
+      kvEvents: process.env[SERVING_ENV] === '1',
       ...(options.stateKey ? { stateKey: options.stateKey } : {}),
       ...(options.workerBackend ? { workerBackend: options.workerBackend } : {}),
     });

@@ -457,6 +457,68 @@ export const SERVE_SETTINGS = {
     max: Number.MAX_SAFE_INTEGER,
     description: 'Bytes all layerwise GETs together may have read but not yet sent (also the shared memory reserved for task buffers, used as needed).',
   },
+  kvEvents: {
+    flag: 'kv-events',
+    env: 'OBJECTCACHE_KV_EVENTS',
+    kind: 'string',
+    default: 'off',
+    description:
+      "ZeroMQ endpoint the KV events of the budgeted buckets are published on (docs/kv-events.md), e.g. tcp://*:5557 (bound; an endpoint without * is connected to): a BlockStored for every chunk that comes, a BlockRemoved for every one that goes, in vLLM's KVEventBatch format, for KV-aware routers (llm-d, Dynamo). Needs --budget. off: none.",
+  },
+  kvEventsReplay: {
+    flag: 'kv-events-replay',
+    env: 'OBJECTCACHE_KV_EVENTS_REPLAY',
+    kind: 'string',
+    default: 'off',
+    description: 'ZeroMQ ROUTER endpoint that replays held batches from a sequence number (vLLM\u2019s replay protocol), e.g. tcp://*:5558. off: no replay.',
+  },
+  kvEventsHistory: {
+    flag: 'kv-events-history',
+    env: 'OBJECTCACHE_KV_EVENTS_HISTORY',
+    kind: 'integer',
+    default: '10000',
+    min: 1,
+    max: 1_000_000,
+    description: 'Batches held for replay (at most 64 MiB of them whatever this says).',
+  },
+  kvEventsTopic: {
+    flag: 'kv-events-topic',
+    env: 'OBJECTCACHE_KV_EVENTS_TOPIC',
+    kind: 'string',
+    default: '',
+    description:
+      "Topic of each batch, with {model} (the writer's x-amz-meta-objectcache-model), {tenant} and {bucket} replaced: vLLM's subscribers take the empty topic, Dynamo's docs use kv-events, llm-d subscribes to kv@ and the pool form kv@pool:<name>@{model}. Empty by default.",
+  },
+  kvEventsEncoding: {
+    flag: 'kv-events-encoding',
+    env: 'OBJECTCACHE_KV_EVENTS_ENCODING',
+    kind: 'enum',
+    default: 'tagged',
+    values: ['tagged', 'array'],
+    description:
+      'Event encoding. tagged: maps with a type field, vLLM 0.24 and later. array: positional arrays, tag first, what vLLM wrote before and consumers built for it read.',
+  },
+  kvEventsMedium: {
+    flag: 'kv-events-medium',
+    env: 'OBJECTCACHE_KV_EVENTS_MEDIUM',
+    kind: 'string',
+    default: 'SHARED',
+    description: 'The medium every event names: SHARED is what Dynamo maps to its external tier; llm-d scores a medium it does not weigh as 1.0.',
+  },
+  kvEventsLocality: {
+    flag: 'kv-events-locality',
+    env: 'OBJECTCACHE_KV_EVENTS_LOCALITY',
+    kind: 'string',
+    default: 'REMOTE',
+    description: 'The locality every tagged event names (LOCAL or REMOTE, relative to the engines); off: the field is left out.',
+  },
+  kvEventsTenants: {
+    flag: 'kv-events-tenants',
+    env: 'OBJECTCACHE_KV_EVENTS_TENANTS',
+    kind: 'string',
+    default: 'all',
+    description: "Tenants whose chunks' events are published, comma-separated (token ids are prompt content: publish only what the subscribers may see). all: every tenant's.",
+  },
   segments: {
     flag: 'segments',
     env: 'OBJECTCACHE_SEGMENTS',
@@ -831,6 +893,8 @@ export interface GatewayConfig {
   readonly capacity: CapacityConfig | undefined;
   /** Packed segments (gateway/segments/segments.ts); undefined when --segments is off. */
   readonly segments: SegmentConfig | undefined;
+  /** --kv-events; undefined when off. */
+  readonly kvEvents: KvEventsConfig | undefined;
   /** OBJECTCACHE_STATE_KEY (gateway/common/state-key.ts); undefined: derived from the store's credentials or kept in the data directory. */
   readonly stateKey: string | undefined;
   /** --multipart-expiry: unfinished uploads older than this are aborted (the embedded store's; budgeted buckets' at the lease holder); undefined: never. */
@@ -1339,6 +1403,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
   const multipartExpiryMs = parseDuration('multipartExpiry', raw);
   const capacity = loadCapacity(raw, multipartExpiryMs);
   const segments = loadSegments(raw);
+  const kvEvents = loadKvEvents(raw, capacity);
   const reservedBuckets = parseReserved(raw.reservedBuckets);
   // Clients never reach the gateways' own state (capacity's journals, snapshot and lease; packed
   // segments), whatever features this gateway has on: another gateway in front of the same store
@@ -1354,6 +1419,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
     scheduler,
     capacity,
     segments,
+    kvEvents,
     stateKey: stateKeySetting(raw),
     multipartExpiryMs,
     adminToken: adminTokenSetting(raw),
@@ -1471,6 +1537,63 @@ function loadSegments(raw: RawSettings): SegmentConfig | undefined {
     readAheadBytes: integer('segmentReadAheadBytes', raw),
     packQueueBytes: integer('segmentPackQueueBytes', raw),
     packFrom: oneOf('segmentPackFrom', raw) as 'frames' | 'chunks',
+  };
+}
+
+export interface KvEventsConfig {
+  readonly endpoint: string;
+  readonly replayEndpoint: string | undefined;
+  readonly history: number;
+  readonly topic: string;
+  readonly encoding: 'tagged' | 'array';
+  readonly medium: string;
+  readonly locality: string | undefined;
+  /** Undefined: every tenant's. */
+  readonly tenants: ReadonlySet<string> | undefined;
+  /** Messages ZeroMQ queues per subscriber before it drops for that one. */
+  readonly highWaterMark: number;
+  /** How long events gather into one batch. */
+  readonly batchMs: number;
+}
+
+const ZMQ_ENDPOINT = /^(tcp:\/\/[^\s]+:(\d+|\*)|ipc:\/\/\S+|inproc:\/\/\S+)$/;
+
+function loadKvEvents(raw: RawSettings, capacity: CapacityConfig | undefined): KvEventsConfig | undefined {
+  const endpoint = nonEmpty('kvEvents', raw).trim();
+  if (endpoint === 'off') return undefined;
+  const flag = (name: 'kvEvents' | 'kvEventsReplay'): string => `--${SERVE_SETTINGS[name].flag} / ${SERVE_SETTINGS[name].env}`;
+  if (!ZMQ_ENDPOINT.test(endpoint))
+    throw new ConfigError('kv-events', `${flag('kvEvents')} must be a ZeroMQ endpoint (tcp://host:port, ipc://path) or off, got ${JSON.stringify(endpoint)}`);
+  if (!capacity)
+    throw new ConfigError(
+      'kv-events',
+      `${flag('kvEvents')} publishes the chunks of budgeted buckets, and no bucket has a --budget (a budget larger than the bucket will grow evicts nothing)`,
+    );
+  const replay = nonEmpty('kvEventsReplay', raw).trim();
+  if (replay !== 'off' && !ZMQ_ENDPOINT.test(replay))
+    throw new ConfigError('kv-events-replay', `${flag('kvEventsReplay')} must be a ZeroMQ endpoint or off, got ${JSON.stringify(replay)}`);
+  if (replay === endpoint && !endpoint.endsWith(':*')) throw new ConfigError('kv-events-replay', `${flag('kvEventsReplay')} is also --kv-events`);
+  const locality = nonEmpty('kvEventsLocality', raw).trim();
+  const tenants = nonEmpty('kvEventsTenants', raw).trim();
+  return {
+    endpoint,
+    replayEndpoint: replay === 'off' ? undefined : replay,
+    history: integer('kvEventsHistory', raw),
+    topic: raw.kvEventsTopic ?? '',
+    encoding: oneOf('kvEventsEncoding', raw) as 'tagged' | 'array',
+    medium: nonEmpty('kvEventsMedium', raw).trim(),
+    locality: locality === 'off' ? undefined : locality,
+    tenants:
+      tenants === 'all'
+        ? undefined
+        : new Set(
+            tenants
+              .split(',')
+              .map((t) => t.trim())
+              .filter((t) => t !== ''),
+          ),
+    highWaterMark: 100_000,
+    batchMs: 20,
   };
 }
 

@@ -4,7 +4,7 @@
  * (pool, buffers, scheduler shares) are read in collect(), not refreshed by timers.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { BackendStats, CapacityGauges, CapacityObserver, ReaderPoolStats, SchedulerSnapshot, SegmentGauges, SegmentObserver } from './observers.js';
+import type { BackendStats, CapacityGauges, CapacityObserver, KvEventsObserver, ReaderPoolStats, SchedulerSnapshot, SegmentGauges, SegmentObserver } from './observers.js';
 
 /** What serve-descriptor-get reports while it runs. */
 export interface DescriptorGetObserver {
@@ -37,6 +37,8 @@ export interface GatewayMetrics {
   readonly segments: SegmentObserver;
   /** Gauges of the packed segments known, read from `segments` at each scrape. */
   watchSegments(segments: SegmentGauges | undefined): void;
+  /** What the KV events publisher reports (gateway/kv-events/). */
+  readonly kvEvents: KvEventsObserver;
 }
 
 /** What the shared gauges read (registerSharedGauges). */
@@ -394,7 +396,37 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     },
   });
   const segments: SegmentObserver = { event: (event) => segmentEvents.inc({ event }) };
+
+  // --- KV events (gateway/kv-events/) ---
+  const kvBatches = new Counter({ name: 'objectcache_kv_event_batches_total', help: 'KV event batches handed to ZeroMQ (--kv-events).', registers });
+  const kvEvents = new Counter({ name: 'objectcache_kv_events_total', help: 'KV events published, by kind (stored, removed).', labelNames: ['kind'] as const, registers });
+  const kvDropped = new Counter({
+    name: 'objectcache_kv_events_dropped_total',
+    help: 'KV events not published, by reason: queue (more batches waiting for the socket than it holds; their sequence numbers are skipped, so subscribers see the gap), encode.',
+    labelNames: ['reason'] as const,
+    registers,
+  });
+  const kvWithoutTokens = new Counter({
+    name: 'objectcache_kv_events_without_tokens_total',
+    help: 'BlockStored events published without token ids, by reason: none (the writer sent none), unverified (they did not hash to the chunk key), head (the chunk\u2019s metadata could not be read).',
+    labelNames: ['reason'] as const,
+    registers,
+  });
+  const kvReplays = new Counter({ name: 'objectcache_kv_event_replays_total', help: 'Replay requests answered on --kv-events-replay.', registers });
+  const kvSubscribers = new Gauge({ name: 'objectcache_kv_event_subscribers', help: 'Connections to the KV events socket.', registers });
+  const kvEventsObserver: KvEventsObserver = {
+    published: (batches, stored, removed) => {
+      kvBatches.inc(batches);
+      if (stored > 0) kvEvents.inc({ kind: 'stored' }, stored);
+      if (removed > 0) kvEvents.inc({ kind: 'removed' }, removed);
+    },
+    dropped: (reason, events) => kvDropped.inc({ reason }, events),
+    withoutTokens: (reason) => kvWithoutTokens.inc({ reason }),
+    replayed: () => kvReplays.inc(),
+    subscribers: (delta) => kvSubscribers.inc(delta),
+  };
   return {
+    kvEvents: kvEventsObserver,
     registry,
     requests,
     requestDuration,

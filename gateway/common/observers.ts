@@ -22,6 +22,17 @@ export interface CapacityObserver {
   uploadExpired(bucket: string): void;
 }
 
+/** What the KV events report (gateway/kv-events/). */
+export interface KvEventsObserver {
+  /** Batches handed to the socket, with their stored and removed events. */
+  published(batches: number, stored: number, removed: number): void;
+  dropped(reason: 'queue' | 'encode', events: number): void;
+  /** A stored chunk published without tokens: `none` (its writer sent none), `unverified` (they did not hash to its key), `head` (its metadata could not be read). */
+  withoutTokens(reason: 'none' | 'unverified' | 'head'): void;
+  replayed(): void;
+  subscribers(delta: 1 | -1): void;
+}
+
 /** A budgeted bucket's usage, as the capacity gauges read it. */
 export interface BucketGauges {
   readonly bucket: string;

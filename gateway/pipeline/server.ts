@@ -11,6 +11,7 @@ import { readFileSync } from 'node:fs';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { Admission, KeyLimits } from '../admission/admission.js';
 
+import { KvEvents } from '../kv-events/kv-events.js';
 import { Capacity } from '../capacity/capacity.js';
 import { isLoopback, type GatewayConfig } from '../common/config.js';
 import { createLogger, type Logger } from '../common/logger.js';
@@ -46,6 +47,8 @@ export interface GatewayDependencies {
   readonly workerBackend?: WorkerBackend;
   /** The state key, where the configured store is not the one this process reads (gateway/cluster/serving.ts). */
   readonly stateKey?: StateKey;
+  /** Whether this process publishes the KV events --kv-events names (default: yes; of several serving processes, the first). */
+  readonly kvEvents?: boolean;
 }
 
 export interface Gateway {
@@ -71,6 +74,8 @@ export interface Gateway {
   readonly capacity: Capacity | undefined;
   /** Packed segments; undefined when --segments is off. */
   readonly segments: Segments | undefined;
+  /** The KV events' sockets as bound; undefined when --kv-events is off (or another process publishes them). */
+  readonly kvEvents: { readonly endpoint: string; readonly replayEndpoint: string | undefined; readonly firstSequence: bigint } | undefined;
   close(): Promise<void>;
 }
 
@@ -141,6 +146,10 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       })
     : undefined;
   metrics.watchSegments(segments);
+  const kvEvents =
+    config.kvEvents && config.capacity && deps.kvEvents !== false
+      ? new KvEvents({ config: config.kvEvents, store: backend.capacity, logger, observer: metrics.kvEvents })
+      : undefined;
   const capacity = config.capacity
     ? new Capacity({
         config: config.capacity,
@@ -150,6 +159,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         logger,
         observer: metrics.capacity,
         ...(segments ? { derived: segments } : {}),
+        ...(kvEvents ? { changes: (bucket: string) => kvEvents.changes(bucket) } : {}),
       })
     : undefined;
   metrics.watchCapacity(capacity);
@@ -210,7 +220,9 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   });
 
   let admin: AdminServer | undefined;
+  let kvEventsBound: Gateway['kvEvents'];
   try {
+    kvEventsBound = await kvEvents?.start();
     await capacity?.start();
     server.listen({ port: config.port, host: config.host, exclusive: deps.exclusive ?? true });
     await once(server, 'listening');
@@ -227,6 +239,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
   } catch (error) {
     server.close();
     await capacity?.close();
+    await kvEvents?.close();
     await pool.close();
     await backend.close();
     throw error;
@@ -262,6 +275,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     schedulerSnapshot: () => shared.sources?.scheduler(),
     capacity,
     segments,
+    kvEvents: kvEventsBound,
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -274,6 +288,7 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
         await adminServer?.close();
         segments?.close();
         await capacity?.close();
+        await kvEvents?.close();
         await pool.close();
         await backend.close();
       })();

@@ -66,6 +66,7 @@ KNOWN_CODES: Final[FrozenSet[str]] = frozenset(
         "OC_ERR_DESCRIPTOR_UNSIGNED",
         "OC_ERR_INTERNAL",
         "OC_ERR_KEY_CONCURRENCY",
+        "OC_ERR_KV_TOKENS",
         "OC_ERR_PIN_INVALID",
         "OC_ERR_POOL_BUSY",
         "OC_ERR_POOL_WORKER",

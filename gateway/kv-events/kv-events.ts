@@ -1,0 +1,230 @@
+/**
+ * KV events for KV-aware routers (docs/kv-events.md): every chunk of a budgeted bucket that comes
+ * into capacity's index is published as a `BlockStored`, every one that leaves it as a
+ * `BlockRemoved`, in vLLM's KVEventBatch format (vllm/distributed/kv_events.py), which llm-d's
+ * and Dynamo's routers read. The index hears of every way a chunk comes or goes, through this
+ * gateway or another in front of the same store (their journals), so the events cover writes of
+ * every kind, deletes, overwrites, evictions for the budget, a quota or idleness, and what a
+ * reconciliation with the store finds.
+ *
+ * A chunk is one block: its hash is the first 8 bytes of its chain hash (an ObjectCache key,
+ * schemas/kv-tokens.ts) or of SHA-256 over its bucket and key (any other naming), as an unsigned
+ * 64-bit integer, and its parent the same of the chunk its writer recorded before it
+ * (`objectcache-after`). Its tokens are those its writer recorded (`objectcache-tokens`), from
+ * the write's own headers or, for a write learnt otherwise (another gateway's, a reload), a HEAD;
+ * where the key is an ObjectCache key they must hash to it, else the event carries no tokens.
+ *
+ * Events are batched per topic for --kv-events-batch-ms and handed to the publisher
+ * (publisher.ts), which never waits; the HEADs wait in a bounded queue, in order, and past it a
+ * chunk is published without tokens (counted).
+ */
+import { createHash } from 'node:crypto';
+import { encode } from '@msgpack/msgpack';
+import { AFTER_META } from '../../schemas/chain.js';
+import { checkTokens, decodeTokens, MODEL_META, TOKENS_META } from '../../schemas/kv-tokens.js';
+import type { ChunkChanges, Chunk } from '../capacity/chunk-index.js';
+import type { KvEventsConfig } from '../common/config.js';
+import type { Logger } from '../common/logger.js';
+import type { KvEventsObserver } from '../common/observers.js';
+import type { CapacityStore } from '../stores/capacity-store.js';
+import { EventPublisher } from './publisher.js';
+
+/** Events waiting for their chunk's metadata at most; past it, a stored chunk goes without tokens. */
+const MAX_PENDING = 4096;
+/** HEADs for metadata at once. */
+const HEADS_AT_ONCE = 4;
+/** Events in one batch at most. */
+const MAX_BATCH_EVENTS = 512;
+
+type Pending = {
+  readonly bucket: string;
+  readonly kind: 'stored' | 'removed';
+  readonly chunk: Chunk;
+  meta: Readonly<Record<string, string>> | undefined;
+  ready: Promise<void> | undefined;
+};
+
+export class KvEvents {
+  readonly #config: KvEventsConfig;
+  readonly #store: CapacityStore;
+  readonly #log: Pick<Logger, 'info' | 'warn' | 'error'>;
+  readonly #observer: KvEventsObserver;
+  readonly #publisher: EventPublisher;
+  /** In the order they happened: each is published once it and everything before it is ready. */
+  readonly #pending: Pending[] = [];
+  #heads = 0;
+  readonly #waitingHeads: (() => void)[] = [];
+  readonly #batches = new Map<string, { events: unknown[]; stored: number }>();
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(options: { config: KvEventsConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: KvEventsObserver }) {
+    this.#config = options.config;
+    this.#store = options.store;
+    this.#log = options.logger;
+    this.#observer = options.observer;
+    const c = options.config;
+    this.#publisher = new EventPublisher({
+      endpoint: c.endpoint,
+      replayEndpoint: c.replayEndpoint,
+      history: c.history,
+      highWaterMark: c.highWaterMark,
+      logger: options.logger,
+      observer: options.observer,
+    });
+  }
+
+  async start(): Promise<{ endpoint: string; replayEndpoint: string | undefined; firstSequence: bigint }> {
+    const firstSequence = this.#publisher.nextSequence;
+    const bound = await this.#publisher.start();
+    this.#log.info({ ...bound, firstSequence: String(firstSequence), encoding: this.#config.encoding }, 'kv events: publishing');
+    return { ...bound, firstSequence };
+  }
+
+  /** The listener capacity's index of `bucket` tells (gateway/capacity/capacity.ts `changes`). */
+  changes(bucket: string): ChunkChanges {
+    return {
+      stored: (chunk, meta) => this.#add({ bucket, kind: 'stored', chunk: { ...chunk }, meta, ready: undefined }),
+      removed: (chunk) => this.#add({ bucket, kind: 'removed', chunk: { ...chunk }, meta: undefined, ready: undefined }),
+    };
+  }
+
+  #add(event: Pending): void {
+    if (this.#closed) return;
+    if (event.kind === 'stored' && event.meta === undefined) {
+      if (this.#pending.length >= MAX_PENDING) {
+        event.meta = {};
+        this.#observer.withoutTokens('head');
+      } else event.ready = this.#head(event);
+    }
+    this.#pending.push(event);
+    void this.#flushReady();
+  }
+
+  /** Reads a stored chunk's metadata (its tokens, chain and model) from the store. */
+  async #head(event: Pending): Promise<void> {
+    if (this.#heads >= HEADS_AT_ONCE) await new Promise<void>((resolve) => this.#waitingHeads.push(resolve));
+    this.#heads++;
+    try {
+      const head = await this.#store.head(event.bucket, event.chunk.key);
+      // Only the version the index holds: a newer one is its own event.
+      event.meta = head && head.etag === event.chunk.etag ? head.meta : {};
+      if (!head || head.etag !== event.chunk.etag) this.#observer.withoutTokens('head');
+    } catch (error) {
+      this.#log.warn({ error, bucket: event.bucket, key: event.chunk.key }, 'kv events: could not read a stored chunk\u2019s tokens; published without them');
+      this.#observer.withoutTokens('head');
+      event.meta = {};
+    } finally {
+      this.#heads--;
+      this.#waitingHeads.shift()?.();
+      event.ready = undefined;
+    }
+  }
+
+  #flushing = false;
+
+  /** Moves the events that are ready, in order, into their topics' batches. */
+  async #flushReady(): Promise<void> {
+    if (this.#flushing) return;
+    this.#flushing = true;
+    try {
+      while (this.#pending.length > 0 && !this.#closed) {
+        const first = this.#pending[0] as Pending;
+        if (first.ready) {
+          await first.ready;
+          continue;
+        }
+        this.#pending.shift();
+        this.#batch(first);
+      }
+    } finally {
+      this.#flushing = false;
+    }
+  }
+
+  #batch(event: Pending): void {
+    const { bucket, chunk } = event;
+    if (this.#config.tenants !== undefined && !this.#config.tenants.has(chunk.tenant)) return;
+    const meta = event.meta ?? {};
+    const model = meta[MODEL_META] ?? '';
+    const topic = this.#config.topic.replaceAll('{model}', model).replaceAll('{tenant}', chunk.tenant).replaceAll('{bucket}', bucket);
+    const encoded = event.kind === 'stored' ? this.#stored(bucket, chunk, meta) : this.#removed(bucket, chunk);
+    const batch = this.#batches.get(topic) ?? { events: [], stored: 0 };
+    batch.events.push(encoded);
+    if (event.kind === 'stored') batch.stored++;
+    this.#batches.set(topic, batch);
+    if (batch.events.length >= MAX_BATCH_EVENTS) this.#send(topic);
+    else this.#timer ??= setTimeout(() => this.#sendAll(), this.#config.batchMs);
+  }
+
+  #stored(bucket: string, chunk: Chunk, meta: Readonly<Record<string, string>>): unknown {
+    const after = meta[AFTER_META] ?? chunk.pred;
+    let tokens = decodeTokens(meta[TOKENS_META]) ?? [];
+    if (meta[TOKENS_META] === undefined) this.#observer.withoutTokens('none');
+    else if (tokens.length === 0 || checkTokens(chunk.key, after, tokens) === 'mismatch') {
+      tokens = [];
+      this.#observer.withoutTokens('unverified');
+    }
+    const c = this.#config;
+    const hash = blockHash(bucket, chunk.key);
+    const parent = after === undefined ? null : blockHash(bucket, after);
+    if (c.encoding === 'array') return ['BlockStored', [hash], parent, tokens, tokens.length, null, c.medium];
+    return {
+      type: 'BlockStored',
+      block_hashes: [hash],
+      parent_block_hash: parent,
+      token_ids: tokens,
+      block_size: tokens.length,
+      lora_id: null,
+      medium: c.medium,
+      lora_name: null,
+      ...(c.locality === undefined ? {} : { locality: c.locality }),
+    };
+  }
+
+  #removed(bucket: string, chunk: Chunk): unknown {
+    const c = this.#config;
+    const hash = blockHash(bucket, chunk.key);
+    if (c.encoding === 'array') return ['BlockRemoved', [hash], c.medium];
+    return { type: 'BlockRemoved', block_hashes: [hash], medium: c.medium, ...(c.locality === undefined ? {} : { locality: c.locality }) };
+  }
+
+  #sendAll(): void {
+    this.#timer = undefined;
+    for (const topic of [...this.#batches.keys()]) this.#send(topic);
+  }
+
+  #send(topic: string): void {
+    const batch = this.#batches.get(topic);
+    this.#batches.delete(topic);
+    if (!batch || batch.events.length === 0) return;
+    const { events, stored } = batch;
+    let payload: Uint8Array;
+    try {
+      // [ts, events, data_parallel_rank]: vLLM's EventBatch, an array.
+      payload = encode([Date.now() / 1000, events, 0], { useBigInt64: true });
+    } catch (error) {
+      this.#log.error({ error }, 'kv events: a batch could not be encoded; dropped');
+      this.#observer.dropped('encode', events.length);
+      return;
+    }
+    this.#publisher.publish(topic, payload, stored, events.length - stored);
+  }
+
+  /** Publishes what is ready and closes the sockets. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#sendAll();
+    this.#closed = true;
+    for (const wake of this.#waitingHeads.splice(0)) wake();
+    await this.#publisher.close();
+  }
+}
+
+/** A chunk's block hash: an unsigned 64-bit integer (see the module comment). */
+export function blockHash(bucket: string, key: string): bigint {
+  const chain = /(?:^|\/)[0-9a-f]{16}\/([0-9a-f]{64})$/.exec(key);
+  const bytes = chain ? Buffer.from((chain[1] as string).slice(0, 16), 'hex') : createHash('sha256').update(`${bucket}/${key}`, 'utf8').digest();
+  return bytes.readBigUInt64BE(0);
+}

@@ -1,0 +1,185 @@
+/**
+ * The ZeroMQ side of the KV events (docs/kv-events.md): a PUB socket that sends each batch as
+ * three frames (topic, an 8-byte big-endian sequence number, the msgpack batch), and an optional
+ * ROUTER socket that replays the batches still held from a sequence number on, then an end marker
+ * (sequence -1, empty payload): the protocol of vLLM's ZmqEventPublisher
+ * (vllm/distributed/kv_events.py), so its subscribers, llm-d's and Dynamo's read the gateway's.
+ *
+ * Sequence numbers start at the microseconds since the epoch when the gateway starts and go up
+ * by one a batch, so they keep rising across a restart and a subscriber sees the jump: it knows
+ * it missed what happened meanwhile (and asks the replay socket, which answers with what this
+ * run still holds). A batch dropped here (the queue full) takes its number too, so a gap always
+ * means a loss.
+ *
+ * Nothing here can hold up the data path: a PUB socket drops a batch for a subscriber whose queue
+ * (the high-water mark) is full instead of waiting; the batches not yet handed to ZeroMQ and the
+ * replay history are bounded in count and bytes.
+ */
+import { Publisher, Router } from 'zeromq';
+import type { Logger } from '../common/logger.js';
+import type { KvEventsObserver } from '../common/observers.js';
+
+export interface PublisherOptions {
+  /** PUB endpoint: bound when it names `*`, `::`, ipc:// or inproc://, else connected to. */
+  readonly endpoint: string;
+  /** ROUTER endpoint for replay requests (bound), or undefined: no replay. */
+  readonly replayEndpoint: string | undefined;
+  /** Batches held for replay. */
+  readonly history: number;
+  /** Messages ZeroMQ queues per subscriber before it drops for that subscriber. */
+  readonly highWaterMark: number;
+  readonly logger: Pick<Logger, 'warn' | 'error' | 'info'>;
+  readonly observer: Pick<KvEventsObserver, 'published' | 'dropped' | 'replayed' | 'subscribers'>;
+  /** The first sequence number (default: microseconds since the epoch now). */
+  readonly firstSequence?: bigint;
+}
+
+/** Bytes of batches held for replay at most, whatever --kv-events-history says. */
+const MAX_HISTORY_BYTES = 64 * 1024 * 1024;
+/** Batches waiting for the socket at most; past it a batch is dropped (and its number skipped). */
+const MAX_QUEUED = 1024;
+const END_SEQUENCE = Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+
+interface Held {
+  readonly sequence: bigint;
+  readonly topic: Buffer;
+  readonly payload: Uint8Array;
+}
+
+function sequenceBytes(sequence: bigint): Buffer {
+  const bytes = Buffer.alloc(8);
+  bytes.writeBigInt64BE(sequence);
+  return bytes;
+}
+
+function binds(endpoint: string): boolean {
+  return endpoint.includes('*') || endpoint.includes('::') || endpoint.startsWith('ipc://') || endpoint.startsWith('inproc://');
+}
+
+export class EventPublisher {
+  readonly #o: PublisherOptions;
+  readonly #pub = new Publisher();
+  readonly #replay: Router | undefined;
+  #next: bigint;
+  readonly #history: Held[] = [];
+  #historyBytes = 0;
+  readonly #queue: { held: Held; stored: number; removed: number }[] = [];
+  #sending = false;
+  #closed = false;
+  #replaying: Promise<void> | undefined;
+
+  constructor(options: PublisherOptions) {
+    this.#o = options;
+    this.#next = options.firstSequence ?? BigInt(Date.now()) * 1000n;
+    this.#pub.sendHighWaterMark = options.highWaterMark;
+    this.#pub.linger = 0;
+    this.#replay = options.replayEndpoint === undefined ? undefined : new Router();
+    if (this.#replay) {
+      // Room for a whole replay and its end marker; a replay to a requester that stopped reading
+      // gives up after a second rather than waiting on it.
+      this.#replay.sendHighWaterMark = 2 * (options.history + 1);
+      this.#replay.sendTimeout = 1000;
+      this.#replay.linger = 0;
+    }
+  }
+
+  /** Binds (or connects) the sockets; rejects when an endpoint cannot be used. */
+  async start(): Promise<{ endpoint: string; replayEndpoint: string | undefined }> {
+    const { endpoint, replayEndpoint } = this.#o;
+    this.#watchSubscribers();
+    if (binds(endpoint)) await this.#pub.bind(endpoint);
+    else this.#pub.connect(endpoint);
+    if (this.#replay && replayEndpoint !== undefined) {
+      await this.#replay.bind(replayEndpoint);
+      this.#replaying = this.#serveReplays(this.#replay);
+    }
+    return { endpoint: this.#pub.lastEndpoint ?? endpoint, replayEndpoint: this.#replay?.lastEndpoint ?? replayEndpoint };
+  }
+
+  /** The next batch's sequence number (tests, and the log line at start). */
+  get nextSequence(): bigint {
+    return this.#next;
+  }
+
+  /** Queues one encoded batch on `topic` (of `stored` and `removed` events); never waits. */
+  publish(topic: string, payload: Uint8Array, stored: number, removed: number): void {
+    if (this.#closed) return;
+    const sequence = this.#next++;
+    if (this.#queue.length >= MAX_QUEUED) {
+      this.#o.observer.dropped('queue', stored + removed);
+      return;
+    }
+    this.#queue.push({ held: { sequence, topic: Buffer.from(topic, 'utf8'), payload }, stored, removed });
+    if (!this.#sending) void this.#drain();
+  }
+
+  async #drain(): Promise<void> {
+    this.#sending = true;
+    try {
+      for (let next = this.#queue.shift(); next && !this.#closed; next = this.#queue.shift()) {
+        const { held, stored, removed } = next;
+        try {
+          // A PUB socket never waits: a subscriber past its high-water mark misses the batch.
+          await this.#pub.send([held.topic, sequenceBytes(held.sequence), held.payload]);
+          this.#o.observer.published(1, stored, removed);
+        } catch (error) {
+          this.#o.observer.dropped('queue', stored + removed);
+          this.#o.logger.warn({ error }, 'kv events: a batch could not be sent');
+        }
+        this.#hold(held);
+      }
+    } finally {
+      this.#sending = false;
+    }
+  }
+
+  #hold(held: Held): void {
+    if (!this.#replay) return;
+    this.#history.push(held);
+    this.#historyBytes += held.payload.byteLength + held.topic.byteLength;
+    while (this.#history.length > this.#o.history || this.#historyBytes > MAX_HISTORY_BYTES) {
+      const gone = this.#history.shift() as Held;
+      this.#historyBytes -= gone.payload.byteLength + gone.topic.byteLength;
+    }
+  }
+
+  async #serveReplays(router: Router): Promise<void> {
+    try {
+      for await (const frames of router) {
+        const [identity, empty, start] = frames as Buffer[];
+        if (frames.length !== 3 || identity === undefined || empty?.length !== 0 || start?.length !== 8) {
+          this.#o.logger.warn({ frames: frames.length }, 'kv events: a replay request is not [identity, "", start(8 bytes)]; ignored');
+          continue;
+        }
+        this.#o.observer.replayed();
+        const from = start.readBigInt64BE();
+        try {
+          // The history as it is now: what is published meanwhile reaches the requester by PUB.
+          for (const held of this.#history.slice()) {
+            if (held.sequence >= from) await router.send([identity, '', held.topic, sequenceBytes(held.sequence), held.payload]);
+          }
+          await router.send([identity, '', '', END_SEQUENCE, '']);
+        } catch (error) {
+          this.#o.logger.warn({ error }, 'kv events: a replay could not be sent whole (the requester stopped reading); it ends there');
+        }
+      }
+    } catch (error) {
+      if (!this.#closed) this.#o.logger.error({ error }, 'kv events: the replay socket failed; replays are off until a restart');
+    }
+  }
+
+  #watchSubscribers(): void {
+    const events = this.#pub.events;
+    events.on('accept', () => this.#o.observer.subscribers(1));
+    events.on('disconnect', () => this.#o.observer.subscribers(-1));
+  }
+
+  close(): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    this.#closed = true;
+    this.#queue.length = 0;
+    this.#pub.close();
+    this.#replay?.close();
+    return this.#replaying?.then(() => undefined) ?? Promise.resolve();
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * A chunk's token ids, recorded with the object by the writer: the user metadata
+ * `objectcache-tokens` holds them as unsigned LEB128 varints in base64url (about three bytes a
+ * token for today's vocabularies, so a 256-token chunk takes about 1 KB of S3's 2 KB of user
+ * metadata). The gateway publishes them in its KV events (docs/kv-events.md), which is what lets a
+ * KV-aware router (llm-d, Dynamo) key the chunk by its tokens. Token ids are prompt content: they
+ * go only to the event subscribers the operator configured, and only with the tenant's topic.
+ *
+ * Where a chunk's key is an ObjectCache key (schemas/wire-format.md section 1: `<namespace>/<layout
+ * fingerprint>/<SHA-256 chain hash>`), the tokens are checked against it: the key's hash must be
+ * SHA-256 of the hash before it (the key the writer names in `objectcache-after`, or the layout
+ * fingerprint for a prefix's first chunk) and the tokens as u32 LE. So a writer cannot announce
+ * tokens that its chunk does not hold.
+ */
+import { createHash } from 'node:crypto';
+
+/** The metadata name (without `x-amz-meta-`). */
+export const TOKENS_META = 'objectcache-tokens';
+
+/** The metadata a writer names its chunk's model in (a KV events topic's `{model}`). */
+export const MODEL_META = 'objectcache-model';
+
+/** Longer values are refused: with the layer CRCs and the chain they must fit S3's 2 KB of user metadata. */
+export const MAX_TOKENS_META_CHARS = 1400;
+
+/** What a recorded value may hold: base64url without padding. */
+const TOKENS_VALUE = /^[A-Za-z0-9_-]*$/;
+
+/** The metadata value for `tokens` (each a u32), or undefined when it would not fit. */
+export function encodeTokens(tokens: ArrayLike<number>): string | undefined {
+  const bytes: number[] = [];
+  for (let i = 0; i < tokens.length; i++) {
+    let value = (tokens[i] as number) >>> 0;
+    while (value >= 0x80) {
+      bytes.push((value & 0x7f) | 0x80);
+      value >>>= 7;
+    }
+    bytes.push(value);
+  }
+  const text = Buffer.from(bytes).toString('base64url');
+  return text.length <= MAX_TOKENS_META_CHARS ? text : undefined;
+}
+
+/** The token ids a recorded value holds, or undefined when it is not one (malformed, too long, empty). */
+export function decodeTokens(value: string | undefined): number[] | undefined {
+  if (value === undefined || value.length === 0 || value.length > MAX_TOKENS_META_CHARS || !TOKENS_VALUE.test(value)) return undefined;
+  const bytes = Buffer.from(value, 'base64url');
+  const tokens: number[] = [];
+  let current = 0;
+  let shift = 0;
+  for (const byte of bytes) {
+    if (shift === 28 && byte > 0x0f) return undefined; // past 32 bits
+    current += (byte & 0x7f) * 2 ** shift;
+    if (byte & 0x80) {
+      shift += 7;
+      continue;
+    }
+    tokens.push(current);
+    current = 0;
+    shift = 0;
+  }
+  return shift === 0 && tokens.length > 0 ? tokens : undefined;
+}
+
+/** An ObjectCache chunk key: its layout fingerprint and chain hash (lower-case hex). */
+const OBJECTCACHE_KEY = /(?:^|\/)([0-9a-f]{16})\/([0-9a-f]{64})$/;
+
+export type TokensCheck = 'verified' | 'mismatch' | 'unkeyed';
+
+/**
+ * Whether `tokens` are what the chunk `key` holds: `verified` when the key is an ObjectCache key
+ * whose hash chains from `after` (or, without it, from the layout fingerprint) over these tokens;
+ * `mismatch` when it is such a key and they are not; `unkeyed` when the key is named some other
+ * way (an engine's own naming, as LMCache's), so nothing can be checked.
+ */
+export function checkTokens(key: string, after: string | undefined, tokens: readonly number[]): TokensCheck {
+  const match = OBJECTCACHE_KEY.exec(key);
+  if (!match) return 'unkeyed';
+  const [, fingerprint, hash] = match as unknown as [string, string, string];
+  let previous: Buffer;
+  if (after === undefined) previous = Buffer.from(fingerprint, 'utf8');
+  else {
+    const before = OBJECTCACHE_KEY.exec(after);
+    if (!before || before[1] !== fingerprint) return 'mismatch';
+    previous = Buffer.from(before[2] as string, 'hex');
+  }
+  const buffer = Buffer.alloc(tokens.length * 4);
+  tokens.forEach((token, i) => buffer.writeUInt32LE(token >>> 0, i * 4));
+  return createHash('sha256').update(previous).update(buffer).digest('hex') === hash ? 'verified' : 'mismatch';
+}

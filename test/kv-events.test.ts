@@ -1,0 +1,248 @@
+/**
+ * KV events (docs/kv-events.md) against the real gateway on both backends, read by a real ZeroMQ
+ * subscriber: a chunk written with its tokens is published as a BlockStored carrying them and its
+ * parent; a delete, an overwrite and an eviction as BlockRemoved; a multipart upload's chunk from
+ * its metadata; tokens that do not hash to the key are refused before anything is stored; the
+ * replay socket answers vLLM's replay protocol; and a second gateway on the same MinIO publishes
+ * what the first one stored and removed. (The consumers' own decoders read these events in
+ * client/python/tests_engine/test_kv_events.py.)
+ */
+import { randomBytes } from 'node:crypto';
+import { decode } from '@msgpack/msgpack';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import {
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  DeleteObjectCommand,
+  PutObjectCommand,
+  UploadPartCommand,
+  type S3ServiceException,
+} from '@aws-sdk/client-s3';
+import { Dealer, Subscriber } from 'zeromq';
+import { chunkKeys, type LayoutIdentity } from '../client/keys.js';
+import { blockHash } from '../gateway/kv-events/kv-events.js';
+import { encodeTokens } from '../schemas/kv-tokens.js';
+import { metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+
+const LAYERS = 4;
+const LAYER_BYTES = 4096;
+const CHUNK = LAYERS * LAYER_BYTES;
+const G = 16;
+const identity: LayoutIdentity = { modelId: 'test/model', dtype: 'bfloat16', chunkTokens: G, layers: LAYERS, layerBytes: LAYER_BYTES, layout: 'KV_L2TD' };
+
+interface Received {
+  readonly topic: string;
+  readonly sequence: bigint;
+  readonly events: Record<string, unknown>[];
+}
+
+const open: { close(): Promise<void> | void }[] = [];
+afterEach(async () => {
+  for (const thing of open.splice(0).reverse()) await thing.close();
+});
+
+/** A ZeroMQ subscriber that collects every batch it receives. */
+async function subscribe(
+  endpoint: string,
+  topic = '',
+): Promise<{ batches: Received[]; until(predicate: (events: Record<string, unknown>[]) => boolean, what: string): Promise<Record<string, unknown>[]> }> {
+  const sub = new Subscriber();
+  sub.connect(endpoint);
+  sub.subscribe(topic);
+  const batches: Received[] = [];
+  void (async () => {
+    try {
+      for await (const [t, s, payload] of sub) {
+        const [, events] = decode(payload as Buffer, { useBigInt64: true }) as [number, Record<string, unknown>[], number];
+        batches.push({ topic: (t as Buffer).toString(), sequence: (s as Buffer).readBigInt64BE(), events });
+      }
+    } catch {
+      // closed
+    }
+  })();
+  open.push({ close: () => sub.close() });
+  // A subscriber misses what is published before its connection is up (ZeroMQ's slow joiner).
+  await new Promise((r) => setTimeout(r, 300));
+  return {
+    batches,
+    async until(predicate, what) {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const all = batches.flatMap((b) => b.events);
+        if (predicate(all)) return all;
+        if (Date.now() > deadline) throw new Error(`no ${what} within 10 s; received ${JSON.stringify(all, (_, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}`);
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    },
+  };
+}
+
+async function gatewayWithEvents(backend: BackendKind, bucket: string, chunks: number, extra: string[] = []): Promise<TestGateway> {
+  const gw = await startTestGateway({
+    backend,
+    minio: inject('minio'),
+    args: [
+      '--budget',
+      `${bucket}=${chunks * CHUNK}`,
+      '--capacity-state-bucket',
+      `${bucket}-state`,
+      '--capacity-sync-ms',
+      '100',
+      '--capacity-lease-ms',
+      '1000',
+      '--evict-rate',
+      '1000',
+      '--kv-events',
+      'tcp://127.0.0.1:*',
+      '--kv-events-replay',
+      'tcp://127.0.0.1:*',
+      ...SMALL_ARENA,
+      ...extra,
+    ],
+  });
+  open.push(gw);
+  return gw;
+}
+
+/** A prefix of `n` chunks: its tokens, keys and objects. */
+function prefix(n: number): { tokens: number[][]; keys: string[]; objects: Uint8Array[] } {
+  const flat = Array.from({ length: n * G }, () => Math.floor(Math.random() * 150_000));
+  const keys = chunkKeys(flat, identity);
+  return { tokens: keys.map((_, i) => flat.slice(i * G, (i + 1) * G)), keys, objects: keys.map(() => randomBytes(CHUNK)) };
+}
+
+const stored = (events: Record<string, unknown>[], hash: bigint): Record<string, unknown> | undefined =>
+  events.find((e) => e['type'] === 'BlockStored' && (e['block_hashes'] as bigint[])[0] === hash);
+const removed = (events: Record<string, unknown>[], hash: bigint): boolean => events.some((e) => e['type'] === 'BlockRemoved' && (e['block_hashes'] as bigint[])[0] === hash);
+
+describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) => {
+  it('publishes a chunk stored with its tokens and parent, and its removal by delete, overwrite and eviction', async () => {
+    const bucket = uniqueBucket('kvev');
+    const gw = await gatewayWithEvents(backend, bucket, 6, ['--kv-events-topic', 'kv@pool:test@{model}']);
+    const events = gw.gateway.kvEvents;
+    if (!events) throw new Error('the gateway publishes no KV events');
+    const sub = await subscribe(events.endpoint, 'kv@');
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const p = prefix(3);
+    await client.putChunks(p.keys, p.objects, { tokens: p.tokens, model: 'test/model', layout: { layout: 'KV_L2TD', layers: LAYERS, layerBytes: LAYER_BYTES } });
+    const hashes = p.keys.map((k) => blockHash(bucket, k));
+    let all = await sub.until((e) => hashes.every((h) => stored(e, h)), 'BlockStored of the three chunks');
+    for (const [i, hash] of hashes.entries()) {
+      const event = stored(all, hash) as Record<string, unknown>;
+      expect(event).toMatchObject({ token_ids: p.tokens[i], block_size: G, medium: 'SHARED', locality: 'REMOTE', lora_id: null });
+      expect(event['parent_block_hash']).toBe(i === 0 ? null : hashes[i - 1]);
+    }
+    expect(sub.batches.every((b) => b.topic === 'kv@pool:test@test/model')).toBe(true);
+    // Sequence numbers rise by one a batch.
+    const sequences = sub.batches.map((b) => b.sequence);
+    sequences.slice(1).forEach((s, i) => expect(s).toBe((sequences[i] as bigint) + 1n));
+
+    // A delete, then an overwrite of another chunk (removed, then stored again).
+    const s3 = sdkClient(gw.url);
+    await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: p.keys[2] }));
+    all = await sub.until((e) => removed(e, hashes[2] as bigint), 'BlockRemoved of the deleted chunk');
+    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: p.keys[1], Body: randomBytes(CHUNK) }));
+    all = await sub.until(
+      (e) => removed(e, hashes[1] as bigint) && e.filter((x) => x['type'] === 'BlockStored' && (x['block_hashes'] as bigint[])[0] === hashes[1]).length === 2,
+      'the overwrite',
+    );
+    // Rewritten without tokens: published without them.
+    const again = all.filter((x) => x['type'] === 'BlockStored' && (x['block_hashes'] as bigint[])[0] === hashes[1]).at(-1) as Record<string, unknown>;
+    expect(again['token_ids']).toEqual([]);
+
+    // Past the budget (6 chunks), eviction removes the coldest prefix: the first one's chunks.
+    const q = prefix(6);
+    await client.putChunks(q.keys, q.objects, { tokens: q.tokens, model: 'test/model' });
+    await sub.until((e) => removed(e, hashes[0] as bigint), 'BlockRemoved of an evicted chunk');
+    expect(await metricValue(gw.gateway.adminUrl, 'objectcache_kv_events_total{kind="removed"}')).toBeGreaterThanOrEqual(3);
+  });
+
+  it('refuses tokens that do not hash to the chunk key, and publishes a multipart upload from its metadata', async () => {
+    const bucket = uniqueBucket('kvtok');
+    const gw = await gatewayWithEvents(backend, bucket, 100);
+    const sub = await subscribe((gw.gateway.kvEvents as { endpoint: string }).endpoint);
+    const s3 = sdkClient(gw.url);
+    await testClient(gw, bucket).ensureBucket();
+    const p = prefix(2);
+    const wrong = [...(p.tokens[1] as number[])];
+    wrong[0] = (wrong[0] as number) + 1;
+    for (const value of [encodeTokens(wrong) as string, 'not*base64', 'gA']) {
+      const refused = await s3
+        .send(
+          new PutObjectCommand({ Bucket: bucket, Key: p.keys[1], Body: randomBytes(CHUNK), Metadata: { 'objectcache-after': p.keys[0] as string, 'objectcache-tokens': value } }),
+        )
+        .catch((error: unknown) => error as S3ServiceException);
+      expect(refused).toMatchObject({ name: 'InvalidArgument', $metadata: { httpStatusCode: 400 } });
+    }
+    await expect(testClient(gw, bucket).lookup([p.keys[1] as string])).resolves.toBe(0); // nothing stored
+
+    // A multipart upload names its metadata when it is created; the chunk is learnt with a HEAD.
+    const key = p.keys[0] as string;
+    const { UploadId } = await s3.send(
+      new CreateMultipartUploadCommand({ Bucket: bucket, Key: key, Metadata: { 'objectcache-tokens': encodeTokens(p.tokens[0] as number[]) as string } }),
+    );
+    const part = await s3.send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId, PartNumber: 1, Body: randomBytes(CHUNK) }));
+    await s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag }] } }));
+    const all = await sub.until((e) => stored(e, blockHash(bucket, key)) !== undefined, 'BlockStored of the multipart chunk');
+    expect(stored(all, blockHash(bucket, key))).toMatchObject({ token_ids: p.tokens[0], parent_block_hash: null });
+  });
+
+  it('replays held batches from a sequence number, then the end marker', async () => {
+    const bucket = uniqueBucket('kvrep');
+    const gw = await gatewayWithEvents(backend, bucket, 100, ['--kv-events-encoding', 'array']);
+    const bound = gw.gateway.kvEvents as { endpoint: string; replayEndpoint: string; firstSequence: bigint };
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const p = prefix(2);
+    // Two batches: nobody subscribed to either.
+    await client.putChunks(p.keys.slice(0, 1), p.objects.slice(0, 1), { tokens: p.tokens.slice(0, 1) });
+    await new Promise((r) => setTimeout(r, 150));
+    await client.putChunks(p.keys.slice(1), p.objects.slice(1), { tokens: p.tokens.slice(1), after: p.keys[0] as string });
+    const dealer = new Dealer();
+    dealer.connect(bound.replayEndpoint);
+    open.push({ close: () => dealer.close() });
+    const replayed: { sequence: bigint; events: unknown[] }[] = [];
+    for (let tries = 0; tries < 100; tries++) {
+      replayed.length = 0;
+      const start = Buffer.alloc(8);
+      start.writeBigInt64BE(bound.firstSequence);
+      await dealer.send(['', start]);
+      for (;;) {
+        const [, , seq, payload] = (await dealer.receive()) as Buffer[];
+        const sequence = (seq as Buffer).readBigInt64BE();
+        if (sequence === -1n) break;
+        replayed.push({ sequence, events: (decode(payload as Buffer, { useBigInt64: true }) as [number, unknown[]])[1] });
+      }
+      if (replayed.flatMap((r) => r.events).length >= 2) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(replayed[0]?.sequence).toBe(bound.firstSequence);
+    const events = replayed.flatMap((r) => r.events) as unknown[][];
+    // The positional form: tag, hashes, parent, tokens, block size, lora id, medium.
+    expect(events).toEqual([
+      ['BlockStored', [blockHash(bucket, p.keys[0] as string)], null, p.tokens[0], G, null, 'SHARED'],
+      ['BlockStored', [blockHash(bucket, p.keys[1] as string)], blockHash(bucket, p.keys[0] as string), p.tokens[1], G, null, 'SHARED'],
+    ]);
+    expect(await metricValue(gw.gateway.adminUrl, 'objectcache_kv_event_replays_total')).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('KV events with two gateways on one MinIO', () => {
+  it('a subscriber of either gateway sees what the other stored and removed', async () => {
+    const bucket = uniqueBucket('kv2gw');
+    const a = await gatewayWithEvents('s3', bucket, 100);
+    const b = await gatewayWithEvents('s3', bucket, 100);
+    const subB = await subscribe((b.gateway.kvEvents as { endpoint: string }).endpoint);
+    const client = testClient(a, bucket);
+    await client.ensureBucket();
+    const p = prefix(2);
+    await client.putChunks(p.keys, p.objects, { tokens: p.tokens });
+    const hashes = p.keys.map((k) => blockHash(bucket, k));
+    // Learnt from a's journal, its tokens from a HEAD.
+    const all = await subB.until((e) => hashes.every((h) => stored(e, h)), 'BlockStored at the other gateway');
+    expect(stored(all, hashes[1] as bigint)).toMatchObject({ token_ids: p.tokens[1], parent_block_hash: hashes[0] });
+    await sdkClient(a.url).send(new DeleteObjectCommand({ Bucket: bucket, Key: p.keys[1] }));
+    await subB.until((e) => removed(e, hashes[1] as bigint), 'BlockRemoved at the other gateway');
+  });
+});
