@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const COMMAND = 'npm run -s build && node scripts/gen-python-contract.mjs';
-const SOURCES = ['errors', 'retry-policy', 'frames', 'encoded-chunk', 'integrity', 'chain', 'descriptor', 'descriptor-schema', 'layouts'];
+const SOURCES = ['errors', 'retry-policy', 'frames', 'encoded-chunk', 'integrity', 'chain', 'descriptor', 'descriptor-schema', 'layouts', 'kv-tokens'];
 
 const args = process.argv.slice(2);
 const check = args.includes('--check');
@@ -33,7 +33,7 @@ for (const name of SOURCES) {
   if (!existsSync(js) || statSync(js).mtimeMs < statSync(ts).mtimeMs) fail(`dist/schemas/${name}.js is missing or older than schemas/${name}.ts: run npm run -s build first`);
 }
 const load = (name) => import(new URL(`../dist/schemas/${name}.js`, import.meta.url).href);
-const [errors, retryPolicy, frames, encoded, integrity, chain, descriptor, descriptorSchema, layouts] = await Promise.all(SOURCES.map(load));
+const [errors, retryPolicy, frames, encoded, integrity, chain, descriptor, descriptorSchema, layouts, kvTokens] = await Promise.all(SOURCES.map(load));
 const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 
 function same(a, b, what) {
@@ -272,7 +272,7 @@ constant('MAX_JSON_FRAME_BYTES', 'int', int(frames.MAX_JSON_FRAME_BYTES, 'MAX_JS
 constant('FRAME_HEADER_FORMAT', 'str', str(FRAME_HEADER_FORMAT), 'struct format of a frame header: type, flags, reserved, index, length, crc32c, reserved.');
 for (const [name, value] of Object.entries(frames.FrameType)) constant(`FRAME_${name}`, 'int', int(value, name));
 
-section('encoded chunks (schemas/encoded-chunk.ts) and stored metadata (integrity.ts, chain.ts)');
+section('encoded chunks (schemas/encoded-chunk.ts) and stored metadata (integrity.ts, chain.ts, kv-tokens.ts)');
 constant('RAW_CODEC', 'str', str(encoded.RAW_CODEC), 'The codec of a chunk stored raw.');
 constant('CODEC_NAME_PATTERN', 'str', str(encoded.CODEC_NAME.source), 'Codec names, as the gateway and the stored metadata take them.');
 constant('CODEC_META', 'str', str(encoded.CODEC_META), "User metadata naming an encoded chunk's codec (x-amz-meta-... on the wire).");
@@ -285,6 +285,9 @@ constant('MAX_CHECKSUMMED_LAYERS', 'int', int(integrity.MAX_CHECKSUMMED_LAYERS, 
 constant('AFTER_META', 'str', str(chain.AFTER_META), 'User metadata naming the chunk before this one in its prefix.');
 constant('MAX_AFTER_KEY', 'int', int(chain.MAX_AFTER_KEY, 'MAX_AFTER_KEY'), 'Longer keys are not recorded.');
 constant('AFTER_KEY_PATTERN', 'str', str(chain.AFTER_KEY.source), 'What a recorded key may hold (re.fullmatch); others are not recorded.');
+constant('TOKENS_META', 'str', str(kvTokens.TOKENS_META), "User metadata with the chunk's token ids (unsigned LEB128 varints, base64url), for the KV events.");
+constant('MAX_TOKENS_META_CHARS', 'int', int(kvTokens.MAX_TOKENS_META_CHARS, 'MAX_TOKENS_META_CHARS'), 'Longer token lists are not recorded.');
+constant('MODEL_META', 'str', str(kvTokens.MODEL_META), "User metadata naming the chunk's model (a KV events topic's {model}).");
 
 section('the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts)');
 constant('DESCRIPTOR_HEADER', 'str', str(descriptor.DESCRIPTOR_HEADER), 'The request header that carries a descriptor on GET.');

@@ -1,8 +1,8 @@
 # GENERATED FILE, do not edit. Written by scripts/gen-python-contract.mjs from package.json
 # ("version") and schemas/errors.ts, schemas/retry-policy.ts, schemas/frames.ts,
 # schemas/encoded-chunk.ts, schemas/integrity.ts, schemas/chain.ts, schemas/descriptor.ts,
-# schemas/descriptor-schema.ts, schemas/layouts.ts, as built into dist/schemas/. After changing any
-# of them, run from the repository root:
+# schemas/descriptor-schema.ts, schemas/layouts.ts, schemas/kv-tokens.ts, as built into
+# dist/schemas/. After changing any of them, run from the repository root:
 #   npm run -s build && node scripts/gen-python-contract.mjs
 # `node scripts/gen-python-contract.mjs --check` prints the drift and exits 1;
 # test/python-contract.test.ts fails on it.
@@ -200,7 +200,7 @@ FRAME_ERROR: Final[int] = 3
 FRAME_END: Final[int] = 4
 
 
-# --- encoded chunks (schemas/encoded-chunk.ts) and stored metadata (integrity.ts, chain.ts) --------
+# --- encoded chunks (schemas/encoded-chunk.ts) and stored metadata (integrity.ts, chain.ts, kv-tokens.ts) ---
 
 #: The codec of a chunk stored raw.
 RAW_CODEC: Final[str] = "none"
@@ -225,6 +225,12 @@ AFTER_META: Final[str] = "objectcache-after"
 MAX_AFTER_KEY: Final[int] = 512
 #: What a recorded key may hold (re.fullmatch); others are not recorded.
 AFTER_KEY_PATTERN: Final[str] = "^[\\x20-\\x7e]*$"
+#: User metadata with the chunk's token ids (unsigned LEB128 varints, base64url), for the KV events.
+TOKENS_META: Final[str] = "objectcache-tokens"
+#: Longer token lists are not recorded.
+MAX_TOKENS_META_CHARS: Final[int] = 1400
+#: User metadata naming the chunk's model (a KV events topic's {model}).
+MODEL_META: Final[str] = "objectcache-model"
 
 
 # --- the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts) ----------------------

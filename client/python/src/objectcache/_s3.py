@@ -18,10 +18,11 @@ from urllib.parse import quote
 
 from crc32c import crc32c
 
-from ._contract import AFTER_KEY_PATTERN, AFTER_META, CODEC_META, LAYER_CRC_META, MAX_AFTER_KEY, MAX_CHECKSUMMED_LAYERS, RAW_CODEC, SLICE_BYTES_META
+from ._contract import AFTER_KEY_PATTERN, AFTER_META, CODEC_META, LAYER_CRC_META, MAX_AFTER_KEY, MAX_CHECKSUMMED_LAYERS, MODEL_META, RAW_CODEC, SLICE_BYTES_META, TOKENS_META
 from ._deadline import _Deadline
 from ._transport import ANSWER_BODY_LIMIT, Transport, _json_answer, _writable_bytes
 from .errors import ObjectCacheError
+from .keys import encode_tokens
 from .layouts import encode_layer_crcs, layer_crcs, to_canonical
 from .types import Buffer, CodecName, KVDtype, Layout
 
@@ -49,12 +50,17 @@ class S3Calls(Transport):
         chunk_tokens: Optional[int] = None,
         dtype: Optional[KVDtype] = None,
         after: Optional[str] = None,
+        tokens: Optional[Sequence[int]] = None,
+        model: Optional[str] = None,
     ) -> None:
         """Writes one chunk object (already in its stored layout). With
         ``layout=(layout, layers, layer_bytes)`` every layer's CRC-32C is recorded in the object's
         metadata, so the gateway verifies each slice it serves (up to 256 layers). ``after`` names
         the chunk before it in its prefix (recorded with the object, ``objectcache-after``): a
-        budgeted bucket then never evicts that one first (docs/capacity.md).
+        budgeted bucket then never evicts that one first (docs/capacity.md). ``tokens`` (the chunk's
+        token ids) and ``model`` are recorded with it (``objectcache-tokens``, ``objectcache-model``)
+        for the gateway's KV events (docs/kv-events.md); a token list too long for S3's metadata is
+        not recorded.
 
         With ``codec`` (a name of :mod:`objectcache.codecs` other than ``none``; needs ``layout``,
         ``chunk_tokens`` and the KV ``dtype``) the chunk is stored encoded: each layer's slice (in
@@ -66,6 +72,14 @@ class S3Calls(Transport):
         headers = {"Content-Type": "application/octet-stream"}
         if after is not None and len(after) <= MAX_AFTER_KEY and re.fullmatch(AFTER_KEY_PATTERN, after):
             headers[f"x-amz-meta-{AFTER_META}"] = after
+        if tokens is not None:
+            encoded = encode_tokens(tokens)
+            if encoded is not None:
+                headers[f"x-amz-meta-{TOKENS_META}"] = encoded
+        if model is not None:
+            if not re.fullmatch(r"[\x20-\x7e]{1,256}", model):
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "model must be 1 to 256 printable ASCII characters")
+            headers[f"x-amz-meta-{MODEL_META}"] = model
         if codec is not None and codec != RAW_CODEC:
             if layout is None or chunk_tokens is None or dtype is None:
                 raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "an encoded chunk needs layout=(layout, layers, layer_bytes), chunk_tokens and dtype")
@@ -98,14 +112,27 @@ class S3Calls(Transport):
         chunk_tokens: Optional[int] = None,
         dtype: Optional[KVDtype] = None,
         chain: bool = True,
+        after: Optional[str] = None,
+        tokens: Optional[Sequence[Sequence[int]]] = None,
+        model: Optional[str] = None,
     ) -> None:
         """Writes chunk objects (each already in its stored layout), ``concurrency`` at a time,
         each as :meth:`put_chunk` does (encoded with ``codec`` when given). With ``chain`` (the
-        default) the keys are one prefix in order: each chunk records the one before it."""
+        default) the keys are one prefix in order: each chunk records the one before it, and the
+        first records ``after`` (the chunk before ``keys[0]`` when they continue a prefix stored
+        before). ``tokens``: each chunk's token ids, one list per key."""
         if len(keys) != len(objects):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "put_chunks needs one object per key")
+        if tokens is not None and len(tokens) != len(keys):
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "put_chunks needs one token list per key")
+
+        def before(i: int) -> Optional[str]:
+            return None if not chain else keys[i - 1] if i > 0 else after
+
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(keys)))) as pool:
-            put = lambda i: self.put_chunk(keys[i], objects[i], layout=layout, codec=codec, chunk_tokens=chunk_tokens, dtype=dtype, after=keys[i - 1] if chain and i > 0 else None)  # noqa: E731
+            put = lambda i: self.put_chunk(  # noqa: E731
+                keys[i], objects[i], layout=layout, codec=codec, chunk_tokens=chunk_tokens, dtype=dtype, after=before(i), tokens=None if tokens is None else tokens[i], model=model
+            )
             for _ in pool.map(put, range(len(keys))):
                 pass
 

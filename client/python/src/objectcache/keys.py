@@ -5,15 +5,19 @@
 ``H_0 = SHA-256(utf8(fingerprint) || tokens_0)``, ``H_i = SHA-256(H_{i-1} || tokens_i)`` with each
 chunk's tokens as little-endian u32; keys are ``<namespace>/<fingerprint>/<hex H_i>``. Only full
 chunks are keyed. The shared vectors in ``schemas/test-vectors/chunk-keys.json`` pin both clients.
+A chunk's token ids are recorded with it as ``encode_tokens`` writes them (schemas/kv-tokens.ts;
+vectors in ``schemas/test-vectors/kv-tokens.json``).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import struct
-from typing import Iterable, List, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 from ._contract import LAYOUTS as LAYOUTS
+from ._contract import MAX_TOKENS_META_CHARS
 from .types import Layout
 
 
@@ -45,3 +49,17 @@ def chunk_keys(tokens: Sequence[int], model_id: str, dtype: str, chunk_tokens: i
     fingerprint = layout_fingerprint(model_id, dtype, chunk_tokens, layers, layer_bytes, layout)
     prefix = f"{namespace}/{fingerprint}/"
     return [prefix + h for h in chunk_hashes(tokens, chunk_tokens, fingerprint)]
+
+
+def encode_tokens(tokens: Sequence[int]) -> Optional[str]:
+    """The ``objectcache-tokens`` value for ``tokens`` (each a u32): unsigned LEB128 varints in
+    base64url without padding (schemas/kv-tokens.ts), or None when it would not fit."""
+    out = bytearray()
+    for token in tokens:
+        value = int(token) & 0xFFFFFFFF
+        while value >= 0x80:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+    text = base64.urlsafe_b64encode(bytes(out)).decode("ascii").rstrip("=")
+    return text if len(text) <= MAX_TOKENS_META_CHARS else None
