@@ -155,6 +155,9 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
     const q = prefix(6);
     await client.putChunks(q.keys, q.objects, { tokens: q.tokens, model: 'test/model' });
     await sub.until((e) => removed(e, hashes[0] as bigint), 'BlockRemoved of an evicted chunk');
+    // A removal's topic names the model its store named (every chunk here was stored with it).
+    const removals = sub.batches.filter((b) => b.events.some((e) => e['type'] === 'BlockRemoved' && (e['block_hashes'] as bigint[])[0] === hashes[0]));
+    expect(removals.map((b) => b.topic)).toEqual(['kv@pool:test@test/model']);
     expect(await metricValue(gw.gateway.adminUrl, 'objectcache_kv_events_total{kind="removed"}')).toBeGreaterThanOrEqual(3);
   });
 

@@ -41,6 +41,8 @@ export interface Chunk {
    * not only from another gateway's journal (gateway/capacity/capacity.ts checks those).
    */
   checked: boolean;
+  /** The model its writer named (`objectcache-model`), once the KV events learnt it (gateway/kv-events/): a removal's topic names it too. */
+  model?: string;
 }
 
 export type EvictionReason = 'dead' | 'lru';

@@ -463,7 +463,7 @@ export const SERVE_SETTINGS = {
     kind: 'string',
     default: 'off',
     description:
-      "ZeroMQ endpoint the KV events of the budgeted buckets are published on (docs/kv-events.md), e.g. tcp://*:5557 (bound; an endpoint without * is connected to): a BlockStored for every chunk that comes, a BlockRemoved for every one that goes, in vLLM's KVEventBatch format, for KV-aware routers (llm-d, Dynamo). Needs --budget. off: none.",
+      "ZeroMQ endpoint the KV events of the budgeted buckets are published on (docs/kv-events.md), bound: e.g. tcp://127.0.0.1:5557, tcp://*:5557 (every interface), ipc:///run/oc-events; with connect: before it (connect:tcp://router:5557), connected to instead. A BlockStored for every chunk that comes, a BlockRemoved for every one that goes, in vLLM's KVEventBatch format, for KV-aware routers (llm-d, Dynamo). Needs --budget. off: none.",
   },
   kvEventsReplay: {
     flag: 'kv-events-replay',
@@ -1561,9 +1561,13 @@ const ZMQ_ENDPOINT = /^(tcp:\/\/[^\s]+:(\d+|\*)|ipc:\/\/\S+|inproc:\/\/\S+)$/;
 function loadKvEvents(raw: RawSettings, capacity: CapacityConfig | undefined): KvEventsConfig | undefined {
   const endpoint = nonEmpty('kvEvents', raw).trim();
   if (endpoint === 'off') return undefined;
+  const connects = endpoint.startsWith('connect:');
   const flag = (name: 'kvEvents' | 'kvEventsReplay'): string => `--${SERVE_SETTINGS[name].flag} / ${SERVE_SETTINGS[name].env}`;
-  if (!ZMQ_ENDPOINT.test(endpoint))
-    throw new ConfigError('kv-events', `${flag('kvEvents')} must be a ZeroMQ endpoint (tcp://host:port, ipc://path) or off, got ${JSON.stringify(endpoint)}`);
+  if (!ZMQ_ENDPOINT.test(connects ? endpoint.slice('connect:'.length) : endpoint))
+    throw new ConfigError(
+      'kv-events',
+      `${flag('kvEvents')} must be a ZeroMQ endpoint (tcp://host:port, ipc://path, or either after connect:) or off, got ${JSON.stringify(endpoint)}`,
+    );
   if (!capacity)
     throw new ConfigError(
       'kv-events',
@@ -1592,7 +1596,9 @@ function loadKvEvents(raw: RawSettings, capacity: CapacityConfig | undefined): K
               .map((t) => t.trim())
               .filter((t) => t !== ''),
           ),
-    highWaterMark: 100_000,
+    // A subscriber that stops reading makes the gateway hold at most this many batches for it
+    // (each at most MAX_BATCH_EVENTS events, gateway/kv-events/kv-events.ts) before ZeroMQ drops.
+    highWaterMark: 1000,
     batchMs: 20,
   };
 }

@@ -33,13 +33,16 @@ import { EventPublisher } from './publisher.js';
 const MAX_PENDING = 4096;
 /** HEADs for metadata at once. */
 const HEADS_AT_ONCE = 4;
-/** Events in one batch at most. */
-const MAX_BATCH_EVENTS = 512;
+/** Events in one batch at most (about 80 KB with 256 tokens each): what a stalled subscriber's queue holds is this times its high-water mark. */
+const MAX_BATCH_EVENTS = 64;
 
 type Pending = {
   readonly bucket: string;
   readonly kind: 'stored' | 'removed';
+  /** The chunk as it was when the change happened. */
   readonly chunk: Chunk;
+  /** The index's own chunk, which learns its model (Chunk.model) for its removal's topic. */
+  readonly live: Chunk;
   meta: Readonly<Record<string, string>> | undefined;
   ready: Promise<void> | undefined;
 };
@@ -84,8 +87,8 @@ export class KvEvents {
   /** The listener capacity's index of `bucket` tells (gateway/capacity/capacity.ts `changes`). */
   changes(bucket: string): ChunkChanges {
     return {
-      stored: (chunk, meta) => this.#add({ bucket, kind: 'stored', chunk: { ...chunk }, meta, ready: undefined }),
-      removed: (chunk) => this.#add({ bucket, kind: 'removed', chunk: { ...chunk }, meta: undefined, ready: undefined }),
+      stored: (chunk, meta) => this.#add({ bucket, kind: 'stored', chunk: { ...chunk }, live: chunk, meta, ready: undefined }),
+      removed: (chunk) => this.#add({ bucket, kind: 'removed', chunk: { ...chunk }, live: chunk, meta: undefined, ready: undefined }),
     };
   }
 
@@ -146,7 +149,9 @@ export class KvEvents {
     const { bucket, chunk } = event;
     if (this.#config.tenants !== undefined && !this.#config.tenants.has(chunk.tenant)) return;
     const meta = event.meta ?? {};
-    const model = meta[MODEL_META] ?? '';
+    // A removal names the model its store named (learnt then, kept with the chunk).
+    const model = event.kind === 'stored' ? (meta[MODEL_META] ?? '') : (event.live.model ?? '');
+    if (event.kind === 'stored' && model !== '') event.live.model = model;
     const topic = this.#config.topic.replaceAll('{model}', model).replaceAll('{tenant}', chunk.tenant).replaceAll('{bucket}', bucket);
     const encoded = event.kind === 'stored' ? this.#stored(bucket, chunk, meta) : this.#removed(bucket, chunk);
     const batch = this.#batches.get(topic) ?? { events: [], stored: 0 };

@@ -20,7 +20,7 @@ import type { Logger } from '../common/logger.js';
 import type { KvEventsObserver } from '../common/observers.js';
 
 export interface PublisherOptions {
-  /** PUB endpoint: bound when it names `*`, `::`, ipc:// or inproc://, else connected to. */
+  /** PUB endpoint: bound, or connected to when it starts with `connect:` (a router that binds its own socket). */
   readonly endpoint: string;
   /** ROUTER endpoint for replay requests (bound), or undefined: no replay. */
   readonly replayEndpoint: string | undefined;
@@ -52,9 +52,8 @@ function sequenceBytes(sequence: bigint): Buffer {
   return bytes;
 }
 
-function binds(endpoint: string): boolean {
-  return endpoint.includes('*') || endpoint.includes('::') || endpoint.startsWith('ipc://') || endpoint.startsWith('inproc://');
-}
+/** The `connect:` prefix of an endpoint the gateway connects to rather than binds. */
+export const CONNECT_PREFIX = 'connect:';
 
 export class EventPublisher {
   readonly #o: PublisherOptions;
@@ -87,8 +86,8 @@ export class EventPublisher {
   async start(): Promise<{ endpoint: string; replayEndpoint: string | undefined }> {
     const { endpoint, replayEndpoint } = this.#o;
     this.#watchSubscribers();
-    if (binds(endpoint)) await this.#pub.bind(endpoint);
-    else this.#pub.connect(endpoint);
+    if (endpoint.startsWith(CONNECT_PREFIX)) this.#pub.connect(endpoint.slice(CONNECT_PREFIX.length));
+    else await this.#pub.bind(endpoint);
     if (this.#replay && replayEndpoint !== undefined) {
       await this.#replay.bind(replayEndpoint);
       this.#replaying = this.#serveReplays(this.#replay);
