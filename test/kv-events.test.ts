@@ -8,12 +8,17 @@
  * client/python/tests_engine/test_kv_events.py.)
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { decode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import {
   CompleteMultipartUploadCommand,
+  CopyObjectCommand,
   CreateMultipartUploadCommand,
   DeleteObjectCommand,
+  DeleteObjectsCommand,
   PutObjectCommand,
   UploadPartCommand,
   type S3ServiceException,
@@ -21,6 +26,7 @@ import {
 import { Dealer, Subscriber } from 'zeromq';
 import { chunkKeys, type LayoutIdentity } from '../client/keys.js';
 import { blockHash } from '../gateway/kv-events/kv-events.js';
+import { ObjectCacheClient } from '../client/client.js';
 import { encodeTokens } from '../schemas/kv-tokens.js';
 import { metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
@@ -189,6 +195,51 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
     await s3.send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag }] } }));
     const all = await sub.until((e) => stored(e, blockHash(bucket, key)) !== undefined, 'BlockStored of the multipart chunk');
     expect(stored(all, blockHash(bucket, key))).toMatchObject({ token_ids: p.tokens[0], parent_block_hash: null });
+  });
+
+  it('publishes a copy, the chunks of a DeleteObjects, and what a quota evicts, for the tenants it names only', async () => {
+    const bucket = uniqueBucket('kvten');
+    const dir = mkdtempSync(join(tmpdir(), 'oc-kv-tenants-'));
+    open.push({ close: () => rmSync(dir, { recursive: true, force: true }) });
+    const credentials = join(dir, 'credentials.json');
+    const allow = { Version: '2012-10-17', Statement: [{ Effect: 'Allow', Action: ['s3:*'], Resource: ['arn:aws:s3:::*'] }] };
+    writeFileSync(
+      credentials,
+      JSON.stringify(['team-a', 'team-b'].map((tenant) => ({ accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret`, tenant, policy: allow }))),
+    );
+    const gw = await gatewayWithEvents(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`, '--kv-events-tenants', 'team-a']);
+    const sub = await subscribe((gw.gateway.kvEvents as { endpoint: string }).endpoint);
+    const as = (tenant: string): ObjectCacheClient =>
+      new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret` }, retries: 0 });
+    const s3a = sdkClient(gw.url, { accessKeyId: 'team-a-key', secretAccessKey: 'team-a-secret' });
+    await as('team-a').ensureBucket();
+    const p = prefix(4);
+    const hashes = p.keys.map((k) => blockHash(bucket, k));
+    await as('team-a').putChunks(p.keys.slice(0, 2), p.objects.slice(0, 2), { tokens: p.tokens.slice(0, 2) });
+    // team-b's chunk is stored, and not published (--kv-events-tenants team-a).
+    const other = prefix(1);
+    await as('team-b').putChunks(other.keys, other.objects, { tokens: other.tokens });
+    // A copy that sets its metadata: the copy is a chunk of its own, with the tokens it names.
+    await s3a.send(
+      new CopyObjectCommand({
+        Bucket: bucket,
+        Key: p.keys[2],
+        CopySource: `${bucket}/${p.keys[0] as string}`,
+        MetadataDirective: 'REPLACE',
+        Metadata: { 'objectcache-after': p.keys[1] as string, 'objectcache-tokens': encodeTokens(p.tokens[2] as number[]) as string },
+      }),
+    );
+    let all = await sub.until((e) => [0, 1, 2].every((i) => stored(e, hashes[i] as bigint)), 'BlockStored of the two chunks and the copy');
+    expect(stored(all, hashes[2] as bigint)).toMatchObject({ token_ids: p.tokens[2], parent_block_hash: hashes[1] });
+    // DeleteObjects: each deleted chunk is removed (the gateway asks the store which went).
+    await s3a.send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: [{ Key: p.keys[2] }, { Key: p.keys[1] }] } }));
+    all = await sub.until((e) => removed(e, hashes[2] as bigint) && removed(e, hashes[1] as bigint), 'BlockRemoved of the chunks DeleteObjects deleted');
+    // Past team-a's quota (4 chunks), its own coldest chunk is evicted to make room.
+    const more = prefix(4);
+    await as('team-a').putChunks(more.keys, more.objects, { tokens: more.tokens });
+    all = await sub.until((e) => removed(e, hashes[0] as bigint), 'BlockRemoved of the chunk the quota evicted');
+    const otherHash = blockHash(bucket, other.keys[0] as string);
+    expect(all.some((e) => (e['block_hashes'] as bigint[])[0] === otherHash)).toBe(false);
   });
 
   it('replays held batches from a sequence number, then the end marker', async () => {

@@ -150,7 +150,9 @@ export class KvEvents {
     if (this.#config.tenants !== undefined && !this.#config.tenants.has(chunk.tenant)) return;
     const meta = event.meta ?? {};
     // A removal names the model its store named (learnt then, kept with the chunk).
-    const model = event.kind === 'stored' ? (meta[MODEL_META] ?? '') : (event.live.model ?? '');
+    const named = meta[MODEL_META];
+    // A writer's model goes into topics: printable, no spaces, at most 256 characters, or none.
+    const model = event.kind === 'stored' ? (named !== undefined && /^[\x21-\x7e]{1,256}$/.test(named) ? named : '') : (event.live.model ?? '');
     if (event.kind === 'stored' && model !== '') event.live.model = model;
     const topic = this.#config.topic.replaceAll('{model}', model).replaceAll('{tenant}', chunk.tenant).replaceAll('{bucket}', bucket);
     const encoded = event.kind === 'stored' ? this.#stored(bucket, chunk, meta) : this.#removed(bucket, chunk);
