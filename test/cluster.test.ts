@@ -10,7 +10,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { decode } from '@msgpack/msgpack';
+import { Subscriber } from 'zeromq';
 import { ObjectCacheClient, type FetchResult } from '../client/client.js';
+import { chunkKeys } from '../client/keys.js';
+import { freePort } from './helpers/minio.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { runCliAsync, startServe, type ServeProcess } from './helpers/cli.js';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
@@ -348,20 +352,59 @@ describe('one serve on two processes over the embedded store', () => {
   }, 60_000);
 });
 
-describe('capacity and packed segments with two serving processes', () => {
+describe('capacity, packed segments and KV events with two serving processes', () => {
   let gw: ServeProcess;
+  let events: string;
   const bucket = uniqueBucket('cluster-cap');
   const segmentBucket = uniqueBucket('cluster-segs');
 
   beforeAll(async () => {
+    events = `tcp://127.0.0.1:${await freePort()}`;
     gw = await inFrontOfMinio(
-      ...['--budget', `${bucket}=${4 * MiB}`, '--capacity-sync-ms', '200'],
+      ...['--budget', `${bucket}=${4 * MiB}`, '--capacity-sync-ms', '200', '--kv-events', events],
       ...['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket],
     );
   }, 60_000);
 
   afterAll(async () => {
     expect(await gw?.stop()).toBe(0);
+  });
+
+  it('publishes the KV events of writes through either process from the first one', async () => {
+    const sub = new Subscriber();
+    sub.connect(events);
+    sub.subscribe('');
+    const seen: Record<string, unknown>[] = [];
+    void (async () => {
+      try {
+        for await (const [, , payload] of sub) seen.push(...(decode(payload as Buffer, { useBigInt64: true }) as [number, Record<string, unknown>[]])[1]);
+      } catch {
+        // closed
+      }
+    })();
+    const clients = [newClient(gw, bucket), newClient(gw, bucket)];
+    try {
+      await new Promise((r) => setTimeout(r, 300)); // ZeroMQ's slow joiner
+      await clients[0]!.ensureBucket();
+      const identity = { modelId: 'm', dtype: 'bfloat16', chunkTokens: 4, layers: 2, layerBytes: 1024, layout: 'KV_L2TD' } as const;
+      const tokens = Array.from({ length: 24 }, (_, i) => 500 + i);
+      const keys = chunkKeys(tokens, identity);
+      // One chunk per request, each on a new connection: the two processes take turns.
+      for (const [i, key] of keys.entries()) {
+        await clients[i % 2]!.putChunks([key], [new Uint8Array(2048)], { tokens: [tokens.slice(i * 4, i * 4 + 4)], ...(i > 0 ? { after: keys[i - 1] as string } : {}) });
+      }
+      const writers = new Set(gw.lines.filter((l) => l['msg'] === 'request' && l['operation'] === 'PutObject' && l['status'] === 200).map((l) => l['process']));
+      expect(writers.size).toBe(2);
+      await waitFor(
+        'a BlockStored with its tokens for each of the six chunks',
+        () =>
+          Promise.resolve(keys.every((_, i) => seen.some((e) => e['type'] === 'BlockStored' && JSON.stringify(e['token_ids']) === JSON.stringify(tokens.slice(i * 4, i * 4 + 4))))),
+        15_000,
+      );
+    } finally {
+      sub.close();
+      for (const c of clients) await c.close();
+    }
   });
 
   it('packs a prefix read through both processes and serves it from its segment', async () => {
