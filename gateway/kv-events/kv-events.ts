@@ -31,6 +31,8 @@ import { EventPublisher } from './publisher.js';
 
 /** Events waiting for their chunk's metadata at most; past it, a stored chunk goes without tokens. */
 const MAX_PENDING = 4096;
+/** Events waiting at all at most (the store not answering the HEADs): past it, an event is dropped, and its batch's sequence number skipped. */
+const MAX_WAITING = 2 * MAX_PENDING;
 /** HEADs for metadata at once. */
 const HEADS_AT_ONCE = 4;
 /** Events in one batch at most (about 80 KB with 256 tokens each): what a stalled subscriber's queue holds is this times its high-water mark. */
@@ -84,6 +86,11 @@ export class KvEvents {
     return { ...bound, firstSequence };
   }
 
+  /** The next batch's sequence number. */
+  get nextSequence(): bigint {
+    return this.#publisher.nextSequence;
+  }
+
   /** The listener capacity's index of `bucket` tells (gateway/capacity/capacity.ts `changes`). */
   changes(bucket: string): ChunkChanges {
     return {
@@ -94,6 +101,11 @@ export class KvEvents {
 
   #add(event: Pending): void {
     if (this.#closed) return;
+    if (this.#pending.length >= MAX_WAITING) {
+      this.#observer.dropped('queue', 1);
+      this.#publisher.skip();
+      return;
+    }
     if (event.kind === 'stored' && event.meta === undefined) {
       if (this.#pending.length >= MAX_PENDING) {
         event.meta = {};

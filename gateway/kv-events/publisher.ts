@@ -100,6 +100,11 @@ export class EventPublisher {
     return this.#next;
   }
 
+  /** Skips a sequence number for events dropped before they were batched: subscribers see the gap. */
+  skip(): void {
+    this.#next++;
+  }
+
   /** Queues one encoded batch on `topic` (of `stored` and `removed` events); never waits. */
   publish(topic: string, payload: Uint8Array, stored: number, removed: number): void {
     if (this.#closed) return;
