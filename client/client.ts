@@ -21,7 +21,7 @@ import type { EndSummary } from '../schemas/frames.js';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
 import { AFTER_META, recordableAfter } from '../schemas/chain.js';
-import { encodeTokens, MODEL_META, TOKENS_META } from '../schemas/kv-tokens.js';
+import { encodeTokens, MODEL_META, MODEL_NAME, TOKENS_META } from '../schemas/kv-tokens.js';
 import type { Layout } from '../schemas/layouts.js';
 import { SocketRangeClient } from '../http-range/socket-range-get.js';
 import { errorFromResponse, readCapped, toObjectCacheError, unreachable, withRequestId } from './answers.js';
@@ -238,8 +238,8 @@ export class ObjectCacheClient {
   async putChunks(keys: readonly string[], objects: readonly Uint8Array[], options: PutChunksOptions = {}): Promise<void> {
     if (keys.length !== objects.length) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks needs one object per key');
     if (options.tokens && options.tokens.length !== keys.length) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks needs one token list per key');
-    if (options.model !== undefined && !/^[\x20-\x7e]{1,256}$/.test(options.model))
-      throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks: model must be 1 to 256 printable ASCII characters');
+    if (options.model !== undefined && !MODEL_NAME.test(options.model))
+      throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks: model must be 1 to 256 printable ASCII characters, without spaces or @');
     const concurrency = options.concurrency ?? 8;
     const geometry = options.layout;
     let next = 0;

@@ -13,12 +13,16 @@
  * tokens that its chunk does not hold.
  */
 import { createHash } from 'node:crypto';
+import { AFTER_META } from './chain.js';
 
 /** The metadata name (without `x-amz-meta-`). */
 export const TOKENS_META = 'objectcache-tokens';
 
 /** The metadata a writer names its chunk's model in (a KV events topic's `{model}`). */
 export const MODEL_META = 'objectcache-model';
+
+/** A model name a KV events topic may carry: 1 to 256 printable characters, no spaces, no `@` (llm-d splits topics at it). */
+export const MODEL_NAME = /^[\x21-\x3f\x41-\x7e]{1,256}$/;
 
 /** Longer values are refused: with the layer CRCs and the chain they must fit S3's 2 KB of user metadata. */
 export const MAX_TOKENS_META_CHARS = 1400;
@@ -87,4 +91,19 @@ export function checkTokens(key: string, after: string | undefined, tokens: read
   const buffer = Buffer.alloc(tokens.length * 4);
   tokens.forEach((token, i) => buffer.writeUInt32LE(token >>> 0, i * 4));
   return createHash('sha256').update(previous).update(buffer).digest('hex') === hash ? 'verified' : 'mismatch';
+}
+
+/**
+ * What is wrong with the tokens a write records for its chunk `key` (its user metadata `meta`,
+ * names without `x-amz-meta-`), or undefined: none recorded, or well formed and, where `key` is
+ * an ObjectCache key, the ones it hashes after the chunk `objectcache-after` names.
+ */
+export function tokensProblem(key: string, meta: Readonly<Record<string, string | undefined>>): string | undefined {
+  const value = meta[TOKENS_META];
+  if (value === undefined) return undefined;
+  const tokens = decodeTokens(value);
+  if (tokens === undefined) return `x-amz-meta-${TOKENS_META} is not a token list (base64url of unsigned LEB128 varints, at most ${MAX_TOKENS_META_CHARS} characters)`;
+  const after = meta[AFTER_META];
+  if (checkTokens(key, after, tokens) !== 'mismatch') return undefined;
+  return `The ${tokens.length} tokens of x-amz-meta-${TOKENS_META} do not hash to the chunk key ${key}${after === undefined ? ' (as the first chunk of its prefix)' : ` after ${after}`}`;
 }

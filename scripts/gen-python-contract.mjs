@@ -288,6 +288,7 @@ constant('AFTER_KEY_PATTERN', 'str', str(chain.AFTER_KEY.source), 'What a record
 constant('TOKENS_META', 'str', str(kvTokens.TOKENS_META), "User metadata with the chunk's token ids (unsigned LEB128 varints, base64url), for the KV events.");
 constant('MAX_TOKENS_META_CHARS', 'int', int(kvTokens.MAX_TOKENS_META_CHARS, 'MAX_TOKENS_META_CHARS'), 'Longer token lists are not recorded.');
 constant('MODEL_META', 'str', str(kvTokens.MODEL_META), "User metadata naming the chunk's model (a KV events topic's {model}).");
+constant('MODEL_NAME_PATTERN', 'str', str(kvTokens.MODEL_NAME.source), 'What a recorded model name may be (re.fullmatch).');
 
 section('the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts)');
 constant('DESCRIPTOR_HEADER', 'str', str(descriptor.DESCRIPTOR_HEADER), 'The request header that carries a descriptor on GET.');

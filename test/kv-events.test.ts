@@ -19,10 +19,12 @@ import {
   CreateMultipartUploadCommand,
   DeleteObjectCommand,
   DeleteObjectsCommand,
+  HeadObjectCommand,
   PutObjectCommand,
   UploadPartCommand,
   type S3ServiceException,
 } from '@aws-sdk/client-s3';
+import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { Dealer, Subscriber } from 'zeromq';
 import { chunkKeys, type LayoutIdentity } from '../client/keys.js';
 import { blockHash } from '../gateway/kv-events/kv-events.js';
@@ -185,6 +187,20 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
       expect(refused).toMatchObject({ name: 'InvalidArgument', $metadata: { httpStatusCode: 400 } });
     }
     await expect(testClient(gw, bucket).lookup([p.keys[1] as string])).resolves.toBe(0); // nothing stored
+    // A browser-form POST's tokens are checked as a PUT's are.
+    const { url, fields } = await createPresignedPost(s3, {
+      Bucket: bucket,
+      Key: p.keys[1] as string,
+      Expires: 300,
+      Fields: { 'x-amz-meta-objectcache-after': p.keys[0] as string, 'x-amz-meta-objectcache-tokens': encodeTokens(wrong) as string },
+    });
+    const form = new FormData();
+    for (const [name, value] of Object.entries(fields)) form.append(name, value);
+    form.append('file', new Blob([randomBytes(CHUNK)]), 'f.bin');
+    const posted = await fetch(url, { method: 'POST', body: form });
+    expect(posted.status).toBe(400);
+    expect(posted.headers.get('x-objectcache-error-code')).toBe('OC_ERR_KV_TOKENS');
+    await expect(testClient(gw, bucket).lookup([p.keys[1] as string])).resolves.toBe(0);
 
     // A multipart upload names its metadata when it is created; the chunk is learnt with a HEAD.
     const key = p.keys[0] as string;
@@ -240,6 +256,11 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
     all = await sub.until((e) => removed(e, hashes[0] as bigint), 'BlockRemoved of the chunk the quota evicted');
     const otherHash = blockHash(bucket, other.keys[0] as string);
     expect(all.some((e) => (e['block_hashes'] as bigint[])[0] === otherHash)).toBe(false);
+    // team-b copying team-a's chunk as it is (COPY) does not take its tokens, model or chain with it.
+    const s3b = sdkClient(gw.url, { accessKeyId: 'team-b-key', secretAccessKey: 'team-b-secret' });
+    await s3b.send(new CopyObjectCommand({ Bucket: bucket, Key: 'copies/of-a', CopySource: `${bucket}/${more.keys[1] as string}` }));
+    const copied = await s3b.send(new HeadObjectCommand({ Bucket: bucket, Key: 'copies/of-a' }));
+    expect(Object.keys(copied.Metadata ?? {}).filter((name) => name.startsWith('objectcache-'))).toEqual(['objectcache-tenant']);
   });
 
   it('replays held batches from a sequence number, then the end marker', async () => {

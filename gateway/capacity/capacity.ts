@@ -181,8 +181,10 @@ export class Capacity {
 
   readonly #mayWrite: MayWrite;
   readonly #changes: ((bucket: string) => ChunkChanges) | undefined;
-  /** The state is loaded: what comes and goes from now on is told to #changes. */
-  #loaded = false;
+  /** The state was loaded once: what comes and goes from then on is told to #changes. */
+  #listening = false;
+  /** While a reload runs (its snapshot applied, its journals not yet): the indexes before it. */
+  #beforeReload: Map<string, ChunkIndex> | undefined;
 
   constructor(options: {
     config: CapacityConfig;
@@ -217,6 +219,7 @@ export class Capacity {
       ...(options.gatewayId ? { gatewayId: options.gatewayId } : {}),
       apply: (event, source) => this.#apply(event, source),
       reset: (events) => this.#reset(events),
+      reloaded: () => this.#reloaded(),
       snapshot: () => this.#snapshot(),
       reconcile: () => this.#reconcile(),
       onFailure: (what) => options.observer.syncFailed(what),
@@ -228,9 +231,6 @@ export class Capacity {
   /** Loads the shared state (snapshot and journals) and starts syncing and, when leader, trimming. */
   async start(): Promise<void> {
     await this.#shared.start();
-    // What the store held at start is the baseline; from now on every change is told.
-    this.#loaded = true;
-    for (const [bucket, index] of this.#indexes) index.changes = this.#changes?.(bucket);
     this.#trimTimer = setInterval(() => void this.#trimOnce(), TRIM_INTERVAL_MS);
     this.#trimTimer.unref();
   }
@@ -1013,20 +1013,34 @@ export class Capacity {
 
   /** Replaces everything known with a snapshot's events (then the journals are applied on top). */
   #reset(events: Iterable<CapacityEvent>): void {
-    const before = new Map(this.#indexes);
+    // Told of nothing until the reload is complete (#reloaded), then of what it changed.
+    if (this.#listening) this.#beforeReload ??= new Map(this.#indexes);
     for (const bucket of this.#indexes.keys()) this.#indexes.set(bucket, new ChunkIndex());
     this.#pins.clear();
     for (const id of [...this.#uploads.keys()]) this.#setUpload(id, undefined);
     for (const event of events) this.#apply(event, 'snapshot');
-    if (!this.#loaded) return;
-    // A reload (another gateway's snapshot) is told as what it changed.
+  }
+
+  /**
+   * A reload is complete. The first is the baseline: what the store held then is not told. A later
+   * one (another gateway's snapshot) is told as what it changed against the indexes before it.
+   */
+  #reloaded(): void {
+    const before = this.#beforeReload;
+    this.#beforeReload = undefined;
+    this.#listening = this.#changes !== undefined;
     for (const [bucket, index] of this.#indexes) {
       const changes = this.#changes?.(bucket);
       index.changes = changes;
-      const old = before.get(bucket);
+      const old = before?.get(bucket);
       if (!changes || !old) continue;
       for (const chunk of old.values()) if (index.get(chunk.key)?.etag !== chunk.etag) changes.removed(chunk);
-      for (const chunk of index.values()) if (old.get(chunk.key)?.etag !== chunk.etag) changes.stored(chunk, undefined);
+      for (const chunk of index.values()) {
+        const was = old.get(chunk.key);
+        if (was?.etag === chunk.etag) {
+          if (chunk.model === undefined && was.model !== undefined) chunk.model = was.model;
+        } else changes.stored(chunk, undefined);
+      }
     }
   }
 

@@ -164,6 +164,7 @@ export class ChunkIndex {
       lastAccess: Math.max(facts.lastAccess ?? facts.at, old?.lastAccess ?? 0),
       pred,
       checked: facts.checked ?? true,
+      ...(old?.etag === facts.etag && old.model !== undefined ? { model: old.model } : {}),
     };
     this.chunks.set(key, chunk);
     this.account(chunk, 1);

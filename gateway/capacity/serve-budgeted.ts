@@ -4,7 +4,7 @@
  */
 import { AFTER_META } from '../../schemas/chain.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { checkTokens, decodeTokens, TOKENS_META } from '../../schemas/kv-tokens.js';
+import { MODEL_META, TOKENS_META, tokensProblem } from '../../schemas/kv-tokens.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { Backend } from '../s3/backend.js';
 import { headerOf, type RequestContext } from '../s3/context.js';
@@ -102,18 +102,8 @@ function userMeta(ctx: RequestContext): Record<string, string> {
  * stored: well formed, and, where the chunk has an ObjectCache key, the tokens its key hashes.
  */
 function checkWrittenTokens(ctx: RequestContext): void {
-  const value = headerOf(ctx.req, `x-amz-meta-${TOKENS_META}`);
-  if (value === undefined) return;
-  const tokens = decodeTokens(value);
-  if (tokens === undefined)
-    throw new ObjectCacheError('OC_ERR_KV_TOKENS', `x-amz-meta-${TOKENS_META} is not a token list (base64url of unsigned LEB128 varints, at most 1,400 characters)`);
-  const after = headerOf(ctx.req, `x-amz-meta-${AFTER_META}`);
-  if (checkTokens(ctx.target.key, after, tokens) === 'mismatch') {
-    throw new ObjectCacheError(
-      'OC_ERR_KV_TOKENS',
-      `The ${tokens.length} tokens of x-amz-meta-${TOKENS_META} do not hash to the chunk key ${ctx.target.key}${after === undefined ? ' (as the first chunk of its prefix)' : ` after ${after}`}`,
-    );
-  }
+  const problem = tokensProblem(ctx.target.key, { [TOKENS_META]: headerOf(ctx.req, `x-amz-meta-${TOKENS_META}`), [AFTER_META]: headerOf(ctx.req, `x-amz-meta-${AFTER_META}`) });
+  if (problem !== undefined) throw new ObjectCacheError('OC_ERR_KV_TOKENS', problem);
 }
 
 /** A part's upload and number, from the request's query (the store refuses a malformed one before anything is counted). */
@@ -154,7 +144,8 @@ function copyMetadata(ctx: RequestContext, source: StoreHead): void {
   }
   const own = source.meta['objectcache-tenant'] === ctx.tenant;
   for (const [name, value] of Object.entries(source.meta)) {
-    if (name === 'objectcache-tenant' || (name === AFTER_META && !own)) continue;
+    // Another tenant's chain, tokens and model are not the copier's to announce (KV events).
+    if (name === 'objectcache-tenant' || (!own && (name === AFTER_META || name === TOKENS_META || name === MODEL_META))) continue;
     headers[`x-amz-meta-${name}`] = value;
   }
   headers[TENANT_META] = ctx.tenant;

@@ -100,6 +100,8 @@ export interface SharedStateOptions {
   readonly apply: (event: CapacityEvent, source: EventSource) => void;
   /** Forgets everything and applies a snapshot's events. */
   readonly reset: (events: Iterable<CapacityEvent>) => void;
+  /** A reload is complete: the snapshot, the journals on top and what is pending here are all applied. */
+  readonly reloaded?: () => void;
   /** Everything known, as events. */
   readonly snapshot: () => Iterable<CapacityEvent>;
   /** Makes what is known agree with a listing of the store (the lease holder's job). */
@@ -554,6 +556,7 @@ export class SharedState {
     await this.#readJournals(true);
     // What this gateway recorded and has not written yet is in no journal: apply it again.
     for (const event of [...this.#pending, ...this.#pinned.values(), ...this.#accesses.values()]) this.#o.apply(event, 'own');
+    this.#o.reloaded?.();
   }
 
   /** The lease's body: its holder and expiry, with the state key's MAC of both. */

@@ -7,21 +7,21 @@
  * every kind, deletes, overwrites, evictions for the budget, a quota or idleness, and what a
  * reconciliation with the store finds.
  *
- * A chunk is one block: its hash is the first 8 bytes of its chain hash (an ObjectCache key,
- * schemas/kv-tokens.ts) or of SHA-256 over its bucket and key (any other naming), as an unsigned
- * 64-bit integer, and its parent the same of the chunk its writer recorded before it
- * (`objectcache-after`). Its tokens are those its writer recorded (`objectcache-tokens`), from
- * the write's own headers or, for a write learnt otherwise (another gateway's, a reload), a HEAD;
- * where the key is an ObjectCache key they must hash to it, else the event carries no tokens.
+ * A chunk is one block: its hash is the first 8 bytes of SHA-256 over its bucket and key, as an
+ * unsigned 64-bit integer (blockHash), and its parent the same of the chunk its writer recorded
+ * before it (`objectcache-after`). Its tokens are those its writer recorded (`objectcache-tokens`),
+ * from the write's own headers or, for a write learnt otherwise (another gateway's, a reload), a
+ * HEAD; where the key is an ObjectCache key they must hash to it (schemas/kv-tokens.ts), else the
+ * event carries no tokens.
  *
- * Events are batched per topic for --kv-events-batch-ms and handed to the publisher
+ * Events are batched per topic for 20 ms and handed to the publisher
  * (publisher.ts), which never waits; the HEADs wait in a bounded queue, in order, and past it a
  * chunk is published without tokens (counted).
  */
 import { createHash } from 'node:crypto';
 import { encode } from '@msgpack/msgpack';
 import { AFTER_META } from '../../schemas/chain.js';
-import { checkTokens, decodeTokens, MODEL_META, TOKENS_META } from '../../schemas/kv-tokens.js';
+import { checkTokens, decodeTokens, MODEL_META, MODEL_NAME, TOKENS_META } from '../../schemas/kv-tokens.js';
 import type { ChunkChanges, Chunk } from '../capacity/chunk-index.js';
 import type { KvEventsConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
@@ -34,7 +34,7 @@ const MAX_PENDING = 4096;
 /** Events waiting at all at most (the store not answering the HEADs): past it, an event is dropped, and its batch's sequence number skipped. */
 const MAX_WAITING = 2 * MAX_PENDING;
 /** HEADs for metadata at once. */
-const HEADS_AT_ONCE = 4;
+const HEADS_AT_ONCE = 8;
 /** Events in one batch at most (about 80 KB with 256 tokens each): what a stalled subscriber's queue holds is this times its high-water mark. */
 const MAX_BATCH_EVENTS = 64;
 
@@ -80,15 +80,15 @@ export class KvEvents {
   }
 
   async start(): Promise<{ endpoint: string; replayEndpoint: string | undefined; firstSequence: bigint }> {
-    const firstSequence = this.#publisher.nextSequence;
+    const firstSequence = this.#publisher.nextSequence();
     const bound = await this.#publisher.start();
     this.#log.info({ ...bound, firstSequence: String(firstSequence), encoding: this.#config.encoding }, 'kv events: publishing');
     return { ...bound, firstSequence };
   }
 
-  /** The next batch's sequence number. */
-  get nextSequence(): bigint {
-    return this.#publisher.nextSequence;
+  /** The next batch's sequence number on `topic`. */
+  nextSequence(topic = ''): bigint {
+    return this.#publisher.nextSequence(topic);
   }
 
   /** The listener capacity's index of `bucket` tells (gateway/capacity/capacity.ts `changes`). */
@@ -99,7 +99,18 @@ export class KvEvents {
     };
   }
 
+  /** Called from inside capacity's index: whatever goes wrong here stays here. */
   #add(event: Pending): void {
+    try {
+      this.#enqueue(event);
+    } catch (error) {
+      this.#log.error({ error }, 'kv events: an index change could not be queued; dropped');
+      this.#observer.dropped('queue', 1);
+      this.#publisher.skip();
+    }
+  }
+
+  #enqueue(event: Pending): void {
     if (this.#closed) return;
     if (this.#pending.length >= MAX_WAITING) {
       this.#observer.dropped('queue', 1);
@@ -110,29 +121,34 @@ export class KvEvents {
       if (this.#pending.length >= MAX_PENDING) {
         event.meta = {};
         this.#observer.withoutTokens('head');
-      } else event.ready = this.#head(event);
+      } else
+        event.ready = Promise.resolve()
+          .then(() => this.#head(event))
+          .finally(() => (event.ready = undefined));
     }
     this.#pending.push(event);
-    void this.#flushReady();
+    this.#flushReady().catch((error: unknown) => this.#log.error({ error }, 'kv events: publishing failed'));
   }
 
   /** Reads a stored chunk's metadata (its tokens, chain and model) from the store. */
   async #head(event: Pending): Promise<void> {
+    // A slot is taken here or handed over by the HEAD that ends (#heads counts both).
     if (this.#heads >= HEADS_AT_ONCE) await new Promise<void>((resolve) => this.#waitingHeads.push(resolve));
-    this.#heads++;
+    else this.#heads++;
     try {
+      if (this.#closed) throw new Error('closed');
       const head = await this.#store.head(event.bucket, event.chunk.key);
       // Only the version the index holds: a newer one is its own event.
       event.meta = head && head.etag === event.chunk.etag ? head.meta : {};
       if (!head || head.etag !== event.chunk.etag) this.#observer.withoutTokens('head');
     } catch (error) {
-      this.#log.warn({ error, bucket: event.bucket, key: event.chunk.key }, 'kv events: could not read a stored chunk\u2019s tokens; published without them');
+      if (!this.#closed) this.#log.warn({ error, bucket: event.bucket, key: event.chunk.key }, 'kv events: could not read a stored chunk\u2019s tokens; published without them');
       this.#observer.withoutTokens('head');
       event.meta = {};
     } finally {
-      this.#heads--;
-      this.#waitingHeads.shift()?.();
-      event.ready = undefined;
+      const next = this.#waitingHeads.shift();
+      if (next) next();
+      else this.#heads--;
     }
   }
 
@@ -163,8 +179,8 @@ export class KvEvents {
     const meta = event.meta ?? {};
     // A removal names the model its store named (learnt then, kept with the chunk).
     const named = meta[MODEL_META];
-    // A writer's model goes into topics: printable, no spaces, at most 256 characters, or none.
-    const model = event.kind === 'stored' ? (named !== undefined && /^[\x21-\x7e]{1,256}$/.test(named) ? named : '') : (event.live.model ?? '');
+    // A writer's model goes into topics only as MODEL_NAME allows (llm-d splits topics at @).
+    const model = event.kind === 'stored' ? (named !== undefined && MODEL_NAME.test(named) ? named : '') : (event.live.model ?? '');
     if (event.kind === 'stored' && model !== '') event.live.model = model;
     const topic = this.#config.topic.replaceAll('{model}', model).replaceAll('{tenant}', chunk.tenant).replaceAll('{bucket}', bucket);
     const encoded = event.kind === 'stored' ? this.#stored(bucket, chunk, meta) : this.#removed(bucket, chunk);
@@ -221,7 +237,8 @@ export class KvEvents {
     let payload: Uint8Array;
     try {
       // [ts, events, data_parallel_rank]: vLLM's EventBatch, an array.
-      payload = encode([Date.now() / 1000, events, 0], { useBigInt64: true });
+      // A copy: encode() answers a view of a larger buffer, which the replay history would keep whole.
+      payload = encode([Date.now() / 1000, events, 0], { useBigInt64: true }).slice();
     } catch (error) {
       this.#log.error({ error }, 'kv events: a batch could not be encoded; dropped');
       this.#observer.dropped('encode', events.length);
@@ -236,14 +253,17 @@ export class KvEvents {
     if (this.#timer) clearTimeout(this.#timer);
     this.#sendAll();
     this.#closed = true;
+    // Each woken HEAD finds the events closed and reads nothing.
     for (const wake of this.#waitingHeads.splice(0)) wake();
     await this.#publisher.close();
   }
 }
 
-/** A chunk's block hash: an unsigned 64-bit integer (see the module comment). */
+/**
+ * A chunk's block hash: the first 8 bytes of SHA-256 of `<bucket>/<key>` as an unsigned 64-bit
+ * integer. The bucket is part of it, so the same key in two buckets (two tenants' copies of a
+ * prefix) are two blocks, and one's removal is not the other's.
+ */
 export function blockHash(bucket: string, key: string): bigint {
-  const chain = /(?:^|\/)[0-9a-f]{16}\/([0-9a-f]{64})$/.exec(key);
-  const bytes = chain ? Buffer.from((chain[1] as string).slice(0, 16), 'hex') : createHash('sha256').update(`${bucket}/${key}`, 'utf8').digest();
-  return bytes.readBigUInt64BE(0);
+  return createHash('sha256').update(`${bucket}/${key}`, 'utf8').digest().readBigUInt64BE(0);
 }

@@ -5,11 +5,12 @@
  * (sequence -1, empty payload): the protocol of vLLM's ZmqEventPublisher
  * (vllm/distributed/kv_events.py), so its subscribers, llm-d's and Dynamo's read the gateway's.
  *
- * Sequence numbers start at the microseconds since the epoch when the gateway starts and go up
- * by one a batch, so they keep rising across a restart and a subscriber sees the jump: it knows
- * it missed what happened meanwhile (and asks the replay socket, which answers with what this
- * run still holds). A batch dropped here (the queue full) takes its number too, so a gap always
- * means a loss.
+ * Sequence numbers are per topic (a subscriber of one sees its own batches one by one). Each
+ * starts at the microseconds since the epoch when the gateway started and goes up by one a batch
+ * on it, so they keep rising across a restart and a subscriber sees the jump: it knows it missed
+ * what happened meanwhile (and asks the replay socket, which answers with what this run still
+ * holds). A batch dropped here (the queue full) takes its number; an event dropped before its
+ * topic was known takes one of every topic's (`skip`). So a gap always means a possible loss.
  *
  * Nothing here can hold up the data path: a PUB socket drops a batch for a subscriber whose queue
  * (the high-water mark) is full instead of waiting; the batches not yet handed to ZeroMQ and the
@@ -59,7 +60,13 @@ export class EventPublisher {
   readonly #o: PublisherOptions;
   readonly #pub = new Publisher();
   readonly #replay: Router | undefined;
-  #next: bigint;
+  /** The first sequence number of every topic. */
+  readonly #base: bigint;
+  /** Batches numbered on each topic so far. */
+  readonly #numbered = new Map<string, bigint>();
+  /** Numbers every topic skipped (events dropped before their topic was known). */
+  #skipped = 0n;
+  #malformedLogged = false;
   readonly #history: Held[] = [];
   #historyBytes = 0;
   readonly #queue: { held: Held; stored: number; removed: number }[] = [];
@@ -69,23 +76,29 @@ export class EventPublisher {
 
   constructor(options: PublisherOptions) {
     this.#o = options;
-    this.#next = options.firstSequence ?? BigInt(Date.now()) * 1000n;
+    this.#base = options.firstSequence ?? BigInt(Date.now()) * 1000n;
     this.#pub.sendHighWaterMark = options.highWaterMark;
     this.#pub.linger = 0;
+    // What a subscriber sends a PUB socket is its subscriptions: short.
+    this.#pub.maxMessageSize = 4096;
     this.#replay = options.replayEndpoint === undefined ? undefined : new Router();
     if (this.#replay) {
       // Room for a whole replay and its end marker; a replay to a requester that stopped reading
       // gives up after a second rather than waiting on it.
       this.#replay.sendHighWaterMark = 2 * (options.history + 1);
+      // Sends wait for room (at most a second) instead of dropping, so a replay is whole or ends.
+      this.#replay.mandatory = true;
       this.#replay.sendTimeout = 1000;
       this.#replay.linger = 0;
+      // A replay request is 8 bytes.
+      this.#replay.maxMessageSize = 64;
     }
   }
 
   /** Binds (or connects) the sockets; rejects when an endpoint cannot be used. */
   async start(): Promise<{ endpoint: string; replayEndpoint: string | undefined }> {
     const { endpoint, replayEndpoint } = this.#o;
-    this.#watchSubscribers();
+    this.#watchSubscribers(endpoint.startsWith(CONNECT_PREFIX));
     if (endpoint.startsWith(CONNECT_PREFIX)) this.#pub.connect(endpoint.slice(CONNECT_PREFIX.length));
     else await this.#pub.bind(endpoint);
     if (this.#replay && replayEndpoint !== undefined) {
@@ -95,20 +108,21 @@ export class EventPublisher {
     return { endpoint: this.#pub.lastEndpoint ?? endpoint, replayEndpoint: this.#replay?.lastEndpoint ?? replayEndpoint };
   }
 
-  /** The next batch's sequence number (tests, and the log line at start). */
-  get nextSequence(): bigint {
-    return this.#next;
+  /** The next batch's sequence number on `topic` (tests, and the log line at start). */
+  nextSequence(topic = ''): bigint {
+    return this.#base + (this.#numbered.get(topic) ?? 0n) + this.#skipped;
   }
 
-  /** Skips a sequence number for events dropped before they were batched: subscribers see the gap. */
+  /** Skips a sequence number on every topic, for an event dropped before its topic was known: every subscriber sees a gap. */
   skip(): void {
-    this.#next++;
+    this.#skipped++;
   }
 
   /** Queues one encoded batch on `topic` (of `stored` and `removed` events); never waits. */
   publish(topic: string, payload: Uint8Array, stored: number, removed: number): void {
     if (this.#closed) return;
-    const sequence = this.#next++;
+    const sequence = this.nextSequence(topic);
+    this.#numbered.set(topic, (this.#numbered.get(topic) ?? 0n) + 1n);
     if (this.#queue.length >= MAX_QUEUED) {
       this.#o.observer.dropped('queue', stored + removed);
       return;
@@ -152,15 +166,21 @@ export class EventPublisher {
       for await (const frames of router) {
         const [identity, empty, start] = frames as Buffer[];
         if (frames.length !== 3 || identity === undefined || empty?.length !== 0 || start?.length !== 8) {
-          this.#o.logger.warn({ frames: frames.length }, 'kv events: a replay request is not [identity, "", start(8 bytes)]; ignored');
+          if (!this.#malformedLogged) this.#o.logger.warn({ frames: frames.length }, 'kv events: a replay request is not [identity, "", start(8 bytes)]; ignored (logged once)');
+          this.#malformedLogged = true;
           continue;
         }
         this.#o.observer.replayed();
         const from = start.readBigInt64BE();
         try {
           // The history as it is now: what is published meanwhile reaches the requester by PUB.
+          // Every topic's batches from that number on (each names its topic); one request at a
+          // time, handing the event loop back every 256 batches.
+          let sent = 0;
           for (const held of this.#history.slice()) {
-            if (held.sequence >= from) await router.send([identity, '', held.topic, sequenceBytes(held.sequence), held.payload]);
+            if (held.sequence < from || this.#closed) continue;
+            await router.send([identity, '', held.topic, sequenceBytes(held.sequence), held.payload]);
+            if (++sent % 256 === 0) await new Promise((resolve) => setImmediate(resolve));
           }
           await router.send([identity, '', '', END_SEQUENCE, '']);
         } catch (error) {
@@ -172,9 +192,10 @@ export class EventPublisher {
     }
   }
 
-  #watchSubscribers(): void {
+  #watchSubscribers(connects: boolean): void {
     const events = this.#pub.events;
-    events.on('accept', () => this.#o.observer.subscribers(1));
+    // Bound: each accepted connection, until it goes. Connected: the one connection, while up.
+    events.on(connects ? 'connect' : 'accept', () => this.#o.observer.subscribers(1));
     events.on('disconnect', () => this.#o.observer.subscribers(-1));
   }
 

@@ -26,6 +26,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { DESCRIPTOR_HEADER, decodeDescriptorHeader, parseDescriptor, type Descriptor } from '../../schemas/descriptor.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
+import { tokensProblem } from '../../schemas/kv-tokens.js';
 import { THROTTLING, type Admission } from '../admission/admission.js';
 import type { Capacity } from '../capacity/capacity.js';
 import { servePin } from '../capacity/pin-request.js';
@@ -318,6 +319,9 @@ async function serveForm(r: Request, target: S3Target, s: Services): Promise<voi
       const budgeted = budgetOf(s, bucket);
       s.segments?.changed(bucket, key);
       if (!budgeted) return () => {};
+      // The tokens a form records are checked as a PUT's are (gateway/capacity/serve-budgeted.ts).
+      const problem = tokensProblem(key, userMeta);
+      if (problem !== undefined) throw new ObjectCacheError('OC_ERR_KV_TOKENS', problem);
       // The form's own tenant field is dropped: only the gateway names an object's tenant.
       userMeta['objectcache-tenant'] = credential.tenant;
       // The file's size is known once it is stored: the whole form's length bounds it, and is

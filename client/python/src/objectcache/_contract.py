@@ -231,6 +231,8 @@ TOKENS_META: Final[str] = "objectcache-tokens"
 MAX_TOKENS_META_CHARS: Final[int] = 1400
 #: User metadata naming the chunk's model (a KV events topic's {model}).
 MODEL_META: Final[str] = "objectcache-model"
+#: What a recorded model name may be (re.fullmatch).
+MODEL_NAME_PATTERN: Final[str] = "^[\\x21-\\x3f\\x41-\\x7e]{1,256}$"
 
 
 # --- the descriptor (schemas/descriptor-schema.ts, descriptor.ts, layouts.ts) ----------------------

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from crc32c import crc32c
 
-from ._contract import AFTER_KEY_PATTERN, AFTER_META, CODEC_META, LAYER_CRC_META, MAX_AFTER_KEY, MAX_CHECKSUMMED_LAYERS, MODEL_META, RAW_CODEC, SLICE_BYTES_META, TOKENS_META
+from ._contract import AFTER_KEY_PATTERN, AFTER_META, CODEC_META, LAYER_CRC_META, MAX_AFTER_KEY, MAX_CHECKSUMMED_LAYERS, MODEL_META, MODEL_NAME_PATTERN, RAW_CODEC, SLICE_BYTES_META, TOKENS_META
 from ._deadline import _Deadline
 from ._transport import ANSWER_BODY_LIMIT, Transport, _json_answer, _writable_bytes
 from .errors import ObjectCacheError
@@ -77,8 +77,8 @@ class S3Calls(Transport):
             if encoded is not None:
                 headers[f"x-amz-meta-{TOKENS_META}"] = encoded
         if model is not None:
-            if not re.fullmatch(r"[\x20-\x7e]{1,256}", model):
-                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "model must be 1 to 256 printable ASCII characters")
+            if not re.fullmatch(MODEL_NAME_PATTERN, model):
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "model must be 1 to 256 printable ASCII characters, without spaces or @")
             headers[f"x-amz-meta-{MODEL_META}"] = model
         if codec is not None and codec != RAW_CODEC:
             if layout is None or chunk_tokens is None or dtype is None:
