@@ -16,6 +16,7 @@ import { afterEach, describe, expect, inject, it } from 'vitest';
 import {
   CompleteMultipartUploadCommand,
   CopyObjectCommand,
+  CreateBucketCommand,
   CreateMultipartUploadCommand,
   DeleteObjectCommand,
   DeleteObjectsCommand,
@@ -300,6 +301,45 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
       ['BlockStored', [blockHash(bucket, p.keys[1] as string)], blockHash(bucket, p.keys[0] as string), p.tokens[1], G, null, 'SHARED'],
     ]);
     expect(await metricValue(gw.gateway.adminUrl, 'objectcache_kv_event_replays_total')).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('KV events of what a reconciliation finds', () => {
+  it('publishes a chunk written past the gateway, with the tokens its writer recorded, once the gateway lists the bucket', async () => {
+    const bucket = uniqueBucket('kvrec');
+    const minio = inject('minio');
+    const direct = sdkClient(minio.endpoint, { accessKeyId: minio.accessKey, secretAccessKey: minio.secretKey });
+    await direct.send(new CreateBucketCommand({ Bucket: bucket }));
+    const p = prefix(1);
+    await direct.send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: p.keys[0],
+        Body: p.objects[0] as Uint8Array,
+        Metadata: { 'objectcache-tokens': encodeTokens(p.tokens[0] as number[]) as string },
+      }),
+    );
+    // The gateway's first listing runs as it starts: the replay socket holds what it published.
+    const gw = await gatewayWithEvents('s3', bucket, 100);
+    const bound = gw.gateway.kvEvents as { replayEndpoint: string; firstSequence: bigint };
+    const dealer = new Dealer();
+    dealer.connect(bound.replayEndpoint);
+    open.push({ close: () => dealer.close() });
+    const hash = blockHash(bucket, p.keys[0] as string);
+    let found: unknown;
+    for (let tries = 0; tries < 100 && found === undefined; tries++) {
+      const start = Buffer.alloc(8);
+      start.writeBigInt64BE(bound.firstSequence);
+      await dealer.send(['', start]);
+      for (;;) {
+        const [, , seq, payload] = (await dealer.receive()) as Buffer[];
+        if ((seq as Buffer).readBigInt64BE() === -1n) break;
+        const [, events] = decode(payload as Buffer, { useBigInt64: true }) as [number, Record<string, unknown>[]];
+        found ??= stored(events, hash);
+      }
+      if (found === undefined) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(found).toMatchObject({ token_ids: p.tokens[0], parent_block_hash: null });
   });
 });
 
