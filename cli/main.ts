@@ -22,6 +22,7 @@ Commands:
   fetch     Fetch a descriptor's KV layer by layer and print the ready timeline
   plan      Show the bandwidth the scheduler would grant a list of requests
   capacity  Show budgeted buckets' usage, quotas and the chunks eviction takes next
+  kv-events Print a gateway's KV events (serve --kv-events) as JSON lines
   bench     Run the TTFT benchmark against a MinIO it starts (--quick: a few minutes)
 
 Run "objectcache <command> --help" for the options of a command.`;
@@ -46,6 +47,8 @@ async function main(argv: string[]): Promise<number> {
       return (await import('./plan.js')).runPlan(rest, process.stdin, process.stdout);
     case 'capacity':
       return (await import('./capacity.js')).runCapacity(rest, process.stdout);
+    case 'kv-events':
+      return (await import('./kv-events.js')).runKvEvents(rest, process.stdout);
     case 'bench': {
       const bench = await import('../bench/ttft-matrix.js');
       if (rest.includes('--help') || rest.includes('-h')) {

@@ -31,6 +31,7 @@ import { chunkKeys, type LayoutIdentity } from '../client/keys.js';
 import { blockHash } from '../gateway/kv-events/kv-events.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { encodeTokens } from '../schemas/kv-tokens.js';
+import { runCliAsync } from './helpers/cli.js';
 import { metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
 const LAYERS = 4;
@@ -302,6 +303,35 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
     ]);
     expect(await metricValue(gw.gateway.adminUrl, 'objectcache_kv_event_replays_total')).toBeGreaterThanOrEqual(1);
   });
+});
+
+describe('objectcache kv-events', () => {
+  it('prints what the replay socket holds, then what comes, as JSON lines, in either encoding', async () => {
+    const bucket = uniqueBucket('kvcli');
+    const gw = await gatewayWithEvents('local', bucket, 100, ['--kv-events-encoding', 'array']);
+    const bound = gw.gateway.kvEvents as { endpoint: string; replayEndpoint: string };
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const p = prefix(2);
+    await client.putChunks(p.keys.slice(0, 1), p.objects.slice(0, 1), { tokens: p.tokens.slice(0, 1), model: 'org/m' });
+    // The first event from the replay socket, the second as it is published.
+    const run = runCliAsync(['kv-events', '--endpoint', bound.endpoint, '--replay', bound.replayEndpoint, '--count', '2']);
+    const deadline = Date.now() + 20_000;
+    while ((await metricValue(gw.gateway.adminUrl, 'objectcache_kv_event_subscribers')) < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300)); // its subscription reaches the gateway
+    await client.putChunks(p.keys.slice(1), p.objects.slice(1), { tokens: p.tokens.slice(1), after: p.keys[0] as string });
+    const { status, stdout, stderr } = await run;
+    expect(stderr).toBe('');
+    expect(status).toBe(0);
+    const lines = stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(lines.map((l) => [l['type'], l['block_hashes'], l['parent_block_hash'], l['token_ids'], l['medium']])).toEqual([
+      ['BlockStored', [String(blockHash(bucket, p.keys[0] as string))], null, p.tokens[0], 'SHARED'],
+      ['BlockStored', [String(blockHash(bucket, p.keys[1] as string))], String(blockHash(bucket, p.keys[0] as string)), p.tokens[1], 'SHARED'],
+    ]);
+  }, 30_000);
 });
 
 describe('KV events of what a reconciliation finds', () => {
