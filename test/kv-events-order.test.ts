@@ -23,6 +23,7 @@ const config: KvEventsConfig = {
   medium: 'SHARED',
   locality: undefined,
   tenants: undefined,
+  salt: 'none',
   highWaterMark: 1000,
   batchMs: 5,
 };

@@ -225,7 +225,16 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
       credentials,
       JSON.stringify(['team-a', 'team-b'].map((tenant) => ({ accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret`, tenant, policy: allow }))),
     );
-    const gw = await gatewayWithEvents(backend, bucket, 100, ['--credentials', credentials, '--tenant-quota', `team-a=${4 * CHUNK}`, '--kv-events-tenants', 'team-a']);
+    const gw = await gatewayWithEvents(backend, bucket, 100, [
+      '--credentials',
+      credentials,
+      '--tenant-quota',
+      `team-a=${4 * CHUNK}`,
+      '--kv-events-tenants',
+      'team-a',
+      '--kv-events-salt',
+      'tenant',
+    ]);
     const sub = await subscribe((gw.gateway.kvEvents as { endpoint: string }).endpoint);
     const as = (tenant: string): ObjectCacheClient =>
       new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { accessKeyId: `${tenant}-key`, secretAccessKey: `${tenant}-secret` }, retries: 0 });
@@ -248,7 +257,7 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
       }),
     );
     let all = await sub.until((e) => [0, 1, 2].every((i) => stored(e, hashes[i] as bigint)), 'BlockStored of the two chunks and the copy');
-    expect(stored(all, hashes[2] as bigint)).toMatchObject({ token_ids: p.tokens[2], parent_block_hash: hashes[1] });
+    expect(stored(all, hashes[2] as bigint)).toMatchObject({ token_ids: p.tokens[2], parent_block_hash: hashes[1], extra_keys: [['team-a']] });
     // DeleteObjects: each deleted chunk is removed (the gateway asks the store which went).
     await s3a.send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: [{ Key: p.keys[2] }, { Key: p.keys[1] }] } }));
     all = await sub.until((e) => removed(e, hashes[2] as bigint) && removed(e, hashes[1] as bigint), 'BlockRemoved of the chunks DeleteObjects deleted');

@@ -512,6 +512,15 @@ export const SERVE_SETTINGS = {
     default: 'REMOTE',
     description: 'The locality every tagged event names (LOCAL or REMOTE, relative to the engines); off: the field is left out.',
   },
+  kvEventsSalt: {
+    flag: 'kv-events-salt',
+    env: 'OBJECTCACHE_KV_EVENTS_SALT',
+    kind: 'enum',
+    default: 'none',
+    values: ['none', 'tenant'],
+    description:
+      "tenant: each stored block carries its tenant as its cache salt (vLLM's extra_keys), so a router that keys blocks by tokens and salt keeps tenants apart, and matches engines that send the tenant as vLLM's cache_salt. none: no salt.",
+  },
   kvEventsTenants: {
     flag: 'kv-events-tenants',
     env: 'OBJECTCACHE_KV_EVENTS_TENANTS',
@@ -1550,6 +1559,8 @@ export interface KvEventsConfig {
   readonly locality: string | undefined;
   /** Undefined: every tenant's. */
   readonly tenants: ReadonlySet<string> | undefined;
+  /** What a stored block carries as its cache salt (vLLM's extra_keys). */
+  readonly salt: 'none' | 'tenant';
   /** Messages ZeroMQ queues per subscriber before it drops for that one. */
   readonly highWaterMark: number;
   /** How long events gather into one batch. */
@@ -1587,6 +1598,7 @@ function loadKvEvents(raw: RawSettings, capacity: CapacityConfig | undefined): K
     encoding: oneOf('kvEventsEncoding', raw) as 'tagged' | 'array',
     medium: nonEmpty('kvEventsMedium', raw).trim(),
     locality: locality === 'off' ? undefined : locality,
+    salt: oneOf('kvEventsSalt', raw) as 'none' | 'tenant',
     tenants:
       tenants === 'all'
         ? undefined

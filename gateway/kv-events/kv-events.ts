@@ -203,7 +203,9 @@ export class KvEvents {
     const c = this.#config;
     const hash = blockHash(bucket, chunk.key);
     const parent = after === undefined ? null : blockHash(bucket, after);
-    if (c.encoding === 'array') return ['BlockStored', [hash], parent, tokens, tokens.length, null, c.medium];
+    // --kv-events-salt tenant: the tenant as the block's cache salt (vLLM's extra_keys, one entry per block).
+    const extraKeys = c.salt === 'tenant' ? [[chunk.tenant]] : undefined;
+    if (c.encoding === 'array') return ['BlockStored', [hash], parent, tokens, tokens.length, null, c.medium, ...(extraKeys ? [null, extraKeys] : [])];
     return {
       type: 'BlockStored',
       block_hashes: [hash],
@@ -213,6 +215,7 @@ export class KvEvents {
       lora_id: null,
       medium: c.medium,
       lora_name: null,
+      ...(extraKeys ? { extra_keys: extraKeys } : {}),
       ...(c.locality === undefined ? {} : { locality: c.locality }),
     };
   }

@@ -24,7 +24,7 @@ def published(request: pytest.FixtureRequest) -> Iterator[Tuple[Stack, str, int,
     bucket = uid("kvev").replace("_", "-")
     port, replay = free_port(), free_port()
     args = ["--budget", f"{bucket}={6 * CHUNK_BYTES}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000", "--evict-rate", "1000"]
-    args += ["--kv-events", f"tcp://*:{port}", "--kv-events-replay", f"tcp://*:{replay}", "--kv-events-topic", "kv@pool:objectcache@{model}"]
+    args += ["--kv-events", f"tcp://*:{port}", "--kv-events-replay", f"tcp://*:{replay}", "--kv-events-topic", "kv@pool:objectcache@{model}", "--kv-events-salt", "tenant"]
     with stack_with_bucket(bucket, args, backend=request.param) as stack:
         yield stack, bucket, port, replay
 
@@ -62,6 +62,8 @@ def test_vllm_decodes_stored_and_removed_events_with_their_tokens(published: Tup
             stored = sorted((e for e in events if isinstance(e, BlockStored)), key=lambda e: e.token_ids[0])
             assert [e.token_ids for e in stored] == per_chunk
             assert all(e.block_size == G and e.medium == "SHARED" and e.locality == "REMOTE" for e in stored)
+            # The tenant as each block's cache salt: one extra_keys entry per block.
+            assert all(e.extra_keys is not None and len(e.extra_keys) == 1 and len(e.extra_keys[0]) == 1 for e in stored)
             # Each chunk's parent is the block before it.
             assert stored[0].parent_block_hash is None
             assert [e.parent_block_hash for e in stored[1:]] == [e.block_hashes[0] for e in stored[:-1]]
