@@ -33,6 +33,7 @@ import { ObjectCacheError } from '../schemas/errors.js';
 import {
   CLIENT_KEY,
   CLIENT_SECRET,
+  fastBudget,
   metricValue,
   sdkClient,
   SMALL_ARENA,
@@ -56,20 +57,7 @@ async function budgeted(backend: BackendKind, bucket: string, chunks: number, ex
     backend,
     minio: inject('minio'),
     ...(dataDir ? { dataDir } : {}),
-    args: [
-      '--budget',
-      `${bucket}=${chunks * CHUNK}`,
-      '--capacity-state-bucket',
-      stateBucket,
-      '--capacity-sync-ms',
-      '100',
-      '--capacity-lease-ms',
-      '1000',
-      '--evict-rate',
-      '1000',
-      ...SMALL_ARENA,
-      ...extra,
-    ],
+    args: [...fastBudget(bucket, chunks * CHUNK, stateBucket), ...SMALL_ARENA, ...extra],
   });
   open.push(gw);
   return gw;
@@ -512,7 +500,7 @@ describe('capacity when the gateway holding the lease is killed', () => {
     const { startGatewayProcess } = await import('../bench/gateway-process.js');
     const bucket = uniqueBucket('cap');
     const state = `${bucket}-state`;
-    const args = ['--budget', `${bucket}=${16 * CHUNK}`, '--capacity-state-bucket', state, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+    const args = fastBudget(bucket, 16 * CHUNK, state);
     // One process dying with the lease (the serving processes of a killed primary stop in order, giving it back).
     const first = await startGatewayProcess({ minio: inject('minio'), args: [...args, '--processes', '1'] });
     try {

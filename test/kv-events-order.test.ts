@@ -12,6 +12,7 @@ import type { Chunk } from '../gateway/capacity/chunk-index.js';
 import type { KvEventsConfig } from '../gateway/common/config.js';
 import type { KvEventsObserver } from '../gateway/common/observers.js';
 import { blockHash, KvEvents } from '../gateway/kv-events/kv-events.js';
+import { EventPublisher } from '../gateway/kv-events/publisher.js';
 import type { CapacityStore, StoreHead } from '../gateway/stores/capacity-store.js';
 
 const config: KvEventsConfig = {
@@ -29,9 +30,18 @@ const config: KvEventsConfig = {
 };
 const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
-function counting(): KvEventsObserver & { readonly drops: () => number } {
+function counting(): KvEventsObserver & { readonly drops: () => number; readonly withoutTokensBy: string[] } {
   let drops = 0;
-  return { published: () => {}, withoutTokens: () => {}, replayed: () => {}, subscribers: () => {}, dropped: (_reason, n) => void (drops += n), drops: () => drops };
+  const withoutTokensBy: string[] = [];
+  return {
+    published: () => {},
+    withoutTokens: (reason) => void withoutTokensBy.push(reason),
+    replayed: () => {},
+    subscribers: () => {},
+    dropped: (_reason, n) => void (drops += n),
+    drops: () => drops,
+    withoutTokensBy,
+  };
 }
 
 const chunk = (key: string): Chunk => ({ key, size: 1, tenant: 't', etag: '"e"', written: 0, lastAccess: 0, pred: undefined, checked: true });
@@ -82,5 +92,43 @@ describe('KvEvents', () => {
     for (let i = 0; i < 10_000; i++) changes.stored(chunk(`k${i}`), undefined);
     expect(observer.drops()).toBe(10_000 - 8192);
     expect(events.nextSequence()).toBe(firstSequence + BigInt(10_000 - 8192));
+  });
+
+  it('counts a chunk whose metadata cannot be read once, as such', async () => {
+    const store = { head: () => Promise.resolve(undefined) } as unknown as CapacityStore; // gone meanwhile
+    const observer = counting();
+    const events = new KvEvents({ config, store, logger: quiet, observer });
+    open.push(events);
+    await events.start();
+    events.changes('b').stored(chunk('gone'), undefined);
+    events.changes('b').stored(chunk('plain'), {});
+    await new Promise((r) => setTimeout(r, 50));
+    // In order: the one whose HEAD found nothing, then the one its writer gave no tokens; each once.
+    expect(observer.withoutTokensBy).toEqual(['head', 'none']);
+  });
+});
+
+describe('EventPublisher', () => {
+  it('keeps the numbers of a bounded number of topics, and a forgotten topic starts past every number it had', async () => {
+    const publisher = new EventPublisher({
+      endpoint: 'tcp://127.0.0.1:*',
+      replayEndpoint: undefined,
+      history: 1,
+      highWaterMark: 10,
+      logger: quiet,
+      observer: counting(),
+      firstSequence: 1000n,
+    });
+    open.push(publisher);
+    await publisher.start();
+    const payload = new Uint8Array(1);
+    publisher.publish('model-0', payload, 1, 0);
+    publisher.publish('model-0', payload, 1, 0);
+    expect(publisher.nextSequence('model-0')).toBe(1002n);
+    // Every write may name a model of its own: 5,000 topics, each once.
+    for (let i = 1; i <= 5000; i++) publisher.publish(`model-${i}`, payload, 1, 0);
+    expect(publisher.topics).toBe(4096);
+    expect(publisher.nextSequence('model-0')).toBe(1000n + 5002n); // forgotten: past every number given
+    expect(publisher.nextSequence('model-5000')).toBe(1000n + 5002n);
   });
 });

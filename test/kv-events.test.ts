@@ -32,7 +32,7 @@ import { blockHash } from '../gateway/kv-events/kv-events.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { encodeTokens } from '../schemas/kv-tokens.js';
 import { runCliAsync } from './helpers/cli.js';
-import { metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
+import { fastBudget, metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
 const LAYERS = 4;
 const LAYER_BYTES = 4096;
@@ -91,24 +91,7 @@ async function gatewayWithEvents(backend: BackendKind, bucket: string, chunks: n
   const gw = await startTestGateway({
     backend,
     minio: inject('minio'),
-    args: [
-      '--budget',
-      `${bucket}=${chunks * CHUNK}`,
-      '--capacity-state-bucket',
-      `${bucket}-state`,
-      '--capacity-sync-ms',
-      '100',
-      '--capacity-lease-ms',
-      '1000',
-      '--evict-rate',
-      '1000',
-      '--kv-events',
-      'tcp://127.0.0.1:*',
-      '--kv-events-replay',
-      'tcp://127.0.0.1:*',
-      ...SMALL_ARENA,
-      ...extra,
-    ],
+    args: [...fastBudget(bucket, chunks * CHUNK), '--kv-events', 'tcp://127.0.0.1:*', '--kv-events-replay', 'tcp://127.0.0.1:*', ...SMALL_ARENA, ...extra],
   });
   open.push(gw);
   return gw;

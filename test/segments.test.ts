@@ -21,6 +21,7 @@ import { startServe } from './helpers/cli.js';
 import {
   CLIENT_KEY,
   CLIENT_SECRET,
+  fastBudget,
   metricValue,
   sdkClient,
   segmentEvents,
@@ -363,18 +364,7 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
     const bucket = uniqueBucket('segcap');
     // Six chunks of 48 KiB (288 KiB) fit under the high mark of a 400 KiB budget; their segment
     // (288 KiB more) does not, and evicting it alone brings the bucket under the low mark.
-    const budget = [
-      '--budget',
-      `${bucket}=${400 * 1024}`,
-      '--capacity-state-bucket',
-      `${bucket}-state`,
-      '--capacity-sync-ms',
-      '100',
-      '--capacity-lease-ms',
-      '1000',
-      '--evict-rate',
-      '1000',
-    ];
+    const budget = fastBudget(bucket, 400 * 1024);
     await withGateway(bucket, budget, async (gw, client) => {
       const prefix = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(client, prefix);

@@ -42,6 +42,7 @@ import { crc32c } from '../native/crc32c.js';
 import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 import {
   CLIENT_KEY,
+  fastBudget,
   metricValue,
   sdkClient,
   segmentEvents,
@@ -282,19 +283,7 @@ describe('capacity state someone else wrote (two gateways over one MinIO)', () =
   });
 
   async function pair(bucket: string, state: string, extra: string[] = []): Promise<{ leader: TestGateway; follower: TestGateway }> {
-    const args = [
-      '--budget',
-      `${bucket}=${16 * CHUNK}`,
-      '--capacity-state-bucket',
-      state,
-      '--capacity-sync-ms',
-      '100',
-      '--capacity-lease-ms',
-      '1000',
-      '--evict-rate',
-      '1000',
-      ...extra,
-    ];
+    const args = [...fastBudget(bucket, 16 * CHUNK, state), ...extra];
     const one = await gateway('s3', args);
     const two = await gateway('s3', args);
     live.push(one, two);
@@ -422,7 +411,7 @@ describe('a snapshot put back', () => {
   it('is not applied by a gateway that applied a newer one (two gateways over one MinIO)', async () => {
     const bucket = uniqueBucket('trustsnap');
     const state = `${bucket}-state`;
-    const args = ['--budget', `${bucket}=${16 * 64 * 1024}`, '--capacity-state-bucket', state, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+    const args = fastBudget(bucket, 16 * 64 * 1024, state);
     const one = await gateway('s3', args);
     const two = await gateway('s3', args);
     const client = testClient(one, bucket);

@@ -8,6 +8,7 @@ import { MODEL_META, TOKENS_META, tokensProblem } from '../../schemas/kv-tokens.
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { Backend } from '../s3/backend.js';
 import { headerOf, type RequestContext } from '../s3/context.js';
+import { userMetadata } from '../s3/metadata.js';
 import { parseCopySource, queryValue } from '../s3/request.js';
 import type { Capacity } from './capacity.js';
 import { STORED_HEADERS, type StoreHead } from '../stores/capacity-store.js';
@@ -56,7 +57,7 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
       // that, and the store's answer, are what it holds; a copy's size is asked of the store.
       // Without an ETag in the answer, a stored object's facts are asked of the store (`true`).
       if (ctx.res.statusCode === 200)
-        stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag, meta: userMeta(ctx) } : op === 'PutObject' || op === 'CopyObject';
+        stored = op === 'PutObject' && typeof etag === 'string' ? { size: bytes, etag, meta: userMetadata(ctx.req.headers) } : op === 'PutObject' || op === 'CopyObject';
       if (ctx.res.statusCode === 200 && part) budgeted.partStored(bucket, key, part.uploadId, part.partNumber, bytes, ctx.tenant);
       // The writer's word on the chunk before it (schemas/chain.ts), taken for its own chunk.
       const after = op === 'PutObject' ? headerOf(ctx.req, `x-amz-meta-${AFTER_META}`) : undefined;
@@ -86,15 +87,6 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
 /** Whether the write sets the object's metadata from its own headers (a PUT, a copy that replaces it). */
 function replacesMeta(ctx: RequestContext): boolean {
   return ctx.operation === 'PutObject' || (ctx.operation === 'CopyObject' && (headerOf(ctx.req, 'x-amz-metadata-directive') ?? '').toUpperCase() === 'REPLACE');
-}
-
-/** The user metadata a write sets, lowercase names without `x-amz-meta-`. */
-function userMeta(ctx: RequestContext): Record<string, string> {
-  const meta: Record<string, string> = {};
-  for (const [name, value] of Object.entries(ctx.req.headers)) {
-    if (name.startsWith('x-amz-meta-') && typeof value === 'string') meta[name.slice('x-amz-meta-'.length)] = value;
-  }
-  return meta;
 }
 
 /**

@@ -46,6 +46,8 @@ type Pending = {
   /** The index's own chunk, which learns its model (Chunk.model) for its removal's topic. */
   readonly live: Chunk;
   meta: Readonly<Record<string, string>> | undefined;
+  /** Its metadata could not be read (the HEAD failed or found another version, or too many waited): published without tokens. */
+  unread?: true;
   ready: Promise<void> | undefined;
 };
 
@@ -120,7 +122,7 @@ export class KvEvents {
     if (event.kind === 'stored' && event.meta === undefined) {
       if (this.#pending.length >= MAX_PENDING) {
         event.meta = {};
-        this.#observer.withoutTokens('head');
+        event.unread = true;
       } else
         event.ready = Promise.resolve()
           .then(() => this.#head(event))
@@ -139,12 +141,15 @@ export class KvEvents {
       if (this.#closed) throw new Error('closed');
       const head = await this.#store.head(event.bucket, event.chunk.key);
       // Only the version the index holds: a newer one is its own event.
-      event.meta = head && head.etag === event.chunk.etag ? head.meta : {};
-      if (!head || head.etag !== event.chunk.etag) this.#observer.withoutTokens('head');
+      if (head && head.etag === event.chunk.etag) event.meta = head.meta;
+      else {
+        event.meta = {};
+        event.unread = true;
+      }
     } catch (error) {
       if (!this.#closed) this.#log.warn({ error, bucket: event.bucket, key: event.chunk.key }, 'kv events: could not read a stored chunk\u2019s tokens; published without them');
-      this.#observer.withoutTokens('head');
       event.meta = {};
+      event.unread = true;
     } finally {
       const next = this.#waitingHeads.shift();
       if (next) next();
@@ -183,7 +188,7 @@ export class KvEvents {
     const model = event.kind === 'stored' ? (named !== undefined && MODEL_NAME.test(named) ? named : '') : (event.live.model ?? '');
     if (event.kind === 'stored' && model !== '') event.live.model = model;
     const topic = this.#config.topic.replaceAll('{model}', model).replaceAll('{tenant}', chunk.tenant).replaceAll('{bucket}', bucket);
-    const encoded = event.kind === 'stored' ? this.#stored(bucket, chunk, meta) : this.#removed(bucket, chunk);
+    const encoded = event.kind === 'stored' ? this.#stored(bucket, chunk, meta, event.unread === true) : this.#removed(bucket, chunk);
     const batch = this.#batches.get(topic) ?? { events: [], stored: 0 };
     batch.events.push(encoded);
     if (event.kind === 'stored') batch.stored++;
@@ -192,10 +197,12 @@ export class KvEvents {
     else this.#timer ??= setTimeout(() => this.#sendAll(), this.#config.batchMs);
   }
 
-  #stored(bucket: string, chunk: Chunk, meta: Readonly<Record<string, string>>): unknown {
+  #stored(bucket: string, chunk: Chunk, meta: Readonly<Record<string, string>>, unread: boolean): unknown {
     const after = meta[AFTER_META] ?? chunk.pred;
     let tokens = decodeTokens(meta[TOKENS_META]) ?? [];
-    if (meta[TOKENS_META] === undefined) this.#observer.withoutTokens('none');
+    // Counted once, by the first reason that applies.
+    if (unread) this.#observer.withoutTokens('head');
+    else if (meta[TOKENS_META] === undefined) this.#observer.withoutTokens('none');
     else if (tokens.length === 0 || checkTokens(chunk.key, after, tokens) === 'mismatch') {
       tokens = [];
       this.#observer.withoutTokens('unverified');

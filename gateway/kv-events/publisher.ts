@@ -5,9 +5,10 @@
  * (sequence -1, empty payload): the protocol of vLLM's ZmqEventPublisher
  * (vllm/distributed/kv_events.py), so its subscribers, llm-d's and Dynamo's read the gateway's.
  *
- * Sequence numbers are per topic (a subscriber of one sees its own batches one by one). Each
- * starts at the microseconds since the epoch when the gateway started and goes up by one a batch
- * on it, so they keep rising across a restart and a subscriber sees the jump: it knows it missed
+ * Sequence numbers are per topic (a subscriber of one sees its own batches one by one). The
+ * first starts at the microseconds since the epoch when the gateway started, a later one past
+ * every number given so far, and each goes up by one a batch on it (the numbers of the 4,096 most
+ * recent topics are kept; a forgotten one starts again past every number given), so they keep rising across a restart and a subscriber sees the jump: it knows it missed
  * what happened meanwhile (and asks the replay socket, which answers with what this run still
  * holds). A batch dropped here (the queue full) takes its number; an event dropped before its
  * topic was known takes one of every topic's (`skip`). So a gap always means a possible loss.
@@ -39,6 +40,8 @@ export interface PublisherOptions {
 const MAX_HISTORY_BYTES = 64 * 1024 * 1024;
 /** Batches waiting for the socket at most; past it a batch is dropped (and its number skipped). */
 const MAX_QUEUED = 1024;
+/** Topics whose sequence numbers are kept; the least recently published is forgotten past it. */
+const MAX_TOPICS = 4096;
 const END_SEQUENCE = Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
 
 interface Held {
@@ -60,11 +63,12 @@ export class EventPublisher {
   readonly #o: PublisherOptions;
   readonly #pub = new Publisher();
   readonly #replay: Router | undefined;
-  /** The first sequence number of every topic. */
+  /** The first sequence number of the first topic. */
   readonly #base: bigint;
-  /** Batches numbered on each topic so far. */
-  readonly #numbered = new Map<string, bigint>();
-  /** Numbers every topic skipped (events dropped before their topic was known). */
+  /** Each recent topic's next number, least recently published first (at most MAX_TOPICS). */
+  readonly #next = new Map<string, bigint>();
+  /** Batches numbered on any topic, and numbers skipped on every topic: a topic not in #next starts past both. */
+  #numbered = 0n;
   #skipped = 0n;
   #malformedLogged = false;
   readonly #history: Held[] = [];
@@ -108,21 +112,34 @@ export class EventPublisher {
     return { endpoint: this.#pub.lastEndpoint ?? endpoint, replayEndpoint: this.#replay?.lastEndpoint ?? replayEndpoint };
   }
 
-  /** The next batch's sequence number on `topic` (tests, and the log line at start). */
+  /**
+   * The next batch's sequence number on `topic`. A topic not among the recent ones (new, or
+   * forgotten past MAX_TOPICS: topics name writers' models) starts past every number any topic
+   * has had, so its numbers still only rise.
+   */
   nextSequence(topic = ''): bigint {
-    return this.#base + (this.#numbered.get(topic) ?? 0n) + this.#skipped;
+    return this.#next.get(topic) ?? this.#base + this.#numbered + this.#skipped;
+  }
+
+  /** Topics whose numbers are kept (diagnostics, and the test of the bound). */
+  get topics(): number {
+    return this.#next.size;
   }
 
   /** Skips a sequence number on every topic, for an event dropped before its topic was known: every subscriber sees a gap. */
   skip(): void {
     this.#skipped++;
+    for (const [topic, next] of this.#next) this.#next.set(topic, next + 1n);
   }
 
   /** Queues one encoded batch on `topic` (of `stored` and `removed` events); never waits. */
   publish(topic: string, payload: Uint8Array, stored: number, removed: number): void {
     if (this.#closed) return;
     const sequence = this.nextSequence(topic);
-    this.#numbered.set(topic, (this.#numbered.get(topic) ?? 0n) + 1n);
+    this.#next.delete(topic);
+    this.#next.set(topic, sequence + 1n);
+    this.#numbered++;
+    if (this.#next.size > MAX_TOPICS) this.#next.delete(this.#next.keys().next().value as string);
     if (this.#queue.length >= MAX_QUEUED) {
       this.#o.observer.dropped('queue', stored + removed);
       return;

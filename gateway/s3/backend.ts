@@ -15,6 +15,7 @@ import type { GatewayConfig } from '../common/config.js';
 import type { Logger } from '../common/logger.js';
 import type { BackendGate } from '../admission/admission.js';
 import type { RequestContext } from './context.js';
+import { userMetadata } from './metadata.js';
 import { embeddedCapacityStore, s3CapacityStore, type CapacityStore } from '../stores/capacity-store.js';
 import { serveEmbedded } from './embedded/router.js';
 import { servePassthrough, type RetryObserver } from './passthrough.js';
@@ -110,8 +111,7 @@ function s3Backend(config: Extract<GatewayConfig['backend'], { kind: 's3' }>, on
   const head = async (path: string, signal: AbortSignal): Promise<{ status: number; object: ObjectHead }> => {
     const res = await backend.request({ method: 'HEAD', path: escapeUriPath(path), signal });
     await res.body.dump();
-    const meta: Record<string, string> = {};
-    for (const [name, value] of Object.entries(res.headers)) if (name.startsWith('x-amz-meta-') && typeof value === 'string') meta[name.slice(11)] = value;
+    const meta = userMetadata(res.headers);
     const etag = res.headers['etag'];
     return { status: res.statusCode, object: { size: Number(res.headers['content-length']), etag: typeof etag === 'string' ? etag : undefined, meta } };
   };

@@ -6,7 +6,15 @@
  * footer the embedded store cannot read back (gateway/stores/embedded/object-file.ts).
  * https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingMetadata.html
  */
+import type { IncomingHttpHeaders } from 'node:http';
 import { ObjectCacheError } from '../../schemas/errors.js';
+
+/** The user metadata in a request's or an answer's headers: lowercase names without `x-amz-meta-`. */
+export function userMetadata(headers: IncomingHttpHeaders): Record<string, string> {
+  const meta: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) if (name.startsWith('x-amz-meta-') && typeof value === 'string') meta[name.slice('x-amz-meta-'.length)] = value;
+  return meta;
+}
 
 /**
  * S3's limit on user metadata: the bytes of the names (without `x-amz-meta-`) and the values.

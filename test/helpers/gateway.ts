@@ -28,6 +28,14 @@ export type BackendKind = 'local' | 's3';
  */
 export const SMALL_ARENA: readonly string[] = ['--max-buffered-bytes', String(64 * 1024 * 1024)];
 
+/**
+ * A budget of `bytes` on `bucket`, its state in `stateBucket`, syncing, leasing and evicting fast
+ * (a test must not wait seconds for what a production gateway does over minutes).
+ */
+export function fastBudget(bucket: string, bytes: number, stateBucket = `${bucket}-state`): string[] {
+  return ['--budget', `${bucket}=${bytes}`, '--capacity-state-bucket', stateBucket, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+}
+
 export interface TestGateway {
   readonly gateway: Gateway;
   readonly url: string;
