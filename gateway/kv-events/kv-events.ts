@@ -63,6 +63,8 @@ export class KvEvents {
   readonly #waitingHeads: (() => void)[] = [];
   readonly #batches = new Map<string, { events: unknown[]; stored: number }>();
   #timer: NodeJS.Timeout | undefined;
+  /** #flushReady is running (one at a time, so events leave in order). */
+  #flushing = false;
   #closed = false;
 
   constructor(options: { config: KvEventsConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: KvEventsObserver }) {
@@ -156,8 +158,6 @@ export class KvEvents {
       else this.#heads--;
     }
   }
-
-  #flushing = false;
 
   /** Moves the events that are ready, in order, into their topics' batches. */
   async #flushReady(): Promise<void> {
@@ -257,7 +257,7 @@ export class KvEvents {
     this.#publisher.publish(topic, payload, stored, events.length - stored);
   }
 
-  /** Publishes what is ready and closes the sockets. */
+  /** Hands the batches gathered so far to the socket and closes it (EventPublisher.close); events still waiting for a HEAD are not published. */
   async close(): Promise<void> {
     if (this.#closed) return;
     if (this.#timer) clearTimeout(this.#timer);

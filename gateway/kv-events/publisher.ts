@@ -74,7 +74,8 @@ export class EventPublisher {
   readonly #history: Held[] = [];
   #historyBytes = 0;
   readonly #queue: { held: Held; stored: number; removed: number }[] = [];
-  #sending = false;
+  /** The queue being handed to the socket, while it is. */
+  #draining: Promise<void> | undefined;
   #closed = false;
   #replaying: Promise<void> | undefined;
 
@@ -145,26 +146,21 @@ export class EventPublisher {
       return;
     }
     this.#queue.push({ held: { sequence, topic: Buffer.from(topic, 'utf8'), payload }, stored, removed });
-    if (!this.#sending) void this.#drain();
+    this.#draining ??= this.#drain().finally(() => (this.#draining = undefined));
   }
 
   async #drain(): Promise<void> {
-    this.#sending = true;
-    try {
-      for (let next = this.#queue.shift(); next && !this.#closed; next = this.#queue.shift()) {
-        const { held, stored, removed } = next;
-        try {
-          // A PUB socket never waits: a subscriber past its high-water mark misses the batch.
-          await this.#pub.send([held.topic, sequenceBytes(held.sequence), held.payload]);
-          this.#o.observer.published(1, stored, removed);
-        } catch (error) {
-          this.#o.observer.dropped('queue', stored + removed);
-          this.#o.logger.warn({ error }, 'kv events: a batch could not be sent');
-        }
-        this.#hold(held);
+    for (let next = this.#queue.shift(); next && !this.#closed; next = this.#queue.shift()) {
+      const { held, stored, removed } = next;
+      try {
+        // A PUB socket never waits: a subscriber past its high-water mark misses the batch.
+        await this.#pub.send([held.topic, sequenceBytes(held.sequence), held.payload]);
+        this.#o.observer.published(1, stored, removed);
+      } catch (error) {
+        this.#o.observer.dropped('queue', stored + removed);
+        this.#o.logger.warn({ error }, 'kv events: a batch could not be sent');
       }
-    } finally {
-      this.#sending = false;
+      this.#hold(held);
     }
   }
 
@@ -216,12 +212,18 @@ export class EventPublisher {
     events.on('disconnect', () => this.#o.observer.subscribers(-1));
   }
 
-  close(): Promise<void> {
-    if (this.#closed) return Promise.resolve();
+  /**
+   * Hands the queued batches to the socket (a PUB socket takes them at once), then closes the
+   * sockets: ZeroMQ drops what it has not sent by then (linger 0: a close never waits on a
+   * subscriber). Publish nothing after calling it.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    await this.#draining;
     this.#closed = true;
     this.#queue.length = 0;
     this.#pub.close();
     this.#replay?.close();
-    return this.#replaying?.then(() => undefined) ?? Promise.resolve();
+    await this.#replaying;
   }
 }
