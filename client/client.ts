@@ -20,8 +20,8 @@ import { DEFAULT_RETRIES } from '../schemas/retry-policy.js';
 import type { EndSummary } from '../schemas/frames.js';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs, MAX_CHECKSUMMED_LAYERS } from '../schemas/integrity.js';
-import { AFTER_META, recordableAfter } from '../schemas/chain.js';
-import { encodeTokens, MODEL_META, MODEL_NAME, TOKENS_META } from '../schemas/kv-tokens.js';
+import { AFTER_META, MAX_AFTER_KEY, recordableAfter } from '../schemas/chain.js';
+import { encodeTokens, MAX_USER_METADATA_BYTES, MODEL_META, MODEL_NAME, TOKENS_META, userMetadataBytes } from '../schemas/kv-tokens.js';
 import type { Layout } from '../schemas/layouts.js';
 import { SocketRangeClient } from '../http-range/socket-range-get.js';
 import { errorFromResponse, readCapped, toObjectCacheError, unreachable, withRequestId } from './answers.js';
@@ -255,11 +255,15 @@ export class ObjectCacheClient {
         }
         const after = options.chain === false ? undefined : i > 0 ? (keys[i - 1] as string) : options.after;
         // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
-        if (after !== undefined && recordableAfter(after)) metadata[AFTER_META] = after;
+        if (after !== undefined) {
+          if (!recordableAfter(after)) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `putChunks: after must be a key of at most ${MAX_AFTER_KEY} printable ASCII characters`);
+          metadata[AFTER_META] = after;
+        }
+        if (options.model !== undefined) metadata[MODEL_META] = options.model;
         const tokens = options.tokens?.[i];
         const encoded = tokens === undefined ? undefined : encodeTokens(tokens);
-        if (encoded !== undefined) metadata[TOKENS_META] = encoded;
-        if (options.model !== undefined) metadata[MODEL_META] = options.model;
+        // Tokens serve KV events only: left out where they would take the metadata past S3's 2 KB.
+        if (encoded !== undefined && userMetadataBytes({ ...metadata, [TOKENS_META]: encoded }) <= MAX_USER_METADATA_BYTES) metadata[TOKENS_META] = encoded;
         const command = new PutObjectCommand({ Bucket: this.bucket, Key: keys[i], Body: object, ContentType: 'application/octet-stream', Metadata: metadata });
         await this.#sdk(`PutObject ${keys[i] as string}`, (s3, abortSignal) => s3.send(command, { abortSignal }));
       }

@@ -27,6 +27,20 @@ export const MODEL_NAME = /^[\x21-\x3f\x41-\x7e]{1,256}$/;
 /** Longer values are refused: with the layer CRCs and the chain they must fit S3's 2 KB of user metadata. */
 export const MAX_TOKENS_META_CHARS = 1400;
 
+/** S3's limit on an object's user metadata (gateway/s3/metadata.ts enforces it). */
+export const MAX_USER_METADATA_BYTES = 2 * 1024;
+
+/**
+ * The bytes `meta` (names without `x-amz-meta-`) takes as MinIO counts them, the prefix included
+ * (stricter than S3's count): a writer leaves its tokens out where they would take it past
+ * MAX_USER_METADATA_BYTES (they serve KV events only; the CRCs and the chain are kept).
+ */
+export function userMetadataBytes(meta: Readonly<Record<string, string>>): number {
+  let bytes = 0;
+  for (const [name, value] of Object.entries(meta)) bytes += 'x-amz-meta-'.length + name.length + value.length;
+  return bytes;
+}
+
 /** What a recorded value may hold: base64url without padding. */
 const TOKENS_VALUE = /^[A-Za-z0-9_-]*$/;
 

@@ -297,6 +297,36 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
   });
 });
 
+describe('a writer\u2019s tokens and chain', () => {
+  it('are left out where they would take the metadata past S3\u2019s 2 KB (the chunk is stored, its event has no tokens), and an after that cannot be recorded is refused', async () => {
+    const bucket = uniqueBucket('kvfit');
+    const gw = await gatewayWithEvents('local', bucket, 100);
+    const sub = await subscribe((gw.gateway.kvEvents as { endpoint: string }).endpoint);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const p = prefix(2);
+    // 250 layers' CRC-32Cs take 1,334 characters: with 16 tokens they fit, with 300 large ones they do not.
+    const layout = { layout: 'KV_L2TD' as const, layers: 250, layerBytes: 64 };
+    const objects = p.keys.map(() => randomBytes(250 * 64));
+    const big = Array.from({ length: 300 }, () => 2_000_000); // 1,200 characters: within the tokens' own limit
+    await client.putChunks(p.keys, objects, { tokens: [p.tokens[0] as number[], big], model: 'test/model', layout });
+    const hashes = p.keys.map((k) => blockHash(bucket, k));
+    const all = await sub.until((e) => hashes.every((h) => stored(e, h)), 'BlockStored of both chunks');
+    expect(stored(all, hashes[0] as bigint)?.['token_ids']).toEqual(p.tokens[0]);
+    expect(stored(all, hashes[1] as bigint)?.['token_ids']).toEqual([]);
+    expect(stored(all, hashes[1] as bigint)?.['parent_block_hash']).toBe(hashes[0]);
+    const head = await sdkClient(gw.url).send(new HeadObjectCommand({ Bucket: bucket, Key: p.keys[1] }));
+    expect(head.Metadata?.['objectcache-after']).toBe(p.keys[0]);
+    expect(head.Metadata?.['objectcache-tokens']).toBeUndefined();
+
+    const q = prefix(1);
+    await expect(client.putChunks(q.keys, q.objects, { after: 'a\nb' })).rejects.toMatchObject({ code: 'OC_ERR_CLIENT_USAGE' });
+    await expect(client.putChunks(q.keys, q.objects, { after: 'k'.repeat(513) })).rejects.toMatchObject({ code: 'OC_ERR_CLIENT_USAGE' });
+    // Refused before anything was sent: nothing stored.
+    await expect(sdkClient(gw.url).send(new HeadObjectCommand({ Bucket: bucket, Key: q.keys[0] }))).rejects.toMatchObject({ $metadata: { httpStatusCode: 404 } });
+  });
+});
+
 describe('objectcache kv-events', () => {
   it('prints what the replay socket holds, then what comes, as JSON lines, in either encoding', async () => {
     const bucket = uniqueBucket('kvcli');

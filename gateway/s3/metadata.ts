@@ -8,6 +8,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { ObjectCacheError } from '../../schemas/errors.js';
+import { MAX_USER_METADATA_BYTES } from '../../schemas/kv-tokens.js';
 
 /** The user metadata in a request's or an answer's headers: lowercase names without `x-amz-meta-`. */
 export function userMetadata(headers: IncomingHttpHeaders): Record<string, string> {
@@ -20,7 +21,7 @@ export function userMetadata(headers: IncomingHttpHeaders): Record<string, strin
  * S3's limit on user metadata: the bytes of the names (without `x-amz-meta-`) and the values.
  * MinIO applies the same 2 KB but counts the prefix too, so it refuses a little earlier.
  */
-export const MAX_USER_METADATA_BYTES = 2 * 1024;
+export { MAX_USER_METADATA_BYTES };
 
 /**
  * The limit on the stored headers and user metadata together: MinIO's limit on a request's

@@ -316,3 +316,27 @@ def test_says_how_many_chunks_came_from_a_packed_segment() -> None:
             assert shorter.segment_chunks == 3 and bytes(shorter.target) == layer_major(chunks[:3], 8192, 0, 4)
     finally:
         packing.stop()
+
+
+def test_tokens_without_room_in_the_metadata_are_left_out_and_an_after_that_cannot_be_recorded_is_refused(stack: Stack, client: ObjectCacheClient) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=stack.gateway_url, aws_access_key_id=CLIENT_KEY, aws_secret_access_key=CLIENT_SECRET, region_name="us-east-1")
+    # 250 layers' CRC-32Cs take 1,334 characters of S3's 2 KB: 16 small tokens fit beside them, 300 large ones (1,200 characters) do not.
+    layers, layer_bytes = 250, 64
+    body = bytes(layers * layer_bytes)
+    client.put_chunk("fits", body, layout=("KV_L2TD", layers, layer_bytes), tokens=list(range(16)), model="test/model")
+    client.put_chunk("too-many", body, layout=("KV_L2TD", layers, layer_bytes), tokens=[2_000_000] * 300, model="test/model", after="fits")
+    fits = s3.head_object(Bucket=client.bucket, Key="fits")["Metadata"]
+    too_many = s3.head_object(Bucket=client.bucket, Key="too-many")["Metadata"]
+    assert "objectcache-tokens" in fits and "oc-layer-crc32c" in fits
+    assert "objectcache-tokens" not in too_many and too_many["objectcache-after"] == "fits" and "oc-layer-crc32c" in too_many
+
+    for after in ("a\nb", "k" * 513):
+        with pytest.raises(ObjectCacheError) as refused:
+            client.put_chunk("refused", body, after=after)
+        assert refused.value.code == "OC_ERR_CLIENT_USAGE"
+    with pytest.raises(ObjectCacheError) as refused:
+        client.put_chunks(["a", "b"], [body, body], after="x" * 600)
+    assert refused.value.code == "OC_ERR_CLIENT_USAGE"
+    assert "refused" not in client.list_keys()

@@ -221,14 +221,16 @@ LAYER_CRC_META: Final[str] = "oc-layer-crc32c"
 MAX_CHECKSUMMED_LAYERS: Final[int] = 256
 #: User metadata naming the chunk before this one in its prefix.
 AFTER_META: Final[str] = "objectcache-after"
-#: Longer keys are not recorded.
+#: Longer keys are refused (OC_ERR_CLIENT_USAGE).
 MAX_AFTER_KEY: Final[int] = 512
-#: What a recorded key may hold (re.fullmatch); others are not recorded.
+#: What a recorded key may hold (re.fullmatch); others are refused.
 AFTER_KEY_PATTERN: Final[str] = "^[\\x20-\\x7e]*$"
 #: User metadata with the chunk's token ids (unsigned LEB128 varints, base64url), for the KV events.
 TOKENS_META: Final[str] = "objectcache-tokens"
 #: Longer token lists are not recorded.
 MAX_TOKENS_META_CHARS: Final[int] = 1400
+#: S3's limit on user metadata, counted with the x-amz-meta- prefix: tokens that would pass it are left out.
+MAX_USER_METADATA_BYTES: Final[int] = 2048
 #: User metadata naming the chunk's model (a KV events topic's {model}).
 MODEL_META: Final[str] = "objectcache-model"
 #: What a recorded model name may be (re.fullmatch).

@@ -18,7 +18,20 @@ from urllib.parse import quote
 
 from crc32c import crc32c
 
-from ._contract import AFTER_KEY_PATTERN, AFTER_META, CODEC_META, LAYER_CRC_META, MAX_AFTER_KEY, MAX_CHECKSUMMED_LAYERS, MODEL_META, MODEL_NAME_PATTERN, RAW_CODEC, SLICE_BYTES_META, TOKENS_META
+from ._contract import (
+    AFTER_KEY_PATTERN,
+    AFTER_META,
+    CODEC_META,
+    LAYER_CRC_META,
+    MAX_AFTER_KEY,
+    MAX_CHECKSUMMED_LAYERS,
+    MAX_USER_METADATA_BYTES,
+    MODEL_META,
+    MODEL_NAME_PATTERN,
+    RAW_CODEC,
+    SLICE_BYTES_META,
+    TOKENS_META,
+)
 from ._deadline import _Deadline
 from ._transport import ANSWER_BODY_LIMIT, Transport, _json_answer, _writable_bytes
 from .errors import ObjectCacheError
@@ -27,6 +40,15 @@ from .layouts import encode_layer_crcs, layer_crcs, to_canonical
 from .types import Buffer, CodecName, KVDtype, Layout
 
 _B = TypeVar("_B", bound=Buffer)
+
+
+def _fit_metadata(headers: Dict[str, str]) -> Dict[str, str]:
+    """Leaves the chunk's tokens out when they would take its user metadata past S3's 2 KB (many
+    layers' CRC-32Cs, a long chain key): they serve KV events only, the CRCs and chain are kept."""
+    used = sum(len(name) + len(value) for name, value in headers.items() if name.startswith("x-amz-meta-"))
+    if used > MAX_USER_METADATA_BYTES:
+        headers.pop(f"x-amz-meta-{TOKENS_META}", None)
+    return headers
 
 
 class S3Calls(Transport):
@@ -70,7 +92,9 @@ class S3Calls(Transport):
         # Any: NumPy arrays are buffers, which typeshed says only from Python 3.12 on.
         body = data if isinstance(data, bytes) else memoryview(cast(Any, data)).tobytes()
         headers = {"Content-Type": "application/octet-stream"}
-        if after is not None and len(after) <= MAX_AFTER_KEY and re.fullmatch(AFTER_KEY_PATTERN, after):
+        if after is not None:
+            if len(after) > MAX_AFTER_KEY or not re.fullmatch(AFTER_KEY_PATTERN, after):
+                raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"after must be a key of at most {MAX_AFTER_KEY} printable ASCII characters")
             headers[f"x-amz-meta-{AFTER_META}"] = after
         if tokens is not None:
             encoded = encode_tokens(tokens)
@@ -92,14 +116,14 @@ class S3Calls(Transport):
             headers[f"x-amz-meta-{CODEC_META}"] = codec
             headers[f"x-amz-meta-{SLICE_BYTES_META}"] = base64.b64encode(struct.pack(f">{layers}I", *lengths)).decode("ascii")
             headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs([crc32c(s) for s in slices])
-            self._call("PUT", self._object_path(key), b"".join(slices), headers, operation="PutObject")
+            self._call("PUT", self._object_path(key), b"".join(slices), _fit_metadata(headers), operation="PutObject")
             return
         if layout is not None and layout[1] <= MAX_CHECKSUMMED_LAYERS:
             name, layers, layer_bytes = layout
             if len(body) != layers * layer_bytes:
                 raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"chunk {key!r} has {len(body)} bytes, not layers x layer_bytes")
             headers[f"x-amz-meta-{LAYER_CRC_META}"] = encode_layer_crcs(layer_crcs(to_canonical(body, name, layers, layer_bytes), layers, layer_bytes))
-        self._call("PUT", self._object_path(key), body, headers, operation="PutObject")
+        self._call("PUT", self._object_path(key), body, _fit_metadata(headers), operation="PutObject")
 
     def put_chunks(
         self,
