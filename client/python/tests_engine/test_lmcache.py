@@ -55,6 +55,15 @@ def test_a_real_models_kv_round_trips_through_lmcache_and_the_plugin(model: Any,
     with ObjectCacheClient(stack.gateway_url, bucket, (CLIENT_KEY, CLIENT_SECRET)) as c:
         names = c.list_keys()
     assert len(names) == 2 and all(n.startswith("HuggingFaceTB_SmolLM2-135M-Instruct@1@0@") and n.endswith("@float") for n in names)
+    # One store() is one prefix in order: its second chunk records its first (objectcache-after).
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=stack.gateway_url, aws_access_key_id=CLIENT_KEY, aws_secret_access_key=CLIENT_SECRET, region_name="us-east-1")
+    after = {n: s3.head_object(Bucket=bucket, Key=n)["Metadata"].get("objectcache-after") for n in names}
+    first = [n for n in names if after[n] is None]
+    assert len(first) == 1
+    second = [n for n in names if n != first[0]]
+    assert after[second[0]] == first[0]
 
     reader = engine_with_plugin("plugin-reader", stack, bucket, torch.float32)
     try:

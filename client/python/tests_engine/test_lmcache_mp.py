@@ -242,6 +242,53 @@ def test_a_gateway_that_is_down_is_a_counted_miss() -> None:
     assert lmcache_l2.FAILURES.get(lookup, 0) - failures.get(lookup, 0) == 1
 
 
+def test_stores_carry_the_tokens_and_chain_lmcache_publishes_for_their_chunks(stack: Stack, bucket: str) -> None:
+    """With LMCache's event bus on (its default in ``lmcache server``), the MP_TOKENS event it
+    publishes as it submits a store (lmcache_driven_transfer.py ``_publish_token_bindings``, the
+    same metadata) gives each chunk's PUT its token ids, its model and the chunk before it, which
+    the gateway's KV events and capacity chains read; without the bus, chunks go without them."""
+    import boto3
+    from lmcache.v1.mp_observability import event_bus as bus_module
+    from lmcache.v1.mp_observability.event import Event, EventType
+    from lmcache.v1.mp_observability.event_bus import EventBusConfig, init_event_bus
+
+    from objectcache.keys import encode_tokens
+
+    s3 = boto3.client("s3", endpoint_url=stack.gateway_url, aws_access_key_id=CLIENT_KEY, aws_secret_access_key=CLIENT_SECRET, region_name="us-east-1")
+    tokens = torch.arange(21000, 21000 + 3 * CHUNK)
+    ids = [int(t) for t in tokens]
+    kv = torch.randn(2, L, 3 * CHUNK, HIDDEN, generator=torch.Generator().manual_seed(11)).to(torch.bfloat16)
+    previous, was_on = bus_module.get_event_bus(), bus_module.is_observability_enabled()
+    bus = init_event_bus(EventBusConfig(enabled=True))
+    bus.start()
+    try:
+        with mp_storage(server_argv(stack.gateway_url, bucket)) as writer:
+            keys = mp_key_rows(tokens, kv.dtype)[0].keys
+            bus.publish(Event(event_type=EventType.MP_TOKENS, session_id="r", metadata={
+                "chunk_hashes": [k.chunk_hash for k in keys],
+                "token_chunks": [ids[i * CHUNK:(i + 1) * CHUNK] for i in range(len(keys))],
+                "token_offsets": [i * CHUNK for i in range(len(keys))],
+                "parent_hashes": [None, *[k.chunk_hash for k in keys[:-1]]],
+            }))
+            mp_store(writer, stack, tokens, kv)
+    finally:
+        bus.stop()
+        bus_module._global_bus, bus_module._observability_enabled = previous, was_on
+    names = [lmcache_l2.object_name(k, "bfloat16") for k in keys]
+    for i, name in enumerate(names):
+        meta = s3.head_object(Bucket=bucket, Key=name)["Metadata"]
+        assert meta["objectcache-tokens"] == encode_tokens(ids[i * CHUNK:(i + 1) * CHUNK])
+        assert meta["objectcache-model"] == harness.MODEL_NAME
+        assert meta.get("objectcache-after") == (None if i == 0 else names[i - 1])
+
+    # The bus off (the default outside ``lmcache server``): stored without them, at once.
+    other = torch.arange(26000, 26000 + CHUNK)
+    with mp_storage(server_argv(stack.gateway_url, bucket)) as writer:
+        [key] = mp_store(writer, stack, other, kv[:, :, :CHUNK].contiguous())
+    meta = s3.head_object(Bucket=bucket, Key=lmcache_l2.object_name(key, "bfloat16"))["Metadata"]
+    assert "objectcache-tokens" not in meta and "objectcache-after" not in meta
+
+
 def test_mp_objects_are_the_in_process_plugins_objects_for_the_same_key_fields(stack: Stack, bucket: str) -> None:
     """The byte layout and the name are the in-process plugin's: given the MP key's fields
     (model, world size, worker, chunk hash, dtype) it reads what MP mode stored, bit for bit. The

@@ -351,12 +351,36 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _put(self, name: str, body: Any, client: Optional[ObjectCacheClient] = None) -> None:
-        """Writes one chunk object (bytes, or an assembled chunk's uint8 array)."""
+    def _put(self, name: str, body: Any, client: Optional[ObjectCacheClient] = None, after: Optional[str] = None) -> None:
+        """Writes one chunk object (bytes, or an assembled chunk's uint8 array), recording the
+        chunk before it in its prefix when known (``after``)."""
         try:
-            (client or self.client).put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes), codec=self.codec, chunk_tokens=self.chunk_tokens, dtype=self.codec_dtype)
+            (client or self.client).put_chunk(name, body, layout=(self.layout, self.layers, self.layer_bytes), codec=self.codec, chunk_tokens=self.chunk_tokens, dtype=self.codec_dtype, after=after)
         except Exception as error:
             self._miss("put", error, 1)
+
+    def support_batched_put(self) -> bool:
+        return True
+
+    async def batched_put(self, keys: List[CacheEngineKey], memory_objs: List[MemoryObj]) -> None:
+        """One ``store()`` of LMCache: its chunks in prefix order (LMCache's token database yields
+        them so, cache_engine.py ``store``), so each full chunk records the one before it
+        (``objectcache-after``) and a budgeted bucket trims the prefix from its tail. The first
+        chunk's predecessor is not known here (LMCache hands backends hashes, not the prefix)."""
+        if self._closed:
+            return
+        puts = []
+        before: Optional[str] = None
+        for key, obj in zip(keys, memory_objs, strict=True):
+            if isinstance(key, LayerCacheEngineKey) or obj.get_physical_size() != self.full_chunk_size_bytes:
+                await self.put(key, obj)
+                before = None  # a gap in the run: the next chunk's predecessor is not this batch's
+                continue
+            name = self.object_name(key)
+            # Copied now, as put() does: LMCache may free the memory once this coroutine is cancelled.
+            puts.append(self._in_thread(self._put, name, obj.byte_array.tobytes(), None, before))
+            before = name
+        await asyncio.gather(*puts)
 
     async def put(self, key: CacheEngineKey, memory_obj: MemoryObj) -> None:
         # LMCache's RemoteBackend releases the object once this returns: no ref_count_down here.

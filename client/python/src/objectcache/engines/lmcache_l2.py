@@ -23,7 +23,11 @@ What each of LMCache's L2 calls becomes:
   groups with different layouts take one GET each). Every frame's bytes are read straight into the
   MemoryObjs LMCache reserved, CRC-32C checked. A chunk that vanished since the lookup shortens the
   load to the chunks before it (a second GET); any other failure loads nothing.
-- ``submit_store_task``: one PUT per chunk, with its per-layer CRC-32Cs in its metadata.
+- ``submit_store_task``: one PUT per chunk, with its per-layer CRC-32Cs in its metadata, and, where
+  LMCache's event bus is on (its default in MP mode), the chunk's token ids, its model and the chunk
+  before it (``objectcache-after``), from the ``MP_TOKENS`` event LMCache publishes as it submits a
+  store: the gateway's KV events then carry the tokens routers key blocks by (docs/kv-events.md),
+  and a budgeted bucket trims each prefix from its tail (docs/capacity.md).
 
 Objects are named as the in-process plugin (``objectcache.engines.lmcache``) names them,
 ``<model>@<world size>@<worker id>@<chunk hash hex>@<dtype>`` with ``/`` as ``_``, and hold the same
@@ -40,9 +44,14 @@ A gateway or network failure is a miss or a skipped store, logged and counted
 
 from __future__ import annotations
 
+import array
+import dataclasses
 import itertools
 import logging
+import re
 import threading
+import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
@@ -57,6 +66,7 @@ from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
 from lmcache.v1.memory_management import MemoryObj
 from lmcache.v1.platform import create_event_notifier
 
+from .._contract import MODEL_NAME_PATTERN
 from ..client import ObjectCacheClient
 from ..errors import ObjectCacheError
 from ..types import Layout, Mode
@@ -169,6 +179,74 @@ def object_name(key: ObjectKey, dtype: str, key_prefix: str = "") -> str:
     return key_prefix + name.replace("/", "_")
 
 
+#: Chunks whose tokens are held (from LMCache's MP_TOKENS events) until their stores come, the
+#: oldest forgotten first: about 1 KB each at LMCache's 256-token chunks.
+MAX_TOKEN_BINDINGS = 8192
+#: How long a store waits for its chunk's tokens: LMCache publishes them as it submits the store,
+#: and its event bus delivers them on a thread of its own, usually before the L1 write finishes.
+TOKENS_WAIT_S = 0.05
+
+
+class TokenBindings:
+    """The token ids and parent chunk hash of recently submitted chunks, by chunk hash, learnt from
+    LMCache's ``MP_TOKENS`` events (lmcache/v1/multiprocess/modules/lmcache_driven_transfer.py,
+    ``_publish_token_bindings``; the same event LMCache's own KV events read). Bounded; a chunk's
+    binding serves every rank and object group of it (they share the chunk hash)."""
+
+    def __init__(self, limit: int = MAX_TOKEN_BINDINGS) -> None:
+        self._limit = limit
+        self._held: OrderedDict[bytes, Tuple[array.array[int], Optional[bytes]]] = OrderedDict()
+        self._changed = threading.Condition()
+        self._closed = False
+        #: Whether any binding ever came: until one does, stores do not wait for theirs.
+        self.heard = False
+
+    def on_event(self, event: Any) -> None:
+        """An ``MP_TOKENS`` event (called on the event bus's thread)."""
+        if self._closed:
+            return
+        meta = event.metadata
+        with self._changed:
+            for chunk_hash, tokens, parent in zip(meta["chunk_hashes"], meta["token_chunks"], meta["parent_hashes"], strict=True):
+                self._held[bytes(chunk_hash)] = (array.array("I", tokens), None if parent is None else bytes(parent))
+                self._held.move_to_end(bytes(chunk_hash))
+            while len(self._held) > self._limit:
+                self._held.popitem(last=False)
+            self.heard = True
+            self._changed.notify_all()
+
+    def get(self, chunk_hash: bytes, wait_s: float = TOKENS_WAIT_S) -> Optional[Tuple[array.array[int], Optional[bytes]]]:
+        """The chunk's (tokens, parent hash), waiting up to ``wait_s`` for it once any came."""
+        deadline = time.monotonic() + wait_s
+        with self._changed:
+            while True:
+                found = self._held.get(chunk_hash)
+                left = deadline - time.monotonic()
+                if found is not None or self._closed or not self.heard or left <= 0:
+                    return found
+                self._changed.wait(left)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._held.clear()
+            self._changed.notify_all()
+
+
+def listen_for_tokens(bus: Any, bindings: TokenBindings) -> bool:
+    """Subscribes ``bindings`` to LMCache's ``MP_TOKENS`` events; False where the bus is off
+    (``--disable-observability``) or this LMCache has no such event."""
+    try:
+        from lmcache.v1.mp_observability.event import EventType
+    except ImportError:
+        return False
+    kind = getattr(EventType, "MP_TOKENS", None)
+    if bus is None or kind is None or not getattr(bus, "enabled", False):
+        return False
+    bus.subscribe(kind, bindings.on_event)
+    return True
+
+
 def chunk_major(keys: Sequence[ObjectKey]) -> List[int]:
     """Indices of ``keys`` in prefix order: LMCache lists them row by row (one row per object
     group and rank, each in chunk order); a prefix lookup must ask for every row's chunk 0, then
@@ -226,7 +304,10 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         self._loads: Dict[L2TaskId, Bitmap] = {}
         self._closed = False
         self._fds_closed = False
-        logger.info("ObjectCache L2 adapter: %s bucket %s", self.client.endpoint, self.client.bucket)
+        self._tokens = TokenBindings()
+        # LMCache has no unsubscribe: once closed, the bindings ignore what comes.
+        tokens = listen_for_tokens(getattr(self, "_event_bus", None), self._tokens)
+        logger.info("ObjectCache L2 adapter: %s bucket %s (chunk tokens for KV events: %s)", self.client.endpoint, self.client.bucket, "on" if tokens else "off, LMCache's event bus is off")
 
     # -- event fds ----------------------------------------------------------------------------
 
@@ -266,7 +347,10 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
                 raise ObjectCacheError("OC_ERR_CANCELLED", "the adapter is closed")
             chunk = ChunkLayout.of_object(obj)
             body = memoryview(obj.byte_array).cast("B")[: chunk.size]
-            self.client.put_chunk(object_name(key, chunk.dtype, self.key_prefix), body, layout=(chunk.layout, chunk.layers, chunk.layer_bytes))
+            bound = self._tokens.get(bytes(key.chunk_hash))
+            tokens, after = (None, None) if bound is None else (bound[0], None if bound[1] is None else object_name(dataclasses.replace(key, chunk_hash=bound[1]), chunk.dtype, self.key_prefix))
+            model = key.model_name if tokens is not None and re.fullmatch(MODEL_NAME_PATTERN, key.model_name) else None
+            self.client.put_chunk(object_name(key, chunk.dtype, self.key_prefix), body, layout=(chunk.layout, chunk.layers, chunk.layer_bytes), tokens=tokens, model=model, after=after)
             size = chunk.size
         except Exception as error:
             self._miss("put", error, 1)
@@ -425,6 +509,7 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         """Lets the requests under way finish (each bounded by ``timeout_s``), then closes the
         client and the event fds; tasks submitted later complete at once as misses."""
         self._closed = True
+        self._tokens.close()
         # Queued PUTs are not sent: each fails at once as closed (_put), so that its store task
         # still finishes; cancelling them would leave their tasks unfinished for good.
         self._writes.shutdown(wait=True)
