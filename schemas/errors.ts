@@ -93,6 +93,13 @@ export const ERRORS = {
     description:
       "The write would take the tenant past its --tenant-quota, and not enough of the tenant's own chunks can be evicted (pinned, being read or written); nothing was stored. Another tenant's chunks are never evicted for it.",
   },
+  OC_ERR_CAPACITY_FULL: {
+    status: 503,
+    s3Code: 'SlowDown',
+    retryable: true,
+    description:
+      'The write would take its budgeted bucket past its --budget, and eviction did not make room within 5 s (the bucket is pinned, being read, or written faster than the store deletes; a write larger than the whole budget never fits); nothing was stored. Retry after the Retry-After delay.',
+  },
   OC_ERR_KV_TOKENS: {
     status: 400,
     s3Code: 'InvalidArgument',

@@ -44,7 +44,7 @@ describe('unfinished multipart uploads held by the capacity tracker', () => {
       mayWrite: () => true,
       store: embeddedCapacityStore(local),
       logger: { info: noop, warn: noop, error: noop },
-      observer: { evicted: noop, syncFailed: noop, rejected: noop, hintsDropped: noop, uploadExpired: noop },
+      observer: { evicted: noop, syncFailed: noop, rejected: noop, hintsDropped: noop, uploadExpired: noop, waitedForRoom: noop },
       uploadLimits: { uploads: 3, uploadsPerTenant: 2, parts: 5, partsPerTenant: 4 },
     });
   });

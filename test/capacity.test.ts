@@ -27,7 +27,7 @@ import {
 } from '@aws-sdk/client-s3';
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { ObjectCacheClient } from '../client/client.js';
-import { Capacity } from '../gateway/capacity/capacity.js';
+import { Capacity, ROOM_WAIT_MS } from '../gateway/capacity/capacity.js';
 import { ChunkIndex } from '../gateway/capacity/chunk-index.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import {
@@ -200,6 +200,52 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     expect(head.Metadata?.['objectcache-after']).toBe(a[0]);
     s3.destroy();
   });
+
+  it('keeps the bucket within its budget under writes faster than --evict-rate: they wait for room, or are refused retryably with nothing stored', async () => {
+    const bucket = uniqueBucket('cap');
+    // Eviction paced at 2 deletes a second: 24 chunks written at 8 at once into 16 chunks' budget.
+    const gw = await budgeted(backend, bucket, 16, ['--evict-rate', '2']);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    let most = 0;
+    const watch = setInterval(() => (most = Math.max(most, gw.gateway.capacity?.usage()[0]?.bytes ?? 0)), 2);
+    try {
+      const keys = Array.from({ length: 24 }, (_, i) => `burst/${String(i).padStart(3, '0')}`);
+      const data = keys.map(() => randomBytes(CHUNK));
+      await client.putChunks(keys, data, { concurrency: 8 });
+      // Every write was stored, none past the budget: the late ones waited while eviction went at full speed.
+      expect(most).toBeLessThanOrEqual(16 * CHUNK);
+      expect(await metricValue(gw.gateway.adminUrl, 'objectcache_capacity_write_waits_total{bucket="' + bucket + '",outcome="admitted"}')).toBeGreaterThan(0);
+      const s3 = sdkClient(gw.url);
+      expect(await read(s3, bucket, keys[23] as string)).toEqual(data[23]);
+
+      s3.destroy();
+    } finally {
+      clearInterval(watch);
+    }
+    // A bucket full to its budget (no trimming below 100%) and all of it pinned: a write waits out
+    // its time, then is refused (retryable), with nothing stored; one larger than the whole budget at once.
+    const full = uniqueBucket('cap');
+    const gw2 = await budgeted(backend, full, 4, ['--budget-high-percent', '100', '--budget-low-percent', '90']);
+    const c2 = testClient(gw2, full);
+    await c2.ensureBucket();
+    const four = ['p/0', 'p/1', 'p/2', 'p/3'];
+    await c2.putChunks(
+      four,
+      four.map(() => randomBytes(CHUNK)),
+    );
+    expect(await c2.pin(four, new Date(Date.now() + 3_600_000))).toBeTruthy();
+    const s3 = sdkClient(gw2.url);
+    const started = Date.now();
+    const refused = await s3.send(new PutObjectCommand({ Bucket: full, Key: 'late', Body: randomBytes(CHUNK) })).catch((e: S3ServiceException) => e);
+    expect(refused).toMatchObject({ name: 'SlowDown', $metadata: { httpStatusCode: 503 } });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(ROOM_WAIT_MS - 100);
+    expect(await exists(s3, full, 'late')).toBe(false);
+    const huge = await s3.send(new PutObjectCommand({ Bucket: full, Key: 'huge', Body: randomBytes(5 * CHUNK) })).catch((e: S3ServiceException) => e);
+    expect(huge).toMatchObject({ name: 'SlowDown' });
+    expect(await metricValue(gw2.gateway.adminUrl, 'objectcache_capacity_write_waits_total{bucket="' + full + '",outcome="refused"}')).toBe(1);
+    s3.destroy();
+  }, 30_000);
 
   it('never evicts pinned chunks before their time', async () => {
     const bucket = uniqueBucket('cap');

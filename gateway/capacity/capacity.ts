@@ -35,6 +35,14 @@ const RECENT_ACCESS_GRACE_SYNCS = 2;
 const MAX_QUOTA_VICTIMS = 256;
 /** How often the leader checks the budgets, ms. */
 const TRIM_INTERVAL_MS = 250;
+/**
+ * A write that would take its bucket past its budget waits this long at most for eviction to make
+ * room (deleting at full speed meanwhile), then is refused with a retryable OC_ERR_CAPACITY_FULL:
+ * so the bucket stays within its budget whatever the write rate.
+ */
+export const ROOM_WAIT_MS = 5000;
+/** How often a write waiting for room looks again. */
+const ROOM_POLL_MS = 20;
 /** How often the leader looks for idle chunks (a walk of the whole index), ms. */
 const IDLE_SCAN_MS = 30_000;
 /** A chunk whose predecessor is missing counts as dead only once it is this old, ms (its prefix may be mid-write). */
@@ -150,6 +158,10 @@ export class Capacity {
   readonly #writing = new Map<string, number>();
   /** Bytes admitted for writes in flight, per tenant. */
   readonly #reserved = new Map<string, number>();
+  /** Bytes admitted for writes in flight, per bucket (a write is admitted only within its bucket's budget). */
+  readonly #bucketReserved = new Map<string, number>();
+  /** Writes waiting for room, per bucket: while any wait, eviction deletes at full speed. */
+  readonly #waitingForRoom = new Map<string, number>();
   /** Chunks decided for eviction and not yet deleted (not chosen twice; their bytes count as freed). */
   readonly #queued = new Set<string>();
   readonly #pendingFree = new Map<string, number>();
@@ -323,8 +335,11 @@ export class Capacity {
     // Registered before anything awaits: an eviction deciding now sees the write and skips the chunk.
     this.#writing.set(s, (this.#writing.get(s) ?? 0) + 1);
     if (quota !== undefined) this.#reserved.set(tenant, (this.#reserved.get(tenant) ?? 0) + bytes);
+    let roomTaken = false;
     const unreserve = (): void => {
       if (quota !== undefined) this.#reserved.set(tenant, Math.max(0, (this.#reserved.get(tenant) ?? 0) - bytes));
+      if (roomTaken) this.#bucketReserved.set(bucket, Math.max(0, (this.#bucketReserved.get(bucket) ?? 0) - bytes));
+      roomTaken = false;
     };
     const unregister = (): void => {
       const left = (this.#writing.get(s) ?? 1) - 1;
@@ -339,6 +354,8 @@ export class Capacity {
         const over = this.tenantBytes(tenant) + (this.#reserved.get(tenant) ?? 0) - (replaced?.tenant === tenant ? replaced.size : 0) - quota;
         if (over > 0) await this.#evictForQuota(tenant, over, bytes, quota);
       }
+      await this.#roomFor(bucket, key, bytes, replaces);
+      roomTaken = true;
     } catch (error) {
       unreserve();
       unregister();
@@ -357,6 +374,53 @@ export class Capacity {
       this.#record(bucket, key, tenant, stored.size, stored.etag, this.#now(), stored.meta);
       unreserve();
     };
+  }
+
+  /**
+   * Takes room in the bucket's budget for a write of `bytes` (less what it replaces): at once
+   * where it fits, else once eviction has made it (the lease holder trims at full speed while
+   * writes wait; another gateway waits for its journals to say so), at most ROOM_WAIT_MS. Then
+   * OC_ERR_CAPACITY_FULL, retryable: nothing was stored. The room is held (#bucketReserved) from
+   * here until the write is known in the index or failed.
+   */
+  async #roomFor(bucket: string, key: string, bytes: number, replaces: boolean): Promise<void> {
+    const budget = this.#config.budgets.get(bucket);
+    if (budget === undefined) return;
+    const fits = (): boolean => {
+      const replaced = replaces ? (this.#indexes.get(bucket)?.get(key)?.size ?? 0) : 0;
+      return this.#bucketBytes(bucket) + bytes - replaced <= budget;
+    };
+    if (!fits()) {
+      const full = (why: string): ObjectCacheError =>
+        new ObjectCacheError('OC_ERR_CAPACITY_FULL', `Storing ${bytes} bytes would take bucket ${bucket} past its budget of ${budget} bytes${why}; nothing was stored`, {
+          details: { Bucket: bucket, BudgetBytes: String(budget) },
+        });
+      if (bytes > budget) throw full(' on its own');
+      const deadline = performance.now() + ROOM_WAIT_MS;
+      this.#waitingForRoom.set(bucket, (this.#waitingForRoom.get(bucket) ?? 0) + 1);
+      try {
+        while (!fits()) {
+          if (this.#closed || performance.now() >= deadline) {
+            this.#observer.waitedForRoom(bucket, 'refused');
+            throw full(`, and eviction did not make room within ${ROOM_WAIT_MS} ms (pinned, being read, or written faster than the store deletes)`);
+          }
+          if (this.#shared.isLeader) void this.#trimOnce();
+          await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
+        }
+        this.#observer.waitedForRoom(bucket, 'admitted');
+      } finally {
+        const left = (this.#waitingForRoom.get(bucket) ?? 1) - 1;
+        if (left === 0) this.#waitingForRoom.delete(bucket);
+        else this.#waitingForRoom.set(bucket, left);
+      }
+    }
+    this.#bucketReserved.set(bucket, (this.#bucketReserved.get(bucket) ?? 0) + bytes);
+  }
+
+  /** What the bucket holds and is about to: its chunks, its unfinished uploads' parts, derived data, and writes admitted. */
+  #bucketBytes(bucket: string): number {
+    const index = this.#indexes.get(bucket);
+    return (index?.bytes ?? 0) + this.#uploadBytes(bucket) + (this.#derived?.bytes(bucket) ?? 0) + (this.#bucketReserved.get(bucket) ?? 0);
   }
 
   /**
@@ -734,7 +798,9 @@ export class Capacity {
         const target = budget * this.#config.lowFraction;
         const uploads = this.#uploadBytes(bucket, true);
         const usage = (): number => index.bytes - index.uncheckedBytes + uploads + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
-        const trim = usage() > budget * this.#config.highFraction;
+        const waiting = (): boolean => (this.#waitingForRoom.get(bucket) ?? 0) > 0;
+        // Writes waiting for room trim too, whatever the marks (a large write can need room below the high mark).
+        const trim = usage() > budget * this.#config.highFraction || waiting();
         // Derived data goes first: it is rebuilt from the chunks, never the other way round.
         if (trim && this.#derived) await this.#derived.evict(bucket, usage() - target);
         if (!trim && !idleScan) continue;
@@ -758,7 +824,8 @@ export class Capacity {
         try {
           for (; at < victims.length; at++) {
             const { chunk, cause } = victims[at] as { chunk: Chunk; cause: EvictionCause };
-            await this.#paced();
+            // At --evict-rate, unless writes wait for room: then as fast as the store deletes.
+            await this.#paced(waiting());
             if (this.#closed || !this.#shared.isLeader) break;
             // Still wanted? The pass may have waited; a chunk trimmed for the budget goes only while
             // the bucket is above its low mark (other chunks may have gone meanwhile).
@@ -827,10 +894,14 @@ export class Capacity {
 
   #nextDeleteAt = 0;
 
-  /** Waits for the next delete the rate allows. */
-  async #paced(): Promise<void> {
+  /** Waits for the next delete the rate allows (`urgent`: none, writes wait for the room). */
+  async #paced(urgent = false): Promise<void> {
     const gap = 1000 / this.#config.evictPerSecond;
     const now = performance.now();
+    if (urgent) {
+      this.#nextDeleteAt = Math.max(this.#nextDeleteAt, now);
+      return;
+    }
     const at = Math.max(now, this.#nextDeleteAt);
     this.#nextDeleteAt = at + gap;
     if (at > now) await new Promise((resolve) => setTimeout(resolve, at - now));

@@ -353,7 +353,8 @@ export const SERVE_SETTINGS = {
     default: '100',
     min: 1,
     max: 100_000,
-    description: 'Most chunks eviction deletes per second (one at a time), so trimming never crowds out reads at the store.',
+    description:
+      'Most chunks eviction deletes per second (one at a time), so trimming never crowds out reads at the store; while writes wait for room in a full bucket, it deletes as fast as the store answers (docs/capacity.md).',
   },
   capacityStateBucket: {
     flag: 'capacity-state-bucket',

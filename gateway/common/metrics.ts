@@ -331,6 +331,12 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
       for (const u of watched?.usage() ?? []) this.set({ bucket: u.bucket }, u.uploadBytes);
     },
   });
+  const capacityRoomWaits = new Counter({
+    name: 'objectcache_capacity_write_waits_total',
+    help: 'Writes that would have taken a budgeted bucket past its budget and waited for eviction to make room: admitted, or refused with OC_ERR_CAPACITY_FULL after the wait.',
+    labelNames: ['bucket', 'outcome'] as const,
+    registers,
+  });
   const capacityHintsDropped = new Counter({
     name: 'objectcache_capacity_hints_dropped_total',
     help: 'Accesses and chains not journalled because their access key passed its share of the journal this sync period (they still count at this gateway).',
@@ -365,6 +371,7 @@ export function createMetrics(sources: MetricSources): GatewayMetrics {
     rejected: (what, count) => capacityRejected.inc({ what }, count),
     hintsDropped: (count) => capacityHintsDropped.inc(count),
     uploadExpired: (bucket) => uploadsExpired.inc({ bucket }),
+    waitedForRoom: (bucket, outcome) => capacityRoomWaits.inc({ bucket, outcome }),
   };
 
   // --- packed segments (gateway/segments/segments.ts) ---

@@ -20,6 +20,8 @@ export interface CapacityObserver {
   hintsDropped(count: number): void;
   /** An unfinished multipart upload aborted for --multipart-expiry. */
   uploadExpired(bucket: string): void;
+  /** A write that had to wait for room in its bucket's budget: admitted once eviction made it, or refused (OC_ERR_CAPACITY_FULL). */
+  waitedForRoom(bucket: string, outcome: 'admitted' | 'refused'): void;
 }
 
 /** What the KV events report (gateway/kv-events/). */
