@@ -11,7 +11,7 @@ import { Subscriber } from 'zeromq';
 import type { Chunk } from '../gateway/capacity/chunk-index.js';
 import type { KvEventsConfig } from '../gateway/common/config.js';
 import type { KvEventsObserver } from '../gateway/common/observers.js';
-import { blockHash, KvEvents } from '../gateway/kv-events/kv-events.js';
+import { blockHash, KvEvents, PARENT_WAIT_MS } from '../gateway/kv-events/kv-events.js';
 import { EventPublisher } from '../gateway/kv-events/publisher.js';
 import type { CapacityStore, StoreHead } from '../gateway/stores/capacity-store.js';
 
@@ -105,6 +105,60 @@ describe('KvEvents', () => {
     await new Promise((r) => setTimeout(r, 50));
     // In order: the one whose HEAD found nothing, then the one its writer gave no tokens; each once.
     expect(observer.withoutTokensBy).toEqual(['head', 'none']);
+  });
+});
+
+describe('KvEvents, a chunk and its parent', () => {
+  /** Every event received within `ms`, as [type, hash] pairs in order. */
+  async function received(sub: Subscriber, ms: number): Promise<[unknown, bigint][]> {
+    const got: [unknown, bigint][] = [];
+    const until = Date.now() + ms;
+    sub.receiveTimeout = 50;
+    while (Date.now() < until) {
+      try {
+        const [, , payload] = (await sub.receive()) as Buffer[];
+        const [, batch] = decode(payload as Buffer, { useBigInt64: true }) as [number, Record<string, unknown>[]];
+        for (const e of batch) got.push([e['type'], (e['block_hashes'] as bigint[])[0] as bigint]);
+      } catch {
+        // nothing within the timeout
+      }
+    }
+    return got;
+  }
+
+  it('publishes a stored chunk after its parent, whichever write lands first; one whose parent never comes after PARENT_WAIT_MS; and neither of a chunk stored and removed while it waited', async () => {
+    const store = { head: () => Promise.resolve(undefined) } as unknown as CapacityStore;
+    const inIndex = new Set<string>(['base']); // a parent of the baseline: present, never published
+    const events = new KvEvents({ config, store, logger: quiet, observer: counting(), present: (_b, key) => inIndex.has(key) });
+    open.push(events);
+    const { endpoint } = await events.start();
+    const sub = new Subscriber();
+    open.push(sub);
+    sub.connect(endpoint);
+    sub.subscribe('');
+    await new Promise((r) => setTimeout(r, 200));
+    const changes = events.changes('b');
+    const after = (key: string): Record<string, string> => ({ 'objectcache-after': key });
+    // An engine's three concurrent PUTs of one prefix land last first.
+    changes.stored(chunk('p2'), after('p1'));
+    changes.stored(chunk('p1'), after('p0'));
+    changes.stored(chunk('p0'), {});
+    inIndex.add('p0').add('p1').add('p2');
+    // A chunk after a baseline chunk goes at once; one after a chunk that never comes waits.
+    changes.stored(chunk('q1'), after('base'));
+    changes.stored(chunk('orphan'), after('never'));
+    // Stored and removed before its parent came: neither is published.
+    changes.stored(chunk('gone'), after('never2'));
+    changes.removed(chunk('gone'));
+    const early = await received(sub, 400);
+    expect(early).toEqual([
+      ['BlockStored', blockHash('b', 'p0')],
+      ['BlockStored', blockHash('b', 'p1')],
+      ['BlockStored', blockHash('b', 'p2')],
+      ['BlockStored', blockHash('b', 'q1')],
+    ]);
+    const late = await received(sub, PARENT_WAIT_MS + 500);
+    expect(late).toEqual([['BlockStored', blockHash('b', 'orphan')]]);
   });
 });
 

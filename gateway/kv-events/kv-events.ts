@@ -17,6 +17,12 @@
  * Events are batched per topic for 20 ms and handed to the publisher
  * (publisher.ts), which never waits; the HEADs wait in a bounded queue, in order, and past it a
  * chunk is published without tokens (counted).
+ *
+ * A stored chunk goes after its parent's BlockStored: routers drop a block whose parent they do
+ * not hold (llm-d does), and an engine's concurrent PUTs of one prefix reach the store in any
+ * order. A chunk whose parent is not in the index yet, or whose parent's event is still queued,
+ * is held until that event is published, at most PARENT_WAIT_MS (then published as it is); a
+ * removal of a held chunk takes both events away.
  */
 import { createHash } from 'node:crypto';
 import { encode } from '@msgpack/msgpack';
@@ -37,6 +43,12 @@ const MAX_WAITING = 2 * MAX_PENDING;
 const HEADS_AT_ONCE = 8;
 /** Events in one batch at most (about 80 KB with 256 tokens each): what a stalled subscriber's queue holds is this times its high-water mark. */
 const MAX_BATCH_EVENTS = 64;
+/** How long a stored chunk waits for its parent's BlockStored at most. */
+export const PARENT_WAIT_MS = 1000;
+/** Stored chunks held for their parents at most: past it, one is published as it is. */
+const MAX_HELD = 4096;
+
+const slotOf = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
 type Pending = {
   readonly bucket: string;
@@ -49,6 +61,8 @@ type Pending = {
   /** Its metadata could not be read (the HEAD failed or found another version, or too many waited): published without tokens. */
   unread?: true;
   ready: Promise<void> | undefined;
+  /** While held for its parent: when it goes regardless (performance.now()). */
+  until?: number;
 };
 
 export class KvEvents {
@@ -66,9 +80,25 @@ export class KvEvents {
   /** #flushReady is running (one at a time, so events leave in order). */
   #flushing = false;
   #closed = false;
+  /** Whether a chunk is in capacity's index now. */
+  readonly #present: (bucket: string, key: string) => boolean;
+  /** Stored events in #pending, per chunk: a child waits for these. */
+  readonly #queuedStores = new Map<string, number>();
+  /** Stored chunks held for their parent, per parent (in the order they came), and per chunk. */
+  readonly #heldFor = new Map<string, Pending[]>();
+  readonly #held = new Map<string, Pending>();
+  #heldTimer: NodeJS.Timeout | undefined;
 
-  constructor(options: { config: KvEventsConfig; store: CapacityStore; logger: Pick<Logger, 'info' | 'warn' | 'error'>; observer: KvEventsObserver }) {
+  constructor(options: {
+    config: KvEventsConfig;
+    store: CapacityStore;
+    logger: Pick<Logger, 'info' | 'warn' | 'error'>;
+    observer: KvEventsObserver;
+    /** Whether capacity's index holds the chunk (a parent stored before, or in the baseline); without it, every parent counts as present. */
+    present?: (bucket: string, key: string) => boolean;
+  }) {
     this.#config = options.config;
+    this.#present = options.present ?? (() => true);
     this.#store = options.store;
     this.#log = options.logger;
     this.#observer = options.observer;
@@ -116,7 +146,7 @@ export class KvEvents {
 
   #enqueue(event: Pending): void {
     if (this.#closed) return;
-    if (this.#pending.length >= MAX_WAITING) {
+    if (this.#pending.length + this.#held.size >= MAX_WAITING) {
       this.#observer.dropped('queue', 1);
       this.#publisher.skip();
       return;
@@ -131,6 +161,10 @@ export class KvEvents {
           .finally(() => (event.ready = undefined));
     }
     this.#pending.push(event);
+    if (event.kind === 'stored') {
+      const s = slotOf(event.bucket, event.chunk.key);
+      this.#queuedStores.set(s, (this.#queuedStores.get(s) ?? 0) + 1);
+    }
     this.#flushReady().catch((error: unknown) => this.#log.error({ error }, 'kv events: publishing failed'));
   }
 
@@ -171,11 +205,79 @@ export class KvEvents {
           continue;
         }
         this.#pending.shift();
-        this.#batch(first);
+        if (first.kind === 'stored') {
+          const s = slotOf(first.bucket, first.chunk.key);
+          const left = (this.#queuedStores.get(s) ?? 1) - 1;
+          if (left === 0) this.#queuedStores.delete(s);
+          else this.#queuedStores.set(s, left);
+        }
+        this.#place(first);
       }
     } finally {
       this.#flushing = false;
     }
+  }
+
+  /** Batches a ready event, or holds a stored chunk until its parent's BlockStored is out (see the top). */
+  #place(event: Pending): void {
+    const s = slotOf(event.bucket, event.chunk.key);
+    if (event.kind === 'removed') {
+      const held = this.#held.get(s);
+      if (held) {
+        // Stored and removed before the parent came: neither is published.
+        this.#unhold(held);
+        return;
+      }
+      this.#batch(event);
+      return;
+    }
+    const parent = (event.meta ?? {})[AFTER_META] ?? event.chunk.pred;
+    if (parent !== undefined && parent !== event.chunk.key && !this.#held.has(s) && this.#held.size < MAX_HELD) {
+      const p = slotOf(event.bucket, parent);
+      if (this.#queuedStores.has(p) || this.#held.has(p) || !this.#present(event.bucket, parent)) {
+        event.until = performance.now() + PARENT_WAIT_MS;
+        this.#held.set(s, event);
+        const siblings = this.#heldFor.get(p);
+        if (siblings) siblings.push(event);
+        else this.#heldFor.set(p, [event]);
+        this.#heldTimer ??= setTimeout(() => this.#expireHeld(), PARENT_WAIT_MS / 4);
+        return;
+      }
+    }
+    this.#batch(event);
+    this.#releaseChildren(s);
+  }
+
+  /** The chunks held for `parent` (a slot) follow it, and theirs them. */
+  #releaseChildren(parent: string): void {
+    const children = this.#heldFor.get(parent);
+    if (children) for (const child of [...children]) this.#release(child);
+  }
+
+  /** A held chunk goes now, as it is: its parent's event is out, or it waited long enough. */
+  #release(event: Pending): void {
+    this.#unhold(event);
+    this.#batch(event);
+    this.#releaseChildren(slotOf(event.bucket, event.chunk.key));
+  }
+
+  #unhold(event: Pending): void {
+    const s = slotOf(event.bucket, event.chunk.key);
+    if (this.#held.get(s) !== event) return;
+    this.#held.delete(s);
+    const parent = (event.meta ?? {})[AFTER_META] ?? event.chunk.pred;
+    const p = slotOf(event.bucket, parent as string);
+    const siblings = this.#heldFor.get(p)?.filter((x) => x !== event) ?? [];
+    if (siblings.length === 0) this.#heldFor.delete(p);
+    else this.#heldFor.set(p, siblings);
+  }
+
+  /** Publishes the held chunks whose wait is over (their parents never came, or were removed). */
+  #expireHeld(): void {
+    this.#heldTimer = undefined;
+    const now = performance.now();
+    for (const event of [...this.#held.values()]) if ((event.until ?? 0) <= now && this.#held.has(slotOf(event.bucket, event.chunk.key))) this.#release(event);
+    if (this.#held.size > 0 && !this.#closed) this.#heldTimer = setTimeout(() => this.#expireHeld(), PARENT_WAIT_MS / 4);
   }
 
   #batch(event: Pending): void {
@@ -260,6 +362,9 @@ export class KvEvents {
   /** Hands the batches gathered so far to the socket and closes it (EventPublisher.close); events still waiting for a HEAD are not published. */
   async close(): Promise<void> {
     if (this.#closed) return;
+    if (this.#heldTimer) clearTimeout(this.#heldTimer);
+    // What waits for a parent goes as it is.
+    for (const event of [...this.#held.values()]) if (this.#held.has(slotOf(event.bucket, event.chunk.key))) this.#release(event);
     if (this.#timer) clearTimeout(this.#timer);
     this.#sendAll();
     this.#closed = true;

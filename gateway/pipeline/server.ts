@@ -146,11 +146,18 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
       })
     : undefined;
   metrics.watchSegments(segments);
-  const kvEvents =
+  const kvEvents: KvEvents | undefined =
     config.kvEvents && config.capacity && deps.kvEvents !== false
-      ? new KvEvents({ config: config.kvEvents, store: backend.capacity, logger, observer: metrics.kvEvents })
+      ? new KvEvents({
+          config: config.kvEvents,
+          store: backend.capacity,
+          logger,
+          observer: metrics.kvEvents,
+          // Asked only once both exist (events come from capacity's index).
+          present: (bucket: string, key: string): boolean => capacity?.chunk(bucket, key) !== undefined,
+        })
       : undefined;
-  const capacity = config.capacity
+  const capacity: Capacity | undefined = config.capacity
     ? new Capacity({
         config: config.capacity,
         key: stateKey,
