@@ -1,7 +1,8 @@
 /**
  * KV events (docs/kv-events.md) against the real gateway on both backends, read by a real ZeroMQ
  * subscriber: a chunk written with its tokens is published as a BlockStored carrying them and its
- * parent; a delete, an overwrite and an eviction as BlockRemoved; a multipart upload's chunk from
+ * parent; a delete, an overwrite, an eviction (for the budget, a quota, idleness, after a pin's
+ * expiry) as BlockRemoved; a multipart upload's chunk from
  * its metadata; tokens that do not hash to the key are refused before anything is stored; the
  * replay socket answers vLLM's replay protocol; and a second gateway on the same MinIO publishes
  * what the first one stored and removed. (The consumers' own decoders read these events in
@@ -256,6 +257,30 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
     const copied = await s3b.send(new HeadObjectCommand({ Bucket: bucket, Key: 'copies/of-a' }));
     expect(Object.keys(copied.Metadata ?? {}).filter((name) => name.startsWith('objectcache-'))).toEqual(['objectcache-tenant']);
   });
+
+  it('publishes a chunk evicted as idle, and a pinned one only once its pin has expired', async () => {
+    const bucket = uniqueBucket('kvidle');
+    const gw = await gatewayWithEvents(backend, bucket, 100, ['--evict-idle', '2s']);
+    const sub = await subscribe((gw.gateway.kvEvents as { endpoint: string }).endpoint);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const idle = prefix(1);
+    const pinned = prefix(1);
+    await client.putChunks([...idle.keys, ...pinned.keys], [...idle.objects, ...pinned.objects], { tokens: [...idle.tokens, ...pinned.tokens], chain: false });
+    const pinnedUntil = Date.now() + 5000;
+    expect(await client.pin(pinned.keys, new Date(pinnedUntil))).toBeTruthy();
+    const [idleHash, pinnedHash] = [blockHash(bucket, idle.keys[0] as string), blockHash(bucket, pinned.keys[0] as string)];
+    await sub.until((e) => removed(e, idleHash), 'BlockRemoved of the idle chunk');
+    expect(
+      removed(
+        sub.batches.flatMap((b) => b.events),
+        pinnedHash,
+      ),
+    ).toBe(false); // idle too, but pinned
+    await sub.until((e) => removed(e, pinnedHash), 'BlockRemoved of the chunk whose pin expired');
+    expect(Date.now()).toBeGreaterThanOrEqual(pinnedUntil);
+    expect(await metricValue(gw.gateway.adminUrl, `objectcache_evictions_total{bucket="${bucket}",reason="idle"}`)).toBe(2);
+  }, 20_000);
 
   it('replays held batches from a sequence number, then the end marker', async () => {
     const bucket = uniqueBucket('kvrep');

@@ -779,7 +779,9 @@ export class Capacity {
     try {
       const now = this.#now();
       this.#prunePins(now);
-      const idleScan = this.#config.idleMs !== undefined && now - this.#lastIdleScan >= IDLE_SCAN_MS;
+      // Every IDLE_SCAN_MS, or every half of a shorter --evict-idle (a chunk goes within 1.5 times its idle limit).
+      const idleMs = this.#config.idleMs;
+      const idleScan = idleMs !== undefined && now - this.#lastIdleScan >= Math.min(IDLE_SCAN_MS, Math.max(TRIM_INTERVAL_MS, idleMs / 2));
       if (idleScan) this.#lastIdleScan = now;
       const expiry = this.#config.multipartExpiryMs;
       if (now - this.#lastUploadSweep >= Math.min(UPLOAD_SWEEP_MS, Math.max(1000, (expiry ?? UPLOAD_SWEEP_MS) / 4))) {
@@ -804,7 +806,7 @@ export class Capacity {
         // Derived data goes first: it is rebuilt from the chunks, never the other way round.
         if (trim && this.#derived) await this.#derived.evict(bucket, usage() - target);
         if (!trim && !idleScan) continue;
-        const idleBefore = idleScan && this.#config.idleMs !== undefined ? now - this.#config.idleMs : undefined;
+        const idleBefore = idleScan && idleMs !== undefined ? now - idleMs : undefined;
         let victims: { chunk: Chunk; cause: EvictionCause }[] = [];
         let free = usage();
         // A chunk whose size is not checked yet does not count in the usage, so it is not taken to bring it down.
