@@ -32,6 +32,7 @@ import { chunkKeys, type LayoutIdentity } from '../client/keys.js';
 import { blockHash } from '../gateway/kv-events/kv-events.js';
 import { ObjectCacheClient } from '../client/client.js';
 import { encodeTokens } from '../schemas/kv-tokens.js';
+import { loadServeConfig } from '../gateway/common/config.js';
 import { runCliAsync } from './helpers/cli.js';
 import { fastBudget, metricValue, sdkClient, SMALL_ARENA, startTestGateway, testClient, uniqueBucket, type BackendKind, type TestGateway } from './helpers/gateway.js';
 
@@ -349,6 +350,16 @@ describe('a writer\u2019s tokens and chain', () => {
     await expect(client.putChunks(q.keys, q.objects, { after: 'k'.repeat(513) })).rejects.toMatchObject({ code: 'OC_ERR_CLIENT_USAGE' });
     // Refused before anything was sent: nothing stored.
     await expect(sdkClient(gw.url).send(new HeadObjectCommand({ Bucket: bucket, Key: q.keys[0] }))).rejects.toMatchObject({ $metadata: { httpStatusCode: 404 } });
+  });
+});
+
+describe('KV events settings', () => {
+  it('name the llm-d pool form by a preset, and refuse what they cannot use', () => {
+    const env = { OBJECTCACHE_ACCESS_KEY: 'k', OBJECTCACHE_SECRET_KEY: 'secretsecret' };
+    const base = ['--data-dir', '/tmp/unused', '--budget', 'kvc=1GiB', '--kv-events', 'tcp://127.0.0.1:5557'];
+    expect(loadServeConfig([...base, '--kv-events-topic', 'llm-d'], env).kvEvents?.topic).toBe('kv@pool:objectcache@{model}');
+    expect(loadServeConfig([...base, '--kv-events-topic', 'kv@pod-1@{model}'], env).kvEvents?.topic).toBe('kv@pod-1@{model}');
+    expect(() => loadServeConfig([...base, '--kv-events-encoding', 'json'], env)).toThrow(/kv-events-encoding/);
   });
 });
 

@@ -488,7 +488,7 @@ export const SERVE_SETTINGS = {
     kind: 'string',
     default: '',
     description:
-      "Topic of each batch, with {model} (the writer's x-amz-meta-objectcache-model), {tenant} and {bucket} replaced: vLLM's subscribers take the empty topic, Dynamo's docs use kv-events, llm-d subscribes to kv@ and the pool form kv@pool:<name>@{model}. Empty by default.",
+      "Topic of each batch, with {model} (the writer's x-amz-meta-objectcache-model), {tenant} and {bucket} replaced: vLLM's subscribers take the empty topic, Dynamo's docs use kv-events, llm-d subscribes to kv@ and the pool form kv@pool:<name>@{model}, which the preset llm-d names (kv@pool:objectcache@{model}). Empty by default.",
   },
   kvEventsEncoding: {
     flag: 'kv-events-encoding',
@@ -1550,6 +1550,9 @@ function loadSegments(raw: RawSettings): SegmentConfig | undefined {
   };
 }
 
+/** `--kv-events-topic llm-d`: llm-d's pool form (llm-d-router PR #2586), the pod `pool:objectcache`. */
+export const LLM_D_POOL_TOPIC = 'kv@pool:objectcache@{model}';
+
 export interface KvEventsConfig {
   readonly endpoint: string;
   readonly replayEndpoint: string | undefined;
@@ -1595,7 +1598,8 @@ function loadKvEvents(raw: RawSettings, capacity: CapacityConfig | undefined): K
     endpoint,
     replayEndpoint: replay === 'off' ? undefined : replay,
     history: integer('kvEventsHistory', raw),
-    topic: raw.kvEventsTopic ?? '',
+    // The llm-d preset: its pool form (llm-d-router PR #2586), pod `pool:objectcache`.
+    topic: raw.kvEventsTopic === 'llm-d' ? LLM_D_POOL_TOPIC : (raw.kvEventsTopic ?? ''),
     encoding: oneOf('kvEventsEncoding', raw) as 'tagged' | 'array',
     medium: nonEmpty('kvEventsMedium', raw).trim(),
     locality: locality === 'off' ? undefined : locality,
