@@ -34,7 +34,11 @@
  * tmpfs makes each PUT's fsyncs free. --replay-put-concurrency (default 1) stores a request's
  * missing chunks that many at a time rather than one after the other.
  *
- *   npm run bench:capacity [-- --scale 1/128 --requests 20000 --seed 1 --budgets 0.1,0.25,0.5]
+ * With --trace FILE the trace is a file in Mooncake's JSONL format instead (bench/capacity/mooncake-trace.ts:
+ * its first --requests requests, all without it; the replay its first --replay-requests), such as
+ * the traces of Mooncake's FAST'25 release (github.com/kvcache-ai/Mooncake, FAST25-release/traces).
+ *
+ *   npm run bench:capacity [-- --scale 1/128 --requests 20000 --seed 1 --budgets 0.1,0.25,0.5] [-- --trace FILE]
  *   [-- --engines 8 --engine-share 0.02 --routing affinity --restart-every 1000] [-- --engines 0] [-- --no-plain]
  *   [-- --replay-requests 3000 --replay-scale 1/512 --replay-dir DIR --replay-put-concurrency 1] [-- --no-replay]
  *
@@ -60,6 +64,7 @@ import {
   type SimulationResult,
 } from './capacity/policies.js';
 import { replayThroughGateway, wholePercent, type ReplayResult } from './capacity/replay.js';
+import { loadMooncakeTrace } from './capacity/mooncake-trace.js';
 import { DEFAULT_WORKLOAD, generateTrace, workingSetBytes, type Trace, type WorkloadParams } from './capacity/workload.js';
 import { COLORS, escapeXml, svgHead, yGrid } from './report/svg.js';
 
@@ -137,7 +142,8 @@ async function main(): Promise<void> {
     allowNegative: true,
     options: {
       scale: { type: 'string', default: '1/128' },
-      requests: { type: 'string', default: String(DEFAULT_WORKLOAD.requests) },
+      requests: { type: 'string' },
+      trace: { type: 'string' },
       seed: { type: 'string', default: String(DEFAULT_WORKLOAD.seed) },
       budgets: { type: 'string', default: '0.1,0.25,0.5' },
       conversations: { type: 'string', default: String(DEFAULT_WORKLOAD.activeConversations) },
@@ -163,7 +169,7 @@ async function main(): Promise<void> {
   const params: WorkloadParams = {
     ...DEFAULT_WORKLOAD,
     scale: parseScale('scale', values.scale),
-    requests: positive('requests', values.requests, true),
+    requests: positive('requests', values.requests ?? String(DEFAULT_WORKLOAD.requests), true),
     seed: Number(values.seed),
     activeConversations: positive('conversations', values.conversations, true),
   };
@@ -206,11 +212,23 @@ async function main(): Promise<void> {
     : undefined;
   const engineSettings =
     engineCount === 0 ? null : { count: engineCount, share: engineChunks === undefined ? engineShare : null, chunks: engineChunks ?? null, routing, restartEvery };
-  const settings = { budgets, high, low, warmup, policies, plain: values.plain, engines: engineSettings, workload: params, replay: replay ?? null };
+  const traceFile = values.trace;
+  const settings = {
+    budgets,
+    high,
+    low,
+    warmup,
+    policies,
+    plain: values.plain,
+    engines: engineSettings,
+    workload: traceFile ? null : params,
+    trace: traceFile ?? null,
+    replay: replay ?? null,
+  };
   console.log(`node ${process.version}, ${cpus().length} cores; settings ${JSON.stringify(settings)}`);
 
   const started = performance.now();
-  const trace = generateTrace(params);
+  const trace = traceFile ? loadMooncakeTrace(traceFile, { scale: params.scale, ...(values.requests === undefined ? {} : { limit: params.requests }) }) : generateTrace(params);
   const workingSet = workingSetBytes(trace);
   const measureFrom = Math.floor(trace.requests.length * warmup);
   console.log(`\n${describeTrace(trace, workingSet)} (generated in ${((performance.now() - started) / 1000).toFixed(1)} s)`);
@@ -238,7 +256,7 @@ async function main(): Promise<void> {
   let replayed: ReplayReport | undefined;
   if (replay) {
     const replayParams: WorkloadParams = { ...params, requests: replay.requests, scale: replay.scale, activeConversations: replay.conversations };
-    const replayTrace = generateTrace(replayParams);
+    const replayTrace = traceFile ? loadMooncakeTrace(traceFile, { scale: replay.scale, limit: replay.requests }) : generateTrace(replayParams);
     const replayWorkingSet = workingSetBytes(replayTrace);
     const replayFrom = Math.floor(replayTrace.requests.length * warmup);
     console.log(
@@ -271,7 +289,7 @@ async function main(): Promise<void> {
       );
     }
     replayed = {
-      params: replayParams,
+      params: replayTrace.params,
       trace: replayTrace,
       workingSet: replayWorkingSet,
       measureFrom: replayFrom,
