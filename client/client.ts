@@ -240,6 +240,8 @@ export class ObjectCacheClient {
     if (options.tokens && options.tokens.length !== keys.length) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks needs one token list per key');
     if (options.model !== undefined && !MODEL_NAME.test(options.model))
       throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', 'putChunks: model must be 1 to 256 printable ASCII characters, without spaces or @');
+    if (options.after !== undefined && options.chain !== false && !recordableAfter(options.after))
+      throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `putChunks: after must be a key of at most ${MAX_AFTER_KEY} printable ASCII characters`);
     const concurrency = options.concurrency ?? 8;
     const geometry = options.layout;
     let next = 0;
@@ -255,10 +257,8 @@ export class ObjectCacheClient {
         }
         const after = options.chain === false ? undefined : i > 0 ? (keys[i - 1] as string) : options.after;
         // The chunk before it in its prefix, for a budgeted bucket's chains (docs/capacity.md).
-        if (after !== undefined) {
-          if (!recordableAfter(after)) throw new ObjectCacheError('OC_ERR_CLIENT_USAGE', `putChunks: after must be a key of at most ${MAX_AFTER_KEY} printable ASCII characters`);
-          metadata[AFTER_META] = after;
-        }
+        // A key of the batch that cannot be recorded (long, or not ASCII) starts no chain; `after` was checked above.
+        if (after !== undefined && recordableAfter(after)) metadata[AFTER_META] = after;
         if (options.model !== undefined) metadata[MODEL_META] = options.model;
         const tokens = options.tokens?.[i];
         const encoded = tokens === undefined ? undefined : encodeTokens(tokens);

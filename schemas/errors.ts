@@ -98,7 +98,12 @@ export const ERRORS = {
     s3Code: 'SlowDown',
     retryable: true,
     description:
-      'The write would take its budgeted bucket past its --budget, and eviction did not make room within 5 s (the bucket is pinned, being read, or written faster than the store deletes; a write larger than the whole budget never fits); nothing was stored. Retry after the Retry-After delay.',
+      'The write would take its budgeted bucket past its --budget, and eviction did not make room within 5 s (the bucket is pinned, being read, or written faster than the store deletes); nothing was stored. Retry after the Retry-After delay.',
+  },
+  OC_ERR_CAPACITY_TOO_LARGE: {
+    status: 400,
+    s3Code: 'EntityTooLarge',
+    description: 'The write is larger than its budgeted bucket\u2019s whole --budget, so it can never be stored there; nothing was stored.',
   },
   OC_ERR_KV_TOKENS: {
     status: 400,

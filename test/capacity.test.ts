@@ -242,7 +242,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     expect(Date.now() - started).toBeGreaterThanOrEqual(ROOM_WAIT_MS - 100);
     expect(await exists(s3, full, 'late')).toBe(false);
     const huge = await s3.send(new PutObjectCommand({ Bucket: full, Key: 'huge', Body: randomBytes(5 * CHUNK) })).catch((e: S3ServiceException) => e);
-    expect(huge).toMatchObject({ name: 'SlowDown' });
+    expect(huge).toMatchObject({ name: 'EntityTooLarge', $metadata: { httpStatusCode: 400 } });
     expect(await metricValue(gw2.gateway.adminUrl, 'objectcache_capacity_write_waits_total{bucket="' + full + '",outcome="refused"}')).toBe(1);
     s3.destroy();
   }, 30_000);

@@ -10,7 +10,8 @@
 import { CreateMultipartUploadCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { createPresignedPost } from '@aws-sdk/s3-presigned-post';
 import { createHash, randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ObjectCacheClient } from '../client/client.js';
@@ -41,18 +42,32 @@ describe.each(['local', 's3'] as BackendKind[])('every request shape through its
   let uploadId: string;
   let shapes: { body: Shape[]; response: Shape[] };
 
+  let dataDir: string | undefined;
+
   beforeAll(async () => {
+    // Seeded through a gateway with the default timeouts, then swept through one with short
+    // ones on the same store: on a loaded machine the store can leave a seeding PUT's body
+    // unread past the sweep's 300 ms body-idle timeout.
+    dataDir = backend === 'local' ? mkdtempSync(join(tmpdir(), 'oc-sweep-')) : undefined;
+    const seeding = await startTestGateway({ backend, minio: inject('minio'), ...(dataDir ? { dataDir } : {}) });
+    try {
+      const client = new ObjectCacheClient({ endpoint: seeding.url, bucket, credentials: { ...ADMIN } });
+      await client.ensureBucket();
+      prefix = await seedPrefix(client, { chunks: 4, layers: 8, layerBytes: 256 * 1024, layout: 'KV_L2TD' });
+      await client.close();
+      const seed = sdkClient(seeding.url);
+      await seed.send(new PutObjectCommand({ Bucket: bucket, Key: 'big', Body: randomBytes(24 * 1024 * 1024) }));
+      seed.destroy();
+    } finally {
+      await seeding.close();
+    }
     gw = await startTestGateway({
       backend,
       minio: inject('minio'),
+      ...(dataDir ? { dataDir } : {}),
       args: ['--body-idle-timeout-ms', '300', '--client-stall-timeout-ms', '500', '--header-timeout-ms', '1000', '--threshold', '0'],
     });
-    const client = new ObjectCacheClient({ endpoint: gw.url, bucket, credentials: { ...ADMIN } });
-    await client.ensureBucket();
-    prefix = await seedPrefix(client, { chunks: 4, layers: 8, layerBytes: 256 * 1024, layout: 'KV_L2TD' });
-    await client.close();
     const s3 = sdkClient(gw.url);
-    await s3.send(new PutObjectCommand({ Bucket: bucket, Key: 'big', Body: randomBytes(24 * 1024 * 1024) }));
     uploadId = (await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: 'mp' }))).UploadId as string;
     const descriptor = Buffer.from(JSON.stringify(descriptorOf(prefix)));
     const boundary = 'sweepBOUNDARY';
@@ -123,6 +138,7 @@ describe.each(['local', 's3'] as BackendKind[])('every request shape through its
 
   afterAll(async () => {
     await gw?.close();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
   async function requestHead(shape: Shape, body: Buffer | undefined): Promise<string> {

@@ -162,6 +162,39 @@ describe('KvEvents, a chunk and its parent', () => {
   });
 });
 
+describe('KvEvents, a long chain', () => {
+  it('publishes a 4,000-chunk prefix stored last chunk first in prefix order, and one whose head never comes head first once it waited', async () => {
+    const store = { head: () => Promise.resolve(undefined) } as unknown as CapacityStore;
+    const inIndex = new Set<string>();
+    const events = new KvEvents({ config: { ...config, batchMs: 1 }, store, logger: quiet, observer: counting(), present: (_b, key) => inIndex.has(key) });
+    open.push(events);
+    const { endpoint } = await events.start();
+    const sub = new Subscriber();
+    open.push(sub);
+    sub.connect(endpoint);
+    sub.subscribe('');
+    await new Promise((r) => setTimeout(r, 200));
+    const changes = events.changes('b');
+    const n = 4000;
+    // Each held for its parent; the head comes last and releases all of them, in order.
+    for (let i = n - 1; i >= 0; i--) {
+      changes.stored(chunk(`c${i}`), i === 0 ? {} : { 'objectcache-after': `c${i - 1}` });
+      inIndex.add(`c${i}`);
+    }
+    // A chain whose head's own parent never comes: released after PARENT_WAIT_MS, head first.
+    for (let i = 2; i >= 0; i--) changes.stored(chunk(`o${i}`), { 'objectcache-after': i === 0 ? 'missing' : `o${i - 1}` });
+    const got: bigint[] = [];
+    sub.receiveTimeout = PARENT_WAIT_MS + 1000;
+    while (got.length < n + 3) {
+      const [, , payload] = (await sub.receive()) as Buffer[];
+      const [, batch] = decode(payload as Buffer, { useBigInt64: true }) as [number, Record<string, unknown>[]];
+      for (const e of batch) got.push((e['block_hashes'] as bigint[])[0] as bigint);
+    }
+    expect(got.slice(0, n)).toEqual(Array.from({ length: n }, (_, i) => blockHash('b', `c${i}`)));
+    expect(got.slice(n)).toEqual([0, 1, 2].map((i) => blockHash('b', `o${i}`)));
+  }, 15_000);
+});
+
 describe('EventPublisher', () => {
   it('keeps the numbers of a bounded number of topics, and a forgotten topic starts past every number it had', async () => {
     const publisher = new EventPublisher({

@@ -283,6 +283,25 @@ describe.each<BackendKind>(['local', 's3'])('KV events (%s backend)', (backend) 
     expect(await metricValue(gw.gateway.adminUrl, `objectcache_evictions_total{bucket="${bucket}",reason="idle"}`)).toBe(2);
   }, 20_000);
 
+  it('stores a chunk whose metadata the tenant the gateway records would take past 2 KB, without its tokens', async () => {
+    const bucket = uniqueBucket('kvfull');
+    const gw = await gatewayWithEvents(backend, bucket, 100);
+    await testClient(gw, bucket).ensureBucket();
+    const p = prefix(1);
+    const tokens = encodeTokens(p.tokens[0] as number[]) as string;
+    // 2,040 bytes as MinIO counts them (x-amz-meta- included): the writer's own fit passes; with
+    // x-amz-meta-objectcache-tenant added it would not.
+    const fixed = 'x-amz-meta-objectcache-tokens'.length + tokens.length + 'x-amz-meta-pad'.length;
+    const s3 = sdkClient(gw.url);
+    await s3.send(
+      new PutObjectCommand({ Bucket: bucket, Key: p.keys[0], Body: p.objects[0] as Uint8Array, Metadata: { 'objectcache-tokens': tokens, pad: 'p'.repeat(2040 - fixed) } }),
+    );
+    const head = await s3.send(new HeadObjectCommand({ Bucket: bucket, Key: p.keys[0] }));
+    expect(head.Metadata?.['objectcache-tokens']).toBeUndefined();
+    expect(head.Metadata?.['objectcache-tenant']).toBeDefined();
+    expect(head.Metadata?.['pad']).toHaveLength(2040 - fixed);
+  });
+
   it('replays held batches from a sequence number, then the end marker', async () => {
     const bucket = uniqueBucket('kvrep');
     const gw = await gatewayWithEvents(backend, bucket, 100, ['--kv-events-encoding', 'array']);

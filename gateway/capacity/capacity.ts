@@ -43,6 +43,10 @@ const TRIM_INTERVAL_MS = 250;
 export const ROOM_WAIT_MS = 5000;
 /** How often a write waiting for room looks again. */
 const ROOM_POLL_MS = 20;
+/** Waiting writes start a trimming pass at most this often (a pass walks the whole index). */
+const ROOM_KICK_MS = 100;
+/** With other gateways about, a bucket this full (of its budget, everything counted) is trimmed at full speed: their writes may be waiting for room. */
+const FULL_FRACTION = 0.99;
 /** How often the leader looks for idle chunks (a walk of the whole index), ms. */
 const IDLE_SCAN_MS = 30_000;
 /** A chunk whose predecessor is missing counts as dead only once it is this old, ms (its prefix may be mid-write). */
@@ -162,6 +166,10 @@ export class Capacity {
   readonly #bucketReserved = new Map<string, number>();
   /** Writes waiting for room, per bucket: while any wait, eviction deletes at full speed. */
   readonly #waitingForRoom = new Map<string, number>();
+  /** The bytes those writes need, per bucket: a pass trims far enough for them. */
+  readonly #waitingBytes = new Map<string, number>();
+  /** When the last trimming pass ended (performance.now()): waiting writes start one at most every ROOM_KICK_MS. */
+  #lastPassEnded = 0;
   /** Chunks decided for eviction and not yet deleted (not chosen twice; their bytes count as freed). */
   readonly #queued = new Set<string>();
   readonly #pendingFree = new Map<string, number>();
@@ -395,16 +403,20 @@ export class Capacity {
         new ObjectCacheError('OC_ERR_CAPACITY_FULL', `Storing ${bytes} bytes would take bucket ${bucket} past its budget of ${budget} bytes${why}; nothing was stored`, {
           details: { Bucket: bucket, BudgetBytes: String(budget) },
         });
-      if (bytes > budget) throw full(' on its own');
+      if (bytes > budget)
+        throw new ObjectCacheError('OC_ERR_CAPACITY_TOO_LARGE', `Storing ${bytes} bytes in bucket ${bucket} can never fit its budget of ${budget} bytes; nothing was stored`, {
+          details: { Bucket: bucket, BudgetBytes: String(budget) },
+        });
       const deadline = performance.now() + ROOM_WAIT_MS;
       this.#waitingForRoom.set(bucket, (this.#waitingForRoom.get(bucket) ?? 0) + 1);
+      this.#waitingBytes.set(bucket, (this.#waitingBytes.get(bucket) ?? 0) + bytes);
       try {
         while (!fits()) {
           if (this.#closed || performance.now() >= deadline) {
             this.#observer.waitedForRoom(bucket, 'refused');
             throw full(`, and eviction did not make room within ${ROOM_WAIT_MS} ms (pinned, being read, or written faster than the store deletes)`);
           }
-          if (this.#shared.isLeader) void this.#trimOnce();
+          if (this.#shared.isLeader && performance.now() - this.#lastPassEnded >= ROOM_KICK_MS) void this.#trimOnce();
           await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
         }
         this.#observer.waitedForRoom(bucket, 'admitted');
@@ -412,6 +424,9 @@ export class Capacity {
         const left = (this.#waitingForRoom.get(bucket) ?? 1) - 1;
         if (left === 0) this.#waitingForRoom.delete(bucket);
         else this.#waitingForRoom.set(bucket, left);
+        const need = (this.#waitingBytes.get(bucket) ?? bytes) - bytes;
+        if (left === 0 || need <= 0) this.#waitingBytes.delete(bucket);
+        else this.#waitingBytes.set(bucket, need);
       }
     }
     this.#bucketReserved.set(bucket, (this.#bucketReserved.get(bucket) ?? 0) + bytes);
@@ -792,15 +807,21 @@ export class Capacity {
           this.#observer.syncFailed('uploads');
         });
       }
+      // While writes wait for room somewhere, a pass serves those buckets only, first.
+      const someWait = this.#waitingForRoom.size > 0;
       for (const [bucket, index] of this.#indexes) {
+        const waiting = (): boolean => (this.#waitingForRoom.get(bucket) ?? 0) > 0;
+        if (someWait && !waiting()) continue;
         // Sizes learnt from other gateways' journals are checked against the store before
         // eviction acts on them; until then they do not count here.
         await this.#checkSizes(bucket, index);
         const budget = this.#config.budgets.get(bucket) ?? 0;
-        const target = budget * this.#config.lowFraction;
+        // Down to the low mark, and, for writes waiting, far enough that they fit beside what
+        // the trim does not count (unchecked sizes, uploads' unchecked parts, admitted writes).
+        const uncounted = index.uncheckedBytes + this.#uploadBytes(bucket) - this.#uploadBytes(bucket, true) + (this.#bucketReserved.get(bucket) ?? 0);
+        const target = Math.min(budget * this.#config.lowFraction, waiting() ? budget - (this.#waitingBytes.get(bucket) ?? 0) - uncounted : Infinity);
         const uploads = this.#uploadBytes(bucket, true);
         const usage = (): number => index.bytes - index.uncheckedBytes + uploads + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
-        const waiting = (): boolean => (this.#waitingForRoom.get(bucket) ?? 0) > 0;
         // Writes waiting for room trim too, whatever the marks (a large write can need room below the high mark).
         const trim = usage() > budget * this.#config.highFraction || waiting();
         // Derived data goes first: it is rebuilt from the chunks, never the other way round.
@@ -826,8 +847,12 @@ export class Capacity {
         try {
           for (; at < victims.length; at++) {
             const { chunk, cause } = victims[at] as { chunk: Chunk; cause: EvictionCause };
-            // At --evict-rate, unless writes wait for room: then as fast as the store deletes.
-            await this.#paced(waiting());
+            // Writes began waiting in another bucket: this one gives way (what is left is unqueued).
+            if (!waiting() && this.#waitingForRoom.size > 0) break;
+            // At --evict-rate, unless writes wait for room: here, or, with other gateways about
+            // (whose waiting writes this one does not see), the bucket being full. Then as fast
+            // as the store deletes.
+            await this.#paced(waiting() || (this.#shared.hasPeers && this.#bucketBytes(bucket) >= budget * FULL_FRACTION));
             if (this.#closed || !this.#shared.isLeader) break;
             // Still wanted? The pass may have waited; a chunk trimmed for the budget goes only while
             // the bucket is above its low mark (other chunks may have gone meanwhile).
@@ -848,6 +873,7 @@ export class Capacity {
       this.#observer.syncFailed('trim');
     } finally {
       this.#trimming = false;
+      this.#lastPassEnded = performance.now();
     }
   }
 

@@ -4,7 +4,7 @@
  */
 import { AFTER_META } from '../../schemas/chain.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
-import { MODEL_META, TOKENS_META, tokensProblem } from '../../schemas/kv-tokens.js';
+import { MAX_USER_METADATA_BYTES, MODEL_META, TOKENS_META, tokensProblem, userMetadataBytes } from '../../schemas/kv-tokens.js';
 import { objectKeyProblem } from '../../schemas/object-key.js';
 import type { Backend } from '../s3/backend.js';
 import { headerOf, type RequestContext } from '../s3/context.js';
@@ -45,7 +45,7 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
     if (part) budgeted.admitPart(bucket, part.uploadId, part.partNumber, ctx.tenant);
     const finish = await budgeted.admitWrite(bucket, key, ctx.tenant, bytes, part === undefined);
     const replaces = replacesMeta(ctx);
-    if (replaces) ctx.req.headers[TENANT_META] = ctx.tenant;
+    if (replaces) stampTenant(ctx.req.headers, ctx.tenant);
     // A copy that would take its source's metadata takes it from the gateway instead: the copier
     // as its tenant, and the source's chain only when it is the copier's own.
     else if (op === 'CopyObject' && source) copyMetadata(ctx, source);
@@ -69,7 +69,7 @@ export async function serveBudgeted(ctx: RequestContext, budgeted: Capacity, bac
   }
   if (op === 'CreateMultipartUpload') {
     checkWrittenTokens(ctx);
-    ctx.req.headers[TENANT_META] = ctx.tenant;
+    stampTenant(ctx.req.headers, ctx.tenant);
   }
   await backend.serveS3(ctx);
   const status = ctx.res.statusCode;
@@ -140,7 +140,17 @@ function copyMetadata(ctx: RequestContext, source: StoreHead): void {
     if (name === 'objectcache-tenant' || (!own && (name === AFTER_META || name === TOKENS_META || name === MODEL_META))) continue;
     headers[`x-amz-meta-${name}`] = value;
   }
-  headers[TENANT_META] = ctx.tenant;
+  stampTenant(headers, ctx.tenant);
+}
+
+/**
+ * Records the writer's tenant with the object. The writer fitted its metadata to S3's 2 KB without
+ * it: where the tenant takes it past, the chunk's tokens (for KV events only) are left out, so the
+ * write is not refused for what the gateway added.
+ */
+function stampTenant(headers: NodeJS.Dict<string | string[]>, tenant: string): void {
+  headers[TENANT_META] = tenant;
+  if (headers[`x-amz-meta-${TOKENS_META}`] !== undefined && userMetadataBytes(userMetadata(headers)) > MAX_USER_METADATA_BYTES) delete headers[`x-amz-meta-${TOKENS_META}`];
 }
 
 /**

@@ -248,17 +248,35 @@ export class KvEvents {
     this.#releaseChildren(s);
   }
 
-  /** The chunks held for `parent` (a slot) follow it, and theirs them. */
+  /** The chunks held for `parent` (a slot) follow it, and theirs them (a worklist: chains are long). */
   #releaseChildren(parent: string): void {
-    const children = this.#heldFor.get(parent);
-    if (children) for (const child of [...children]) this.#release(child);
+    const stack = [...(this.#heldFor.get(parent) ?? [])].reverse();
+    for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+      const s = slotOf(next.bucket, next.chunk.key);
+      if (this.#held.get(s) !== next) continue; // released already (a loop of recorded parents)
+      this.#unhold(next);
+      this.#batch(next);
+      stack.push(...[...(this.#heldFor.get(s) ?? [])].reverse());
+    }
   }
 
-  /** A held chunk goes now, as it is: its parent's event is out, or it waited long enough. */
+  /** A held chunk goes now, as it is (it waited long enough), after its held ancestors and before its held descendants. */
   #release(event: Pending): void {
-    this.#unhold(event);
-    this.#batch(event);
-    this.#releaseChildren(slotOf(event.bucket, event.chunk.key));
+    // The topmost held ancestor goes first; a loop of recorded parents ends where it repeats.
+    let top = event;
+    const seen = new Set<Pending>([top]);
+    for (;;) {
+      const parent = (top.meta ?? {})[AFTER_META] ?? top.chunk.pred;
+      const up = parent === undefined ? undefined : this.#held.get(slotOf(top.bucket, parent));
+      if (up === undefined || seen.has(up)) break;
+      seen.add(up);
+      top = up;
+    }
+    const s = slotOf(top.bucket, top.chunk.key);
+    if (this.#held.get(s) !== top) return;
+    this.#unhold(top);
+    this.#batch(top);
+    this.#releaseChildren(s);
   }
 
   #unhold(event: Pending): void {
@@ -275,9 +293,14 @@ export class KvEvents {
   /** Publishes the held chunks whose wait is over (their parents never came, or were removed). */
   #expireHeld(): void {
     this.#heldTimer = undefined;
-    const now = performance.now();
-    for (const event of [...this.#held.values()]) if ((event.until ?? 0) <= now && this.#held.has(slotOf(event.bucket, event.chunk.key))) this.#release(event);
-    if (this.#held.size > 0 && !this.#closed) this.#heldTimer = setTimeout(() => this.#expireHeld(), PARENT_WAIT_MS / 4);
+    try {
+      const now = performance.now();
+      for (const event of [...this.#held.values()]) if ((event.until ?? 0) <= now && this.#held.get(slotOf(event.bucket, event.chunk.key)) === event) this.#release(event);
+    } catch (error) {
+      this.#log.error({ error }, 'kv events: releasing chunks held for their parents failed');
+    } finally {
+      if (this.#held.size > 0 && !this.#closed) this.#heldTimer = setTimeout(() => this.#expireHeld(), PARENT_WAIT_MS / 4);
+    }
   }
 
   #batch(event: Pending): void {
@@ -364,7 +387,7 @@ export class KvEvents {
     if (this.#closed) return;
     if (this.#heldTimer) clearTimeout(this.#heldTimer);
     // What waits for a parent goes as it is.
-    for (const event of [...this.#held.values()]) if (this.#held.has(slotOf(event.bucket, event.chunk.key))) this.#release(event);
+    for (const event of [...this.#held.values()]) if (this.#held.get(slotOf(event.bucket, event.chunk.key)) === event) this.#release(event);
     if (this.#timer) clearTimeout(this.#timer);
     this.#sendAll();
     this.#closed = true;

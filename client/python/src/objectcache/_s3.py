@@ -42,6 +42,12 @@ from .types import Buffer, CodecName, KVDtype, Layout
 _B = TypeVar("_B", bound=Buffer)
 
 
+def recordable_after(key: str) -> bool:
+    """Whether ``key`` can be recorded as the chunk before another (``objectcache-after``): at most
+    MAX_AFTER_KEY printable ASCII characters (schemas/chain.ts ``recordableAfter``)."""
+    return len(key) <= MAX_AFTER_KEY and re.fullmatch(AFTER_KEY_PATTERN, key) is not None
+
+
 def _fit_metadata(headers: Dict[str, str]) -> Dict[str, str]:
     """Leaves the chunk's tokens out when they would take its user metadata past S3's 2 KB (many
     layers' CRC-32Cs, a long chain key): they serve KV events only, the CRCs and chain are kept."""
@@ -93,7 +99,7 @@ class S3Calls(Transport):
         body = data if isinstance(data, bytes) else memoryview(cast(Any, data)).tobytes()
         headers = {"Content-Type": "application/octet-stream"}
         if after is not None:
-            if len(after) > MAX_AFTER_KEY or not re.fullmatch(AFTER_KEY_PATTERN, after):
+            if not recordable_after(after):
                 raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"after must be a key of at most {MAX_AFTER_KEY} printable ASCII characters")
             headers[f"x-amz-meta-{AFTER_META}"] = after
         if tokens is not None:
@@ -150,8 +156,13 @@ class S3Calls(Transport):
         if tokens is not None and len(tokens) != len(keys):
             raise ObjectCacheError("OC_ERR_CLIENT_USAGE", "put_chunks needs one token list per key")
 
+        if chain and after is not None and not recordable_after(after):
+            raise ObjectCacheError("OC_ERR_CLIENT_USAGE", f"after must be a key of at most {MAX_AFTER_KEY} printable ASCII characters")
+
         def before(i: int) -> Optional[str]:
-            return None if not chain else keys[i - 1] if i > 0 else after
+            # A key of the batch that cannot be recorded (long, or not ASCII) starts no chain.
+            key = None if not chain else keys[i - 1] if i > 0 else after
+            return key if key is not None and recordable_after(key) else None
 
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(keys)))) as pool:
             put = lambda i: self.put_chunk(  # noqa: E731

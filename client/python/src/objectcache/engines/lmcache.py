@@ -52,6 +52,7 @@ from lmcache.v1.memory_management import MemoryFormat, MemoryObj
 from lmcache.v1.storage_backend.connector import ConnectorAdapter, ConnectorContext
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
+from .._s3 import recordable_after
 from ..client import ObjectCacheClient
 from ..errors import ObjectCacheError
 from ..types import Descriptor, KVDtype, Layout, Mode
@@ -379,7 +380,7 @@ class ObjectCacheConnector(RemoteConnector):  # type: ignore[misc]
             name = self.object_name(key)
             # Copied now, as put() does: LMCache may free the memory once this coroutine is cancelled.
             puts.append(self._in_thread(self._put, name, obj.byte_array.tobytes(), None, before))
-            before = name
+            before = name if recordable_after(name) else None
         await asyncio.gather(*puts)
 
     async def put(self, key: CacheEngineKey, memory_obj: MemoryObj) -> None:

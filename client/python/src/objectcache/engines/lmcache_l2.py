@@ -67,6 +67,7 @@ from lmcache.v1.memory_management import MemoryObj
 from lmcache.v1.platform import create_event_notifier
 
 from .._contract import MODEL_NAME_PATTERN
+from .._s3 import recordable_after
 from ..client import ObjectCacheClient
 from ..errors import ObjectCacheError
 from ..types import Layout, Mode
@@ -333,22 +334,26 @@ class ObjectCacheL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         if not keys or self._closed:
             self._finish_store(task, ok=not keys)
             return task.task_id
+        # A chunk's tokens are waited for from here: a PUT queued behind others does not wait again.
+        submitted = time.monotonic()
         for key, obj in zip(keys, objects, strict=True):
             try:
-                self._writes.submit(self._put, task, key, obj)
+                self._writes.submit(self._put, task, key, obj, submitted)
             except RuntimeError:  # closed meanwhile: the chunk is not stored
                 self._put_done(task, key, 0)
         return task.task_id
 
-    def _put(self, task: _StoreTask, key: ObjectKey, obj: MemoryObj) -> None:
+    def _put(self, task: _StoreTask, key: ObjectKey, obj: MemoryObj, submitted: float) -> None:
         size = 0
         try:
             if self._closed:
                 raise ObjectCacheError("OC_ERR_CANCELLED", "the adapter is closed")
             chunk = ChunkLayout.of_object(obj)
             body = memoryview(obj.byte_array).cast("B")[: chunk.size]
-            bound = self._tokens.get(bytes(key.chunk_hash))
+            bound = self._tokens.get(bytes(key.chunk_hash), max(0.0, submitted + TOKENS_WAIT_S - time.monotonic()))
             tokens, after = (None, None) if bound is None else (bound[0], None if bound[1] is None else object_name(dataclasses.replace(key, chunk_hash=bound[1]), chunk.dtype, self.key_prefix))
+            if after is not None and not recordable_after(after):
+                after = None
             model = key.model_name if tokens is not None and re.fullmatch(MODEL_NAME_PATTERN, key.model_name) else None
             self.client.put_chunk(object_name(key, chunk.dtype, self.key_prefix), body, layout=(chunk.layout, chunk.layers, chunk.layer_bytes), tokens=tokens, model=model, after=after)
             size = chunk.size

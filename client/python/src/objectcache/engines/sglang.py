@@ -60,6 +60,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
 
+from .._s3 import recordable_after
 from ..client import ObjectCacheClient
 from ..errors import ObjectCacheError
 from ..types import Descriptor, Layout, Mode
@@ -361,7 +362,8 @@ class ObjectCacheHiCacheStorage(HiCacheStorage):  # type: ignore[misc]
     def _put(self, key: str, body: Callable[[], bytes], after: Optional[str] = None) -> bool:
         try:
             form = self._page_form()
-            self.client.put_chunk(self.object_name(key), body(), layout=(form.layout, form.layers, form.layer_bytes), after=None if after is None else self.object_name(after))
+            name = None if after is None else self.object_name(after)
+            self.client.put_chunk(self.object_name(key), body(), layout=(form.layout, form.layers, form.layer_bytes), after=name if name is not None and recordable_after(name) else None)
             return True
         except Exception as error:
             self._miss("put", error, 1)
