@@ -8,13 +8,13 @@
 /** The metadata name (without `x-amz-meta-`). */
 export const AFTER_META = 'objectcache-after';
 
-/** Longer keys are refused by the clients: S3 allows 2 KB of user metadata in all (per-layer CRC-32Cs too). */
+/** Longer keys are not recorded (a writer's explicit `after` is refused, a batch's own keys start no chain): S3 allows 2 KB of user metadata in all (per-layer CRC-32Cs too). */
 export const MAX_AFTER_KEY = 512;
 
 /** What a recorded key may hold: printable ASCII (a header value the store and every client read alike). */
 export const AFTER_KEY = /^[\x20-\x7e]*$/;
 
-/** Whether `key` can be recorded as the chunk before another (the clients refuse others: OC_ERR_CLIENT_USAGE). */
+/** Whether `key` can be recorded as the chunk before another (the clients refuse another as an explicit `after`, OC_ERR_CLIENT_USAGE, and record none for it in a batch). */
 export function recordableAfter(key: string): boolean {
   return key.length <= MAX_AFTER_KEY && AFTER_KEY.test(key);
 }

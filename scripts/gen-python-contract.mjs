@@ -283,8 +283,13 @@ constant('MAX_ENCODED_SLICE_EXTRA_BYTES', 'int', int(sliceExtra, 'the slice extr
 constant('LAYER_CRC_META', 'str', str(integrity.LAYER_CRC_META), "User metadata with the CRC-32C of every layer's slice.");
 constant('MAX_CHECKSUMMED_LAYERS', 'int', int(integrity.MAX_CHECKSUMMED_LAYERS, 'MAX_CHECKSUMMED_LAYERS'), "Most layers whose CRC-32Cs fit in S3's 2 KB of user metadata.");
 constant('AFTER_META', 'str', str(chain.AFTER_META), 'User metadata naming the chunk before this one in its prefix.');
-constant('MAX_AFTER_KEY', 'int', int(chain.MAX_AFTER_KEY, 'MAX_AFTER_KEY'), 'Longer keys are refused (OC_ERR_CLIENT_USAGE).');
-constant('AFTER_KEY_PATTERN', 'str', str(chain.AFTER_KEY.source), 'What a recorded key may hold (re.fullmatch); others are refused.');
+constant(
+  'MAX_AFTER_KEY',
+  'int',
+  int(chain.MAX_AFTER_KEY, 'MAX_AFTER_KEY'),
+  'Longer keys are not recorded: refused as an explicit after (OC_ERR_CLIENT_USAGE), no chain from them in a batch.',
+);
+constant('AFTER_KEY_PATTERN', 'str', str(chain.AFTER_KEY.source), 'What a recorded key may hold (re.fullmatch); others are not recorded, as MAX_AFTER_KEY says.');
 constant('TOKENS_META', 'str', str(kvTokens.TOKENS_META), "User metadata with the chunk's token ids (unsigned LEB128 varints, base64url), for the KV events.");
 constant('MAX_TOKENS_META_CHARS', 'int', int(kvTokens.MAX_TOKENS_META_CHARS, 'MAX_TOKENS_META_CHARS'), 'Longer token lists are not recorded.');
 constant(

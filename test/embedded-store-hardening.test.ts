@@ -27,7 +27,8 @@ import { LocalStore } from '../gateway/stores/embedded/local-store.js';
 import { encodeFooter, MAX_FOOTER_BYTES, objectRelativePath, readFooter } from '../gateway/stores/embedded/object-file.js';
 import { openBackend } from '../gateway/s3/backend.js';
 import { createLogger } from '../gateway/common/logger.js';
-import { checkStoredMetadata, MAX_USER_METADATA_BYTES } from '../gateway/s3/metadata.js';
+import { checkStoredMetadata } from '../gateway/s3/metadata.js';
+import { MAX_USER_METADATA_BYTES } from '../schemas/kv-tokens.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { COMPAT_TARGETS, compatSuite, sdkClient, startTestGateway } from './helpers/gateway.js';
 

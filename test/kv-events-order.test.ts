@@ -51,18 +51,24 @@ afterEach(async () => {
   for (const thing of open.splice(0)) await thing.close();
 });
 
+/** Starts `events` and a subscriber to all its topics, connected (ZeroMQ's slow joiner waited out). */
+async function startedWithSubscriber(events: KvEvents): Promise<Subscriber> {
+  const { endpoint } = await events.start();
+  const sub = new Subscriber();
+  open.push(sub);
+  sub.connect(endpoint);
+  sub.subscribe('');
+  await new Promise((r) => setTimeout(r, 200));
+  return sub;
+}
+
 describe('KvEvents', () => {
   it('publishes in the order the changes happened, whichever HEAD answers first', async () => {
     const answers = new Map<string, (head: StoreHead) => void>();
     const store = { head: (_bucket: string, key: string) => new Promise<StoreHead>((resolve) => answers.set(key, resolve)) } as unknown as CapacityStore;
     const events = new KvEvents({ config, store, logger: quiet, observer: counting() });
     open.push(events);
-    const { endpoint } = await events.start();
-    const sub = new Subscriber();
-    open.push(sub);
-    sub.connect(endpoint);
-    sub.subscribe('');
-    await new Promise((r) => setTimeout(r, 200));
+    const sub = await startedWithSubscriber(events);
     const changes = events.changes('b');
     changes.stored(chunk('a'), undefined); // waits for its HEAD
     changes.stored(chunk('b'), undefined); // waits for its HEAD
@@ -131,12 +137,7 @@ describe('KvEvents, a chunk and its parent', () => {
     const inIndex = new Set<string>(['base']); // a parent of the baseline: present, never published
     const events = new KvEvents({ config, store, logger: quiet, observer: counting(), present: (_b, key) => inIndex.has(key) });
     open.push(events);
-    const { endpoint } = await events.start();
-    const sub = new Subscriber();
-    open.push(sub);
-    sub.connect(endpoint);
-    sub.subscribe('');
-    await new Promise((r) => setTimeout(r, 200));
+    const sub = await startedWithSubscriber(events);
     const changes = events.changes('b');
     const after = (key: string): Record<string, string> => ({ 'objectcache-after': key });
     // An engine's three concurrent PUTs of one prefix land last first.
@@ -162,18 +163,35 @@ describe('KvEvents, a chunk and its parent', () => {
   });
 });
 
+describe('KvEvents, chunks whose parents never come', () => {
+  it('holds at most 4,096 of them: past that, one goes at once, without waiting', async () => {
+    const store = { head: () => Promise.resolve(undefined) } as unknown as CapacityStore;
+    const events = new KvEvents({ config: { ...config, batchMs: 1 }, store, logger: quiet, observer: counting(), present: () => false });
+    open.push(events);
+    const sub = await startedWithSubscriber(events);
+    const changes = events.changes('b');
+    for (let i = 0; i < 5000; i++) changes.stored(chunk(`orphan${i}`), { 'objectcache-after': `missing${i}` });
+    let early = 0;
+    sub.receiveTimeout = 300;
+    try {
+      for (;;) {
+        const [, , payload] = (await sub.receive()) as Buffer[];
+        early += (decode(payload as Buffer) as [number, unknown[]])[1].length;
+      }
+    } catch {
+      // nothing more within 300 ms: the held ones wait for PARENT_WAIT_MS
+    }
+    expect(early).toBe(5000 - 4096);
+  });
+});
+
 describe('KvEvents, a long chain', () => {
   it('publishes a 4,000-chunk prefix stored last chunk first in prefix order, and one whose head never comes head first once it waited', async () => {
     const store = { head: () => Promise.resolve(undefined) } as unknown as CapacityStore;
     const inIndex = new Set<string>();
     const events = new KvEvents({ config: { ...config, batchMs: 1 }, store, logger: quiet, observer: counting(), present: (_b, key) => inIndex.has(key) });
     open.push(events);
-    const { endpoint } = await events.start();
-    const sub = new Subscriber();
-    open.push(sub);
-    sub.connect(endpoint);
-    sub.subscribe('');
-    await new Promise((r) => setTimeout(r, 200));
+    const sub = await startedWithSubscriber(events);
     const changes = events.changes('b');
     const n = 4000;
     // Each held for its parent; the head comes last and releases all of them, in order.

@@ -399,10 +399,6 @@ export class Capacity {
       return this.#bucketBytes(bucket) + bytes - replaced <= budget;
     };
     if (!fits()) {
-      const full = (why: string): ObjectCacheError =>
-        new ObjectCacheError('OC_ERR_CAPACITY_FULL', `Storing ${bytes} bytes would take bucket ${bucket} past its budget of ${budget} bytes${why}; nothing was stored`, {
-          details: { Bucket: bucket, BudgetBytes: String(budget) },
-        });
       if (bytes > budget)
         throw new ObjectCacheError('OC_ERR_CAPACITY_TOO_LARGE', `Storing ${bytes} bytes in bucket ${bucket} can never fit its budget of ${budget} bytes; nothing was stored`, {
           details: { Bucket: bucket, BudgetBytes: String(budget) },
@@ -414,7 +410,11 @@ export class Capacity {
         while (!fits()) {
           if (this.#closed || performance.now() >= deadline) {
             this.#observer.waitedForRoom(bucket, 'refused');
-            throw full(`, and eviction did not make room within ${ROOM_WAIT_MS} ms (pinned, being read, or written faster than the store deletes)`);
+            throw new ObjectCacheError(
+              'OC_ERR_CAPACITY_FULL',
+              `Storing ${bytes} bytes would take bucket ${bucket} past its budget of ${budget} bytes, and eviction did not make room within ${ROOM_WAIT_MS} ms (pinned, being read, or written faster than the store deletes); nothing was stored`,
+              { details: { Bucket: bucket, BudgetBytes: String(budget) } },
+            );
           }
           if (this.#shared.isLeader && performance.now() - this.#lastPassEnded >= ROOM_KICK_MS) void this.#trimOnce();
           await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));

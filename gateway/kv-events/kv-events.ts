@@ -50,6 +50,10 @@ const MAX_HELD = 4096;
 
 const slotOf = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
+/** The chunk its writer recorded before it (`objectcache-after`), else the one capacity's index learnt (its `pred`). */
+const parentOf = (event: { readonly meta: Readonly<Record<string, string>> | undefined; readonly chunk: Chunk }): string | undefined =>
+  event.meta?.[AFTER_META] ?? event.chunk.pred;
+
 type Pending = {
   readonly bucket: string;
   readonly kind: 'stored' | 'removed';
@@ -231,7 +235,7 @@ export class KvEvents {
       this.#batch(event);
       return;
     }
-    const parent = (event.meta ?? {})[AFTER_META] ?? event.chunk.pred;
+    const parent = parentOf(event);
     if (parent !== undefined && parent !== event.chunk.key && !this.#held.has(s) && this.#held.size < MAX_HELD) {
       const p = slotOf(event.bucket, parent);
       if (this.#queuedStores.has(p) || this.#held.has(p) || !this.#present(event.bucket, parent)) {
@@ -266,7 +270,7 @@ export class KvEvents {
     let top = event;
     const seen = new Set<Pending>([top]);
     for (;;) {
-      const parent = (top.meta ?? {})[AFTER_META] ?? top.chunk.pred;
+      const parent = parentOf(top);
       const up = parent === undefined ? undefined : this.#held.get(slotOf(top.bucket, parent));
       if (up === undefined || seen.has(up)) break;
       seen.add(up);
@@ -283,8 +287,7 @@ export class KvEvents {
     const s = slotOf(event.bucket, event.chunk.key);
     if (this.#held.get(s) !== event) return;
     this.#held.delete(s);
-    const parent = (event.meta ?? {})[AFTER_META] ?? event.chunk.pred;
-    const p = slotOf(event.bucket, parent as string);
+    const p = slotOf(event.bucket, parentOf(event) as string);
     const siblings = this.#heldFor.get(p)?.filter((x) => x !== event) ?? [];
     if (siblings.length === 0) this.#heldFor.delete(p);
     else this.#heldFor.set(p, siblings);

@@ -17,11 +17,9 @@ export function userMetadata(headers: IncomingHttpHeaders): Record<string, strin
   return meta;
 }
 
-/**
- * S3's limit on user metadata: the bytes of the names (without `x-amz-meta-`) and the values.
- * MinIO applies the same 2 KB but counts the prefix too, so it refuses a little earlier.
- */
-export { MAX_USER_METADATA_BYTES };
+// MAX_USER_METADATA_BYTES (schemas/kv-tokens.ts), S3's limit on user metadata: the bytes of the
+// names (without `x-amz-meta-`) and the values. MinIO applies the same 2 KB but counts the prefix
+// too, so it refuses a little earlier.
 
 /**
  * The limit on the stored headers and user metadata together: MinIO's limit on a request's

@@ -223,9 +223,9 @@ LAYER_CRC_META: Final[str] = "oc-layer-crc32c"
 MAX_CHECKSUMMED_LAYERS: Final[int] = 256
 #: User metadata naming the chunk before this one in its prefix.
 AFTER_META: Final[str] = "objectcache-after"
-#: Longer keys are refused (OC_ERR_CLIENT_USAGE).
+#: Longer keys are not recorded: refused as an explicit after (OC_ERR_CLIENT_USAGE), no chain from them in a batch.
 MAX_AFTER_KEY: Final[int] = 512
-#: What a recorded key may hold (re.fullmatch); others are refused.
+#: What a recorded key may hold (re.fullmatch); others are not recorded, as MAX_AFTER_KEY says.
 AFTER_KEY_PATTERN: Final[str] = "^[\\x20-\\x7e]*$"
 #: User metadata with the chunk's token ids (unsigned LEB128 varints, base64url), for the KV events.
 TOKENS_META: Final[str] = "objectcache-tokens"
