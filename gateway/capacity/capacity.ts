@@ -170,6 +170,12 @@ export class Capacity {
   readonly #waitingBytes = new Map<string, number>();
   /** When the last trimming pass ended (performance.now()): waiting writes start one at most every ROOM_KICK_MS. */
   #lastPassEnded = 0;
+  /**
+   * Buckets that passed their high mark and are not yet down to their low one: trimmed pass after
+   * pass until they are, so writes admitted while a pass runs (it chose its victims before them)
+   * do not leave the bucket stuck between the marks.
+   */
+  readonly #draining = new Set<string>();
   /** Chunks decided for eviction and not yet deleted (not chosen twice; their bytes count as freed). */
   readonly #queued = new Set<string>();
   readonly #pendingFree = new Map<string, number>();
@@ -822,8 +828,11 @@ export class Capacity {
         const target = Math.min(budget * this.#config.lowFraction, waiting() ? budget - (this.#waitingBytes.get(bucket) ?? 0) - uncounted : Infinity);
         const uploads = this.#uploadBytes(bucket, true);
         const usage = (): number => index.bytes - index.uncheckedBytes + uploads + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
+        // Past the high mark, a bucket drains to the low one over as many passes as it takes.
+        if (usage() > budget * this.#config.highFraction) this.#draining.add(bucket);
+        else if (usage() <= budget * this.#config.lowFraction) this.#draining.delete(bucket);
         // Writes waiting for room trim too, whatever the marks (a large write can need room below the high mark).
-        const trim = usage() > budget * this.#config.highFraction || waiting();
+        const trim = this.#draining.has(bucket) || waiting();
         // Derived data goes first: it is rebuilt from the chunks, never the other way round.
         if (trim && this.#derived) await this.#derived.evict(bucket, usage() - target);
         if (!trim && !idleScan) continue;
@@ -842,6 +851,8 @@ export class Capacity {
         // The walk gave way to requests while it ran: what a quota eviction queued, or a read
         // started on, meanwhile is left out here, in the same tick as the rest are queued.
         victims = victims.filter((v) => this.#evictable(bucket, v.chunk, now));
+        // Nothing evictable (pinned, being read or written): the high mark starts the next drain.
+        if (victims.length === 0) this.#draining.delete(bucket);
         for (const victim of victims) this.#queue(bucket, victim.chunk);
         let at = 0;
         try {
@@ -867,6 +878,7 @@ export class Capacity {
         } finally {
           for (const left of victims.slice(at)) this.#unqueue(bucket, left.chunk);
         }
+        if (usage() <= budget * this.#config.lowFraction) this.#draining.delete(bucket);
       }
     } catch (error) {
       this.#log.warn({ error }, 'capacity: a trimming pass failed; the next one retries');
