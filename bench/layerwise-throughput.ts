@@ -18,7 +18,7 @@
  *   [-- --gateway-cli OTHER/dist/cli/main.js]  (another build's gateway, to compare builds)
  *   [-- --placement pinned]  (the gateway on the last core, MinIO and the load generator on the
  *                            others, as separate machines would be; placement.ts; default shared)
- *   (--gateway-args "--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
+ *   (--gateway-args="--workers 2 ..." passes settings to the gateway; --profile-gateway DIR writes
  *   a V8 CPU profile of the gateway process)
  */
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';

@@ -9,7 +9,7 @@
  * memory (after a two-chunk GET) is the baseline, then one whole GET warms the path, then the C
  * GETs are measured (peak resident memory over that baseline: the steady state's footprint).
  *
- *   npm run bench:memory [-- --concurrency 1,4,16] [-- --gateway-args "--read-ahead-bytes 268435456"]
+ *   npm run bench:memory [-- --concurrency 1,4,16] [-- --gateway-args="--read-ahead-bytes 268435456"]
  *   [-- --compare-cli OTHER/dist/cli/main.js]  (another build's gateway, run at every level too:
  *   before and after a change, in one run)  [-- --minio-args="--send-buf-size 262144"]
  *   [-- --compare-gateway-args="--budget memory-bench=1TiB"]  (this build again with other

@@ -7,13 +7,15 @@
  * straight from MinIO with the gateway's own socket reader (into place), the yardstick. Writes
  * bench/results/scaling-latest.json (or --out).
  *
- *   npm run bench:scaling [-- --processes 1,2,4,8,16] [-- --seconds 10] [-- --generators 4]
+ *   npm run bench:scaling [-- --processes 1,2,4,8,16] [-- --seconds 10] [-- --generators N]
  *   [-- --in-flight 2] [-- --tokens 16384 --granularity 64] [-- --store minio|embedded]
- *   [-- --minio-binary PATH] [-- --gateway-args "--workers 2"]
+ *   [-- --minio-binary PATH] [-- --gateway-args="--workers 2"]
  *
  * The store is MinIO when a binary is at hand (--minio-binary, or the pinned build that
  * scripts/install-minio.sh builds where Go is installed), else the gateway's embedded store.
- * Levels above the host's cores are skipped. Every GET is checked whole by the client (its frame
+ * Levels above the host's cores are skipped. --generators defaults to one per core: with one per
+ * four cores, 8 GETs in flight were too few to spread over 8 and 16 processes (docs/benchmarks.md,
+ * Serving processes). Every GET is checked whole by the client (its frame
  * CRCs); the load generators reuse one target each.
  */
 import { fork } from 'node:child_process';
@@ -161,7 +163,7 @@ async function main(): Promise<void> {
   const skipped = levels.filter((n) => n > cores);
   const run = levels.filter((n) => Number.isInteger(n) && n >= 1 && n <= cores);
   const seconds = Number(values.seconds);
-  const generators = values.generators ? Number(values.generators) : Math.max(1, Math.ceil(cores / 4));
+  const generators = values.generators ? Number(values.generators) : cores;
   const inFlight = Number(values['in-flight']);
   const G = Number(values.granularity);
   const chunks = Math.floor((Number(values.tokens) * 0.875) / G);

@@ -3,7 +3,7 @@
  * --credentials, and that a key from that file really authenticates through the gateway.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { ListBucketsCommand } from '@aws-sdk/client-s3';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -22,6 +22,15 @@ describe('loadServeConfig', () => {
     expect(config.metricsPort).toBe(9081);
     expect(config.backend).toEqual({ kind: 'local', dataDir: './data' });
     expect(config.clientCredentials.map((c) => c.accessKeyId)).toEqual(['objectcache']);
+  });
+
+  it('gives the buffered-byte budget 1 GiB per serving process by default, within a quarter of the memory; a value set wins', () => {
+    const GiB = 1024 ** 3;
+    const quarter = Math.floor(Math.min(totalmem(), process.constrainedMemory() || Infinity) / 4);
+    expect(loadServeConfig(['--processes', '1'], {}).descriptorGet.maxBufferedBytes).toBe(GiB);
+    expect(loadServeConfig(['--processes', '3'], {}).descriptorGet.maxBufferedBytes).toBe(Math.max(GiB, Math.min(3 * GiB, quarter)));
+    expect(loadServeConfig(['--processes', '256'], {}).descriptorGet.maxBufferedBytes).toBe(Math.max(GiB, quarter));
+    expect(loadServeConfig(['--processes', '3', '--max-buffered-bytes', '4096'], {}).descriptorGet.maxBufferedBytes).toBe(4096);
   });
 
   it('lets a flag win over its environment variable', () => {
