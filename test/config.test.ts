@@ -33,6 +33,15 @@ describe('loadServeConfig', () => {
     expect(loadServeConfig(['--processes', '3', '--max-buffered-bytes', '4096'], {}).descriptorGet.maxBufferedBytes).toBe(4096);
   });
 
+  it('packs segments by default for the budgeted buckets only, and not at all without a budget', () => {
+    expect(loadServeConfig([], {}).segments).toBeUndefined();
+    expect([...(loadServeConfig(['--budget', 'kvc=1GiB'], {}).segments?.buckets ?? [])]).toEqual(['kvc']);
+    expect(loadServeConfig(['--budget', 'kvc=1GiB', '--segments', 'off'], {}).segments).toBeUndefined();
+    const on = loadServeConfig(['--segments', 'on'], {}).segments;
+    expect(on?.bucket).toBe('objectcache-segments');
+    expect(on?.buckets).toBeUndefined();
+  });
+
   it('lets a flag win over its environment variable', () => {
     const config = loadServeConfig(['--port', '7000'], { OBJECTCACHE_PORT: '8000', OBJECTCACHE_METRICS_PORT: '8001' });
     expect(config.port).toBe(7000);

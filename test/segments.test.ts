@@ -382,6 +382,53 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
     });
   });
 
+  it('packs by default the prefixes of budgeted buckets, and only those (--segments auto)', async () => {
+    const bucket = uniqueBucket('segauto');
+    const other = uniqueBucket('segnobudget');
+    const gw = await startTestGateway({ backend, minio, args: [...fastBudget(bucket, 64 * 2 ** 20), '--segment-min-bytes', '0', '--segment-bucket', uniqueBucket('segs')] });
+    const client = testClient(gw, bucket);
+    const unbudgeted = testClient(gw, other);
+    try {
+      await client.ensureBucket();
+      await unbudgeted.ensureBucket();
+      await readTwice(unbudgeted, await seedPrefix(unbudgeted, { chunks: 4, layers: L, layerBytes: S, layout: 'KV_L2TD' }));
+      const hot = await seedPrefix(client, { chunks: 4, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      await readTwice(client, hot);
+      await waitFor('the budgeted prefix is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1);
+      expect(gw.gateway.capacity?.usage()[0]?.derivedBytes).toBeGreaterThan(0);
+      expectBytes(await client.fetch(descriptorOf(hot, { mode: 'layerwise' })), reference(hot));
+      expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(1);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'packed')).toBe(1); // never the unbudgeted bucket's
+    } finally {
+      await client.close();
+      await unbudgeted.close();
+      await gw.close();
+    }
+  });
+
+  it("keeps a hot prefix's segment while colder chunks go: one least-recently-used order for both", async () => {
+    const bucket = uniqueBucket('segcap');
+    // A cold prefix (six chunks, never read) and a hot one read twice, so packed: 288 KiB each and
+    // 288 KiB of segment, 864 KiB past the high mark of a 900 KiB budget (855); trimmed to 765.
+    const budget = fastBudget(bucket, 900 * 1024);
+    await withGateway(bucket, budget, async (gw, client) => {
+      const cold = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      const hot = await seedPrefix(client, { chunks: 6, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      await readTwice(client, hot);
+      await waitFor('the hot prefix is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1);
+      await waitFor('the bucket is trimmed', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 765 * 1024);
+      // The cold prefix lost its tail, three chunks; the hot one kept its segment and every chunk.
+      expect(await client.lookup(cold.keys)).toBe(3);
+      expect(await client.lookup(hot.keys)).toBe(6);
+      expect(await segmentEvents(gw.gateway.adminUrl, 'evicted')).toBe(0);
+      expect(gw.gateway.capacity?.usage()[0]?.derivedBytes).toBeGreaterThan(0);
+      const served = await segmentEvents(gw.gateway.adminUrl, 'served');
+      expectBytes(await client.fetch(descriptorOf(hot, { mode: 'layerwise' })), reference(hot));
+      expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(served + 1);
+    });
+  });
+
   it('keeps at most --max-segment-bytes of segments, the least recently used going first', async () => {
     const bucket = uniqueBucket('segmax');
     const one = 6 * L * S; // one prefix's segment

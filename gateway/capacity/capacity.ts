@@ -22,6 +22,7 @@ import type { CapacityStore } from '../stores/capacity-store.js';
 import { SharedState, type CapacityEvent, type EventSource } from './shared-state.js';
 import type { StateKey } from '../common/state-key.js';
 import type { CapacityObserver, EvictionCause } from '../common/observers.js';
+import type { DerivedData, DerivedItem } from '../common/derived-data.js';
 
 /**
  * Whether a key of `tenant` may write `key` in `bucket` (its access policy allows s3:PutObject
@@ -96,15 +97,10 @@ interface Upload {
 
 const slot = (bucket: string, key: string): string => `${bucket}\0${key}`;
 
-/**
- * Data derived from a bucket's chunks and kept elsewhere in the store (packed segments,
- * gateway/segments/segments.ts): counted against the bucket's budget, and evicted before
- * any chunk, since dropping it loses nothing.
- */
-export interface DerivedData {
-  bytes(bucket: string): number;
-  /** Deletes derived data of `bucket` until `bytes` are freed or none is left; resolves to the bytes freed. */
-  evict(bucket: string, bytes: number): Promise<number>;
+/** A derived object in the eviction order (#derivedOrder). */
+interface DerivedAt {
+  readonly item: DerivedItem;
+  readonly at: number;
 }
 
 export interface BucketUsage {
@@ -828,26 +824,44 @@ export class Capacity {
         const target = Math.min(budget * this.#config.lowFraction, waiting() ? budget - (this.#waitingBytes.get(bucket) ?? 0) - uncounted : Infinity);
         const uploads = this.#uploadBytes(bucket, true);
         const usage = (): number => index.bytes - index.uncheckedBytes + uploads + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
-        // Past the high mark, a bucket drains to the low one over as many passes as it takes.
-        if (usage() > budget * this.#config.highFraction) this.#draining.add(bucket);
+        // Past the high mark, a bucket drains to the low one over as many passes as it takes. With
+        // other gateways about, whose waiting writes this one does not see, so does a bucket where
+        // a write as large as the largest chunk would not fit (a budget under 20 such chunks has
+        // room for none below its high mark).
+        const unseenWrite = this.#shared.hasPeers ? index.largest : 0;
+        if (usage() > budget * this.#config.highFraction || (unseenWrite > 0 && usage() + unseenWrite > budget)) this.#draining.add(bucket);
         else if (usage() <= budget * this.#config.lowFraction) this.#draining.delete(bucket);
         // Writes waiting for room trim too, whatever the marks (a large write can need room below the high mark).
         const trim = this.#draining.has(bucket) || waiting();
-        // Derived data goes first: it is rebuilt from the chunks, never the other way round.
-        if (trim && this.#derived) await this.#derived.evict(bucket, usage() - target);
         if (!trim && !idleScan) continue;
         const idleBefore = idleScan && idleMs !== undefined ? now - idleMs : undefined;
         let victims: { chunk: Chunk; cause: EvictionCause }[] = [];
         let free = usage();
+        // Derived data (packed segments) in the chunks' least-recently-used order, each just before
+        // the least recently used chunk it copies: a hot prefix's segment outlives colder chunks,
+        // and goes before any chunk of its own (it is rebuilt from them, never the other way round).
+        const derived = trim ? this.#derivedOrder(bucket, index) : [];
+        const derivedVictims = new Set<string>();
+        let nextDerived = 0;
+        const takeDerived = (upTo: number): void => {
+          for (; nextDerived < derived.length && free > target && (derived[nextDerived] as DerivedAt).at <= upTo; nextDerived++) {
+            const { item } = derived[nextDerived] as DerivedAt;
+            derivedVictims.add(item.id);
+            free -= item.bytes;
+          }
+        };
         // A chunk whose size is not checked yet does not count in the usage, so it is not taken to bring it down.
         for await (const { chunk, reason } of this.#order(index, { evictable: (c) => c.checked && this.#evictable(bucket, c, now), deadIfWrittenBefore: now - DEAD_AFTER_MS })) {
           const idle = idleBefore !== undefined && chunk.lastAccess < idleBefore;
+          if (trim && free > target && reason === 'lru') takeDerived(chunk.lastAccess);
           if (trim && free > target) {
             victims.push({ chunk, cause: reason === 'dead' ? 'dead' : idle ? 'idle' : 'lru' });
             free -= chunk.size;
           } else if (idle) victims.push({ chunk, cause: reason === 'dead' ? 'dead' : 'idle' });
           else if (reason === 'lru') break; // leaves come oldest first: nothing later is idle or needed
         }
+        takeDerived(Infinity); // no chunk left to take: the rest of the derived data, if need be
+        if (derivedVictims.size > 0 && this.#derived) await this.#derived.evict(bucket, Infinity, derivedVictims);
         // The walk gave way to requests while it ran: what a quota eviction queued, or a read
         // started on, meanwhile is left out here, in the same tick as the rest are queued.
         victims = victims.filter((v) => this.#evictable(bucket, v.chunk, now));
@@ -887,6 +901,18 @@ export class Capacity {
       this.#trimming = false;
       this.#lastPassEnded = performance.now();
     }
+  }
+
+  /** The bucket's derived data, least recently used first, each at the least recent of its own use and its chunks' (DerivedData). */
+  #derivedOrder(bucket: string, index: ChunkIndex): DerivedAt[] {
+    if (!this.#derived) return [];
+    const order: DerivedAt[] = [];
+    for (const item of this.#derived.items(bucket)) {
+      let at = item.lastUsed;
+      for (const key of item.keys) at = Math.min(at, index.get(key)?.lastAccess ?? Infinity);
+      order.push({ item, at });
+    }
+    return order.sort((a, b) => a.at - b.at);
   }
 
   /**

@@ -103,10 +103,16 @@ export class ChunkIndex {
   /** Chunks whose size is not checked against the store yet, in the order they were learnt. */
   readonly #unchecked = new Set<string>();
   #uncheckedBytes = 0;
+  #largest = 0;
 
   /** Bytes of every chunk present. */
   get bytes(): number {
     return this.#bytes;
+  }
+
+  /** The size of the largest chunk this index has held: what one more write may well need. */
+  get largest(): number {
+    return this.#largest;
   }
 
   /** Of `bytes`, those of chunks whose size is not checked against the store yet. */
@@ -459,6 +465,7 @@ export class ChunkIndex {
 
   private account(chunk: Chunk, sign: 1 | -1): void {
     this.#bytes += sign * chunk.size;
+    if (sign === 1) this.#largest = Math.max(this.#largest, chunk.size);
     if (!chunk.checked) {
       this.#uncheckedBytes += sign * chunk.size;
       if (sign === 1) this.#unchecked.add(chunk.key);

@@ -534,10 +534,10 @@ export const SERVE_SETTINGS = {
     flag: 'segments',
     env: 'OBJECTCACHE_SEGMENTS',
     kind: 'enum',
-    default: 'off',
-    values: ['on', 'off'],
+    default: 'auto',
+    values: ['auto', 'on', 'off'],
     description:
-      'Packed segments (docs/segments.md). on: a prefix read --segment-after-reads times is kept as one object in layer-major order, written from the frames of a read of it (what the store cannot take as fast as the read goes is read again from the chunks after it, in the background), and later reads of it are a few large sequential reads of that object. off: every read is served from the chunks.',
+      'Packed segments (docs/segments.md). on: a prefix read --segment-after-reads times is kept as one object in layer-major order, written from the frames of a read of it (what the store cannot take as fast as the read goes is read again from the chunks after it, in the background), and later reads of it are a few large sequential reads of that object. auto: on for the budgeted buckets (--budget), whose budgets the segments count against and are evicted from first; off where no bucket is budgeted. off: every read is served from the chunks.',
   },
   segmentBucket: {
     flag: 'segment-bucket',
@@ -885,6 +885,8 @@ export interface SegmentConfig {
   readonly packQueueBytes: number;
   /** Where a pack takes its bytes: its read's frames, or the chunks after its read (--segment-pack-from). */
   readonly packFrom: 'frames' | 'chunks';
+  /** The buckets whose prefixes are packed (--segments auto: the budgeted ones); undefined: every bucket. */
+  readonly buckets?: ReadonlySet<string>;
 }
 
 export interface GatewayConfig {
@@ -1547,7 +1549,10 @@ function bucketSetting(setting: string, names: string, bucket: string): void {
 }
 
 function loadSegments(raw: RawSettings): SegmentConfig | undefined {
-  if (oneOf('segments', raw) === 'off') return undefined;
+  const mode = oneOf('segments', raw);
+  // auto: where a budget bounds what the copies may take, and only for the budgeted buckets.
+  const budgeted = mode === 'auto' ? new Set(parseSizes('budget', raw.budget).keys()) : undefined;
+  if (mode === 'off' || budgeted?.size === 0) return undefined;
   const bucket = nonEmpty('segmentBucket', raw);
   bucketSetting('segment-bucket', '--segment-bucket / OBJECTCACHE_SEGMENT_BUCKET', bucket);
   if (raw.capacityStateBucket === bucket) throw new ConfigError('segment-bucket', `--segment-bucket ${bucket} is also --capacity-state-bucket`);
@@ -1563,6 +1568,7 @@ function loadSegments(raw: RawSettings): SegmentConfig | undefined {
     readAheadBytes: integer('segmentReadAheadBytes', raw),
     packQueueBytes: integer('segmentPackQueueBytes', raw),
     packFrom: oneOf('segmentPackFrom', raw) as 'frames' | 'chunks',
+    ...(budgeted ? { buckets: budgeted } : {}),
   };
 }
 

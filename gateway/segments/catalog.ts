@@ -7,6 +7,7 @@
  * and evictable.
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
+import type { DerivedItem } from '../common/derived-data.js';
 import type { CapacityStore } from '../stores/capacity-store.js';
 import type { Logger } from '../common/logger.js';
 import { SEGMENT_SKIP_BYTES } from '../threads/protocol.js';
@@ -315,11 +316,23 @@ export class Catalog {
   }
 
   /**
-   * Evicts segments of chunks in `bucket`, least recently used first, until `bytes` are freed or
-   * none is left (capacity management, before any chunk). Resolves to the bytes freed.
+   * The segments of chunks in `bucket` (capacity management orders them among the chunks): those
+   * this gateway knows, with their chunks and when last read, and those the last sweep found that
+   * it does not, with when they were packed.
    */
-  async evict(bucket: string, bytes: number): Promise<number> {
-    const victims = [...this.#segments.values()].filter((s) => s.manifest.bucket === bucket).sort((a, b) => a.lastUsed - b.lastUsed);
+  *items(bucket: string): Generator<DerivedItem> {
+    for (const s of this.#segments.values()) if (s.manifest.bucket === bucket) yield { id: s.run, bytes: s.manifest.bytes, lastUsed: s.lastUsed, keys: s.manifest.keys };
+    for (const u of this.#unknown.values()) if (u.bucket === bucket) yield { id: u.run, bytes: u.bytes, lastUsed: u.packedAt, keys: [] };
+  }
+
+  /**
+   * Evicts segments of chunks in `bucket` (only those of `runs`, when given), least recently used
+   * first, then those this gateway does not know, oldest first, until `bytes` are freed or none is
+   * left (capacity management). Resolves to the bytes freed.
+   */
+  async evict(bucket: string, bytes: number, runs?: ReadonlySet<string>): Promise<number> {
+    const chosen = (run: string): boolean => runs === undefined || runs.has(run);
+    const victims = [...this.#segments.values()].filter((s) => s.manifest.bucket === bucket && chosen(s.run)).sort((a, b) => a.lastUsed - b.lastUsed);
     let freed = 0;
     for (const victim of victims) {
       if (freed >= bytes) break;
@@ -336,7 +349,7 @@ export class Catalog {
       }
     }
     // Then those this gateway does not know (counted by the last sweep), the oldest first.
-    for (const u of [...this.#unknown.values()].filter((u) => u.bucket === bucket)) {
+    for (const u of [...this.#unknown.values()].filter((u) => u.bucket === bucket && chosen(u.run))) {
       if (freed >= bytes || this.closed) break;
       if (await this.deleteUnknown(u)) freed += u.bytes;
     }

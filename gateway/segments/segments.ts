@@ -28,7 +28,7 @@
  *   reads'). One that differs is dropped and counted (`rejected`); where a writer recorded none,
  *   the stream's END says `verified: false`.
  * - Segments are derived data: capacity management counts them against their bucket's budget and
- *   evicts them before any chunk (gateway/capacity/capacity.ts, DerivedData).
+ *   evicts them in the chunks' order, each just before the least recently used chunk it copies (gateway/common/derived-data.ts).
  *
  * This file is the facade the server makes (Segments): which runs are due, looking for them in the
  * store, and starting packs. The rest is by concern: manifest.ts (the manifest, its signature and
@@ -36,6 +36,7 @@
  * sweep.ts (the hourly sweep), request-segments.ts (one descriptor GET's view: its plan and pack).
  */
 import type { Descriptor } from '../../schemas/descriptor.js';
+import type { DerivedItem } from '../common/derived-data.js';
 import type { EncodedChunks } from '../descriptor-get/encoded-chunks.js';
 import type { PackedSegments, ReadRest, RequestSegments, SegmentRequest } from '../descriptor-get/packed-segments.js';
 import type { Backend } from '../s3/backend.js';
@@ -190,9 +191,14 @@ export class Segments implements PackedSegments {
     for (const lookup of this.#lookups.values()) if (lookup.bucket === bucket && lookup.keys.has(key)) lookup.written = true;
   }
 
-  /** Evicts segments of chunks in `bucket` for capacity management (Catalog.evict); resolves to the bytes freed. */
-  evict(bucket: string, bytes: number): Promise<number> {
-    return this.#catalog.evict(bucket, bytes);
+  /** The segments of chunks in `bucket`, for capacity management to order among the chunks (Catalog.items). */
+  items(bucket: string): Iterable<DerivedItem> {
+    return this.#catalog.items(bucket);
+  }
+
+  /** Evicts segments of chunks in `bucket` (those of `runs`, when given) for capacity management (Catalog.evict); resolves to the bytes freed. */
+  evict(bucket: string, bytes: number, runs?: ReadonlySet<string>): Promise<number> {
+    return this.#catalog.evict(bucket, bytes, runs);
   }
 
   /**
@@ -201,7 +207,8 @@ export class Segments implements PackedSegments {
    * `discover` and `packFor`), else undefined.
    */
   counted(bucket: string, d: Descriptor, encoded?: EncodedChunks): string | undefined {
-    const { afterReads, minBytes, maxBytes } = this.#o.config;
+    const { afterReads, minBytes, maxBytes, buckets } = this.#o.config;
+    if (buckets !== undefined && !buckets.has(bucket)) return undefined;
     const slices = (d.layerEnd - d.layerStart) * d.chunks * (codecOf(encoded) === 'raw' ? 1 : 2);
     // The cheap checks first: a run that can never be packed is not named (a hash of its keys) or counted.
     if (slices > MAX_KNOWN_SLICES) return undefined;
