@@ -335,18 +335,19 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
 
   it('drains a bucket past its high mark down to its low one, though writes land while it trims', async () => {
     const bucket = uniqueBucket('cap');
-    // One delete a second: the pass that chose two victims at 10 chunks is still deleting when the write lands.
-    const gw = await budgeted(backend, bucket, 10, ['--evict-rate', '1']);
+    // One delete a second, low mark 75%: the pass that chose three victims at 10 chunks is still
+    // deleting (for two more seconds) when the write lands.
+    const gw = await budgeted(backend, bucket, 10, ['--evict-rate', '1', '--budget-low-percent', '75']);
     const client = testClient(gw, bucket);
     await client.ensureBucket();
     const old = await storePrefix(client, 'old', 5);
-    await storePrefix(client, 'hot', 5); // 10 chunks: past 95%, to be trimmed to 8.5
+    await storePrefix(client, 'hot', 5); // 10 chunks: past 95%, to be trimmed to 7.5
     const s3 = sdkClient(gw.url);
     await waitFor('the tail of old is deleted', async () => (await present(s3, bucket, old.keys)) === 4);
-    await client.putChunks(['late/000'], [randomBytes(CHUNK)]); // 10 again: the pass's second victim leaves 9, between the marks
-    await waitFor('the bucket is down to its low mark', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 8.5 * CHUNK, 10_000);
-    expect(await present(s3, bucket, old.keys)).toBe(2); // old's tail, one chunk at a time
-    expect(await metricValue(gw.gateway.adminUrl, 'objectcache_evictions_total')).toBe(3);
+    await client.putChunks(['late/000'], [randomBytes(CHUNK)]); // 10 again: the pass's last victim leaves 8, between the marks
+    await waitFor('the bucket is down to its low mark', () => (gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity) <= 7.5 * CHUNK, 10_000);
+    expect(await present(s3, bucket, old.keys)).toBe(1); // old's tail, one chunk at a time
+    expect(await metricValue(gw.gateway.adminUrl, 'objectcache_evictions_total')).toBe(4);
     s3.destroy();
   });
 

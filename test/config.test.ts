@@ -3,11 +3,12 @@
  * --credentials, and that a key from that file really authenticates through the gateway.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir, totalmem } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ListBucketsCommand } from '@aws-sdk/client-s3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, loadServeConfig } from '../gateway/common/config.js';
+import { ConfigError, defaultBufferedBytes, loadServeConfig } from '../gateway/common/config.js';
+import { arenaBytes } from '../gateway/pipeline/server.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { sdkClient, startTestGateway } from './helpers/gateway.js';
 
@@ -26,11 +27,16 @@ describe('loadServeConfig', () => {
 
   it('gives the buffered-byte budget 1 GiB per serving process by default, within a quarter of the memory; a value set wins', () => {
     const GiB = 1024 ** 3;
-    const quarter = Math.floor(Math.min(totalmem(), process.constrainedMemory() || Infinity) / 4);
+    expect(defaultBufferedBytes(3, 64 * GiB)).toBe(3 * GiB);
+    expect(defaultBufferedBytes(16, 16 * GiB)).toBe(4 * GiB); // a quarter of the memory
+    expect(defaultBufferedBytes(3, 2 * GiB)).toBe(GiB); // never under 1 GiB
     expect(loadServeConfig(['--processes', '1'], {}).descriptorGet.maxBufferedBytes).toBe(GiB);
-    expect(loadServeConfig(['--processes', '3'], {}).descriptorGet.maxBufferedBytes).toBe(Math.max(GiB, Math.min(3 * GiB, quarter)));
-    expect(loadServeConfig(['--processes', '256'], {}).descriptorGet.maxBufferedBytes).toBe(Math.max(GiB, quarter));
+    expect(loadServeConfig(['--processes', '2'], {}).descriptorGet.maxBufferedBytes).toBe(defaultBufferedBytes(2));
     expect(loadServeConfig(['--processes', '3', '--max-buffered-bytes', '4096'], {}).descriptorGet.maxBufferedBytes).toBe(4096);
+    // Each serving process's task-buffer arena: the whole budget alone, twice its share with others.
+    expect(arenaBytes(GiB, 1)).toBe(GiB);
+    expect(arenaBytes(4 * GiB, 2)).toBe(4 * GiB);
+    expect(arenaBytes(16 * GiB, 16)).toBe(2 * GiB);
   });
 
   it('packs segments by default for the budgeted buckets only, and not at all without a budget', () => {

@@ -391,7 +391,8 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
     try {
       await client.ensureBucket();
       await unbudgeted.ensureBucket();
-      await readTwice(unbudgeted, await seedPrefix(unbudgeted, { chunks: 4, layers: L, layerBytes: S, layout: 'KV_L2TD' }));
+      const elsewhere = await seedPrefix(unbudgeted, { chunks: 4, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+      await readTwice(unbudgeted, elsewhere);
       const hot = await seedPrefix(client, { chunks: 4, layers: L, layerBytes: S, layout: 'KV_L2TD' });
       await readTwice(client, hot);
       await waitFor('the budgeted prefix is packed', async () => (await segmentEvents(gw.gateway.adminUrl, 'packed')) === 1);
@@ -399,6 +400,8 @@ describe.each<BackendKind>(['local', 's3'])('packed segments and space (%s backe
       expectBytes(await client.fetch(descriptorOf(hot, { mode: 'layerwise' })), reference(hot));
       expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(1);
       expect(await segmentEvents(gw.gateway.adminUrl, 'packed')).toBe(1); // never the unbudgeted bucket's
+      expectBytes(await unbudgeted.fetch(descriptorOf(elsewhere, { mode: 'layerwise' })), reference(elsewhere));
+      expect(await segmentEvents(gw.gateway.adminUrl, 'served')).toBe(1); // read from its chunks
     } finally {
       await client.close();
       await unbudgeted.close();

@@ -791,7 +791,11 @@ export class Capacity {
    * read since, still a tail or still dead, not being read or written).
    */
   async #trimOnce(): Promise<void> {
-    if (this.#trimming || this.#closed || !this.#shared.isLeader) return;
+    if (this.#trimming || this.#closed) return;
+    if (!this.#shared.isLeader) {
+      this.#draining.clear(); // a drain is the lease holder's; one that takes the lease again decides afresh
+      return;
+    }
     this.#trimming = true;
     try {
       const now = this.#now();
@@ -829,7 +833,8 @@ export class Capacity {
         // a write as large as the largest chunk would not fit (a budget under 20 such chunks has
         // room for none below its high mark).
         const unseenWrite = this.#shared.hasPeers ? index.largest : 0;
-        if (usage() > budget * this.#config.highFraction || (unseenWrite > 0 && usage() + unseenWrite > budget)) this.#draining.add(bucket);
+        const aboveLow = usage() > budget * this.#config.lowFraction;
+        if (usage() > budget * this.#config.highFraction || (aboveLow && unseenWrite > 0 && usage() + unseenWrite > budget)) this.#draining.add(bucket);
         else if (usage() <= budget * this.#config.lowFraction) this.#draining.delete(bucket);
         // Writes waiting for room trim too, whatever the marks (a large write can need room below the high mark).
         const trim = this.#draining.has(bucket) || waiting();
@@ -862,11 +867,11 @@ export class Capacity {
         }
         takeDerived(Infinity); // no chunk left to take: the rest of the derived data, if need be
         if (derivedVictims.size > 0 && this.#derived) await this.#derived.evict(bucket, Infinity, derivedVictims);
+        // Nothing evictable (pinned, being read or written): the high mark starts the next drain.
+        if (victims.length === 0 && derivedVictims.size === 0) this.#draining.delete(bucket);
         // The walk gave way to requests while it ran: what a quota eviction queued, or a read
         // started on, meanwhile is left out here, in the same tick as the rest are queued.
         victims = victims.filter((v) => this.#evictable(bucket, v.chunk, now));
-        // Nothing evictable (pinned, being read or written): the high mark starts the next drain.
-        if (victims.length === 0) this.#draining.delete(bucket);
         for (const victim of victims) this.#queue(bucket, victim.chunk);
         let at = 0;
         try {

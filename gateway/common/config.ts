@@ -537,7 +537,7 @@ export const SERVE_SETTINGS = {
     default: 'auto',
     values: ['auto', 'on', 'off'],
     description:
-      'Packed segments (docs/segments.md). on: a prefix read --segment-after-reads times is kept as one object in layer-major order, written from the frames of a read of it (what the store cannot take as fast as the read goes is read again from the chunks after it, in the background), and later reads of it are a few large sequential reads of that object. auto: on for the budgeted buckets (--budget), whose budgets the segments count against and are evicted from first; off where no bucket is budgeted. off: every read is served from the chunks.',
+      'Packed segments (docs/segments.md). on: a prefix read --segment-after-reads times is kept as one object in layer-major order, written from the frames of a read of it (what the store cannot take as fast as the read goes is read again from the chunks after it, in the background), and later reads of it are a few large sequential reads of that object. auto: on for the budgeted buckets (--budget), whose budgets the segments count against, evicted in the same least-recently-used order as the chunks (docs/capacity.md); off where no bucket is budgeted. off: every read is served from the chunks.',
   },
   segmentBucket: {
     flag: 'segment-bucket',
@@ -854,10 +854,14 @@ const GIB = 1024 ** 3;
  * front of MinIO, 4 processes delivered 2.32 GB/s with 1 GiB and 4.07 GB/s with 8 GiB
  * (docs/benchmarks.md, Serving processes).
  */
-export function defaultBufferedBytes(processes = 1): number {
-  const constrained = process.constrainedMemory();
-  const memory = Math.min(totalmem(), constrained > 0 ? constrained : Infinity);
+export function defaultBufferedBytes(processes = 1, memory = usableMemory()): number {
   return Math.max(GIB, Math.min(processes * GIB, Math.floor(memory / 4)));
+}
+
+/** The memory this process may use: the host's, or less where a cgroup limits it. */
+function usableMemory(): number {
+  const constrained = process.constrainedMemory();
+  return Math.min(totalmem(), constrained > 0 ? constrained : Infinity);
 }
 
 /** The cores per serving process, less one for its main thread (socket writes): 1 to 4 read workers each. */

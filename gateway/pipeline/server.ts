@@ -99,6 +99,11 @@ function urlOf(address: AddressInfo): string {
   return `http://${host}:${address.port}`;
 }
 
+/** One serving process's task-buffer arena: the buffered-byte budget, or twice its share of it among `processes`. */
+export function arenaBytes(maxBufferedBytes: number, processes: number): number {
+  return Math.min(maxBufferedBytes, 2 * Math.ceil(maxBufferedBytes / processes));
+}
+
 /** Starts the gateway; resolves once both ports listen. */
 export async function startGateway(config: GatewayConfig, deps: GatewayDependencies = {}): Promise<Gateway> {
   const logger = deps.logger ?? createLogger(config.logLevel);
@@ -115,8 +120,11 @@ export async function startGateway(config: GatewayConfig, deps: GatewayDependenc
     maxQueue: lw.workerQueue,
     readConcurrency: lw.readConcurrency,
     tasksPerWorker: 4,
-    // Task buffers live in shared memory: as much as may be buffered, in blocks of a task's size.
-    arenaBytes: lw.maxBufferedBytes,
+    // Task buffers live in shared memory, in blocks of a task's size: as much as may be buffered,
+    // or with several serving processes (which share that budget) twice a process's share of it, so
+    // what the processes keep resident stays near the budget (a task finding no block free gets a
+    // buffer of its own).
+    arenaBytes: arenaBytes(lw.maxBufferedBytes, config.processes),
     arenaBlockBytes: lw.taskBytes,
     maxChunkStreams: lw.maxChunkStreams,
     streamReceiveBufferBytes: lw.streamReceiveBufferBytes,
