@@ -43,6 +43,11 @@ describe('loadServeConfig', () => {
     expect(loadServeConfig([], {}).segments).toBeUndefined();
     expect([...(loadServeConfig(['--budget', 'kvc=1GiB'], {}).segments?.buckets ?? [])]).toEqual(['kvc']);
     expect(loadServeConfig(['--budget', 'kvc=1GiB', '--segments', 'off'], {}).segments).toBeUndefined();
+    // Packs take the chunks on the embedded store (it shares the gateway's cores), the frames in front of S3.
+    expect(loadServeConfig(['--budget', 'kvc=1GiB'], {}).segments?.packFrom).toBe('chunks');
+    const s3 = { OBJECTCACHE_BACKEND_ACCESS_KEY: 'k', OBJECTCACHE_BACKEND_SECRET_KEY: 'secret-key' };
+    expect(loadServeConfig(['--budget', 'kvc=1GiB', '--s3-endpoint', 'http://127.0.0.1:9000'], s3).segments?.packFrom).toBe('frames');
+    expect(loadServeConfig(['--budget', 'kvc=1GiB', '--segment-pack-from', 'frames'], {}).segments?.packFrom).toBe('frames');
     const on = loadServeConfig(['--segments', 'on'], {}).segments;
     expect(on?.bucket).toBe('objectcache-segments');
     expect(on?.buckets).toBeUndefined();

@@ -54,11 +54,14 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
   const events = (event: SegmentEvent): Promise<number> => segmentEvents(gw.gateway.adminUrl, event);
 
   beforeAll(async () => {
-    // Small reads and tasks, so that a chunk-served GET of these prefixes is many reads.
+    // Small reads and tasks, so that a chunk-served GET of these prefixes is many reads. Packs
+    // from the frames on both stores (auto takes the chunks on the embedded one: tested below).
     gw = await startTestGateway({
       backend,
       minio,
       args: [
+        '--segment-pack-from',
+        'frames',
         '--segments',
         'on',
         '--segment-min-bytes',

@@ -608,10 +608,10 @@ export const SERVE_SETTINGS = {
     flag: 'segment-pack-from',
     env: 'OBJECTCACHE_SEGMENT_PACK_FROM',
     kind: 'enum',
-    default: 'frames',
-    values: ['frames', 'chunks'],
+    default: 'auto',
+    values: ['auto', 'frames', 'chunks'],
     description:
-      'Where a pack takes its bytes. frames: from the frames of the read that packs, as they go out (no extra read while the store keeps up; the rest is read from the chunks after the read, --segment-pack-queue-bytes). chunks: the read that packs copies nothing and the store writes nothing during it; after it, the pack reads the whole run from the chunks at the store\u2019s pace, one more read of the prefix in the background. Choose chunks where the store shares the gateway\u2019s cores, so the read that packs is not slowed (docs/segments.md, Measured).',
+      'Where a pack takes its bytes. auto: chunks on the embedded store (it shares the gateway\u2019s cores), frames in front of MinIO or S3. frames: from the frames of the read that packs, as they go out (no extra read while the store keeps up; the rest is read from the chunks after the read, --segment-pack-queue-bytes). chunks: the read that packs copies nothing and the store writes nothing during it; after it, the pack reads the whole run from the chunks at the store\u2019s pace, one more read of the prefix in the background. Choose chunks where the store shares the gateway\u2019s cores, so the read that packs is not slowed (docs/segments.md, Measured).',
   },
   segmentCheck: {
     flag: 'segment-check',
@@ -1434,7 +1434,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
   const processes = raw.processes === 'auto' ? defaultProcessCount() : integer('processes', raw);
   const multipartExpiryMs = parseDuration('multipartExpiry', raw);
   const capacity = loadCapacity(raw, multipartExpiryMs);
-  const segments = loadSegments(raw);
+  const segments = loadSegments(raw, backend.kind);
   const kvEvents = loadKvEvents(raw, capacity);
   const reservedBuckets = parseReserved(raw.reservedBuckets);
   // Clients never reach the gateways' own state (capacity's journals, snapshot and lease; packed
@@ -1552,8 +1552,9 @@ function bucketSetting(setting: string, names: string, bucket: string): void {
   }
 }
 
-function loadSegments(raw: RawSettings): SegmentConfig | undefined {
+function loadSegments(raw: RawSettings, store: BackendConfig['kind']): SegmentConfig | undefined {
   const mode = oneOf('segments', raw);
+  const packFrom = oneOf('segmentPackFrom', raw);
   // auto: where a budget bounds what the copies may take, and only for the budgeted buckets.
   const budgeted = mode === 'auto' ? new Set(parseSizes('budget', raw.budget).keys()) : undefined;
   if (mode === 'off' || budgeted?.size === 0) return undefined;
@@ -1571,7 +1572,9 @@ function loadSegments(raw: RawSettings): SegmentConfig | undefined {
     check: oneOf('segmentCheck', raw) as 'heads' | 'writes',
     readAheadBytes: integer('segmentReadAheadBytes', raw),
     packQueueBytes: integer('segmentPackQueueBytes', raw),
-    packFrom: oneOf('segmentPackFrom', raw) as 'frames' | 'chunks',
+    // auto: the embedded store shares the gateway's cores, where copying the frames as they go out
+    // slowed the read that packs (docs/segments.md, Measured); a store of its own takes them.
+    packFrom: packFrom === 'auto' ? (store === 'local' ? 'chunks' : 'frames') : (packFrom as 'frames' | 'chunks'),
     ...(budgeted ? { buckets: budgeted } : {}),
   };
 }
