@@ -832,10 +832,11 @@ export class Capacity {
         // other gateways about, whose waiting writes this one does not see, so does a bucket where
         // a write as large as the largest chunk would not fit (a budget under 20 such chunks has
         // room for none below its high mark).
+        const low = budget * this.#config.lowFraction;
+        const used = usage();
         const unseenWrite = this.#shared.hasPeers ? index.largest : 0;
-        const aboveLow = usage() > budget * this.#config.lowFraction;
-        if (usage() > budget * this.#config.highFraction || (aboveLow && unseenWrite > 0 && usage() + unseenWrite > budget)) this.#draining.add(bucket);
-        else if (usage() <= budget * this.#config.lowFraction) this.#draining.delete(bucket);
+        if (used > budget * this.#config.highFraction || (used > low && used + unseenWrite > budget)) this.#draining.add(bucket);
+        else if (used <= low) this.#draining.delete(bucket);
         // Writes waiting for room trim too, whatever the marks (a large write can need room below the high mark).
         const trim = this.#draining.has(bucket) || waiting();
         if (!trim && !idleScan) continue;
@@ -866,7 +867,7 @@ export class Capacity {
           else if (reason === 'lru') break; // leaves come oldest first: nothing later is idle or needed
         }
         takeDerived(Infinity); // no chunk left to take: the rest of the derived data, if need be
-        if (derivedVictims.size > 0 && this.#derived) await this.#derived.evict(bucket, Infinity, derivedVictims);
+        if (derivedVictims.size > 0 && this.#derived) await this.#derived.evict(bucket, derivedVictims);
         // Nothing evictable (pinned, being read or written): the high mark starts the next drain.
         if (victims.length === 0 && derivedVictims.size === 0) this.#draining.delete(bucket);
         // The walk gave way to requests while it ran: what a quota eviction queued, or a read
@@ -897,7 +898,7 @@ export class Capacity {
         } finally {
           for (const left of victims.slice(at)) this.#unqueue(bucket, left.chunk);
         }
-        if (usage() <= budget * this.#config.lowFraction) this.#draining.delete(bucket);
+        if (usage() <= low) this.#draining.delete(bucket);
       }
     } catch (error) {
       this.#log.warn({ error }, 'capacity: a trimming pass failed; the next one retries');

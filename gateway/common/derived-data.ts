@@ -22,6 +22,6 @@ export interface DerivedItem {
 export interface DerivedData {
   bytes(bucket: string): number;
   items(bucket: string): Iterable<DerivedItem>;
-  /** Deletes derived data of `bucket` (only `ids`, when given) until `bytes` are freed or none is left; resolves to the bytes freed. */
-  evict(bucket: string, bytes: number, ids?: ReadonlySet<string>): Promise<number>;
+  /** Deletes the derived objects of `bucket` named in `ids` (chosen from `items`). */
+  evict(bucket: string, ids: ReadonlySet<string>): Promise<void>;
 }

@@ -326,21 +326,15 @@ export class Catalog {
   }
 
   /**
-   * Evicts segments of chunks in `bucket` (only those of `runs`, when given), least recently used
-   * first, then those this gateway does not know, oldest first, until `bytes` are freed or none is
-   * left (capacity management). Resolves to the bytes freed.
+   * Evicts the segments of chunks in `bucket` named in `runs` (capacity management chose them
+   * among the chunks, from `items`): those this gateway knows, then those it does not.
    */
-  async evict(bucket: string, bytes: number, runs?: ReadonlySet<string>): Promise<number> {
-    const chosen = (run: string): boolean => runs === undefined || runs.has(run);
-    const victims = [...this.#segments.values()].filter((s) => s.manifest.bucket === bucket && chosen(s.run)).sort((a, b) => a.lastUsed - b.lastUsed);
-    let freed = 0;
-    for (const victim of victims) {
-      if (freed >= bytes) break;
+  async evict(bucket: string, runs: ReadonlySet<string>): Promise<void> {
+    for (const victim of [...this.#segments.values()].filter((s) => s.manifest.bucket === bucket && runs.has(s.run))) {
       if (!this.#forget(victim.run)) continue;
       this.#noteForSweep('dropped', victim.run);
       try {
         await this.deleteSegment(victim.manifest, victim.run, victim.manifestEtag);
-        freed += victim.manifest.bytes;
         // 'dropped' counts every removal (metrics.ts), as drop() does for the other reasons.
         this.#o.observer?.event('evicted');
         this.#o.observer?.event('dropped');
@@ -348,12 +342,10 @@ export class Catalog {
         this.#o.logger.warn({ run: victim.run, error }, 'segments: could not delete a segment evicted for the budget');
       }
     }
-    // Then those this gateway does not know (counted by the last sweep), the oldest first.
-    for (const u of [...this.#unknown.values()].filter((u) => u.bucket === bucket && chosen(u.run))) {
-      if (freed >= bytes || this.closed) break;
-      if (await this.deleteUnknown(u)) freed += u.bytes;
+    for (const u of [...this.#unknown.values()].filter((u) => u.bucket === bucket && runs.has(u.run))) {
+      if (this.closed) break;
+      await this.deleteUnknown(u);
     }
-    return freed;
   }
 
   /** A client wrote or deleted `key` through this gateway: every segment holding it is stale. */

@@ -196,9 +196,9 @@ export class Segments implements PackedSegments {
     return this.#catalog.items(bucket);
   }
 
-  /** Evicts segments of chunks in `bucket` (those of `runs`, when given) for capacity management (Catalog.evict); resolves to the bytes freed. */
-  evict(bucket: string, bytes: number, runs?: ReadonlySet<string>): Promise<number> {
-    return this.#catalog.evict(bucket, bytes, runs);
+  /** Evicts the segments of chunks in `bucket` named in `runs`, for capacity management (Catalog.evict). */
+  evict(bucket: string, runs: ReadonlySet<string>): Promise<void> {
+    return this.#catalog.evict(bucket, runs);
   }
 
   /**
