@@ -92,8 +92,11 @@ describe('ChunkIndex', () => {
     index.link(['w0', 'w1', 'w2'], 'a');
     store(index, ['w2'], 1_000); // written in parallel: w0 and w1 not stored yet
     store(index, ['older'], 10);
-    expect(order(index, { deadIfWrittenBefore: 1_000 })).toEqual(['older:lru']);
-    expect(order(index, { deadIfWrittenBefore: 2_000 })).toEqual(['w2:dead', 'older:lru']);
+    // Not ahead of a colder leaf, but not kept past the warmer ones either (its predecessor may never come).
+    expect(order(index, { deadIfWrittenBefore: 1_000 })).toEqual(['older:lru', 'w2:dead']);
+    store(index, ['warm'], 2_000);
+    expect(order(index, { deadIfWrittenBefore: 1_000 })).toEqual(['older:lru', 'w2:dead', 'warm:lru']);
+    expect(order(index, { deadIfWrittenBefore: 2_000 })).toEqual(['w2:dead', 'older:lru', 'warm:lru']);
   });
 
   it('remembers a chain looked up before it was stored', () => {

@@ -247,6 +247,31 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     s3.destroy();
   }, 30_000);
 
+  it('makes room for a write in a bucket full of chunks whose predecessor is missing, though they were just written', async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted(backend, bucket, 4, ['--evict-rate', '1']);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    // A chain whose head never came (evicted before its next chunk landed, or named by a writer
+    // that never stores it): dead, though written a moment ago, when the predecessor may still
+    // be on its way. A write that finds the budget full of them still gets its room, at once.
+    const orphans = ['o/1', 'o/2', 'o/3', 'o/4'];
+    await client.putChunks(
+      orphans,
+      orphans.map(() => randomBytes(CHUNK)),
+      { after: 'o/0', concurrency: 1 },
+    );
+    const started = Date.now();
+    const late = randomBytes(CHUNK);
+    await client.putChunks(['late'], [late]);
+    expect(Date.now() - started).toBeLessThan(ROOM_WAIT_MS);
+    const s3 = sdkClient(gw.url);
+    expect(await read(s3, bucket, 'late')).toEqual(late);
+    expect(await present(s3, bucket, ['o/1'])).toBe(0); // the oldest of them went first
+    expect(gw.gateway.capacity?.usage()[0]?.bytes).toBeLessThanOrEqual(4 * CHUNK);
+    s3.destroy();
+  });
+
   it('never evicts pinned chunks before their time', async () => {
     const bucket = uniqueBucket('cap');
     const gw = await budgeted(backend, bucket, 16);

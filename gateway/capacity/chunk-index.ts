@@ -64,7 +64,10 @@ export interface OrderOptions {
   readonly evictable?: (chunk: Chunk) => boolean;
   /** Only this tenant's chunks (a chunk followed by another tenant's still counts as a leaf). */
   readonly tenant?: string;
-  /** A chunk with a missing predecessor is dead only when written before this (ms since the epoch). */
+  /**
+   * A chunk with a missing predecessor is dead only when written before this (ms since the epoch);
+   * one written since (its predecessor may be on its way) is placed among the leaves by its last access.
+   */
   readonly deadIfWrittenBefore?: number;
 }
 
@@ -332,7 +335,9 @@ export class ChunkIndex {
    * after it has been yielded. `evictable` skips (and so protects the prefix of) what cannot go
    * now; `tenant` limits the order to one tenant's chunks (a chunk followed by another tenant's
    * is no leaf of its); a chunk with a missing predecessor counts as dead only when written
-   * before `deadIfWrittenBefore` (its predecessor may still be on its way). Lazy: the caller stops when it has freed enough; chunks yielded are
+   * before `deadIfWrittenBefore` (its predecessor may still be on its way), and is otherwise
+   * placed among the leaves by its last access (it is no leaf: nothing keeps it ahead of colder
+   * ones, or chunks whose predecessor never comes would hold the budget). Lazy: the caller stops when it has freed enough; chunks yielded are
    * counted as gone for the rest of the walk, not removed from the index.
    */
   *evictionOrder(options: OrderOptions = {}): Generator<Candidate> {
@@ -387,15 +392,22 @@ export class ChunkIndex {
     }
     dead.sort((a, b) => a.lastAccess - b.lastAccess);
     const gone = new Set<string>();
+    /** Dead chunks written just now: placed among the leaves by their last access (below). */
+    const young: Chunk[] = [];
     for (const chunk of dead) {
       if (++work % PAUSE_EVERY === 0) yield PAUSE;
       // A chunk written just now whose predecessor is missing may be one of a prefix written in
-      // parallel, its predecessor still on the way: not dead yet (and no leaf either).
-      if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) continue;
+      // parallel, its predecessor still on the way: not dead yet, but not kept ahead of colder
+      // leaves either (chunks whose predecessor never comes would hold the budget).
+      if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) {
+        young.push(chunk);
+        continue;
+      }
       if (!evictable(chunk)) continue;
       gone.add(chunk.key);
       yield { chunk, reason: 'dead' };
     }
+    let nextYoung = 0;
     // Live chunks followed by no live chunk. A dead successor (skipped above as busy or pinned)
     // does not keep its predecessor from being a leaf: it is unreachable either way. In a
     // tenant's order only the tenant's own successors count: another tenant building on its
@@ -416,6 +428,10 @@ export class ChunkIndex {
     for (let next = heap.pop(); next !== undefined; next = heap.pop()) {
       if (++work % PAUSE_EVERY === 0) yield PAUSE;
       const chunk = next;
+      for (; nextYoung < young.length && (young[nextYoung] as Chunk).lastAccess < chunk.lastAccess; nextYoung++) {
+        const y = young[nextYoung] as Chunk;
+        if (evictable(y)) yield { chunk: y, reason: 'dead' };
+      }
       if (!mine(chunk) || !evictable(chunk)) continue;
       gone.add(chunk.key);
       yield { chunk, reason: 'lru' };
@@ -425,6 +441,10 @@ export class ChunkIndex {
         remaining.set(pred.key, left);
         if (left === 0) heap.push(pred, depthOf(pred));
       }
+    }
+    for (; nextYoung < young.length; nextYoung++) {
+      const y = young[nextYoung] as Chunk;
+      if (evictable(y)) yield { chunk: y, reason: 'dead' };
     }
   }
 
