@@ -1,0 +1,152 @@
+/**
+ * A binary min-heap of entries named by a key, each of which can be found, re-ordered or taken
+ * out in O(log n): the standing eviction orders of gateway/capacity/chunk-index.ts (leaves by last
+ * access, dead chunks by last access) kept up to date as chunks come, go and are read, so that a
+ * trim costs work in proportion to what it takes, not to the bucket's size.
+ *
+ * `ordered()` lists the entries smallest first without changing the heap (a second, small heap
+ * of the positions whose parents were listed): k entries cost O(k log k), however many it holds.
+ * The heap must not change while such a listing is being read.
+ */
+export class KeyedHeap<T> {
+  /** The heap, as slots that know their place in it (a swap moves two slots, no map is touched). */
+  readonly #slots: Slot<T>[] = [];
+  readonly #byKey = new Map<string, Slot<T>>();
+  readonly #keyOf: (item: T) => string;
+  readonly #before: (a: T, b: T) => boolean;
+
+  constructor(keyOf: (item: T) => string, before: (a: T, b: T) => boolean) {
+    this.#keyOf = keyOf;
+    this.#before = before;
+  }
+
+  get size(): number {
+    return this.#slots.length;
+  }
+
+  has(key: string): boolean {
+    return this.#byKey.has(key);
+  }
+
+  get(key: string): T | undefined {
+    return this.#byKey.get(key)?.item;
+  }
+
+  /** Adds the entry, or replaces the one of the same key (and moves it to its new place). */
+  set(item: T): void {
+    const key = this.#keyOf(item);
+    const slot = this.#byKey.get(key);
+    if (slot === undefined) {
+      const added = { item, at: this.#slots.length };
+      this.#slots.push(added);
+      this.#byKey.set(key, added);
+      this.#up(added.at);
+      return;
+    }
+    slot.item = item;
+    this.#down(this.#up(slot.at));
+  }
+
+  /** Takes the entry out; false when it was not there. */
+  delete(key: string): boolean {
+    const slot = this.#byKey.get(key);
+    if (slot === undefined) return false;
+    this.#byKey.delete(key);
+    const last = this.#slots.pop() as Slot<T>;
+    if (last !== slot) {
+      this.#slots[slot.at] = last;
+      last.at = slot.at;
+      this.#down(this.#up(last.at));
+    }
+    return true;
+  }
+
+  /** The smallest entry. */
+  peek(): T | undefined {
+    return this.#slots[0]?.item;
+  }
+
+  /** Takes out and returns the smallest entry. */
+  pop(): T | undefined {
+    const top = this.#slots[0]?.item;
+    if (top !== undefined) this.delete(this.#keyOf(top));
+    return top;
+  }
+
+  /** The entries, smallest first, lazily; the heap itself is left as it is. */
+  *ordered(): Generator<T> {
+    const slots = this.#slots;
+    if (slots.length === 0) return;
+    // Positions whose parent was listed, smallest entry first (a plain binary heap of numbers).
+    const open: number[] = [0];
+    const less = (a: number, b: number): boolean => this.#before((slots[a] as Slot<T>).item, (slots[b] as Slot<T>).item);
+    while (open.length > 0) {
+      const i = open[0] as number;
+      const last = open.pop() as number;
+      if (open.length > 0) {
+        open[0] = last;
+        for (let p = 0; ; ) {
+          const l = 2 * p + 1;
+          const r = l + 1;
+          let m = p;
+          if (l < open.length && less(open[l] as number, open[m] as number)) m = l;
+          if (r < open.length && less(open[r] as number, open[m] as number)) m = r;
+          if (m === p) break;
+          [open[p], open[m]] = [open[m] as number, open[p] as number];
+          p = m;
+        }
+      }
+      yield (slots[i] as Slot<T>).item;
+      for (const child of [2 * i + 1, 2 * i + 2]) {
+        if (child >= slots.length) continue;
+        open.push(child);
+        for (let c = open.length - 1; c > 0; ) {
+          const p = (c - 1) >> 1;
+          if (!less(open[c] as number, open[p] as number)) break;
+          [open[c], open[p]] = [open[p] as number, open[c] as number];
+          c = p;
+        }
+      }
+    }
+  }
+
+  #swap(i: number, j: number): void {
+    const slots = this.#slots;
+    const a = slots[i] as Slot<T>;
+    const b = slots[j] as Slot<T>;
+    slots[i] = b;
+    slots[j] = a;
+    b.at = i;
+    a.at = j;
+  }
+
+  #up(i: number): number {
+    const slots = this.#slots;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!this.#before((slots[i] as Slot<T>).item, (slots[parent] as Slot<T>).item)) break;
+      this.#swap(i, parent);
+      i = parent;
+    }
+    return i;
+  }
+
+  #down(i: number): void {
+    const slots = this.#slots;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < slots.length && this.#before((slots[l] as Slot<T>).item, (slots[m] as Slot<T>).item)) m = l;
+      if (r < slots.length && this.#before((slots[r] as Slot<T>).item, (slots[m] as Slot<T>).item)) m = r;
+      if (m === i) return;
+      this.#swap(i, m);
+      i = m;
+    }
+  }
+}
+
+interface Slot<T> {
+  item: T;
+  at: number;
+}
