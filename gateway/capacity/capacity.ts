@@ -44,11 +44,11 @@ const TRIM_INTERVAL_MS = 250;
 export const ROOM_WAIT_MS = 5000;
 /** How often a write waiting for room looks again. */
 const ROOM_POLL_MS = 20;
-/** Waiting writes start a trimming pass at most this often (a pass walks the whole index). */
+/** Waiting writes start a trimming pass at most this often. */
 const ROOM_KICK_MS = 100;
 /** With other gateways about, a bucket this full (of its budget, everything counted) is trimmed at full speed: their writes may be waiting for room. */
 const FULL_FRACTION = 0.99;
-/** How often the leader looks for idle chunks (a walk of the whole index), ms. */
+/** How often the leader looks for idle chunks, ms. */
 const IDLE_SCAN_MS = 30_000;
 /** A chunk whose predecessor is missing counts as dead only once it is this old, ms (its prefix may be mid-write). */
 const DEAD_AFTER_MS = 30_000;
@@ -191,9 +191,9 @@ export class Capacity {
   #trimTimer: NodeJS.Timeout | undefined;
   #trimming = false;
   /**
-   * One eviction-order walk at a time (a lock of one): a walk holds maps as large as the bucket's
-   * index, and since walks give way to requests (ChunkIndex.evictionOrderPaced) nothing else would
-   * stop over-quota writes, a trimming pass and admin reports from each running one at once.
+   * One eviction-order walk at a time (a lock of one): one tenant's walk (a quota's) holds maps as
+   * large as the bucket's index, and since walks give way to requests (ChunkIndex.evictionOrderPaced)
+   * nothing else would stop over-quota writes, a trimming pass and admin reports from each running one at once.
    */
   readonly #walking = new FifoBudget(1);
   /** The /capacity document being made: concurrent requests share it rather than walk again. */
@@ -784,11 +784,10 @@ export class Capacity {
 
   /**
    * One pass of the leader: buckets past their high mark trimmed to the low one, and (every
-   * IDLE_SCAN_MS) idle chunks evicted. The order is built once per pass, in slices that leave the
-   * event loop to requests (a walk of the whole index: 2.4 s of work for a million chunks here,
-   * which is why a pass takes everything down to the low mark rather than a little at a time);
-   * victims are then deleted at --evict-rate, each checked again just before (still wanted, not
-   * read since, still a tail or still dead, not being read or written).
+   * IDLE_SCAN_MS) idle chunks evicted. The victims are read from the index's standing order (work
+   * in proportion to what is taken, ChunkIndex), in slices that leave the event loop to requests;
+   * they are then deleted at --evict-rate, each checked again just before (still wanted, not read
+   * since, still a tail or still dead, not being read or written).
    */
   async #trimOnce(): Promise<void> {
     if (this.#trimming || this.#closed) return;

@@ -115,7 +115,10 @@ export class ChunkIndex {
    * dead). A trim reads them in order and costs work in proportion to what it takes.
    */
   readonly #leaves = new KeyedHeap<Leaf>((l) => l.chunk.key, before);
-  readonly #dead = new KeyedHeap<Chunk>((c) => c.key, (a, b) => a.lastAccess < b.lastAccess || (a.lastAccess === b.lastAccess && a.key < b.key));
+  readonly #dead = new KeyedHeap<Chunk>(
+    (c) => c.key,
+    (a, b) => a.lastAccess < b.lastAccess || (a.lastAccess === b.lastAccess && a.key < b.key),
+  );
   /** For each live chunk, how many live chunks follow it. */
   readonly #liveKids = new Map<string, number>();
   /** For each live chunk, how many chunks come before it. */

@@ -85,7 +85,7 @@ export class KeyedHeap<T> {
       const last = open.pop() as number;
       if (open.length > 0) {
         open[0] = last;
-        for (let p = 0; ; ) {
+        for (let p = 0; ;) {
           const l = 2 * p + 1;
           const r = l + 1;
           let m = p;
@@ -100,7 +100,7 @@ export class KeyedHeap<T> {
       for (const child of [2 * i + 1, 2 * i + 2]) {
         if (child >= slots.length) continue;
         open.push(child);
-        for (let c = open.length - 1; c > 0; ) {
+        for (let c = open.length - 1; c > 0;) {
           const p = (c - 1) >> 1;
           if (!less(open[c] as number, open[p] as number)) break;
           [open[c], open[p]] = [open[p] as number, open[c] as number];
