@@ -204,13 +204,16 @@ describe('ChunkIndex', () => {
     expect(order(index)).toEqual(['tail:lru', 'head:lru']); // the budget still trims tails first
   });
 
-  it('keeps its standing order equal to the whole order walked afresh, through writes, reads, links, rewrites and removals', () => {
+  it('keeps its standing order equal to the whole order walked afresh, through writes, reads, links, rewrites, removals and bulk loads', () => {
     const rand = seeded(7);
     for (let round = 0; round < 40; round++) {
       const index = new ChunkIndex();
       const keys = Array.from({ length: 24 }, (_, i) => `k${i}`);
       const pick = (): string => keys[Math.floor(rand() * keys.length)] as string;
+      // Every other round loads in bulk first (a snapshot): the order is built once, then kept.
+      if (round % 2 === 1) index.suspendOrder();
       for (let step = 0; step < 120; step++) {
+        if (round % 2 === 1 && step === 60) index.suspendOrder();
         const at = 1 + Math.floor(rand() * 50);
         const op = rand();
         if (op < 0.35) index.put(pick(), { size: 1, tenant: 'a', etag: `"${step}"`, at, ...(rand() < 0.7 ? { pred: pick() } : {}) });

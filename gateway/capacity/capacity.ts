@@ -1157,10 +1157,15 @@ export class Capacity {
   #reset(events: Iterable<CapacityEvent>): void {
     // Told of nothing until the reload is complete (#reloaded), then of what it changed.
     if (this.#listening) this.#beforeReload ??= new Map(this.#indexes);
-    for (const bucket of this.#indexes.keys()) this.#indexes.set(bucket, new ChunkIndex());
+    for (const bucket of this.#indexes.keys()) {
+      const index = new ChunkIndex();
+      index.suspendOrder(); // built once, after the snapshot, not chunk by chunk
+      this.#indexes.set(bucket, index);
+    }
     this.#pins.clear();
     for (const id of [...this.#uploads.keys()]) this.#setUpload(id, undefined);
     for (const event of events) this.#apply(event, 'snapshot');
+    for (const index of this.#indexes.values()) index.buildOrder();
   }
 
   /**

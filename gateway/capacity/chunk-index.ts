@@ -125,6 +125,8 @@ export class ChunkIndex {
   readonly #depths = new Map<string, number>();
   /** Bumped whenever the standing order changes: a walk reading it starts again from where it stood. */
   #version = 0;
+  /** False while a snapshot is loaded (suspendOrder): the standing order is then built once, when next read. */
+  #keeping = true;
 
   /** Bytes of every chunk present. */
   get bytes(): number {
@@ -244,6 +246,7 @@ export class ChunkIndex {
     if (!chunk) return false;
     if (at > chunk.lastAccess) {
       chunk.lastAccess = at;
+      if (!this.#keeping) return true;
       const leaf = this.#leaves.get(key);
       if (leaf) this.#leaves.set(leaf);
       else if (this.#dead.has(key)) this.#dead.set(chunk);
@@ -339,6 +342,50 @@ export class ChunkIndex {
     return false;
   }
 
+  /**
+   * Stops keeping the standing order chunk by chunk, for a bulk load (a snapshot at start): it is
+   * built once, in O(n log n), when it is next read (buildOrder), and kept again from then on.
+   */
+  suspendOrder(): void {
+    this.#keeping = false;
+  }
+
+  /** Builds the standing order from the chunks alone, and keeps it from now on. */
+  buildOrder(): void {
+    this.#leaves.clear();
+    this.#dead.clear();
+    this.#liveKids.clear();
+    this.#depths.clear();
+    this.#version++;
+    const live = this.liveness(new Map());
+    const depthOf = (chunk: Chunk): number => {
+      const path: Chunk[] = [];
+      let base = -1;
+      for (let at: Chunk | undefined = chunk; at; at = at.pred === undefined ? undefined : this.chunks.get(at.pred)) {
+        const known = this.#depths.get(at.key);
+        if (known !== undefined) {
+          base = known;
+          break;
+        }
+        path.push(at);
+      }
+      for (let i = path.length - 1; i >= 0; i--) this.#depths.set((path[i] as Chunk).key, ++base);
+      return base;
+    };
+    for (const chunk of this.chunks.values()) {
+      if (!live(chunk)) {
+        this.#dead.set(chunk);
+        continue;
+      }
+      depthOf(chunk);
+      if (chunk.pred !== undefined) this.#liveKids.set(chunk.pred, (this.#liveKids.get(chunk.pred) ?? 0) + 1);
+    }
+    for (const chunk of this.chunks.values()) {
+      if (!this.#dead.has(chunk.key) && !this.#liveKids.has(chunk.key)) this.#leaves.set({ chunk, depth: this.#depths.get(chunk.key) ?? 0 });
+    }
+    this.#keeping = true;
+  }
+
   /** Whether the chunk's predecessor (and so, the order being kept so, every one before it) is here and live. */
   #liveByPred(chunk: Chunk): boolean {
     if (chunk.pred === undefined) return true;
@@ -348,6 +395,7 @@ export class ChunkIndex {
   /** Places a chunk of the index in the standing order: among the dead, or live (a leaf while nothing live follows it). */
   #attach(chunk: Chunk): void {
     this.#version++;
+    if (!this.#keeping) return;
     if (!this.#liveByPred(chunk)) {
       this.#dead.set(chunk);
       return;
@@ -366,6 +414,7 @@ export class ChunkIndex {
   /** Takes a chunk out of the standing order (before it goes, or changes its place in a chain). */
   #detach(chunk: Chunk): void {
     this.#version++;
+    if (!this.#keeping) return;
     if (this.#dead.delete(chunk.key)) return;
     this.#leaves.delete(chunk.key);
     this.#depths.delete(chunk.key);
@@ -383,6 +432,7 @@ export class ChunkIndex {
 
   /** The chunks after `key` take their places again where it came, went, died, revived or moved (each chunk at most once). */
   #settleAfter(key: string): void {
+    if (!this.#keeping) return;
     if (!this.children.has(key)) return;
     const stack = [key];
     const seen = new Set<string>(stack);
@@ -404,7 +454,7 @@ export class ChunkIndex {
 
   /** Whether one of the chunk's predecessors is gone (or the chain loops). */
   isDead(chunk: Chunk): boolean {
-    if (this.chunks.get(chunk.key) === chunk) return this.#dead.has(chunk.key);
+    if (this.#keeping && this.chunks.get(chunk.key) === chunk) return this.#dead.has(chunk.key);
     return this.liveness(new Map())(chunk) === false;
   }
 
@@ -460,6 +510,7 @@ export class ChunkIndex {
 
   /** The order: read from the standing one, or, for one tenant's, walked afresh over the whole index. */
   #walkOrder(options: OrderOptions): Generator<Candidate | typeof PAUSE> {
+    if (!this.#keeping) this.buildOrder();
     return options.tenant === undefined ? this.#walkStanding(options) : this.walk(options);
   }
 

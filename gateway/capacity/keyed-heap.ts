@@ -61,6 +61,11 @@ export class KeyedHeap<T> {
     return true;
   }
 
+  clear(): void {
+    this.#slots.length = 0;
+    this.#byKey.clear();
+  }
+
   /** The smallest entry. */
   peek(): T | undefined {
     return this.#slots[0]?.item;
