@@ -8,7 +8,7 @@
 import { decode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Subscriber } from 'zeromq';
-import type { Chunk } from '../gateway/capacity/chunk-index.js';
+import type { Chunk } from '../gateway/capacity/chunk.js';
 import type { KvEventsConfig } from '../gateway/common/config.js';
 import type { KvEventsObserver } from '../gateway/common/observers.js';
 import { blockHash, KvEvents, PARENT_WAIT_MS } from '../gateway/kv-events/kv-events.js';

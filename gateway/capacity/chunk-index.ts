@@ -23,31 +23,8 @@
  * before it: a pinned or busy tail protects its whole prefix.
  */
 
-import { KeyedHeap } from './keyed-heap.js';
-
-export interface Chunk {
-  readonly key: string;
-  size: number;
-  /** The tenant whose key wrote it. */
-  tenant: string;
-  /** The ETag it was written with: an eviction deletes only this version. */
-  etag: string;
-  /** When it was written, ms since the epoch. */
-  written: number;
-  /** When it was last read or written, ms since the epoch. */
-  lastAccess: number;
-  /** The chunk before it in its prefix, when a descriptor or lookup named both. */
-  pred: string | undefined;
-  /**
-   * Its size is the store's: learnt from the store's own answer (a write's, a HEAD, a listing),
-   * not only from another gateway's journal (gateway/capacity/capacity.ts checks those).
-   */
-  checked: boolean;
-  /** The model its writer named (`objectcache-model`), once the KV events learnt it (gateway/kv-events/): a removal's topic names it too. */
-  model?: string;
-}
-
-export type EvictionReason = 'dead' | 'lru';
+import { before, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type OrderOptions } from './chunk.js';
+import { StandingOrder } from './standing-order.js';
 
 /**
  * Told of every chunk that comes into the index or leaves it, whatever the cause (a write through
@@ -59,27 +36,6 @@ export interface ChunkChanges {
   /** `meta`: the object's user metadata when the write's answer or a HEAD gave it. */
   stored(chunk: Chunk, meta: Readonly<Record<string, string>> | undefined): void;
   removed(chunk: Chunk): void;
-}
-
-export interface OrderOptions {
-  /** False for what cannot go now (pinned, being read): it and, being no leaf, its prefix are skipped. */
-  readonly evictable?: (chunk: Chunk) => boolean;
-  /** Only this tenant's chunks (a chunk followed by another tenant's still counts as a leaf). */
-  readonly tenant?: string;
-  /**
-   * A chunk with a missing predecessor is dead only when written before this (ms since the epoch);
-   * one written since (its predecessor may be on its way) is placed among the leaves by its last access.
-   */
-  readonly deadIfWrittenBefore?: number;
-}
-
-/** Where the walk may hand control back, and how often in its set-up passes. */
-const PAUSE = Symbol('pause');
-const PAUSE_EVERY = 2048;
-
-export interface Candidate {
-  readonly chunk: Chunk;
-  readonly reason: EvictionReason;
 }
 
 /** Links learned for keys not yet stored (an engine looks a prefix up before it stores it). */
@@ -109,24 +65,7 @@ export class ChunkIndex {
   readonly #unchecked = new Set<string>();
   #uncheckedBytes = 0;
   #largest = 0;
-  /**
-   * The standing eviction order, kept as chunks come, go and are read (#attach, #detach): live
-   * chunks no live chunk follows (the leaves), and chunks one of whose predecessors is gone (the
-   * dead). A trim reads them in order and costs work in proportion to what it takes.
-   */
-  readonly #leaves = new KeyedHeap<Leaf>((l) => l.chunk.key, before);
-  readonly #dead = new KeyedHeap<Chunk>(
-    (c) => c.key,
-    (a, b) => a.lastAccess < b.lastAccess || (a.lastAccess === b.lastAccess && a.key < b.key),
-  );
-  /** For each live chunk, how many live chunks follow it. */
-  readonly #liveKids = new Map<string, number>();
-  /** For each live chunk, how many chunks come before it. */
-  readonly #depths = new Map<string, number>();
-  /** Bumped whenever the standing order changes: a walk reading it starts again from where it stood. */
-  #version = 0;
-  /** False while a snapshot is loaded (suspendOrder): the standing order is then built once, when next read. */
-  #keeping = true;
+  readonly #order = new StandingOrder({ get: (key) => this.chunks.get(key), after: (key) => this.children.get(key), values: () => this.chunks.values() });
 
   /** Bytes of every chunk present. */
   get bytes(): number {
@@ -195,7 +134,7 @@ export class ChunkIndex {
       checked: facts.checked ?? true,
       ...(old?.etag === facts.etag && old.model !== undefined ? { model: old.model } : {}),
     };
-    if (old) this.#detach(old);
+    if (old) this.#order.detach(old);
     this.chunks.set(key, chunk);
     this.account(chunk, 1);
     if (!old && pred !== undefined) this.addChild(pred, key);
@@ -203,8 +142,8 @@ export class ChunkIndex {
       if (old.pred !== undefined) this.removeChild(old.pred, key);
       if (pred !== undefined) this.addChild(pred, key);
     }
-    this.#attach(chunk);
-    this.#settleAfter(key);
+    this.#order.attach(chunk);
+    this.#order.settleAfter(key);
     if (old?.etag !== chunk.etag) {
       if (old) this.changes?.removed(old);
       this.changes?.stored(chunk, facts.meta);
@@ -230,12 +169,12 @@ export class ChunkIndex {
   remove(key: string): Chunk | undefined {
     const chunk = this.chunks.get(key);
     if (!chunk) return undefined;
-    this.#detach(chunk);
+    this.#order.detach(chunk);
     this.chunks.delete(key);
     this.account(chunk, -1);
     if (chunk.pred !== undefined) this.removeChild(chunk.pred, key);
-    this.#settleAfter(key);
-    this.#liveKids.delete(key);
+    this.#order.settleAfter(key);
+    this.#order.forget(key);
     this.changes?.removed(chunk);
     return chunk;
   }
@@ -246,11 +185,7 @@ export class ChunkIndex {
     if (!chunk) return false;
     if (at > chunk.lastAccess) {
       chunk.lastAccess = at;
-      if (!this.#keeping) return true;
-      const leaf = this.#leaves.get(key);
-      if (leaf) this.#leaves.set(leaf);
-      else if (this.#dead.has(key)) this.#dead.set(chunk);
-      this.#version++;
+      this.#order.touched(chunk);
     }
     return true;
   }
@@ -299,11 +234,11 @@ export class ChunkIndex {
       if (chunk.pred !== undefined || chunk.tenant !== tenant) continue;
       if (budget.steps <= 0) break; // the rest is learnt by later requests
       if (this.reaches(pred, key, budget)) continue;
-      this.#detach(chunk);
+      this.#order.detach(chunk);
       chunk.pred = pred;
       this.addChild(pred, key);
-      this.#attach(chunk);
-      this.#settleAfter(key);
+      this.#order.attach(chunk);
+      this.#order.settleAfter(key);
       learnt(i);
     }
     return chains;
@@ -343,118 +278,21 @@ export class ChunkIndex {
   }
 
   /**
-   * Stops keeping the standing order chunk by chunk, for a bulk load (a snapshot at start): it is
+   * Stops keeping the eviction order chunk by chunk, for a bulk load (a snapshot at start): it is
    * built once, in O(n log n), when it is next read (buildOrder), and kept again from then on.
    */
   suspendOrder(): void {
-    this.#keeping = false;
+    this.#order.suspend();
   }
 
-  /** Builds the standing order from the chunks alone, and keeps it from now on. */
+  /** Builds the eviction order from the chunks alone, and keeps it from now on. */
   buildOrder(): void {
-    this.#leaves.clear();
-    this.#dead.clear();
-    this.#liveKids.clear();
-    this.#depths.clear();
-    this.#version++;
-    const live = this.liveness(new Map());
-    const depthOf = (chunk: Chunk): number => {
-      const path: Chunk[] = [];
-      let base = -1;
-      for (let at: Chunk | undefined = chunk; at; at = at.pred === undefined ? undefined : this.chunks.get(at.pred)) {
-        const known = this.#depths.get(at.key);
-        if (known !== undefined) {
-          base = known;
-          break;
-        }
-        path.push(at);
-      }
-      for (let i = path.length - 1; i >= 0; i--) this.#depths.set((path[i] as Chunk).key, ++base);
-      return base;
-    };
-    for (const chunk of this.chunks.values()) {
-      if (!live(chunk)) {
-        this.#dead.set(chunk);
-        continue;
-      }
-      depthOf(chunk);
-      if (chunk.pred !== undefined) this.#liveKids.set(chunk.pred, (this.#liveKids.get(chunk.pred) ?? 0) + 1);
-    }
-    for (const chunk of this.chunks.values()) {
-      if (!this.#dead.has(chunk.key) && !this.#liveKids.has(chunk.key)) this.#leaves.set({ chunk, depth: this.#depths.get(chunk.key) ?? 0 });
-    }
-    this.#keeping = true;
-  }
-
-  /** Whether the chunk's predecessor (and so, the order being kept so, every one before it) is here and live. */
-  #liveByPred(chunk: Chunk): boolean {
-    if (chunk.pred === undefined) return true;
-    return this.chunks.has(chunk.pred) && !this.#dead.has(chunk.pred);
-  }
-
-  /** Places a chunk of the index in the standing order: among the dead, or live (a leaf while nothing live follows it). */
-  #attach(chunk: Chunk): void {
-    this.#version++;
-    if (!this.#keeping) return;
-    if (!this.#liveByPred(chunk)) {
-      this.#dead.set(chunk);
-      return;
-    }
-    const pred = chunk.pred === undefined ? undefined : this.chunks.get(chunk.pred);
-    const depth = pred ? (this.#depths.get(pred.key) ?? 0) + 1 : 0;
-    this.#depths.set(chunk.key, depth);
-    if (pred) {
-      const kids = (this.#liveKids.get(pred.key) ?? 0) + 1;
-      this.#liveKids.set(pred.key, kids);
-      if (kids === 1) this.#leaves.delete(pred.key);
-    }
-    if ((this.#liveKids.get(chunk.key) ?? 0) === 0) this.#leaves.set({ chunk, depth });
-  }
-
-  /** Takes a chunk out of the standing order (before it goes, or changes its place in a chain). */
-  #detach(chunk: Chunk): void {
-    this.#version++;
-    if (!this.#keeping) return;
-    if (this.#dead.delete(chunk.key)) return;
-    this.#leaves.delete(chunk.key);
-    this.#depths.delete(chunk.key);
-    // Live, it was counted among its predecessor's (dead since, or not).
-    const pred = chunk.pred === undefined ? undefined : this.chunks.get(chunk.pred);
-    if (!pred) return;
-    const kids = (this.#liveKids.get(pred.key) ?? 1) - 1;
-    if (kids > 0) {
-      this.#liveKids.set(pred.key, kids);
-      return;
-    }
-    this.#liveKids.delete(pred.key);
-    if (!this.#dead.has(pred.key)) this.#leaves.set({ chunk: pred, depth: this.#depths.get(pred.key) ?? 0 });
-  }
-
-  /** The chunks after `key` take their places again where it came, went, died, revived or moved (each chunk at most once). */
-  #settleAfter(key: string): void {
-    if (!this.#keeping) return;
-    if (!this.children.has(key)) return;
-    const stack = [key];
-    const seen = new Set<string>(stack);
-    for (let at = stack.pop(); at !== undefined; at = stack.pop()) {
-      for (const childKey of this.children.get(at) ?? []) {
-        const child = this.chunks.get(childKey);
-        if (!child || seen.has(childKey)) continue;
-        const wasLive = !this.#dead.has(childKey);
-        const live = this.#liveByPred(child);
-        const depth = live ? (this.#depths.get(at) ?? 0) + 1 : undefined;
-        if (wasLive === live && (!live || this.#depths.get(childKey) === depth)) continue;
-        this.#detach(child);
-        this.#attach(child);
-        seen.add(childKey);
-        stack.push(childKey);
-      }
-    }
+    this.#order.build(this.liveness(new Map()));
   }
 
   /** Whether one of the chunk's predecessors is gone (or the chain loops). */
   isDead(chunk: Chunk): boolean {
-    if (this.#keeping && this.chunks.get(chunk.key) === chunk) return this.#dead.has(chunk.key);
+    if (this.#order.keeping && this.chunks.get(chunk.key) === chunk) return this.#order.isDead(chunk.key);
     return this.liveness(new Map())(chunk) === false;
   }
 
@@ -510,98 +348,8 @@ export class ChunkIndex {
 
   /** The order: read from the standing one, or, for one tenant's, walked afresh over the whole index. */
   #walkOrder(options: OrderOptions): Generator<Candidate | typeof PAUSE> {
-    if (!this.#keeping) this.buildOrder();
-    return options.tenant === undefined ? this.#walkStanding(options) : this.walk(options);
-  }
-
-  /**
-   * The order read from the standing one: the dead (oldest access first; those written since
-   * `deadIfWrittenBefore` kept back), then the leaves merged with those kept back, by last access,
-   * each chunk's predecessor joining the leaves once everything live after it has been yielded.
-   * Costs O(k log k) for k chunks yielded or skipped. Where the index changes between two steps
-   * (a walk given way to requests), the reading starts again from the changed order, what was
-   * yielded counted as gone.
-   */
-  *#walkStanding(options: OrderOptions): Generator<Candidate | typeof PAUSE> {
-    const evictable = options.evictable ?? (() => true);
-    const gone = new Set<string>();
-    let work = 0;
-    // A walk that keeps finding the index changed when it comes back from a pause, with nothing
-    // yielded since, stops pausing (it would skip the same chunks again and again).
-    let pausing = true;
-    let fruitless = 0;
-    const pause = (): boolean => pausing && ++work % PAUSE_EVERY === 0;
-    restart: for (;;) {
-      if (++fruitless > 3) pausing = false;
-      const version = this.#version;
-      const changed = (): boolean => this.#version !== version;
-      const young: Chunk[] = [];
-      for (const chunk of this.#dead.ordered()) {
-        if (pause()) yield PAUSE;
-        if (changed()) continue restart;
-        if (gone.has(chunk.key)) continue;
-        // A chunk written just now whose predecessor is missing may be one of a prefix written in
-        // parallel, its predecessor still on the way: not dead yet, but not kept ahead of colder
-        // leaves either (chunks whose predecessor never comes would hold the budget).
-        if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) {
-          young.push(chunk);
-          continue;
-        }
-        if (!evictable(chunk)) continue;
-        gone.add(chunk.key);
-        fruitless = 0;
-        yield { chunk, reason: 'dead' };
-      }
-      let nextYoung = 0;
-      const standing = this.#leaves.ordered();
-      let nextStanding = standing.next();
-      /** Chunks that became leaves in this walk. */
-      const joined = new KeyedHeap<Leaf>((l) => l.chunk.key, before);
-      const remaining = new Map<string, number>();
-      for (;;) {
-        if (pause()) yield PAUSE;
-        if (changed()) continue restart;
-        const fromStanding = nextStanding.done ? undefined : nextStanding.value;
-        const fromJoined = joined.peek();
-        let leaf: Leaf | undefined;
-        if (fromStanding && (!fromJoined || before(fromStanding, fromJoined))) {
-          leaf = fromStanding;
-          nextStanding = standing.next();
-        } else if (fromJoined) leaf = joined.pop();
-        if (!leaf) break;
-        const chunk = leaf.chunk;
-        for (; nextYoung < young.length && (young[nextYoung] as Chunk).lastAccess < chunk.lastAccess; nextYoung++) {
-          const y = young[nextYoung] as Chunk;
-          if (gone.has(y.key) || !evictable(y)) continue;
-          gone.add(y.key);
-          fruitless = 0;
-          yield { chunk: y, reason: 'dead' };
-          if (changed()) continue restart;
-        }
-        if (!gone.has(chunk.key)) {
-          if (!evictable(chunk)) continue;
-          gone.add(chunk.key);
-          fruitless = 0;
-          yield { chunk, reason: 'lru' };
-          if (changed()) continue restart;
-        }
-        const pred = chunk.pred === undefined ? undefined : this.chunks.get(chunk.pred);
-        if (pred && !gone.has(pred.key) && !this.#dead.has(pred.key)) {
-          const left = (remaining.get(pred.key) ?? this.#liveKids.get(pred.key) ?? 1) - 1;
-          remaining.set(pred.key, left);
-          if (left === 0) joined.set({ chunk: pred, depth: this.#depths.get(pred.key) ?? 0 });
-        }
-      }
-      for (; nextYoung < young.length; nextYoung++) {
-        const y = young[nextYoung] as Chunk;
-        if (gone.has(y.key) || !evictable(y)) continue;
-        gone.add(y.key);
-        fruitless = 0;
-        yield { chunk: y, reason: 'dead' };
-        if (changed()) continue restart;
-      }
-      return;
-    }
+    if (!this.#order.keeping) this.buildOrder();
+    return options.tenant === undefined ? this.#order.walk(options) : this.walk(options);
   }
 
   /** One tenant's order, walked afresh over the whole index, with PAUSE at points where the walk may stop for a while (every PAUSE_EVERY chunks of set-up). */
@@ -753,12 +501,6 @@ export class ChunkIndex {
   }
 }
 
-/** A leaf of the standing order, with its depth (the tie-break among equally cold leaves). */
-interface Leaf {
-  readonly chunk: Chunk;
-  readonly depth: number;
-}
-
 /** Leaves by last access, then deepest first, then key (so the order is deterministic). */
 class LeafHeap {
   private readonly items: { chunk: Chunk; depth: number }[] = [];
@@ -796,10 +538,4 @@ class LeafHeap {
     }
     return top.chunk;
   }
-}
-
-function before(a: { chunk: Chunk; depth: number }, b: { chunk: Chunk; depth: number }): boolean {
-  if (a.chunk.lastAccess !== b.chunk.lastAccess) return a.chunk.lastAccess < b.chunk.lastAccess;
-  if (a.depth !== b.depth) return a.depth > b.depth;
-  return a.chunk.key < b.chunk.key;
 }
