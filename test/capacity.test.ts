@@ -247,6 +247,28 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     s3.destroy();
   }, 30_000);
 
+  it('holds 97-99% of its budget once full at the default marks (99 and 97)', async () => {
+    const bucket = uniqueBucket('cap');
+    const gw = await budgeted(backend, bucket, 100, ['--budget-high-percent', '99', '--budget-low-percent', '97']);
+    const client = testClient(gw, bucket);
+    await client.ensureBucket();
+    const keys = Array.from({ length: 110 }, (_, i) => `fill/${String(i).padStart(3, '0')}`);
+    await client.putChunks(
+      keys,
+      keys.map(() => randomBytes(CHUNK)),
+      { chain: false, concurrency: 4 },
+    );
+    const used = (): number => gw.gateway.capacity?.usage()[0]?.bytes ?? Infinity;
+    await waitFor('the bucket is trimmed below its high mark', () => used() <= 99 * CHUNK);
+    await pause(600); // two more trimming passes
+    expect(used()).toBeGreaterThanOrEqual(97 * CHUNK);
+    expect(used()).toBeLessThanOrEqual(99 * CHUNK);
+    const s3 = sdkClient(gw.url);
+    expect(await exists(s3, bucket, keys[0] as string)).toBe(false); // the least recently written went
+    expect(await exists(s3, bucket, keys[109] as string)).toBe(true);
+    s3.destroy();
+  });
+
   it('makes room for a write in a bucket full of chunks whose predecessor is missing, though they were just written', async () => {
     const bucket = uniqueBucket('cap');
     const gw = await budgeted(backend, bucket, 4, ['--evict-rate', '1']);
@@ -630,7 +652,7 @@ describe('capacity settings', () => {
       }
       return undefined;
     };
-    expect(fails(['--budget', 'kvc=10GiB', '--budget-low-percent', '95'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'budget-low-percent' });
+    expect(fails(['--budget', 'kvc=10GiB', '--budget-low-percent', '99'])).toMatchObject({ code: 'OC_ERR_CONFIG_INVALID', setting: 'budget-low-percent' });
     expect(fails(['--tenant-quota', 'a=1GiB'])).toMatchObject({ setting: 'tenant-quota' });
     expect(fails(['--evict-idle', '7d'])).toMatchObject({ setting: 'evict-idle' });
     expect(fails(['--budget', 'kvc=lots'])).toMatchObject({ setting: 'budget' });
@@ -642,6 +664,8 @@ describe('capacity settings', () => {
     expect(ok.capacity?.budgets.get('kvc')).toBe(1.5 * 1024 ** 3);
     expect(ok.capacity?.budgets.get('logs')).toBe(100e6);
     expect(ok.capacity?.idleMs).toBe(12 * 3_600_000);
+    // A full bucket holds 97-99% of its budget by default.
+    expect([ok.capacity?.highFraction, ok.capacity?.lowFraction]).toEqual([0.99, 0.97]);
     // Clients never reach the capacity state.
     expect(ok.reservedBuckets.has('objectcache-capacity')).toBe(true);
   });

@@ -822,20 +822,21 @@ export class Capacity {
         // eviction acts on them; until then they do not count here.
         await this.#checkSizes(bucket, index);
         const budget = this.#config.budgets.get(bucket) ?? 0;
-        // Down to the low mark, and, for writes waiting, far enough that they fit beside what
-        // the trim does not count (unchecked sizes, uploads' unchecked parts, admitted writes).
         const uncounted = index.uncheckedBytes + this.#uploadBytes(bucket) - this.#uploadBytes(bucket, true) + (this.#bucketReserved.get(bucket) ?? 0);
-        const target = Math.min(budget * this.#config.lowFraction, waiting() ? budget - (this.#waitingBytes.get(bucket) ?? 0) - uncounted : Infinity);
         const uploads = this.#uploadBytes(bucket, true);
         const usage = (): number => index.bytes - index.uncheckedBytes + uploads + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
         // Past the high mark, a bucket drains to the low one over as many passes as it takes. With
-        // other gateways about, whose waiting writes this one does not see, so does a bucket where
-        // a write as large as the largest chunk would not fit (a budget under 20 such chunks has
-        // room for none below its high mark).
-        const low = budget * this.#config.lowFraction;
+        // other gateways about, whose waiting writes this one does not see, the low mark is also
+        // kept far enough under the budget for one write as large as the largest chunk to fit (with
+        // close marks there may be less room than that between the low mark and the budget), and a
+        // bucket without that room drains too.
+        const unseenWrite = this.#shared.hasPeers && index.largest < budget ? index.largest : 0;
+        const low = Math.min(budget * this.#config.lowFraction, budget - unseenWrite);
+        // Down to the low mark, and, for writes waiting, far enough that they fit beside what
+        // the trim does not count (unchecked sizes, uploads' unchecked parts, admitted writes).
+        const target = Math.min(low, waiting() ? budget - (this.#waitingBytes.get(bucket) ?? 0) - uncounted : Infinity);
         const used = usage();
-        const unseenWrite = this.#shared.hasPeers ? index.largest : 0;
-        if (used > budget * this.#config.highFraction || (used > low && used + unseenWrite > budget)) this.#draining.add(bucket);
+        if (used > budget * this.#config.highFraction || used + unseenWrite > budget) this.#draining.add(bucket);
         else if (used <= low) this.#draining.delete(bucket);
         // Writes waiting for room trim too, whatever the marks (a large write can need room below the high mark).
         const trim = this.#draining.has(bucket) || waiting();

@@ -33,7 +33,23 @@ export const SMALL_ARENA: readonly string[] = ['--max-buffered-bytes', String(64
  * (a test must not wait seconds for what a production gateway does over minutes).
  */
 export function fastBudget(bucket: string, bytes: number, stateBucket = `${bucket}-state`): string[] {
-  return ['--budget', `${bucket}=${bytes}`, '--capacity-state-bucket', stateBucket, '--capacity-sync-ms', '100', '--capacity-lease-ms', '1000', '--evict-rate', '1000'];
+  // Marks wide apart (the defaults are 99 and 97): a budget of a few test chunks trims by whole chunks.
+  return [
+    '--budget',
+    `${bucket}=${bytes}`,
+    '--capacity-state-bucket',
+    stateBucket,
+    '--capacity-sync-ms',
+    '100',
+    '--capacity-lease-ms',
+    '1000',
+    '--evict-rate',
+    '1000',
+    '--budget-high-percent',
+    '95',
+    '--budget-low-percent',
+    '85',
+  ];
 }
 
 export interface TestGateway {

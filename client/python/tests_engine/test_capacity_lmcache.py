@@ -21,7 +21,7 @@ BUDGET_CHUNKS = 11  # trimmed from 95% (10.45 chunks) to 85% (9.35)
 @pytest.fixture(params=["local", "s3"])
 def budgeted(request: pytest.FixtureRequest) -> Iterator[Tuple[Stack, str]]:
     bucket = uid("cap").replace("_", "-")
-    with stack_with_bucket(bucket, ["--budget", f"{bucket}={BUDGET_CHUNKS * CHUNK_BYTES}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000"], backend=request.param) as stack:
+    with stack_with_bucket(bucket, ["--budget", f"{bucket}={BUDGET_CHUNKS * CHUNK_BYTES}", "--capacity-state-bucket", f"{bucket}-state", "--capacity-sync-ms", "100", "--capacity-lease-ms", "1000", "--budget-high-percent", "95", "--budget-low-percent", "85"], backend=request.param) as stack:
         yield stack, bucket
 
 
