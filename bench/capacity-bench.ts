@@ -410,7 +410,7 @@ function describeReplay(row: ReplayRow, simulated: Row | undefined): string {
       .join(', ') || 'none';
   return [
     `budget ${pct(row.budgetShare, 0)} ${GATEWAY_LABEL.padEnd(36)} hit ${pct(row.hitRate, 2)}${versus}  wall ${row.seconds.toFixed(1)} s`,
-    `    stored ${(row.bucket.bytes / MIB).toFixed(1)} MiB in ${row.bucket.chunks} chunks of a ${(row.bucket.budget / MIB).toFixed(1)} MiB budget (marks ${(row.bucket.lowBytes / MIB).toFixed(1)}-${(row.bucket.highBytes / MIB).toFixed(1)} MiB), peak ${(row.peakBytes / MIB).toFixed(1)} MiB (${pct(row.peakBytes / row.bucket.budget)});`,
+    `    stored ${(row.bucket.bytes / MIB).toFixed(1)} MiB in ${row.bucket.chunks} chunks of a ${(row.bucket.budget / MIB).toFixed(1)} MiB budget (marks ${(row.bucket.lowBytes / MIB).toFixed(1)}-${(row.bucket.highBytes / MIB).toFixed(1)} MiB), peak ${(row.peakBytes / MIB).toFixed(1)} MiB (${pct(row.peakBytes / row.bucket.budget)}), least once full ${(row.leastFullBytes / MIB).toFixed(1)} MiB (${pct(row.leastFullBytes / row.bucket.budget)});`,
     `    evictions ${evictions}; ${row.refetches} fetches found a hit chunk evicted since the lookup (${pct(row.lostHitTokens / row.prefixTokens, 2)} of the prefix tokens lost so)`,
   ].join('\n');
 }

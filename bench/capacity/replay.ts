@@ -73,6 +73,8 @@ export interface ReplayResult {
   readonly bucket: BucketReport;
   /** The most the gateway counted in the bucket, read every SAMPLE_EVERY requests after their writes. */
   readonly peakBytes: number;
+  /** The least it counted in those readings once the bucket had first reached its low mark (0: it never did). */
+  readonly leastFullBytes: number;
   /** objectcache_evictions_total of the bucket, by reason. */
   readonly evictions: Readonly<Record<string, number>>;
 }
@@ -157,6 +159,8 @@ async function replay(trace: Trace, client: ObjectCacheClient, adminUrl: string,
   let refetches = 0;
   let lostHitTokens = 0;
   let peakBytes = 0;
+  let leastFullBytes = Infinity;
+  const lowBytes = (await bucketReport(adminUrl)).lowBytes;
   const started = performance.now();
   for (const [at, request] of trace.requests.entries()) {
     const keys = request.keys;
@@ -189,14 +193,28 @@ async function replay(trace: Trace, client: ObjectCacheClient, adminUrl: string,
     }
     if ((at + 1) % SAMPLE_EVERY === 0) {
       for (const sample of metricSamples(await metricsText(adminUrl), 'objectcache_capacity_bytes')) {
-        if (sample.labels['bucket'] === BUCKET) peakBytes = Math.max(peakBytes, sample.value);
+        if (sample.labels['bucket'] !== BUCKET) continue;
+        peakBytes = Math.max(peakBytes, sample.value);
+        if (peakBytes >= lowBytes) leastFullBytes = Math.min(leastFullBytes, sample.value);
       }
     }
     if (options.onProgress && options.progressEvery !== undefined && (at + 1) % options.progressEvery === 0) options.onProgress(at + 1, (performance.now() - started) / 1000);
   }
   const seconds = (performance.now() - started) / 1000;
   const requests = trace.requests.length - Math.min(options.measureFrom, trace.requests.length);
-  return { requests, prefixTokens, hitTokens, hitRate: prefixTokens === 0 ? 0 : hitTokens / prefixTokens, bytesRead, bytesWritten, refetches, lostHitTokens, seconds, peakBytes };
+  return {
+    requests,
+    prefixTokens,
+    hitTokens,
+    hitRate: prefixTokens === 0 ? 0 : hitTokens / prefixTokens,
+    bytesRead,
+    bytesWritten,
+    refetches,
+    lostHitTokens,
+    seconds,
+    peakBytes,
+    leastFullBytes: Number.isFinite(leastFullBytes) ? leastFullBytes : 0,
+  };
 }
 
 /** Waits until the gateway holds the eviction lease (it trims only then). */
