@@ -23,7 +23,7 @@
  * before it: a pinned or busy tail protects its whole prefix.
  */
 
-import { before, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type OrderOptions } from './chunk.js';
+import { before, MAX_DEPTH, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type OrderOptions } from './chunk.js';
 import { StandingOrder } from './standing-order.js';
 
 /**
@@ -40,8 +40,6 @@ export interface ChunkChanges {
 
 /** Links learned for keys not yet stored (an engine looks a prefix up before it stores it). */
 const MAX_PENDING_LINKS = 50_000;
-/** A chain longer than this is cut when its depth is measured (1M tokens in 256-token chunks). */
-const MAX_DEPTH = 4096;
 /**
  * Steps of loop checks one link() may take (a walk up the chain per link set): a request naming
  * thousands of chunks whose places are not known yet teaches the first few hundred, later requests
@@ -274,7 +272,8 @@ export class ChunkIndex {
       if (at === key || --budget.steps < 0) return true;
       at = this.chunks.get(at)?.pred;
     }
-    return false;
+    // A chain longer than MAX_DEPTH is taken as met too: no link then, and so no loop that long.
+    return at !== undefined;
   }
 
   /**
@@ -330,10 +329,10 @@ export class ChunkIndex {
   }
 
   /**
-   * The same order, built without holding the event loop: the walk hands control back whenever it
-   * has run for `sliceMs` (its set-up, a pass over every chunk, is most of the cost: 2.4 s for a
-   * million chunks here). The index may change between slices; the order is then a little stale,
-   * never unsafe: whoever deletes checks each victim again (`isDead`, `successors`, its identity).
+   * The same order, read without holding the event loop: the walk hands control back whenever it
+   * has run for `sliceMs` (a tenant's walk, a pass over every chunk, takes seconds for a million).
+   * The index may change between slices; the order is then a little stale, never unsafe: whoever
+   * deletes checks each victim again (`isDead`, `successors`, its identity).
    */
   async *evictionOrderPaced(options: OrderOptions = {}, sliceMs = 10): AsyncGenerator<Candidate> {
     let since = performance.now();

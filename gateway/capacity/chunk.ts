@@ -44,6 +44,9 @@ export interface Candidate {
   readonly reason: EvictionReason;
 }
 
+/** A chain longer than this is cut when its depth is measured (1M tokens in 256-token chunks). */
+export const MAX_DEPTH = 4096;
+
 /** Where a walk may hand control back, and how often. */
 export const PAUSE = Symbol('pause');
 export const PAUSE_EVERY = 2048;

@@ -78,39 +78,26 @@ export class KeyedHeap<T> {
     return top;
   }
 
-  /** The entries, smallest first, lazily; the heap itself is left as it is. */
+  /**
+   * The entries, smallest first, lazily; the heap itself is left as it is. Where it changes while
+   * the listing is read, the listing reads on in the changed heap: an entry added or moved
+   * meanwhile may be missed or met out of place, one taken out is not listed, none is listed twice.
+   */
   *ordered(): Generator<T> {
     const slots = this.#slots;
-    if (slots.length === 0) return;
-    // Positions whose parent was listed, smallest entry first (a plain binary heap of numbers).
-    const open: number[] = [0];
-    const less = (a: number, b: number): boolean => this.#before((slots[a] as Slot<T>).item, (slots[b] as Slot<T>).item);
-    while (open.length > 0) {
-      const i = open[0] as number;
-      const last = open.pop() as number;
-      if (open.length > 0) {
-        open[0] = last;
-        for (let p = 0; ;) {
-          const l = 2 * p + 1;
-          const r = l + 1;
-          let m = p;
-          if (l < open.length && less(open[l] as number, open[m] as number)) m = l;
-          if (r < open.length && less(open[r] as number, open[m] as number)) m = r;
-          if (m === p) break;
-          [open[p], open[m]] = [open[m] as number, open[p] as number];
-          p = m;
-        }
-      }
-      yield (slots[i] as Slot<T>).item;
-      for (const child of [2 * i + 1, 2 * i + 2]) {
-        if (child >= slots.length) continue;
+    const first = slots[0];
+    if (first === undefined) return;
+    // The slots whose parent was listed, smallest entry first.
+    const open = new SlotHeap<T>((a, b) => this.#before(a.item, b.item));
+    const met = new Set<Slot<T>>([first]);
+    open.push(first);
+    for (let slot = open.pop(); slot !== undefined; slot = open.pop()) {
+      if (this.#byKey.get(this.#keyOf(slot.item)) !== slot) continue; // taken out meanwhile
+      yield slot.item;
+      for (const child of [slots[2 * slot.at + 1], slots[2 * slot.at + 2]]) {
+        if (child === undefined || met.has(child)) continue;
+        met.add(child);
         open.push(child);
-        for (let c = open.length - 1; c > 0;) {
-          const p = (c - 1) >> 1;
-          if (!less(open[c] as number, open[p] as number)) break;
-          [open[c], open[p]] = [open[p] as number, open[c] as number];
-          c = p;
-        }
       }
     }
   }
@@ -154,4 +141,44 @@ export class KeyedHeap<T> {
 interface Slot<T> {
   item: T;
   at: number;
+}
+
+/** A plain binary heap of slots (the listing's frontier). */
+class SlotHeap<T> {
+  readonly #items: Slot<T>[] = [];
+  readonly #less: (a: Slot<T>, b: Slot<T>) => boolean;
+
+  constructor(less: (a: Slot<T>, b: Slot<T>) => boolean) {
+    this.#less = less;
+  }
+
+  push(slot: Slot<T>): void {
+    const items = this.#items;
+    items.push(slot);
+    for (let c = items.length - 1; c > 0;) {
+      const p = (c - 1) >> 1;
+      if (!this.#less(items[c] as Slot<T>, items[p] as Slot<T>)) break;
+      [items[c], items[p]] = [items[p] as Slot<T>, items[c] as Slot<T>];
+      c = p;
+    }
+  }
+
+  pop(): Slot<T> | undefined {
+    const items = this.#items;
+    const top = items[0];
+    const last = items.pop();
+    if (top === undefined || last === undefined || items.length === 0) return top;
+    items[0] = last;
+    for (let p = 0; ;) {
+      const l = 2 * p + 1;
+      const r = l + 1;
+      let m = p;
+      if (l < items.length && this.#less(items[l] as Slot<T>, items[m] as Slot<T>)) m = l;
+      if (r < items.length && this.#less(items[r] as Slot<T>, items[m] as Slot<T>)) m = r;
+      if (m === p) break;
+      [items[p], items[m]] = [items[m] as Slot<T>, items[p] as Slot<T>];
+      p = m;
+    }
+    return top;
+  }
 }

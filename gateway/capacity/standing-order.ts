@@ -6,7 +6,7 @@
  * ones (a predecessor gone), by last access, each in a keyed heap (gateway/capacity/keyed-heap.ts).
  * test/capacity-index.test.ts checks it equal to the order computed from nothing but the chunks.
  */
-import { before, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type Leaf, type OrderOptions } from './chunk.js';
+import { before, MAX_DEPTH, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type Leaf, type OrderOptions } from './chunk.js';
 import { KeyedHeap } from './keyed-heap.js';
 
 /** What the order reads of the index. */
@@ -33,8 +33,6 @@ export class StandingOrder {
   readonly #liveKids = new Map<string, number>();
   /** For each live chunk, how many chunks come before it. */
   readonly #depths = new Map<string, number>();
-  /** Bumped whenever the standing order changes: a walk reading it starts again from where it stood. */
-  #version = 0;
   /** False while a snapshot is loaded (suspend): the standing order is then built once, when next read. */
   #keeping = true;
 
@@ -67,7 +65,6 @@ export class StandingOrder {
 
   /** The chunk was read: its place among the leaves or the dead moves. */
   touched(chunk: Chunk): void {
-    this.#version++;
     if (!this.#keeping) return;
     const leaf = this.#leaves.get(chunk.key);
     if (leaf) this.#leaves.set(leaf);
@@ -80,11 +77,11 @@ export class StandingOrder {
     this.#dead.clear();
     this.#liveKids.clear();
     this.#depths.clear();
-    this.#version++;
     const depthOf = (chunk: Chunk): number => {
       const path: Chunk[] = [];
       let base = -1;
-      for (let at: Chunk | undefined = chunk; at; at = at.pred === undefined ? undefined : this.#chains.get(at.pred)) {
+      // Cut, as everywhere, past MAX_DEPTH (a loop longer than that, which no link made here closes, would never end).
+      for (let at: Chunk | undefined = chunk; at && path.length <= MAX_DEPTH; at = at.pred === undefined ? undefined : this.#chains.get(at.pred)) {
         const known = this.#depths.get(at.key);
         if (known !== undefined) {
           base = known;
@@ -109,6 +106,11 @@ export class StandingOrder {
     this.#keeping = true;
   }
 
+  /** Whether the chunk is the index's version of its key still (a walk may hold one since gone or rewritten). */
+  #current(chunk: Chunk): boolean {
+    return this.#chains.get(chunk.key) === chunk;
+  }
+
   /** Whether the chunk's predecessor (and so, the order being kept so, every one before it) is here and live. */
   #liveByPred(chunk: Chunk): boolean {
     if (chunk.pred === undefined) return true;
@@ -117,7 +119,6 @@ export class StandingOrder {
 
   /** Places a chunk of the index in the standing order: among the dead, or live (a leaf while nothing live follows it). */
   attach(chunk: Chunk): void {
-    this.#version++;
     if (!this.#keeping) return;
     if (!this.#liveByPred(chunk)) {
       this.#dead.set(chunk);
@@ -136,7 +137,6 @@ export class StandingOrder {
 
   /** Takes a chunk out of the standing order (before it goes, or changes its place in a chain). */
   detach(chunk: Chunk): void {
-    this.#version++;
     if (!this.#keeping) return;
     if (this.#dead.delete(chunk.key)) return;
     this.#leaves.delete(chunk.key);
@@ -179,89 +179,70 @@ export class StandingOrder {
    * The order read from the standing one: the dead (oldest access first; those written since
    * `deadIfWrittenBefore` kept back), then the leaves merged with those kept back, by last access,
    * each chunk's predecessor joining the leaves once everything live after it has been yielded.
-   * Costs O(k log k) for k chunks yielded or skipped. Where the index changes between two steps
-   * (a walk given way to requests), the reading starts again from the changed order, what was
-   * yielded counted as gone.
+   * Costs O(k log k) for k chunks yielded or skipped. Where the index changes while a walk gives
+   * way to requests, the walk reads on in the changed heaps (KeyedHeap.ordered): a chunk that
+   * came or moved meanwhile may be missed or met out of place, none is yielded twice, and the
+   * caller checks every victim again before it goes (as it did when the whole order was built
+   * up front and went stale while the pass deleted).
    */
   *walk(options: OrderOptions): Generator<Candidate | typeof PAUSE> {
     const evictable = options.evictable ?? (() => true);
     const gone = new Set<string>();
     let work = 0;
-    // A walk that keeps finding the index changed when it comes back from a pause, with nothing
-    // yielded since, stops pausing (it would skip the same chunks again and again).
-    let pausing = true;
-    let fruitless = 0;
-    const pause = (): boolean => pausing && ++work % PAUSE_EVERY === 0;
-    restart: for (;;) {
-      if (++fruitless > 3) pausing = false;
-      const version = this.#version;
-      const changed = (): boolean => this.#version !== version;
-      const young: Chunk[] = [];
-      for (const chunk of this.#dead.ordered()) {
-        if (pause()) yield PAUSE;
-        if (changed()) continue restart;
-        if (gone.has(chunk.key)) continue;
-        // A chunk written just now whose predecessor is missing may be one of a prefix written in
-        // parallel, its predecessor still on the way: not dead yet, but not kept ahead of colder
-        // leaves either (chunks whose predecessor never comes would hold the budget).
-        if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) {
-          young.push(chunk);
-          continue;
-        }
-        if (!evictable(chunk)) continue;
-        gone.add(chunk.key);
-        fruitless = 0;
-        yield { chunk, reason: 'dead' };
+    const young: Chunk[] = [];
+    for (const chunk of this.#dead.ordered()) {
+      if (++work % PAUSE_EVERY === 0) yield PAUSE;
+      if (gone.has(chunk.key) || !this.#current(chunk)) continue;
+      // A chunk written just now whose predecessor is missing may be one of a prefix written in
+      // parallel, its predecessor still on the way: not dead yet, but not kept ahead of colder
+      // leaves either (chunks whose predecessor never comes would hold the budget).
+      if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) {
+        young.push(chunk);
+        continue;
       }
-      let nextYoung = 0;
-      const standing = this.#leaves.ordered();
-      let nextStanding = standing.next();
-      /** Chunks that became leaves in this walk. */
-      const joined = new KeyedHeap<Leaf>((l) => l.chunk.key, before);
-      const remaining = new Map<string, number>();
-      for (;;) {
-        if (pause()) yield PAUSE;
-        if (changed()) continue restart;
-        const fromStanding = nextStanding.done ? undefined : nextStanding.value;
-        const fromJoined = joined.peek();
-        let leaf: Leaf | undefined;
-        if (fromStanding && (!fromJoined || before(fromStanding, fromJoined))) {
-          leaf = fromStanding;
-          nextStanding = standing.next();
-        } else if (fromJoined) leaf = joined.pop();
-        if (!leaf) break;
-        const chunk = leaf.chunk;
-        for (; nextYoung < young.length && (young[nextYoung] as Chunk).lastAccess < chunk.lastAccess; nextYoung++) {
-          const y = young[nextYoung] as Chunk;
-          if (gone.has(y.key) || !evictable(y)) continue;
-          gone.add(y.key);
-          fruitless = 0;
-          yield { chunk: y, reason: 'dead' };
-          if (changed()) continue restart;
-        }
-        if (!gone.has(chunk.key)) {
-          if (!evictable(chunk)) continue;
-          gone.add(chunk.key);
-          fruitless = 0;
-          yield { chunk, reason: 'lru' };
-          if (changed()) continue restart;
-        }
-        const pred = chunk.pred === undefined ? undefined : this.#chains.get(chunk.pred);
-        if (pred && !gone.has(pred.key) && !this.#dead.has(pred.key)) {
-          const left = (remaining.get(pred.key) ?? this.#liveKids.get(pred.key) ?? 1) - 1;
-          remaining.set(pred.key, left);
-          if (left === 0) joined.set({ chunk: pred, depth: this.#depths.get(pred.key) ?? 0 });
-        }
-      }
-      for (; nextYoung < young.length; nextYoung++) {
+      if (!evictable(chunk)) continue;
+      gone.add(chunk.key);
+      yield { chunk, reason: 'dead' };
+    }
+    young.sort((x, y) => x.lastAccess - y.lastAccess);
+    let nextYoung = 0;
+    const standing = this.#leaves.ordered();
+    let nextStanding = standing.next();
+    /** Chunks that became leaves in this walk. */
+    const joined = new KeyedHeap<Leaf>((l) => l.chunk.key, before);
+    const remaining = new Map<string, number>();
+    for (;;) {
+      if (++work % PAUSE_EVERY === 0) yield PAUSE;
+      const fromStanding = nextStanding.done ? undefined : nextStanding.value;
+      const fromJoined = joined.peek();
+      let leaf: Leaf | undefined;
+      if (fromStanding && (!fromJoined || before(fromStanding, fromJoined))) {
+        leaf = fromStanding;
+        nextStanding = standing.next();
+      } else if (fromJoined) leaf = joined.pop();
+      if (!leaf) break;
+      const chunk = leaf.chunk;
+      for (; nextYoung < young.length && (young[nextYoung] as Chunk).lastAccess < chunk.lastAccess; nextYoung++) {
         const y = young[nextYoung] as Chunk;
-        if (gone.has(y.key) || !evictable(y)) continue;
+        if (gone.has(y.key) || !this.#current(y) || !this.#dead.has(y.key) || !evictable(y)) continue;
         gone.add(y.key);
-        fruitless = 0;
         yield { chunk: y, reason: 'dead' };
-        if (changed()) continue restart;
       }
-      return;
+      if (gone.has(chunk.key) || !this.#current(chunk) || !evictable(chunk)) continue;
+      gone.add(chunk.key);
+      yield { chunk, reason: 'lru' };
+      const pred = chunk.pred === undefined ? undefined : this.#chains.get(chunk.pred);
+      if (pred && !gone.has(pred.key) && !this.#dead.has(pred.key)) {
+        const left = (remaining.get(pred.key) ?? this.#liveKids.get(pred.key) ?? 1) - 1;
+        remaining.set(pred.key, left);
+        if (left === 0) joined.set({ chunk: pred, depth: this.#depths.get(pred.key) ?? 0 });
+      }
+    }
+    for (; nextYoung < young.length; nextYoung++) {
+      const y = young[nextYoung] as Chunk;
+      if (gone.has(y.key) || !this.#current(y) || !this.#dead.has(y.key) || !evictable(y)) continue;
+      gone.add(y.key);
+      yield { chunk: y, reason: 'dead' };
     }
   }
 }
