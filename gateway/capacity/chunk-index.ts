@@ -141,7 +141,9 @@ export class ChunkIndex {
       if (pred !== undefined) this.addChild(pred, key);
     }
     this.#order.attach(chunk);
-    this.#order.settleAfter(key);
+    // A new version in the same place leaves every chunk after it where it was (a widely shared
+    // head rewritten costs nothing per successor).
+    if (!old || old.pred !== pred) this.#order.settleAfter(key);
     if (old?.etag !== chunk.etag) {
       if (old) this.changes?.removed(old);
       this.changes?.stored(chunk, facts.meta);
