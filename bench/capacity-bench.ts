@@ -29,7 +29,8 @@
  * --replay-scale, and as many conversations in progress per request as the big trace) is
  * simulated under every policy and replayed through a real gateway at each budget
  * (bench/capacity/replay.ts): the same ChunkIndex, trimmed by the gateway itself rather than
- * after every request. A replay takes a minute or two here. The gateway's embedded store lives in
+ * after every request; reported with the bucket's peak and least use once full and the gateway's
+ * CPU per request. A replay takes a minute or two here. The gateway's embedded store lives in
  * --replay-dir, /dev/shm where there is one: the replay measures eviction, not the disk, and a
  * tmpfs makes each PUT's fsyncs free. --replay-put-concurrency (default 1) stores a request's
  * missing chunks that many at a time rather than one after the other.
@@ -410,7 +411,7 @@ function describeReplay(row: ReplayRow, simulated: Row | undefined): string {
       .join(', ') || 'none';
   return [
     `budget ${pct(row.budgetShare, 0)} ${GATEWAY_LABEL.padEnd(36)} hit ${pct(row.hitRate, 2)}${versus}  wall ${row.seconds.toFixed(1)} s`,
-    `    stored ${(row.bucket.bytes / MIB).toFixed(1)} MiB in ${row.bucket.chunks} chunks of a ${(row.bucket.budget / MIB).toFixed(1)} MiB budget (marks ${(row.bucket.lowBytes / MIB).toFixed(1)}-${(row.bucket.highBytes / MIB).toFixed(1)} MiB), peak ${(row.peakBytes / MIB).toFixed(1)} MiB (${pct(row.peakBytes / row.bucket.budget)}), least once full ${(row.leastFullBytes / MIB).toFixed(1)} MiB (${pct(row.leastFullBytes / row.bucket.budget)});`,
+    `    stored ${(row.bucket.bytes / MIB).toFixed(1)} MiB in ${row.bucket.chunks} chunks of a ${(row.bucket.budget / MIB).toFixed(1)} MiB budget (marks ${(row.bucket.lowBytes / MIB).toFixed(1)}-${(row.bucket.highBytes / MIB).toFixed(1)} MiB), peak ${(row.peakBytes / MIB).toFixed(1)} MiB (${pct(row.peakBytes / row.bucket.budget)}), least once full ${(row.leastFullBytes / MIB).toFixed(1)} MiB (${pct(row.leastFullBytes / row.bucket.budget)}); gateway CPU ${row.gatewayCpuMsPerRequest.toFixed(2)} ms a request;`,
     `    evictions ${evictions}; ${row.refetches} fetches found a hit chunk evicted since the lookup (${pct(row.lostHitTokens / row.prefixTokens, 2)} of the prefix tokens lost so)`,
   ].join('\n');
 }

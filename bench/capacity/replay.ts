@@ -15,6 +15,7 @@ import type { DescriptorInput } from '../../schemas/descriptor-schema.js';
 import { ObjectCacheError } from '../../schemas/errors.js';
 import { PRESETS } from '../../schemas/layouts.js';
 import { BENCH_CLIENT, startGatewayProcess, type GatewayProcess } from '../gateway-process.js';
+import { processUsage } from '../process-usage.js';
 import type { Trace } from './workload.js';
 
 const BUCKET = 'capacity-replay';
@@ -77,6 +78,8 @@ export interface ReplayResult {
   readonly leastFullBytes: number;
   /** objectcache_evictions_total of the bucket, by reason. */
   readonly evictions: Readonly<Record<string, number>>;
+  /** CPU time of the gateway's processes over the replay, per request replayed (ms): its lookups, reads, writes and trimming. */
+  readonly gatewayCpuMsPerRequest: number;
 }
 
 /**
@@ -115,7 +118,11 @@ export async function replayThroughGateway(trace: Trace, budgetBytes: number, op
     client = new ObjectCacheClient({ endpoint: gateway.url, bucket: BUCKET, credentials: BENCH_CLIENT });
     await client.ensureBucket();
     await untilLeader(gateway.adminUrl);
+    const running = gateway;
+    const cpuSeconds = (): number => running.pids().reduce((total, pid) => total + processUsage(pid).cpuSeconds, 0);
+    const cpuBefore = cpuSeconds();
     const result = await replay(trace, client, gateway.adminUrl, layerBytes, options);
+    const gatewayCpuMsPerRequest = ((cpuSeconds() - cpuBefore) * 1000) / trace.requests.length;
     // The last writes may have passed the high mark: let one trimming pass (every 250 ms) run.
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const bucket = await bucketReport(gateway.adminUrl);
@@ -123,7 +130,7 @@ export async function replayThroughGateway(trace: Trace, budgetBytes: number, op
     for (const sample of metricSamples(await metricsText(gateway.adminUrl), 'objectcache_evictions_total')) {
       if (sample.labels['bucket'] === BUCKET) evictions[sample.labels['reason'] ?? ''] = sample.value;
     }
-    return { ...result, bucket, evictions };
+    return { ...result, bucket, evictions, gatewayCpuMsPerRequest };
   } finally {
     await client?.close();
     await gateway?.stop();
@@ -137,7 +144,13 @@ export function wholePercent(share: number): number | undefined {
   return Math.abs(share * 100 - percent) < 1e-9 ? percent : undefined;
 }
 
-async function replay(trace: Trace, client: ObjectCacheClient, adminUrl: string, layerBytes: number, options: ReplayOptions): Promise<Omit<ReplayResult, 'bucket' | 'evictions'>> {
+async function replay(
+  trace: Trace,
+  client: ObjectCacheClient,
+  adminUrl: string,
+  layerBytes: number,
+  options: ReplayOptions,
+): Promise<Omit<ReplayResult, 'bucket' | 'evictions' | 'gatewayCpuMsPerRequest'>> {
   const chunk = syntheticChunk(trace.params.seed, 0, trace.chunkBytes);
   const longest = trace.requests.reduce((most, r) => Math.max(most, r.keys.length), 0);
   // One target for every fetch: what an engine reads into is its own (paged) memory.
