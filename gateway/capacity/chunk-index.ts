@@ -23,7 +23,8 @@
  * before it: a pinned or busy tail protects its whole prefix.
  */
 
-import { before, MAX_DEPTH, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type OrderOptions } from './chunk.js';
+import { before, deadFirst, depthIn, KeptBack, MAX_DEPTH, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type Leaf, type OrderOptions } from './chunk.js';
+import { KeyedHeap } from './keyed-heap.js';
 import { StandingOrder } from './standing-order.js';
 
 /**
@@ -299,15 +300,7 @@ export class ChunkIndex {
 
   /** How many present chunks come before it in its chain. */
   depth(chunk: Chunk): number {
-    let depth = 0;
-    let pred = chunk.pred;
-    while (pred !== undefined && depth < MAX_DEPTH) {
-      const before = this.chunks.get(pred);
-      if (!before) break;
-      depth++;
-      pred = before.pred;
-    }
-    return depth;
+    return depthIn((key) => this.chunks.get(key), new Map())(chunk);
   }
 
   /** Present chunks that follow the key. */
@@ -358,56 +351,25 @@ export class ChunkIndex {
     const evictable = options.evictable ?? (() => true);
     const mine = (chunk: Chunk): boolean => options.tenant === undefined || chunk.tenant === options.tenant;
     const live = this.liveness(new Map());
-    const depths = new Map<string, number>();
-    /** Depth, memoised over this walk (a chain's depths cost one pass, not one pass each). */
-    const depthOf = (chunk: Chunk): number => {
-      const path: Chunk[] = [];
-      let at: Chunk | undefined = chunk;
-      let base = -1;
-      while (at && path.length <= MAX_DEPTH) {
-        const known = depths.get(at.key);
-        if (known !== undefined) {
-          base = known;
-          break;
-        }
-        path.push(at);
-        at = at.pred === undefined ? undefined : this.chunks.get(at.pred);
-      }
-      for (let i = path.length - 1; i >= 0; i--) depths.set((path[i] as Chunk).key, ++base);
-      return depths.get(chunk.key) ?? 0;
-    };
+    const depthOf = depthIn((key) => this.chunks.get(key), new Map());
     const dead: Chunk[] = [];
     let work = 0;
+    const pause = (): boolean => ++work % PAUSE_EVERY === 0;
     for (const chunk of this.chunks.values()) {
       if (!live(chunk) && mine(chunk)) dead.push(chunk);
-      if (++work % PAUSE_EVERY === 0) yield PAUSE;
+      if (pause()) yield PAUSE;
     }
     dead.sort((a, b) => a.lastAccess - b.lastAccess || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     const gone = new Set<string>();
-    /** Dead chunks written just now: placed among the leaves by their last access (below). */
-    const young: Chunk[] = [];
-    for (const chunk of dead) {
-      if (++work % PAUSE_EVERY === 0) yield PAUSE;
-      // A chunk written just now whose predecessor is missing may be one of a prefix written in
-      // parallel, its predecessor still on the way: not dead yet, but not kept ahead of colder
-      // leaves either (chunks whose predecessor never comes would hold the budget).
-      if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) {
-        young.push(chunk);
-        continue;
-      }
-      if (!evictable(chunk)) continue;
-      gone.add(chunk.key);
-      yield { chunk, reason: 'dead' };
-    }
-    let nextYoung = 0;
+    const keptBack = new KeptBack(yield* deadFirst(dead, options, gone, pause), evictable, gone);
     // Live chunks followed by no live chunk. A dead successor (skipped above as busy or pinned)
     // does not keep its predecessor from being a leaf: it is unreachable either way. In a
     // tenant's order only the tenant's own successors count: another tenant building on its
     // chunks cannot hold its quota.
     const remaining = new Map<string, number>();
-    const heap = new LeafHeap();
+    const heap = new KeyedHeap<Leaf>((l) => l.chunk.key, before);
     for (const chunk of this.chunks.values()) {
-      if (++work % PAUSE_EVERY === 0) yield PAUSE;
+      if (pause()) yield PAUSE;
       if (gone.has(chunk.key) || !live(chunk)) continue;
       let after = 0;
       for (const child of this.children.get(chunk.key) ?? []) {
@@ -415,15 +377,12 @@ export class ChunkIndex {
         if (c && live(c) && mine(c)) after++;
       }
       remaining.set(chunk.key, after);
-      if (after === 0) heap.push(chunk, depthOf(chunk));
+      if (after === 0) heap.set({ chunk, depth: depthOf(chunk) });
     }
-    for (let next = heap.pop(); next !== undefined; next = heap.pop()) {
-      if (++work % PAUSE_EVERY === 0) yield PAUSE;
-      const chunk = next;
-      for (; nextYoung < young.length && (young[nextYoung] as Chunk).lastAccess < chunk.lastAccess; nextYoung++) {
-        const y = young[nextYoung] as Chunk;
-        if (evictable(y)) yield { chunk: y, reason: 'dead' };
-      }
+    for (let leaf = heap.pop(); leaf !== undefined; leaf = heap.pop()) {
+      if (pause()) yield PAUSE;
+      const chunk = leaf.chunk;
+      yield* keptBack.until(chunk.lastAccess);
       if (!mine(chunk) || !evictable(chunk)) continue;
       gone.add(chunk.key);
       yield { chunk, reason: 'lru' };
@@ -431,13 +390,10 @@ export class ChunkIndex {
       if (pred && !gone.has(pred.key)) {
         const left = (remaining.get(pred.key) ?? 1) - 1;
         remaining.set(pred.key, left);
-        if (left === 0) heap.push(pred, depthOf(pred));
+        if (left === 0) heap.set({ chunk: pred, depth: depthOf(pred) });
       }
     }
-    for (; nextYoung < young.length; nextYoung++) {
-      const y = young[nextYoung] as Chunk;
-      if (evictable(y)) yield { chunk: y, reason: 'dead' };
-    }
+    yield* keptBack.until();
   }
 
   /** A memoised test: does every predecessor of the chunk exist (and the chain end)? */
@@ -499,44 +455,5 @@ export class ChunkIndex {
     if (!set) return;
     set.delete(key);
     if (set.size === 0) this.children.delete(pred);
-  }
-}
-
-/** Leaves by last access, then deepest first, then key (so the order is deterministic). */
-class LeafHeap {
-  private readonly items: { chunk: Chunk; depth: number }[] = [];
-
-  push(chunk: Chunk, depth: number): void {
-    const items = this.items;
-    items.push({ chunk, depth });
-    let i = items.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!before(items[i]!, items[parent]!)) break;
-      [items[i], items[parent]] = [items[parent]!, items[i]!];
-      i = parent;
-    }
-  }
-
-  pop(): Chunk | undefined {
-    const items = this.items;
-    const top = items[0];
-    const last = items.pop();
-    if (top === undefined || last === undefined) return undefined;
-    if (items.length > 0) {
-      items[0] = last;
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < items.length && before(items[l]!, items[m]!)) m = l;
-        if (r < items.length && before(items[r]!, items[m]!)) m = r;
-        if (m === i) break;
-        [items[i], items[m]] = [items[m]!, items[i]!];
-        i = m;
-      }
-    }
-    return top.chunk;
   }
 }

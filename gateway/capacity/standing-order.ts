@@ -6,7 +6,7 @@
  * ones (a predecessor gone), by last access, each in a keyed heap (gateway/capacity/keyed-heap.ts).
  * test/capacity-index.test.ts checks it equal to the order computed from nothing but the chunks.
  */
-import { before, MAX_DEPTH, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type Leaf, type OrderOptions } from './chunk.js';
+import { before, deadFirst, depthIn, KeptBack, PAUSE, PAUSE_EVERY, type Candidate, type Chunk, type Leaf, type OrderOptions } from './chunk.js';
 import { KeyedHeap } from './keyed-heap.js';
 
 /** What the order reads of the index. */
@@ -77,21 +77,7 @@ export class StandingOrder {
     this.#dead.clear();
     this.#liveKids.clear();
     this.#depths.clear();
-    const depthOf = (chunk: Chunk): number => {
-      const path: Chunk[] = [];
-      let base = -1;
-      // Cut, as everywhere, past MAX_DEPTH (a loop longer than that, which no link made here closes, would never end).
-      for (let at: Chunk | undefined = chunk; at && path.length <= MAX_DEPTH; at = at.pred === undefined ? undefined : this.#chains.get(at.pred)) {
-        const known = this.#depths.get(at.key);
-        if (known !== undefined) {
-          base = known;
-          break;
-        }
-        path.push(at);
-      }
-      for (let i = path.length - 1; i >= 0; i--) this.#depths.set((path[i] as Chunk).key, ++base);
-      return base;
-    };
+    const depthOf = depthIn((key) => this.#chains.get(key), this.#depths);
     for (const chunk of this.#chains.values()) {
       if (!live(chunk)) {
         this.#dead.set(chunk);
@@ -189,30 +175,16 @@ export class StandingOrder {
     const evictable = options.evictable ?? (() => true);
     const gone = new Set<string>();
     let work = 0;
-    const young: Chunk[] = [];
-    for (const chunk of this.#dead.ordered()) {
-      if (++work % PAUSE_EVERY === 0) yield PAUSE;
-      if (gone.has(chunk.key) || !this.#current(chunk)) continue;
-      // A chunk written just now whose predecessor is missing may be one of a prefix written in
-      // parallel, its predecessor still on the way: not dead yet, but not kept ahead of colder
-      // leaves either (chunks whose predecessor never comes would hold the budget).
-      if (options.deadIfWrittenBefore !== undefined && chunk.written >= options.deadIfWrittenBefore) {
-        young.push(chunk);
-        continue;
-      }
-      if (!evictable(chunk)) continue;
-      gone.add(chunk.key);
-      yield { chunk, reason: 'dead' };
-    }
-    young.sort((x, y) => x.lastAccess - y.lastAccess);
-    let nextYoung = 0;
+    const pause = (): boolean => ++work % PAUSE_EVERY === 0;
+    const young = yield* deadFirst(this.#dead.ordered(), options, gone, pause, (chunk) => !this.#current(chunk));
+    const keptBack = new KeptBack(young, (chunk) => this.#current(chunk) && this.#dead.has(chunk.key) && evictable(chunk), gone);
     const standing = this.#leaves.ordered();
     let nextStanding = standing.next();
     /** Chunks that became leaves in this walk. */
     const joined = new KeyedHeap<Leaf>((l) => l.chunk.key, before);
     const remaining = new Map<string, number>();
     for (;;) {
-      if (++work % PAUSE_EVERY === 0) yield PAUSE;
+      if (pause()) yield PAUSE;
       const fromStanding = nextStanding.done ? undefined : nextStanding.value;
       const fromJoined = joined.peek();
       let leaf: Leaf | undefined;
@@ -222,12 +194,7 @@ export class StandingOrder {
       } else if (fromJoined) leaf = joined.pop();
       if (!leaf) break;
       const chunk = leaf.chunk;
-      for (; nextYoung < young.length && (young[nextYoung] as Chunk).lastAccess < chunk.lastAccess; nextYoung++) {
-        const y = young[nextYoung] as Chunk;
-        if (gone.has(y.key) || !this.#current(y) || !this.#dead.has(y.key) || !evictable(y)) continue;
-        gone.add(y.key);
-        yield { chunk: y, reason: 'dead' };
-      }
+      yield* keptBack.until(chunk.lastAccess);
       if (gone.has(chunk.key) || !this.#current(chunk) || !evictable(chunk)) continue;
       gone.add(chunk.key);
       yield { chunk, reason: 'lru' };
@@ -238,11 +205,6 @@ export class StandingOrder {
         if (left === 0) joined.set({ chunk: pred, depth: this.#depths.get(pred.key) ?? 0 });
       }
     }
-    for (; nextYoung < young.length; nextYoung++) {
-      const y = young[nextYoung] as Chunk;
-      if (gone.has(y.key) || !this.#current(y) || !this.#dead.has(y.key) || !evictable(y)) continue;
-      gone.add(y.key);
-      yield { chunk: y, reason: 'dead' };
-    }
+    yield* keptBack.until();
   }
 }
