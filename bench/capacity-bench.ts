@@ -78,6 +78,8 @@ const LABELS: Record<PolicyName, string> = {
   'prefix-aware-no-after': 'prefix-aware, PUTs without after',
   lru: 'plain LRU',
   'write-age': 'write age (lifecycle expiry = FIFO)',
+  's3-fifo': 'S3-FIFO, prefix-aware',
+  'lfu-da': 'LFU with dynamic aging, prefix-aware',
   belady: 'Belady with prefix rule (offline)',
 };
 const GATEWAY_LABEL = 'prefix-aware, through the gateway';
@@ -386,7 +388,7 @@ function simulateBudgets(
     const budgetBytes = Math.floor(workingSet * share);
     for (const name of policies) {
       const started = performance.now();
-      const policy = makePolicy(name, trace, options.tier);
+      const policy = makePolicy(name, trace, budgetBytes, options.tier);
       const result = simulate(trace, policy, { ...options, budgetBytes });
       const seconds = (performance.now() - started) / 1000;
       const evictedDead = policy instanceof PrefixAwarePolicy ? policy.evicted.dead : undefined;
@@ -553,6 +555,15 @@ function checkTargets(rows: readonly Row[], budgets: readonly number[]): TargetC
   };
   compare('prefix-aware ahead of plain LRU at every budget', 'lru', 0);
   compare('prefix-aware far ahead (>= 10 points) of write-age expiry at every budget', 'write-age', 0.1 - 1e-12);
+  const closing = budgets
+    .map((b) => [b, rate('prefix-aware', b), rate('lru', b), rate('belady', b)] as const)
+    .filter((p): p is readonly [number, number, number, number] => p[1] !== undefined && p[2] !== undefined && p[3] !== undefined);
+  if (closing.length > 0)
+    checks.push({
+      target: 'prefix-aware closes at least half the gap from plain LRU to the offline reference at every budget',
+      met: closing.every(([, p, l, o]) => p - l >= (o - l) / 2),
+      detail: closing.map(([b, p, l, o]) => `${pct(b, 0)}: ${((p - l) * 100).toFixed(2)} of ${((o - l) * 100).toFixed(2)} points`).join('; '),
+    });
   const pa = rate('prefix-aware', 0.5);
   const opt = rate('belady', 0.5);
   if (pa !== undefined && opt !== undefined)

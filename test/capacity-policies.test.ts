@@ -5,6 +5,7 @@
  * test, how the policies compare.
  */
 import { describe, expect, it } from 'vitest';
+import { LfuDaPolicy, S3FifoPolicy } from '../bench/capacity/alternatives.js';
 import {
   BeladyPolicy,
   deadBytes,
@@ -165,8 +166,55 @@ describe('capacity policies', () => {
     const budget = workingSetBytes(trace) * 0.2;
     const rate = (policy: EvictionPolicy): number => simulate(trace, policy, { budgetBytes: budget, high: 0.95, low: 0.85, measureFrom: 0 }).hitRate;
     const best = rate(new BeladyPolicy(trace));
-    for (const policy of [new PrefixAwarePolicy(trace.chunkBytes), new LruPolicy(trace.chunkBytes), new WriteAgePolicy(trace.chunkBytes)])
+    const budgetChunks = budget / trace.chunkBytes;
+    for (const policy of [
+      new PrefixAwarePolicy(trace.chunkBytes),
+      new LruPolicy(trace.chunkBytes),
+      new WriteAgePolicy(trace.chunkBytes),
+      new S3FifoPolicy(trace.chunkBytes, budgetChunks),
+      new LfuDaPolicy(trace.chunkBytes),
+    ])
       expect(best).toBeGreaterThanOrEqual(rate(policy));
+  });
+
+  it('S3-FIFO evicts a chunk never read on probation before an older one read there, and sends a key it evicted back to the main queue', () => {
+    const s3 = new S3FifoPolicy(1, 3);
+    // h is written and read; x, y and z are written: four chunks in a budget of three.
+    run(traceOf(['h'], ['h'], ['x'], ['y'], ['z']), s3, 3, 1);
+    expect([...s3.keys()].sort()).toEqual(['h', 'y', 'z']); // x, never read, went before h
+    const lru = new LruPolicy(1);
+    run(traceOf(['h'], ['h'], ['x'], ['y'], ['z']), lru, 3, 1);
+    expect(lru.has('h')).toBe(false);
+    // x is stored again: its key was in the ghost queue, so it skips probation, and y goes.
+    const again = new S3FifoPolicy(1, 3);
+    run(traceOf(['h'], ['h'], ['x'], ['y'], ['z'], ['x']), again, 3, 1);
+    expect([...again.keys()].sort()).toEqual(['h', 'x', 'z']);
+  });
+
+  it('S3-FIFO and LFU-DA evict only leaves: never a chunk before one they keep', () => {
+    const trace = traceOf(['a0', 'a1', 'a2'], ['a0'], ['a0'], ['b0', 'b1', 'b2'], ['c0', 'c1']);
+    const pred = new Map([
+      ['a1', 'a0'],
+      ['a2', 'a1'],
+      ['b1', 'b0'],
+      ['b2', 'b1'],
+      ['c1', 'c0'],
+    ]);
+    for (const policy of [new S3FifoPolicy(1, 5), new LfuDaPolicy(1)]) {
+      const result = run(trace, policy, 5, 0.6);
+      expect(result.deadShare).toBe(0);
+      expect(deadBytes(policy, pred, 1)).toBe(0);
+      expect(policy.bytes).toBeLessThanOrEqual(5);
+    }
+  });
+
+  it('LFU-DA keeps the chunk read most over a more recent one read less, until the age passes its count', () => {
+    const lfu = new LfuDaPolicy(1);
+    run(traceOf(['p'], ['p'], ['p'], ['q'], ['r']), lfu, 2, 1);
+    expect([...lfu.keys()].sort()).toEqual(['p', 'r']); // q, accessed once, went; LRU would take p
+    const aged = new LfuDaPolicy(1);
+    run(traceOf(['p'], ['p'], ['p'], ['q'], ['r'], ['s'], ['t'], ['u'], ['v']), aged, 2, 1);
+    expect(aged.has('p')).toBe(false); // each eviction raised the age; new chunks outrank p's three accesses
   });
 
   it('pops a heap in order', () => {

@@ -42,30 +42,20 @@
  *   engine caches it is exactly the leaves-only order above.
  */
 import { ChunkIndex } from '../../gateway/capacity/chunk-index.js';
+import { LfuDaPolicy, S3FifoPolicy } from './alternatives.js';
+import type { EvictionPolicy } from './eviction-policy.js';
 import { prng, type Trace, type TraceRequest } from './workload.js';
 
-export interface EvictionPolicy {
-  readonly name: string;
-  /** Bytes held. */
-  readonly bytes: number;
-  has(key: string): boolean;
-  /** A request begins (its lookup names its keys); `at` is its index in the trace. */
-  begin(request: TraceRequest, at: number): void;
-  /** A hit chunk is read. */
-  read(key: string, at: number): void;
-  /** A computed chunk is stored; `pred` is the key before it in the prompt. */
-  write(key: string, pred: string | undefined, at: number): void;
-  /** Evicts until at most `targetBytes` are held; returns how many chunks went. */
-  evict(targetBytes: number): number;
-  /** Keys held. */
-  keys(): Iterable<string>;
-}
+export type { EvictionPolicy } from './eviction-policy.js';
 
-export const POLICY_NAMES = ['prefix-aware', 'prefix-aware-no-after', 'lru', 'write-age', 'belady'] as const;
+export const POLICY_NAMES = ['prefix-aware', 'prefix-aware-no-after', 'lru', 'write-age', 's3-fifo', 'lfu-da', 'belady'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
-/** `tier`: the engine caches in front of the bucket, whose lookups the offline reference foresees. */
-export function makePolicy(name: PolicyName, trace: Trace, tier?: EngineTier): EvictionPolicy {
+/**
+ * `budgetBytes`: the bucket's budget (S3-FIFO's ghost queue holds as many keys as it holds chunks).
+ * `tier`: the engine caches in front of the bucket, whose lookups the offline reference foresees.
+ */
+export function makePolicy(name: PolicyName, trace: Trace, budgetBytes: number, tier?: EngineTier): EvictionPolicy {
   switch (name) {
     case 'prefix-aware':
       return new PrefixAwarePolicy(trace.chunkBytes);
@@ -75,6 +65,10 @@ export function makePolicy(name: PolicyName, trace: Trace, tier?: EngineTier): E
       return new LruPolicy(trace.chunkBytes);
     case 'write-age':
       return new WriteAgePolicy(trace.chunkBytes);
+    case 's3-fifo':
+      return new S3FifoPolicy(trace.chunkBytes, budgetBytes / trace.chunkBytes);
+    case 'lfu-da':
+      return new LfuDaPolicy(trace.chunkBytes);
     case 'belady':
       return new BeladyPolicy(trace, tier);
   }
