@@ -66,7 +66,7 @@ import {
 } from './capacity/policies.js';
 import { replayThroughGateway, wholePercent, type ReplayResult } from './capacity/replay.js';
 import { loadMooncakeTrace } from './capacity/mooncake-trace.js';
-import { DEFAULT_WORKLOAD, generateTrace, workingSetBytes, type Trace, type WorkloadParams } from './capacity/workload.js';
+import { DEFAULT_WORKLOAD, generateTrace, reuseFacts, workingSetBytes, type Trace, type WorkloadParams } from './capacity/workload.js';
 import { COLORS, escapeXml, svgHead, yGrid } from './report/svg.js';
 
 const GIB = 1024 ** 3;
@@ -426,6 +426,7 @@ function traceFacts(trace: Trace, workingSet: number, measureFrom: number): Reco
     chunkBytes: trace.chunkBytes,
     workingSetBytes: workingSet,
     measuredFrom: measureFrom,
+    ...reuseFacts(trace),
   };
 }
 
@@ -493,10 +494,12 @@ function describeTrace(trace: Trace, workingSet: number): string {
   const conversations = new Set(trace.requests.map((r) => r.conversation)).size;
   const accesses = trace.requests.reduce((sum, r) => sum + r.keys.length, 0);
   const chunks = workingSet / trace.chunkBytes;
+  const reuse = reuseFacts(trace);
   return [
     `trace: ${trace.requests.length} requests of ${conversations} conversations (${(trace.requests.length / conversations).toFixed(1)} turns each)`,
     `prompt tokens p5 ${at(0.05)}, median ${at(0.5)}, p95 ${at(0.95)}, max ${at(1)}`,
     `${accesses} chunk lookups, ${chunks} distinct chunks; working set ${(workingSet / GIB).toFixed(2)} GiB at scale (${(workingSet / trace.params.scale / 2 ** 40).toFixed(2)} TiB full size)`,
+    `reuse: ${pct(reuse.usedOnce)} of the chunks are never read again after they are stored; a chunk's first reuse comes a median ${reuse.firstReuseGapMedian} requests after it (p90 ${reuse.firstReuseGapP90}); ${pct(reuse.thirdUseAfterSecond)} of the chunks used twice are used again`,
   ].join('\n');
 }
 

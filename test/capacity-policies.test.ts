@@ -19,7 +19,7 @@ import {
   type EngineTierOptions,
   type EvictionPolicy,
 } from '../bench/capacity/policies.js';
-import { DEFAULT_WORKLOAD, generateTrace, prng, workingSetBytes, zipf, type Trace } from '../bench/capacity/workload.js';
+import { DEFAULT_WORKLOAD, generateTrace, prng, reuseFacts, workingSetBytes, zipf, type Trace } from '../bench/capacity/workload.js';
 
 const SMALL = { ...DEFAULT_WORKLOAD, requests: 400, activeConversations: 40, documents: 20 };
 
@@ -105,6 +105,16 @@ describe('capacity workload', () => {
         else pred.set(key, before);
       });
     expect(workingSetBytes(trace)).toBe(pred.size * trace.chunkBytes);
+  });
+});
+
+describe('capacity trace facts', () => {
+  it("counts the chunks never read again, the gap to a chunk's first reuse, and third uses", () => {
+    const facts = reuseFacts(traceOf(['a', 'b'], ['a', 'c'], ['a', 'b']));
+    expect(facts.usedOnce).toBeCloseTo(1 / 3); // c
+    expect(facts.thirdUseAfterSecond).toBe(0.5); // a of a and b
+    expect(facts.firstReuseGapMedian).toBe(2); // a after 1 request, b after 2
+    expect(facts.firstReuseGapP90).toBe(2);
   });
 });
 

@@ -240,3 +240,45 @@ export function workingSetBytes(trace: Trace): number {
   for (const request of trace.requests) for (const key of request.keys) distinct.add(key);
   return distinct.size * trace.chunkBytes;
 }
+
+/** How a trace's chunks are reused: what an online eviction order has to go on. */
+export interface ReuseFacts {
+  /** Of the distinct chunks, the share only one request holds (stored, never read again). */
+  readonly usedOnce: number;
+  /** Of the chunks used at least twice, the share used a third time. */
+  readonly thirdUseAfterSecond: number;
+  /** Requests from a chunk's first use to its second, median and 90th percentile. */
+  readonly firstReuseGapMedian: number;
+  readonly firstReuseGapP90: number;
+}
+
+export function reuseFacts(trace: Trace): ReuseFacts {
+  const uses = new Map<string, { first: number; count: number }>();
+  const gaps: number[] = [];
+  trace.requests.forEach((request, at) => {
+    for (const key of request.keys) {
+      const seen = uses.get(key);
+      if (seen === undefined) uses.set(key, { first: at, count: 1 });
+      else {
+        if (seen.count === 1) gaps.push(at - seen.first);
+        seen.count++;
+      }
+    }
+  });
+  let once = 0;
+  let twice = 0;
+  let thrice = 0;
+  for (const { count } of uses.values()) {
+    if (count === 1) once++;
+    if (count >= 2) twice++;
+    if (count >= 3) thrice++;
+  }
+  gaps.sort((a, b) => a - b);
+  const at = (q: number): number => gaps[Math.min(gaps.length - 1, Math.floor(q * gaps.length))] ?? 0;
+  return {
+    usedOnce: uses.size === 0 ? 0 : once / uses.size,
+    thirdUseAfterSecond: twice === 0 ? 0 : thrice / twice,
+    firstReuseGapMedian: at(0.5),
+    firstReuseGapP90: at(0.9),
+  };
+}
