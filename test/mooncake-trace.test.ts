@@ -39,6 +39,16 @@ describe('a Mooncake trace', () => {
     expect(loadMooncakeTrace(path, { scale: 1, limit: 1 }).requests).toHaveLength(1);
   });
 
+  it('puts a request in the conversation of the earlier prompt it extends, not of the system prompt all share', () => {
+    const line = (ids: number[]): string => JSON.stringify({ timestamp: 0, input_length: ids.length * 512, output_length: 5, hash_ids: ids });
+    const trace = loadMooncakeTrace(file([line([0, 1, 2]), line([0, 3, 4]), line([0, 1, 2, 5]), line([0, 3, 4, 6, 7]), line([0, 8]), line([0, 1, 2, 5, 9])]), { scale: 1 });
+    const c = trace.requests.map((r) => r.conversation);
+    expect(c[2]).toBe(c[0]);
+    expect(c[3]).toBe(c[1]);
+    expect(c[5]).toBe(c[0]); // extends the third request, itself the first's second turn
+    expect(new Set([c[0], c[1], c[4]]).size).toBe(3);
+  });
+
   it('refuses what is not one, naming the line', () => {
     expect(() => loadMooncakeTrace(file(['{"input_length": 10, "hash_ids": [1]}', 'nope']), { scale: 1 })).toThrow(/line 2: not JSON/);
     expect(() => loadMooncakeTrace(file(['{"input_length": 10, "hash_ids": [1, -2]}']), { scale: 1 })).toThrow(/line 1: hash_ids/);

@@ -8,8 +8,14 @@
  * A hash id names one 512-token block, and the ids are prefix-structured: two requests that share
  * their first k ids share their first k blocks, so an id is a chunk key as the gateway's are (a
  * chunk's key names its whole prefix). Only the prompt's whole blocks are keys, as the generator's
- * (the partial block at the end of a prompt is never stored). A request's "conversation" is its
- * first block: what a prefix-aware router keeps on one engine.
+ * (the partial block at the end of a prompt is never stored).
+ *
+ * The traces name no conversations, so a turn is recognised by its prompt: a request whose whole
+ * blocks start with every whole block of an earlier request's prompt (two at least) continues that
+ * request's conversation, as a multi-turn chat's next prompt holds the last one; any other request
+ * starts a conversation. What a session- or prefix-aware router keeps on one engine. (Grouping by
+ * the first block instead put the whole conversation trace, whose prompts all start with one
+ * system-prompt block, in one conversation, so on one engine.)
  */
 import { readFileSync } from 'node:fs';
 import { DEFAULT_WORKLOAD, chunkBytesOf, type Trace, type TraceRequest, type WorkloadParams } from './workload.js';
@@ -24,6 +30,8 @@ export const MOONCAKE_BLOCK_TOKENS = 512;
  */
 export function loadMooncakeTrace(path: string, options: { scale: number; limit?: number }): Trace {
   const requests: TraceRequest[] = [];
+  /** The conversation of each earlier prompt of two whole blocks or more, by its last block's id (ids are prefix-structured: the last names the whole). */
+  const conversationEnding = new Map<number, { blocks: number; conversation: number }>();
   const lines = readFileSync(path, 'utf8').split('\n');
   for (const [index, line] of lines.entries()) {
     if (options.limit !== undefined && requests.length >= options.limit) break;
@@ -42,8 +50,18 @@ export function loadMooncakeTrace(path: string, options: { scale: number; limit?
     if (!Number.isSafeInteger(r.input_length) || (r.input_length as number) < 0) throw new Error(`${where}: input_length must be a whole number of tokens`);
     const tokens = r.input_length as number;
     const whole = Math.min(ids.length, Math.floor(tokens / MOONCAKE_BLOCK_TOKENS));
-    const keys = (ids as number[]).slice(0, whole).map((id) => `mc/${id}`);
-    requests.push({ conversation: (ids[0] as number | undefined) ?? -1 - index, keys, tokens });
+    const blocks = (ids as number[]).slice(0, whole);
+    const keys = blocks.map((id) => `mc/${id}`);
+    let conversation = requests.length;
+    for (let k = blocks.length; k >= 2; k--) {
+      const earlier = conversationEnding.get(blocks[k - 1] as number);
+      if (earlier?.blocks === k) {
+        conversation = earlier.conversation;
+        break;
+      }
+    }
+    if (blocks.length >= 2) conversationEnding.set(blocks[blocks.length - 1] as number, { blocks: blocks.length, conversation });
+    requests.push({ conversation, keys, tokens });
   }
   if (requests.length === 0) throw new Error(`${path}: no requests`);
   const params: WorkloadParams = { ...DEFAULT_WORKLOAD, requests: requests.length, chunkTokens: MOONCAKE_BLOCK_TOKENS, scale: options.scale, activeConversations: 1 };
