@@ -33,7 +33,9 @@
  * CPU per request. A replay takes a minute or two here. The gateway's embedded store lives in
  * --replay-dir, /dev/shm where there is one: the replay measures eviction, not the disk, and a
  * tmpfs makes each PUT's fsyncs free. --replay-put-concurrency (default 1) stores a request's
- * missing chunks that many at a time rather than one after the other.
+ * missing chunks that many at a time rather than one after the other. The gateway runs at its
+ * default settings but for the budget, the marks and a quicker capacity sync and lease (so that
+ * it leads at once); --replay-evict-rate sets its --evict-rate.
  *
  * With --trace FILE the trace is a file in Mooncake's JSONL format instead (bench/capacity/mooncake-trace.ts:
  * its first --requests requests, all without it; the replay its first --replay-requests), such as
@@ -41,7 +43,7 @@
  *
  *   npm run bench:capacity [-- --scale 1/128 --requests 20000 --seed 1 --budgets 0.1,0.25,0.5] [-- --trace FILE]
  *   [-- --engines 8 --engine-share 0.02 --routing affinity --restart-every 1000] [-- --engines 0] [-- --no-plain]
- *   [-- --replay-requests 3000 --replay-scale 1/512 --replay-dir DIR --replay-put-concurrency 1] [-- --no-replay]
+ *   [-- --replay-requests 3000 --replay-scale 1/512 --replay-dir DIR --replay-put-concurrency 1 --replay-evict-rate N] [-- --no-replay]
  *
  * Writes bench/results/capacity-latest.json and bench/results/capacity-hit-rate.svg (--out names
  * another directory).
@@ -165,6 +167,7 @@ async function main(): Promise<void> {
       'replay-scale': { type: 'string', default: '1/512' },
       'replay-conversations': { type: 'string' },
       'replay-put-concurrency': { type: 'string', default: '1' },
+      'replay-evict-rate': { type: 'string' },
       'replay-dir': { type: 'string', default: existsSync('/dev/shm') ? '/dev/shm' : tmpdir() },
       out: { type: 'string' },
     },
@@ -210,6 +213,7 @@ async function main(): Promise<void> {
             ? Math.max(1, Math.round((params.activeConversations * replayRequests) / params.requests))
             : positive('replay-conversations', values['replay-conversations'], true),
         putConcurrency: positive('replay-put-concurrency', values['replay-put-concurrency'], true),
+        evictRate: values['replay-evict-rate'] === undefined ? null : positive('replay-evict-rate', values['replay-evict-rate'], true),
         dir: values['replay-dir'],
       }
     : undefined;
@@ -266,7 +270,7 @@ async function main(): Promise<void> {
       `\nReplay trace (same generator and seed, ${replay.conversations} conversations in progress), simulated, then through the gateway:\n${describeTrace(replayTrace, replayWorkingSet)}`,
     );
     console.log(
-      `the first ${replayFrom} requests warm up; the gateway trims on its own (every 250 ms, --evict-rate 5000), on its embedded store in ${replay.dir}; ${replay.putConcurrency} PUT(s) at a time\n`,
+      `the first ${replayFrom} requests warm up; the gateway trims on its own (every 250 ms, --evict-rate ${replay.evictRate ?? 'at its default'}), on its embedded store in ${replay.dir}; ${replay.putConcurrency} PUT(s) at a time\n`,
     );
     const simulated = simulateBudgets(replayTrace, replayWorkingSet, budgets, plainPolicies, { high, low, measureFrom: replayFrom });
     const gateway: ReplayRow[] = [];
@@ -278,6 +282,7 @@ async function main(): Promise<void> {
         high,
         low,
         putConcurrency: replay.putConcurrency,
+        ...(replay.evictRate === null ? {} : { evictRate: replay.evictRate }),
         storeDir: replay.dir,
         progressEvery,
         onProgress: (done, seconds) => console.log(`  budget ${pct(share, 0)} through the gateway: ${done} requests in ${seconds.toFixed(0)} s`),

@@ -3,8 +3,8 @@
  * process on its embedded store, one bucket budgeted, and this process acting as one engine. For
  * each request it looks the prompt up (one request, which also teaches the gateway the prompt's
  * chain), reads the hit chunks with one descriptor GET, and stores the chunks past the hit in
- * order. The gateway trims on its own (every 250 ms, at --evict-rate, from its high mark to its
- * low one), so its hit rate differs a little from the simulation of its ChunkIndex, which trims
+ * order. The gateway trims on its own (every 250 ms, at its default --evict-rate unless one is
+ * given, from its high mark to its low one, faster while writes wait for room), so its hit rate differs a little from the simulation of its ChunkIndex, which trims
  * after every request (bench/capacity/policies.ts simulate()).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -38,6 +38,8 @@ export interface ReplayOptions {
   readonly low: number;
   /** PUTs of one request's missing chunks at once (1: one after the other, in prompt order). */
   readonly putConcurrency: number;
+  /** The gateway's --evict-rate; undefined: its default. */
+  readonly evictRate?: number;
   /** Where the gateway's embedded store gets a directory of its own (removed afterwards). */
   readonly storeDir: string;
   /** Called after every `progressEvery` requests. */
@@ -107,8 +109,7 @@ export async function replayThroughGateway(trace: Trace, budgetBytes: number, op
         String(highPercent),
         '--budget-low-percent',
         String(lowPercent),
-        '--evict-rate',
-        '5000',
+        ...(options.evictRate === undefined ? [] : ['--evict-rate', String(options.evictRate)]),
         '--capacity-sync-ms',
         '200',
         '--capacity-lease-ms',
