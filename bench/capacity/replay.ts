@@ -78,6 +78,8 @@ export interface ReplayResult {
   readonly peakBytes: number;
   /** The least it counted in those readings once the bucket had first reached its low mark (0: it never did). */
   readonly leastFullBytes: number;
+  /** Those readings: [requests replayed, seconds since the replay began, bytes the gateway counted]. */
+  readonly bytesOverTime: readonly (readonly [number, number, number])[];
   /** objectcache_evictions_total of the bucket, by reason. */
   readonly evictions: Readonly<Record<string, number>>;
   /** CPU time of the gateway's processes over the replay, per request replayed (ms): its lookups, reads, writes and trimming. */
@@ -174,6 +176,7 @@ async function replay(
   let lostHitTokens = 0;
   let peakBytes = 0;
   let leastFullBytes = Infinity;
+  const bytesOverTime: [number, number, number][] = [];
   const lowBytes = (await bucketReport(adminUrl)).lowBytes;
   const started = performance.now();
   for (const [at, request] of trace.requests.entries()) {
@@ -208,6 +211,7 @@ async function replay(
     if ((at + 1) % SAMPLE_EVERY === 0) {
       for (const sample of metricSamples(await metricsText(adminUrl), 'objectcache_capacity_bytes')) {
         if (sample.labels['bucket'] !== BUCKET) continue;
+        bytesOverTime.push([at + 1, Math.round(performance.now() - started) / 1000, sample.value]);
         peakBytes = Math.max(peakBytes, sample.value);
         if (peakBytes >= lowBytes) leastFullBytes = Math.min(leastFullBytes, sample.value);
       }
@@ -228,6 +232,7 @@ async function replay(
     seconds,
     peakBytes,
     leastFullBytes: Number.isFinite(leastFullBytes) ? leastFullBytes : 0,
+    bytesOverTime,
   };
 }
 
