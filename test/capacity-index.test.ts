@@ -27,6 +27,22 @@ describe('ChunkIndex', () => {
     expect(index.remove('nothing')).toBeUndefined();
   });
 
+  it('knows the largest chunk present, not the largest it ever held', () => {
+    const index = new ChunkIndex();
+    store(index, ['x', 'y'], 1, 'a', 10);
+    index.put('huge', { size: 1000, tenant: 'b', etag: '"h"', at: 1 });
+    index.put('big', { size: 50, tenant: 'a', etag: '"b"', at: 1 });
+    expect(index.largest).toBe(1000);
+    index.remove('huge');
+    expect(index.largest).toBe(50);
+    index.put('big', { size: 20, tenant: 'a', etag: '"b2"', at: 2 }); // rewritten smaller
+    expect(index.largest).toBe(20);
+    index.remove('x');
+    expect(index.largest).toBe(20);
+    for (const key of ['big', 'y']) index.remove(key);
+    expect(index.largest).toBe(0);
+  });
+
   it('trims a prefix from its tail, never from its head, and the coldest prefix first', () => {
     const index = new ChunkIndex();
     store(index, ['p0', 'p1', 'p2'], 100);

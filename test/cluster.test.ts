@@ -17,7 +17,7 @@ import { chunkKeys } from '../client/keys.js';
 import { freePort } from './helpers/minio.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { runCliAsync, startServe, type ServeProcess } from './helpers/cli.js';
-import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { CLIENT_KEY, CLIENT_SECRET, metricValue, sdkClient, segmentEvents, uniqueBucket } from './helpers/gateway.js';
 import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 
@@ -372,11 +372,12 @@ describe('capacity, packed segments and KV events with two serving processes', (
   let events: string;
   const bucket = uniqueBucket('cluster-cap');
   const segmentBucket = uniqueBucket('cluster-segs');
+  const bigBucket = uniqueBucket('cluster-big');
 
   beforeAll(async () => {
     events = `tcp://127.0.0.1:${await freePort()}`;
     gw = await inFrontOfMinio(
-      ...['--budget', `${bucket}=${4 * MiB}`, '--capacity-sync-ms', '200', '--kv-events', events],
+      ...['--budget', `${bucket}=${4 * MiB},${bigBucket}=${4 * MiB}`, '--capacity-sync-ms', '200', '--kv-events', events],
       ...['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '2', '--segment-bucket', segmentBucket],
     );
   }, 60_000);
@@ -451,6 +452,37 @@ describe('capacity, packed segments and KV events with two serving processes', (
       };
       await waitFor('eviction brings the bucket within its budget', async () => (await stored()) <= 4 * MiB, 30_000);
       expect(await metricValue(gw.adminUrl, 'objectcache_evictions_total')).toBeGreaterThan(0);
+    } finally {
+      for (const c of clients) await c.close();
+    }
+  }, 90_000);
+
+  it("keeps at most 15% of the budget free for the others' writes, however large one object is", async () => {
+    // With other serving processes about, the low mark leaves room for one write as large as the
+    // largest object present, but no more than 15% of the budget: one object of half the budget
+    // must not make every trim drain the bucket to half of it.
+    const clients = [newClient(gw, bigBucket), newClient(gw, bigBucket)];
+    const s3 = sdkClient(gw.url);
+    try {
+      await clients[0]!.ensureBucket();
+      await s3.send(new PutObjectCommand({ Bucket: bigBucket, Key: 'big-object', Body: Buffer.alloc(2 * MiB, 7) }));
+      // 12 prefixes of 512 KiB after it, alternating processes: 8 MiB into a budget of 4 MiB. The
+      // object is read after each, so it is the last to go and stays present.
+      for (let i = 0; i < 12; i++) {
+        await seedPrefix(clients[i % 2]!, { chunks: 2, layers: 4, layerBytes: 64 * 1024, layout: 'KV_L2TD' });
+        const read = await s3.send(new GetObjectCommand({ Bucket: bigBucket, Key: 'big-object' }));
+        expect((await read.Body!.transformToByteArray()).length).toBe(2 * MiB);
+      }
+      const stored = async (): Promise<number> => {
+        const listed = await s3.send(new ListObjectsV2Command({ Bucket: bigBucket }));
+        return (listed.Contents ?? []).reduce((n, o) => n + (o.Size ?? 0), 0);
+      };
+      await waitFor('eviction brings the bucket within its budget', async () => (await stored()) <= 4 * MiB, 30_000);
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      // Drained to at most 3.4 MiB (4 MiB less 15%), never to 2 MiB (4 MiB less the object).
+      const listed = await s3.send(new ListObjectsV2Command({ Bucket: bigBucket }));
+      expect(listed.Contents?.some((o) => o.Key === 'big-object')).toBe(true);
+      expect(await stored()).toBeGreaterThan(3 * MiB);
     } finally {
       for (const c of clients) await c.close();
     }

@@ -49,6 +49,11 @@ const ROOM_POLL_MS = 20;
 const ROOM_KICK_MS = 100;
 /** With other gateways about, a bucket this full (of its budget, everything counted) is trimmed at full speed: their writes may be waiting for room. */
 const FULL_FRACTION = 0.99;
+/**
+ * The most of a budget kept free for a write another gateway may be waiting to make (as large as
+ * the largest chunk present): the gap of the earlier default marks (95 to 85, and their 15%).
+ */
+const UNSEEN_WRITE_SHARE = 0.15;
 /** How often the leader looks for idle chunks, ms. */
 const IDLE_SCAN_MS = 30_000;
 /** A chunk whose predecessor is missing counts as dead only once it is this old, ms (its prefix may be mid-write). */
@@ -827,10 +832,12 @@ export class Capacity {
         const usage = (): number => index.bytes - index.uncheckedBytes + uploads + (this.#derived?.bytes(bucket) ?? 0) - (this.#pendingFree.get(bucket) ?? 0);
         // Past the high mark, a bucket drains to the low one over as many passes as it takes. With
         // other gateways about, whose waiting writes this one does not see, the low mark is also
-        // kept far enough under the budget for one write as large as the largest chunk to fit (with
-        // close marks there may be less room than that between the low mark and the budget), and a
-        // bucket without that room drains too.
-        const unseenWrite = this.#shared.hasPeers && index.largest < budget ? index.largest : 0;
+        // kept far enough under the budget for one write as large as the largest chunk present to
+        // fit (with close marks there may be less room than that between the low mark and the
+        // budget), and a bucket without that room drains too; but never more than
+        // UNSEEN_WRITE_SHARE of the budget, so that one tenant's huge object cannot drain everyone
+        // else's chunks.
+        const unseenWrite = this.#shared.hasPeers ? Math.min(index.largest, budget * UNSEEN_WRITE_SHARE) : 0;
         const low = Math.min(budget * this.#config.lowFraction, budget - unseenWrite);
         // Down to the low mark, and, for writes waiting, far enough that they fit beside what
         // the trim does not count (unchecked sizes, uploads' unchecked parts, admitted writes).

@@ -63,7 +63,11 @@ export class ChunkIndex {
   /** Chunks whose size is not checked against the store yet, in the order they were learnt. */
   readonly #unchecked = new Set<string>();
   #uncheckedBytes = 0;
-  #largest = 0;
+  /** How many chunks present have each size, largest first: `largest` must fall when the largest goes. */
+  readonly #sizes = new KeyedHeap<{ size: number; count: number }>(
+    (entry) => String(entry.size),
+    (a, b) => a.size > b.size,
+  );
   readonly #order = new StandingOrder({ get: (key) => this.chunks.get(key), after: (key) => this.children.get(key), values: () => this.chunks.values() });
 
   /** Bytes of every chunk present. */
@@ -71,9 +75,9 @@ export class ChunkIndex {
     return this.#bytes;
   }
 
-  /** The size of the largest chunk this index has held: what one more write may well need. */
+  /** The size of the largest chunk present: what one more write may well need. */
   get largest(): number {
-    return this.#largest;
+    return this.#sizes.peek()?.size ?? 0;
   }
 
   /** Of `bytes`, those of chunks whose size is not checked against the store yet. */
@@ -433,7 +437,11 @@ export class ChunkIndex {
 
   private account(chunk: Chunk, sign: 1 | -1): void {
     this.#bytes += sign * chunk.size;
-    if (sign === 1) this.#largest = Math.max(this.#largest, chunk.size);
+    const sized = this.#sizes.get(String(chunk.size));
+    if (sign === 1) {
+      if (sized) sized.count++;
+      else this.#sizes.set({ size: chunk.size, count: 1 });
+    } else if (sized && --sized.count === 0) this.#sizes.delete(String(chunk.size));
     if (!chunk.checked) {
       this.#uncheckedBytes += sign * chunk.size;
       if (sign === 1) this.#unchecked.add(chunk.key);
