@@ -1,17 +1,17 @@
 /**
  * A binary min-heap of entries named by a key, each of which can be found, re-ordered or taken
- * out in O(log n): the standing eviction orders of gateway/capacity/chunk-index.ts (leaves by last
- * access, dead chunks by last access) kept up to date as chunks come, go and are read, so that a
- * trim costs work in proportion to what it takes, not to the bucket's size.
+ * out in O(log n): the standing eviction orders of gateway/capacity/standing-order.ts (leaves by
+ * last access, dead chunks by last access) kept up to date as chunks come, go and are read, so
+ * that a trim costs work in proportion to what it takes, not to the bucket's size.
  *
  * `ordered()` lists the entries smallest first without changing the heap (a second, small heap
  * of the positions whose parents were listed): k entries cost O(k log k), however many it holds.
- * The heap must not change while such a listing is being read.
  */
 export class KeyedHeap<T> {
   /** The heap, as slots that know their place in it (a swap moves two slots, no map is touched). */
   readonly #slots: Slot<T>[] = [];
   readonly #byKey = new Map<string, Slot<T>>();
+  #nextId = 0;
   readonly #keyOf: (item: T) => string;
   readonly #before: (a: T, b: T) => boolean;
 
@@ -37,7 +37,7 @@ export class KeyedHeap<T> {
     const key = this.#keyOf(item);
     const slot = this.#byKey.get(key);
     if (slot === undefined) {
-      const added = { item, at: this.#slots.length };
+      const added = { item, at: this.#slots.length, id: String(this.#nextId++) };
       this.#slots.push(added);
       this.#byKey.set(key, added);
       this.#up(added.at);
@@ -81,23 +81,28 @@ export class KeyedHeap<T> {
   /**
    * The entries, smallest first, lazily; the heap itself is left as it is. Where it changes while
    * the listing is read, the listing reads on in the changed heap: an entry added or moved
-   * meanwhile may be missed or met out of place, one taken out is not listed, none is listed twice.
+   * meanwhile may be missed or met out of place, one taken out is not listed, and no slot is listed
+   * twice, but a key taken out and added again has a new slot and may be listed again (callers
+   * that must not meet a key twice keep their own record, as StandingOrder.walk does).
    */
   *ordered(): Generator<T> {
     const slots = this.#slots;
     const first = slots[0];
     if (first === undefined) return;
     // The slots whose parent was listed, smallest entry first.
-    const open = new SlotHeap<T>((a, b) => this.#before(a.item, b.item));
+    const open = new KeyedHeap<Slot<T>>(
+      (slot) => slot.id,
+      (a, b) => this.#before(a.item, b.item),
+    );
     const met = new Set<Slot<T>>([first]);
-    open.push(first);
+    open.set(first);
     for (let slot = open.pop(); slot !== undefined; slot = open.pop()) {
       if (this.#byKey.get(this.#keyOf(slot.item)) !== slot) continue; // taken out meanwhile
       yield slot.item;
       for (const child of [slots[2 * slot.at + 1], slots[2 * slot.at + 2]]) {
         if (child === undefined || met.has(child)) continue;
         met.add(child);
-        open.push(child);
+        open.set(child);
       }
     }
   }
@@ -141,44 +146,6 @@ export class KeyedHeap<T> {
 interface Slot<T> {
   item: T;
   at: number;
-}
-
-/** A plain binary heap of slots (the listing's frontier). */
-class SlotHeap<T> {
-  readonly #items: Slot<T>[] = [];
-  readonly #less: (a: Slot<T>, b: Slot<T>) => boolean;
-
-  constructor(less: (a: Slot<T>, b: Slot<T>) => boolean) {
-    this.#less = less;
-  }
-
-  push(slot: Slot<T>): void {
-    const items = this.#items;
-    items.push(slot);
-    for (let c = items.length - 1; c > 0;) {
-      const p = (c - 1) >> 1;
-      if (!this.#less(items[c] as Slot<T>, items[p] as Slot<T>)) break;
-      [items[c], items[p]] = [items[p] as Slot<T>, items[c] as Slot<T>];
-      c = p;
-    }
-  }
-
-  pop(): Slot<T> | undefined {
-    const items = this.#items;
-    const top = items[0];
-    const last = items.pop();
-    if (top === undefined || last === undefined || items.length === 0) return top;
-    items[0] = last;
-    for (let p = 0; ;) {
-      const l = 2 * p + 1;
-      const r = l + 1;
-      let m = p;
-      if (l < items.length && this.#less(items[l] as Slot<T>, items[m] as Slot<T>)) m = l;
-      if (r < items.length && this.#less(items[r] as Slot<T>, items[m] as Slot<T>)) m = r;
-      if (m === p) break;
-      [items[p], items[m]] = [items[m] as Slot<T>, items[p] as Slot<T>];
-      p = m;
-    }
-    return top;
-  }
+  /** Names the slot in a listing's frontier (a key taken out and added again gets a new slot). */
+  readonly id: string;
 }
