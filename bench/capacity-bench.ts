@@ -68,7 +68,7 @@ import {
 } from './capacity/policies.js';
 import { replayThroughGateway, wholePercent, type ReplayResult } from './capacity/replay.js';
 import { loadMooncakeTrace } from './capacity/mooncake-trace.js';
-import { DEFAULT_WORKLOAD, generateTrace, reuseFacts, workingSetBytes, type Trace, type WorkloadParams } from './capacity/workload.js';
+import { DEFAULT_WORKLOAD, generateTrace, reuseFacts, workingSetBytes, type ReuseFacts, type Trace, type WorkloadParams } from './capacity/workload.js';
 import { COLORS, escapeXml, svgHead, yGrid } from './report/svg.js';
 
 const GIB = 1024 ** 3;
@@ -423,6 +423,15 @@ function describeReplay(row: ReplayRow, simulated: Row | undefined): string {
   ].join('\n');
 }
 
+const reuseByTrace = new WeakMap<Trace, ReuseFacts>();
+
+/** reuseFacts, once per trace (it is printed with the trace, and kept with the results). */
+function reuseOf(trace: Trace): ReuseFacts {
+  let facts = reuseByTrace.get(trace);
+  if (facts === undefined) reuseByTrace.set(trace, (facts = reuseFacts(trace)));
+  return facts;
+}
+
 function traceFacts(trace: Trace, workingSet: number, measureFrom: number): Record<string, number> {
   return {
     requests: trace.requests.length,
@@ -431,7 +440,7 @@ function traceFacts(trace: Trace, workingSet: number, measureFrom: number): Reco
     chunkBytes: trace.chunkBytes,
     workingSetBytes: workingSet,
     measuredFrom: measureFrom,
-    ...reuseFacts(trace),
+    ...reuseOf(trace),
   };
 }
 
@@ -499,7 +508,7 @@ function describeTrace(trace: Trace, workingSet: number): string {
   const conversations = new Set(trace.requests.map((r) => r.conversation)).size;
   const accesses = trace.requests.reduce((sum, r) => sum + r.keys.length, 0);
   const chunks = workingSet / trace.chunkBytes;
-  const reuse = reuseFacts(trace);
+  const reuse = reuseOf(trace);
   return [
     `trace: ${trace.requests.length} requests of ${conversations} conversations (${(trace.requests.length / conversations).toFixed(1)} turns each)`,
     `prompt tokens p5 ${at(0.05)}, median ${at(0.5)}, p95 ${at(0.95)}, max ${at(1)}`,

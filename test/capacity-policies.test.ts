@@ -17,8 +17,8 @@ import {
   WriteAgePolicy,
   type EngineTier,
   type EngineTierOptions,
-  type EvictionPolicy,
 } from '../bench/capacity/policies.js';
+import type { EvictionPolicy } from '../bench/capacity/eviction-policy.js';
 import { DEFAULT_WORKLOAD, generateTrace, prng, reuseFacts, workingSetBytes, zipf, type Trace } from '../bench/capacity/workload.js';
 
 const SMALL = { ...DEFAULT_WORKLOAD, requests: 400, activeConversations: 40, documents: 20 };

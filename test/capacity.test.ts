@@ -247,7 +247,7 @@ describe.each(['local', 's3'] as const)('capacity on the %s backend', (backend) 
     s3.destroy();
   }, 30_000);
 
-  it('holds 97-99% of its budget once full at the default marks (99 and 97)', async () => {
+  it('holds 97-99% of its budget once full at marks 99 and 97 (the defaults)', async () => {
     const bucket = uniqueBucket('cap');
     const gw = await budgeted(backend, bucket, 100, ['--budget-high-percent', '99', '--budget-low-percent', '97']);
     const client = testClient(gw, bucket);

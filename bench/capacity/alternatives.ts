@@ -126,7 +126,6 @@ abstract class LeafOrderPolicy implements EvictionPolicy {
         continue;
       }
       this.entries.delete(entry.key);
-      this.kids.delete(entry.key);
       this.onEvicted(entry);
       evicted++;
       const before = this.pred.get(entry.key);

@@ -30,8 +30,8 @@ export const MOONCAKE_BLOCK_TOKENS = 512;
  */
 export function loadMooncakeTrace(path: string, options: { scale: number; limit?: number }): Trace {
   const requests: TraceRequest[] = [];
-  /** The conversation of each earlier prompt of two whole blocks or more, by its last block's id (ids are prefix-structured: the last names the whole). */
-  const conversationEnding = new Map<number, { blocks: number; conversation: number }>();
+  /** The conversation of each earlier prompt of two whole blocks or more, by its last block's id (ids are prefix-structured: the last names the whole prompt). */
+  const conversationEnding = new Map<number, number>();
   const lines = readFileSync(path, 'utf8').split('\n');
   for (const [index, line] of lines.entries()) {
     if (options.limit !== undefined && requests.length >= options.limit) break;
@@ -55,12 +55,12 @@ export function loadMooncakeTrace(path: string, options: { scale: number; limit?
     let conversation = requests.length;
     for (let k = blocks.length; k >= 2; k--) {
       const earlier = conversationEnding.get(blocks[k - 1] as number);
-      if (earlier?.blocks === k) {
-        conversation = earlier.conversation;
+      if (earlier !== undefined) {
+        conversation = earlier;
         break;
       }
     }
-    if (blocks.length >= 2) conversationEnding.set(blocks[blocks.length - 1] as number, { blocks: blocks.length, conversation });
+    if (blocks.length >= 2) conversationEnding.set(blocks[blocks.length - 1] as number, conversation);
     requests.push({ conversation, keys, tokens });
   }
   if (requests.length === 0) throw new Error(`${path}: no requests`);

@@ -46,8 +46,6 @@ import { LfuDaPolicy, S3FifoPolicy } from './alternatives.js';
 import type { EvictionPolicy } from './eviction-policy.js';
 import { prng, type Trace, type TraceRequest } from './workload.js';
 
-export type { EvictionPolicy } from './eviction-policy.js';
-
 export const POLICY_NAMES = ['prefix-aware', 'prefix-aware-no-after', 'lru', 'write-age', 's3-fifo', 'lfu-da', 'belady'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
