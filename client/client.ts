@@ -368,7 +368,10 @@ export class ObjectCacheClient {
   }
 
   /** Fetches the prefix's KV: every layer lands in the target, each announced when ready. */
-  async fetch(input: DescriptorInput, options: FetchOptions = {}): Promise<FetchResult> {
+  async fetch(given: DescriptorInput, options: FetchOptions = {}): Promise<FetchResult> {
+    // This client checks every frame's CRC32C (FrameDecoder): the gateway may leave the slice
+    // checks to it (schemas/wire-format.md section 2), unless the caller's descriptor says otherwise.
+    const input: DescriptorInput = given.sliceChecks === undefined ? { ...given, sliceChecks: 'client' } : given;
     const descriptor: Descriptor = parseDescriptor(input, {
       maxKeys: Number.MAX_SAFE_INTEGER,
       maxLayers: Number.MAX_SAFE_INTEGER,

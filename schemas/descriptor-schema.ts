@@ -46,6 +46,11 @@ export const DESCRIPTOR_SCHEMA = {
       items: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,31}$' },
       description: 'Encodings the client decodes ("none": raw). Present: the stream is version 2, each slice a segment in its stored encoding; absent: raw bytes only (version 1).',
     },
+    sliceChecks: {
+      enum: ['gateway', 'client'],
+      description:
+        "Who checks each slice against its writer's recorded CRC-32C. client: the reader checks every frame's CRC-32C, so the gateway may send the recorded values as the slices' checksums without a pass over the bytes. gateway: the gateway checksums every slice it reads. Absent: the gateway checks, unless it runs with --slice-checks client; one run with --slice-checks gateway always checks.",
+    },
     target: {
       type: 'object',
       additionalProperties: false,

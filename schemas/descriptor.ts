@@ -46,6 +46,8 @@ export interface Descriptor {
   readonly target: { readonly length: number; readonly layerStride: number } | undefined;
   /** Encodings the client accepts (schemas/encoded-chunk.ts); undefined: raw bytes, stream version 1. */
   readonly codecs: readonly string[] | undefined;
+  /** Who the client asks to check slices against their writers' CRC-32Cs (wire-format.md section 2); undefined: the gateway's setting. */
+  readonly sliceChecks: 'gateway' | 'client' | undefined;
   /** N. */
   readonly chunks: number;
   /** Bytes of one delivered layer: N * S. */
@@ -161,6 +163,7 @@ export function parseDescriptor(input: unknown, limits: DescriptorLimits = DEFAU
     mode: d.delivery === 'chunk-major' ? 'chunkwise' : (d.mode ?? 'auto'),
     target: d.target,
     codecs: d.codecs,
+    sliceChecks: d.sliceChecks,
     chunks,
     layerPayloadBytes,
     totalBytes,

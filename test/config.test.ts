@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ListBucketsCommand } from '@aws-sdk/client-s3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, defaultBufferedBytes, loadServeConfig } from '../gateway/common/config.js';
+import { ConfigError, defaultBufferedBytes, loadServeConfig, sliceChecksFor } from '../gateway/common/config.js';
 import { arenaBytes } from '../gateway/pipeline/server.js';
 import { ObjectCacheError } from '../schemas/errors.js';
 import { sdkClient, startTestGateway } from './helpers/gateway.js';
@@ -23,6 +23,20 @@ describe('loadServeConfig', () => {
     expect(config.metricsPort).toBe(9081);
     expect(config.backend).toEqual({ kind: 'local', dataDir: './data' });
     expect(config.clientCredentials.map((c) => c.accessKeyId)).toEqual(['objectcache']);
+  });
+
+  it('leaves the slice checks to a client that asks for them by default; gateway always checks, client unless asked not to', () => {
+    expect(loadServeConfig([], {}).descriptorGet.sliceChecks).toBe('auto');
+    const cases = [
+      ['auto', undefined, 'gateway'],
+      ['auto', 'client', 'client'],
+      ['auto', 'gateway', 'gateway'],
+      ['gateway', 'client', 'gateway'],
+      ['gateway', undefined, 'gateway'],
+      ['client', undefined, 'client'],
+      ['client', 'gateway', 'gateway'],
+    ] as const;
+    for (const [setting, asked, who] of cases) expect(sliceChecksFor(setting, asked), `${setting}, asked ${String(asked)}`).toBe(who);
   });
 
   it('gives the buffered-byte budget 1 GiB per serving process by default, within a quarter of the memory; a value set wins', () => {

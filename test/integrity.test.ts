@@ -1,8 +1,9 @@
 /**
- * End-to-end integrity: chunks stored by the client library carry per-layer CRC32C values; the
- * gateway checks every slice it reads. A flipped byte in a stored chunk is caught, named by chunk
- * and layer (an S3 error before streaming, an ERROR frame after); chunks without checksums are
- * served and the END frame says they were not verified. Both backends.
+ * End-to-end integrity: chunks stored by the client library carry per-layer CRC32C values, and
+ * every slice is checked against them, by the gateway (a flipped byte in a stored chunk is caught,
+ * named by chunk and layer: an S3 error before streaming, an ERROR frame after) or by the client
+ * where it asks to check them (the ObjectCache clients do: their frame check is the writer check).
+ * Chunks without checksums are served and the END frame says they were not verified. Both backends.
  */
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -53,15 +54,16 @@ async function fetchEveryLayoutAndMode(
   }
 }
 
-describe.each<BackendKind>(['local', 's3'])('end-to-end integrity (%s backend)', (backend) => {
+describe.each<BackendKind>(['local', 's3'])('end-to-end integrity checked by the gateway (--slice-checks gateway, %s backend)', (backend) => {
   let gw: TestGateway;
   let client: ObjectCacheClient;
 
   const corrupt = (key: string, offset: number): Promise<void> => corruptStored(backend, gw, client.bucket, key, offset);
 
   beforeAll(async () => {
-    // One layer per read group, so layer 2 is read after the stream has begun.
-    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', String(S), '--threshold', '0'] });
+    // One layer per read group, so layer 2 is read after the stream has begun. The client asks to
+    // check the slices itself (its default); --slice-checks gateway checks them here all the same.
+    gw = await startTestGateway({ backend, minio, args: ['--read-bytes', String(S), '--threshold', '0', '--slice-checks', 'gateway'] });
     client = testClient(gw, uniqueBucket('crc'));
     await client.ensureBucket();
   });
@@ -102,11 +104,13 @@ describe.each<BackendKind>(['local', 's3'])('end-to-end integrity (%s backend)',
 });
 
 /*
- * --slice-checks client: the workers take the writer's recorded CRC32Cs as the slices' checksums
- * instead of a pass over the bytes, so every frame carries its writer's checksums and the
- * client's frame check is the writer check. A flipped byte still never reaches the caller as data.
+ * The client checks: the ObjectCache client asks for it (sliceChecks: client, its default) and the
+ * gateway's --slice-checks is auto (the default), so the workers take the writer's recorded
+ * CRC32Cs as the slices' checksums instead of a pass over the bytes; every frame carries its
+ * writer's checksums and the client's frame check is the writer check. A flipped byte still never
+ * reaches the caller as data.
  */
-describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--slice-checks client, %s backend)', (backend) => {
+describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (the default, %s backend)', (backend) => {
   let gw: TestGateway;
   let client: ObjectCacheClient;
 
@@ -117,7 +121,7 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
       backend,
       minio,
       args: [
-        ...['--read-bytes', String(S), '--threshold', '0', '--slice-checks', 'client', '--chunk-reads', 'auto', '--max-chunk-streams', '6'],
+        ...['--read-bytes', String(S), '--threshold', '0', '--chunk-reads', 'auto', '--max-chunk-streams', '6'],
         ...['--segments', 'on', '--segment-min-bytes', '0', '--segment-after-reads', '1', '--segment-bucket', uniqueBucket('crc-segs')],
       ],
     });
@@ -158,6 +162,16 @@ describe.each<BackendKind>(['local', 's3'])('integrity checked by the client (--
       expect((failure as ObjectCacheError).message).toContain(mode === 'layerwise' ? 'layer 2' : 'chunk 1');
       // Layers 0 and 1 arrived whole before it; layer 2 was never announced.
       if (mode === 'layerwise') expect(ready).toEqual([0, 1]);
+    }
+  });
+
+  it('checks the slices itself for a descriptor that asks the gateway to (sliceChecks: gateway), naming chunk and layer', async () => {
+    for (const mode of ['layerwise', 'chunkwise'] as const) {
+      const prefix = await seedPrefix(client, { chunks: 3, layers: 4, layerBytes: S, layout: 'KV_L2TD' });
+      await corruptStored(backend, gw, client.bucket, prefix.keys[1] as string, 2 * S + 17);
+      const failure = await client.fetch(descriptorOf(prefix, { mode, sliceChecks: 'gateway' })).catch((e: unknown) => e);
+      expect((failure as ObjectCacheError).code).toBe('OC_ERR_CHUNK_CORRUPT');
+      expect((failure as ObjectCacheError).message).toContain(`layer 2 of chunk ${prefix.keys[1] as string}`);
     }
   });
 

@@ -744,7 +744,9 @@ describe('a pack that falls behind a read that lasts (s3 backend)', () => {
       const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 1024 * 1024, layout: 'KV_L2TD' });
       proxy.holdUploads();
       let settled = false;
-      const read = client.fetch(descriptorOf(prefix, { mode: 'layerwise' })).finally(() => (settled = true));
+      // The gateway checks this read's slices, so the pack follows its frames (a read the client
+      // checks is packed from the chunks after it: integrity.test.ts).
+      const read = client.fetch(descriptorOf(prefix, { mode: 'layerwise', sliceChecks: 'gateway' })).finally(() => (settled = true));
       await waitFor('the rest is being read', async () => (await segmentEvents(gw.gateway.adminUrl, 'reread')) === 1, 20_000);
       expect(settled).toBe(false);
       expectBytes(await read, reference(prefix));

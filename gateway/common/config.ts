@@ -635,10 +635,10 @@ export const SERVE_SETTINGS = {
     flag: 'slice-checks',
     env: 'OBJECTCACHE_SLICE_CHECKS',
     kind: 'enum',
-    default: 'gateway',
-    values: ['gateway', 'client'],
+    default: 'auto',
+    values: ['auto', 'gateway', 'client'],
     description:
-      'Who checks a slice of a chunk whose writer recorded per-layer CRC32Cs (x-amz-meta-oc-layer-crc32c) against them. gateway: the read workers checksum every slice they read (a mismatch is OC_ERR_CHUNK_CORRUPT, naming chunk and layer). client: the workers take the recorded CRC32Cs as the slices\u2019 without a pass over the bytes, so every frame carries its writer\u2019s checksums and the client\u2019s frame check (which every ObjectCache client makes) is the writer check; a mismatch is the client\u2019s OC_ERR_CLIENT_CRC, naming the layer only (docs/layerwise-get.md, Integrity). Slices without recorded CRC32Cs, packed segments and the reads of a pack (which then reads its run from the chunks, never copying frames) are checksummed either way.',
+      'Who checks a slice of a chunk whose writer recorded per-layer CRC32Cs (x-amz-meta-oc-layer-crc32c) against them: the gateway (its read workers checksum every slice they read; a mismatch is OC_ERR_CHUNK_CORRUPT, naming chunk and layer) or the client (the workers take the recorded CRC32Cs as the slices\u2019 without a pass over the bytes, so every frame carries its writer\u2019s checksums and the client\u2019s frame check is the writer check; a mismatch is the client\u2019s OC_ERR_CLIENT_CRC, naming the layer only). auto: the client when its descriptor asks (sliceChecks: client, as the ObjectCache clients do, since they check every frame), else the gateway. gateway: always the gateway. client: the client unless its descriptor asks for the gateway (docs/layerwise-get.md, Integrity). Slices without recorded CRC32Cs, packed segments and the reads of a pack (which then reads its run from the chunks, never copying frames) are checksummed either way.',
   },
   streamWindowBytes: {
     flag: 'stream-window-bytes',
@@ -789,8 +789,22 @@ export interface ClientCredential {
 /** The published trial secret (README.md): accepted on loopback addresses only, unless opted out. */
 export const TRIAL_SECRET: string = SERVE_SETTINGS.secretKey.default;
 
-/** Who checks slices against their writer's CRC32Cs (--slice-checks). */
+/** Who checks a request's slices against their writer's CRC32Cs (sliceChecksFor). */
 export type SliceChecks = 'gateway' | 'client';
+
+/**
+ * Who checks a request's slices (--slice-checks): the gateway unless the reader checks them. auto
+ * follows the descriptor (the gateway when it says nothing); gateway always checks; client leaves
+ * the checks to the reader unless its descriptor asks the gateway for them.
+ */
+export function sliceChecksFor(setting: SliceChecksSetting, asked: SliceChecks | undefined): SliceChecks {
+  if (setting === 'gateway') return 'gateway';
+  if (setting === 'client') return asked ?? 'client';
+  return asked ?? 'gateway';
+}
+
+/** --slice-checks. */
+export type SliceChecksSetting = 'auto' | SliceChecks;
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
@@ -804,7 +818,7 @@ export interface DescriptorGetConfig {
   readonly readAheadBytes: number;
   readonly maxBufferedBytes: number;
   readonly chunkReads: 'auto' | 'grouped';
-  readonly sliceChecks: SliceChecks;
+  readonly sliceChecks: SliceChecksSetting;
   readonly streamWindowBytes: number;
   readonly maxChunkStreams: number;
   readonly streamReceiveBufferBytes: number;
@@ -1491,7 +1505,7 @@ export function loadServeConfig(argv: readonly string[], env: NodeJS.ProcessEnv)
       readAheadBytes: integer('readAheadBytes', raw),
       maxBufferedBytes: raw.maxBufferedBytes === 'auto' ? defaultBufferedBytes(processes) : integer('maxBufferedBytes', raw),
       chunkReads: oneOf('chunkReads', raw) as 'auto' | 'grouped',
-      sliceChecks: oneOf('sliceChecks', raw) as SliceChecks,
+      sliceChecks: oneOf('sliceChecks', raw) as SliceChecksSetting,
       streamWindowBytes: integer('streamWindowBytes', raw),
       maxChunkStreams: integer('maxChunkStreams', raw),
       streamReceiveBufferBytes: integer('streamReceiveBufferBytes', raw),

@@ -87,7 +87,7 @@ export interface ReadAheadOptions {
   readonly segmentFailed?: ((error: ObjectCacheError) => void) | undefined;
   /** The chunks' versions every read must find, by prefix position (the rest of a pack, read after its request: Pack.finish). */
   readonly versions?: readonly string[] | undefined;
-  /** --slice-checks: `client` for a request's own reads (ChunkRun.sliceChecks); a pack's reads leave it out. */
+  /** `client` where the client checks a request's own slices (config.ts sliceChecksFor; ChunkRun.sliceChecks); a pack's reads leave it out. */
   readonly sliceChecks?: SliceChecks | undefined;
 }
 

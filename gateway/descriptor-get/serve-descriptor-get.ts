@@ -36,7 +36,7 @@ import type { EncodedChunks } from './encoded-chunks.js';
 import { encodedPayloadBytes, largestSlice, readEncodedIndex } from './encoded-index.js';
 import type { Backend } from '../s3/backend.js';
 import type { PackedSegments, RequestSegments, SegmentPack, SegmentPlan } from './packed-segments.js';
-import type { DescriptorGetConfig } from '../common/config.js';
+import { sliceChecksFor, type DescriptorGetConfig } from '../common/config.js';
 import type { ByteBudget } from '../common/fifo-budget.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { FirstLayers } from './first-layer-gate.js';
@@ -148,9 +148,9 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
         segment,
         versions: () => (readAhead instanceof ReadAhead ? readAhead.versions : []),
         verified: () => readAhead.verified && segmentVerified,
-        // With --slice-checks client no one here checked the frames' bytes: the pack reads its
-        // run from the chunks after the request, through reads the workers check.
-        framesChecked: config.sliceChecks !== 'client',
+        // Where the client checks the slices no one here checked the frames' bytes: the pack reads
+        // its run from the chunks after the request, through reads the workers check.
+        framesChecked: sliceChecksFor(config.sliceChecks, descriptor.sliceChecks) === 'gateway',
         rest: restReader({ descriptor, chunks, config, pool: deps.pool, budget: deps.budget }),
       });
       const firstReadMs = performance.now() - ctx.startedAt;
@@ -238,6 +238,7 @@ interface RequestReads {
 function startReads(r: ReadsRequest): RequestReads {
   const { descriptor, mode, encoded, deps } = r;
   const { config, pool } = deps;
+  const sliceChecks = sliceChecksFor(config.sliceChecks, descriptor.sliceChecks);
   const chunks: ChunkSource = {
     requestId: r.requestId,
     bucket: r.bucket,
@@ -278,7 +279,7 @@ function startReads(r: ReadsRequest): RequestReads {
         signal: r.signal,
         observer: deps.observer,
         firstLayers: deps.firstLayers,
-        sliceChecks: config.sliceChecks,
+        sliceChecks,
       });
     } else {
       readAhead = new ReadAhead({
@@ -296,7 +297,7 @@ function startReads(r: ReadsRequest): RequestReads {
         segment: segment?.source,
         // Read from the chunks instead, at the segment's versions: the stream goes on.
         segmentFailed: segment ? (error) => segment?.failed(error) : undefined,
-        sliceChecks: config.sliceChecks,
+        sliceChecks,
       });
     }
   } catch (error) {

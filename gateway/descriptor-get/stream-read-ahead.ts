@@ -47,7 +47,7 @@ export interface StreamReadAheadOptions {
   readonly observer?: DescriptorGetObserver | undefined;
   /** Layer buffers go back to the worker only while no GET waits for its first layer group. */
   readonly firstLayers?: FirstLayers | undefined;
-  /** --slice-checks (ChunkRun.sliceChecks). */
+  /** Who checks the request's slices (config.ts sliceChecksFor; ChunkRun.sliceChecks). */
   readonly sliceChecks?: SliceChecks | undefined;
 }
 

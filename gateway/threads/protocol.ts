@@ -106,7 +106,7 @@ export interface ChunkRun {
   readonly first: number;
   readonly end: number;
   /**
-   * `client` (--slice-checks client, a request's own reads): a slice whose writer recorded its
+   * `client` (the client checks a request's own slices: config.ts sliceChecksFor): a slice whose writer recorded its
    * CRC32C is not checksummed; the recorded value is taken as its checksum, the frames carry it
    * and the client checks it. Absent: the worker checksums every slice and checks it (reads that
    * no client sees, such as a pack's, are always checked here).

@@ -130,7 +130,7 @@ function sliceCrcs(task: ReadTask, layout: TaskLayout, region: Uint8Array): Uint
 
 /**
  * The CRC32C of every slice, in buffer order; each checked against the checksum recorded when its
- * chunk was stored, when there is one (end-to-end integrity). With `--slice-checks client` a
+ * chunk was stored, when there is one (end-to-end integrity). Where the client checks (`client`) a
  * recorded checksum is taken as its slice's without a pass over the bytes: the frames carry it,
  * and the client's frame check is the writer check (docs/layerwise-get.md, Integrity).
  */

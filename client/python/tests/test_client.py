@@ -158,11 +158,16 @@ def test_errors_carry_the_stable_codes(client: ObjectCacheClient) -> None:
 
 def test_a_corrupt_chunk_ends_the_stream_with_its_code(client: ObjectCacheClient) -> None:
     keys, chunks = seed(client, chunks=2, layers=2, layer_bytes=512)
-    # Overwrite chunk 1 with other bytes but the old checksums: the gateway must refuse to serve it.
+    # Overwrite chunk 1 with other bytes but the old checksums: its bytes must never be delivered.
     client._call("PUT", client._object_path(keys[1]), synthetic_chunk(99, 1, 1024), {f"x-amz-meta-{LAYER_CRC_META}": _crc_meta(chunks[1])})
-    with pytest.raises(ObjectCacheError) as corrupt:
+    # By default the client checks the slices (it asks the gateway to leave them to it): its frame check fails.
+    with pytest.raises(ObjectCacheError) as unchecked:
         client.fetch(ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=512))
-    assert corrupt.value.code == "OC_ERR_CHUNK_CORRUPT"
+    assert unchecked.value.code == "OC_ERR_CLIENT_CRC" and unchecked.value.retryable is False
+    # A descriptor that asks the gateway to check: the gateway refuses the chunk, naming it.
+    with pytest.raises(ObjectCacheError) as corrupt:
+        client.fetch(ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=512, sliceChecks="gateway"))
+    assert corrupt.value.code == "OC_ERR_CHUNK_CORRUPT" and keys[1] in str(corrupt.value)
     assert corrupt.value.retryable is False and corrupt.value.request_id
 
 

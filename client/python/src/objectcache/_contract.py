@@ -298,5 +298,7 @@ class Descriptor(_DescriptorRequired, total=False):
     mode: Mode
     #: Encodings the client decodes ("none": raw). Present: the stream is version 2, each slice a segment in its stored encoding; absent: raw bytes only (version 1).
     codecs: List[str]
+    #: Who checks each slice against its writer's recorded CRC-32C. client: the reader checks every frame's CRC-32C, so the gateway may send the recorded values as the slices' checksums without a pass over the bytes. gateway: the gateway checksums every slice it reads. Absent: the gateway checks, unless it runs with --slice-checks client; one run with --slice-checks gateway always checks.
+    sliceChecks: Literal["gateway", "client"]
     #: Where the client places the bytes (where an RDMA transport would name the remote buffer).
     target: DescriptorTarget

@@ -84,6 +84,10 @@ class LayerwiseCalls(Transport):
         return document
 
     def _open(self, descriptor: Descriptor, transport: TransportName, deadline: _Deadline) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
+        if "sliceChecks" not in descriptor:
+            # This client checks every frame's CRC32C (stream.py): the gateway may leave the slice
+            # checks to it (schemas/wire-format.md section 2), unless the descriptor says otherwise.
+            descriptor = cast(Descriptor, {**descriptor, "sliceChecks": "client"})
         text = json.dumps(descriptor, separators=(",", ":")).encode("utf-8")
         encoded = base64.urlsafe_b64encode(text).rstrip(b"=").decode("ascii")
         if transport == "auto":
