@@ -144,6 +144,8 @@ export class ObjectCacheClient {
   readonly #deadlineMs: number;
   /** The endpoint in use (the last one that answered). */
   #current = 0;
+  /** Whether a gateway refused the descriptor's sliceChecks (one older than the field): not sent again. */
+  #sliceChecksRefused = false;
 
   constructor(options: ObjectCacheClientOptions) {
     this.bucket = options.bucket;
@@ -368,10 +370,21 @@ export class ObjectCacheClient {
   }
 
   /** Fetches the prefix's KV: every layer lands in the target, each announced when ready. */
-  async fetch(given: DescriptorInput, options: FetchOptions = {}): Promise<FetchResult> {
+  async fetch(input: DescriptorInput, options: FetchOptions = {}): Promise<FetchResult> {
     // This client checks every frame's CRC32C (FrameDecoder): the gateway may leave the slice
     // checks to it (schemas/wire-format.md section 2), unless the caller's descriptor says otherwise.
-    const input: DescriptorInput = given.sliceChecks === undefined ? { ...given, sliceChecks: 'client' } : given;
+    if (input.sliceChecks !== undefined || this.#sliceChecksRefused) return this.#fetch(input, options);
+    try {
+      return await this.#fetch({ ...input, sliceChecks: 'client' }, options);
+    } catch (error) {
+      // A gateway older than the field refuses it before the stream begins: the same fetch without it.
+      if (!(error instanceof ObjectCacheError && error.code === 'OC_ERR_DESCRIPTOR_INVALID' && error.message.includes('sliceChecks is not a descriptor field'))) throw error;
+      this.#sliceChecksRefused = true;
+      return this.#fetch(input, options);
+    }
+  }
+
+  async #fetch(input: DescriptorInput, options: FetchOptions): Promise<FetchResult> {
     const descriptor: Descriptor = parseDescriptor(input, {
       maxKeys: Number.MAX_SAFE_INTEGER,
       maxLayers: Number.MAX_SAFE_INTEGER,

@@ -22,8 +22,8 @@ function withBody(answer: Upstream, body: Buffer, close = false): ReturnType<Ref
 }
 
 /** A refusal in place of the gateway's answer: an S3 error document with our code and Retry-After 0. */
-function refusal(status: number, s3Code: string, code: string, retryable: boolean): ReturnType<Reframe> {
-  const body = Buffer.from(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${s3Code}</Code><Message>refused by the test</Message></Error>`);
+function refusal(status: number, s3Code: string, code: string, retryable: boolean, message = 'refused by the test'): ReturnType<Reframe> {
+  const body = Buffer.from(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${s3Code}</Code><Message>${message}</Message></Error>`);
   const headers: [string, string][] = [
     ['Content-Type', 'application/xml'],
     ['x-objectcache-error-code', code],
@@ -177,6 +177,31 @@ describe('TypeScript client fetch, read in place', () => {
       expect([denied.code, answers]).toEqual(['OC_ERR_ACCESS_DENIED', 1]);
     } finally {
       await once.close();
+    }
+  });
+
+  it('asks a gateway older than sliceChecks again without them, once: the fetch is byte-exact, and later ones do not ask', async () => {
+    const asked: (string | undefined)[] = [];
+    // What a gateway before the field answers a descriptor that names it (schemas/descriptor.ts).
+    proxy.reframe = (a) => {
+      const header = a.request.headers['x-objectcache-descriptor'];
+      const sliceChecks = header === undefined ? undefined : (JSON.parse(Buffer.from(header, 'base64url').toString('utf8')) as DescriptorInput).sliceChecks;
+      asked.push(sliceChecks);
+      return sliceChecks === undefined ? asIs(a) : refusal(400, 'InvalidArgument', 'OC_ERR_DESCRIPTOR_INVALID', false, 'Invalid descriptor: sliceChecks is not a descriptor field');
+    };
+    const older = new ObjectCacheClient({ endpoint: viaProxy.endpoint, bucket, credentials });
+    try {
+      for (let i = 0; i < 2; i++) {
+        const result = await older.fetch(descriptorOf(prefix), { transport: 'get' });
+        expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
+      }
+      expect(asked).toEqual(['client', undefined, undefined]);
+      // Another refusal of the descriptor is the caller's, as it was.
+      proxy.reframe = () => refusal(400, 'InvalidArgument', 'OC_ERR_DESCRIPTOR_INVALID', false, 'Invalid descriptor: layers must be >= 1');
+      expect((await failure(viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }))).code).toBe('OC_ERR_DESCRIPTOR_INVALID');
+    } finally {
+      proxy.reframe = asIs;
+      await older.close();
     }
   });
 

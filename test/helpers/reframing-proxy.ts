@@ -16,6 +16,8 @@ export interface Upstream {
   readonly reason: string;
   readonly headers: readonly (readonly [string, string])[];
   readonly body: Buffer;
+  /** The request it answers, as it came (header names in lower case). */
+  readonly request: { readonly method: string; readonly path: string; readonly headers: Readonly<Record<string, string>> };
 }
 
 /** What the relay writes back: `pieces` in order, each once the last is out; then whether it closes. */
@@ -144,7 +146,7 @@ export class ReframingProxy {
             const name = res.rawHeaders[i] as string;
             if (!FRAMING.has(name.toLowerCase())) pairs.push([name, res.rawHeaders[i + 1] as string]);
           }
-          resolve({ status: res.statusCode ?? 0, reason: res.statusMessage ?? '', headers: pairs, body: Buffer.concat(body) });
+          resolve({ status: res.statusCode ?? 0, reason: res.statusMessage ?? '', headers: pairs, body: Buffer.concat(body), request: { method, path, headers } });
         });
       });
       req.on('error', reject);

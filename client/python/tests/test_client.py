@@ -2,10 +2,15 @@
 buffer, every transport and mode, per-layer callbacks in order, the stable error codes, early
 exit, and the SlowDown retry."""
 
+import base64
+import http.client
 import itertools
+import json
 import sys
 import threading
 import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import List, Tuple
 
@@ -14,6 +19,7 @@ import pytest
 from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, layer_major, start_stack, synthetic_chunk, uid
 
 from objectcache import Config, ObjectCacheClient, ObjectCacheError, chunk_keys
+from objectcache._contract import DESCRIPTOR_HEADER
 from objectcache.layouts import LAYER_CRC_META
 
 _PROMPTS = itertools.count(1)
@@ -169,6 +175,54 @@ def test_a_corrupt_chunk_ends_the_stream_with_its_code(client: ObjectCacheClient
         client.fetch(ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=512, sliceChecks="gateway"))
     assert corrupt.value.code == "OC_ERR_CHUNK_CORRUPT" and keys[1] in str(corrupt.value)
     assert corrupt.value.retryable is False and corrupt.value.request_id
+
+
+def test_a_gateway_older_than_slice_checks_is_asked_again_without_them(stack: Stack, client: ObjectCacheClient) -> None:
+    keys, chunks = seed(client, chunks=2, layers=2, layer_bytes=512)
+    upstream = urllib.parse.urlsplit(stack.gateway_url)
+    asked: List[object] = []
+
+    class Older(BaseHTTPRequestHandler):
+        """What a gateway before the field answers a descriptor that names it (schemas/descriptor.ts); the rest, relayed."""
+
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            header = self.headers.get(DESCRIPTOR_HEADER)
+            descriptor = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4))) if header else {}
+            asked.append(descriptor.get("sliceChecks"))
+            if "sliceChecks" in descriptor:
+                body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code><Message>Invalid descriptor: sliceChecks is not a descriptor field</Message></Error>'
+                status, headers = 400, [("Content-Type", "application/xml"), ("x-objectcache-error-code", "OC_ERR_DESCRIPTOR_INVALID"), ("x-objectcache-retryable", "false")]
+            else:
+                relay = http.client.HTTPConnection(upstream.hostname or "127.0.0.1", upstream.port, timeout=30)
+                relay.request("GET", self.path, headers=dict(self.headers.items()))  # Host as it came: the signature covers it
+                answer = relay.getresponse()
+                body, status = answer.read(), answer.status
+                headers = [(k, v) for k, v in answer.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection", "keep-alive")]
+                relay.close()
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Older)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", client.bucket, (CLIENT_KEY, CLIENT_SECRET), config=Config(retries=0)) as older:
+            descriptor = ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=512)
+            for _ in range(2):
+                result = older.fetch(descriptor)
+                assert bytes(result.target) == layer_major(chunks, 512, 0, 2)
+            assert asked == ["client", None, None]
+    finally:
+        server.shutdown()
 
 
 def _crc_meta(canonical: bytes) -> str:

@@ -44,6 +44,9 @@ def _segment_chunks(response: http.client.HTTPResponse) -> int:
 class LayerwiseCalls(Transport):
     """The layerwise GET of :class:`~objectcache.ObjectCacheClient`."""
 
+    #: Whether a gateway refused the descriptor's sliceChecks (one older than the field): not sent again.
+    _slice_checks_refused: bool = False
+
     @staticmethod
     def descriptor(
         keys: Sequence[str],
@@ -84,10 +87,19 @@ class LayerwiseCalls(Transport):
         return document
 
     def _open(self, descriptor: Descriptor, transport: TransportName, deadline: _Deadline) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
-        if "sliceChecks" not in descriptor:
+        if "sliceChecks" not in descriptor and not self._slice_checks_refused:
             # This client checks every frame's CRC32C (stream.py): the gateway may leave the slice
             # checks to it (schemas/wire-format.md section 2), unless the descriptor says otherwise.
-            descriptor = cast(Descriptor, {**descriptor, "sliceChecks": "client"})
+            try:
+                return self._open_as_is(cast(Descriptor, {**descriptor, "sliceChecks": "client"}), transport, deadline)
+            except ObjectCacheError as error:
+                # A gateway older than the field refuses it before the stream begins: the same request without it.
+                if error.code != "OC_ERR_DESCRIPTOR_INVALID" or "sliceChecks is not a descriptor field" not in str(error):
+                    raise
+                self._slice_checks_refused = True
+        return self._open_as_is(descriptor, transport, deadline)
+
+    def _open_as_is(self, descriptor: Descriptor, transport: TransportName, deadline: _Deadline) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
         text = json.dumps(descriptor, separators=(",", ":")).encode("utf-8")
         encoded = base64.urlsafe_b64encode(text).rstrip(b"=").decode("ascii")
         if transport == "auto":
