@@ -5,6 +5,7 @@
 import type { Dispatcher, Pool } from 'undici';
 import { signingPool } from '../sigv4/signing-dispatcher.js';
 import { SocketRangeClient } from '../http-range/socket-range-get.js';
+import { encodeLayerCrcs, LAYER_CRC_META, layerCrcs } from '../schemas/integrity.js';
 
 export interface DirectS3 {
   readonly endpoint: URL;
@@ -45,11 +46,20 @@ export async function directGetInto(d: DirectS3, path: string, target: Uint8Arra
   return at - offset;
 }
 
-export async function directPut(d: DirectS3, path: string, body?: Uint8Array): Promise<void> {
-  const headers = { 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0) };
+export async function directPut(d: DirectS3, path: string, body?: Uint8Array, more: Record<string, string> = {}): Promise<void> {
+  const headers = { 'x-amz-content-sha256': 'UNSIGNED-PAYLOAD', 'content-length': String(body?.byteLength ?? 0), ...more };
   const res = await d.http.request({ method: 'PUT', path, headers, body: body ?? null });
   await res.body.dump();
   if (res.statusCode !== 200) throw new Error(`PUT ${path} answered ${res.statusCode}`);
+}
+
+/**
+ * PUTs a KV_L2TD chunk object with its layers' CRC32Cs in its metadata, as the clients store a
+ * chunk (schemas/wire-format.md section 1), so the gateway's reads of it are checked against its
+ * writer's values (by the gateway, or by the client that asks to check them).
+ */
+export function directPutChunk(d: DirectS3, path: string, chunk: Uint8Array, layers: number, layerBytes: number): Promise<void> {
+  return directPut(d, path, chunk, { [`x-amz-meta-${LAYER_CRC_META}`]: encodeLayerCrcs(layerCrcs(chunk, layers, layerBytes)) });
 }
 
 /** Runs job(0..count-1) with at most `limit` in flight; results in index order. */

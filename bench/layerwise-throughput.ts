@@ -29,7 +29,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
-import { directGetInto, directPut, directS3, getWholeObjects, inParallel, type DirectS3 } from './direct-s3.js';
+import { directGetInto, directPut, directPutChunk, directS3, getWholeObjects, inParallel, type DirectS3 } from './direct-s3.js';
 import { BENCH_CLIENT, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startDistributedMinio, startMinio } from '../test/helpers/minio.js';
 import { choosePlacement, pinThisProcess } from './placement.js';
@@ -178,7 +178,7 @@ async function main(): Promise<void> {
         const L = PRESET.layers;
         const keys = Array.from({ length: N }, (_, c) => `kv/ctx${context}-g${G}/${String(c).padStart(5, '0')}`);
         const seedStart = performance.now();
-        await inParallel(N, 8, async (c) => directPut(direct, `/layerwise-bench/${keys[c]}`, syntheticChunk(G, c, L * S)));
+        await inParallel(N, 8, async (c) => directPutChunk(direct, `/layerwise-bench/${keys[c]}`, syntheticChunk(G, c, L * S), L, S));
         const payload = N * L * S;
         process.stdout.write(
           `\n${context / 1024}K G=${G}: N=${N} chunks, S=${S / 1024} KiB, ${(payload / 1024 ** 2).toFixed(0)} MiB (seeded in ${((performance.now() - seedStart) / 1000).toFixed(1)} s)\n`,

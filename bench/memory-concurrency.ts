@@ -51,7 +51,7 @@ import { ObjectCacheClient } from '../client/client.js';
 import { syntheticChunk } from '../client/kv-layout.js';
 import type { DescriptorInput } from '../schemas/descriptor-schema.js';
 import { PRESETS } from '../schemas/layouts.js';
-import { directPut, directS3, getWholeObjects, getWholeObjectsInPlace, inParallel, inPlaceReader } from './direct-s3.js';
+import { directPut, directPutChunk, directS3, getWholeObjects, getWholeObjectsInPlace, inParallel, inPlaceReader } from './direct-s3.js';
 import { BENCH_CLIENT, segmentEvents, startGatewayProcess } from './gateway-process.js';
 import { installMinio, repoRoot, startMinio } from '../test/helpers/minio.js';
 import { cpuMeter, formatCpu, formatThreads, memoryWatch, processUsage, threadCpuMeter } from './process-usage.js';
@@ -120,7 +120,7 @@ async function main(): Promise<void> {
   try {
     await directPut(direct, `/${BUCKET}`);
     const keys = Array.from({ length: N }, (_, c) => `kv/mem-g${G}/${String(c).padStart(5, '0')}`);
-    await inParallel(N, 8, async (c) => directPut(direct, `/${BUCKET}/${keys[c]}`, syntheticChunk(G, c, L * S)));
+    await inParallel(N, 8, async (c) => directPutChunk(direct, `/${BUCKET}/${keys[c]}`, syntheticChunk(G, c, L * S), L, S));
     const descriptor: DescriptorInput = { version: 1, keys, layers: L, chunkTokens: G, layerBytes: S, layout: 'KV_L2TD', delivery: 'layer-major', mode: 'layerwise' };
     const warmUp: DescriptorInput = { ...descriptor, keys: keys.slice(0, 2) };
     const target = new Uint8Array(payload);
