@@ -1,0 +1,125 @@
+"""What relaying bytes from one loopback TCP socket to another costs the relay, per GiB, with the
+bytes copied through the relay's memory (recv into a buffer, send from it: what the gateway's data
+path does, docs/benchmarks.md) and without (splice through a pipe: the kernel moves page
+references). A floor under any gateway that sits between a store's socket and a client's, on the
+machine it runs on; nothing of ObjectCache runs here.
+
+    python3 bench/relay-floor.py [--gib 4] [--reps 3]
+
+Three processes per run: a source sending one buffer again and again, the relay, and a sink that
+reads into one buffer. Prints the relay's CPU-seconds (user, system) per GiB and the GB/s, the
+median of the repetitions, for each way. Linux only (os.splice, F_SETPIPE_SZ).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import time
+from multiprocessing.connection import Connection
+
+GiB = 1 << 30
+BLOCK = 1 << 20  # bytes per recv or splice call: the pipe is sized to hold one
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def source(port: int, total: int) -> None:
+    conn = socket.create_connection(("127.0.0.1", port))
+    data = memoryview(bytearray(os.urandom(1024)) * (4 * BLOCK // 1024))
+    sent = 0
+    while sent < total:
+        n = min(len(data), total - sent)
+        conn.sendall(data[:n])
+        sent += n
+    conn.close()
+
+
+def sink(listener: socket.socket, done: Connection) -> None:
+    conn, _ = listener.accept()
+    buf = memoryview(bytearray(4 * BLOCK))
+    got = 0
+    while True:
+        n = conn.recv_into(buf)
+        if n == 0:
+            break
+        got += n
+    done.send(got)
+
+
+def relay(way: str, src: socket.socket, dst: socket.socket) -> int:
+    moved = 0
+    if way == "copy":
+        buf = memoryview(bytearray(BLOCK))
+        while True:
+            n = src.recv_into(buf)
+            if n == 0:
+                return moved
+            dst.sendall(buf[:n])
+            moved += n
+    r, w = os.pipe()
+    fcntl.fcntl(w, F_SETPIPE_SZ, BLOCK)
+    try:
+        while True:
+            n = os.splice(src.fileno(), w, BLOCK)
+            if n == 0:
+                return moved
+            left = n
+            while left > 0:
+                left -= os.splice(r, dst.fileno(), left)
+            moved += n
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def run(way: str, total: int) -> tuple[float, float, float]:
+    """One relay of `total` bytes: (user, system) CPU-seconds per GiB of the relay, and GB/s."""
+    front = socket.create_server(("127.0.0.1", 0))
+    back = socket.create_server(("127.0.0.1", 0))
+    theirs, ours = mp.Pipe(duplex=False)
+    reader = mp.Process(target=sink, args=(back, ours))
+    reader.start()
+    dst = socket.create_connection(("127.0.0.1", back.getsockname()[1]))
+    writer = mp.Process(target=source, args=(front.getsockname()[1], total))
+    writer.start()
+    src, _ = front.accept()
+    before, started = os.times(), time.perf_counter()
+    moved = relay(way, src, dst)
+    dst.shutdown(socket.SHUT_WR)
+    received = theirs.recv()
+    after, seconds = os.times(), time.perf_counter() - started
+    for p in (writer, reader):
+        p.join()
+    for s in (src, dst, front, back):
+        s.close()
+    if moved != total or received != total:
+        raise SystemExit(f"{way}: moved {moved}, received {received} of {total} bytes")
+    gib = total / GiB
+    return (after.user - before.user) / gib, (after.system - before.system) / gib, total / seconds / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gib", type=float, default=4)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    total = int(args.gib * GiB)
+    print(f"{os.cpu_count()} cores; {args.gib} GiB per run, {args.reps} runs each, alternated; relay CPU-s per GiB (median)")
+    results: dict[str, list[tuple[float, float, float]]] = {"copy": [], "splice": []}
+    for _ in range(args.reps):
+        for way in results:
+            results[way].append(run(way, total))
+    for way, runs in results.items():
+        user = statistics.median(r[0] for r in runs)
+        system = statistics.median(r[1] for r in runs)
+        total_cpu = statistics.median(r[0] + r[1] for r in runs)
+        rate = statistics.median(r[2] for r in runs)
+        print(f"{way:>6}: {total_cpu:.3f} CPU-s/GiB (user {user:.3f}, system {system:.3f}); {rate:.2f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
