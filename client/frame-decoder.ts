@@ -22,6 +22,9 @@ import {
 } from '../schemas/frames.js';
 import { ERRORS, siteDetails, type ErrorCode } from '../schemas/errors.js';
 
+/** What a payload's CRC32C mismatch leaves the caller to do (schemas/wire-format.md section 1). */
+const CORRUPT_HINT = 'changed on the way, or a stored chunk is corrupt: a descriptor with sliceChecks "gateway" has the gateway name the chunk';
+
 export interface DecoderGeometry {
   readonly layerStart: number;
   readonly layerEnd: number;
@@ -182,7 +185,9 @@ export class FrameDecoder {
     if (this.#crc >>> 0 !== header.crc32c >>> 0) {
       throw new ObjectCacheError(
         'OC_ERR_CLIENT_CRC',
-        `the CRC32C of ${header.type === FrameType.LAYER ? `layer ${header.index}` : header.type === FrameType.CHUNK ? `chunk ${header.index}` : 'a control frame'} does not match`,
+        header.type === FrameType.LAYER || header.type === FrameType.CHUNK
+          ? `the CRC32C of ${header.type === FrameType.LAYER ? 'layer' : 'chunk'} ${header.index} does not match: its bytes differ from what their writers stored (${CORRUPT_HINT})`
+          : 'the CRC32C of a control frame does not match',
       );
     }
     const o = this.#o;

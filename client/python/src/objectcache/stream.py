@@ -32,6 +32,9 @@ from ._contract import MAX_JSON_FRAME_BYTES as MAX_JSON_FRAME_BYTES
 from .errors import ObjectCacheError
 from .types import EndSummary
 
+#: What a payload's CRC32C mismatch leaves the caller to do (schemas/wire-format.md section 1).
+_CORRUPT = 'its bytes differ from what their writers stored (changed on the way, or a stored chunk is corrupt: a descriptor with sliceChecks "gateway" has the gateway name the chunk)'
+
 PREAMBLE = STREAM_MAGIC
 PREAMBLE_STRUCT = struct.Struct(PREAMBLE_FORMAT)
 HEADER = struct.Struct(FRAME_HEADER_FORMAT)
@@ -137,7 +140,7 @@ class SegmentDecoder:
             self._scratch = bytearray(length)
         payload = memoryview(self._scratch)[:length]
         if _fill(source, payload) != crc:
-            raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of {what} does not match")
+            raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of {what} does not match: {_CORRUPT}")
         lengths = list(struct.unpack_from(f"<{count}I", payload))
         if sum(lengths) != length - 4 * count or any(n == 0 or n > self.max_segment for n in lengths):
             raise _protocol(f"the slice-length table of {what} does not describe its payload")
@@ -204,7 +207,7 @@ def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder]
             for segment in g.layer_segments(index):
                 running = _fill(source, segment, running)
             if running != crc:
-                raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of layer {index} does not match")
+                raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of layer {index} does not match: {_CORRUPT}")
             next_layer += 1
             yield index, g.layer_view(index)
         elif ftype == CHUNK:
@@ -231,7 +234,7 @@ def read_frames(source: Readable, g: Geometry, decoder: Optional[SegmentDecoder]
                 for segment in g.segments(layer, index):
                     running = _fill(source, segment, running)
             if running != crc:
-                raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of chunk {index} does not match")
+                raise ObjectCacheError("OC_ERR_CLIENT_CRC", f"the CRC32C of chunk {index} does not match: {_CORRUPT}")
             next_chunk += 1
             if next_chunk == g.chunks:
                 for layer in range(g.first, g.end):
