@@ -4,7 +4,7 @@ path does, docs/benchmarks.md) and without (splice through a pipe: the kernel mo
 references). A floor under any gateway that sits between a store's socket and a client's, on the
 machine it runs on; nothing of ObjectCache runs here.
 
-    python3 bench/relay-floor.py [--gib 4] [--reps 3]
+    python3 bench/relay-floor.py [--gib 4] [--reps 3] [--block-kib 1024]
 
 Three processes per run: a source sending one buffer again and again, the relay, and a sink that
 reads into one buffer. Prints the relay's CPU-seconds (user, system) per GiB and the GB/s, the
@@ -23,7 +23,7 @@ import time
 from multiprocessing.connection import Connection
 
 GiB = 1 << 30
-BLOCK = 1 << 20  # bytes per recv or splice call: the pipe is sized to hold one
+BLOCK = 1 << 20  # bytes per recv or splice call (--block-kib): the pipe is sized to hold one
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
@@ -50,10 +50,10 @@ def sink(listener: socket.socket, done: Connection) -> None:
     done.send(got)
 
 
-def relay(way: str, src: socket.socket, dst: socket.socket) -> int:
+def relay(way: str, src: socket.socket, dst: socket.socket, block: int) -> int:
     moved = 0
     if way == "copy":
-        buf = memoryview(bytearray(BLOCK))
+        buf = memoryview(bytearray(block))
         while True:
             n = src.recv_into(buf)
             if n == 0:
@@ -61,10 +61,10 @@ def relay(way: str, src: socket.socket, dst: socket.socket) -> int:
             dst.sendall(buf[:n])
             moved += n
     r, w = os.pipe()
-    fcntl.fcntl(w, F_SETPIPE_SZ, BLOCK)
+    fcntl.fcntl(w, F_SETPIPE_SZ, block)
     try:
         while True:
-            n = os.splice(src.fileno(), w, BLOCK)
+            n = os.splice(src.fileno(), w, block)
             if n == 0:
                 return moved
             left = n
@@ -76,7 +76,7 @@ def relay(way: str, src: socket.socket, dst: socket.socket) -> int:
         os.close(w)
 
 
-def run(way: str, total: int) -> tuple[float, float, float]:
+def run(way: str, total: int, block: int) -> tuple[float, float, float]:
     """One relay of `total` bytes: (user, system) CPU-seconds per GiB of the relay, and GB/s."""
     front = socket.create_server(("127.0.0.1", 0))
     back = socket.create_server(("127.0.0.1", 0))
@@ -88,7 +88,7 @@ def run(way: str, total: int) -> tuple[float, float, float]:
     writer.start()
     src, _ = front.accept()
     before, started = os.times(), time.perf_counter()
-    moved = relay(way, src, dst)
+    moved = relay(way, src, dst, block)
     dst.shutdown(socket.SHUT_WR)
     received = theirs.recv()
     after, seconds = os.times(), time.perf_counter() - started
@@ -106,13 +106,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gib", type=float, default=4)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--block-kib", type=int, default=BLOCK // 1024, help="bytes per recv or splice call, in KiB (the gateway's slices are 256 KiB at G=64)")
     args = parser.parse_args()
-    total = int(args.gib * GiB)
-    print(f"{os.cpu_count()} cores; {args.gib} GiB per run, {args.reps} runs each, alternated; relay CPU-s per GiB (median)")
+    total, block = int(args.gib * GiB), args.block_kib * 1024
+    if not 0 < block <= BLOCK:
+        parser.error("--block-kib must be 1 to 1024: a pipe holds at most 1 MiB (/proc/sys/fs/pipe-max-size) without privilege")
+    print(f"{os.cpu_count()} cores; {args.gib} GiB per run in calls of {args.block_kib} KiB, {args.reps} runs each, alternated; relay CPU-s per GiB (median)")
     results: dict[str, list[tuple[float, float, float]]] = {"copy": [], "splice": []}
     for _ in range(args.reps):
         for way in results:
-            results[way].append(run(way, total))
+            results[way].append(run(way, total, block))
     for way, runs in results.items():
         user = statistics.median(r[0] for r in runs)
         system = statistics.median(r[1] for r in runs)
