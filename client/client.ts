@@ -108,6 +108,22 @@ export interface FetchResult {
   readonly segmentChunks: number;
 }
 
+/**
+ * Whether `error` is a gateway's refusal of the descriptor's sliceChecks as an unknown field (a
+ * gateway older than it: schemas/descriptor.ts names each problem, joined by '; '), and no other.
+ */
+function refusesSliceChecks(error: unknown): boolean {
+  if (!(error instanceof ObjectCacheError) || error.code !== 'OC_ERR_DESCRIPTOR_INVALID') return false;
+  const at = error.message.indexOf('Invalid descriptor: ');
+  return (
+    at >= 0 &&
+    error.message
+      .slice(at + 'Invalid descriptor: '.length)
+      .split('; ')
+      .includes('sliceChecks is not a descriptor field')
+  );
+}
+
 /** Adds the signed descriptor header to one GetObjectCommand (for callers using their own S3Client). */
 export function withDescriptor(command: GetObjectCommand, descriptor: DescriptorInput): GetObjectCommand {
   const encoded = encodeDescriptorHeader(descriptor);
@@ -374,13 +390,18 @@ export class ObjectCacheClient {
     // This client checks every frame's CRC32C (FrameDecoder): the gateway may leave the slice
     // checks to it (schemas/wire-format.md section 2), unless the caller's descriptor says otherwise.
     if (input.sliceChecks !== undefined || this.#sliceChecksRefused) return this.#fetch(input, options);
+    const deadlineMs = deadlineOf(options.deadlineMs, this.#deadlineMs);
+    const started = performance.now();
     try {
       return await this.#fetch({ ...input, sliceChecks: 'client' }, options);
     } catch (error) {
-      // A gateway older than the field refuses it before the stream begins: the same fetch without it.
-      if (!(error instanceof ObjectCacheError && error.code === 'OC_ERR_DESCRIPTOR_INVALID' && error.message.includes('sliceChecks is not a descriptor field'))) throw error;
+      // A gateway older than the field refuses it before the stream begins: the same fetch
+      // without it, within what is left of the deadline; once that succeeds, the field is not sent again.
+      if (!refusesSliceChecks(error)) throw error;
+      const left = Math.max(1, Math.floor(deadlineMs - (performance.now() - started)));
+      const result = await this.#fetch(input, { ...options, deadlineMs: left });
       this.#sliceChecksRefused = true;
-      return this.#fetch(input, options);
+      return result;
     }
   }
 

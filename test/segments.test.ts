@@ -33,10 +33,17 @@ import {
   type TestGateway,
 } from './helpers/gateway.js';
 import { FaultProxy } from './helpers/fault-proxy.js';
-import { descriptorOf, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
+import { descriptorOf as descriptorOfPrefix, reference, seedPrefix, type SeededPrefix } from './helpers/kv.js';
 import { waitFor } from './helpers/wait.js';
 
 const minio = inject('minio');
+
+/**
+ * A descriptor whose reads the gateway checks (sliceChecks: gateway), so that a pack copies their
+ * frames. The clients leave the checks to themselves by default, and the pack then reads its run
+ * from the chunks after the request: integrity.test.ts covers that.
+ */
+const descriptorOf: typeof descriptorOfPrefix = (prefix, extra = {}) => descriptorOfPrefix(prefix, { sliceChecks: 'gateway', ...extra });
 const L = 6;
 const S = 8192;
 
@@ -100,8 +107,11 @@ describe.each<BackendKind>(['local', 's3'])('packed segments (%s backend)', (bac
 
   it('serves a packed prefix from its segment, byte-exact, with a few sequential reads', async () => {
     const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: S, layout: 'KV_L2TD' });
+    const rereads = await events('reread');
     const first = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
     await packed(prefix);
+    // Packed from the read's frames, which the gateway checked: nothing read again for it.
+    expect(await events('reread')).toBe(rereads);
     const served = await events('served');
     const again = await client.fetch(descriptorOf(prefix, { mode: 'layerwise' }));
     expectBytes(again, reference(prefix));
@@ -744,9 +754,7 @@ describe('a pack that falls behind a read that lasts (s3 backend)', () => {
       const prefix = await seedPrefix(client, { chunks: 8, layers: L, layerBytes: 1024 * 1024, layout: 'KV_L2TD' });
       proxy.holdUploads();
       let settled = false;
-      // The gateway checks this read's slices, so the pack follows its frames (a read the client
-      // checks is packed from the chunks after it: integrity.test.ts).
-      const read = client.fetch(descriptorOf(prefix, { mode: 'layerwise', sliceChecks: 'gateway' })).finally(() => (settled = true));
+      const read = client.fetch(descriptorOf(prefix, { mode: 'layerwise' })).finally(() => (settled = true));
       await waitFor('the rest is being read', async () => (await segmentEvents(gw.gateway.adminUrl, 'reread')) === 1, 20_000);
       expect(settled).toBe(false);
       expectBytes(await read, reference(prefix));

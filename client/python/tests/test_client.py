@@ -181,6 +181,7 @@ def test_a_gateway_older_than_slice_checks_is_asked_again_without_them(stack: St
     keys, chunks = seed(client, chunks=2, layers=2, layer_bytes=512)
     upstream = urllib.parse.urlsplit(stack.gateway_url)
     asked: List[object] = []
+    refusing: List[str] = []  # when set, every descriptor is refused with this problem
 
     class Older(BaseHTTPRequestHandler):
         """What a gateway before the field answers a descriptor that names it (schemas/descriptor.ts); the rest, relayed."""
@@ -191,8 +192,9 @@ def test_a_gateway_older_than_slice_checks_is_asked_again_without_them(stack: St
             header = self.headers.get(DESCRIPTOR_HEADER)
             descriptor = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4))) if header else {}
             asked.append(descriptor.get("sliceChecks"))
-            if "sliceChecks" in descriptor:
-                body = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code><Message>Invalid descriptor: sliceChecks is not a descriptor field</Message></Error>'
+            if "sliceChecks" in descriptor or refusing:
+                problem = refusing[0] if refusing else "sliceChecks is not a descriptor field"
+                body = f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code><Message>Invalid descriptor: {problem}</Message></Error>'.encode()
                 status, headers = 400, [("Content-Type", "application/xml"), ("x-objectcache-error-code", "OC_ERR_DESCRIPTOR_INVALID"), ("x-objectcache-retryable", "false")]
             else:
                 relay = http.client.HTTPConnection(upstream.hostname or "127.0.0.1", upstream.port, timeout=30)
@@ -221,6 +223,12 @@ def test_a_gateway_older_than_slice_checks_is_asked_again_without_them(stack: St
                 result = older.fetch(descriptor)
                 assert bytes(result.target) == layer_major(chunks, 512, 0, 2)
             assert asked == ["client", None, None]
+        # Another refusal of the descriptor is the caller's, and is not asked again.
+        refusing.append("target.sliceChecks is not a descriptor field")
+        with ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", client.bucket, (CLIENT_KEY, CLIENT_SECRET), config=Config(retries=0)) as fresh:
+            with pytest.raises(ObjectCacheError) as refused:
+                fresh.fetch(descriptor)
+            assert refused.value.code == "OC_ERR_DESCRIPTOR_INVALID" and asked[3:] == ["client"]
     finally:
         server.shutdown()
 

@@ -41,6 +41,14 @@ def _segment_chunks(response: http.client.HTTPResponse) -> int:
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else 0
 
 
+def _refuses_slice_checks(error: ObjectCacheError) -> bool:
+    """Whether ``error`` is a gateway's refusal of the descriptor's sliceChecks as an unknown field
+    (a gateway older than it names each problem, joined by '; '), and no other."""
+    prefix = "Invalid descriptor: "
+    at = error.message.find(prefix)
+    return error.code == "OC_ERR_DESCRIPTOR_INVALID" and at >= 0 and "sliceChecks is not a descriptor field" in error.message[at + len(prefix) :].split("; ")
+
+
 class LayerwiseCalls(Transport):
     """The layerwise GET of :class:`~objectcache.ObjectCacheClient`."""
 
@@ -93,10 +101,13 @@ class LayerwiseCalls(Transport):
             try:
                 return self._open_as_is(cast(Descriptor, {**descriptor, "sliceChecks": "client"}), transport, deadline)
             except ObjectCacheError as error:
-                # A gateway older than the field refuses it before the stream begins: the same request without it.
-                if error.code != "OC_ERR_DESCRIPTOR_INVALID" or "sliceChecks is not a descriptor field" not in str(error):
+                # A gateway older than the field refuses it before the stream begins: the same request
+                # without it; once that is answered, the field is not sent again.
+                if not _refuses_slice_checks(error):
                     raise
+                opened = self._open_as_is(descriptor, transport, deadline)
                 self._slice_checks_refused = True
+                return opened
         return self._open_as_is(descriptor, transport, deadline)
 
     def _open_as_is(self, descriptor: Descriptor, transport: TransportName, deadline: _Deadline) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, str]:
