@@ -36,7 +36,7 @@ import type { EncodedChunks } from './encoded-chunks.js';
 import { encodedPayloadBytes, largestSlice, readEncodedIndex } from './encoded-index.js';
 import type { Backend } from '../s3/backend.js';
 import type { PackedSegments, RequestSegments, SegmentPack, SegmentPlan } from './packed-segments.js';
-import { sliceChecksFor, type DescriptorGetConfig } from '../common/config.js';
+import { sliceChecksFor, type DescriptorGetConfig, type SliceChecks } from '../common/config.js';
 import type { ByteBudget } from '../common/fifo-budget.js';
 import type { DescriptorGetObserver } from '../common/metrics.js';
 import type { FirstLayers } from './first-layer-gate.js';
@@ -109,7 +109,7 @@ interface StreamRequest {
 async function stream(r: StreamRequest): Promise<'retry' | void> {
   const { ctx, descriptor, deps, mode, grant, encoded } = r;
   const { config } = deps;
-  const { planned, chunks, segment, readAhead } = startReads({
+  const { planned, chunks, segment, readAhead, sliceChecks } = startReads({
     requestId: ctx.requestId,
     bucket: ctx.target.bucket,
     signal: ctx.signal,
@@ -150,7 +150,7 @@ async function stream(r: StreamRequest): Promise<'retry' | void> {
         verified: () => readAhead.verified && segmentVerified,
         // Where the client checks the slices no one here checked the frames' bytes: the pack reads
         // its run from the chunks after the request, through reads the workers check.
-        framesChecked: sliceChecksFor(config.sliceChecks, descriptor.sliceChecks) === 'gateway',
+        framesChecked: sliceChecks === 'gateway',
         rest: restReader({ descriptor, chunks, config, pool: deps.pool, budget: deps.budget }),
       });
       const firstReadMs = performance.now() - ctx.startedAt;
@@ -232,6 +232,8 @@ interface RequestReads {
   readonly segment: SegmentPlan | undefined;
   /** Serve the response from it (UnitSource.serve): it is closed once the sender settles. */
   readonly readAhead: UnitSource;
+  /** Who checks the request's slices (sliceChecksFor). */
+  readonly sliceChecks: SliceChecks;
 }
 
 /** Plans a request's reads and starts them. */
@@ -305,5 +307,5 @@ function startReads(r: ReadsRequest): RequestReads {
     if (planned.streams > 0) pool.releaseStreams(planned.streams);
     throw error;
   }
-  return { planned, chunks, segment, readAhead };
+  return { planned, chunks, segment, readAhead, sliceChecks };
 }

@@ -17,8 +17,9 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[3]
 CLIENT_KEY, CLIENT_SECRET = "py-client", "py-client-secret"
@@ -155,3 +156,26 @@ def layer_major(chunks: Sequence[bytes], layer_bytes: int, first: int, end: int)
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+
+
+def serve_http(handle: Callable[[BaseHTTPRequestHandler], None]) -> Tuple[ThreadingHTTPServer, str]:
+    """A small HTTP/1.1 server on a free loopback port, answering every request (its body read
+    first) with ``handle``, on threads of its own: the server and its URL. ``server.shutdown()``
+    stops it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _any(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            handle(self)
+
+        do_GET = do_PUT = do_POST = do_HEAD = _any  # noqa: N815 (http.server's naming)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"

@@ -10,13 +10,13 @@ import sys
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import List, Tuple
 
 import numpy as np
 import pytest
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, layer_major, start_stack, synthetic_chunk, uid
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, layer_major, serve_http, start_stack, synthetic_chunk, uid
 
 from objectcache import Config, ObjectCacheClient, ObjectCacheError, chunk_keys
 from objectcache._contract import DESCRIPTOR_HEADER
@@ -183,41 +183,32 @@ def test_a_gateway_older_than_slice_checks_is_asked_again_without_them(stack: St
     asked: List[object] = []
     refusing: List[str] = []  # when set, every descriptor is refused with this problem
 
-    class Older(BaseHTTPRequestHandler):
+    def older(h: BaseHTTPRequestHandler) -> None:
         """What a gateway before the field answers a descriptor that names it (schemas/descriptor.ts); the rest, relayed."""
+        header = h.headers.get(DESCRIPTOR_HEADER)
+        descriptor = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4))) if header else {}
+        asked.append(descriptor.get("sliceChecks"))
+        if "sliceChecks" in descriptor or refusing:
+            problem = refusing[0] if refusing else "sliceChecks is not a descriptor field"
+            body = f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code><Message>Invalid descriptor: {problem}</Message></Error>'.encode()
+            status, headers = 400, [("Content-Type", "application/xml"), ("x-objectcache-error-code", "OC_ERR_DESCRIPTOR_INVALID"), ("x-objectcache-retryable", "false")]
+        else:
+            relay = http.client.HTTPConnection(upstream.hostname or "127.0.0.1", upstream.port, timeout=30)
+            relay.request(h.command, h.path, headers=dict(h.headers.items()))  # Host as it came: the signature covers it
+            answer = relay.getresponse()
+            body, status = answer.read(), answer.status
+            headers = [(k, v) for k, v in answer.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection", "keep-alive")]
+            relay.close()
+        h.send_response(status)
+        for name, value in headers:
+            h.send_header(name, value)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
 
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            header = self.headers.get(DESCRIPTOR_HEADER)
-            descriptor = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4))) if header else {}
-            asked.append(descriptor.get("sliceChecks"))
-            if "sliceChecks" in descriptor or refusing:
-                problem = refusing[0] if refusing else "sliceChecks is not a descriptor field"
-                body = f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code><Message>Invalid descriptor: {problem}</Message></Error>'.encode()
-                status, headers = 400, [("Content-Type", "application/xml"), ("x-objectcache-error-code", "OC_ERR_DESCRIPTOR_INVALID"), ("x-objectcache-retryable", "false")]
-            else:
-                relay = http.client.HTTPConnection(upstream.hostname or "127.0.0.1", upstream.port, timeout=30)
-                relay.request("GET", self.path, headers=dict(self.headers.items()))  # Host as it came: the signature covers it
-                answer = relay.getresponse()
-                body, status = answer.read(), answer.status
-                headers = [(k, v) for k, v in answer.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection", "keep-alive")]
-                relay.close()
-            self.send_response(status)
-            for name, value in headers:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Older)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, url = serve_http(older)
     try:
-        with ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", client.bucket, (CLIENT_KEY, CLIENT_SECRET), config=Config(retries=0)) as older:
+        with ObjectCacheClient(url, client.bucket, (CLIENT_KEY, CLIENT_SECRET), config=Config(retries=0)) as older:
             descriptor = ObjectCacheClient.descriptor(keys, layers=2, chunk_tokens=16, layer_bytes=512)
             for _ in range(2):
                 result = older.fetch(descriptor)
@@ -225,7 +216,7 @@ def test_a_gateway_older_than_slice_checks_is_asked_again_without_them(stack: St
             assert asked == ["client", None, None]
         # Another refusal of the descriptor is the caller's, and is not asked again.
         refusing.append("target.sliceChecks is not a descriptor field")
-        with ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", client.bucket, (CLIENT_KEY, CLIENT_SECRET), config=Config(retries=0)) as fresh:
+        with ObjectCacheClient(url, client.bucket, (CLIENT_KEY, CLIENT_SECRET), config=Config(retries=0)) as fresh:
             with pytest.raises(ObjectCacheError) as refused:
                 fresh.fetch(descriptor)
             assert refused.value.code == "OC_ERR_DESCRIPTOR_INVALID" and asked[3:] == ["client"]

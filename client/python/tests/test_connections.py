@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator, Tuple
 
 import pytest
+from stack import serve_http
 
 from objectcache import Config, ObjectCacheClient, ObjectCacheError
 
@@ -18,25 +19,16 @@ def _gateway(name: bytes, arrived: threading.Event, release: threading.Event) ->
     """Answers every GET with its name, keeping the connection alive; ``/bucket/slow`` sets
     ``arrived`` and answers only once ``release`` is set."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(h: BaseHTTPRequestHandler) -> None:
+        if h.path.endswith("/slow"):
+            arrived.set()
+            release.wait(10)
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(name)))
+        h.end_headers()
+        h.wfile.write(name)
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            if self.path.endswith("/slow"):
-                arrived.set()
-                release.wait(10)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(name)))
-            self.end_headers()
-            self.wfile.write(name)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_http(answer)[0]
 
 
 @pytest.fixture()
@@ -216,24 +208,15 @@ def test_reads_at_most_so_much_of_an_answer_that_never_ends(endless: Tuple[str, 
     "call,answer", [("lookup", b"null"), ("lookup", b"[1]"), ("lookup", b'{"matched": "x"}'), ("lookup", b"not json"), ("pin", b"null"), ("pin", b'{"until": 5}'), ("pin", b'{"until": "never"}')]
 )
 def test_an_answer_that_is_not_the_json_object_it_should_be_is_a_protocol_error(call: str, answer: bytes) -> None:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def json_answer(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(answer)))
+        h.end_headers()
+        h.wfile.write(answer)
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    client = ObjectCacheClient(f"http://127.0.0.1:{server.server_address[1]}", "bucket", ("key", "secret"), config=Config(retries=0))
+    server, url = serve_http(json_answer)
+    client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as broken:
             client.lookup(["a"]) if call == "lookup" else client.pin(["a"], None)

@@ -7,31 +7,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Callable, Iterator, Tuple
 
 import pytest
+from stack import serve_http
 
 from objectcache import Config, ObjectCacheClient, ObjectCacheError
-
-
-def _serve(handle: Callable[[BaseHTTPRequestHandler], None]) -> Tuple[ThreadingHTTPServer, str]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _any(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            handle(self)
-
-        do_GET = do_PUT = do_POST = do_HEAD = _any  # noqa: N815 (http.server's naming)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def _answer(status: int, body: bytes = b"", headers: Tuple[Tuple[str, str], ...] = ()) -> Callable[[BaseHTTPRequestHandler], None]:
@@ -48,7 +30,7 @@ def _answer(status: int, body: bytes = b"", headers: Tuple[Tuple[str, str], ...]
 
 @pytest.mark.parametrize("answer", [b'{"matched": 1000000000}', b'{"matched": -3}', b'{"matched": true}', b'{"matched": 4}', b'{"matched": 1.5}'])
 def test_a_lookup_count_outside_what_was_asked_is_a_protocol_error(answer: bytes) -> None:
-    server, url = _serve(_answer(200, answer, (("Content-Type", "application/json"),)))
+    server, url = serve_http(_answer(200, answer, (("Content-Type", "application/json"),)))
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as broken:
@@ -61,7 +43,7 @@ def test_a_lookup_count_outside_what_was_asked_is_a_protocol_error(answer: bytes
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
 def test_a_redirect_is_never_taken_as_stored(status: int) -> None:
-    server, url = _serve(_answer(status, b"", (("Location", "http://elsewhere.example/bucket/k"),)))
+    server, url = serve_http(_answer(status, b"", (("Location", "http://elsewhere.example/bucket/k"),)))
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as refused:
@@ -135,7 +117,7 @@ def test_one_deadline_bounds_a_call_whatever_the_server_trickles(trickler: str) 
 
 def test_a_retry_after_past_the_deadline_is_not_waited_out() -> None:
     busy = (("Content-Type", "application/xml"), ("Retry-After", "30"), ("x-objectcache-error-code", "OC_ERR_ADMISSION_LIMIT"), ("x-objectcache-retryable", "true"))
-    server, url = _serve(_answer(503, b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>", busy))
+    server, url = serve_http(_answer(503, b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>", busy))
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=2, deadline=3))
     try:
         started = time.monotonic()
@@ -166,7 +148,7 @@ def test_an_interim_answer_is_never_taken_for_the_final_one() -> None:
     def early_hints(h: BaseHTTPRequestHandler) -> None:
         h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n")
 
-    server, url = _serve(early_hints)
+    server, url = serve_http(early_hints)
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as refused:
@@ -178,7 +160,7 @@ def test_an_interim_answer_is_never_taken_for_the_final_one() -> None:
 
 
 def test_a_lookup_answer_nested_past_the_parser_is_a_protocol_error() -> None:
-    server, url = _serve(_answer(200, b"[" * 60_000, (("Content-Type", "application/json"),)))
+    server, url = serve_http(_answer(200, b"[" * 60_000, (("Content-Type", "application/json"),)))
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as broken:
@@ -198,7 +180,7 @@ def test_a_listing_that_never_ends_is_bounded_by_one_deadline() -> None:
         time.sleep(0.05)
         _answer(200, body, (("Content-Type", "application/xml"),))(h)
 
-    server, url = _serve(endless)
+    server, url = serve_http(endless)
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0, deadline=1.5))
     try:
         started = time.monotonic()
@@ -217,7 +199,7 @@ def test_a_listing_that_never_ends_is_bounded_by_one_deadline() -> None:
             (("Content-Type", "application/xml"),),
         )(h)
 
-    server, url = _serve(repeating)
+    server, url = serve_http(repeating)
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     try:
         with pytest.raises(ObjectCacheError) as looping:
@@ -247,7 +229,7 @@ def test_deadlines_survive_fork_and_cancelled_ones_do_not_pile_up() -> None:
 
 
 def test_a_client_with_other_limits_shares_the_connections_after_close() -> None:
-    server, url = _serve(_answer(200, b'{"matched": 1}', (("Content-Type", "application/json"),)))
+    server, url = serve_http(_answer(200, b'{"matched": 1}', (("Content-Type", "application/json"),)))
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))
     quick = client.with_limits(deadline=1, retries=0)
     try:
