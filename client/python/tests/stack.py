@@ -179,3 +179,13 @@ def serve_http(handle: Callable[[BaseHTTPRequestHandler], None]) -> Tuple[Thread
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def send_answer(h: BaseHTTPRequestHandler, status: int, body: bytes = b"", headers: Sequence[Tuple[str, str]] = ()) -> None:
+    """Writes a whole answer of ``status`` and ``body`` (with its Content-Length) from a handler of :func:`serve_http`."""
+    h.send_response(status)
+    for name, value in headers:
+        h.send_header(name, value)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)

@@ -16,7 +16,7 @@ from typing import List, Tuple
 
 import numpy as np
 import pytest
-from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, layer_major, serve_http, start_stack, synthetic_chunk, uid
+from stack import CLIENT_KEY, CLIENT_SECRET, Stack, free_port, layer_major, send_answer, serve_http, start_stack, synthetic_chunk, uid
 
 from objectcache import Config, ObjectCacheClient, ObjectCacheError, chunk_keys
 from objectcache._contract import DESCRIPTOR_HEADER
@@ -199,12 +199,7 @@ def test_a_gateway_older_than_slice_checks_is_asked_again_without_them(stack: St
             body, status = answer.read(), answer.status
             headers = [(k, v) for k, v in answer.getheaders() if k.lower() not in ("content-length", "transfer-encoding", "connection", "keep-alive")]
             relay.close()
-        h.send_response(status)
-        for name, value in headers:
-            h.send_header(name, value)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+        send_answer(h, status, body, headers)
 
     server, url = serve_http(older)
     try:

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator, Tuple
 
 import pytest
-from stack import serve_http
+from stack import send_answer, serve_http
 
 from objectcache import Config, ObjectCacheClient, ObjectCacheError
 
@@ -23,10 +23,7 @@ def _gateway(name: bytes, arrived: threading.Event, release: threading.Event) ->
         if h.path.endswith("/slow"):
             arrived.set()
             release.wait(10)
-        h.send_response(200)
-        h.send_header("Content-Length", str(len(name)))
-        h.end_headers()
-        h.wfile.write(name)
+        send_answer(h, 200, name)
 
     return serve_http(answer)[0]
 
@@ -209,11 +206,7 @@ def test_reads_at_most_so_much_of_an_answer_that_never_ends(endless: Tuple[str, 
 )
 def test_an_answer_that_is_not_the_json_object_it_should_be_is_a_protocol_error(call: str, answer: bytes) -> None:
     def json_answer(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(answer)))
-        h.end_headers()
-        h.wfile.write(answer)
+        send_answer(h, 200, answer, [("Content-Type", "application/json")])
 
     server, url = serve_http(json_answer)
     client = ObjectCacheClient(url, "bucket", ("key", "secret"), config=Config(retries=0))

@@ -11,19 +11,14 @@ from http.server import BaseHTTPRequestHandler
 from typing import Callable, Iterator, Tuple
 
 import pytest
-from stack import serve_http
+from stack import send_answer, serve_http
 
 from objectcache import Config, ObjectCacheClient, ObjectCacheError
 
 
 def _answer(status: int, body: bytes = b"", headers: Tuple[Tuple[str, str], ...] = ()) -> Callable[[BaseHTTPRequestHandler], None]:
     def handle(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(status)
-        for name, value in headers:
-            h.send_header(name, value)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+        send_answer(h, status, body, headers)
 
     return handle
 
