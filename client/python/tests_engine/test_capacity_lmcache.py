@@ -36,8 +36,13 @@ def capacity(stack: Stack) -> Any:
 def test_the_budget_keeps_the_hot_prefix_and_trims_the_cold_one_from_its_tail(budgeted: Tuple[Stack, str]) -> None:
     stack, bucket = budgeted
     generator = torch.Generator().manual_seed(33)
-    prefixes = [torch.arange(base, base + 4 * CHUNK_TOKENS) for base in (10_000, 20_000, 30_000)]
-    kvs = [torch.randn(2, L, 4 * CHUNK_TOKENS, KV_HEADS * HEAD_DIM, generator=generator).to(torch.bfloat16) for _ in prefixes]
+    # 4 + 4 + 3 chunks: the last chunk stored is the one that takes the bucket past its high mark
+    # (11 chunks), so the trim starts once every write is in. (With a fourth chunk after it, the
+    # trim could run before that chunk landed and stop at 9, leaving 10 after it: between the marks,
+    # where nothing trims again.)
+    sizes = (4, 4, 3)
+    prefixes = [torch.arange(base, base + n * CHUNK_TOKENS) for base, n in zip((10_000, 20_000, 30_000), sizes)]
+    kvs = [torch.randn(2, L, n * CHUNK_TOKENS, KV_HEADS * HEAD_DIM, generator=generator).to(torch.bfloat16) for n in sizes]
     full = 4 * CHUNK_TOKENS
     writer = engine("capacity-writer", stack, bucket)
     try:
@@ -53,7 +58,7 @@ def test_the_budget_keeps_the_hot_prefix_and_trims_the_cold_one_from_its_tail(bu
         finally:
             harness.destroy_engine("capacity-reader")
         time.sleep(0.01)
-        harness.store_and_wait(writer, prefixes[2], kvs[2], full)  # 12 chunks: past the budget
+        harness.store_and_wait(writer, prefixes[2], kvs[2], 3 * CHUNK_TOKENS)  # 11 chunks: past the high mark
     finally:
         harness.destroy_engine("capacity-writer")
 
@@ -64,13 +69,14 @@ def test_the_budget_keeps_the_hot_prefix_and_trims_the_cold_one_from_its_tail(bu
     fresh = engine("capacity-fresh", stack, bucket)
     try:
         assert fresh.lookup(prefixes[0]) == full  # read: kept
-        assert fresh.lookup(prefixes[2]) == full  # newest: kept
-        assert fresh.lookup(prefixes[1]) == CHUNK_TOKENS  # the cold one lost its last three chunks
-        # A partial hit: the chunk left is loaded, bit-identical; LMCache recomputes the rest.
+        assert fresh.lookup(prefixes[2]) == 3 * CHUNK_TOKENS  # newest: kept
+        left = 2 * CHUNK_TOKENS
+        assert fresh.lookup(prefixes[1]) == left  # the cold one lost its last two chunks (11 down to 9)
+        # A partial hit: the chunks left are loaded, bit-identical; LMCache recomputes the rest.
         out = torch.zeros_like(kvs[1])
         mask = fresh.retrieve(prefixes[1], kvcaches=out)
-        assert int(mask.sum()) == CHUNK_TOKENS and bool(mask[:CHUNK_TOKENS].all())
-        assert torch.equal(out[:, :, :CHUNK_TOKENS], kvs[1][:, :, :CHUNK_TOKENS])
+        assert int(mask.sum()) == left and bool(mask[:left].all())
+        assert torch.equal(out[:, :, :left], kvs[1][:, :, :left])
     finally:
         harness.destroy_engine("capacity-fresh")
-    assert stack.metric("objectcache_evictions_total") == 3
+    assert stack.metric("objectcache_evictions_total") == 2
