@@ -8,12 +8,15 @@
  * a response flag that says to wait when the socket has room (Node 24 left one set under load).
  */
 import { createServer, get, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { once } from 'node:events';
 import { Writable } from 'node:stream';
 import { crc32c } from '@node-rs/crc32';
 import { describe, expect, it } from 'vitest';
-import { paced, send, unpaced, type Frame } from '../gateway/descriptor-get/frame-stream.js';
+import { FrameBuilder, paced, send, unpaced, type Frame } from '../gateway/descriptor-get/frame-stream.js';
+import type { TaskRead } from '../gateway/descriptor-get/read-ahead.js';
+import type { PlannedTask } from '../gateway/descriptor-get/read-plan.js';
+import { layoutOf, type Slices } from '../gateway/threads/task-layout.js';
 import { Pacer } from '../gateway/descriptor-get/scheduler/pacer.js';
 import { FrameDecoder } from '../client/frame-decoder.js';
 import { FrameType } from '../schemas/frames.js';
@@ -89,7 +92,7 @@ describe('frame stream sender', () => {
     expect(log).toEqual(['source returned']);
   });
 
-  it('sends every frame of many small pieces on a real HTTP response, and ends it', async () => {
+  it('sends every frame of many small pieces on a real HTTP response, each frame in one writev, and ends it', async () => {
     // 4 frames of 42 pieces of 2,919 bytes (a layer of 42 KV_2LTD halves): each frame's corked
     // writes pass the response's high-water mark, and uncork() sends them all at once.
     async function* smallPieces(): AsyncGenerator<Frame> {
@@ -100,8 +103,21 @@ describe('frame stream sender', () => {
       yield { type: FrameType.END, index: 0, pieces: [Buffer.from('{}')], length: 2, crc32c: crc32c(Buffer.from('{}')) };
     }
     let sent: Promise<void> | undefined;
+    // How the pieces reach the socket: the count of pieces in each call of its _write or _writev.
+    const handed: number[] = [];
+    type Chunks = { chunk: Buffer }[];
     const server = createServer((_req, res) => {
       res.writeHead(200);
+      const socket = res.socket as Socket & { _write: Socket['_write']; _writev: (chunks: Chunks, cb: (error?: Error | null) => void) => void };
+      const [write, writev] = [socket._write.bind(socket), socket._writev.bind(socket)];
+      socket._write = (chunk: Buffer, encoding, cb) => {
+        if (chunk.byteLength === 2919) handed.push(1);
+        write(chunk, encoding, cb);
+      };
+      socket._writev = (chunks, cb) => {
+        handed.push(chunks.filter(({ chunk }) => chunk.byteLength === 2919).length);
+        writev(chunks, cb);
+      };
       sent = send(res, unpaced(smallPieces()), { stallTimeoutMs: 5000 });
     });
     server.listen(0, '127.0.0.1');
@@ -127,6 +143,9 @@ describe('frame stream sender', () => {
       decoder.push(Buffer.concat(received)); // checks every frame's CRC32C
       expect(decoder.finish()).toEqual({});
       expect(seen).toEqual([0, 1, 2, 3]);
+      // Each frame's pieces in one call (one writev), not one write each: Node's response uncorks
+      // its socket before handing it the chunks it held, so send() corks the socket around it.
+      expect(handed.filter((n) => n > 0)).toEqual([42, 42, 42, 42]);
     } finally {
       server.close();
     }
@@ -160,4 +179,58 @@ describe('frame stream sender', () => {
     await send(out as unknown as ServerResponse, unpaced(layers(4, 10_000)), { stallTimeoutMs: 500 });
     expect(Buffer.concat(received).byteLength).toBe(8 + 4 * (24 + 10_000) + 24 + 2);
   });
+});
+
+describe('FrameBuilder', () => {
+  // A layer group of two tasks (chunks [0, 3) and [3, 5), layers [1, 4)), each slice's bytes random
+  // and its checksum the workers' (crc32c of the slice): every LAYER frame must be the layer's
+  // slices in chunk order, with the CRC32C of exactly those bytes (and, encoded, of the
+  // slice-length table in front of them), combined from the slices' checksums.
+  const sizeOf = (chunk: number, layer: number): number => 1 + ((chunk * 7 + layer * 5) % 23);
+  for (const encoded of [false, true]) {
+    it(`cuts LAYER frames from a group's task blocks${encoded ? ' of encoded slices' : ''}, bytes and CRC32C exact`, () => {
+      const layerBytes = 24;
+      const slices: Slices = encoded
+        ? { layerBytes, encoded: { sliceBytes: Array.from({ length: 5 }, (_, c) => Array.from({ length: 6 }, (_, l) => sizeOf(c, l))) } }
+        : { layerBytes };
+      const reads: TaskRead[] = [
+        [0, 3],
+        [3, 5],
+      ].map(([chunkStart, chunkEnd]) => {
+        const task: PlannedTask = { group: 0, first: 1, end: 4, chunkStart: chunkStart as number, chunkEnd: chunkEnd as number };
+        const layout = layoutOf(task, 'layer-major', slices);
+        const region = Uint8Array.from({ length: layout.bytes }, () => Math.floor(Math.random() * 256));
+        const crcs = new Uint32Array(layout.layers * layout.chunks);
+        for (let layer = 1; layer < 4; layer++)
+          for (let c = 0; c < layout.chunks; c++) {
+            const at = layout.sliceOffset(layer, c);
+            crcs[layout.slice(layer, c)] = crc32c(Buffer.from(region.subarray(at, at + layout.sliceBytes(layer, c))));
+          }
+        return { task, region, crcs };
+      });
+      const frames = new FrameBuilder(slices).layerFrames(reads);
+      expect(frames.map((f) => [f.type, f.index])).toEqual([1, 2, 3].map((layer) => [FrameType.LAYER, layer]));
+      for (const frame of frames) {
+        const expected: Buffer[] = [];
+        const lengths: number[] = [];
+        for (const { task, region } of reads) {
+          const layout = layoutOf(task, 'layer-major', slices);
+          for (let c = 0; c < layout.chunks; c++) {
+            const at = layout.sliceOffset(frame.index, c);
+            expected.push(Buffer.from(region.subarray(at, at + layout.sliceBytes(frame.index, c))));
+            lengths.push(layout.sliceBytes(frame.index, c));
+          }
+        }
+        if (encoded) {
+          const table = Buffer.alloc(4 * lengths.length);
+          lengths.forEach((n, i) => table.writeUInt32LE(n, 4 * i));
+          expected.unshift(table);
+        }
+        const payload = Buffer.concat(expected);
+        expect(Buffer.concat(frame.pieces)).toEqual(payload);
+        expect(frame.length).toBe(payload.byteLength);
+        expect(frame.crc32c).toBe(crc32c(payload));
+      }
+    });
+  }
 });

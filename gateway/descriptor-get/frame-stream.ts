@@ -228,6 +228,12 @@ async function drained(res: ServerResponse, stallTimeoutMs: number): Promise<voi
 export async function send(res: ServerResponse, writes: AsyncIterable<Write>, options: SendOptions): Promise<void> {
   for await (const write of writes) {
     if (res.destroyed) return;
+    // The socket is corked around the response's own cork: the response's uncork() uncorks the
+    // socket first and only then hands it the chunks it held (Node 24, _http_outgoing.js), each
+    // of which the socket would then write on its own (a LAYER frame has a piece per task of its
+    // layer group). So corked, they leave in one writev when the socket is uncorked.
+    const corked = res.socket;
+    corked?.cork();
     res.cork();
     const last = write.chunks.length - 1;
     for (let i = 0; i <= last; i++) {
@@ -236,6 +242,7 @@ export async function send(res: ServerResponse, writes: AsyncIterable<Write>, op
       else res.write(chunk);
     }
     res.uncork();
+    corked?.uncork();
     if (write.payloadBytes > 0) options.onBytes?.(write.payloadBytes);
     // Whether to wait is asked of the socket after uncork(), not read from write()'s answers nor
     // from the response's own flag: while corked, Node 24 answers false for writes that uncork()
