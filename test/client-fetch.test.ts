@@ -196,9 +196,16 @@ describe('TypeScript client fetch, read in place', () => {
         expect(Buffer.from(result.target).equals(Buffer.from(reference(prefix)))).toBe(true);
       }
       expect(asked).toEqual(['client', undefined, undefined]);
-      // Another refusal of the descriptor is the caller's, as it was.
-      proxy.reframe = () => refusal(400, 'InvalidArgument', 'OC_ERR_DESCRIPTOR_INVALID', false, 'Invalid descriptor: layers must be >= 1');
-      expect((await failure(viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }))).code).toBe('OC_ERR_DESCRIPTOR_INVALID');
+      // Another refusal of the descriptor is the caller's, asked once, even one that names the field elsewhere.
+      for (const problem of ['layers must be >= 1', 'target.sliceChecks is not a descriptor field']) {
+        let refused = 0;
+        proxy.reframe = () => {
+          refused++;
+          return refusal(400, 'InvalidArgument', 'OC_ERR_DESCRIPTOR_INVALID', false, `Invalid descriptor: ${problem}`);
+        };
+        expect((await failure(viaProxy.fetch(descriptorOf(prefix), { transport: 'get' }))).code).toBe('OC_ERR_DESCRIPTOR_INVALID');
+        expect(refused, problem).toBe(1);
+      }
     } finally {
       proxy.reframe = asIs;
       await older.close();
